@@ -1,0 +1,94 @@
+/* backend.h - one small vtable for every implementation of attention.
+ *
+ * A backend receives the physical tensors of a case (tensor.h) and writes the output
+ * in canonical contiguous [B, Hq, Sq, Dv] order, in its out_dtype (F64 for ref, F32 for
+ * the others). Capability bits let the fuzzer send a backend only cases it can run. */
+#ifndef ATTNFUZZ_BACKEND_H
+#define ATTNFUZZ_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "case.h"
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Capability bits (a backend without a bit is never sent such a case). */
+enum {
+    AF_CAP_F32 = 1u << 0,
+    AF_CAP_F16 = 1u << 1,
+    AF_CAP_BF16 = 1u << 2,
+    AF_CAP_TF32 = 1u << 3,       /* honours allow_tf32 */
+    AF_CAP_GQA = 1u << 4,        /* Hq != Hkv */
+    AF_CAP_CROSS = 1u << 5,      /* Sq != Sk */
+    AF_CAP_DV = 1u << 6,         /* D != Dv */
+    AF_CAP_SCALE = 1u << 7,      /* a scale other than the default */
+    AF_CAP_SOFTCAP = 1u << 8,
+    AF_CAP_AMASK = 1u << 9,      /* additive mask */
+    AF_CAP_BMASK = 1u << 10,     /* boolean mask */
+    AF_CAP_CAUSAL = 1u << 11,
+    AF_CAP_PADDING = 1u << 12,   /* key padding lengths */
+    AF_CAP_WINDOW = 1u << 13,
+    AF_CAP_DROPOUT = 1u << 14,
+    AF_CAP_STRIDED = 1u << 15,   /* padded, permuted and stride-0 tensors */
+    AF_CAP_MASK_DTYPE = 1u << 16,/* an additive mask whose dtype differs from the case's */
+    AF_CAP_ALL = (1u << 17) - 1
+};
+#define AF_LAYOUTS_ALL ((1u << AF_LAYOUT_COUNT) - 1)
+extern const char *const af_cap_names[17];
+
+typedef struct af_backend_vtable {
+    const char *name;    /* "explicit", "mutant:silent_tf32", ... */
+    const char *version;
+    const char *summary; /* one line for `attnfuzz backends` */
+    uint32_t caps;
+    uint32_t layouts;    /* bit l set: layout l accepted */
+    af_dtype out_dtype;  /* F32 or F64 */
+    /* Optional: build per-instance state from the text after "NAME:" (may be NULL). */
+    af_status (*create)(const char *args, void **state, af_error *err);
+    void (*destroy)(void *state);
+    /* Required: fill out ([B, Hq, Sq, Dv] contiguous, out_dtype). */
+    af_status (*run)(void *state, const af_case_tensors *in, af_tensor *out, af_error *err);
+} af_backend_vtable;
+
+typedef struct af_backend af_backend;
+
+/* Built-in vtables (ref, explicit, fused, the mutants), for listing. */
+size_t af_backend_builtin_count(void);
+const af_backend_vtable *af_backend_builtin(size_t i);
+
+/* Opens a backend by its command-line name: "ref", "explicit", "fused",
+ * "mutant:NAME". Unknown names are AF_ERR_INVALID with the list of known ones. */
+af_status af_backend_open(const char *spec, af_backend **out, af_error *err);
+/* Wraps a vtable (for test backends and plugins); state comes from vt->create(args). */
+af_status af_backend_open_vtable(const af_backend_vtable *vt, const char *args, af_backend **out,
+                                 af_error *err);
+void af_backend_close(af_backend *be); /* NULL does nothing */
+
+const char *af_backend_name(const af_backend *be);
+const char *af_backend_version(const af_backend *be);
+const af_backend_vtable *af_backend_vt(const af_backend *be);
+
+/* Can this backend run case c? When not, why (if not NULL) names the missing capability. */
+bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len);
+/* Capability bits case c needs. */
+uint32_t af_case_required_caps(const af_case *c);
+
+/* Runs the backend; out must be a contiguous [B, Hq, Sq, Dv] tensor of out_dtype. */
+af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err);
+
+/* Sizes out for case c and this backend's out_dtype; allocation stays with the caller. */
+void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out);
+
+/* Limits OpenBLAS to one thread (one thread per process); called by af_backend_open. */
+void af_blas_single_thread(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,236 @@
+/* case.h - one attention case: what a single execution tests (DESIGN.md section 2).
+ *
+ * Canonical view: Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], output
+ * [B, Hq, Sq, Dv]. Semantics, in this order: GQA head mapping h -> h / (Hq / Hkv);
+ * scores s = scale * q.k; softcap s = c * tanh(s / c); masks (additive mask added;
+ * boolean mask, causal, key padding and sliding window set -inf); softmax over keys (a
+ * fully masked row gives 0); dropout from the counter-based RNG (rng.h); out = P V.
+ *
+ * A case is a plain value. It decodes from any byte string (af_case_decode is total:
+ * out-of-range fields are clamped or repaired), encodes back (af_case_encode), and
+ * round-trips through JSON (af_case_to_json / af_case_from_json). */
+#ifndef ATTNFUZZ_CASE_H
+#define ATTNFUZZ_CASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AF_MAX_BATCH 64
+#define AF_MAX_KV_HEADS 64
+#define AF_MAX_GROUP 16
+#define AF_MAX_Q_HEADS 128
+#define AF_MAX_SEQ 65536
+#define AF_MAX_HEAD_DIM 512
+#define AF_MAX_PAD 64
+#define AF_MAX_SCALE 1.0e4
+#define AF_MAX_SOFTCAP 1.0e4
+#define AF_DEFAULT_BUDGET ((size_t)64 << 20) /* bytes of tensors per case */
+#define AF_MAG_Q4_MIN (-12)                  /* magnitudes 10^(q4/4): 1e-3 .. 1e4 */
+#define AF_MAG_Q4_MAX 16
+
+/* Physical layouts (DESIGN.md section 3). The last three are packed: one buffer. */
+typedef enum af_layout {
+    AF_LAYOUT_BHSD,
+    AF_LAYOUT_BSHD,
+    AF_LAYOUT_SBHD,
+    AF_LAYOUT_BSD,
+    AF_LAYOUT_CHANNELS_FIRST,
+    AF_LAYOUT_QKV_BS3HD,
+    AF_LAYOUT_QKV_BSH3D,
+    AF_LAYOUT_QKV_CHANNELS_FIRST,
+    AF_LAYOUT_COUNT
+} af_layout;
+#define AF_LAYOUT_FIRST_PACKED AF_LAYOUT_QKV_BS3HD
+extern const char *const af_layout_names[AF_LAYOUT_COUNT];
+
+/* Where an explicit implementation applies the scale; equal in exact arithmetic. */
+typedef enum af_placement {
+    AF_PLACE_SCORES,  /* (Q K^T) * scale */
+    AF_PLACE_Q,       /* (Q * scale) K^T */
+    AF_PLACE_K,       /* Q (K * scale)^T */
+    AF_PLACE_SQRT_QK, /* (Q * sqrt|scale|) (K * sign(scale) sqrt|scale|)^T */
+    AF_PLACE_COUNT
+} af_placement;
+extern const char *const af_placement_names[AF_PLACE_COUNT];
+
+/* The diagonal d(b, i) = i + offset(b) shared by causal and sliding-window masks. */
+typedef enum af_diag {
+    AF_DIAG_TOP_LEFT,          /* offset 0 (PyTorch is_causal) */
+    AF_DIAG_BOTTOM_RIGHT,      /* offset Sk - Sq (FlashAttention) */
+    AF_DIAG_BOTTOM_RIGHT_VALID,/* offset kv_valid[b] - Sq (varlen, ONNX nonpad_kv_seqlen) */
+    AF_DIAG_EXPLICIT,          /* offset diag_offset (ONNX with a KV cache: past length) */
+    AF_DIAG_COUNT
+} af_diag;
+extern const char *const af_diag_names[AF_DIAG_COUNT];
+
+/* Value distribution of a tensor. */
+typedef enum af_dist {
+    AF_DIST_NORMAL,        /* N(0, 1) * magnitude */
+    AF_DIST_UNIFORM,       /* U(-1, 1) * magnitude */
+    AF_DIST_SMALL_INT,     /* integers in [-4, 4] */
+    AF_DIST_ONE_HOT,       /* one +-magnitude spike per row, zeros elsewhere */
+    AF_DIST_NEAR_OVERFLOW, /* +-[0.25, 1] * the dtype's largest finite value */
+    AF_DIST_DENORMAL,      /* subnormals of the dtype */
+    AF_DIST_COUNT
+} af_dist;
+extern const char *const af_dist_names[AF_DIST_COUNT];
+
+/* Non-finite values planted in a tensor. "masked" targets positions that every query
+ * ignores (keys masked for all queries; query rows fully masked); "live" any position. */
+typedef enum af_special {
+    AF_SPECIAL_NONE,
+    AF_SPECIAL_NAN_MASKED,
+    AF_SPECIAL_INF_MASKED,
+    AF_SPECIAL_NAN_LIVE,
+    AF_SPECIAL_INF_LIVE,
+    AF_SPECIAL_COUNT
+} af_special;
+extern const char *const af_special_names[AF_SPECIAL_COUNT];
+
+/* A stride-0 (broadcast) dimension of an input tensor. */
+typedef enum af_bcast { AF_BCAST_NONE, AF_BCAST_BATCH, AF_BCAST_HEADS, AF_BCAST_COUNT } af_bcast;
+extern const char *const af_bcast_names[AF_BCAST_COUNT];
+
+/* How a mask marks its masked positions; what it holds elsewhere comes from mag_q4. */
+typedef enum af_mask_pattern {
+    AF_MASK_RANDOM,     /* each position masked with probability density / 256 */
+    AF_MASK_BLOCK_DIAG, /* attend only within diagonal blocks of size 1 + density % 32 */
+    AF_MASK_FULL_ROWS,  /* random query rows fully masked (probability density / 256) */
+    AF_MASK_KEY_COLS,   /* random key columns masked (probability density / 256) */
+    AF_MASK_NONE,       /* nothing masked (additive values only) */
+    AF_MASK_PATTERN_COUNT
+} af_mask_pattern;
+extern const char *const af_mask_pattern_names[AF_MASK_PATTERN_COUNT];
+
+/* Value an additive mask stores at masked positions. */
+typedef enum af_mask_fill {
+    AF_FILL_NEG_INF,   /* -inf */
+    AF_FILL_LOWEST,    /* the mask dtype's lowest finite value (finfo.min) */
+    AF_FILL_NEG_LARGE, /* -1e4 (a common "large negative" in model code) */
+    AF_FILL_COUNT
+} af_mask_fill;
+extern const char *const af_mask_fill_names[AF_FILL_COUNT];
+
+/* Mask dims bits: which of (B, H, Sq, Sk) are full; the others are 1 (broadcast). */
+enum { AF_MDIM_B = 1, AF_MDIM_H = 2, AF_MDIM_Q = 4, AF_MDIM_K = 8, AF_MDIM_ALL = 15 };
+
+typedef struct af_mask_spec {
+    bool present;
+    bool rank2;          /* stored 2-D [Sq', Sk'] (requires B and H broadcast) */
+    bool expanded;       /* stored at full shape with stride 0 on broadcast dims */
+    uint8_t dims;        /* AF_MDIM_* bits */
+    af_dtype dtype;      /* additive: F32/F16/BF16; boolean masks are AF_BOOL */
+    af_mask_pattern pattern;
+    uint8_t density;
+    af_mask_fill fill;   /* additive only */
+    int8_t mag_q4;       /* additive only: live values N(0,1) * 10^(mag_q4/4); see live_zero */
+    bool live_zero;      /* additive only: live values are 0 */
+    uint32_t seed;
+} af_mask_spec;
+
+typedef enum af_tensor_id { AF_Q, AF_K, AF_V, AF_QKV_COUNT } af_tensor_id;
+extern const char *const af_tensor_names[AF_QKV_COUNT]; /* "q", "k", "v" */
+
+typedef struct af_tensor_spec {
+    af_layout layout;    /* packed layouts: Q's decides for all three */
+    uint8_t perm;        /* memory order: index into the permutations of the layout's dims */
+    uint8_t pad;         /* extra elements after each innermost row, 0..AF_MAX_PAD */
+    af_bcast bcast;      /* stride-0 dimension */
+    af_dist dist;
+    int8_t mag_q4;       /* magnitude 10^(mag_q4/4), AF_MAG_Q4_MIN..AF_MAG_Q4_MAX */
+    af_special special;
+    uint32_t seed;
+} af_tensor_spec;
+
+typedef struct af_case {
+    /* shapes */
+    uint32_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
+    /* precision */
+    af_dtype dtype;
+    bool allow_tf32;
+    /* scale: default 1/sqrt(head_dim) unless scale_set */
+    bool scale_set;
+    double scale;
+    af_placement placement;
+    double softcap; /* 0 = off */
+    /* structural masks */
+    bool causal;
+    af_diag diag;
+    int32_t diag_offset;                /* used by AF_DIAG_EXPLICIT */
+    bool key_padding;
+    uint32_t kv_valid[AF_MAX_BATCH];    /* valid keys per batch row (used when key_padding) */
+    int32_t window_left, window_right;  /* -1 = unbounded; both -1 = no window */
+    /* tensor masks */
+    af_mask_spec amask; /* additive */
+    af_mask_spec bmask; /* boolean, true = attend */
+    /* dropout */
+    double dropout_p;
+    uint64_t dropout_seed;
+    /* inputs */
+    af_tensor_spec t[AF_QKV_COUNT];
+} af_case;
+
+/* The smallest valid case: 1x1x1x1, f32, contiguous BHSD, no masks. */
+void af_case_default(af_case *c);
+
+/* Total decoder: any bytes (data may be NULL when size is 0) give a valid case within
+ * budget bytes of tensors (0 = AF_DEFAULT_BUDGET). Missing bytes read as 0. */
+void af_case_decode(af_case *c, const uint8_t *data, size_t size, size_t budget);
+
+/* Upper bound on af_case_encode's output. */
+#define AF_CASE_ENCODED_MAX 512
+/* Writes the canonical byte form of a valid case; returns its length (<= cap), or 0 if
+ * cap is too small. decode(encode(c)) == c for every case that decode produces. */
+size_t af_case_encode(const af_case *c, uint8_t *out, size_t cap);
+
+/* Repairs any field values into a valid case (what decode applies after reading). */
+void af_case_repair(af_case *c, size_t budget);
+
+/* Checks a case without changing it: AF_OK, or AF_ERR_INVALID with the first problem
+ * ("q_heads (6) is not a multiple of kv_heads (4)"). Used for cases from JSON. */
+af_status af_case_validate(const af_case *c, size_t budget, af_error *err);
+
+/* Field-wise equality (all fields, including unused ones such as kv_valid beyond batch). */
+bool af_case_equal(const af_case *a, const af_case *b);
+
+/* Derived values. */
+double af_case_scale(const af_case *c);          /* the scale in effect */
+bool af_case_is_packed(const af_case *c);
+int32_t af_case_diag_offset(const af_case *c, uint32_t b); /* offset(b) of the diagonal */
+uint32_t af_case_valid_keys(const af_case *c, uint32_t b); /* kv_valid[b] or kv_len */
+bool af_case_has_window(const af_case *c);
+/* Bytes of all tensors of the case: Q, K, V storage (packed counted once), masks,
+ * and the output at the case dtype. */
+size_t af_case_tensor_bytes(const af_case *c);
+/* 4 * B * Hq * Sq * Sk * (D + Dv) / 2: the flops of the two matrix products. */
+double af_case_flops(const af_case *c);
+
+/* JSON (cJSON). to_json returns a malloc'ed string the caller frees with free(); NULL on
+ * allocation failure. from_json parses text written by to_json or by another tool;
+ * missing optional fields take defaults; an impossible case is AF_ERR_INVALID and
+ * malformed text AF_ERR_FORMAT, with a message naming the field. */
+char *af_case_to_json(const af_case *c);
+af_status af_case_from_json(af_case *c, const char *text, af_error *err);
+
+/* The same, on cJSON objects (for embedding in case.json). The object type is opaque
+ * here to keep cJSON out of the public header: pass a `cJSON *`. */
+void *af_case_to_cjson(const af_case *c);
+af_status af_case_from_cjson(af_case *c, const void *json, af_error *err);
+
+/* Draws a case from the generator's distribution (small shapes favoured, a tail of large
+ * ones, rare corners not vanishingly rare), within budget and max_flops (0 = no limit). */
+struct af_rng;
+void af_case_generate(af_case *c, struct af_rng *rng, size_t budget, double max_flops);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,125 @@
+/* oracle.h - compares outputs with the float64 reference and classifies them.
+ *
+ * Tolerance follows PyTorch's SDPA tests: the honest error of the same computation at
+ * the case precision (ref.c run with the explicit implementation's roundings and fp32
+ * accumulation) against float64, times a fudge factor, floored per dtype. One sample of
+ * rounding error says little where the softmax is ill-conditioned (logits of 1e3 at
+ * TF32 or f16), so a first-order bound sens[e] on the effect of score rounding (ref.h)
+ * widens exactly those elements, and the honest error counts only beyond it:
+ *
+ *     atol     = max(floor_atol[dtype] * vscale, fudge * max_e(|honest - ref| - sens)_+)
+ *     an element passes when |out - ref| <= atol + rtol[dtype] * |ref| + fudge * sens[e]
+ *
+ * where vscale = max|V| over finite values (the output is a convex combination of V
+ * rows, scaled by 1/(1-p) under dropout). The honest run is made lazily, only when an
+ * output fails the floor alone, so clean cases cost one reference run.
+ *
+ * NaN and Inf are classified, never skipped. An element where the honest computation
+ * and float64 disagree in class (finite, NaN, +Inf, -Inf) cannot be computed at the case
+ * precision (say fp32 overflow in Q.K): it is "unstable" and excused. Every other element
+ * must match the reference's class, and a fully masked row must be 0. */
+#ifndef ATTNFUZZ_ORACLE_H
+#define ATTNFUZZ_ORACLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "case.h"
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Finding kinds; AF_KIND_OK is no finding. Stable order: it is the precedence when one
+ * output shows several (the first that occurs wins). */
+typedef enum af_kind {
+    AF_KIND_OK,
+    AF_KIND_NAN_MISMATCH,   /* NaN where the reference is not, or the reverse */
+    AF_KIND_INF_MISMATCH,   /* Inf of another sign or where the reference is finite */
+    AF_KIND_MASKED_ROW_NAN, /* NaN in a fully masked row (the reference gives 0) */
+    AF_KIND_DIVERGE,        /* finite and beyond tolerance */
+    AF_KIND_ERROR,          /* the backend returned an error */
+    AF_KIND_CRASH,          /* an external backend died */
+    AF_KIND_TIMEOUT,        /* an external backend hung */
+    AF_KIND_COUNT
+} af_kind;
+extern const char *const af_kind_names[AF_KIND_COUNT];
+int af_kind_from_name(const char *name); /* -1 when unknown */
+
+typedef struct af_tolerance {
+    double atol, rtol;
+    double fudge;
+    bool honest;   /* atol came from the honest run (else the floor alone) */
+} af_tolerance;
+
+typedef struct af_metrics {
+    double max_abs;     /* max |out - ref| over elements finite in both */
+    double max_rel;     /* max |out - ref| / max(|ref|, atol) */
+    double rel_fro;     /* ||out - ref||_F / ||ref||_F over finite pairs (0/0 = 0) */
+    double worst_ratio; /* max |out - ref| / (atol + rtol |ref|); Inf for class mismatches */
+    size_t worst[4];    /* (b, h, i, d) of the worst element */
+    double worst_out, worst_ref;
+    size_t n_nan, n_inf, n_masked_row_nan, n_diverge, n_unstable;
+} af_metrics;
+
+typedef struct af_result {
+    af_kind kind;
+    af_metrics m;
+    af_tolerance tol;
+} af_result;
+
+/* Per-dtype floors and the default fudge factor. */
+typedef struct af_oracle_opts {
+    double fudge;                            /* default 4 */
+    double floor_atol[AF_CASE_DTYPE_COUNT];  /* x vscale; default f32 1e-5, f16 1e-3, bf16 8e-3 */
+    double floor_rtol[AF_CASE_DTYPE_COUNT];  /* default f32 1.3e-6, f16 1e-3, bf16 1.6e-2 */
+    bool waive_masked_row_nan;               /* report such outputs as ok */
+} af_oracle_opts;
+void af_oracle_opts_default(af_oracle_opts *o);
+
+typedef struct af_oracle af_oracle;
+
+af_oracle *af_oracle_create(const af_oracle_opts *opts); /* NULL opts: defaults; NULL on OOM */
+void af_oracle_destroy(af_oracle *o);                    /* NULL does nothing */
+
+/* Runs the float64 reference on the case (the tensors must outlive the comparisons). */
+af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err);
+/* Uses a reference supplied by the caller instead (float64, [B, Hq, Sq, Dv]), e.g. an
+ * expected output from another tool; copied. */
+af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, const double *expected,
+                                     af_error *err);
+
+/* The reference output ([B, Hq, Sq, Dv] float64) and per-row fully-masked flags
+ * ([B, Hq, Sq] bytes, 1 = every key masked). Valid after prepare. */
+const double *af_oracle_ref(const af_oracle *o);
+const uint8_t *af_oracle_masked_rows(const af_oracle *o);
+
+/* Compares an output (F32 or F64, contiguous [B, Hq, Sq, Dv]) with the reference. */
+af_status af_oracle_compare(af_oracle *o, const af_tensor *out, af_result *res, af_error *err);
+
+/* Compares two outputs of one backend that must agree (relations). a is the output on
+ * the prepared case; b may cover a subset or a permutation of its rows: row r of b
+ * (a (batch, head, query) triple, flattened) corresponds to row row_map[r] of a (row_map
+ * NULL: the identity). Each side may deviate from the reference by the tolerance, so
+ * they must agree within twice it; an element unstable at the case precision is excused. */
+af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
+                                 af_result *res, af_error *err);
+
+/* The tolerance in force (computing the honest run if it was not yet needed). */
+af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err);
+
+/* Signature of a finding: xxHash64 of the kind, the backend names (or relation) and the
+ * case features that matter (af_case_features). One bug seen many times signs once. */
+uint64_t af_signature(af_kind kind, const char *who, const af_case *c);
+/* The features as a bit set (dtype, tf32, layout classes, masks, alignment, GQA, Sq != Sk,
+ * D != Dv, dropout, softcap, placement, strides, specials) and as readable text. */
+uint64_t af_case_features(const af_case *c);
+void af_case_features_str(const af_case *c, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

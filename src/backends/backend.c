@@ -1,0 +1,139 @@
+/* backend.c - the registry of built-in backends and the generic instance wrapper. */
+#include "attnfuzz/backend.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends.h"
+
+const char *const af_cap_names[17] = {
+    "f32",     "f16",   "bf16",   "tf32",    "gqa",    "cross",   "dv",      "scale",      "softcap",
+    "amask",   "bmask", "causal", "padding", "window", "dropout", "strided", "mask_dtype",
+};
+
+struct af_backend {
+    const af_backend_vtable *vt;
+    void *state;
+    char name[256];
+};
+
+static const af_backend_vtable *const af_core_backends[] = {&af_backend_ref, &af_backend_explicit,
+                                                             &af_backend_fused};
+#define AF_CORE_COUNT (sizeof af_core_backends / sizeof af_core_backends[0])
+
+size_t af_backend_builtin_count(void) { return AF_CORE_COUNT + af_mutant_count; }
+
+const af_backend_vtable *af_backend_builtin(size_t i) {
+    if (i < AF_CORE_COUNT) return af_core_backends[i];
+    i -= AF_CORE_COUNT;
+    return i < af_mutant_count ? af_mutant_vtables[i] : NULL;
+}
+
+void af_blas_single_thread(void) {
+    static int done;
+    if (!done) {
+        openblas_set_num_threads(1);
+        done = 1;
+    }
+}
+
+af_status af_backend_open_vtable(const af_backend_vtable *vt, const char *args, af_backend **out, af_error *err) {
+    *out = NULL;
+    AF_RETURN_ERROR_IF(!vt || !vt->run, err, AF_ERR_INVALID, "backend has no run function");
+    af_blas_single_thread();
+    af_backend *be = af_calloc(1, sizeof *be);
+    AF_RETURN_ERROR_IF(!be, err, AF_ERR_NOMEM, "out of memory");
+    be->vt = vt;
+    snprintf(be->name, sizeof be->name, "%s", vt->name);
+    if (vt->create) {
+        af_status st = vt->create(args, &be->state, err);
+        if (st != AF_OK) {
+            af_free(be);
+            return st;
+        }
+    }
+    *out = be;
+    return AF_OK;
+}
+
+af_status af_backend_open(const char *spec, af_backend **out, af_error *err) {
+    *out = NULL;
+    for (size_t i = 0; i < af_backend_builtin_count(); i++) {
+        const af_backend_vtable *vt = af_backend_builtin(i);
+        if (strcmp(spec, vt->name) == 0) return af_backend_open_vtable(vt, NULL, out, err);
+    }
+    char known[1024];
+    size_t n = 0;
+    for (size_t i = 0; i < af_backend_builtin_count() && n < sizeof known; i++) {
+        int w = snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", af_backend_builtin(i)->name);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
+    if (strncmp(spec, "worker:", 7) == 0 || strncmp(spec, "plugin:", 7) == 0)
+        return af_error_set(err, AF_ERR_UNSUPPORTED, "backend \"%s\": worker: and plugin: backends are not in this build",
+                            spec);
+    return af_error_set(err, AF_ERR_INVALID, "unknown backend \"%s\" (known: %s)", spec, known);
+}
+
+void af_backend_close(af_backend *be) {
+    if (!be) return;
+    if (be->vt->destroy) be->vt->destroy(be->state);
+    af_free(be);
+}
+
+const char *af_backend_name(const af_backend *be) { return be->name; }
+const char *af_backend_version(const af_backend *be) { return be->vt->version ? be->vt->version : ""; }
+const af_backend_vtable *af_backend_vt(const af_backend *be) { return be->vt; }
+
+uint32_t af_case_required_caps(const af_case *c) {
+    uint32_t caps = c->dtype == AF_F32 ? AF_CAP_F32 : c->dtype == AF_F16 ? AF_CAP_F16 : AF_CAP_BF16;
+    if (c->allow_tf32) caps |= AF_CAP_TF32;
+    if (c->q_heads != c->kv_heads) caps |= AF_CAP_GQA;
+    if (c->q_len != c->kv_len) caps |= AF_CAP_CROSS;
+    if (c->head_dim != c->v_head_dim) caps |= AF_CAP_DV;
+    if (c->scale_set) caps |= AF_CAP_SCALE;
+    if (c->softcap > 0.0) caps |= AF_CAP_SOFTCAP;
+    if (c->amask.present) caps |= AF_CAP_AMASK;
+    if (c->amask.present && c->amask.dtype != c->dtype) caps |= AF_CAP_MASK_DTYPE;
+    if (c->bmask.present) caps |= AF_CAP_BMASK;
+    if (c->causal) caps |= AF_CAP_CAUSAL;
+    if (c->key_padding) caps |= AF_CAP_PADDING;
+    if (af_case_has_window(c)) caps |= AF_CAP_WINDOW;
+    if (c->dropout_p > 0.0) caps |= AF_CAP_DROPOUT;
+    for (int t = 0; t < AF_QKV_COUNT; t++)
+        if (c->t[t].perm || c->t[t].pad || c->t[t].bcast != AF_BCAST_NONE) caps |= AF_CAP_STRIDED;
+    if ((c->amask.present && c->amask.expanded) || (c->bmask.present && c->bmask.expanded)) caps |= AF_CAP_STRIDED;
+    return caps;
+}
+
+bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len) {
+    uint32_t missing = af_case_required_caps(c) & ~be->vt->caps;
+    for (int t = 0; t < AF_QKV_COUNT; t++) {
+        if (!(be->vt->layouts & (1u << c->t[t].layout))) {
+            if (why) snprintf(why, why_len, "layout %s", af_layout_names[c->t[t].layout]);
+            return false;
+        }
+    }
+    if (!missing) return true;
+    if (why) {
+        int bit = __builtin_ctz(missing);
+        snprintf(why, why_len, "%s", af_cap_names[bit]);
+    }
+    return false;
+}
+
+void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out) {
+    size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+    af_tensor_contiguous(out, be->vt->out_dtype, 4, ne);
+}
+
+af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    const af_case *c = in->c;
+    AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || out->ne[0] != c->batch ||
+                           out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
+                       err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
+    af_status st = be->vt->run(be->state, in, out, err);
+    if (st != AF_OK) af_error_prefix(err, "%s", be->name);
+    return st;
+}

@@ -1,0 +1,168 @@
+/* explicit.c - the unfused graph an exporter writes: matmul, scale, softcap, mask,
+ * softmax, dropout, matmul. Inputs and the tensors between ops are in the case dtype;
+ * products accumulate in fp32 and scores stay fp32 (cuBLAS gemmEx with an f32 result);
+ * softmax runs in fp32 and its output P is rounded to the dtype, as in PyTorch's math
+ * path. The scale goes where the case places it; TF32 rounds the products' inputs when
+ * the case allows it.
+ *
+ * Shapes per head: q [Sq x D], k [Sk x D], v [Sk x Dv] in f32 (exact copies of the
+ * dtype values); scores R rows at a time (R * Sk <= 256K floats). */
+#include <math.h>
+#include <string.h>
+
+#include "attnfuzz/backend.h"
+#include "attnfuzz/rng.h"
+#include "backends.h"
+#include "scratch.h"
+#include "vmath.h"
+
+enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP };
+
+#define AF_EXPLICIT_BLOCK 262144u
+
+typedef struct af_explicit {
+    af_scratch ws;
+} af_explicit;
+
+static af_status af_explicit_create(const char *args, void **state, af_error *err) {
+    (void)args;
+    af_explicit *x = af_calloc(1, sizeof *x);
+    AF_RETURN_ERROR_IF(!x, err, AF_ERR_NOMEM, "out of memory");
+    *state = x;
+    return AF_OK;
+}
+
+static void af_explicit_destroy(void *state) {
+    af_explicit *x = state;
+    if (!x) return;
+    af_scratch_release(&x->ws);
+    af_free(x);
+}
+
+/* x = dtype(x * f) over n values: a scale applied to an input tensor. */
+static void af_scale_round(float *x, size_t n, float f, af_dtype dt) {
+    for (size_t k = 0; k < n; k++) x[k] = af_round_f32(x[k] * f, dt);
+}
+
+static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
+    af_explicit *x = state;
+    af_scratch *ws = &x->ws;
+    const af_case *c = in->c;
+    const size_t B = c->batch, Hq = c->q_heads, Hkv = c->kv_heads, Sq = c->q_len, Sk = c->kv_len;
+    const size_t D = c->head_dim, Dv = c->v_head_dim, group = Hq / Hkv;
+    const af_dtype dt = c->dtype;
+    const bool tf32 = c->allow_tf32 && dt == AF_F32;
+    const double scale_d = af_case_scale(c);
+    const float scale = (float)scale_d;
+    const float sq = (float)sqrt(fabs(scale_d));
+    const float p = (float)c->dropout_p;
+    const float keep_scale = 1.0f / (1.0f - p);
+    const uint64_t thr = af_dropout_threshold(c->dropout_p);
+    const size_t R = Sk >= AF_EXPLICIT_BLOCK ? 1 : (AF_EXPLICIT_BLOCK / Sk < Sq ? AF_EXPLICIT_BLOCK / Sk : Sq);
+    float *out = outt->data;
+
+    float *q = AF_SCRATCH(ws, WS_Q, float, Sq * D, err);
+    float *k = AF_SCRATCH(ws, WS_K, float, Sk * D, err);
+    float *v = AF_SCRATCH(ws, WS_V, float, Sk * Dv, err);
+    float *saved = AF_SCRATCH(ws, WS_SAVED, float, Sk * Dv, err);
+    uint32_t *bad = AF_SCRATCH(ws, WS_ROWS, uint32_t, Sk, err);
+    float *S = AF_SCRATCH(ws, WS_S, float, R * Sk, err);
+    float *O = AF_SCRATCH(ws, WS_O, float, R * Dv, err);
+    float *add = AF_SCRATCH(ws, WS_ADD, float, Sk, err);
+    uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, R * Sk, err);
+    uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Sk, err);
+    uint8_t *rowstate = AF_SCRATCH(ws, WS_KEEP + 1, uint8_t, R, err);
+    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !rowstate) return AF_ERR_NOMEM;
+
+    for (size_t b = 0; b < B; b++) {
+        for (size_t g = 0; g < Hkv; g++) {
+            af_gather_f32(&in->kv, b, g, k, D);
+            af_gather_f32(&in->vv, b, g, v, Dv);
+            if (c->placement == AF_PLACE_K) af_scale_round(k, Sk * D, scale, dt);
+            if (c->placement == AF_PLACE_SQRT_QK) af_scale_round(k, Sk * D, scale_d < 0 ? -sq : sq, dt);
+            if (tf32) {
+                af_round_tf32_array(k, Sk * D);
+                af_round_tf32_array(v, Sk * Dv);
+            }
+            size_t nbad = af_split_nonfinite_f32(v, Sk, Dv, bad, saved);
+
+            for (size_t h = g * group; h < (g + 1) * group; h++) {
+                af_gather_f32(&in->qv, b, h, q, D);
+                if (c->placement == AF_PLACE_Q) af_scale_round(q, Sq * D, scale, dt);
+                if (c->placement == AF_PLACE_SQRT_QK) af_scale_round(q, Sq * D, sq, dt);
+                if (tf32) af_round_tf32_array(q, Sq * D);
+
+                for (size_t r0 = 0; r0 < Sq; r0 += R) {
+                    size_t rn = Sq - r0 < R ? Sq - r0 : R;
+                    /* matmul 1: fp32 scores */
+                    af_gemm_nt_f32(rn, Sk, D, q + r0 * D, D, k, D, S, Sk, 0);
+                    for (size_t r = 0; r < rn; r++) {
+                        size_t i = r0 + r;
+                        float *s = S + r * Sk;
+                        uint8_t *lv = live + r * Sk;
+                        af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, add, lv);
+                        if (c->placement == AF_PLACE_SCORES)
+                            for (size_t j = 0; j < Sk; j++) s[j] *= scale;
+                        if (c->softcap > 0.0) {
+                            float cap = (float)c->softcap;
+                            for (size_t j = 0; j < Sk; j++) s[j] = cap * tanhf(s[j] / cap);
+                        }
+                        if (c->amask.present)
+                            for (size_t j = 0; j < Sk; j++) s[j] += add[j];
+                        for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : -INFINITY;
+                        /* softmax in fp32; P rounded to the dtype */
+                        int has_nan;
+                        float m = af_max_f32(s, Sk, &has_nan);
+                        rowstate[r] = has_nan ? 2 : (m == -INFINITY ? 1 : 0);
+                        if (rowstate[r]) {
+                            memset(s, 0, Sk * sizeof *s);
+                            continue;
+                        }
+                        float sum = af_exp_sub_sum_f32(s, Sk, m);
+                        for (size_t j = 0; j < Sk; j++) s[j] = s[j] / sum;
+                        af_round_f32_array(s, Sk, dt);
+                        if (p > 0.0f) {
+                            af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
+                                           (uint32_t)Sk, keep);
+                            for (size_t j = 0; j < Sk; j++) s[j] = keep[j] ? s[j] * keep_scale : 0.0f;
+                            af_round_f32_array(s, Sk, dt);
+                        }
+                        if (tf32) af_round_tf32_array(s, Sk);
+                    }
+                    /* matmul 2: O = P V (zeroed non-finite V rows, then live ones added back) */
+                    af_gemm_nn_f32(rn, Dv, Sk, S, Sk, v, Dv, O, Dv, 0);
+                    for (size_t r = 0; r < rn; r++) {
+                        size_t i = r0 + r;
+                        float *o = O + r * Dv;
+                        const float *s = S + r * Sk;
+                        const uint8_t *lv = live + r * Sk;
+                        if (rowstate[r]) {
+                            float fill = rowstate[r] == 2 ? NAN : 0.0f;
+                            for (size_t d = 0; d < Dv; d++) o[d] = fill;
+                        } else {
+                            for (size_t n = 0; n < nbad; n++) {
+                                if (!lv[bad[n]]) continue;
+                                for (size_t d = 0; d < Dv; d++) o[d] += s[bad[n]] * saved[n * Dv + d];
+                            }
+                        }
+                        float *dst = out + ((b * Hq + h) * Sq + i) * Dv;
+                        for (size_t d = 0; d < Dv; d++) dst[d] = af_round_f32(o[d], dt);
+                    }
+                }
+            }
+        }
+    }
+    return AF_OK;
+}
+
+const af_backend_vtable af_backend_explicit = {
+    .name = "explicit",
+    .version = "1",
+    .summary = "unfused graph at the case dtype, fp32 scores and accumulation, honours scale placement",
+    .caps = AF_CAP_ALL,
+    .layouts = AF_LAYOUTS_ALL,
+    .out_dtype = AF_F32,
+    .create = af_explicit_create,
+    .destroy = af_explicit_destroy,
+    .run = af_explicit_run,
+};

@@ -1,0 +1,211 @@
+/* fused.c - tiled single-pass attention with an online softmax, FlashAttention-2 style
+ * (Dao, "FlashAttention-2", 2023, Algorithm 1): the [Sq x Sk] score matrix is never
+ * formed; each query tile streams over key tiles keeping a running max m, a running sum
+ * l and an unnormalized accumulator acc.
+ *
+ * For each query tile (Br rows) and key tile (Bc keys), per row:
+ *   S      = Q_tile K_tile^T * scale, softcapped and masked          (fp32)
+ *   m_new  = max(m, rowmax(S))
+ *   P      = exp(S - m_new)                                          (fp32, then dtype)
+ *   l      = l * exp(m - m_new) + rowsum(P)     (before rounding and dropout, as FA2)
+ *   acc    = acc * exp(m - m_new) + dropout(P) V_tile
+ * and at the end out = acc / l, a row with m = -inf (fully masked) giving 0.
+ * Key tiles outside every row's structural window are skipped: they contribute exactly
+ * nothing. Inputs stay in the case dtype (exact in fp32), P is rounded to it before the
+ * second product, and the output is rounded to it once. The scale applies to the fp32
+ * scores whatever the case's placement (placement is for explicit graphs). */
+#include <math.h>
+#include <string.h>
+
+#include "attnfuzz/backend.h"
+#include "attnfuzz/rng.h"
+#include "backends.h"
+#include "scratch.h"
+#include "vmath.h"
+
+enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_ACC, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE };
+
+#define AF_FUSED_BR 128u
+#define AF_FUSED_BC 128u
+
+typedef struct af_fused {
+    af_scratch ws;
+} af_fused;
+
+static af_status af_fused_create(const char *args, void **state, af_error *err) {
+    (void)args;
+    af_fused *x = af_calloc(1, sizeof *x);
+    AF_RETURN_ERROR_IF(!x, err, AF_ERR_NOMEM, "out of memory");
+    *state = x;
+    return AF_OK;
+}
+
+static void af_fused_destroy(void *state) {
+    af_fused *x = state;
+    if (!x) return;
+    af_scratch_release(&x->ws);
+    af_free(x);
+}
+
+typedef struct af_row_state {
+    float m, l;
+    int64_t lo, hi; /* structural window of live keys */
+    int nan;
+} af_row_state;
+
+static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
+    af_fused *x = state;
+    af_scratch *ws = &x->ws;
+    const af_case *c = in->c;
+    const size_t B = c->batch, Hq = c->q_heads, Hkv = c->kv_heads, Sq = c->q_len, Sk = c->kv_len;
+    const size_t D = c->head_dim, Dv = c->v_head_dim, group = Hq / Hkv;
+    const af_dtype dt = c->dtype;
+    const bool tf32 = c->allow_tf32 && dt == AF_F32;
+    const float scale = (float)af_case_scale(c);
+    const float p = (float)c->dropout_p;
+    const float keep_scale = 1.0f / (1.0f - p);
+    const uint64_t thr = af_dropout_threshold(c->dropout_p);
+    const bool bmask = c->bmask.present, amask = c->amask.present;
+    const size_t Br = AF_FUSED_BR, Bc = AF_FUSED_BC;
+    float *out = outt->data;
+
+    float *q = AF_SCRATCH(ws, WS_Q, float, Sq * D, err);
+    float *k = AF_SCRATCH(ws, WS_K, float, Sk * D, err);
+    float *v = AF_SCRATCH(ws, WS_V, float, Sk * Dv, err);
+    float *saved = AF_SCRATCH(ws, WS_SAVED, float, Sk * Dv, err);
+    uint32_t *bad = AF_SCRATCH(ws, WS_ROWS, uint32_t, Sk, err);
+    float *S = AF_SCRATCH(ws, WS_S, float, Br * Bc, err);
+    float *acc = AF_SCRATCH(ws, WS_ACC, float, Br * Dv, err);
+    float *add = AF_SCRATCH(ws, WS_ADD, float, Bc, err);
+    uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, Br * Bc, err);
+    uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Bc, err);
+    af_row_state *rs = AF_SCRATCH(ws, WS_ROWSTATE, af_row_state, Br, err);
+    if (!q || !k || !v || !saved || !bad || !S || !acc || !add || !live || !keep || !rs) return AF_ERR_NOMEM;
+
+    for (size_t b = 0; b < B; b++) {
+        for (size_t g = 0; g < Hkv; g++) {
+            af_gather_f32(&in->kv, b, g, k, D);
+            af_gather_f32(&in->vv, b, g, v, Dv);
+            if (tf32) {
+                af_round_tf32_array(k, Sk * D);
+                af_round_tf32_array(v, Sk * Dv);
+            }
+            size_t nbad = af_split_nonfinite_f32(v, Sk, Dv, bad, saved);
+
+            for (size_t h = g * group; h < (g + 1) * group; h++) {
+                af_gather_f32(&in->qv, b, h, q, D);
+                if (tf32) af_round_tf32_array(q, Sq * D);
+
+                for (size_t i0 = 0; i0 < Sq; i0 += Br) {
+                    size_t rn = Sq - i0 < Br ? Sq - i0 : Br;
+                    int64_t jmin = INT64_MAX, jmax = INT64_MIN;
+                    for (size_t r = 0; r < rn; r++) {
+                        af_row_state *st = &rs[r];
+                        af_mask_row_bounds(c, (uint32_t)b, (uint32_t)(i0 + r), &st->lo, &st->hi);
+                        st->m = -INFINITY;
+                        st->l = 0.0f;
+                        st->nan = 0;
+                        if (st->hi >= st->lo) {
+                            jmin = st->lo < jmin ? st->lo : jmin;
+                            jmax = st->hi > jmax ? st->hi : jmax;
+                        }
+                    }
+                    memset(acc, 0, rn * Dv * sizeof *acc);
+
+                    for (size_t j0 = 0; j0 < Sk; j0 += Bc) {
+                        size_t cn = Sk - j0 < Bc ? Sk - j0 : Bc;
+                        if ((int64_t)j0 > jmax || (int64_t)(j0 + cn - 1) < jmin) continue; /* all masked */
+                        /* S = Q_tile K_tile^T, fp32 */
+                        af_gemm_nt_f32(rn, cn, D, q + i0 * D, D, k + j0 * D, D, S, cn, 0);
+                        for (size_t r = 0; r < rn; r++) {
+                            af_row_state *st = &rs[r];
+                            size_t i = i0 + r;
+                            float *s = S + r * cn;
+                            uint8_t *lv = live + r * cn;
+                            for (size_t j = 0; j < cn; j++) s[j] *= scale;
+                            if (c->softcap > 0.0) {
+                                float cap = (float)c->softcap;
+                                for (size_t j = 0; j < cn; j++) s[j] = cap * tanhf(s[j] / cap);
+                            }
+                            bool inside = !bmask && (int64_t)j0 >= st->lo && (int64_t)(j0 + cn - 1) <= st->hi;
+                            if (inside) {
+                                memset(lv, 1, cn);
+                                if (amask) af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j0,
+                                                       (uint32_t)cn, add, lv);
+                            } else {
+                                af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j0, (uint32_t)cn,
+                                            add, lv);
+                            }
+                            if (amask)
+                                for (size_t j = 0; j < cn; j++) s[j] += add[j];
+                            if (!inside)
+                                for (size_t j = 0; j < cn; j++) s[j] = lv[j] ? s[j] : -INFINITY;
+                            /* online softmax step */
+                            int has_nan;
+                            float mt = af_max_f32(s, cn, &has_nan);
+                            st->nan |= has_nan;
+                            float m_new = mt > st->m ? mt : st->m;
+                            if (m_new == -INFINITY) {
+                                memset(s, 0, cn * sizeof *s); /* nothing live yet */
+                                continue;
+                            }
+                            float alpha = st->m == -INFINITY ? 0.0f : expf(st->m - m_new);
+                            float rowsum = af_exp_sub_sum_f32(s, cn, m_new);
+                            st->l = st->l * alpha + rowsum;
+                            st->m = m_new;
+                            if (alpha != 1.0f) {
+                                float *a = acc + r * Dv;
+                                for (size_t d = 0; d < Dv; d++) a[d] *= alpha;
+                            }
+                            af_round_f32_array(s, cn, dt);
+                            if (p > 0.0f) {
+                                af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i,
+                                               (uint32_t)j0, (uint32_t)cn, keep);
+                                for (size_t j = 0; j < cn; j++) s[j] = keep[j] ? s[j] * keep_scale : 0.0f;
+                                af_round_f32_array(s, cn, dt);
+                            }
+                            if (tf32) af_round_tf32_array(s, cn);
+                        }
+                        /* acc += P V_tile */
+                        af_gemm_nn_f32(rn, Dv, cn, S, cn, v + j0 * Dv, Dv, acc, Dv, 1);
+                        for (size_t n = 0; n < nbad; n++) {
+                            size_t j = bad[n];
+                            if (j < j0 || j >= j0 + cn) continue;
+                            for (size_t r = 0; r < rn; r++) {
+                                if (!live[r * cn + (j - j0)]) continue; /* live key: 0 * NaN counts, as in P V */
+                                float w = S[r * cn + (j - j0)];
+                                for (size_t d = 0; d < Dv; d++) acc[r * Dv + d] += w * saved[n * Dv + d];
+                            }
+                        }
+                    }
+                    for (size_t r = 0; r < rn; r++) {
+                        const af_row_state *st = &rs[r];
+                        float *dst = out + ((b * Hq + h) * Sq + i0 + r) * Dv;
+                        const float *a = acc + r * Dv;
+                        if (st->nan) {
+                            for (size_t d = 0; d < Dv; d++) dst[d] = NAN;
+                        } else if (st->m == -INFINITY) {
+                            for (size_t d = 0; d < Dv; d++) dst[d] = 0.0f;
+                        } else {
+                            float inv = 1.0f / st->l;
+                            for (size_t d = 0; d < Dv; d++) dst[d] = af_round_f32(a[d] * inv, dt);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return AF_OK;
+}
+
+const af_backend_vtable af_backend_fused = {
+    .name = "fused",
+    .version = "1",
+    .summary = "tiled online-softmax kernel (FlashAttention-2 style), fp32 scores, P in the case dtype",
+    .caps = AF_CAP_ALL,
+    .layouts = AF_LAYOUTS_ALL,
+    .out_dtype = AF_F32,
+    .create = af_fused_create,
+    .destroy = af_fused_destroy,
+    .run = af_fused_run,
+};

@@ -1,0 +1,368 @@
+/* ref.c - the float64 oracle: straightforward attention, one query head at a time.
+ *
+ * Shapes: q [Sq x D], k [Sk x D], v [Sk x Dv] gathered per head into float64 (exact: the
+ * inputs are f32/f16/bf16 values); scores are made R query rows at a time, R * Sk <= 256K,
+ * so memory stays bounded for long sequences while the products are big enough for dgemm.
+ *
+ * Passes per row block:
+ *   1. S = Q K^T (dgemm or loops)
+ *   2. per row: scale, softcap, masks (set -inf / add), softmax (a fully masked row -> 0,
+ *      a NaN score -> NaN row), dropout
+ *   3. O = P V with V's non-finite rows zeroed, then their contribution added back for
+ *      the live keys only: masked keys have weight 0 and must not leak 0 * NaN.
+ *
+ * In honest mode the same passes round where the explicit implementation rounds and the
+ * two products accumulate in fp32 (sgemm on the rounded values), so accumulation error
+ * and overflow of fp32 partial sums show as they would in an fp32 kernel. Where a
+ * product's partial sums can exceed the fp32 range in some summation order (the sum of
+ * |terms| does), the row is marked NaN: no fp32 implementation is bound to a value
+ * there, and the oracle excuses what it gets (see oracle.h). The difference between the
+ * honest and the exact run is the tolerance's yardstick. */
+#include "ref.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "attnfuzz/backend.h"
+#include "attnfuzz/mem.h"
+#include "attnfuzz/rng.h"
+#include "backends.h"
+#include "vmath.h"
+
+enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_F32A, WS_F32B, WS_F32C,
+       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS };
+
+/* fp32 partial sums past this may overflow in some order: such results are unstable */
+#define AF_F32_RISK (0.25 * 0x1.fffffep127)
+
+#define AF_REF_BLOCK_ELEMS 262144u
+
+static inline double af_r32(double x) { return (double)(float)x; }
+
+/* Scale placed on an input tensor (honest mode): x * f, rounded to the dtype. */
+static void af_ref_scale_rows(double *x, size_t n, double f, af_dtype dt) {
+    for (size_t k = 0; k < n; k++) x[k] = af_round_f64(af_r32(x[k] * f), dt);
+}
+
+static void af_ref_tf32(double *x, size_t n) {
+    for (size_t k = 0; k < n; k++) x[k] = (double)af_round_tf32((float)x[k]);
+}
+
+/* Does TF32 rounding turn a finite value into Inf (|x| past the largest TF32 value)? An
+ * fp32 kernel may round unscaled inputs where an explicit graph rounds scaled ones. */
+static bool af_ref_tf32_overflows(const double *x, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (isfinite(x[k]) && fabs(x[k]) >= 0x1.ffep127) return true;
+    return false;
+}
+
+static double af_ref_maxabs(const double *x, size_t n) {
+    double m = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        double a = fabs(x[k]);
+        if (a > m) m = a; /* NaN ignored */
+    }
+    return m;
+}
+
+static void af_ref_to_f32(const double *x, float *y, size_t n) {
+    for (size_t k = 0; k < n; k++) y[k] = (float)x[k];
+}
+
+/* The honest products: operands are values of the case dtype (exact in f32), products
+ * accumulate in fp32 as an fp32 kernel's would. */
+static void af_ref_gemm_f32(int nt, size_t M, size_t N, size_t K, const double *A, const double *B, double *C,
+                            float *fa, float *fb, float *fc) {
+    af_ref_to_f32(A, fa, M * K);
+    af_ref_to_f32(B, fb, N * K);
+    if (nt) {
+        af_gemm_nt_f32(M, N, K, fa, K, fb, K, fc, N, 0);
+    } else {
+        af_gemm_nn_f32(M, N, K, fa, K, fb, N, fc, N, 0);
+    }
+    for (size_t k = 0; k < M * N; k++) C[k] = (double)fc[k];
+}
+
+/* Bound on the partial sums of A . B^T: |A| |B|^T, in float64. */
+static void af_ref_abs_gemm_nt(size_t M, size_t N, size_t K, const double *A, const double *B, double *C,
+                               double *absa, double *absb) {
+    for (size_t k = 0; k < M * K; k++) absa[k] = fabs(A[k]);
+    for (size_t k = 0; k < N * K; k++) absb[k] = fabs(B[k]);
+    af_gemm_nt_f64(M, N, K, absa, K, absb, K, C, N, 0);
+}
+
+af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const af_view *kv, const af_view *vv,
+                           const af_ref_opts *opts, double *out, uint8_t *masked_rows, af_scratch *ws,
+                           af_error *err) {
+    const af_case *c = in->c;
+    const size_t B = c->batch, Hq = c->q_heads, Hkv = c->kv_heads, Sq = c->q_len, Sk = c->kv_len;
+    const size_t D = c->head_dim, Dv = c->v_head_dim, group = Hq / Hkv;
+    const af_dtype dt = c->dtype;
+    const bool honest = opts->honest;
+    const bool tf32 = opts->tf32 || (honest && c->allow_tf32 && dt == AF_F32);
+    const double scale = af_case_scale(c);
+    const double p = c->dropout_p;
+    const uint64_t thr = af_dropout_threshold(p);
+    const size_t R = Sk >= AF_REF_BLOCK_ELEMS ? 1 : (AF_REF_BLOCK_ELEMS / Sk < Sq ? AF_REF_BLOCK_ELEMS / Sk : Sq);
+
+    double *q = AF_SCRATCH(ws, WS_Q, double, Sq * D, err);
+    double *k = AF_SCRATCH(ws, WS_K, double, Sk * D, err);
+    double *v = AF_SCRATCH(ws, WS_V, double, Sk * Dv, err);
+    double *saved = AF_SCRATCH(ws, WS_SAVED, double, Sk * Dv, err);
+    uint32_t *bad = AF_SCRATCH(ws, WS_ROWS, uint32_t, Sk, err);
+    double *S = AF_SCRATCH(ws, WS_S, double, R * Sk, err);
+    double *O = AF_SCRATCH(ws, WS_O, double, R * Dv, err);
+    float *add = AF_SCRATCH(ws, WS_ADD, float, Sk, err);
+    uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, R * Sk, err);
+    uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Sk, err);
+    uint8_t *risky = AF_SCRATCH(ws, WS_RISK, uint8_t, R, err);
+    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky) return AF_ERR_NOMEM;
+    size_t big = Sk * (D > Dv ? D : Dv) + R * (Sk > Dv ? Sk : Dv) + Sq * D;
+    float *fa = NULL, *fb = NULL, *fc = NULL;
+    double *absbuf = NULL;
+    double *delta = NULL, *vabs = NULL, *ebuf = NULL, *pv_abs = NULL;
+    double *sens = honest ? opts->sens : NULL;
+    /* score error per unit of |scale| |q| . |k|: input roundings, fp32 accumulation */
+    const double u32 = 0x1p-24, udt = af_dtype_eps(dt);
+    double c_in = sqrt((double)D) * u32 + (tf32 ? 2.0 * 0x1p-11 : 0.0);
+    if (c->placement == AF_PLACE_Q || c->placement == AF_PLACE_K) c_in += udt;
+    if (c->placement == AF_PLACE_SQRT_QK) c_in += 2.0 * udt;
+    /* P is rounded to the dtype (TF32 too, when allowed) before P V accumulates in fp32 */
+    const double u_pv = (tf32 && 0x1p-11 > udt ? 0x1p-11 : udt) + sqrt((double)Sk) * u32;
+    if (sens) {
+        delta = AF_SCRATCH(ws, WS_DELTA, double, R * Sk, err);
+        vabs = AF_SCRATCH(ws, WS_VABS, double, Sk * Dv, err);
+        ebuf = AF_SCRATCH(ws, WS_E, double, R * Dv, err);
+        pv_abs = AF_SCRATCH(ws, WS_PVABS, double, R * Dv, err);
+        if (!delta || !vabs || !ebuf || !pv_abs) return AF_ERR_NOMEM;
+    }
+    if (honest) {
+        fa = AF_SCRATCH(ws, WS_F32A, float, big, err);
+        fb = AF_SCRATCH(ws, WS_F32B, float, big, err);
+        fc = AF_SCRATCH(ws, WS_F32C, float, big, err);
+        absbuf = AF_SCRATCH(ws, WS_ABS, double, 2 * big + R * (Sk > Dv ? Sk : Dv), err);
+        if (!fa || !fb || !fc || !absbuf) return AF_ERR_NOMEM;
+    }
+
+    for (size_t b = 0; b < B; b++) {
+        for (size_t g = 0; g < Hkv; g++) {
+            af_gather_f64(kv, b, g, k, D);
+            af_gather_f64(vv, b, g, v, Dv);
+            bool vrisk_force = false;
+            double kmax = af_ref_maxabs(k, Sk * D);
+            bool k_tf32_inf = tf32 && af_ref_tf32_overflows(k, Sk * D);
+            if (tf32 && af_ref_tf32_overflows(v, Sk * Dv)) vrisk_force = true;
+            /* An online-softmax kernel accumulates weights exp(s - running max), each up to 1,
+             * so its P V partial sums are bounded only by Sk max|V| / (1 - p): past the fp32
+             * range, every output of these heads is unstable. */
+            bool v_risk = vrisk_force || af_ref_maxabs(v, Sk * Dv) * (double)Sk /
+                                                 (p > 0.0 && p < 1.0 ? 1.0 - p : 1.0) > AF_F32_RISK;
+            if (honest) {
+                double f = sqrt(fabs(scale)) * (scale < 0 ? -1.0 : 1.0);
+                if (c->placement == AF_PLACE_K) af_ref_scale_rows(k, Sk * D, scale, dt);
+                if (c->placement == AF_PLACE_SQRT_QK) af_ref_scale_rows(k, Sk * D, f, dt);
+            }
+            if (tf32) {
+                af_ref_tf32(k, Sk * D);
+                af_ref_tf32(v, Sk * Dv);
+            }
+            size_t nbad = af_split_nonfinite_f64(v, Sk, Dv, bad, saved);
+            if (sens)
+                for (size_t e = 0; e < Sk * Dv; e++) vabs[e] = fabs(v[e]);
+
+            for (size_t h = g * group; h < (g + 1) * group; h++) {
+                af_gather_f64(qv, b, h, q, D);
+                /* |q| |k| bounds Q.K^T's partial sums, scaled or not (a fused kernel scales
+                 * after the product, an explicit graph may scale before) */
+                bool qk_risk = honest && af_ref_maxabs(q, Sq * D) * kmax * (double)D *
+                                                 (fabs(scale) > 1.0 ? fabs(scale) : 1.0) > AF_F32_RISK;
+                bool qk_inf = honest && (k_tf32_inf || (tf32 && af_ref_tf32_overflows(q, Sq * D)));
+                if (honest) {
+                    if (c->placement == AF_PLACE_Q) af_ref_scale_rows(q, Sq * D, scale, dt);
+                    if (c->placement == AF_PLACE_SQRT_QK) af_ref_scale_rows(q, Sq * D, sqrt(fabs(scale)), dt);
+                }
+                if (tf32) af_ref_tf32(q, Sq * D);
+
+                for (size_t r0 = 0; r0 < Sq; r0 += R) {
+                    size_t rn = Sq - r0 < R ? Sq - r0 : R;
+                    /* pass 1: scores */
+                    for (size_t r = 0; r < rn; r++) risky[r] = qk_inf;
+                    if (honest) {
+                        if (qk_risk || sens) {
+                            /* |q| |k| on the unscaled inputs: max(1, |scale|) times it bounds
+                             * the partial sums whether the scale comes before or after */
+                            double *qa = absbuf, *ka = absbuf + big, *A = absbuf + 2 * big;
+                            af_gather_f64(qv, b, h, qa, D);
+                            af_gather_f64(kv, b, g, ka, D);
+                            af_ref_abs_gemm_nt(rn, Sk, D, qa + r0 * D, ka, A, qa + r0 * D, ka);
+                            double f = fabs(scale) > 1.0 ? fabs(scale) : 1.0;
+                            for (size_t r = 0; r < rn && qk_risk; r++)
+                                for (size_t j = 0; j < Sk && !risky[r]; j++) risky[r] = A[r * Sk + j] * f > AF_F32_RISK;
+                            if (sens)
+                                for (size_t e = 0; e < rn * Sk; e++) delta[e] = A[e] * fabs(scale) * c_in;
+                        }
+                        af_ref_gemm_f32(1, rn, Sk, D, q + r0 * D, k, S, fa, fb, fc);
+                    } else {
+                        af_gemm_nt_f64(rn, Sk, D, q + r0 * D, D, k, D, S, Sk, 0);
+                    }
+                    /* pass 2: row-wise scale, softcap, masks, softmax, dropout */
+                    for (size_t r = 0; r < rn; r++) {
+                        size_t i = r0 + r;
+                        double *s = S + r * Sk;
+                        uint8_t *lv = live + r * Sk;
+                        af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, add, lv);
+                        for (size_t j = 0; j < Sk; j++) {
+                            double x = s[j];
+                            if (opts->qk_f16_before_scale) x = af_round_f64(x, AF_F16);
+                            if (!honest) {
+                                x *= scale;
+                            } else {
+                                x = af_r32(x);
+                                if (c->placement == AF_PLACE_SCORES) x = af_r32(x * (double)(float)scale);
+                            }
+                            double slope = 1.0;
+                            if (c->softcap > 0.0) {
+                                double t = tanh(x / c->softcap);
+                                slope = 1.0 - t * t;
+                                x = c->softcap * t;
+                                if (honest) x = af_r32(x);
+                            }
+                            if (c->amask.present) {
+                                x += (double)add[j];
+                                if (honest) x = af_r32(x);
+                            }
+                            s[j] = lv[j] ? x : -HUGE_VAL;
+                            if (sens) {
+                                double *dl = delta + r * Sk + j;
+                                *dl = lv[j] && isfinite(x) ? *dl * slope + 2.0 * fabs(x) * u32 : 0.0;
+                            }
+                        }
+                        int has_nan;
+                        double m = af_max_f64(s, Sk, &has_nan);
+                        size_t row_out = ((b * Hq + h) * Sq + i);
+                        if (masked_rows) masked_rows[row_out] = !has_nan && m == -HUGE_VAL;
+                        if (has_nan || m == -HUGE_VAL) {
+                            /* NaN propagates through softmax; a fully masked row gives 0 */
+                            double fillv = has_nan ? (double)NAN : 0.0;
+                            for (size_t j = 0; j < Sk; j++) s[j] = 0.0;
+                            for (size_t j = 0; j < Sk; j++) lv[j] = 0;
+                            s[0] = fillv; /* marks the row; written out below */
+                            continue;
+                        }
+                        double sum;
+                        if (honest) {
+                            sum = 0.0;
+                            for (size_t j = 0; j < Sk; j++) {
+                                s[j] = af_r32(exp(s[j] - m));
+                                sum += s[j];
+                            }
+                            sum = af_r32(sum);
+                        } else {
+                            sum = af_exp_sub_sum_f64(s, Sk, m);
+                        }
+                        double inv = 1.0 / sum;
+                        for (size_t j = 0; j < Sk; j++) s[j] = honest ? af_round_f64(s[j] / sum, dt) : s[j] * inv;
+                        if (p > 0.0) {
+                            af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
+                                           (uint32_t)Sk, keep);
+                            for (size_t j = 0; j < Sk; j++) {
+                                double w = keep[j] ? s[j] / (1.0 - p) : 0.0;
+                                s[j] = honest ? af_round_f64(w, dt) : w;
+                            }
+                        }
+                        if (tf32) af_ref_tf32(s, Sk);
+                    }
+                    /* pass 3: O = P V, then the non-finite V rows for live keys */
+                    if (honest) {
+                        af_ref_gemm_f32(0, rn, Dv, Sk, S, v, O, fa, fb, fc);
+                    } else {
+                        af_gemm_nn_f64(rn, Dv, Sk, S, Sk, v, Dv, O, Dv, 0);
+                    }
+                    if (sens) {
+                        /* W = P * delta; E = W |V| + |out| rowsum(W); |P| |V| for P's rounding */
+                        for (size_t e = 0; e < rn * Sk; e++) {
+                            double pa = isfinite(S[e]) ? fabs(S[e]) : 0.0;
+                            delta[e] *= pa;
+                            absbuf[e] = pa;
+                        }
+                        af_gemm_nn_f64(rn, Dv, Sk, delta, Sk, vabs, Dv, ebuf, Dv, 0);
+                        af_gemm_nn_f64(rn, Dv, Sk, absbuf, Sk, vabs, Dv, pv_abs, Dv, 0);
+                    }
+                    for (size_t r = 0; r < rn; r++) {
+                        size_t i = r0 + r;
+                        double *o = O + r * Dv;
+                        const double *s = S + r * Sk;
+                        const uint8_t *lv = live + r * Sk;
+                        bool special_row = true;
+                        for (size_t j = 0; j < Sk && special_row; j++) special_row = lv[j] == 0;
+                        if (special_row) {
+                            /* masked (0) or NaN row, marked in s[0] */
+                            for (size_t d = 0; d < Dv; d++) o[d] = s[0] != s[0] ? s[0] : 0.0;
+                        }
+                        for (size_t n = 0; n < nbad; n++) {
+                            size_t j = bad[n];
+                            if (!lv[j]) continue;
+                            for (size_t d = 0; d < Dv; d++) o[d] += s[j] * saved[n * Dv + d];
+                        }
+                        double *dst = out + ((b * Hq + h) * Sq + i) * Dv;
+                        for (size_t d = 0; d < Dv; d++) {
+                            dst[d] = honest ? af_round_f64(o[d], dt) : o[d];
+                        }
+                        if (opts->unstable)
+                            memset(opts->unstable + ((b * Hq + h) * Sq + i) * Dv, risky[r] || v_risk, Dv);
+                        if (sens) {
+                            double wsum = 0.0;
+                            for (size_t j = 0; j < Sk; j++) wsum += delta[r * Sk + j];
+                            double *se = sens + ((b * Hq + h) * Sq + i) * Dv;
+                            for (size_t d = 0; d < Dv; d++) {
+                                double ao = isfinite(o[d]) ? fabs(o[d]) : 0.0;
+                                double e = ebuf[r * Dv + d] + ao * wsum + u_pv * pv_abs[r * Dv + d] + udt * ao;
+                                se[d] = isfinite(e) ? e : 0.0;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    return AF_OK;
+}
+
+/* --- the `ref` backend ------------------------------------------------------------ */
+
+typedef struct af_ref_backend {
+    af_scratch ws;
+} af_ref_backend;
+
+static af_status af_ref_create(const char *args, void **state, af_error *err) {
+    (void)args;
+    af_ref_backend *x = af_calloc(1, sizeof *x);
+    AF_RETURN_ERROR_IF(!x, err, AF_ERR_NOMEM, "out of memory");
+    *state = x;
+    return AF_OK;
+}
+
+static void af_ref_destroy(void *state) {
+    af_ref_backend *x = state;
+    if (!x) return;
+    af_scratch_release(&x->ws);
+    af_free(x);
+}
+
+static af_status af_ref_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    af_ref_backend *x = state;
+    af_ref_opts opts = {0};
+    return af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, out->data, NULL, &x->ws, err);
+}
+
+const af_backend_vtable af_backend_ref = {
+    .name = "ref",
+    .version = "1",
+    .summary = "float64 oracle: straightforward attention, masked keys excluded exactly",
+    .caps = AF_CAP_ALL,
+    .layouts = AF_LAYOUTS_ALL,
+    .out_dtype = AF_F64,
+    .create = af_ref_create,
+    .destroy = af_ref_destroy,
+    .run = af_ref_run,
+};

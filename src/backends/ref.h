@@ -1,0 +1,42 @@
+/* ref.h - the float64 reference computation, shared by the `ref` backend, the oracle's
+ * honest run and the seeded-bug mutants (library-internal). */
+#ifndef ATTNFUZZ_REF_H
+#define ATTNFUZZ_REF_H
+
+#include <stdbool.h>
+
+#include "attnfuzz/tensor.h"
+#include "scratch.h"
+
+typedef struct af_ref_opts {
+    /* Round where the explicit implementation rounds (scaled Q/K and P to the case dtype,
+     * scores and softmax to f32, output to the case dtype), with TF32 when the case
+     * allows it: the "honest" computation at the case precision. */
+    bool honest;
+    /* Round the inputs of both matrix products to TF32. */
+    bool tf32;
+    /* Round Q.K^T to f16 before applying the scale (a seeded bug). */
+    bool qk_f16_before_scale;
+    /* Honest mode only, may be NULL: [B, Hq, Sq, Dv] first-order bound on how far any
+     * implementation at the case precision may land from the exact output because its
+     * scores are off by their rounding error d_ij (input rounding at the placement, TF32,
+     * fp32 accumulation over D, the score's own rounding, through the softcap's slope):
+     *     sens[i][d] = sum_j P_ij d_ij (|v_jd| + |out_id|)   >=   |sum_j dP_ij v_jd|
+     * plus the rounding of P and of the output and the accumulation of P V:
+     *                + (u_P + sqrt(Sk) u_f32) sum_j P_ij |v_jd| + u_dtype |out_id|
+     * Large where the softmax is ill-conditioned (huge logits at low precision). */
+    double *sens;
+    /* Honest mode only, may be NULL: [B, Hq, Sq, Dv], 1 where some fp32 partial sum may
+     * overflow in some summation order (|q| . |k| or Sk max|V| past the fp32 range, or
+     * TF32 rounding a finite input to Inf): no fp32 implementation is bound there. */
+    uint8_t *unstable;
+} af_ref_opts;
+
+/* Attention of the case in float64 over the given canonical views (normally in->qv,
+ * in->kv, in->vv). out: [B, Hq, Sq, Dv]; masked_rows (may be NULL): [B, Hq, Sq], 1 where
+ * every key is masked. */
+af_status af_ref_attention(const af_case_tensors *in, const af_view *q, const af_view *k, const af_view *v,
+                           const af_ref_opts *opts, double *out, uint8_t *masked_rows, af_scratch *ws,
+                           af_error *err);
+
+#endif

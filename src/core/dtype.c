@@ -1,0 +1,237 @@
+/* dtype.c - exact conversions between float64, f32, f16, bf16 and TF32.
+ *
+ * Rounding is always round-to-nearest-even, once. af_round_f64 works in double
+ * arithmetic (scale by a power of two, nearbyint, scale back: all exact), which makes
+ * subnormals and the overflow threshold fall out of the same two lines. The float
+ * versions use bit arithmetic so loops over arrays vectorize. */
+#include "attnfuzz/dtype.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *const af_dtype_names[AF_DTYPE_COUNT] = {"f32", "f16", "bf16", "f64", "bool"};
+_Static_assert(sizeof(af_dtype_names) / sizeof(af_dtype_names[0]) == AF_DTYPE_COUNT, "names");
+
+size_t af_dtype_size(af_dtype dt) {
+    switch (dt) {
+    case AF_F32: return 4;
+    case AF_F16: return 2;
+    case AF_BF16: return 2;
+    case AF_F64: return 8;
+    case AF_BOOL: return 1;
+    case AF_DTYPE_COUNT: break;
+    }
+    return 0;
+}
+
+int af_dtype_from_name(const char *name) {
+    for (int i = 0; i < AF_DTYPE_COUNT; i++)
+        if (strcmp(name, af_dtype_names[i]) == 0) return i;
+    /* accept the usual spellings of other tools */
+    if (!strcmp(name, "float32") || !strcmp(name, "float")) return AF_F32;
+    if (!strcmp(name, "float16") || !strcmp(name, "half")) return AF_F16;
+    if (!strcmp(name, "bfloat16")) return AF_BF16;
+    if (!strcmp(name, "float64") || !strcmp(name, "double")) return AF_F64;
+    return -1;
+}
+
+/* Format parameters: explicit mantissa bits, smallest normal exponent, largest finite. */
+typedef struct af_fmt {
+    int mant;
+    int emin;
+    double max;
+} af_fmt;
+
+static af_fmt af_dtype_fmt(af_dtype dt) {
+    switch (dt) {
+    case AF_F16: return (af_fmt){10, -14, 65504.0};
+    case AF_BF16: return (af_fmt){7, -126, 0x1.fep127};
+    case AF_F32: return (af_fmt){23, -126, 0x1.fffffep127};
+    case AF_F64: return (af_fmt){52, -1022, 0x1.fffffffffffffp1023};
+    case AF_BOOL:
+    case AF_DTYPE_COUNT: break;
+    }
+    return (af_fmt){52, -1022, 0x1.fffffffffffffp1023};
+}
+
+double af_dtype_max(af_dtype dt) { return af_dtype_fmt(dt).max; }
+double af_dtype_min_normal(af_dtype dt) { return ldexp(1.0, af_dtype_fmt(dt).emin); }
+double af_dtype_min_subnormal(af_dtype dt) {
+    af_fmt f = af_dtype_fmt(dt);
+    return ldexp(1.0, f.emin - f.mant);
+}
+double af_dtype_eps(af_dtype dt) { return ldexp(1.0, -(af_dtype_fmt(dt).mant + 1)); }
+double af_dtype_overflow(af_dtype dt) {
+    af_fmt f = af_dtype_fmt(dt);
+    int emax = ilogb(f.max);
+    return f.max + ldexp(1.0, emax - f.mant - 1);
+}
+
+double af_round_f64(double x, af_dtype dt) {
+    if (dt == AF_F64 || dt == AF_BOOL || dt == AF_DTYPE_COUNT) return x;
+    if (dt == AF_F32) return (double)(float)x; /* IEEE conversion: RNE, subnormals, Inf */
+    if (isnan(x) || isinf(x) || x == 0.0) return x;
+    af_fmt f = af_dtype_fmt(dt);
+    double a = fabs(x);
+    int e;
+    (void)frexp(a, &e); /* a = m * 2^e, m in [0.5, 1): unbiased exponent e - 1 */
+    int ue = e - 1 < f.emin ? f.emin : e - 1;
+    double quantum = ldexp(1.0, ue - f.mant);
+    double r = nearbyint(a / quantum) * quantum; /* both scalings exact: RNE happens once */
+    if (r > f.max) r = INFINITY;
+    return copysign(r, x);
+}
+
+static inline uint32_t af_f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline float af_bits_f32(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* f32 -> f16 -> f32 in one rounding. Normal f16 range: drop 13 mantissa bits with RNE
+ * (add 0xfff plus the kept lsb, then truncate). Subnormal f16 range (|x| < 2^-14): the
+ * quantum is 2^-24, the ulp of [0.5, 1) in f32, so (|x| + 0.5) - 0.5 rounds it exactly. */
+static inline float af_round_f32_to_f16(float x) {
+    uint32_t u = af_f32_bits(x);
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t s = u & 0x80000000u;
+    uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu;
+    float fa = af_bits_f32(a);
+    uint32_t sub = af_f32_bits((fa + 0.5f) - 0.5f);
+    uint32_t r = a >= 0x38800000u ? normal : sub;
+    r = a >= 0x477ff000u ? 0x7f800000u : r; /* >= 65520 rounds to Inf */
+    r = a > 0x7f800000u ? (a | 0x00400000u) : r; /* NaN stays (quiet) NaN */
+    return af_bits_f32(s | r);
+}
+
+static inline float af_round_f32_to_bf16(float x) {
+    uint32_t u = af_f32_bits(x);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    r = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) : r;
+    return af_bits_f32(r);
+}
+
+float af_round_tf32(float x) {
+    uint32_t u = af_f32_bits(x);
+    uint32_t r = (u + 0xfffu + ((u >> 13) & 1u)) & ~0x1fffu;
+    r = (u & 0x7fffffffu) >= 0x7f800000u ? u : r;
+    return af_bits_f32(r);
+}
+
+float af_round_f32(float x, af_dtype dt) {
+    switch (dt) {
+    case AF_F16: return af_round_f32_to_f16(x);
+    case AF_BF16: return af_round_f32_to_bf16(x);
+    case AF_F32:
+    case AF_F64:
+    case AF_BOOL:
+    case AF_DTYPE_COUNT: break;
+    }
+    return x;
+}
+
+void af_round_f32_array(float *x, size_t n, af_dtype dt) {
+    if (dt == AF_F16) {
+        for (size_t i = 0; i < n; i++) x[i] = af_round_f32_to_f16(x[i]);
+    } else if (dt == AF_BF16) {
+        for (size_t i = 0; i < n; i++) x[i] = af_round_f32_to_bf16(x[i]);
+    }
+}
+
+void af_round_tf32_array(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = af_round_tf32(x[i]);
+}
+
+uint16_t af_f16_from_f64(double x) {
+    double r = af_round_f64(x, AF_F16);
+    uint16_t sign = signbit(r) ? 0x8000u : 0u;
+    if (isnan(r)) return (uint16_t)(sign | 0x7e00u);
+    double a = fabs(r);
+    if (isinf(a)) return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x1p-14) return (uint16_t)(sign | (uint16_t)(a * 0x1p24)); /* exact integer */
+    int e;
+    double m = frexp(a, &e); /* a = m 2^e, m in [0.5, 1) */
+    uint16_t exp = (uint16_t)(e - 1 + 15);
+    uint16_t mant = (uint16_t)((m * 2.0 - 1.0) * 1024.0); /* exact: r has 10 bits */
+    return (uint16_t)(sign | (uint16_t)(exp << 10) | mant);
+}
+
+uint16_t af_bf16_from_f64(double x) {
+    double r = af_round_f64(x, AF_BF16);
+    if (isnan(r)) return (uint16_t)((signbit(r) ? 0x8000u : 0u) | 0x7fc0u);
+    return (uint16_t)(af_f32_bits((float)r) >> 16); /* r is exact in f32 */
+}
+
+uint16_t af_f16_from_f32(float x) { return af_f16_from_f64((double)x); }
+
+uint16_t af_bf16_from_f32(float x) { return (uint16_t)(af_f32_bits(af_round_f32_to_bf16(x)) >> 16); }
+
+float af_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u) return af_bits_f32(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
+    /* Place exponent and mantissa in f32 position, then rebias by 2^112 (= 2^(127-15));
+     * the multiply also normalizes f16 subnormals exactly. */
+    float f = af_bits_f32(em << 13) * 0x1p112f;
+    return af_bits_f32(sign | af_f32_bits(f));
+}
+
+float af_bf16_to_f32(uint16_t b) { return af_bits_f32((uint32_t)b << 16); }
+
+double af_dtype_load(af_dtype dt, const void *base, size_t off) {
+    const unsigned char *p = (const unsigned char *)base + off;
+    switch (dt) {
+    case AF_F32: {
+        float f;
+        memcpy(&f, p, 4);
+        return (double)f;
+    }
+    case AF_F16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        return (double)af_f16_to_f32(h);
+    }
+    case AF_BF16: {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        return (double)af_bf16_to_f32(h);
+    }
+    case AF_F64: {
+        double d;
+        memcpy(&d, p, 8);
+        return d;
+    }
+    case AF_BOOL: return *p ? 1.0 : 0.0;
+    case AF_DTYPE_COUNT: break;
+    }
+    return 0.0;
+}
+
+void af_dtype_store(af_dtype dt, void *base, size_t off, double x) {
+    unsigned char *p = (unsigned char *)base + off;
+    switch (dt) {
+    case AF_F32: {
+        float f = (float)x;
+        memcpy(p, &f, 4);
+        return;
+    }
+    case AF_F16: {
+        uint16_t h = af_f16_from_f64(x);
+        memcpy(p, &h, 2);
+        return;
+    }
+    case AF_BF16: {
+        uint16_t h = af_bf16_from_f64(x);
+        memcpy(p, &h, 2);
+        return;
+    }
+    case AF_F64: memcpy(p, &x, 8); return;
+    case AF_BOOL: *p = (x != 0.0) ? 1 : 0; return;
+    case AF_DTYPE_COUNT: break;
+    }
+}

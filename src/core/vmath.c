@@ -1,0 +1,312 @@
+/* vmath.c - exp, max, gemm and gather kernels for the built-in backends.
+ *
+ * exp: Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, then a Taylor polynomial
+ * for e^r (degree 7 in f32, 12 in f64: truncation below one ulp), and 2^n built in the
+ * exponent bits. n comes from the "magic number" trick (adding 1.5 * 2^p rounds to an
+ * integer in the low mantissa bits), so every step is integer or float lane arithmetic
+ * and the loops vectorize; target_clones picks AVX-512 or AVX2 at load time. */
+#include "vmath.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(AF_NO_CLONES)
+#define AF_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define AF_CLONES
+#endif
+
+/* Below this many multiply-adds a plain loop beats a BLAS call. */
+#define AF_BLAS_MIN_WORK 32768u
+
+void af_gemm_nt_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                    float *C, size_t ldc, int accumulate) {
+    if (M * N * K >= AF_BLAS_MIN_WORK) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B,
+                    (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+        return;
+    }
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (size_t k = 0; k < K; k++) acc += A[i * lda + k] * B[j * ldb + k];
+            C[i * ldc + j] = accumulate ? C[i * ldc + j] + acc : acc;
+        }
+}
+
+void af_gemm_nt_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
+                    double *C, size_t ldc, int accumulate) {
+    if (M * N * K >= AF_BLAS_MIN_WORK) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B,
+                    (int)ldb, accumulate ? 1.0 : 0.0, C, (int)ldc);
+        return;
+    }
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) {
+            double acc = 0.0;
+            for (size_t k = 0; k < K; k++) acc += A[i * lda + k] * B[j * ldb + k];
+            C[i * ldc + j] = accumulate ? C[i * ldc + j] + acc : acc;
+        }
+}
+
+void af_gemm_nn_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                    float *C, size_t ldc, int accumulate) {
+    if (M * N * K >= AF_BLAS_MIN_WORK) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B,
+                    (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+        return;
+    }
+    for (size_t i = 0; i < M; i++) {
+        float *c = C + i * ldc;
+        if (!accumulate)
+            for (size_t j = 0; j < N; j++) c[j] = 0.0f;
+        for (size_t k = 0; k < K; k++) {
+            float a = A[i * lda + k];
+            const float *b = B + k * ldb;
+            for (size_t j = 0; j < N; j++) c[j] += a * b[j];
+        }
+    }
+}
+
+void af_gemm_nn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
+                    double *C, size_t ldc, int accumulate) {
+    if (M * N * K >= AF_BLAS_MIN_WORK) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B,
+                    (int)ldb, accumulate ? 1.0 : 0.0, C, (int)ldc);
+        return;
+    }
+    for (size_t i = 0; i < M; i++) {
+        double *c = C + i * ldc;
+        if (!accumulate)
+            for (size_t j = 0; j < N; j++) c[j] = 0.0;
+        for (size_t k = 0; k < K; k++) {
+            double a = A[i * lda + k];
+            const double *b = B + k * ldb;
+            for (size_t j = 0; j < N; j++) c[j] += a * b[j];
+        }
+    }
+}
+
+static inline uint32_t af_fbits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static inline float af_bitsf(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static inline uint64_t af_dbits(double x) {
+    uint64_t u;
+    memcpy(&u, &x, 8);
+    return u;
+}
+static inline double af_bitsd(uint64_t u) {
+    double x;
+    memcpy(&x, &u, 8);
+    return x;
+}
+
+static inline float af_expf_lane(float x) {
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    float xc = x > -104.0f ? x : -104.0f; /* also replaces NaN, restored below */
+    xc = xc < 88.7f ? xc : 88.7f;
+    float t = xc * 1.44269504088896341f + magic;
+    float n = t - magic;
+    int32_t ni = (int32_t)(af_fbits(t) - af_fbits(magic));
+    float r = xc - n * 0.693359375f;  /* ln2 hi: exact product for |n| < 2^15 */
+    r = r + n * 2.12194440e-4f;       /* ln2 lo (ln2 = hi - lo) */
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    /* 2^n in two normal factors, so results down to the subnormals stay exact */
+    int32_t n1 = ni >> 1, n2 = ni - n1;
+    float s1 = af_bitsf((uint32_t)(n1 + 127) << 23), s2 = af_bitsf((uint32_t)(n2 + 127) << 23);
+    float y = p * s1 * s2;
+    y = x > -104.0f ? y : 0.0f;
+    return x != x ? x : y;
+}
+
+AF_CLONES float af_exp_sub_sum_f32(float *x, size_t n, float m) {
+    float sum = 0.0f;
+    for (size_t j = 0; j < n; j++) {
+        float e = af_expf_lane(x[j] - m);
+        x[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+static inline double af_exp_lane(double x) {
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+    double xc = x > -708.0 ? x : -708.0;
+    xc = xc < 709.0 ? xc : 709.0;
+    double t = xc * 1.4426950408889634074 + magic;
+    double n = t - magic;
+    uint64_t ni = af_dbits(t) - af_dbits(magic); /* n, two's complement */
+    double r = xc - n * 0.6931471803691238164; /* ln2 hi (33 bits): exact product */
+    r = r - n * 1.9082149292705877000e-10;     /* ln2 lo */
+    double p = 1.0 / 479001600.0;
+    p = p * r + 1.0 / 39916800.0;
+    p = p * r + 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    double s = af_bitsd((ni + 1023u) << 52);
+    double y = p * s;
+    y = x > -708.0 ? y : 0.0;
+    return x != x ? x : y;
+}
+
+AF_CLONES double af_exp_sub_sum_f64(double *x, size_t n, double m) {
+    double sum = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        double e = af_exp_lane(x[j] - m);
+        x[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+AF_CLONES float af_max_f32(const float *x, size_t n, int *has_nan) {
+    float m = -INFINITY;
+    int nan = 0;
+    for (size_t j = 0; j < n; j++) {
+        m = x[j] > m ? x[j] : m;
+        nan |= x[j] != x[j];
+    }
+    *has_nan = nan;
+    return m;
+}
+
+AF_CLONES double af_max_f64(const double *x, size_t n, int *has_nan) {
+    double m = -INFINITY;
+    int nan = 0;
+    for (size_t j = 0; j < n; j++) {
+        m = x[j] > m ? x[j] : m;
+        nan |= x[j] != x[j];
+    }
+    *has_nan = nan;
+    return m;
+}
+
+#define AF_GATHER_LOOP(T, LOAD)                                                                    \
+    for (size_t s = 0; s < S; s++) {                                                               \
+        const unsigned char *row = base + s * v->nb[2];                                            \
+        T *out = dst + s * ld;                                                                     \
+        for (size_t d = 0; d < D; d++) out[d] = LOAD(row + d * v->nb[3]);                          \
+    }
+
+static inline float af_ld_f32(const unsigned char *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+static inline float af_ld_f16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return af_f16_to_f32(h);
+}
+static inline float af_ld_bf16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return af_bf16_to_f32(h);
+}
+static inline double af_ld_f64(const unsigned char *p) {
+    double x;
+    memcpy(&x, p, 8);
+    return x;
+}
+static inline double af_ld_f32d(const unsigned char *p) { return (double)af_ld_f32(p); }
+static inline double af_ld_f16d(const unsigned char *p) { return (double)af_ld_f16(p); }
+static inline double af_ld_bf16d(const unsigned char *p) { return (double)af_ld_bf16(p); }
+
+void af_gather_f32(const af_view *v, size_t b, size_t h, float *dst, size_t ld) {
+    const unsigned char *base = (const unsigned char *)v->data + b * v->nb[0] + h * v->nb[1];
+    size_t S = v->ne[2], D = v->ne[3];
+    if (v->dtype == AF_F32 && v->nb[3] == 4) {
+        for (size_t s = 0; s < S; s++) memcpy(dst + s * ld, base + s * v->nb[2], D * 4);
+    } else if (v->dtype == AF_F32) {
+        AF_GATHER_LOOP(float, af_ld_f32)
+    } else if (v->dtype == AF_F16) {
+        AF_GATHER_LOOP(float, af_ld_f16)
+    } else {
+        AF_GATHER_LOOP(float, af_ld_bf16)
+    }
+}
+
+void af_gather_f64(const af_view *v, size_t b, size_t h, double *dst, size_t ld) {
+    const unsigned char *base = (const unsigned char *)v->data + b * v->nb[0] + h * v->nb[1];
+    size_t S = v->ne[2], D = v->ne[3];
+    if (v->dtype == AF_F32) {
+        AF_GATHER_LOOP(double, af_ld_f32d)
+    } else if (v->dtype == AF_F16) {
+        AF_GATHER_LOOP(double, af_ld_f16d)
+    } else if (v->dtype == AF_BF16) {
+        AF_GATHER_LOOP(double, af_ld_bf16d)
+    } else {
+        AF_GATHER_LOOP(double, af_ld_f64)
+    }
+}
+
+void af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j0, uint32_t n,
+                 float *add, uint8_t *live) {
+    const af_case *c = t->c;
+    int64_t lo, hi;
+    af_mask_row_bounds(c, b, i, &lo, &hi);
+    for (uint32_t k = 0; k < n; k++) {
+        int64_t j = (int64_t)j0 + k;
+        live[k] = j >= lo && j <= hi;
+    }
+    if (c->bmask.present) {
+        const unsigned char *row = (const unsigned char *)t->bm.data + af_view_offset(&t->bm, b, h, i, 0);
+        for (uint32_t k = 0; k < n; k++) live[k] = (uint8_t)(live[k] & (row[(size_t)(j0 + k) * t->bm.nb[3]] != 0));
+    }
+    if (c->amask.present && add) {
+        const af_view *am = &t->am;
+        const unsigned char *row = (const unsigned char *)am->data + af_view_offset(am, b, h, i, 0);
+        for (uint32_t k = 0; k < n; k++) add[k] = (float)af_dtype_load(am->dtype, row, (size_t)(j0 + k) * am->nb[3]);
+    }
+}
+
+size_t af_split_nonfinite_f32(float *v, size_t S, size_t Dv, uint32_t *rows, float *saved) {
+    size_t count = 0;
+    for (size_t s = 0; s < S; s++) {
+        float *row = v + s * Dv;
+        int bad = 0;
+        for (size_t d = 0; d < Dv; d++) bad |= !isfinite(row[d]);
+        if (!bad) continue;
+        if (saved) memcpy(saved + count * Dv, row, Dv * sizeof *row);
+        rows[count++] = (uint32_t)s;
+        for (size_t d = 0; d < Dv; d++) row[d] = 0.0f;
+    }
+    return count;
+}
+
+size_t af_split_nonfinite_f64(double *v, size_t S, size_t Dv, uint32_t *rows, double *saved) {
+    size_t count = 0;
+    for (size_t s = 0; s < S; s++) {
+        double *row = v + s * Dv;
+        int bad = 0;
+        for (size_t d = 0; d < Dv; d++) bad |= !isfinite(row[d]);
+        if (!bad) continue;
+        if (saved) memcpy(saved + count * Dv, row, Dv * sizeof *row);
+        rows[count++] = (uint32_t)s;
+        for (size_t d = 0; d < Dv; d++) row[d] = 0.0;
+    }
+    return count;
+}

@@ -1,0 +1,396 @@
+/* oracle.c - classification of outputs against the float64 reference (see oracle.h for
+ * the tolerance rule). Each comparison is one pass over the elements; when something
+ * fails under the floor-only tolerance and the honest run has not been made yet, the
+ * honest run is made and the pass repeated with the full tolerance. */
+#include "attnfuzz/oracle.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "attnfuzz/mem.h"
+#include "backends/ref.h"
+#include "scratch.h"
+#include "vmath.h"
+
+const char *const af_kind_names[AF_KIND_COUNT] = {"ok",      "nan_mismatch", "inf_mismatch", "masked_row_nan",
+                                                  "diverge", "error",        "crash",        "timeout"};
+_Static_assert(sizeof(af_kind_names) / sizeof(af_kind_names[0]) == AF_KIND_COUNT, "names");
+
+int af_kind_from_name(const char *name) {
+    for (int i = 0; i < AF_KIND_COUNT; i++)
+        if (strcmp(name, af_kind_names[i]) == 0) return i;
+    return -1;
+}
+
+enum { WS_REF, WS_HONEST, WS_ROWS, WS_V, WS_SENS, WS_UNSTABLE };
+
+struct af_oracle {
+    af_oracle_opts opts;
+    const af_case_tensors *in;
+    af_scratch ws;    /* WS_REF, WS_HONEST, WS_ROWS, WS_V */
+    af_scratch refws; /* for af_ref_attention */
+    double *ref, *honest, *sens;
+    uint8_t *rows;     /* fully masked rows */
+    uint8_t *unstable; /* from the honest run: no fp32 implementation is bound there */
+    size_t n, nrows, dv;
+    double vscale;
+    double overflow; /* values at or past this round to Inf in the case dtype */
+    bool honest_ready;
+    double honest_err; /* max |honest - ref| beyond sens, over elements finite in both */
+};
+
+void af_oracle_opts_default(af_oracle_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->fudge = 4.0;
+    o->floor_atol[AF_F32] = 1e-5;
+    o->floor_atol[AF_F16] = 1e-3;
+    o->floor_atol[AF_BF16] = 8e-3;
+    o->floor_rtol[AF_F32] = 1.3e-6;
+    o->floor_rtol[AF_F16] = 1e-3;
+    o->floor_rtol[AF_BF16] = 1.6e-2;
+}
+
+af_oracle *af_oracle_create(const af_oracle_opts *opts) {
+    af_oracle *o = af_calloc(1, sizeof *o);
+    if (!o) return NULL;
+    if (opts) {
+        o->opts = *opts;
+    } else {
+        af_oracle_opts_default(&o->opts);
+    }
+    return o;
+}
+
+void af_oracle_destroy(af_oracle *o) {
+    if (!o) return;
+    af_scratch_release(&o->ws);
+    af_scratch_release(&o->refws);
+    af_free(o);
+}
+
+/* Largest finite |v|, scaled by the dropout factor: the output is a convex combination of
+ * V rows (times 1/(1-p) with dropout), so errors scale with it. */
+static double af_oracle_vscale(af_oracle *o, af_error *err) {
+    const af_case *c = o->in->c;
+    size_t Sk = c->kv_len, Dv = c->v_head_dim;
+    double *v = AF_SCRATCH(&o->ws, WS_V, double, Sk * Dv, err);
+    if (!v) return -1.0;
+    double mx = 0.0;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++) {
+            af_gather_f64(&o->in->vv, b, g, v, Dv);
+            for (size_t k = 0; k < Sk * Dv; k++)
+                if (isfinite(v[k]) && fabs(v[k]) > mx) mx = fabs(v[k]);
+        }
+    if (c->dropout_p > 0.0 && c->dropout_p < 1.0) mx /= 1.0 - c->dropout_p;
+    return mx > 1e-300 ? mx : 1e-300;
+}
+
+static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_error *err) {
+    const af_case *c = in->c;
+    o->in = in;
+    o->dv = c->v_head_dim;
+    o->nrows = (size_t)c->batch * c->q_heads * c->q_len;
+    o->n = o->nrows * o->dv;
+    o->ref = AF_SCRATCH(&o->ws, WS_REF, double, o->n, err);
+    o->rows = AF_SCRATCH(&o->ws, WS_ROWS, uint8_t, o->nrows, err);
+    if (!o->ref || !o->rows) return AF_ERR_NOMEM;
+    o->honest = NULL;
+    o->honest_ready = false;
+    o->honest_err = 0.0;
+    o->vscale = af_oracle_vscale(o, err);
+    o->overflow = af_dtype_overflow(c->dtype);
+    return o->vscale < 0 ? AF_ERR_NOMEM : AF_OK;
+}
+
+af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err) {
+    AF_TRY(af_oracle_setup(o, in, err));
+    af_ref_opts exact = {0};
+    return af_ref_attention(in, &in->qv, &in->kv, &in->vv, &exact, o->ref, o->rows, &o->refws, err);
+}
+
+af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, const double *expected,
+                                     af_error *err) {
+    AF_TRY(af_oracle_prepare(o, in, err)); /* for the masked-row flags */
+    memcpy(o->ref, expected, o->n * sizeof *o->ref);
+    return AF_OK;
+}
+
+const double *af_oracle_ref(const af_oracle *o) { return o->ref; }
+const uint8_t *af_oracle_masked_rows(const af_oracle *o) { return o->rows; }
+
+static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
+    if (o->honest_ready) return AF_OK;
+    o->honest = AF_SCRATCH(&o->ws, WS_HONEST, double, o->n, err);
+    o->sens = AF_SCRATCH(&o->ws, WS_SENS, double, o->n, err);
+    o->unstable = AF_SCRATCH(&o->ws, WS_UNSTABLE, uint8_t, o->n, err);
+    if (!o->honest || !o->sens || !o->unstable) return AF_ERR_NOMEM;
+    af_ref_opts honest = {.honest = true, .sens = o->sens, .unstable = o->unstable};
+    const af_case_tensors *in = o->in;
+    AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &honest, o->honest, NULL, &o->refws, err));
+    /* what the score-sensitivity bound does not explain: P and output rounding,
+     * accumulation in P V */
+    double mx = 0.0;
+    for (size_t e = 0; e < o->n; e++) {
+        double d = fabs(o->honest[e] - o->ref[e]) - o->sens[e];
+        if (isfinite(d) && d > mx && !o->unstable[e]) mx = d;
+    }
+    o->honest_err = mx;
+    o->honest_ready = true;
+    return AF_OK;
+}
+
+static af_tolerance af_oracle_tol(const af_oracle *o) {
+    af_dtype dt = o->in->c->dtype;
+    af_tolerance t;
+    t.fudge = o->opts.fudge;
+    t.atol = o->opts.floor_atol[dt] * o->vscale;
+    t.rtol = o->opts.floor_rtol[dt];
+    t.honest = false;
+    if (o->honest_ready && o->opts.fudge * o->honest_err > t.atol) {
+        t.atol = o->opts.fudge * o->honest_err;
+        t.honest = true;
+    }
+    return t;
+}
+
+af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err) {
+    AF_TRY(af_oracle_make_honest(o, err));
+    *tol = af_oracle_tol(o);
+    return AF_OK;
+}
+
+/* 0 finite, 1 NaN, 2 +Inf, 3 -Inf */
+static inline int af_class(double x) {
+    if (isnan(x)) return 1;
+    if (isinf(x)) return x > 0 ? 2 : 3;
+    return 0;
+}
+
+static inline double af_out_at(const af_tensor *t, size_t e) {
+    return t->dtype == AF_F64 ? ((const double *)t->data)[e] : (double)((const float *)t->data)[e];
+}
+
+/* One pass: compare `got` with `want` (the reference, or a's output for pairs). */
+static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
+                           const uint32_t *row_map, double tol_mult, af_result *res) {
+    af_tolerance tol = af_oracle_tol(o);
+    tol.atol *= tol_mult;
+    tol.rtol *= tol_mult;
+    af_metrics *m = &res->m;
+    memset(res, 0, sizeof *res);
+    res->tol = tol;
+    const af_case *c = o->in->c;
+    size_t rows = got->ne[0] * got->ne[1] * got->ne[2];
+    size_t dv = o->dv;
+    double fro_num = 0.0, fro_den = 0.0;
+    double worst = -1.0;
+    for (size_t r = 0; r < rows; r++) {
+        size_t ra = row_map ? row_map[r] : r;
+        bool masked = o->rows[ra] != 0;
+        for (size_t d = 0; d < dv; d++) {
+            size_t ea = ra * dv + d, eb = r * dv + d;
+            double want = want_ref ? want_ref[ea] : af_out_at(want_t, ea);
+            double out = af_out_at(got, eb);
+            int cw = af_class(want), co = af_class(out);
+            bool unstable = o->honest_ready &&
+                            (o->unstable[ea] || af_class(o->honest[ea]) != af_class(o->ref[ea]));
+            double ratio;
+            if (cw != co && o->honest_ready && (co == 2 || co == 3) && cw == 0 && (want > 0) == (co == 2)) {
+                /* rounding a value this close to the dtype's largest may overflow */
+                double bound = tol.atol + tol.rtol * fabs(want) + tol_mult * tol.fudge * o->sens[ea];
+                if (fabs(want) + bound >= o->overflow) unstable = true;
+            }
+            if (cw != co) {
+                if (unstable) {
+                    m->n_unstable++;
+                    continue;
+                }
+                if (co == 1 && masked && cw != 1) {
+                    m->n_masked_row_nan++;
+                } else if (co == 1 || cw == 1) {
+                    m->n_nan++;
+                } else {
+                    m->n_inf++;
+                }
+                ratio = INFINITY;
+            } else if (cw != 0) {
+                continue; /* the same NaN or Inf */
+            } else {
+                double diff = fabs(out - want);
+                double bound = tol.atol + tol.rtol * fabs(want);
+                if (o->honest_ready) bound += tol_mult * tol.fudge * o->sens[ea];
+                ratio = diff / bound;
+                if (diff > m->max_abs) m->max_abs = diff;
+                double rel = diff / (fabs(want) > tol.atol ? fabs(want) : tol.atol);
+                if (rel > m->max_rel) m->max_rel = rel;
+                fro_num += diff * diff;
+                fro_den += want * want;
+                if (diff > bound) {
+                    if (unstable) {
+                        m->n_unstable++;
+                        continue;
+                    }
+                    m->n_diverge++;
+                }
+            }
+            if (ratio > worst) {
+                worst = ratio;
+                m->worst[0] = ra / ((size_t)c->q_heads * c->q_len);
+                m->worst[1] = ra / c->q_len % c->q_heads;
+                m->worst[2] = ra % c->q_len;
+                m->worst[3] = d;
+                m->worst_out = out;
+                m->worst_ref = want;
+            }
+        }
+    }
+    m->worst_ratio = worst < 0 ? 0.0 : worst;
+    m->rel_fro = fro_den > 0 ? sqrt(fro_num / fro_den) : sqrt(fro_num);
+    if (m->n_nan) {
+        res->kind = AF_KIND_NAN_MISMATCH;
+    } else if (m->n_inf) {
+        res->kind = AF_KIND_INF_MISMATCH;
+    } else if (m->n_masked_row_nan && !o->opts.waive_masked_row_nan) {
+        res->kind = AF_KIND_MASKED_ROW_NAN;
+    } else if (m->n_diverge) {
+        res->kind = AF_KIND_DIVERGE;
+    } else {
+        res->kind = AF_KIND_OK;
+    }
+}
+
+static af_status af_oracle_check(af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
+                                 const uint32_t *row_map, double tol_mult, af_result *res, af_error *err) {
+    AF_RETURN_ERROR_IF(got->ndim != 4 || got->ne[3] != o->dv || got->ne[1] != o->in->c->q_heads ||
+                           got->ne[2] != o->in->c->q_len || (got->dtype != AF_F32 && got->dtype != AF_F64),
+                       err, AF_ERR_INVALID, "output has the wrong shape or dtype for this case");
+    af_oracle_pass(o, want_t, want_ref, got, row_map, tol_mult, res);
+    bool failing = res->m.n_nan || res->m.n_inf || res->m.n_masked_row_nan || res->m.n_diverge;
+    if (failing && !o->honest_ready) {
+        AF_TRY(af_oracle_make_honest(o, err));
+        af_oracle_pass(o, want_t, want_ref, got, row_map, tol_mult, res);
+    }
+    return AF_OK;
+}
+
+af_status af_oracle_compare(af_oracle *o, const af_tensor *out, af_result *res, af_error *err) {
+    AF_RETURN_ERROR_IF(out->ne[0] != o->in->c->batch, err, AF_ERR_INVALID, "output has the wrong batch size");
+    return af_oracle_check(o, NULL, o->ref, out, NULL, 1.0, res, err);
+}
+
+af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
+                                 af_result *res, af_error *err) {
+    return af_oracle_check(o, a, NULL, b, row_map, 2.0, res, err);
+}
+
+/* --- signatures -------------------------------------------------------------------- */
+
+enum {
+    AF_FEAT_DTYPE = 0,      /* 2 bits */
+    AF_FEAT_TF32 = 2,
+    AF_FEAT_LAYOUT_Q = 3,   /* 3 bits each */
+    AF_FEAT_LAYOUT_K = 6,
+    AF_FEAT_LAYOUT_V = 9,
+    AF_FEAT_AMASK = 12,
+    AF_FEAT_BMASK = 13,
+    AF_FEAT_CAUSAL = 14,
+    AF_FEAT_DIAG = 15,      /* 2 bits, when causal or windowed */
+    AF_FEAT_PADDING = 17,
+    AF_FEAT_WINDOW = 18,
+    AF_FEAT_GQA = 19,
+    AF_FEAT_CROSS = 20,
+    AF_FEAT_DV = 21,
+    AF_FEAT_DROPOUT = 22,
+    AF_FEAT_SOFTCAP = 23,
+    AF_FEAT_PLACEMENT = 24, /* 2 bits */
+    AF_FEAT_STRIDED = 26,
+    AF_FEAT_SPECIAL = 27,
+    AF_FEAT_SCALE = 28,
+    AF_FEAT_MASK_DTYPE = 29,
+    AF_FEAT_OVERFLOW = 30,
+    AF_FEAT_DENORMAL = 31,
+    AF_FEAT_BITS = 32
+};
+
+uint64_t af_case_features(const af_case *c) {
+    uint64_t f = 0;
+    f |= (uint64_t)c->dtype << AF_FEAT_DTYPE;
+    f |= (uint64_t)c->allow_tf32 << AF_FEAT_TF32;
+    f |= (uint64_t)c->t[AF_Q].layout << AF_FEAT_LAYOUT_Q;
+    f |= (uint64_t)c->t[AF_K].layout << AF_FEAT_LAYOUT_K;
+    f |= (uint64_t)c->t[AF_V].layout << AF_FEAT_LAYOUT_V;
+    f |= (uint64_t)c->amask.present << AF_FEAT_AMASK;
+    f |= (uint64_t)c->bmask.present << AF_FEAT_BMASK;
+    f |= (uint64_t)c->causal << AF_FEAT_CAUSAL;
+    if (c->causal || af_case_has_window(c)) f |= (uint64_t)c->diag << AF_FEAT_DIAG;
+    f |= (uint64_t)c->key_padding << AF_FEAT_PADDING;
+    f |= (uint64_t)af_case_has_window(c) << AF_FEAT_WINDOW;
+    f |= (uint64_t)(c->q_heads != c->kv_heads) << AF_FEAT_GQA;
+    f |= (uint64_t)(c->q_len != c->kv_len) << AF_FEAT_CROSS;
+    f |= (uint64_t)(c->head_dim != c->v_head_dim) << AF_FEAT_DV;
+    f |= (uint64_t)(c->dropout_p > 0.0) << AF_FEAT_DROPOUT;
+    f |= (uint64_t)(c->softcap > 0.0) << AF_FEAT_SOFTCAP;
+    f |= (uint64_t)c->placement << AF_FEAT_PLACEMENT;
+    bool strided = false, special = false, overflow = false, denormal = false;
+    for (int t = 0; t < AF_QKV_COUNT; t++) {
+        strided |= c->t[t].perm || c->t[t].pad || c->t[t].bcast != AF_BCAST_NONE;
+        special |= c->t[t].special != AF_SPECIAL_NONE;
+        overflow |= c->t[t].dist == AF_DIST_NEAR_OVERFLOW;
+        denormal |= c->t[t].dist == AF_DIST_DENORMAL;
+    }
+    f |= (uint64_t)strided << AF_FEAT_STRIDED;
+    f |= (uint64_t)special << AF_FEAT_SPECIAL;
+    f |= (uint64_t)c->scale_set << AF_FEAT_SCALE;
+    f |= (uint64_t)(c->amask.present && c->amask.dtype != c->dtype) << AF_FEAT_MASK_DTYPE;
+    f |= (uint64_t)overflow << AF_FEAT_OVERFLOW;
+    f |= (uint64_t)denormal << AF_FEAT_DENORMAL;
+    return f;
+}
+
+void af_case_features_str(const af_case *c, char *buf, size_t len) {
+    size_t n = 0;
+#define AF_PUT(...)                                                                                \
+    do {                                                                                           \
+        int w_ = snprintf(buf + n, n < len ? len - n : 0, __VA_ARGS__);                            \
+        if (w_ > 0) n += (size_t)w_;                                                               \
+    } while (0)
+    if (len) buf[0] = 0;
+    AF_PUT("%s%s", af_dtype_names[c->dtype], c->allow_tf32 ? "+tf32" : "");
+    if (af_case_is_packed(c)) {
+        AF_PUT(" %s", af_layout_names[c->t[AF_Q].layout]);
+    } else {
+        AF_PUT(" q:%s k:%s v:%s", af_layout_names[c->t[AF_Q].layout], af_layout_names[c->t[AF_K].layout],
+               af_layout_names[c->t[AF_V].layout]);
+    }
+    if (c->q_heads != c->kv_heads) AF_PUT(" gqa");
+    if (c->q_len != c->kv_len) AF_PUT(" sq!=sk");
+    if (c->head_dim != c->v_head_dim) AF_PUT(" d!=dv");
+    if (c->causal) AF_PUT(" causal:%s", af_diag_names[c->diag]);
+    if (af_case_has_window(c)) AF_PUT(" window(%d,%d)", c->window_left, c->window_right);
+    if (c->key_padding) AF_PUT(" key_padding");
+    if (c->amask.present) AF_PUT(" additive_mask:%s", af_dtype_names[c->amask.dtype]);
+    if (c->bmask.present) AF_PUT(" bool_mask");
+    if (c->scale_set) AF_PUT(" scale=%g@%s", c->scale, af_placement_names[c->placement]);
+    if (c->softcap > 0.0) AF_PUT(" softcap=%g", c->softcap);
+    if (c->dropout_p > 0.0) AF_PUT(" dropout=%g", c->dropout_p);
+    uint64_t f = af_case_features(c);
+    if (f >> AF_FEAT_STRIDED & 1) AF_PUT(" strided");
+    if (f >> AF_FEAT_SPECIAL & 1) AF_PUT(" specials");
+    if (f >> AF_FEAT_OVERFLOW & 1) AF_PUT(" near_overflow");
+    if (f >> AF_FEAT_DENORMAL & 1) AF_PUT(" denormal");
+#undef AF_PUT
+}
+
+uint64_t af_signature(af_kind kind, const char *who, const af_case *c) {
+    unsigned char buf[512];
+    uint32_t k = (uint32_t)kind;
+    uint64_t f = af_case_features(c);
+    size_t wn = strnlen(who, sizeof buf - 16);
+    memcpy(buf, &k, 4);
+    memcpy(buf + 4, &f, 8);
+    memcpy(buf + 12, who, wn);
+    return XXH64(buf, 12 + wn, 0x61747466757a7a00ull);
+}
