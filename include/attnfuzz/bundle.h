@@ -1,0 +1,146 @@
+/* bundle.h - repro bundles on disk (DESIGN.md section 6) and the .npy.zst arrays in them.
+ *
+ * A bundle is one directory per finding, named <kind>-<signature as 16 hex digits>,
+ * under the crashes directory. It is written into a temporary directory beside its
+ * final place and renamed there in one step, so a reader (or a second campaign process
+ * writing the same signature) never sees half a bundle, and an existing bundle is never
+ * overwritten (AF_ERR_EXISTS: the finding was already stored).
+ *
+ *   case.json           format, version, the case, kind, signature, who, relation,
+ *                       backends with versions, metrics and verdicts, tolerance, replay
+ *                       command (schema: docs/case-json.md)
+ *   input.bin           the fuzz input bytes (af_case_encode), for libFuzzer and AFL++
+ *   q.npy.zst k.npy.zst v.npy.zst      canonical [B, H, S, D] float32
+ *   mask.npy.zst        additive mask, float32, 4-D, broadcastable to [B, Hq, Sq, Sk]
+ *   bool_mask.npy.zst   boolean mask (numpy bool), 4-D, broadcastable, true = attend
+ *   ref.npy.zst         float64 reference [B, Hq, Sq, Dv]
+ *   out.<backend>.npy.zst   each backend's output [B, Hq, Sq, Dv] (float32 or float64)
+ *   expected.npy.zst    optional, from another tool: the output replay must reproduce
+ *
+ * Bundles written by other tools (numpy + zstandard + a case.json with at least the case)
+ * are read the same way; missing tensors are generated from the case. */
+#ifndef ATTNFUZZ_BUNDLE_H
+#define ATTNFUZZ_BUNDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "case.h"
+#include "oracle.h"
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AF_BUNDLE_FORMAT "attnfuzz-bundle"
+#define AF_BUNDLE_VERSION 1
+
+/* --- .npy.zst arrays --------------------------------------------------------------- */
+
+/* A dense C-order array. Owned by whoever filled it (af_array_free releases data). */
+typedef struct af_array {
+    af_dtype dtype; /* AF_F32, AF_F64, AF_F16 or AF_BOOL on read; F32/F64/BOOL on write */
+    int ndim;       /* 0..AF_MAX_DIMS */
+    size_t shape[AF_MAX_DIMS];
+    void *data;
+} af_array;
+
+size_t af_array_numel(const af_array *a);
+void af_array_free(af_array *a); /* frees data, leaves a zeroed; NULL does nothing */
+
+/* Writes a NumPy .npy (format 1.0, little-endian, C order) compressed as one zstd frame,
+ * atomically (temp file + rename). Errors name the path (AF_ERR_IO on a full disk). */
+af_status af_npy_write_zst(const char *path, const af_array *a, af_error *err);
+/* Reads a .npy.zst (or a plain .npy when the path ends in .npy). Accepts '<f4', '<f8',
+ * '<f2', '|b1', '|u1' (as BOOL), C order only. A truncated, corrupt or unsupported file
+ * is AF_ERR_FORMAT with a message naming the path and the problem. */
+af_status af_npy_read_zst(const char *path, af_array *a, af_error *err);
+
+/* --- writing bundles --------------------------------------------------------------- */
+
+typedef struct af_bundle_output {
+    const char *backend;    /* name as on the command line */
+    const char *version;
+    const af_tensor *out;   /* [B, Hq, Sq, Dv] F32 or F64; NULL when the backend failed */
+    af_result result;       /* against the reference (or, for a relation, the other run) */
+    const char *error;      /* the backend's message when result.kind is error/crash/timeout */
+} af_bundle_output;
+
+typedef struct af_bundle_spec {
+    const af_case *c;
+    const uint8_t *input; /* af_case_encode bytes */
+    size_t input_len;
+    const af_case_tensors *tensors; /* the inputs as run */
+    const double *ref;              /* [B, Hq, Sq, Dv] */
+    af_kind kind;
+    uint64_t signature;
+    const char *who;      /* "fused", "explicit,fused", "layout@fused" */
+    const char *relation; /* relation name, or NULL */
+    const af_bundle_output *outputs;
+    size_t n_outputs;
+    af_tolerance tol;
+    const char *replay_cmd; /* e.g. "attnfuzz replay crashes/diverge-0123456789abcdef" */
+    const char *extra_json; /* optional JSON object text merged into case.json as "extra" */
+} af_bundle_spec;
+
+/* Writes the bundle under crashes_dir (created if missing). On success path (if not
+ * NULL) receives the bundle directory. AF_ERR_EXISTS when that signature is already
+ * stored (nothing written). AF_ERR_IO names the file that could not be written and
+ * removes the partial temporary directory. */
+af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, char *path, size_t path_len,
+                          af_error *err);
+
+/* The directory name a finding gets: "<kind>-<16 hex digits>". */
+void af_bundle_name(af_kind kind, uint64_t signature, char *buf, size_t len);
+
+/* --- reading bundles --------------------------------------------------------------- */
+
+typedef struct af_bundle af_bundle;
+
+typedef struct af_bundle_record { /* one backend as recorded in case.json */
+    char backend[128];
+    char version[64];
+    af_kind kind;
+    af_metrics m;
+    bool has_output; /* out.<backend>.npy.zst present */
+} af_bundle_record;
+
+/* Loads dir/case.json (and checks the arrays present). Errors name the file. */
+af_status af_bundle_read(const char *dir, af_bundle **out, af_error *err);
+void af_bundle_free(af_bundle *b); /* NULL does nothing */
+
+const af_case *af_bundle_case(const af_bundle *b);
+const char *af_bundle_dir(const af_bundle *b);
+af_kind af_bundle_kind(const af_bundle *b);        /* AF_KIND_OK if not recorded */
+uint64_t af_bundle_signature(const af_bundle *b);
+const char *af_bundle_who(const af_bundle *b);      /* "" if not recorded */
+const char *af_bundle_relation(const af_bundle *b); /* NULL if none */
+size_t af_bundle_record_count(const af_bundle *b);
+const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i);
+bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol);
+
+/* Materializes the inputs: q/k/v/mask arrays when present (values rounded once to the
+ * case dtype and written into the case's layout), else generated from the case.
+ * Shape mismatches between arrays and case are AF_ERR_FORMAT naming the file. */
+af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err);
+/* Loads expected.npy.zst as float64 [B, Hq, Sq, Dv] into *out (af_free it); *out is NULL
+ * and AF_OK when the bundle has none. */
+af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err);
+/* Loads ref.npy.zst or out.<backend>.npy.zst ("ref" or a backend name) as float64. */
+af_status af_bundle_load_output(const af_bundle *b, const char *name, double **out, af_error *err);
+
+/* --- pictures ---------------------------------------------------------------------- */
+
+/* Draws |out - ref| over (query position, value dim) for one (batch, head) as a PNG:
+ * one pixel block per element, black = 0 to white = max, NaN/Inf magenta, so a layout
+ * bug (blocks) and a scale bug (everywhere) look different. */
+af_status af_heatmap_write_png(const char *path, const double *out, const double *ref, size_t Sq, size_t Dv,
+                               af_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
