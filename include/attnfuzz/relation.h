@@ -40,12 +40,16 @@ void af_relation_ctx_destroy(af_relation_ctx *x);
  * or permutation is a deterministic function of the case. Exposed for bundles. */
 af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_relation_ctx *x,
                                 af_error *err);
-/* The transformed case's tensors (valid after a transform). */
+/* The transformed case's tensors (valid after a transform) and the backend's output on
+ * them (valid after af_relation_check). */
 const af_case_tensors *af_relation_tensors(const af_relation_ctx *x);
+const af_tensor *af_relation_output(const af_relation_ctx *x);
 
 /* Transforms, runs be on the transformed inputs, maps its output back and compares it
  * with out_src (be's output on src) under o's tolerance (o prepared on src). An error
- * of the backend on the transformed input is reported as res->kind = AF_KIND_ERROR. */
+ * of the backend on the transformed input is reported as res->kind = AF_KIND_ERROR with
+ * its message in err and AF_OK returned. AF_ERR_UNSUPPORTED when the relation does not
+ * apply (for masked_values: when no key is fully masked). */
 af_status af_relation_check(af_relation r, af_backend *be, const af_case_tensors *src,
                             const af_tensor *out_src, af_oracle *o, af_relation_ctx *x,
                             af_result *res, af_error *err);

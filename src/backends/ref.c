@@ -56,6 +56,33 @@ static bool af_ref_tf32_overflows(const double *x, size_t n) {
     return false;
 }
 
+/* How far the softcap c tanh(x / c) can move when its input is off by up to d. */
+static double af_sens_cap(double d, double x, double cap) {
+    double t = tanh(x / cap);
+    double up = fabs(tanh((x + d) / cap) - t), down = fabs(t - tanh((x - d) / cap));
+    return cap * (up > down ? up : down);
+}
+
+/* Turns per-key score error bounds d_j of a softmax row P (normalized) into bounds W_j on
+ * |dP_j|, in place. With every score off by e_k, |e_k| <= d_k, the new weight is
+ *   P'_j = P_j e^{e_j} / sum_k P_k e^{e_k}  in  [P_j e^{-d_j} / Z+, P_j e^{d_j} / Z-],
+ *   Z+- = sum_k P_k e^{+-d_k},
+ * exact for any size of error: large logits at low precision give large W, as they should. */
+static void af_sens_weights(const double *P, double *d, size_t n) {
+    double zp = 0.0, zm = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        double dj = d[j] < 700.0 ? d[j] : 700.0;
+        zp += P[j] * exp(dj);
+        zm += P[j] * exp(-dj);
+    }
+    for (size_t j = 0; j < n; j++) {
+        double dj = d[j] < 700.0 ? d[j] : 700.0;
+        double hi = zm > 0.0 ? exp(dj) / zm - 1.0 : HUGE_VAL;
+        double lo = 1.0 - exp(-dj) / zp;
+        d[j] = P[j] > 0.0 ? P[j] * (hi > lo ? hi : lo) : 0.0;
+    }
+}
+
 static double af_ref_maxabs(const double *x, size_t n) {
     double m = 0.0;
     for (size_t k = 0; k < n; k++) {
@@ -123,10 +150,10 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     double *delta = NULL, *vabs = NULL, *ebuf = NULL, *pv_abs = NULL;
     double *sens = honest ? opts->sens : NULL;
     /* score error per unit of |scale| |q| . |k|: input roundings, fp32 accumulation */
-    const double u32 = 0x1p-24, udt = af_dtype_eps(dt);
-    double c_in = sqrt((double)D) * u32 + (tf32 ? 2.0 * 0x1p-11 : 0.0);
-    if (c->placement == AF_PLACE_Q || c->placement == AF_PLACE_K) c_in += udt;
-    if (c->placement == AF_PLACE_SQRT_QK) c_in += 2.0 * udt;
+    const double u32 = 0x1p-24, udt = af_dtype_eps(dt), ovf = af_dtype_overflow(dt);
+    /* Any placement is a legitimate rewrite (compilers move the scale), so the bound
+     * covers rounding both scaled inputs to the dtype, whichever placement the case has. */
+    double c_in = sqrt((double)D) * u32 + (tf32 ? 2.0 * 0x1p-11 : 0.0) + 2.0 * udt;
     /* P is rounded to the dtype (TF32 too, when allowed) before P V accumulates in fp32 */
     const double u_pv = (tf32 && 0x1p-11 > udt ? 0x1p-11 : udt) + sqrt((double)Sk) * u32;
     if (sens) {
@@ -177,6 +204,10 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                 bool qk_risk = honest && af_ref_maxabs(q, Sq * D) * kmax * (double)D *
                                                  (fabs(scale) > 1.0 ? fabs(scale) : 1.0) > AF_F32_RISK;
                 bool qk_inf = honest && (k_tf32_inf || (tf32 && af_ref_tf32_overflows(q, Sq * D)));
+                /* a scale above 1 placed on Q or K may round a large input to Inf in the dtype */
+                if (honest && fabs(scale) > 1.0 &&
+                    (af_ref_maxabs(q, Sq * D) > 0.5 * ovf / fabs(scale) || kmax > 0.5 * ovf / fabs(scale)))
+                    qk_inf = true;
                 if (honest) {
                     if (c->placement == AF_PLACE_Q) af_ref_scale_rows(q, Sq * D, scale, dt);
                     if (c->placement == AF_PLACE_SQRT_QK) af_ref_scale_rows(q, Sq * D, sqrt(fabs(scale)), dt);
@@ -220,11 +251,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                 x = af_r32(x);
                                 if (c->placement == AF_PLACE_SCORES) x = af_r32(x * (double)(float)scale);
                             }
-                            double slope = 1.0;
+                            double pre_cap = x;
                             if (c->softcap > 0.0) {
-                                double t = tanh(x / c->softcap);
-                                slope = 1.0 - t * t;
-                                x = c->softcap * t;
+                                x = c->softcap * tanh(x / c->softcap);
                                 if (honest) x = af_r32(x);
                             }
                             if (c->amask.present) {
@@ -233,8 +262,11 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             }
                             s[j] = lv[j] ? x : -HUGE_VAL;
                             if (sens) {
+                                /* the error reaching the softmax: through the softcap, plus
+                                 * the rounding of the score and of the mask addition */
                                 double *dl = delta + r * Sk + j;
-                                *dl = lv[j] && isfinite(x) ? *dl * slope + 2.0 * fabs(x) * u32 : 0.0;
+                                double dc = c->softcap > 0.0 ? af_sens_cap(*dl, pre_cap, c->softcap) : *dl;
+                                *dl = lv[j] && isfinite(x) ? dc + 2.0 * fabs(x) * u32 : 0.0;
                             }
                         }
                         int has_nan;
@@ -247,6 +279,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             for (size_t j = 0; j < Sk; j++) s[j] = 0.0;
                             for (size_t j = 0; j < Sk; j++) lv[j] = 0;
                             s[0] = fillv; /* marks the row; written out below */
+                            if (sens) memset(delta + r * Sk, 0, Sk * sizeof *delta);
                             continue;
                         }
                         double sum;
@@ -262,12 +295,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         }
                         double inv = 1.0 / sum;
                         for (size_t j = 0; j < Sk; j++) s[j] = honest ? af_round_f64(s[j] / sum, dt) : s[j] * inv;
+                        if (sens) af_sens_weights(s, delta + r * Sk, Sk);
                         if (p > 0.0) {
                             af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
                                            (uint32_t)Sk, keep);
                             for (size_t j = 0; j < Sk; j++) {
                                 double w = keep[j] ? s[j] / (1.0 - p) : 0.0;
                                 s[j] = honest ? af_round_f64(w, dt) : w;
+                                if (sens) delta[r * Sk + j] = keep[j] ? delta[r * Sk + j] / (1.0 - p) : 0.0;
                             }
                         }
                         if (tf32) af_ref_tf32(s, Sk);
@@ -279,12 +314,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         af_gemm_nn_f64(rn, Dv, Sk, S, Sk, v, Dv, O, Dv, 0);
                     }
                     if (sens) {
-                        /* W = P * delta; E = W |V| + |out| rowsum(W); |P| |V| for P's rounding */
-                        for (size_t e = 0; e < rn * Sk; e++) {
-                            double pa = isfinite(S[e]) ? fabs(S[e]) : 0.0;
-                            delta[e] *= pa;
-                            absbuf[e] = pa;
-                        }
+                        /* E = W |V| (delta holds W, dropout applied); |P| |V| for P's rounding */
+                        for (size_t e = 0; e < rn * Sk; e++) absbuf[e] = isfinite(S[e]) ? fabs(S[e]) : 0.0;
                         af_gemm_nn_f64(rn, Dv, Sk, delta, Sk, vabs, Dv, ebuf, Dv, 0);
                         af_gemm_nn_f64(rn, Dv, Sk, absbuf, Sk, vabs, Dv, pv_abs, Dv, 0);
                     }
@@ -311,13 +342,11 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         if (opts->unstable)
                             memset(opts->unstable + ((b * Hq + h) * Sq + i) * Dv, risky[r] || v_risk, Dv);
                         if (sens) {
-                            double wsum = 0.0;
-                            for (size_t j = 0; j < Sk; j++) wsum += delta[r * Sk + j];
                             double *se = sens + ((b * Hq + h) * Sq + i) * Dv;
                             for (size_t d = 0; d < Dv; d++) {
                                 double ao = isfinite(o[d]) ? fabs(o[d]) : 0.0;
-                                double e = ebuf[r * Dv + d] + ao * wsum + u_pv * pv_abs[r * Dv + d] + udt * ao;
-                                se[d] = isfinite(e) ? e : 0.0;
+                                double e = ebuf[r * Dv + d] + u_pv * pv_abs[r * Dv + d] + udt * ao;
+                                se[d] = isnan(e) ? HUGE_VAL : e;
                             }
                         }
                     }

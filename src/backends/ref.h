@@ -19,9 +19,10 @@ typedef struct af_ref_opts {
     bool qk_f16_before_scale;
     /* Honest mode only, may be NULL: [B, Hq, Sq, Dv] first-order bound on how far any
      * implementation at the case precision may land from the exact output because its
-     * scores are off by their rounding error d_ij (input rounding at the placement, TF32,
-     * fp32 accumulation over D, the score's own rounding, through the softcap's slope):
-     *     sens[i][d] = sum_j P_ij d_ij (|v_jd| + |out_id|)   >=   |sum_j dP_ij v_jd|
+     * scores are off by their rounding error d_ij (the scaled inputs rounded to the dtype
+     * at any placement, TF32, fp32 accumulation over D, the score's own rounding, through
+     * the softcap), which moves each weight by at most W_ij (see af_sens_weights):
+     *     sens[i][d] = sum_j W_ij |v_jd|    >=   |sum_j dP_ij v_jd|
      * plus the rounding of P and of the output and the accumulation of P V:
      *                + (u_P + sqrt(Sk) u_f32) sum_j P_ij |v_jd| + u_dtype |out_id|
      * Large where the softmax is ill-conditioned (huge logits at low precision). */
