@@ -87,6 +87,11 @@ void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out
 
 /* Limits OpenBLAS to one thread (one thread per process); called by af_backend_open. */
 void af_blas_single_thread(void);
+/* OpenBLAS picks its kernels when it loads; on CPUs newer than it knows it falls back
+ * to generic SSE3 ("Prescott") kernels, 4-5x slower. Returns the OPENBLAS_CORETYPE to
+ * set ("SkylakeX", "Haswell") when that happened and the CPU can do better, else NULL.
+ * The variable only takes effect in a new process (the CLI re-executes itself). */
+const char *af_blas_better_coretype(void);
 
 #ifdef __cplusplus
 }

@@ -226,9 +226,21 @@ void *af_case_to_cjson(const af_case *c);
 af_status af_case_from_cjson(af_case *c, const void *json, af_error *err);
 
 /* Draws a case from the generator's distribution (small shapes favoured, a tail of large
- * ones, rare corners not vanishingly rare), within budget and max_flops (0 = no limit). */
+ * ones, rare corners not vanishingly rare), within budget; max_flops (0 = no limit)
+ * caps the rare large cases, a sixteenth of it the medium ones. */
 struct af_rng;
 void af_case_generate(af_case *c, struct af_rng *rng, size_t budget, double max_flops);
+
+/* Structure-aware mutation: 1 to 3 meaningful edits (nudge or jump one dimension, swap
+ * a layout, toggle a mask kind or the causal alignment, change dtype or TF32, move a
+ * magnitude, plant a special value, reseed values, change scale, softcap or dropout),
+ * then repair within budget. */
+void af_case_mutate(af_case *c, struct af_rng *rng, size_t budget);
+/* Field-wise crossover: each group of related fields (shape, precision, scale, masks,
+ * dropout, each tensor) comes from a or b; repaired within budget. */
+void af_case_crossover(const af_case *a, const af_case *b, af_case *out, struct af_rng *rng, size_t budget);
+/* Shrinks batch, heads, head dims (not below 8), then lengths until af_case_flops <= max. */
+void af_case_cap_flops(af_case *c, double max_flops, size_t budget);
 
 #ifdef __cplusplus
 }

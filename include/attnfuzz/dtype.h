@@ -35,6 +35,8 @@ double af_dtype_overflow(af_dtype dt);
 
 /* Rounds x once to the nearest value of dt (F32, F16, BF16; F64 returns x). */
 double af_round_f64(double x, af_dtype dt);
+/* The same by a different method (frexp / nearbyint), for tests. */
+double af_round_f64_reference(double x, af_dtype dt);
 /* Rounds a float to dt (F32 returns x); vectorizable bit arithmetic. */
 float af_round_f32(float x, af_dtype dt);
 /* Rounds an f32 value to TF32 (10 explicit mantissa bits, f32 range); NaN/Inf unchanged. */

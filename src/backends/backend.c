@@ -3,6 +3,7 @@
 
 #include <cblas.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends.h"
@@ -36,6 +37,23 @@ void af_blas_single_thread(void) {
         openblas_set_num_threads(1);
         done = 1;
     }
+}
+
+char *openblas_get_corename(void);
+
+const char *af_blas_better_coretype(void) {
+    if (getenv("OPENBLAS_CORETYPE")) return NULL;
+    const char *core = openblas_get_corename();
+    static const char *const generic[] = {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Katmai",
+                                          "Coppermine", "Northwood", "Banias", "unknown"};
+    bool is_generic = false;
+    for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
+        if (core && strcmp(core, generic[i]) == 0) is_generic = true;
+    if (!is_generic) return NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+    return NULL;
 }
 
 af_status af_backend_open_vtable(const af_backend_vtable *vt, const char *args, af_backend **out, af_error *err) {

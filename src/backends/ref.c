@@ -38,10 +38,12 @@ enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP
 #define AF_REF_BLOCK_ELEMS 262144u
 
 static inline double af_r32(double x) { return (double)(float)x; }
+/* A value the explicit implementation holds in f32 and then stores in the dtype. */
+static inline double af_rdt(double x, af_dtype dt) { return (double)af_round_f32((float)x, dt); }
 
 /* Scale placed on an input tensor (honest mode): x * f, rounded to the dtype. */
 static void af_ref_scale_rows(double *x, size_t n, double f, af_dtype dt) {
-    for (size_t k = 0; k < n; k++) x[k] = af_round_f64(af_r32(x[k] * f), dt);
+    for (size_t k = 0; k < n; k++) x[k] = af_rdt(x[k] * f, dt);
 }
 
 static void af_ref_tf32(double *x, size_t n) {
@@ -71,14 +73,13 @@ static double af_sens_cap(double d, double x, double cap) {
 static void af_sens_weights(const double *P, double *d, size_t n) {
     double zp = 0.0, zm = 0.0;
     for (size_t j = 0; j < n; j++) {
-        double dj = d[j] < 700.0 ? d[j] : 700.0;
-        zp += P[j] * exp(dj);
-        zm += P[j] * exp(-dj);
+        d[j] = exp(d[j] < 700.0 ? d[j] : 700.0); /* e^{d_j}, kept for the second pass */
+        zp += P[j] * d[j];
+        zm += P[j] / d[j];
     }
     for (size_t j = 0; j < n; j++) {
-        double dj = d[j] < 700.0 ? d[j] : 700.0;
-        double hi = zm > 0.0 ? exp(dj) / zm - 1.0 : HUGE_VAL;
-        double lo = 1.0 - exp(-dj) / zp;
+        double hi = zm > 0.0 ? d[j] / zm - 1.0 : HUGE_VAL;
+        double lo = 1.0 - 1.0 / (d[j] * zp);
         d[j] = P[j] > 0.0 ? P[j] * (hi > lo ? hi : lo) : 0.0;
     }
 }
@@ -282,26 +283,24 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             if (sens) memset(delta + r * Sk, 0, Sk * sizeof *delta);
                             continue;
                         }
-                        double sum;
-                        if (honest) {
+                        double sum = af_exp_sub_sum_f64(s, Sk, m);
+                        if (honest) { /* fp32 exponentials and sum */
                             sum = 0.0;
                             for (size_t j = 0; j < Sk; j++) {
-                                s[j] = af_r32(exp(s[j] - m));
+                                s[j] = af_r32(s[j]);
                                 sum += s[j];
                             }
                             sum = af_r32(sum);
-                        } else {
-                            sum = af_exp_sub_sum_f64(s, Sk, m);
                         }
                         double inv = 1.0 / sum;
-                        for (size_t j = 0; j < Sk; j++) s[j] = honest ? af_round_f64(s[j] / sum, dt) : s[j] * inv;
+                        for (size_t j = 0; j < Sk; j++) s[j] = honest ? af_rdt(s[j] / sum, dt) : s[j] * inv;
                         if (sens) af_sens_weights(s, delta + r * Sk, Sk);
                         if (p > 0.0) {
                             af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
                                            (uint32_t)Sk, keep);
                             for (size_t j = 0; j < Sk; j++) {
                                 double w = keep[j] ? s[j] / (1.0 - p) : 0.0;
-                                s[j] = honest ? af_round_f64(w, dt) : w;
+                                s[j] = honest ? af_rdt(w, dt) : w;
                                 if (sens) delta[r * Sk + j] = keep[j] ? delta[r * Sk + j] / (1.0 - p) : 0.0;
                             }
                         }
@@ -337,7 +336,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         }
                         double *dst = out + ((b * Hq + h) * Sq + i) * Dv;
                         for (size_t d = 0; d < Dv; d++) {
-                            dst[d] = honest ? af_round_f64(o[d], dt) : o[d];
+                            dst[d] = honest ? af_rdt(o[d], dt) : o[d];
                         }
                         if (opts->unstable)
                             memset(opts->unstable + ((b * Hq + h) * Sq + i) * Dv, risky[r] || v_risk, Dv);

@@ -26,24 +26,54 @@ static unsigned af_pick(af_rng *r, const unsigned *w, unsigned n) {
 }
 #define AF_PICK(r, ...) af_pick((r), (const unsigned[]){__VA_ARGS__}, sizeof((const unsigned[]){__VA_ARGS__}) / sizeof(unsigned))
 
-static uint32_t af_gen_seq(af_rng *r) {
-    static const uint32_t awkward[] = {17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 143, 192, 255, 257, 320, 587};
-    switch (AF_PICK(r, 60, 14, 16, 8, 2)) {
-    case 0: return (uint32_t)af_rng_range(r, 1, 16);
-    case 1: return (uint32_t)af_rng_range(r, 17, 96);
-    case 2: return awkward[af_rng_below(r, sizeof awkward / sizeof awkward[0])];
-    case 3: return 128u * (uint32_t)af_rng_range(r, 0, 7) + (af_rng_chance(r, 1, 2) ? 64u : 1u); /* %128==64, %32==1 */
-    default: return (uint32_t)af_rng_range(r, 600, 2048);
+/* Sequence lengths by size class: tiny (most bugs show at S <= 16), medium (tiling
+ * boundaries: 64 +- 1, 128 +- 1, S % 128 == 64, kv_len % 32 == 1, 143), large (587 and
+ * long sequences, rare: their cost dominates a campaign). */
+static uint32_t af_gen_seq(af_rng *r, int cls) {
+    static const uint32_t awkward[] = {17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 143, 192, 255, 257};
+    if (cls == 0) return (uint32_t)af_rng_range(r, 1, 16);
+    if (cls == 1) {
+        switch (AF_PICK(r, 40, 45, 15)) {
+        case 0: return (uint32_t)af_rng_range(r, 17, 96);
+        case 1: return awkward[af_rng_below(r, sizeof awkward / sizeof awkward[0])];
+        default: return 128u * (uint32_t)af_rng_range(r, 0, 3) + (af_rng_chance(r, 1, 2) ? 64u : 33u);
+        }
     }
+    return af_rng_chance(r, 1, 3) ? 587u : (uint32_t)af_rng_range(r, 300, 2048);
 }
 
 static uint32_t af_gen_head_dim(af_rng *r) {
     static const uint32_t common[] = {16, 32, 64, 64, 80, 96, 128};
-    switch (AF_PICK(r, 40, 40, 12, 8)) {
+    switch (AF_PICK(r, 50, 35, 8, 7)) {
     case 0: return (uint32_t)af_rng_range(r, 1, 8);
     case 1: return common[af_rng_below(r, sizeof common / sizeof common[0])];
     case 2: return af_rng_chance(r, 1, 2) ? 21u : 203u; /* head_dim % 8 != 0 */
     default: return (uint32_t)af_rng_range(r, 9, 256);
+    }
+}
+
+/* Shrinks batch, then heads, then head dims (not below 8), then lengths until the case
+ * costs at most max_flops: the awkward lengths survive as long as anything else can go. */
+void af_case_cap_flops(af_case *c, double max_flops, size_t budget) {
+    for (int guard = 0; guard < 64 && af_case_flops(c) > max_flops; guard++) {
+        if (c->batch > 1) {
+            c->batch = (c->batch + 1) / 2;
+        } else if (c->q_heads / c->kv_heads > 1) {
+            c->q_heads = c->kv_heads * ((c->q_heads / c->kv_heads + 1) / 2);
+        } else if (c->kv_heads > 1) {
+            c->kv_heads = (c->kv_heads + 1) / 2;
+            c->q_heads = c->kv_heads;
+        } else if (c->head_dim > 8 || c->v_head_dim > 8) {
+            if (c->head_dim > 8) c->head_dim = (c->head_dim + 1) / 2;
+            if (c->v_head_dim > 8) c->v_head_dim = (c->v_head_dim + 1) / 2;
+        } else if (c->q_len >= c->kv_len && c->q_len > 1) {
+            c->q_len = (c->q_len + 1) / 2;
+        } else if (c->kv_len > 1) {
+            c->kv_len = (c->kv_len + 1) / 2;
+        } else {
+            break;
+        }
+        af_case_repair(c, budget);
     }
 }
 
@@ -95,13 +125,18 @@ static void af_gen_mask(af_rng *r, af_mask_spec *m, bool additive, af_dtype dtyp
 
 void af_case_generate(af_case *c, af_rng *r, size_t budget, double max_flops) {
     af_case_default(c);
-    c->batch = (uint32_t)(AF_PICK(r, 50, 25, 15, 10) == 0 ? 1 : af_rng_range(r, 2, 4));
-    if (af_rng_chance(r, 1, 20)) c->batch = (uint32_t)af_rng_range(r, 5, 16);
-    c->kv_heads = (uint32_t)(AF_PICK(r, 45, 25, 30) == 0 ? 1 : af_rng_range(r, 2, 8));
-    uint32_t group = AF_PICK(r, 55, 15, 15, 15) == 0 ? 1u : (uint32_t)af_rng_range(r, 2, 8);
+    int cls = (int)AF_PICK(r, 88, 10, 2); /* tiny, medium, large */
+    /* batch and heads: mostly 1 or 2 (the bugs need B > 1 or H > 1, rarely more) */
+    c->batch = (uint32_t)(AF_PICK(r, 60, 30, 10) == 0 ? 1 : af_rng_range(r, 2, 4));
+    if (af_rng_chance(r, 1, 40)) c->batch = (uint32_t)af_rng_range(r, 5, 16);
+    c->kv_heads = (uint32_t)AF_PICK(r, 55, 25, 15, 5);
+    c->kv_heads = c->kv_heads == 0 ? 1 : c->kv_heads == 1 ? 2 : c->kv_heads == 2 ? (uint32_t)af_rng_range(r, 3, 4)
+                                                                                   : (uint32_t)af_rng_range(r, 5, 8);
+    uint32_t group = (uint32_t)AF_PICK(r, 55, 25, 15, 5);
+    group = group == 0 ? 1 : group == 1 ? 2 : group == 2 ? (uint32_t)af_rng_range(r, 3, 4) : (uint32_t)af_rng_range(r, 5, 8);
     c->q_heads = c->kv_heads * group;
-    c->q_len = af_gen_seq(r);
-    c->kv_len = af_rng_chance(r, 1, 2) ? c->q_len : af_gen_seq(r);
+    c->q_len = af_gen_seq(r, cls);
+    c->kv_len = af_rng_chance(r, 1, 2) ? c->q_len : af_gen_seq(r, cls);
     c->head_dim = af_gen_head_dim(r);
     c->v_head_dim = af_rng_chance(r, 3, 4) ? c->head_dim : af_gen_head_dim(r);
 
@@ -165,17 +200,6 @@ void af_case_generate(af_case *c, af_rng *r, size_t budget, double max_flops) {
     }
 
     af_case_repair(c, budget);
-    /* keep the compute of one case bounded: shrink the longest axis until under max_flops */
-    for (int guard = 0; guard < 64 && max_flops > 0 && af_case_flops(c) > max_flops; guard++) {
-        if (c->q_len >= c->kv_len && c->q_len > 1) {
-            c->q_len = (c->q_len + 1) / 2;
-        } else if (c->kv_len > 1) {
-            c->kv_len = (c->kv_len + 1) / 2;
-        } else if (c->batch > 1) {
-            c->batch = (c->batch + 1) / 2;
-        } else {
-            break;
-        }
-        af_case_repair(c, budget);
-    }
+    /* medium cases get a sixteenth of the cap: a campaign spends its time evenly */
+    if (max_flops > 0) af_case_cap_flops(c, cls == 2 ? max_flops : max_flops / 16.0, budget);
 }

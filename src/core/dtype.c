@@ -70,6 +70,16 @@ double af_dtype_overflow(af_dtype dt) {
 double af_round_f64(double x, af_dtype dt) {
     if (dt == AF_F64 || dt == AF_BOOL || dt == AF_DTYPE_COUNT) return x;
     if (dt == AF_F32) return (double)(float)x; /* IEEE conversion: RNE, subnormals, Inf */
+    if (isnan(x)) return x;
+    if (dt == AF_F16) return (double)af_f16_to_f32(af_f16_from_f64(x));
+    return (double)af_bf16_to_f32(af_bf16_from_f64(x));
+}
+
+/* The same rounding in double arithmetic: scale by a power of two, nearbyint, scale
+ * back (all exact); kept as the slow, obviously right twin the tests compare against. */
+double af_round_f64_reference(double x, af_dtype dt) {
+    if (dt == AF_F64 || dt == AF_BOOL || dt == AF_DTYPE_COUNT) return x;
+    if (dt == AF_F32) return (double)(float)x;
     if (isnan(x) || isinf(x) || x == 0.0) return x;
     af_fmt f = af_dtype_fmt(dt);
     double a = fabs(x);
@@ -147,24 +157,35 @@ void af_round_tf32_array(float *x, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] = af_round_tf32(x[i]);
 }
 
+/* float64 -> 16-bit format in one rounding, on the bits. Normal range: add half an ulp
+ * of the target minus one plus the kept lsb (ties to even), drop the low mantissa bits,
+ * rebias the exponent; a carry into the exponent is the correct rounding up. Subnormal
+ * range: the quantum is fixed (2^-24, 2^-133), so nearbyint of the scaled value is the
+ * encoding (and 1 << mant there is the smallest normal, encoded the same way). */
+static uint16_t af_half_from_f64(double x, int mant, int bias, uint64_t inf_from, uint64_t normal_from,
+                                 double sub_scale, uint16_t inf_bits, uint16_t nan_bits) {
+    uint64_t u;
+    memcpy(&u, &x, 8);
+    uint16_t sign = (uint16_t)((u >> 48) & 0x8000u);
+    uint64_t a = u & 0x7fffffffffffffffull;
+    if (a > 0x7ff0000000000000ull) return (uint16_t)(sign | nan_bits);
+    if (a >= inf_from) return (uint16_t)(sign | inf_bits);
+    if (a >= normal_from) {
+        int drop = 52 - mant;
+        uint64_t r = (a + ((1ull << (drop - 1)) - 1) + ((a >> drop) & 1)) >> drop;
+        return (uint16_t)(sign | (uint16_t)(r - ((uint64_t)(1023 - bias) << mant)));
+    }
+    return (uint16_t)(sign | (uint16_t)nearbyint(fabs(x) * sub_scale));
+}
+
 uint16_t af_f16_from_f64(double x) {
-    double r = af_round_f64(x, AF_F16);
-    uint16_t sign = signbit(r) ? 0x8000u : 0u;
-    if (isnan(r)) return (uint16_t)(sign | 0x7e00u);
-    double a = fabs(r);
-    if (isinf(a)) return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x1p-14) return (uint16_t)(sign | (uint16_t)(a * 0x1p24)); /* exact integer */
-    int e;
-    double m = frexp(a, &e); /* a = m 2^e, m in [0.5, 1) */
-    uint16_t exp = (uint16_t)(e - 1 + 15);
-    uint16_t mant = (uint16_t)((m * 2.0 - 1.0) * 1024.0); /* exact: r has 10 bits */
-    return (uint16_t)(sign | (uint16_t)(exp << 10) | mant);
+    /* Inf from 65520 (the tie above 65504 rounds to even, 2^16), normal from 2^-14 */
+    return af_half_from_f64(x, 10, 15, 0x40effe0000000000ull, 0x3f10000000000000ull, 0x1p24, 0x7c00u, 0x7e00u);
 }
 
 uint16_t af_bf16_from_f64(double x) {
-    double r = af_round_f64(x, AF_BF16);
-    if (isnan(r)) return (uint16_t)((signbit(r) ? 0x8000u : 0u) | 0x7fc0u);
-    return (uint16_t)(af_f32_bits((float)r) >> 16); /* r is exact in f32 */
+    /* Inf from (2 - 2^-8) 2^127, normal from 2^-126 */
+    return af_half_from_f64(x, 7, 127, 0x47eff00000000000ull, 0x3810000000000000ull, 0x1p133, 0x7f80u, 0x7fc0u);
 }
 
 uint16_t af_f16_from_f32(float x) { return af_f16_from_f64((double)x); }

@@ -134,20 +134,37 @@ void af_view_set(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3, d
 
 static double af_mag(int8_t q4) { return pow(10.0, q4 / 4.0); }
 
-static double af_normal_at(uint64_t seed, uint32_t stream, uint64_t e) {
-    uint32_t w[4];
-    af_philox_at(seed, stream, e, w);
-    double u1 = af_u53(w[0], w[1]), u2 = af_u53(w[2], w[3]);
-    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+/* Standard normal number e of a stream: Box-Muller on block e / 2 gives the pair
+ * (r cos t, r sin t) for elements 2k and 2k + 1; the pair is cached for the next call. */
+typedef struct af_normal_cache {
+    uint64_t seed, block;
+    uint32_t stream;
+    double z[2];
+    int valid;
+} af_normal_cache;
+
+static double af_normal_at(af_normal_cache *nc, uint64_t seed, uint32_t stream, uint64_t e) {
+    uint64_t block = e >> 1;
+    if (!nc->valid || nc->block != block || nc->seed != seed || nc->stream != stream) {
+        uint32_t w[4];
+        af_philox_at(seed, stream, block, w);
+        double u1 = af_u53(w[0], w[1]), u2 = af_u53(w[2], w[3]);
+        double rad = sqrt(-2.0 * log(1.0 - u1));
+        nc->z[0] = rad * cos(2.0 * M_PI * u2);
+        nc->z[1] = rad * sin(2.0 * M_PI * u2);
+        nc->seed = seed, nc->block = block, nc->stream = stream, nc->valid = 1;
+    }
+    return nc->z[e & 1];
 }
 
-static double af_draw(const af_tensor_spec *s, af_dtype dt, uint32_t stream, uint64_t e) {
+static double af_draw(af_normal_cache *nc, const af_tensor_spec *s, af_dtype dt, uint32_t stream, uint64_t e,
+                      double mag) {
     uint32_t w[4];
     switch (s->dist) {
-    case AF_DIST_NORMAL: return af_normal_at(s->seed, stream, e) * af_mag(s->mag_q4);
+    case AF_DIST_NORMAL: return af_normal_at(nc, s->seed, stream, e) * mag;
     case AF_DIST_UNIFORM:
         af_philox_at(s->seed, stream, e, w);
-        return (2.0 * af_u53(w[0], w[1]) - 1.0) * af_mag(s->mag_q4);
+        return (2.0 * af_u53(w[0], w[1]) - 1.0) * mag;
     case AF_DIST_SMALL_INT: af_philox_at(s->seed, stream, e, w); return (double)(w[0] % 9u) - 4.0;
     case AF_DIST_ONE_HOT: return 0.0; /* spikes are placed per row by the caller */
     case AF_DIST_NEAR_OVERFLOW:
@@ -168,6 +185,8 @@ static void af_fill_qkv(const af_case *c, const af_view *v, af_tensor_id w) {
     size_t Bn = bs->bcast == AF_BCAST_BATCH ? 1 : B;
     size_t Hn = bs->bcast == AF_BCAST_HEADS ? 1 : H;
     uint32_t stream = AF_STREAM_VALUES + (uint32_t)w;
+    double mag = af_mag(s->mag_q4);
+    af_normal_cache nc = {0};
     for (size_t b = 0; b < Bn; b++)
         for (size_t h = 0; h < Hn; h++)
             for (size_t i = 0; i < S; i++) {
@@ -178,11 +197,11 @@ static void af_fill_qkv(const af_case *c, const af_view *v, af_tensor_id w) {
                     uint32_t r[4];
                     af_philox_at(s->seed, AF_STREAM_ONE_HOT + (uint32_t)w, row, r);
                     spike = r[0] % D;
-                    spike_val = (r[1] & 1u ? -1.0 : 1.0) * af_mag(s->mag_q4);
+                    spike_val = (r[1] & 1u ? -1.0 : 1.0) * mag;
                 }
                 for (size_t d = 0; d < D; d++) {
                     double x = s->dist == AF_DIST_ONE_HOT ? (d == spike ? spike_val : 0.0)
-                                                          : af_draw(s, c->dtype, stream, row * D + d);
+                                                          : af_draw(&nc, s, c->dtype, stream, row * D + d, mag);
                     af_view_set(v, b, h, i, d, x);
                 }
             }
@@ -222,6 +241,7 @@ static void af_fill_mask(const af_case *c, const af_mask_spec *m, const af_view 
     if (additive && m->fill == AF_FILL_NEG_LARGE) fill = -1e4;
     uint32_t stream = additive ? AF_STREAM_AMASK : AF_STREAM_BMASK;
     double mag = af_mag(m->mag_q4);
+    af_normal_cache nc = {0};
     for (size_t b = 0; b < ne[0]; b++)
         for (size_t h = 0; h < ne[1]; h++)
             for (size_t i = 0; i < ne[2]; i++)
@@ -234,7 +254,7 @@ static void af_fill_mask(const af_case *c, const af_mask_spec *m, const af_view 
                         x = fill;
                     } else {
                         size_t e = ((b * ne[1] + h) * ne[2] + i) * ne[3] + j;
-                        x = m->live_zero ? 0.0 : af_normal_at(m->seed, stream + 100, e) * mag;
+                        x = m->live_zero ? 0.0 : af_normal_at(&nc, m->seed, stream + 100, e) * mag;
                     }
                     af_view_set(v, b, h, i, j, x);
                 }

@@ -20,6 +20,21 @@
 /* Below this many multiply-adds a plain loop beats a BLAS call. */
 #define AF_BLAS_MIN_WORK 32768u
 
+/* A dot product in AF_LANES independent partial sums (the loop vectorizes; a single
+ * running sum would not, float addition being ordered), then the lanes added up. */
+#define AF_LANES 8
+
+AF_CLONES static float af_dot_f32(const float *a, const float *b, size_t K) {
+    float lane[AF_LANES] = {0};
+    size_t k = 0;
+    for (; k + AF_LANES <= K; k += AF_LANES)
+        for (size_t l = 0; l < AF_LANES; l++) lane[l] += a[k + l] * b[k + l];
+    float acc = 0.0f;
+    for (; k < K; k++) acc += a[k] * b[k];
+    for (size_t l = 0; l < AF_LANES; l++) acc += lane[l];
+    return acc;
+}
+
 void af_gemm_nt_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
                     float *C, size_t ldc, int accumulate) {
     if (M * N * K >= AF_BLAS_MIN_WORK) {
@@ -29,8 +44,7 @@ void af_gemm_nt_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, co
     }
     for (size_t i = 0; i < M; i++)
         for (size_t j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (size_t k = 0; k < K; k++) acc += A[i * lda + k] * B[j * ldb + k];
+            float acc = af_dot_f32(A + i * lda, B + j * ldb, K);
             C[i * ldc + j] = accumulate ? C[i * ldc + j] + acc : acc;
         }
 }
@@ -135,12 +149,14 @@ static inline float af_expf_lane(float x) {
 }
 
 AF_CLONES float af_exp_sub_sum_f32(float *x, size_t n, float m) {
+    for (size_t j = 0; j < n; j++) x[j] = af_expf_lane(x[j] - m);
+    float lane[AF_LANES] = {0};
+    size_t j = 0;
+    for (; j + AF_LANES <= n; j += AF_LANES)
+        for (size_t l = 0; l < AF_LANES; l++) lane[l] += x[j + l];
     float sum = 0.0f;
-    for (size_t j = 0; j < n; j++) {
-        float e = af_expf_lane(x[j] - m);
-        x[j] = e;
-        sum += e;
-    }
+    for (; j < n; j++) sum += x[j];
+    for (size_t l = 0; l < AF_LANES; l++) sum += lane[l];
     return sum;
 }
 
@@ -173,34 +189,64 @@ static inline double af_exp_lane(double x) {
 }
 
 AF_CLONES double af_exp_sub_sum_f64(double *x, size_t n, double m) {
+    for (size_t j = 0; j < n; j++) x[j] = af_exp_lane(x[j] - m);
+    double lane[AF_LANES] = {0};
+    size_t j = 0;
+    for (; j + AF_LANES <= n; j += AF_LANES)
+        for (size_t l = 0; l < AF_LANES; l++) lane[l] += x[j + l];
     double sum = 0.0;
-    for (size_t j = 0; j < n; j++) {
-        double e = af_exp_lane(x[j] - m);
-        x[j] = e;
-        sum += e;
-    }
+    for (; j < n; j++) sum += x[j];
+    for (size_t l = 0; l < AF_LANES; l++) sum += lane[l];
     return sum;
 }
 
 AF_CLONES float af_max_f32(const float *x, size_t n, int *has_nan) {
+    float lane[AF_LANES];
+    int nan[AF_LANES] = {0};
+    for (size_t l = 0; l < AF_LANES; l++) lane[l] = -INFINITY;
+    size_t j = 0;
+    for (; j + AF_LANES <= n; j += AF_LANES)
+        for (size_t l = 0; l < AF_LANES; l++) {
+            float v = x[j + l];
+            lane[l] = v > lane[l] ? v : lane[l];
+            nan[l] |= v != v;
+        }
     float m = -INFINITY;
-    int nan = 0;
-    for (size_t j = 0; j < n; j++) {
+    int any = 0;
+    for (; j < n; j++) {
         m = x[j] > m ? x[j] : m;
-        nan |= x[j] != x[j];
+        any |= x[j] != x[j];
     }
-    *has_nan = nan;
+    for (size_t l = 0; l < AF_LANES; l++) {
+        m = lane[l] > m ? lane[l] : m;
+        any |= nan[l];
+    }
+    *has_nan = any;
     return m;
 }
 
 AF_CLONES double af_max_f64(const double *x, size_t n, int *has_nan) {
-    double m = -INFINITY;
-    int nan = 0;
-    for (size_t j = 0; j < n; j++) {
+    double lane[AF_LANES];
+    int nan[AF_LANES] = {0};
+    for (size_t l = 0; l < AF_LANES; l++) lane[l] = -HUGE_VAL;
+    size_t j = 0;
+    for (; j + AF_LANES <= n; j += AF_LANES)
+        for (size_t l = 0; l < AF_LANES; l++) {
+            double v = x[j + l];
+            lane[l] = v > lane[l] ? v : lane[l];
+            nan[l] |= v != v;
+        }
+    double m = -HUGE_VAL;
+    int any = 0;
+    for (; j < n; j++) {
         m = x[j] > m ? x[j] : m;
-        nan |= x[j] != x[j];
+        any |= x[j] != x[j];
     }
-    *has_nan = nan;
+    for (size_t l = 0; l < AF_LANES; l++) {
+        m = lane[l] > m ? lane[l] : m;
+        any |= nan[l];
+    }
+    *has_nan = any;
     return m;
 }
 

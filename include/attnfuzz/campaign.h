@@ -1,0 +1,69 @@
+/* campaign.h - `attnfuzz fuzz`: draw cases, run the checks, keep one bundle per new
+ * signature and count recurrences, until a run, time or findings limit or a stop. */
+#ifndef ATTNFUZZ_CAMPAIGN_H
+#define ATTNFUZZ_CAMPAIGN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct af_campaign_opts {
+    af_exec_config exec;
+    uint64_t runs;            /* 0 = no limit */
+    double seconds;           /* 0 = no limit */
+    uint64_t seed;
+    const char *crashes_dir;  /* default "crashes" */
+    const char *corpus_dir;   /* optional: inputs or bundles to start from and mutate */
+    unsigned jobs;            /* worker processes; 0 or 1 = this process */
+    const char *stats_path;   /* optional JSON stats */
+    uint64_t max_findings;    /* stop after this many unique signatures; 0 = no limit */
+    double max_flops;         /* cap per generated case; 0 = default 2e7 */
+    bool quiet;               /* no status lines */
+} af_campaign_opts;
+
+void af_campaign_opts_default(af_campaign_opts *o);
+
+typedef struct af_signature_entry {
+    uint64_t signature;
+    af_kind kind;
+    char who[160];
+    uint64_t count;          /* executions that produced it (this campaign) */
+    char bundle[512];        /* bundle directory, "" if it could not be written */
+    bool stored_elsewhere;   /* another process had stored it already */
+} af_signature_entry;
+
+typedef struct af_campaign_stats {
+    uint64_t execs;
+    double elapsed;
+    uint64_t findings_total;                /* executions with a finding, counting repeats */
+    uint64_t unique_by_kind[AF_KIND_COUNT];
+    af_signature_entry *sigs;               /* af_free'd by af_campaign_stats_free */
+    size_t n_sigs, cap_sigs;
+    uint64_t write_errors;                  /* bundles that could not be written */
+} af_campaign_stats;
+
+void af_campaign_stats_free(af_campaign_stats *s);
+/* Writes stats as JSON (atomically); AF_ERR_IO names the path. */
+af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_opts *o, const char *path,
+                                  af_error *err);
+
+/* Runs the campaign. Returns AF_OK whether or not something was found (see stats);
+ * errors are setup or I/O problems that stop it. */
+af_status af_campaign_run(const af_campaign_opts *o, af_campaign_stats *stats, af_error *err);
+
+/* Asks a running campaign (and its job processes) to stop after the current execution.
+ * Async-signal-safe: call it from a SIGINT handler. */
+void af_campaign_interrupt(void);
+bool af_campaign_interrupted(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

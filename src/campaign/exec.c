@@ -1,0 +1,411 @@
+/* exec.c - one execution of the configured checks on one case (see exec.h). */
+#include "attnfuzz/exec.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "attnfuzz/mem.h"
+#include "scratch.h"
+
+typedef enum af_check_type { AF_CHECK_BACKEND, AF_CHECK_PAIR, AF_CHECK_RELATION, AF_CHECK_EXPECTED } af_check_type;
+
+typedef struct af_check {
+    af_check_type type;
+    size_t a, b;     /* backend indices (b for pairs); a = SIZE_MAX: the reference itself */
+    af_relation rel;
+    char name[160];
+} af_check;
+
+struct af_exec {
+    af_exec_config cfg;
+    af_backend *be[AF_EXEC_MAX_BACKENDS];
+    size_t nbe;
+    af_check checks[AF_EXEC_MAX_CHECKS];
+    size_t nchecks;
+
+    af_inputs *in;
+    af_oracle *oracle, *exp_oracle;
+    af_relation_ctx *rel;
+    af_scratch outs; /* slot k: output of backend k */
+
+    /* last execution */
+    af_case c;
+    uint8_t bytes[AF_CASE_ENCODED_MAX];
+    size_t nbytes;
+    af_tensor out[AF_EXEC_MAX_BACKENDS];
+    bool supported[AF_EXEC_MAX_BACKENDS];
+    af_status st[AF_EXEC_MAX_BACKENDS];
+    char msg[AF_EXEC_MAX_BACKENDS][512];
+    bool check_ran[AF_EXEC_MAX_CHECKS];
+    af_result results[AF_EXEC_MAX_CHECKS];
+    af_finding findings[AF_EXEC_MAX_CHECKS];
+    size_t nfind;
+    bool has_expected;
+};
+
+void af_exec_config_default(af_exec_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->pairs[0] = "explicit,fused";
+    cfg->n_pairs = 1;
+    for (int r = 0; r < AF_REL_COUNT; r++) cfg->relations[r] = true;
+    af_oracle_opts_default(&cfg->oracle);
+}
+
+/* Index of backend `name`, opening it the first time. */
+static af_status af_exec_backend(af_exec *x, const char *name, size_t len, size_t *idx, af_error *err) {
+    char buf[256];
+    AF_RETURN_ERROR_IF(len >= sizeof buf, err, AF_ERR_INVALID, "backend name too long");
+    memcpy(buf, name, len);
+    buf[len] = 0;
+    for (size_t k = 0; k < x->nbe; k++)
+        if (strcmp(af_backend_name(x->be[k]), buf) == 0) {
+            *idx = k;
+            return AF_OK;
+        }
+    AF_RETURN_ERROR_IF(x->nbe == AF_EXEC_MAX_BACKENDS, err, AF_ERR_INVALID, "too many backends (max %d)",
+                       AF_EXEC_MAX_BACKENDS);
+    AF_TRY(af_backend_open(buf, &x->be[x->nbe], err));
+    *idx = x->nbe++;
+    return AF_OK;
+}
+
+static af_check *af_exec_add_check(af_exec *x, af_check_type type, af_error *err) {
+    if (x->nchecks == AF_EXEC_MAX_CHECKS) {
+        af_error_set(err, AF_ERR_INVALID, "too many checks (max %d)", AF_EXEC_MAX_CHECKS);
+        return NULL;
+    }
+    af_check *ck = &x->checks[x->nchecks++];
+    memset(ck, 0, sizeof *ck);
+    ck->type = type;
+    return ck;
+}
+
+static af_status af_exec_setup(af_exec *x, af_error *err) {
+    const af_exec_config *cfg = &x->cfg;
+    for (size_t i = 0; i < cfg->n_backends; i++) {
+        size_t k;
+        AF_TRY(af_exec_backend(x, cfg->backends[i], strlen(cfg->backends[i]), &k, err));
+        af_check *ck = af_exec_add_check(x, AF_CHECK_BACKEND, err);
+        if (!ck) return AF_ERR_INVALID;
+        ck->a = k;
+        snprintf(ck->name, sizeof ck->name, "%s", af_backend_name(x->be[k]));
+    }
+    for (size_t i = 0; i < cfg->n_pairs; i++) {
+        const char *p = cfg->pairs[i];
+        const char *comma = strchr(p, ',');
+        AF_RETURN_ERROR_IF(!comma || comma == p || !comma[1], err, AF_ERR_INVALID,
+                           "--pair \"%s\": expected two backends as A,B", p);
+        size_t a, b;
+        AF_TRY(af_exec_backend(x, p, (size_t)(comma - p), &a, err));
+        AF_TRY(af_exec_backend(x, comma + 1, strlen(comma + 1), &b, err));
+        af_check *ck = af_exec_add_check(x, AF_CHECK_PAIR, err);
+        if (!ck) return AF_ERR_INVALID;
+        ck->a = a;
+        ck->b = b;
+        snprintf(ck->name, sizeof ck->name, "%s,%s", af_backend_name(x->be[a]), af_backend_name(x->be[b]));
+    }
+    for (int r = 0; r < AF_REL_COUNT; r++) {
+        if (!cfg->relations[r]) continue;
+        for (size_t k = 0; k < x->nbe; k++) {
+            af_check *ck = af_exec_add_check(x, AF_CHECK_RELATION, err);
+            if (!ck) return AF_ERR_INVALID;
+            ck->a = k;
+            ck->rel = (af_relation)r;
+            snprintf(ck->name, sizeof ck->name, "%s@%s", af_relation_names[r], af_backend_name(x->be[k]));
+        }
+    }
+    AF_RETURN_ERROR_IF(x->nchecks == 0, err, AF_ERR_INVALID, "nothing to check: give --backend, --pair or --relation with a backend");
+    return AF_OK;
+}
+
+af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
+    af_exec *x = af_calloc(1, sizeof *x);
+    if (!x) {
+        af_error_set(err, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    x->cfg = *cfg;
+    x->in = af_inputs_create();
+    x->oracle = af_oracle_create(&cfg->oracle);
+    x->exp_oracle = af_oracle_create(&cfg->oracle);
+    x->rel = af_relation_ctx_create();
+    if (!x->in || !x->oracle || !x->exp_oracle || !x->rel) {
+        af_error_set(err, AF_ERR_NOMEM, "out of memory");
+        af_exec_destroy(x);
+        return NULL;
+    }
+    if (af_exec_setup(x, err) != AF_OK) {
+        af_exec_destroy(x);
+        return NULL;
+    }
+    return x;
+}
+
+void af_exec_destroy(af_exec *x) {
+    if (!x) return;
+    for (size_t k = 0; k < x->nbe; k++) af_backend_close(x->be[k]);
+    af_inputs_destroy(x->in);
+    af_oracle_destroy(x->oracle);
+    af_oracle_destroy(x->exp_oracle);
+    af_relation_ctx_destroy(x->rel);
+    af_scratch_release(&x->outs);
+    af_free(x);
+}
+
+static af_kind af_kind_of_status(af_status st) {
+    if (st == AF_ERR_CRASH) return AF_KIND_CRASH;
+    if (st == AF_ERR_TIMEOUT) return AF_KIND_TIMEOUT;
+    return AF_KIND_ERROR;
+}
+
+/* Precedence of kinds for a pair: the first in enum order that is not ok. */
+static const af_result *af_worse(const af_result *a, const af_result *b) {
+    if (a->kind == AF_KIND_OK) return b;
+    if (b->kind == AF_KIND_OK) return a;
+    return a->kind <= b->kind ? a : b;
+}
+
+static void af_exec_error_result(af_exec *x, size_t k, af_result *res) {
+    memset(res, 0, sizeof *res);
+    res->kind = af_kind_of_status(x->st[k]);
+}
+
+/* The one relation a sampled execution runs on backend k: a function of the case's seeds,
+ * so a given input always runs the same checks. */
+static af_relation af_exec_sampled_relation(const af_exec *x, const af_case *c, size_t k) {
+    af_relation cand[AF_REL_COUNT];
+    unsigned n = 0;
+    for (int r = 0; r < AF_REL_COUNT; r++)
+        if (x->cfg.relations[r] && af_relation_applies((af_relation)r, c)) cand[n++] = (af_relation)r;
+    if (n == 0) return AF_REL_COUNT;
+    uint64_t h = (uint64_t)c->t[AF_Q].seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)c->t[AF_V].seed ^ (k * 0x85ebca6bu);
+    return cand[(h >> 17) % n];
+}
+
+/* Runs every backend and every check on the inputs in x->in. */
+static af_status af_exec_execute(af_exec *x, af_error *err) {
+    const af_case_tensors *t = af_inputs_get(x->in);
+    const af_case *c = t->c;
+    x->c = *c;
+    x->nbytes = af_case_encode(c, x->bytes, sizeof x->bytes);
+    x->nfind = 0;
+    AF_TRY(af_oracle_prepare(x->oracle, t, err));
+
+    for (size_t k = 0; k < x->nbe; k++) {
+        x->supported[k] = af_backend_supports(x->be[k], c, NULL, 0);
+        x->st[k] = AF_OK;
+        x->msg[k][0] = 0;
+        if (!x->supported[k]) continue;
+        af_backend_out_shape(x->be[k], c, &x->out[k]);
+        x->out[k].data = af_scratch_get(&x->outs, (int)k, af_tensor_span(&x->out[k]), err);
+        if (!x->out[k].data) return AF_ERR_NOMEM;
+        af_error berr;
+        x->st[k] = af_backend_run(x->be[k], t, &x->out[k], &berr);
+        if (x->st[k] == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "%s", berr.msg);
+        if (x->st[k] != AF_OK) snprintf(x->msg[k], sizeof x->msg[k], "%s", berr.msg);
+    }
+
+    for (size_t i = 0; i < x->nchecks; i++) {
+        const af_check *ck = &x->checks[i];
+        af_result *res = &x->results[i];
+        memset(res, 0, sizeof *res);
+        x->check_ran[i] = false;
+        const char *message = "";
+        switch (ck->type) {
+        case AF_CHECK_BACKEND:
+            if (!x->supported[ck->a]) break;
+            x->check_ran[i] = true;
+            if (x->st[ck->a] != AF_OK) {
+                af_exec_error_result(x, ck->a, res);
+                message = x->msg[ck->a];
+            } else {
+                AF_TRY(af_oracle_compare(x->oracle, &x->out[ck->a], res, err));
+            }
+            break;
+        case AF_CHECK_PAIR: {
+            if (!x->supported[ck->a] || !x->supported[ck->b]) break;
+            x->check_ran[i] = true;
+            af_result ra, rb;
+            size_t sides[2] = {ck->a, ck->b};
+            af_result *rs[2] = {&ra, &rb};
+            for (int s = 0; s < 2; s++) {
+                if (x->st[sides[s]] != AF_OK) {
+                    af_exec_error_result(x, sides[s], rs[s]);
+                    message = x->msg[sides[s]];
+                } else {
+                    AF_TRY(af_oracle_compare(x->oracle, &x->out[sides[s]], rs[s], err));
+                }
+            }
+            *res = *af_worse(&ra, &rb);
+            break;
+        }
+        case AF_CHECK_RELATION: {
+            if (!x->supported[ck->a] || x->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c)) break;
+            if (x->cfg.sample_relations && ck->rel != af_exec_sampled_relation(x, c, ck->a)) break;
+            af_error rerr;
+            af_status st = af_relation_check(ck->rel, x->be[ck->a], t, &x->out[ck->a], x->oracle, x->rel, res, &rerr);
+            if (st == AF_ERR_UNSUPPORTED) break;
+            if (st != AF_OK) return af_error_set(err, st, "%s: %s", ck->name, rerr.msg);
+            x->check_ran[i] = true;
+            if (res->kind == AF_KIND_ERROR) message = rerr.msg;
+            break;
+        }
+        case AF_CHECK_EXPECTED: {
+            x->check_ran[i] = true;
+            if (ck->a == SIZE_MAX) {
+                af_tensor ref;
+                size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+                af_tensor_contiguous(&ref, AF_F64, 4, ne);
+                ref.data = (void *)(uintptr_t)af_oracle_ref(x->oracle);
+                AF_TRY(af_oracle_compare(x->exp_oracle, &ref, res, err));
+            } else if (!x->supported[ck->a]) {
+                x->check_ran[i] = false;
+            } else if (x->st[ck->a] != AF_OK) {
+                af_exec_error_result(x, ck->a, res);
+                message = x->msg[ck->a];
+            } else {
+                AF_TRY(af_oracle_compare(x->exp_oracle, &x->out[ck->a], res, err));
+            }
+            break;
+        }
+        }
+        if (x->check_ran[i] && res->kind != AF_KIND_OK) {
+            af_finding *f = &x->findings[x->nfind++];
+            memset(f, 0, sizeof *f);
+            f->kind = res->kind;
+            f->check = i;
+            f->result = *res;
+            snprintf(f->who, sizeof f->who, "%s", ck->name);
+            snprintf(f->message, sizeof f->message, "%s", message);
+            f->signature = af_signature(f->kind, f->who, c);
+        }
+    }
+    return AF_OK;
+}
+
+/* Drops the checks against an expected output of a previous bundle. */
+static void af_exec_drop_expected(af_exec *x) {
+    while (x->nchecks > 0 && x->checks[x->nchecks - 1].type == AF_CHECK_EXPECTED) x->nchecks--;
+    x->has_expected = false;
+}
+
+af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err) {
+    af_exec_drop_expected(x);
+    AF_TRY(af_inputs_generate(x->in, c, err));
+    return af_exec_execute(x, err);
+}
+
+af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_error *err) {
+    af_case c;
+    af_case_decode(&c, data, size, x->cfg.budget);
+    return af_exec_run_case(x, &c, err);
+}
+
+af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
+    af_exec_drop_expected(x);
+    AF_TRY(af_bundle_load_inputs(b, x->in, err));
+    double *expected = NULL;
+    AF_TRY(af_bundle_load_expected(b, &expected, err));
+    if (expected) {
+        const af_case_tensors *t = af_inputs_get(x->in);
+        af_status st = af_oracle_prepare_expected(x->exp_oracle, t, expected, err);
+        af_free(expected);
+        AF_TRY(st);
+        size_t n = x->nbe;
+        for (size_t k = 0; k <= n; k++) {
+            af_check *ck = af_exec_add_check(x, AF_CHECK_EXPECTED, err);
+            if (!ck) return AF_ERR_INVALID;
+            ck->a = k < n ? k : SIZE_MAX;
+            snprintf(ck->name, sizeof ck->name, "%s~expected", k < n ? af_backend_name(x->be[k]) : "ref");
+        }
+        x->has_expected = true;
+    }
+    return af_exec_execute(x, err);
+}
+
+size_t af_exec_finding_count(const af_exec *x) { return x->nfind; }
+const af_finding *af_exec_finding(const af_exec *x, size_t i) { return i < x->nfind ? &x->findings[i] : NULL; }
+const af_case *af_exec_case(const af_exec *x) { return &x->c; }
+size_t af_exec_input(const af_exec *x, const uint8_t **bytes) {
+    *bytes = x->bytes;
+    return x->nbytes;
+}
+size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
+const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }
+bool af_exec_check_ran(const af_exec *x, size_t i) { return x->check_ran[i]; }
+const af_result *af_exec_check_result(const af_exec *x, size_t i) { return &x->results[i]; }
+
+static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle_output *o) {
+    memset(o, 0, sizeof *o);
+    o->backend = af_backend_name(x->be[k]);
+    o->version = af_backend_version(x->be[k]);
+    o->out = x->st[k] == AF_OK ? &x->out[k] : NULL;
+    o->result = *res;
+    o->error = x->st[k] == AF_OK ? NULL : x->msg[k];
+}
+
+af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len, af_error *err) {
+    AF_RETURN_ERROR_IF(i >= x->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    const af_finding *f = &x->findings[i];
+    const af_check *ck = &x->checks[f->check];
+    const af_case_tensors *t = af_inputs_get(x->in);
+    af_bundle_output outs[2];
+    size_t nout = 0;
+    char relname[200];
+    switch (ck->type) {
+    case AF_CHECK_BACKEND:
+    case AF_CHECK_EXPECTED:
+        if (ck->a != SIZE_MAX) af_exec_output(x, ck->a, &f->result, &outs[nout++]);
+        break;
+    case AF_CHECK_PAIR: {
+        size_t sides[2] = {ck->a, ck->b};
+        for (int s = 0; s < 2; s++) {
+            af_result r;
+            memset(&r, 0, sizeof r);
+            if (x->st[sides[s]] == AF_OK) {
+                AF_TRY(af_oracle_compare(x->oracle, &x->out[sides[s]], &r, err));
+            } else {
+                af_exec_error_result(x, sides[s], &r);
+            }
+            af_exec_output(x, sides[s], &r, &outs[nout++]);
+        }
+        break;
+    }
+    case AF_CHECK_RELATION: {
+        /* the transformed run again (deterministic), to store its output beside the original */
+        af_result r;
+        af_error rerr;
+        AF_TRY(af_relation_check(ck->rel, x->be[ck->a], t, &x->out[ck->a], x->oracle, x->rel, &r, &rerr));
+        af_result orig;
+        AF_TRY(af_oracle_compare(x->oracle, &x->out[ck->a], &orig, err));
+        af_exec_output(x, ck->a, &orig, &outs[nout++]);
+        snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
+        outs[nout] = outs[0];
+        outs[nout].backend = relname;
+        outs[nout].out = r.kind == AF_KIND_ERROR ? NULL : af_relation_output(x->rel);
+        outs[nout].result = r;
+        outs[nout].error = r.kind == AF_KIND_ERROR ? rerr.msg : NULL;
+        nout++;
+        break;
+    }
+    }
+    char name[64], replay[1024];
+    af_bundle_name(f->kind, f->signature, name, sizeof name);
+    snprintf(replay, sizeof replay, "attnfuzz replay %s/%s", dir, name);
+    af_bundle_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.c = &x->c;
+    spec.input = x->bytes;
+    spec.input_len = x->nbytes;
+    spec.tensors = t;
+    spec.ref = af_oracle_ref(x->oracle);
+    spec.kind = f->kind;
+    spec.signature = f->signature;
+    spec.who = f->who;
+    spec.relation = ck->type == AF_CHECK_RELATION ? af_relation_names[ck->rel] : NULL;
+    spec.outputs = outs;
+    spec.n_outputs = nout;
+    spec.tol = f->result.tol;
+    spec.replay_cmd = replay;
+    return af_bundle_write(dir, &spec, path, path_len, err);
+}

@@ -1,0 +1,25 @@
+/* cli.h - the subcommands of the attnfuzz command line (main.c dispatches). Each returns
+ * the process exit code: 0 clean, 1 findings, 2 usage or runtime error. */
+#ifndef ATTNFUZZ_CLI_H
+#define ATTNFUZZ_CLI_H
+
+#include "attnfuzz/exec.h"
+
+int af_cmd_fuzz(int argc, char **argv);
+int af_cmd_replay(int argc, char **argv);
+int af_cmd_show(int argc, char **argv);
+int af_cmd_backends(int argc, char **argv);
+
+/* Shared option parsing: --backend, --pair, --relation, --budget, --waive. Returns 1 if
+ * the option was consumed, 0 if not one of these, -1 on a bad value (message printed). */
+int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selected);
+/* Fills the relation set for "all" or a name; prints an error and returns -1 if unknown. */
+int af_cli_relation(af_exec_config *cfg, const char *name);
+
+enum { AF_OPT_BACKEND = 1000, AF_OPT_PAIR, AF_OPT_RELATION, AF_OPT_BUDGET, AF_OPT_WAIVE };
+#define AF_CLI_EXEC_OPTIONS                                                                        \
+    {"backend", required_argument, 0, AF_OPT_BACKEND}, {"pair", required_argument, 0, AF_OPT_PAIR}, \
+        {"relation", required_argument, 0, AF_OPT_RELATION},                                       \
+        {"budget", required_argument, 0, AF_OPT_BUDGET}, {"waive", required_argument, 0, AF_OPT_WAIVE}
+
+#endif

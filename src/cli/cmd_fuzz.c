@@ -1,0 +1,158 @@
+/* cmd_fuzz.c - `attnfuzz fuzz`: the campaign. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnfuzz/campaign.h"
+#include "cli.h"
+
+static void af_fuzz_usage(FILE *f) {
+    fprintf(f,
+            "usage: attnfuzz fuzz [options]\n"
+            "\n"
+            "Draws attention cases, runs them through the selected checks and keeps one repro\n"
+            "bundle per new finding signature in the crashes directory. With no backend\n"
+            "options: the pair explicit,fused and every relation on both.\n"
+            "\n"
+            "  --backend NAME      compare NAME with the float64 reference (repeatable)\n"
+            "  --pair A,B          run A and B on the same case, both against the reference\n"
+            "  --relation NAME     metamorphic relation on every backend (repeatable, or all):\n"
+            "                      layout, placement, batch_split, head_perm, kv_perm, masked_values\n"
+            "  --runs N            stop after N executions\n"
+            "  --time SECONDS      stop after this long\n"
+            "  --seed N            campaign seed (default 1)\n"
+            "  --crashes DIR       where bundles go (default crashes/)\n"
+            "  --corpus DIR        inputs or bundles to start from and mutate\n"
+            "  --jobs N            N processes sharing the crashes directory\n"
+            "  --stats FILE        write JSON stats (execs, execs/s, findings, signatures)\n"
+            "  --max-findings N    stop after N unique findings\n"
+            "  --budget MIB        tensor memory per case (default 64)\n"
+            "  --max-flops F       cap on the flops of one generated case (default 2e7)\n"
+            "  --waive masked_row_nan   do not report NaN in fully masked rows\n"
+            "  --quiet             no status lines\n"
+            "\n"
+            "exit: 0 nothing found, 1 findings, 2 usage or runtime error\n");
+}
+
+static void af_on_signal(int sig) {
+    (void)sig;
+    af_campaign_interrupt();
+}
+
+static int af_parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (!*s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+int af_cmd_fuzz(int argc, char **argv) {
+    af_campaign_opts o;
+    af_campaign_opts_default(&o);
+    af_exec_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    af_oracle_opts_default(&cfg.oracle);
+    int selected = 0;
+    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP };
+    static const struct option longopts[] = {
+        AF_CLI_EXEC_OPTIONS,
+        {"runs", required_argument, 0, O_RUNS},
+        {"time", required_argument, 0, O_TIME},
+        {"seed", required_argument, 0, O_SEED},
+        {"crashes", required_argument, 0, O_CRASHES},
+        {"corpus", required_argument, 0, O_CORPUS},
+        {"jobs", required_argument, 0, O_JOBS},
+        {"stats", required_argument, 0, O_STATS},
+        {"max-findings", required_argument, 0, O_MAXF},
+        {"max-flops", required_argument, 0, O_FLOPS},
+        {"quiet", no_argument, 0, O_QUIET},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int r = af_cli_exec_option(&cfg, opt, optarg, &selected);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        uint64_t v;
+        switch (opt) {
+        case O_RUNS:
+            if (af_parse_u64(optarg, &o.runs)) goto bad;
+            break;
+        case O_TIME:
+            o.seconds = strtod(optarg, NULL);
+            if (!(o.seconds > 0)) goto bad;
+            break;
+        case O_SEED:
+            if (af_parse_u64(optarg, &o.seed)) goto bad;
+            break;
+        case O_CRASHES: o.crashes_dir = optarg; break;
+        case O_CORPUS: o.corpus_dir = optarg; break;
+        case O_JOBS:
+            if (af_parse_u64(optarg, &v) || v < 1 || v > 256) goto bad;
+            o.jobs = (unsigned)v;
+            break;
+        case O_STATS: o.stats_path = optarg; break;
+        case O_MAXF:
+            if (af_parse_u64(optarg, &o.max_findings)) goto bad;
+            break;
+        case O_FLOPS:
+            o.max_flops = strtod(optarg, NULL);
+            if (!(o.max_flops > 0)) goto bad;
+            break;
+        case O_QUIET: o.quiet = true; break;
+        case O_HELP:
+        case 'h': af_fuzz_usage(stdout); return 0;
+        default: af_fuzz_usage(stderr); return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "attnfuzz fuzz: bad value \"%s\" (see attnfuzz fuzz --help)\n", optarg);
+        return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "attnfuzz fuzz: unexpected argument \"%s\"\n", argv[optind]);
+        return 2;
+    }
+    if (!(selected & 1)) { /* the default pair */
+        cfg.pairs[0] = "explicit,fused";
+        cfg.n_pairs = 1;
+        if (!(selected & 2))
+            for (int r = 0; r < AF_REL_COUNT; r++) cfg.relations[r] = true;
+    }
+    cfg.sample_relations = true;
+    o.exec = cfg;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = af_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    af_campaign_stats stats;
+    af_error err = {0};
+    af_status st = af_campaign_run(&o, &stats, &err);
+    int rc = 0;
+    if (st != AF_OK) {
+        fprintf(stderr, "attnfuzz fuzz: %s\n", err.msg);
+        rc = 2;
+    } else {
+        fprintf(stderr, "attnfuzz: %llu execs in %.1fs (%.0f/s), %zu unique findings%s\n",
+                (unsigned long long)stats.execs, stats.elapsed,
+                stats.elapsed > 0 ? (double)stats.execs / stats.elapsed : 0.0, stats.n_sigs,
+                af_campaign_interrupted() ? ", interrupted" : "");
+        for (size_t i = 0; i < stats.n_sigs; i++) {
+            const af_signature_entry *e = &stats.sigs[i];
+            fprintf(stderr, "  %-15s %-32s x%-6llu %s\n", af_kind_names[e->kind], e->who, (unsigned long long)e->count,
+                    e->bundle[0] ? e->bundle : "(not stored: see the error above)");
+        }
+        rc = stats.n_sigs ? 1 : 0;
+        if (stats.write_errors) rc = 2;
+    }
+    af_campaign_stats_free(&stats);
+    return rc;
+}

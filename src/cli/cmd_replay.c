@@ -1,0 +1,161 @@
+/* cmd_replay.c - `attnfuzz replay PATH...`: re-run bundles (directories) or raw inputs
+ * (files) and say, per check, whether it still fails. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attnfuzz/bundle.h"
+#include "attnfuzz/exec.h"
+#include "cli.h"
+
+static void af_replay_usage(FILE *f) {
+    fprintf(f,
+            "usage: attnfuzz replay [options] PATH...\n"
+            "\n"
+            "PATH is a bundle directory (as written by fuzz, or by another tool: a case.json\n"
+            "and optional .npy.zst arrays, with expected.npy.zst checked too) or a raw input\n"
+            "file (libFuzzer/AFL++ style bytes). Bundles re-run the backends and relation\n"
+            "they recorded; raw inputs the default pair explicit,fused and every relation.\n"
+            "\n"
+            "  --backend NAME   run NAME instead (repeatable); also --pair A,B, --relation NAME\n"
+            "  --budget MIB     tensor memory per case (default 64; raise for big bundles)\n"
+            "  --waive masked_row_nan\n"
+            "  -q, --quiet      print only failing checks\n"
+            "\n"
+            "exit: 0 all clean, 1 something still fails, 2 usage error or unreadable input\n");
+}
+
+static void af_print_result(const char *path, const char *check, const af_result *r, const char *msg) {
+    if (r->kind == AF_KIND_ERROR || r->kind == AF_KIND_CRASH || r->kind == AF_KIND_TIMEOUT) {
+        printf("%s: %s: %s: %s\n", path, check, af_kind_names[r->kind], msg && *msg ? msg : "(no message)");
+        return;
+    }
+    printf("%s: %s: %s  max_abs %.3g  max_rel %.3g  rel_fro %.3g  worst %.3g x tol at [%zu,%zu,%zu,%zu]"
+           " (got %.9g, want %.9g)\n",
+           path, check, af_kind_names[r->kind], r->m.max_abs, r->m.max_rel, r->m.rel_fro, r->m.worst_ratio,
+           r->m.worst[0], r->m.worst[1], r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref);
+}
+
+/* The checks a bundle recorded: its backends (without ref, relation outputs and
+ * expected comparisons) and its relation. */
+static void af_config_from_bundle(const af_bundle *b, af_exec_config *cfg, char names[][128]) {
+    size_t n = 0;
+    for (size_t i = 0; i < af_bundle_record_count(b) && n < AF_EXEC_MAX_BACKENDS; i++) {
+        const char *name = af_bundle_record_at(b, i)->backend;
+        if (!strcmp(name, "ref") || strchr(name, '@') || strchr(name, '~')) continue;
+        snprintf(names[n], 128, "%s", name);
+        cfg->backends[n] = names[n];
+        n++;
+    }
+    cfg->n_backends = n;
+    const char *rel = af_bundle_relation(b);
+    if (rel && af_relation_from_name(rel) >= 0) cfg->relations[af_relation_from_name(rel)] = true;
+    if (n == 0) { /* a bundle from another tool: the default pair */
+        cfg->pairs[0] = "explicit,fused";
+        cfg->n_pairs = 1;
+    }
+}
+
+static int af_replay_one(const char *path, const af_exec_config *base, int selected, bool quiet) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "attnfuzz replay: %s: no such file or directory\n", path);
+        return 2;
+    }
+    af_error err = {0};
+    af_exec_config cfg = *base;
+    af_bundle *b = NULL;
+    char names[AF_EXEC_MAX_BACKENDS][128];
+    if (S_ISDIR(sb.st_mode)) {
+        if (af_bundle_read(path, &b, &err) != AF_OK) {
+            fprintf(stderr, "attnfuzz replay: %s\n", err.msg);
+            return 2;
+        }
+        if (!(selected & 1)) af_config_from_bundle(b, &cfg, names);
+    } else if (!(selected & 1)) {
+        cfg.pairs[0] = "explicit,fused";
+        cfg.n_pairs = 1;
+        if (!(selected & 2))
+            for (int r = 0; r < AF_REL_COUNT; r++) cfg.relations[r] = true;
+    }
+    af_exec *x = af_exec_create(&cfg, &err);
+    if (!x) {
+        fprintf(stderr, "attnfuzz replay: %s: %s\n", path, err.msg);
+        af_bundle_free(b);
+        return 2;
+    }
+    af_status st;
+    if (b) {
+        st = af_exec_run_bundle(x, b, &err);
+    } else {
+        uint8_t buf[1 << 16];
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+        if (f) fclose(f);
+        if (!f) {
+            fprintf(stderr, "attnfuzz replay: %s: cannot open\n", path);
+            af_exec_destroy(x);
+            return 2;
+        }
+        st = af_exec_run_bytes(x, buf, n, &err);
+    }
+    int rc = 0;
+    if (st != AF_OK) {
+        fprintf(stderr, "attnfuzz replay: %s: %s\n", path, err.msg);
+        rc = 2;
+    } else {
+        for (size_t i = 0; i < af_exec_check_count(x); i++) {
+            const af_result *r = af_exec_check_result(x, i);
+            if (!af_exec_check_ran(x, i)) {
+                if (!quiet) printf("%s: %s: not run (not supported or does not apply)\n", path, af_exec_check_name(x, i));
+                continue;
+            }
+            const char *msg = "";
+            for (size_t k = 0; k < af_exec_finding_count(x); k++)
+                if (af_exec_finding(x, k)->check == i) msg = af_exec_finding(x, k)->message;
+            if (r->kind != AF_KIND_OK || !quiet) af_print_result(path, af_exec_check_name(x, i), r, msg);
+        }
+        rc = af_exec_finding_count(x) ? 1 : 0;
+    }
+    af_exec_destroy(x);
+    af_bundle_free(b);
+    return rc;
+}
+
+int af_cmd_replay(int argc, char **argv) {
+    af_exec_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    af_oracle_opts_default(&cfg.oracle);
+    int selected = 0;
+    bool quiet = false;
+    static const struct option longopts[] = {
+        AF_CLI_EXEC_OPTIONS, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
+        int r = af_cli_exec_option(&cfg, opt, optarg, &selected);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (opt == 'q') {
+            quiet = true;
+        } else if (opt == 'h') {
+            af_replay_usage(stdout);
+            return 0;
+        } else {
+            af_replay_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        af_replay_usage(stderr);
+        return 2;
+    }
+    int rc = 0;
+    for (int i = optind; i < argc; i++) {
+        int r = af_replay_one(argv[i], &cfg, selected, quiet);
+        if (r > rc) rc = r;
+    }
+    return rc;
+}

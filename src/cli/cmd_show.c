@@ -1,0 +1,149 @@
+/* cmd_show.c - `attnfuzz show BUNDLE`: what a person needs to file the bug. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "attnfuzz/bundle.h"
+#include "attnfuzz/mem.h"
+#include "cli.h"
+
+static void af_show_usage(FILE *f) {
+    fprintf(f, "usage: attnfuzz show [--heatmap FILE.png] BUNDLE\n"
+               "\n"
+               "Prints the case (shapes, layouts, dtype, masks, scale, dropout), each backend's\n"
+               "metrics and its worst element. --heatmap draws |out - ref| over (query position,\n"
+               "value dim) for the worst (batch, head) of the worst backend: blocks point at a\n"
+               "layout bug, an even wash at a scale bug.\n");
+}
+
+static void af_show_tensor(const char *name, const af_tensor_spec *t) {
+    printf("  %s: layout %s", name, af_layout_names[t->layout]);
+    if (t->perm) printf(", memory order #%u", t->perm);
+    if (t->pad) printf(", rows padded by %u", t->pad);
+    if (t->bcast != AF_BCAST_NONE) printf(", stride 0 over %s", af_bcast_names[t->bcast]);
+    printf("; values %s, magnitude 1e%g", af_dist_names[t->dist], t->mag_q4 / 4.0);
+    if (t->special != AF_SPECIAL_NONE) printf(", planted %s", af_special_names[t->special]);
+    printf(", seed %u\n", t->seed);
+}
+
+static void af_show_mask(const char *name, const af_case *c, const af_mask_spec *m, bool additive) {
+    if (!m->present) return;
+    size_t full[4] = {c->batch, c->q_heads, c->q_len, c->kv_len};
+    printf("  %s: shape [", name);
+    for (int d = m->rank2 ? 2 : 0; d < 4; d++) printf("%s%zu", d > (m->rank2 ? 2 : 0) ? "," : "", (m->dims & (1u << d)) ? full[d] : (size_t)1);
+    printf("]%s, %s", m->expanded ? " expanded (stride 0)" : "", af_mask_pattern_names[m->pattern]);
+    if (additive) printf(", dtype %s, masked = %s", af_dtype_names[m->dtype], af_mask_fill_names[m->fill]);
+    printf("\n");
+}
+
+int af_cmd_show(int argc, char **argv) {
+    const char *heatmap = NULL;
+    static const struct option longopts[] = {
+        {"heatmap", required_argument, 0, 'm'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        if (opt == 'm') {
+            heatmap = optarg;
+        } else if (opt == 'h') {
+            af_show_usage(stdout);
+            return 0;
+        } else {
+            af_show_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        af_show_usage(stderr);
+        return 2;
+    }
+    af_error err = {0};
+    af_bundle *b;
+    if (af_bundle_read(argv[optind], &b, &err) != AF_OK) {
+        fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+        return 2;
+    }
+    const af_case *c = af_bundle_case(b);
+    char feat[512];
+    af_case_features_str(c, feat, sizeof feat);
+    printf("bundle   %s\n", af_bundle_dir(b));
+    printf("finding  %s by %s%s%s, signature %016llx\n", af_kind_names[af_bundle_kind(b)], af_bundle_who(b),
+           af_bundle_relation(b) ? " under relation " : "", af_bundle_relation(b) ? af_bundle_relation(b) : "",
+           (unsigned long long)af_bundle_signature(b));
+    printf("features %s\n", feat);
+    printf("shape    Q [%u,%u,%u,%u]  K [%u,%u,%u,%u]  V [%u,%u,%u,%u]  out [%u,%u,%u,%u]\n", c->batch, c->q_heads,
+           c->q_len, c->head_dim, c->batch, c->kv_heads, c->kv_len, c->head_dim, c->batch, c->kv_heads, c->kv_len,
+           c->v_head_dim, c->batch, c->q_heads, c->q_len, c->v_head_dim);
+    printf("dtype    %s%s\n", af_dtype_names[c->dtype],
+           c->dtype == AF_F32 ? (c->allow_tf32 ? " (TF32 allowed)" : " (TF32 not allowed)") : "");
+    printf("scale    %.9g%s, placed at %s", af_case_scale(c), c->scale_set ? "" : " (default 1/sqrt(D))",
+           af_placement_names[c->placement]);
+    if (c->softcap > 0) printf(", softcap %g", c->softcap);
+    printf("\n");
+    printf("masks   ");
+    if (c->causal) printf(" causal");
+    if (c->causal || af_case_has_window(c))
+        printf(" diagonal %s (offset %d for batch 0)", af_diag_names[c->diag], af_case_diag_offset(c, 0));
+    if (af_case_has_window(c)) printf(" window (%d, %d)", c->window_left, c->window_right);
+    if (c->key_padding) {
+        printf(" key_padding [");
+        for (uint32_t i = 0; i < c->batch; i++) printf("%s%u", i ? "," : "", c->kv_valid[i]);
+        printf("]");
+    }
+    if (!c->causal && !af_case_has_window(c) && !c->key_padding && !c->amask.present && !c->bmask.present) printf(" none");
+    printf("\n");
+    af_show_mask("additive mask", c, &c->amask, true);
+    af_show_mask("boolean mask", c, &c->bmask, false);
+    if (c->dropout_p > 0) printf("dropout  p = %g, seed %llu\n", c->dropout_p, (unsigned long long)c->dropout_seed);
+    printf("inputs\n");
+    for (int t = 0; t < AF_QKV_COUNT; t++) af_show_tensor(af_tensor_names[t], &c->t[t]);
+    af_tolerance tol;
+    if (af_bundle_has_tolerance(b, &tol))
+        printf("tolerance atol %.3g + rtol %.3g |ref| (fudge %g%s)\n", tol.atol, tol.rtol, tol.fudge,
+               tol.honest ? ", from the honest run" : ", floor");
+    size_t worst_i = SIZE_MAX;
+    double worst = -1;
+    printf("backends\n");
+    for (size_t i = 0; i < af_bundle_record_count(b); i++) {
+        const af_bundle_record *r = af_bundle_record_at(b, i);
+        printf("  %-28s %-15s max_abs %.3g  max_rel %.3g  rel_fro %.3g  worst %.3g x tol at [b=%zu,h=%zu,i=%zu,d=%zu]: "
+               "got %.9g want %.9g\n",
+               r->backend, af_kind_names[r->kind], r->m.max_abs, r->m.max_rel, r->m.rel_fro, r->m.worst_ratio,
+               r->m.worst[0], r->m.worst[1], r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref);
+        double ratio = isnan(r->m.worst_ratio) ? HUGE_VAL : r->m.worst_ratio;
+        if (r->has_output && ratio > worst) {
+            worst = ratio;
+            worst_i = i;
+        }
+    }
+    printf("replay   attnfuzz replay %s\n", af_bundle_dir(b));
+    int rc = 0;
+    if (heatmap) {
+        double *out = NULL, *ref = NULL;
+        if (worst_i == SIZE_MAX) {
+            fprintf(stderr, "attnfuzz show: %s: no backend output to draw\n", af_bundle_dir(b));
+            rc = 2;
+        } else if (af_bundle_load_output(b, af_bundle_record_at(b, worst_i)->backend, &out, &err) != AF_OK ||
+                   af_bundle_load_output(b, "ref", &ref, &err) != AF_OK) {
+            fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+            rc = 2;
+        } else {
+            const af_bundle_record *r = af_bundle_record_at(b, worst_i);
+            size_t bh = r->m.worst[0] * c->q_heads + r->m.worst[1];
+            if (bh >= (size_t)c->batch * c->q_heads) bh = 0;
+            size_t off = bh * c->q_len * c->v_head_dim;
+            if (af_heatmap_write_png(heatmap, out + off, ref + off, c->q_len, c->v_head_dim, &err) != AF_OK) {
+                fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+                rc = 2;
+            } else {
+                printf("heatmap  %s: |%s - ref| for batch %zu head %zu\n", heatmap, r->backend, bh / c->q_heads,
+                       bh % c->q_heads);
+            }
+        }
+        af_free(out);
+        af_free(ref);
+    }
+    af_bundle_free(b);
+    return rc;
+}

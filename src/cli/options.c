@@ -1,0 +1,65 @@
+/* options.c - the check-selection options shared by fuzz and replay. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int af_cli_relation(af_exec_config *cfg, const char *name) {
+    if (!strcmp(name, "all")) {
+        for (int r = 0; r < AF_REL_COUNT; r++) cfg->relations[r] = true;
+        return 1;
+    }
+    int r = af_relation_from_name(name);
+    if (r < 0) {
+        fprintf(stderr, "attnfuzz: unknown relation \"%s\" (known: all", name);
+        for (int k = 0; k < AF_REL_COUNT; k++) fprintf(stderr, ", %s", af_relation_names[k]);
+        fprintf(stderr, ")\n");
+        return -1;
+    }
+    cfg->relations[r] = true;
+    return 1;
+}
+
+int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selected) {
+    switch (opt) {
+    case AF_OPT_BACKEND:
+        if (cfg->n_backends == AF_EXEC_MAX_BACKENDS) {
+            fprintf(stderr, "attnfuzz: at most %d --backend options\n", AF_EXEC_MAX_BACKENDS);
+            return -1;
+        }
+        cfg->backends[cfg->n_backends++] = arg;
+        *selected |= 1;
+        return 1;
+    case AF_OPT_PAIR:
+        if (cfg->n_pairs == AF_EXEC_MAX_BACKENDS) {
+            fprintf(stderr, "attnfuzz: at most %d --pair options\n", AF_EXEC_MAX_BACKENDS);
+            return -1;
+        }
+        cfg->pairs[cfg->n_pairs++] = arg;
+        *selected |= 1;
+        return 1;
+    case AF_OPT_RELATION:
+        *selected |= 2;
+        return af_cli_relation(cfg, arg);
+    case AF_OPT_BUDGET: {
+        char *end;
+        double mib = strtod(arg, &end);
+        if (*end || !(mib > 0) || mib > 1 << 20) {
+            fprintf(stderr, "attnfuzz: --budget wants MiB of tensors per case, got \"%s\"\n", arg);
+            return -1;
+        }
+        cfg->budget = (size_t)(mib * 1048576.0);
+        return 1;
+    }
+    case AF_OPT_WAIVE:
+        if (strcmp(arg, "masked_row_nan") != 0) {
+            fprintf(stderr, "attnfuzz: only masked_row_nan can be waived, got \"%s\"\n", arg);
+            return -1;
+        }
+        cfg->oracle.waive_masked_row_nan = true;
+        return 1;
+    default: return 0;
+    }
+}
