@@ -14,7 +14,19 @@
 extern "C" {
 #endif
 
+/* Where cases come from. The baselines exist to measure the generator against. */
+typedef enum af_strategy {
+    AF_STRATEGY_GENERATOR, /* the structure-aware generator plus mutation of a feedback pool */
+    AF_STRATEGY_GRID,      /* a parametrized test suite's grid: B {1,2} x H {1,8} x S {16,128} x
+                              D 64 x {f32, f16}, BHSD, default scale, no mask then causal;
+                              new value seeds each pass */
+    AF_STRATEGY_BYTES,     /* uniform random bytes through the same total decoder */
+    AF_STRATEGY_COUNT
+} af_strategy;
+extern const char *const af_strategy_names[AF_STRATEGY_COUNT];
+
 typedef struct af_campaign_opts {
+    af_strategy strategy;
     af_exec_config exec;
     uint64_t runs;            /* 0 = no limit */
     double seconds;           /* 0 = no limit */
@@ -35,6 +47,8 @@ typedef struct af_signature_entry {
     af_kind kind;
     char who[160];
     uint64_t count;          /* executions that produced it (this campaign) */
+    uint64_t first_exec;     /* executions before the first one (1-based count) */
+    double first_time;       /* seconds into the campaign when it was first seen */
     char bundle[512];        /* bundle directory, "" if it could not be written */
     bool stored_elsewhere;   /* another process had stored it already */
 } af_signature_entry;

@@ -28,6 +28,31 @@
 
 static volatile sig_atomic_t af_campaign_stop;
 
+const char *const af_strategy_names[AF_STRATEGY_COUNT] = {"generator", "grid", "bytes"};
+_Static_assert(sizeof(af_strategy_names) / sizeof(af_strategy_names[0]) == AF_STRATEGY_COUNT, "names");
+
+/* Grid point i of the baseline suite: 64 points, then the same points with new seeds. */
+static void af_grid_case(af_case *c, uint64_t i, af_rng *r, size_t budget) {
+    uint64_t p = i % 64;
+    af_case_default(c);
+    c->batch = p & 1 ? 2 : 1;
+    c->q_heads = c->kv_heads = p & 2 ? 8 : 1;
+    c->q_len = c->kv_len = p & 4 ? 128 : 16;
+    c->head_dim = c->v_head_dim = 64;
+    c->dtype = p & 8 ? AF_F16 : AF_F32;
+    c->causal = (p & 32) != 0; /* the unmasked half first, then causal */
+    (void)(p & 16);            /* two value draws per pass */
+    for (int t = 0; t < AF_QKV_COUNT; t++) c->t[t].seed = af_rng_u32(r);
+    af_case_repair(c, budget);
+}
+
+static void af_bytes_case(af_case *c, af_rng *r, size_t budget) {
+    uint8_t buf[AF_CASE_ENCODED_MAX];
+    size_t n = af_rng_below(r, 257);
+    for (size_t k = 0; k < n; k++) buf[k] = (uint8_t)af_rng_u32(r);
+    af_case_decode(c, buf, n, budget);
+}
+
 void af_campaign_interrupt(void) { af_campaign_stop = 1; }
 bool af_campaign_interrupted(void) { return af_campaign_stop != 0; }
 
@@ -102,6 +127,8 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
         cJSON_AddStringToObject(x, "kind", af_kind_names[e->kind]);
         cJSON_AddStringToObject(x, "who", e->who);
         cJSON_AddNumberToObject(x, "count", (double)e->count);
+        cJSON_AddNumberToObject(x, "first_exec", (double)e->first_exec);
+        cJSON_AddNumberToObject(x, "first_time", e->first_time);
         if (e->bundle[0]) {
             cJSON_AddStringToObject(x, "bundle", e->bundle);
         } else {
@@ -114,6 +141,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
         cJSON_AddNumberToObject(j, "seed", (double)o->seed);
         cJSON_AddNumberToObject(j, "jobs", o->jobs ? o->jobs : 1);
         cJSON_AddStringToObject(j, "crashes", o->crashes_dir);
+        cJSON_AddStringToObject(j, "strategy", af_strategy_names[o->strategy]);
     }
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
@@ -244,7 +272,11 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
         af_case c;
         uint32_t pick = af_rng_below(&rng, 10);
-        if (pool->n > 0 && pick < 3) {
+        if (o->strategy == AF_STRATEGY_GRID) {
+            af_grid_case(&c, s->execs, &rng, o->exec.budget);
+        } else if (o->strategy == AF_STRATEGY_BYTES) {
+            af_bytes_case(&c, &rng, o->exec.budget);
+        } else if (pool->n > 0 && pick < 3) {
             c = pool->cases[af_rng_below(&rng, (uint32_t)pool->n)];
             af_case_mutate(&c, &rng, o->exec.budget);
         } else if (pool->n > 1 && pick == 3) {
@@ -253,7 +285,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         } else {
             af_case_generate(&c, &rng, o->exec.budget, max_flops);
         }
-        af_case_cap_flops(&c, max_flops, o->exec.budget); /* mutants of large cases stay bounded */
+        if (o->strategy == AF_STRATEGY_GENERATOR) af_case_cap_flops(&c, max_flops, o->exec.budget);
 
         st = af_exec_run_case(x, &c, err);
         if (st != AF_OK) break;
@@ -282,6 +314,8 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 break;
             }
             e->count = 1;
+            e->first_exec = s->execs;
+            e->first_time = s->elapsed;
             af_error werr;
             af_status ws = af_exec_write_bundle(x, i, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
             if (ws == AF_ERR_EXISTS) {
