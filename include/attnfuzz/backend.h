@@ -62,6 +62,11 @@ typedef struct af_backend af_backend;
 size_t af_backend_builtin_count(void);
 const af_backend_vtable *af_backend_builtin(size_t i);
 
+/* Registers an extra backend under vt->name (tests, embedders; the table is copied by
+ * pointer, so vt must outlive its use). AF_ERR_EXISTS if the name is taken, AF_ERR_INVALID
+ * when the table is full (16) or vt has no run function. Not thread-safe. */
+af_status af_backend_register(const af_backend_vtable *vt, af_error *err);
+
 /* Opens a backend by its command-line name: "ref", "explicit", "fused",
  * "mutant:NAME". Unknown names are AF_ERR_INVALID with the list of known ones. */
 af_status af_backend_open(const char *spec, af_backend **out, af_error *err);

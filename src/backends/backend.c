@@ -23,12 +23,28 @@ static const af_backend_vtable *const af_core_backends[] = {&af_backend_ref, &af
                                                              &af_backend_fused};
 #define AF_CORE_COUNT (sizeof af_core_backends / sizeof af_core_backends[0])
 
-size_t af_backend_builtin_count(void) { return AF_CORE_COUNT + af_mutant_count; }
+#define AF_MAX_REGISTERED 16
+static const af_backend_vtable *af_registered[AF_MAX_REGISTERED];
+static size_t af_registered_count;
+
+size_t af_backend_builtin_count(void) { return AF_CORE_COUNT + af_mutant_count + af_registered_count; }
 
 const af_backend_vtable *af_backend_builtin(size_t i) {
     if (i < AF_CORE_COUNT) return af_core_backends[i];
     i -= AF_CORE_COUNT;
-    return i < af_mutant_count ? af_mutant_vtables[i] : NULL;
+    if (i < af_mutant_count) return af_mutant_vtables[i];
+    i -= af_mutant_count;
+    return i < af_registered_count ? af_registered[i] : NULL;
+}
+
+af_status af_backend_register(const af_backend_vtable *vt, af_error *err) {
+    AF_RETURN_ERROR_IF(!vt || !vt->run || !vt->name, err, AF_ERR_INVALID, "backend table without a name or run function");
+    for (size_t i = 0; i < af_backend_builtin_count(); i++)
+        AF_RETURN_ERROR_IF(strcmp(af_backend_builtin(i)->name, vt->name) == 0, err, AF_ERR_EXISTS,
+                           "a backend named \"%s\" exists", vt->name);
+    AF_RETURN_ERROR_IF(af_registered_count == AF_MAX_REGISTERED, err, AF_ERR_INVALID, "too many registered backends");
+    af_registered[af_registered_count++] = vt;
+    return AF_OK;
 }
 
 void af_blas_single_thread(void) {
