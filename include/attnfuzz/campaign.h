@@ -1,5 +1,9 @@
 /* campaign.h - `attnfuzz fuzz`: draw cases, run the checks, keep one bundle per new
- * signature and count recurrences, until a run, time or findings limit or a stop. */
+ * signature and count recurrences, until a run, time or findings limit or a stop.
+ *
+ * A finding's signature is taken on its minimized case (minimize.h): the first time a
+ * raw signature shows, the case is minimized and the bundle holds the minimized case;
+ * later repeats of that raw signature map to the same stored finding. */
 #ifndef ATTNFUZZ_CAMPAIGN_H
 #define ATTNFUZZ_CAMPAIGN_H
 
@@ -38,6 +42,8 @@ typedef struct af_campaign_opts {
     uint64_t max_findings;    /* stop after this many unique signatures; 0 = no limit */
     double max_flops;         /* cap per generated case; 0 = default 2e7 */
     bool quiet;               /* no status lines */
+    bool no_minimize;         /* store raw findings (signature of the case as found) */
+    unsigned minimize_execs;  /* budget per new finding; 0 = 400 */
 } af_campaign_opts;
 
 void af_campaign_opts_default(af_campaign_opts *o);
@@ -49,7 +55,8 @@ typedef struct af_signature_entry {
     uint64_t count;          /* executions that produced it (this campaign) */
     uint64_t first_exec;     /* executions before the first one (1-based count) */
     double first_time;       /* seconds into the campaign when it was first seen */
-    char bundle[512];        /* bundle directory, "" if it could not be written */
+    char bundle[512];        /* bundle directory, "" if it could not be written (yet) */
+    char input_hex[2 * AF_CASE_ENCODED_MAX + 1]; /* the input, when the bundle is missing */
     bool stored_elsewhere;   /* another process had stored it already */
 } af_signature_entry;
 
@@ -60,7 +67,8 @@ typedef struct af_campaign_stats {
     uint64_t unique_by_kind[AF_KIND_COUNT];
     af_signature_entry *sigs;               /* af_free'd by af_campaign_stats_free */
     size_t n_sigs, cap_sigs;
-    uint64_t write_errors;                  /* bundles that could not be written */
+    uint64_t write_errors;                  /* findings whose bundle could not be written */
+    uint64_t minimize_execs;                /* executions spent minimizing (not in execs) */
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);

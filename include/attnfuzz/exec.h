@@ -83,6 +83,9 @@ const af_result *af_exec_check_result(const af_exec *x, size_t i);
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h). */
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len,
                                af_error *err);
+/* The same under a given signature (the campaign's, taken on the minimized case). */
+af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
+                                  size_t path_len, af_error *err);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/mem.h"
+#include "json_exact.h"
 
 #define AF_BUNDLE_MAX_JSON ((size_t)16 << 20) /* case.json is a few KiB; refuse absurd ones */
 
@@ -301,45 +302,6 @@ static void af_jw_push(af_jw *w, cJSON *arr, cJSON *item) {
     }
 }
 
-/* A double: a JSON number when finite, else "inf", "-inf" or "nan" (JSON has no such
- * numbers; cJSON would print null). The number is printed here, with the fewest digits
- * that read back exactly: cJSON 1.7.15 settles for 15 digits whenever they read back
- * within one ulp, so about one double in ten would come back different, and a metric
- * recomputed from the arrays would not match the recorded one. */
-static cJSON *af_jw_double(double x) {
-    if (isnan(x)) return cJSON_CreateString("nan");
-    if (isinf(x)) return cJSON_CreateString(x > 0 ? "inf" : "-inf");
-    char buf[40];
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, x);
-        if (strtod(buf, NULL) == x) break;
-    }
-    return cJSON_CreateRaw(buf);
-}
-
-/* Makes every number under item print exactly. af_case_to_cjson makes plain cJSON
- * numbers, which cJSON 1.7.15 prints with 15 digits whenever those read back within one
- * ulp: a scale of 0.022979362286534105 would replay as ...102. Each number becomes raw
- * text with the fewest digits that read back to the same double. */
-static bool af_jw_exact_numbers(cJSON *item) {
-    for (cJSON *it = item; it; it = it->next) {
-        if (cJSON_IsNumber(it) && isfinite(it->valuedouble)) {
-            cJSON *raw = af_jw_double(it->valuedouble);
-            if (!raw || !cJSON_IsRaw(raw)) {
-                cJSON_Delete(raw);
-                return false;
-            }
-            it->type = cJSON_Raw; /* take over raw's text; the key and links stay */
-            it->valuestring = raw->valuestring;
-            raw->valuestring = NULL;
-            cJSON_Delete(raw);
-        } else if ((cJSON_IsObject(it) || cJSON_IsArray(it)) && !af_jw_exact_numbers(it->child)) {
-            return false;
-        }
-    }
-    return true;
-}
-
 /* A count: exact as an integer (cJSON would print counts above 2^31 as doubles). */
 static cJSON *af_jw_count(size_t n) {
     char buf[32];
@@ -351,15 +313,15 @@ static cJSON *af_jw_string(const char *s) { return s ? cJSON_CreateString(s) : c
 
 static cJSON *af_jw_metrics(af_jw *w, const af_metrics *m) {
     cJSON *o = cJSON_CreateObject();
-    af_jw_item(w, o, "max_abs", af_jw_double(m->max_abs));
-    af_jw_item(w, o, "max_rel", af_jw_double(m->max_rel));
-    af_jw_item(w, o, "rel_fro", af_jw_double(m->rel_fro));
-    af_jw_item(w, o, "worst_ratio", af_jw_double(m->worst_ratio));
+    af_jw_item(w, o, "max_abs", af_json_double(m->max_abs));
+    af_jw_item(w, o, "max_rel", af_json_double(m->max_rel));
+    af_jw_item(w, o, "rel_fro", af_json_double(m->rel_fro));
+    af_jw_item(w, o, "worst_ratio", af_json_double(m->worst_ratio));
     cJSON *idx = cJSON_CreateArray();
     for (int d = 0; d < 4; d++) af_jw_push(w, idx, af_jw_count(m->worst[d]));
     af_jw_item(w, o, "worst_index", idx);
-    af_jw_item(w, o, "worst_out", af_jw_double(m->worst_out));
-    af_jw_item(w, o, "worst_ref", af_jw_double(m->worst_ref));
+    af_jw_item(w, o, "worst_out", af_json_double(m->worst_out));
+    af_jw_item(w, o, "worst_ref", af_json_double(m->worst_ref));
     af_jw_item(w, o, "n_nan", af_jw_count(m->n_nan));
     af_jw_item(w, o, "n_inf", af_jw_count(m->n_inf));
     af_jw_item(w, o, "n_masked_row_nan", af_jw_count(m->n_masked_row_nan));
@@ -383,15 +345,14 @@ static af_status af_bw_case_json(af_bw *bw, const char *bundle_path, cJSON *extr
     af_jw_item(&w, root, "signature", cJSON_CreateString(buf));
     af_jw_item(&w, root, "who", cJSON_CreateString(s->who ? s->who : ""));
     af_jw_item(&w, root, "relation", af_jw_string(s->relation));
-    cJSON *case_obj = af_case_to_cjson(s->c);
-    if (case_obj && !af_jw_exact_numbers(case_obj->child)) w.ok = false;
+    cJSON *case_obj = af_case_to_cjson(s->c); /* numbers already exact */
     af_jw_item(&w, root, "case", case_obj);
     af_case_features_str(s->c, buf, sizeof buf);
     af_jw_item(&w, root, "features", cJSON_CreateString(buf));
     cJSON *tol = cJSON_CreateObject();
-    af_jw_item(&w, tol, "atol", af_jw_double(s->tol.atol));
-    af_jw_item(&w, tol, "rtol", af_jw_double(s->tol.rtol));
-    af_jw_item(&w, tol, "fudge", af_jw_double(s->tol.fudge));
+    af_jw_item(&w, tol, "atol", af_json_double(s->tol.atol));
+    af_jw_item(&w, tol, "rtol", af_json_double(s->tol.rtol));
+    af_jw_item(&w, tol, "fudge", af_json_double(s->tol.fudge));
     af_jw_item(&w, tol, "honest", cJSON_CreateBool(s->tol.honest));
     af_jw_item(&w, root, "tolerance", tol);
     cJSON *bes = cJSON_CreateArray();

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "attnfuzz/mem.h"
+#include "attnfuzz/minimize.h"
 #include "attnfuzz/rng.h"
 
 static volatile sig_atomic_t af_campaign_stop;
@@ -115,6 +116,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON_AddNumberToObject(j, "findings_total", (double)s->findings_total);
     cJSON_AddNumberToObject(j, "unique_signatures", (double)s->n_sigs);
     cJSON_AddNumberToObject(j, "write_errors", (double)s->write_errors);
+    cJSON_AddNumberToObject(j, "minimize_execs", (double)s->minimize_execs);
     cJSON *kinds = cJSON_AddObjectToObject(j, "findings_per_kind");
     for (int k = 1; k < AF_KIND_COUNT; k++) cJSON_AddNumberToObject(kinds, af_kind_names[k], (double)s->unique_by_kind[k]);
     cJSON *sigs = cJSON_AddArrayToObject(j, "signatures");
@@ -133,6 +135,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
             cJSON_AddStringToObject(x, "bundle", e->bundle);
         } else {
             cJSON_AddNullToObject(x, "bundle");
+            cJSON_AddStringToObject(x, "input_hex", e->input_hex); /* replayable: xxd -r -p */
         }
         cJSON_AddBoolToObject(x, "stored_elsewhere", e->stored_elsewhere);
         cJSON_AddItemToArray(sigs, x);
@@ -163,6 +166,58 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     }
     free(text);
     return st;
+}
+
+/* --- raw signature -> minimized signature ---------------------------------------- */
+
+/* Every new raw signature is minimized once; its repeats map straight to the signature
+ * of the minimized case. Open addressing, grown at half load. */
+typedef struct af_alias_map {
+    uint64_t *keys, *vals; /* key 0 = empty (raw signatures are hashes; 0 is remapped) */
+    size_t cap, n;
+} af_alias_map;
+
+static uint64_t af_alias_key(uint64_t k) { return k ? k : 1; }
+
+static bool af_alias_get(const af_alias_map *m, uint64_t key, uint64_t *val) {
+    if (!m->cap) return false;
+    key = af_alias_key(key);
+    for (size_t i = (size_t)(key % m->cap);; i = (i + 1) % m->cap) {
+        if (m->keys[i] == 0) return false;
+        if (m->keys[i] == key) {
+            *val = m->vals[i];
+            return true;
+        }
+    }
+}
+
+static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val) {
+    if (2 * (m->n + 1) > m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 1024;
+        uint64_t *k = af_calloc(cap, sizeof *k), *v = af_calloc(cap, sizeof *v);
+        if (!k || !v) {
+            af_free(k);
+            af_free(v);
+            return false;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i]) continue;
+            size_t j = (size_t)(m->keys[i] % cap);
+            while (k[j]) j = (j + 1) % cap;
+            k[j] = m->keys[i];
+            v[j] = m->vals[i];
+        }
+        af_free(m->keys);
+        af_free(m->vals);
+        m->keys = k, m->vals = v, m->cap = cap;
+    }
+    key = af_alias_key(key);
+    size_t i = (size_t)(key % m->cap);
+    while (m->keys[i] && m->keys[i] != key) i = (i + 1) % m->cap;
+    if (!m->keys[i]) m->n++;
+    m->keys[i] = key;
+    m->vals[i] = val;
+    return true;
 }
 
 /* --- the pool of cases to mutate --------------------------------------------------- */
@@ -256,6 +311,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     }
     af_rng rng;
     af_rng_init(&rng, o->seed, 0x43414d50u);
+    af_alias_map aliases = {0};
     af_status st = AF_OK;
     if (o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
@@ -301,40 +357,81 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
         size_t nf = af_exec_finding_count(x);
         if (nf) s->findings_total++;
-        for (size_t i = 0; i < nf; i++) {
-            const af_finding *f = af_exec_finding(x, i);
-            af_signature_entry *e = af_stats_find(s, f->signature);
+        /* the findings and case of this execution: minimizing re-runs the executor */
+        af_finding found[AF_EXEC_MAX_CHECKS];
+        for (size_t i = 0; i < nf; i++) found[i] = *af_exec_finding(x, i);
+        af_case ran = *af_exec_case(x);
+        bool x_holds_ran = true;
+        for (size_t i = 0; i < nf && st == AF_OK; i++) {
+            const af_finding *f = &found[i];
+            uint64_t sig = f->signature;
+            bool known = o->no_minimize || af_alias_get(&aliases, f->signature, &sig);
+            if (!known) {
+                af_case small = ran;
+                unsigned spent = 0;
+                st = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, &spent, err);
+                if (st != AF_OK) break;
+                s->minimize_execs += spent;
+                x_holds_ran = false;
+                const af_finding *fm = af_exec_finding_for(x, f->check);
+                sig = fm ? fm->signature : f->signature;
+                if (!af_alias_put(&aliases, f->signature, sig)) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
+            }
+            af_signature_entry *e = af_stats_find(s, sig);
             if (e) {
                 e->count++;
-                continue;
+                /* not stored yet (disk full?): try again now and then, space may be back */
+                bool retry = !e->bundle[0] && !e->stored_elsewhere && (e->count & (e->count - 1)) == 0;
+                if (!retry) continue;
+            } else {
+                e = af_stats_add(s, sig, f->kind, f->who, err);
+                if (!e) {
+                    st = AF_ERR_NOMEM;
+                    break;
+                }
+                e->count = 1;
+                e->first_exec = s->execs;
+                e->first_time = s->elapsed;
             }
-            e = af_stats_add(s, f->signature, f->kind, f->who, err);
-            if (!e) {
-                st = AF_ERR_NOMEM;
-                break;
+            /* x must hold the execution to store: the minimized case (just run), or the raw one */
+            if (o->no_minimize && !x_holds_ran) {
+                st = af_exec_run_case(x, &ran, err);
+                x_holds_ran = true;
+                if (st != AF_OK) break;
+            } else if (known && !x_holds_ran) {
+                af_case small = ran; /* a retry of a known signature: store the raw case */
+                st = af_exec_run_case(x, &small, err);
+                x_holds_ran = true;
+                if (st != AF_OK) break;
             }
-            e->count = 1;
-            e->first_exec = s->execs;
-            e->first_time = s->elapsed;
+            size_t fi = SIZE_MAX;
+            for (size_t k = 0; k < af_exec_finding_count(x); k++)
+                if (af_exec_finding(x, k)->check == f->check) fi = k;
+            if (fi == SIZE_MAX) continue; /* cannot happen: the case failed this check */
             af_error werr;
-            af_status ws = af_exec_write_bundle(x, i, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
+            af_status ws = af_exec_write_bundle_as(x, fi, sig, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
             if (ws == AF_ERR_EXISTS) {
                 e->stored_elsewhere = true;
-                af_bundle_name(f->kind, f->signature, e->bundle, sizeof e->bundle);
+                af_bundle_name(f->kind, sig, e->bundle, sizeof e->bundle);
             } else if (ws != AF_OK) {
-                /* the finding is not lost: its input goes to stderr and to the stats */
-                s->write_errors++;
+                /* the finding is not lost: its input goes to stderr and to the stats, and
+                 * the bundle is written when the signature recurs and the disk has room */
+                s->write_errors += e->count == 1;
                 e->bundle[0] = 0;
                 const uint8_t *bytes;
                 size_t nb = af_exec_input(x, &bytes);
-                fprintf(stderr, "attnfuzz: could not store a %s finding of %s: %s\nattnfuzz: its input (hex): ",
-                        af_kind_names[f->kind], f->who, werr.msg);
-                for (size_t k = 0; k < nb; k++) fprintf(stderr, "%02x", bytes[k]);
-                fputc('\n', stderr);
+                for (size_t k = 0; k < nb && 2 * k + 2 < sizeof e->input_hex; k++)
+                    snprintf(e->input_hex + 2 * k, 3, "%02x", bytes[k]);
+                if (e->count == 1)
+                    fprintf(stderr, "attnfuzz: could not store a %s finding of %s: %s\nattnfuzz: its input (hex): %s\n",
+                            af_kind_names[f->kind], f->who, werr.msg, e->input_hex);
+            } else if (e->count > 1) {
+                s->write_errors--; /* stored on a retry */
             }
-            snprintf(last, sizeof last, "%s %s %016llx", af_kind_names[f->kind], f->who, (unsigned long long)f->signature);
+            snprintf(last, sizeof last, "%s %s %016llx", af_kind_names[f->kind], f->who, (unsigned long long)sig);
             last_time = s->elapsed;
-            if (status) fprintf(stderr, "NEW %s %s -> %s\n", af_kind_names[f->kind], f->who, e->bundle[0] ? e->bundle : "(not stored)");
+            if (status && e->count == 1)
+                fprintf(stderr, "NEW %s %s -> %s\n", af_kind_names[f->kind], f->who, e->bundle[0] ? e->bundle : "(not stored)");
         }
         if (status && now - last_status >= 1.0) {
             char tail[300];
@@ -350,6 +447,8 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     s->elapsed = af_now() - start;
     if (status) af_print_status(s, s->elapsed, last, "DONE");
     af_free(pool);
+    af_free(aliases.keys);
+    af_free(aliases.vals);
     af_exec_destroy(x);
     return st;
 }

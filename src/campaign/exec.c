@@ -346,6 +346,12 @@ static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle
 
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len, af_error *err) {
     AF_RETURN_ERROR_IF(i >= x->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    return af_exec_write_bundle_as(x, i, x->findings[i].signature, dir, path, path_len, err);
+}
+
+af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
+                                  size_t path_len, af_error *err) {
+    AF_RETURN_ERROR_IF(i >= x->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
     const af_finding *f = &x->findings[i];
     const af_check *ck = &x->checks[f->check];
     const af_case_tensors *t = af_inputs_get(x->in);
@@ -390,7 +396,7 @@ af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path
     }
     }
     char name[64], replay[1024];
-    af_bundle_name(f->kind, f->signature, name, sizeof name);
+    af_bundle_name(f->kind, signature, name, sizeof name);
     snprintf(replay, sizeof replay, "attnfuzz replay %s/%s", dir, name);
     af_bundle_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -400,7 +406,7 @@ af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path
     spec.tensors = t;
     spec.ref = af_oracle_ref(x->oracle);
     spec.kind = f->kind;
-    spec.signature = f->signature;
+    spec.signature = signature;
     spec.who = f->who;
     spec.relation = ck->type == AF_CHECK_RELATION ? af_relation_names[ck->rel] : NULL;
     spec.outputs = outs;

@@ -32,6 +32,8 @@ static void af_fuzz_usage(FILE *f) {
             "  --max-flops F       cap on the flops of one generated case (default 2e7)\n"
             "  --waive masked_row_nan   do not report NaN in fully masked rows\n"
             "  --strategy S        generator (default), or a baseline: grid, bytes\n"
+            "  --no-minimize       store findings as found (default: minimize each new one\n"
+            "                      first and sign the minimized case, so one bug is one bundle)\n"
             "  --quiet             no status lines\n"
             "\n"
             "exit: 0 nothing found, 1 findings, 2 usage or runtime error\n");
@@ -57,7 +59,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
-    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT };
+    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
@@ -71,6 +73,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"max-flops", required_argument, 0, O_FLOPS},
         {"quiet", no_argument, 0, O_QUIET},
         {"strategy", required_argument, 0, O_STRAT},
+        {"no-minimize", no_argument, 0, O_NOMIN},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -107,6 +110,7 @@ int af_cmd_fuzz(int argc, char **argv) {
             if (!(o.max_flops > 0)) goto bad;
             break;
         case O_QUIET: o.quiet = true; break;
+        case O_NOMIN: o.no_minimize = true; break;
         case O_STRAT: {
             int k = 0;
             while (k < AF_STRATEGY_COUNT && strcmp(optarg, af_strategy_names[k]) != 0) k++;

@@ -1,7 +1,7 @@
 /* case_json.c - a case as JSON (the "case" object of case.json; see docs/case-json.md).
  *
- * Writing uses names for every enum and round-trips exactly (cJSON prints doubles with
- * 17 digits when 15 do not round-trip). Reading accepts what other tools write: missing
+ * Writing uses names for every enum and round-trips exactly (numbers are printed with the
+ * fewest digits that read back as the same double: json_exact.h). Reading accepts what other tools write: missing
  * optional fields take their defaults, numbers may be given for seeds as strings. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "attnfuzz/case.h"
+#include "json_exact.h"
 
 /* --- writing --------------------------------------------------------------------- */
 
@@ -100,6 +101,10 @@ void *af_case_to_cjson(const af_case *c) {
     cJSON_AddNumberToObject(o, "dropout_p", c->dropout_p);
     af_json_u64(o, "dropout_seed", c->dropout_seed);
     for (int t = 0; t < AF_QKV_COUNT; t++) cJSON_AddItemToObject(o, af_tensor_names[t], af_tensor_to_cjson(&c->t[t]));
+    if (!af_json_exact_numbers(o->child)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     return o;
 }
 

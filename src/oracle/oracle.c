@@ -354,7 +354,7 @@ void af_case_features_str(const af_case *c, char *buf, size_t len) {
     size_t n = 0;
 #define AF_PUT(...)                                                                                \
     do {                                                                                           \
-        int w_ = snprintf(buf + n, n < len ? len - n : 0, __VA_ARGS__);                            \
+        int w_ = n < len ? snprintf(buf + n, len - n, __VA_ARGS__) : 0;                            \
         if (w_ > 0) n += (size_t)w_;                                                               \
     } while (0)
     if (len) buf[0] = 0;

@@ -1,0 +1,32 @@
+/* minimize.h - shrink a failing case to its essentials (`attnfuzz minimize`, and every
+ * new finding of a campaign before it is signed and stored).
+ *
+ * Greedy, in passes: try one simplification at a time - f32 instead of f16, BHSD
+ * instead of another layout, contiguous strides, no planted specials, plain values, each
+ * mask kind off, no dropout or softcap, the default scale, smaller and equal shapes -
+ * and keep it when the same check still fails with the same kind. A pass that changes
+ * nothing ends it. What survives is what the bug needs, so the signature of the
+ * minimized case names the bug, not the incidental features it was found with. */
+#ifndef ATTNFUZZ_MINIMIZE_H
+#define ATTNFUZZ_MINIMIZE_H
+
+#include "exec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Minimizes *c, on which check `check` of x fails with `kind`, in at most max_execs
+ * executions (0 = 400). On return *c is the smallest failing case found and x holds its
+ * execution (so af_exec_write_bundle can store it); *execs (if not NULL) counts the
+ * executions spent. An execution error is returned as is. */
+af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs, unsigned *execs,
+                      af_error *err);
+
+/* The finding of x's last execution for check `check`, or NULL. */
+const af_finding *af_exec_finding_for(const af_exec *x, size_t check);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,95 @@
+/* minimize.c - greedy simplification of failing cases (see minimize.h). */
+#include "attnfuzz/minimize.h"
+
+#include <string.h>
+
+const af_finding *af_exec_finding_for(const af_exec *x, size_t check) {
+    for (size_t i = 0; i < af_exec_finding_count(x); i++)
+        if (af_exec_finding(x, i)->check == check) return af_exec_finding(x, i);
+    return NULL;
+}
+
+/* One candidate simplification k of c into *out; false when it changes nothing. */
+static bool af_simplify(const af_case *c, unsigned k, af_case *o) {
+    *o = *c;
+    af_tensor_spec *t = &o->t[k % 3];
+    switch (k) {
+    /* precision */
+    case 0: o->dtype = AF_F32; o->allow_tf32 = false; break;
+    case 1: o->allow_tf32 = false; break;
+    /* layouts and strides */
+    case 2: for (int w = 0; w < 3; w++) o->t[w].layout = AF_LAYOUT_BHSD; break;
+    case 3: case 4: case 5:
+        if (af_case_is_packed(o)) return false;
+        t->layout = AF_LAYOUT_BHSD;
+        break;
+    case 6: case 7: case 8: t->perm = 0; break;
+    case 9: case 10: case 11: t->pad = 0; break;
+    case 12: case 13: case 14: t->bcast = AF_BCAST_NONE; break;
+    /* values */
+    case 15: case 16: case 17: t->special = AF_SPECIAL_NONE; break;
+    case 18: case 19: case 20: t->dist = AF_DIST_NORMAL; break;
+    case 21: case 22: case 23: t->mag_q4 = 0; break;
+    /* masks */
+    case 24: o->amask.present = false; break;
+    case 25: o->bmask.present = false; break;
+    case 26: o->key_padding = false; break;
+    case 27: o->window_left = o->window_right = -1; break;
+    case 28: o->causal = false; break;
+    case 29: o->diag = AF_DIAG_TOP_LEFT; o->diag_offset = 0; break;
+    case 30: o->amask.dims = AF_MDIM_Q | AF_MDIM_K; o->amask.expanded = false; o->amask.rank2 = false; break;
+    case 31: o->bmask.dims = AF_MDIM_Q | AF_MDIM_K; o->bmask.expanded = false; o->bmask.rank2 = false; break;
+    case 32: o->amask.dtype = o->dtype; break;
+    /* numerics */
+    case 33: o->dropout_p = 0.0; break;
+    case 34: o->softcap = 0.0; break;
+    case 35: o->scale_set = false; o->scale = 0.0; break;
+    case 36: o->placement = AF_PLACE_SCORES; break;
+    /* shapes: equal, then smaller */
+    case 37: o->kv_len = o->q_len; break;
+    case 38: o->q_heads = o->kv_heads; break;
+    case 39: o->v_head_dim = o->head_dim; break;
+    case 40: o->batch = o->batch > 1 ? o->batch / 2 : 1; break;
+    case 41: o->batch = 1; break;
+    case 42: o->kv_heads = o->kv_heads > 1 ? o->kv_heads / 2 : 1; o->q_heads = o->kv_heads * (c->q_heads / c->kv_heads); break;
+    case 43: o->q_heads = o->kv_heads * (c->q_heads / c->kv_heads > 1 ? c->q_heads / c->kv_heads / 2 : 1); break;
+    case 44: o->q_len = o->q_len > 1 ? o->q_len / 2 : 1; break;
+    case 45: o->kv_len = o->kv_len > 1 ? o->kv_len / 2 : 1; break;
+    case 46: o->q_len = o->q_len > 1 ? o->q_len - 1 : 1; break;
+    case 47: o->kv_len = o->kv_len > 1 ? o->kv_len - 1 : 1; break;
+    case 48: o->head_dim = o->head_dim > 1 ? o->head_dim / 2 : 1; break;
+    case 49: o->v_head_dim = o->v_head_dim > 1 ? o->v_head_dim / 2 : 1; break;
+    case 50: o->head_dim = o->head_dim > 1 ? o->head_dim - 1 : 1; break;
+    case 51: o->v_head_dim = o->v_head_dim > 1 ? o->v_head_dim - 1 : 1; break;
+    default: return false;
+    }
+    af_case_repair(o, 0);
+    return !af_case_equal(o, c);
+}
+#define AF_SIMPLIFY_COUNT 52u
+
+af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs, unsigned *execs,
+                      af_error *err) {
+    if (max_execs == 0) max_execs = 400;
+    unsigned spent = 0;
+    bool changed = true;
+    while (changed && spent < max_execs) {
+        changed = false;
+        for (unsigned k = 0; k < AF_SIMPLIFY_COUNT && spent < max_execs; k++) {
+            af_case cand;
+            if (!af_simplify(c, k, &cand)) continue;
+            spent++;
+            AF_TRY(af_exec_run_case(x, &cand, err));
+            const af_finding *f = af_exec_finding_for(x, check);
+            if (f && f->kind == kind) {
+                *c = cand;
+                changed = true;
+            }
+        }
+    }
+    /* leave x holding the execution of the result */
+    AF_TRY(af_exec_run_case(x, c, err));
+    spent++;
+    if (execs) *execs = spent;
+    return AF_OK;
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# End-to-end tests of the attnfuzz command line: exit codes of fuzz and replay, bundles
+# that replay and explain themselves, corrupt bundles named in errors, two processes
+# sharing a crashes directory, and Ctrl-C mid-campaign.
+#   tests/cli_test.sh BUILD_DIR
+set -uo pipefail
+AF="$1/attnfuzz"
+T=$(mktemp -d /tmp/af_cli_XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+expect_rc() { # expected command...
+  local want=$1; shift
+  "$@" >"$T/out" 2>"$T/err"; local rc=$?
+  if [ "$rc" -eq "$want" ]; then ok "rc $want: $*"; else bad "rc $rc (want $want): $*"; sed 's/^/    /' "$T/err" | tail -5; fi
+}
+complete_bundles() { # dir: every bundle has its files, no temporary leftovers
+  local d=$1 n=0
+  for b in "$d"/*/; do
+    [ -d "$b" ] || continue
+    n=$((n + 1))
+    for f in case.json input.bin q.npy.zst k.npy.zst v.npy.zst ref.npy.zst; do
+      [ -s "$b/$f" ] || { echo "    incomplete: $b lacks $f"; return 1; }
+    done
+    ls "$b"/out.*.npy.zst >/dev/null 2>&1 || { echo "    incomplete: $b has no output"; return 1; }
+  done
+  if ls -a "$d" | grep -q '^\.tmp'; then echo "    leftover temporary in $d"; return 1; fi
+  echo "$n" >"$T/nbundles"
+  return 0
+}
+
+expect_rc 0 "$AF" backends
+grep -q "mutant:causal_top_left" "$T/out" && ok "backends lists the mutants" || bad "backends lists the mutants"
+expect_rc 2 "$AF" fuzz --backend no_such_backend --runs 1 --crashes "$T/x"
+grep -q "unknown backend" "$T/err" && ok "unknown backend is named" || bad "unknown backend is named"
+expect_rc 2 "$AF" nosuchcommand
+
+# a clean campaign: nothing found, exit 0, stats written
+expect_rc 0 "$AF" fuzz --runs 300 --seed 3 --crashes "$T/clean" --stats "$T/clean.json" --quiet
+grep -q '"execs":	300' "$T/clean.json" && ok "stats count 300 execs" || bad "stats count 300 execs"
+
+# a seeded bug: exit 1, complete bundles that replay (exit 1) and show
+expect_rc 1 "$AF" fuzz --backend mutant:causal_top_left --runs 400 --crashes "$T/c1" --stats "$T/c1.json" --quiet
+complete_bundles "$T/c1" && ok "bundles are complete ($(cat "$T/nbundles"))" || bad "bundles are complete"
+b1=$(ls -d "$T"/c1/*/ | head -1)
+expect_rc 1 "$AF" replay "$b1"
+grep -q "mutant:causal_top_left: diverge" "$T/out" && ok "replay reports the divergence" || bad "replay reports the divergence"
+expect_rc 0 "$AF" show "$b1" --heatmap "$T/h.png"
+head -c 8 "$T/h.png" | od -An -tx1 | grep -q "89 50 4e 47" && ok "heatmap is a PNG" || bad "heatmap is a PNG"
+grep -q "worst" "$T/out" && ok "show prints the worst element" || bad "show prints the worst element"
+# the same bundle against a correct backend: clean
+expect_rc 0 "$AF" replay --backend explicit "$b1"
+# a raw input file (all zeros: the 1x1x1x1 case)
+head -c 64 /dev/zero >"$T/zeros.bin"
+expect_rc 0 "$AF" replay "$T/zeros.bin"
+expect_rc 1 "$AF" replay --backend mutant:causal_top_left "$b1/input.bin"
+
+# corrupt bundles: exit 2 and the file is named
+cp -r "$b1" "$T/corrupt1"; head -c 40 "$b1/case.json" >"$T/corrupt1/case.json"
+expect_rc 2 "$AF" replay "$T/corrupt1"
+grep -q "case.json" "$T/err" && ok "truncated case.json is named" || bad "truncated case.json is named"
+cp -r "$b1" "$T/corrupt2"; head -c 20 "$b1/q.npy.zst" >"$T/corrupt2/q.npy.zst"
+expect_rc 2 "$AF" replay "$T/corrupt2"
+grep -q "q.npy.zst" "$T/err" && ok "truncated q.npy.zst is named" || bad "truncated q.npy.zst is named"
+expect_rc 2 "$AF" replay "$T/no_such_bundle"
+# one corrupt among clean and diverging: 2 wins
+expect_rc 2 "$AF" replay "$b1" "$T/corrupt1"
+
+# two processes, one crashes directory, the same seed: each signature stored once
+"$AF" fuzz --backend mutant:bshd_as_bhsd --runs 300 --seed 5 --crashes "$T/shared" --stats "$T/p1.json" --quiet >/dev/null 2>&1 &
+p1=$!
+"$AF" fuzz --backend mutant:bshd_as_bhsd --runs 300 --seed 5 --crashes "$T/shared" --stats "$T/p2.json" --quiet >/dev/null 2>&1
+wait $p1
+n1=$(grep -c '"signature"' "$T/p1.json"); n2=$(grep -c '"signature"' "$T/p2.json")
+complete_bundles "$T/shared" && nb=$(cat "$T/nbundles") || nb=-1
+if [ "$n1" -eq "$n2" ] && [ "$nb" -eq "$n1" ] && [ "$n1" -gt 0 ]; then ok "two processes: $n1 signatures, $nb bundles"; else bad "two processes: $n1/$n2 signatures, $nb bundles"; fi
+# --jobs 2: children share the directory; the merged stats account for every bundle
+expect_rc 1 "$AF" fuzz --backend mutant:bshd_as_bhsd --jobs 2 --time 4 --crashes "$T/jobs" --stats "$T/jobs.json" --quiet
+complete_bundles "$T/jobs" && nb=$(cat "$T/nbundles") || nb=-1
+ns=$(grep -c '"signature"' "$T/jobs.json")
+[ "$nb" -eq "$ns" ] && ok "--jobs 2: $ns signatures, $nb bundles" || bad "--jobs 2: $ns signatures, $nb bundles"
+
+# Ctrl-C mid-campaign: stops, writes stats, leaves only complete bundles
+"$AF" fuzz --backend mutant:mhav2_concat --backend mutant:silent_tf32 --time 60 --crashes "$T/int" --stats "$T/int.json" --quiet >/dev/null 2>&1 &
+pid=$!
+sleep 3
+kill -INT $pid
+wait $pid; rc=$?
+{ [ "$rc" -eq 1 ] || [ "$rc" -eq 0 ]; } && ok "SIGINT: exit $rc" || bad "SIGINT: exit $rc"
+[ -s "$T/int.json" ] && ok "SIGINT: stats written" || bad "SIGINT: stats written"
+complete_bundles "$T/int" && ok "SIGINT: $(cat "$T/nbundles") complete bundles, no leftovers" || bad "SIGINT: complete bundles"
+
+# a full disk (a 12 KiB tmpfs, where mounting is allowed): the error names the file, the
+# finding is not lost (its input is printed and kept in the stats), the exit is 2
+mkdir -p "$T/tiny"
+if mount -t tmpfs -o size=12k tmpfs "$T/tiny" 2>/dev/null; then
+  "$AF" fuzz --backend mutant:causal_top_left --runs 100 --crashes "$T/tiny/c" --stats "$T/full.json" --quiet >/dev/null 2>"$T/err"; rc=$?
+  umount "$T/tiny"
+  [ "$rc" -eq 2 ] && ok "full disk: exit 2" || bad "full disk: exit $rc"
+  grep -q "No space left on device" "$T/err" && grep -q "tiny/c/" "$T/err" && ok "full disk: the file is named" || bad "full disk: the file is named"
+  grep -q "its input (hex)" "$T/err" && grep -q '"input_hex"' "$T/full.json" && ok "full disk: inputs kept" || bad "full disk: inputs kept"
+  hex=$(grep -o '"input_hex":[^"]*"[0-9a-f]*"' "$T/full.json" | head -1 | grep -o '[0-9a-f]*"$' | tr -d '"')
+  echo "$hex" | xxd -r -p >"$T/lost.bin" 2>/dev/null && [ -s "$T/lost.bin" ] && \
+    { "$AF" replay --backend mutant:causal_top_left "$T/lost.bin" >/dev/null 2>&1; [ $? -eq 1 ] && ok "full disk: the printed input replays the finding" || bad "full disk: printed input does not replay"; }
+else
+  echo "skip full disk (cannot mount a tmpfs here)"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
