@@ -57,6 +57,16 @@ head -c 64 /dev/zero >"$T/zeros.bin"
 expect_rc 0 "$AF" replay "$T/zeros.bin"
 expect_rc 1 "$AF" replay --backend mutant:causal_top_left "$b1/input.bin"
 
+# minimize: a raw finding shrinks to a smaller case that still fails
+expect_rc 1 "$AF" fuzz --backend mutant:causal_top_left --runs 60 --no-minimize --crashes "$T/raw" --quiet
+braw=$(ls -d "$T"/raw/*/ | head -1)
+expect_rc 1 "$AF" minimize --crashes "$T/min" "$braw"
+bmin=$(ls -d "$T"/min/*/ | head -1)
+expect_rc 1 "$AF" replay "$bmin"
+qmin=$(grep -o '"q_len":[^,]*' "$bmin/case.json" | head -1 | tr -dc 0-9); qraw=$(grep -o '"q_len":[^,]*' "$braw/case.json" | head -1 | tr -dc 0-9)
+[ "$qmin" -le "$qraw" ] && ok "minimize: q_len $qraw -> $qmin" || bad "minimize: q_len $qraw -> $qmin"
+expect_rc 0 "$AF" minimize --backend explicit --crashes "$T/min2" "$braw"
+
 # corrupt bundles: exit 2 and the file is named
 cp -r "$b1" "$T/corrupt1"; head -c 40 "$b1/case.json" >"$T/corrupt1/case.json"
 expect_rc 2 "$AF" replay "$T/corrupt1"

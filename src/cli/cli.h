@@ -9,6 +9,13 @@ int af_cmd_fuzz(int argc, char **argv);
 int af_cmd_replay(int argc, char **argv);
 int af_cmd_show(int argc, char **argv);
 int af_cmd_backends(int argc, char **argv);
+int af_cmd_minimize(int argc, char **argv);
+
+/* The checks a bundle recorded: its backends (without ref, relation outputs and expected
+ * comparisons) and its relation; the default pair for a bundle of another tool. names
+ * holds the backend names (AF_EXEC_MAX_BACKENDS x 128). */
+struct af_bundle;
+void af_cli_config_from_bundle(const struct af_bundle *b, af_exec_config *cfg, char names[][128]);
 
 /* Shared option parsing: --backend, --pair, --relation, --budget, --waive. Returns 1 if
  * the option was consumed, 0 if not one of these, -1 on a bad value (message printed). */

@@ -38,26 +38,6 @@ static void af_print_result(const char *path, const char *check, const af_result
            r->m.worst[0], r->m.worst[1], r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref);
 }
 
-/* The checks a bundle recorded: its backends (without ref, relation outputs and
- * expected comparisons) and its relation. */
-static void af_config_from_bundle(const af_bundle *b, af_exec_config *cfg, char names[][128]) {
-    size_t n = 0;
-    for (size_t i = 0; i < af_bundle_record_count(b) && n < AF_EXEC_MAX_BACKENDS; i++) {
-        const char *name = af_bundle_record_at(b, i)->backend;
-        if (!strcmp(name, "ref") || strchr(name, '@') || strchr(name, '~')) continue;
-        snprintf(names[n], 128, "%s", name);
-        cfg->backends[n] = names[n];
-        n++;
-    }
-    cfg->n_backends = n;
-    const char *rel = af_bundle_relation(b);
-    if (rel && af_relation_from_name(rel) >= 0) cfg->relations[af_relation_from_name(rel)] = true;
-    if (n == 0) { /* a bundle from another tool: the default pair */
-        cfg->pairs[0] = "explicit,fused";
-        cfg->n_pairs = 1;
-    }
-}
-
 static int af_replay_one(const char *path, const af_exec_config *base, int selected, bool quiet) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
@@ -73,7 +53,7 @@ static int af_replay_one(const char *path, const af_exec_config *base, int selec
             fprintf(stderr, "attnfuzz replay: %s\n", err.msg);
             return 2;
         }
-        if (!(selected & 1)) af_config_from_bundle(b, &cfg, names);
+        if (!(selected & 1)) af_cli_config_from_bundle(b, &cfg, names);
     } else if (!(selected & 1)) {
         cfg.pairs[0] = "explicit,fused";
         cfg.n_pairs = 1;

@@ -17,6 +17,7 @@ static void af_usage(FILE *f) {
             "  fuzz      run a campaign: draw cases, keep every divergence as a bundle\n"
             "  replay    re-run bundles or raw inputs (exit 1 if anything still diverges)\n"
             "  show      explain a bundle, optionally draw its error heatmap\n"
+            "  minimize  shrink a failing bundle or input to its essentials\n"
             "  backends  list the backends and what they support\n"
             "\n"
             "attnfuzz COMMAND --help shows the options of a command.\n"
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "replay")) return af_cmd_replay(argc - 1, argv + 1);
     if (!strcmp(cmd, "show")) return af_cmd_show(argc - 1, argv + 1);
     if (!strcmp(cmd, "backends")) return af_cmd_backends(argc - 1, argv + 1);
+    if (!strcmp(cmd, "minimize")) return af_cmd_minimize(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         af_usage(stdout);
         return 0;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnfuzz/bundle.h"
 #include "cli.h"
 
 int af_cli_relation(af_exec_config *cfg, const char *name) {
@@ -63,3 +64,24 @@ int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selec
     default: return 0;
     }
 }
+
+/* The checks a bundle recorded: its backends (without ref, relation outputs and
+ * expected comparisons) and its relation. */
+void af_cli_config_from_bundle(const af_bundle *b, af_exec_config *cfg, char names[][128]) {
+    size_t n = 0;
+    for (size_t i = 0; i < af_bundle_record_count(b) && n < AF_EXEC_MAX_BACKENDS; i++) {
+        const char *name = af_bundle_record_at(b, i)->backend;
+        if (!strcmp(name, "ref") || strchr(name, '@') || strchr(name, '~')) continue;
+        snprintf(names[n], 128, "%s", name);
+        cfg->backends[n] = names[n];
+        n++;
+    }
+    cfg->n_backends = n;
+    const char *rel = af_bundle_relation(b);
+    if (rel && af_relation_from_name(rel) >= 0) cfg->relations[af_relation_from_name(rel)] = true;
+    if (n == 0) { /* a bundle from another tool: the default pair */
+        cfg->pairs[0] = "explicit,fused";
+        cfg->n_pairs = 1;
+    }
+}
+
