@@ -100,7 +100,8 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
                         size_t i = r0 + r;
                         float *s = S + r * Sk;
                         uint8_t *lv = live + r * Sk;
-                        af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, add, lv);
+                        if (af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, add, lv))
+                            memset(lv, 1, Sk);
                         if (c->placement == AF_PLACE_SCORES)
                             for (size_t j = 0; j < Sk; j++) s[j] *= scale;
                         if (c->softcap > 0.0) {
@@ -118,7 +119,7 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
                             memset(s, 0, Sk * sizeof *s);
                             continue;
                         }
-                        float sum = af_exp_sub_sum_f32(s, Sk, m);
+                        float sum = af_exp_sub_sum_f32(s, Sk, m, 1.0f);
                         for (size_t j = 0; j < Sk; j++) s[j] = s[j] / sum;
                         af_round_f32_array(s, Sk, dt);
                         if (p > 0.0f) {

@@ -26,7 +26,7 @@
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_ACC, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE };
 
 #define AF_FUSED_BR 128u
-#define AF_FUSED_BC 128u
+#define AF_FUSED_BC 256u
 
 typedef struct af_fused {
     af_scratch ws;
@@ -67,6 +67,8 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
     const uint64_t thr = af_dropout_threshold(c->dropout_p);
     const bool bmask = c->bmask.present, amask = c->amask.present;
     const size_t Br = AF_FUSED_BR, Bc = AF_FUSED_BC;
+    const bool fold = scale > 0.0f && !(c->softcap > 0.0) && !amask;
+    const float k_exp = fold ? scale : 1.0f;
     float *out = outt->data;
 
     float *q = AF_SCRATCH(ws, WS_Q, float, Sq * D, err);
@@ -122,7 +124,10 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                             size_t i = i0 + r;
                             float *s = S + r * cn;
                             uint8_t *lv = live + r * cn;
-                            for (size_t j = 0; j < cn; j++) s[j] *= scale;
+                            /* with nothing between scale and softmax the scale is folded into
+                             * the exponential, and m is kept on unscaled scores */
+                            if (!fold)
+                                for (size_t j = 0; j < cn; j++) s[j] *= scale;
                             if (c->softcap > 0.0) {
                                 float cap = (float)c->softcap;
                                 for (size_t j = 0; j < cn; j++) s[j] = cap * tanhf(s[j] / cap);
@@ -149,8 +154,8 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                                 memset(s, 0, cn * sizeof *s); /* nothing live yet */
                                 continue;
                             }
-                            float alpha = st->m == -INFINITY ? 0.0f : expf(st->m - m_new);
-                            float rowsum = af_exp_sub_sum_f32(s, cn, m_new);
+                            float alpha = st->m == -INFINITY ? 0.0f : expf((st->m - m_new) * k_exp);
+                            float rowsum = af_exp_sub_sum_f32(s, cn, m_new, k_exp);
                             st->l = st->l * alpha + rowsum;
                             st->m = m_new;
                             if (alpha != 1.0f) {

@@ -30,7 +30,9 @@
 #include "vmath.h"
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_F32A, WS_F32B, WS_F32C,
-       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS };
+       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST };
+/* per row of a block: which keys are live, or why the row is special */
+enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 
 /* fp32 partial sums past this may overflow in some order: such results are unstable */
 #define AF_F32_RISK (0.25 * 0x1.fffffep127)
@@ -144,7 +146,10 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, R * Sk, err);
     uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Sk, err);
     uint8_t *risky = AF_SCRATCH(ws, WS_RISK, uint8_t, R, err);
-    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky) return AF_ERR_NOMEM;
+    double *rinv = AF_SCRATCH(ws, WS_RINV, double, R, err);
+    uint8_t *rowst = AF_SCRATCH(ws, WS_ROWST, uint8_t, R, err);
+    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky || !rinv || !rowst)
+        return AF_ERR_NOMEM;
     size_t big = Sk * (D > Dv ? D : Dv) + R * (Sk > Dv ? Sk : Dv) + Sq * D;
     float *fa = NULL, *fb = NULL, *fc = NULL;
     double *absbuf = NULL;
@@ -242,8 +247,30 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         size_t i = r0 + r;
                         double *s = S + r * Sk;
                         uint8_t *lv = live + r * Sk;
-                        af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, add, lv);
-                        for (size_t j = 0; j < Sk; j++) {
+                        bool all_live = af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, add, lv);
+                        rowst[r] = all_live ? AF_ROW_ALL_LIVE : AF_ROW_SOME_LIVE;
+                        if (all_live && (honest || opts->qk_f16_before_scale)) {
+                            memset(lv, 1, Sk); /* the general path below reads it */
+                            rowst[r] = AF_ROW_SOME_LIVE;
+                        }
+                        /* exact path with nothing between scale and softmax: the scale is folded
+                         * into the exponential (max taken on the unscaled scores) */
+                        double fold = 1.0;
+                        if (!honest && !opts->qk_f16_before_scale && scale > 0.0 && !(c->softcap > 0.0) &&
+                            !c->amask.present) {
+                            fold = scale;
+                            if (!all_live)
+                                for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : -HUGE_VAL;
+                        } else if (!honest && !opts->qk_f16_before_scale) {
+                            /* the oracle's own path: plain passes that vectorize */
+                            for (size_t j = 0; j < Sk; j++) s[j] *= scale;
+                            if (c->softcap > 0.0)
+                                for (size_t j = 0; j < Sk; j++) s[j] = c->softcap * tanh(s[j] / c->softcap);
+                            if (c->amask.present)
+                                for (size_t j = 0; j < Sk; j++) s[j] += (double)add[j];
+                            if (!all_live)
+                                for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : -HUGE_VAL;
+                        } else for (size_t j = 0; j < Sk; j++) {
                             double x = s[j];
                             if (opts->qk_f16_before_scale) x = af_round_f64(x, AF_F16);
                             if (!honest) {
@@ -278,12 +305,12 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             /* NaN propagates through softmax; a fully masked row gives 0 */
                             double fillv = has_nan ? (double)NAN : 0.0;
                             for (size_t j = 0; j < Sk; j++) s[j] = 0.0;
-                            for (size_t j = 0; j < Sk; j++) lv[j] = 0;
-                            s[0] = fillv; /* marks the row; written out below */
+                            s[0] = fillv;
+                            rowst[r] = has_nan ? AF_ROW_NAN : AF_ROW_MASKED;
                             if (sens) memset(delta + r * Sk, 0, Sk * sizeof *delta);
                             continue;
                         }
-                        double sum = af_exp_sub_sum_f64(s, Sk, m);
+                        double sum = af_exp_sub_sum_f64(s, Sk, m, fold);
                         if (honest) { /* fp32 exponentials and sum */
                             sum = 0.0;
                             for (size_t j = 0; j < Sk; j++) {
@@ -292,8 +319,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             }
                             sum = af_r32(sum);
                         }
-                        double inv = 1.0 / sum;
-                        for (size_t j = 0; j < Sk; j++) s[j] = honest ? af_rdt(s[j] / sum, dt) : s[j] * inv;
+                        /* exact path: P stays unnormalized, the output row is divided instead
+                         * (Dv products instead of Sk; the same value in exact arithmetic) */
+                        rinv[r] = 1.0;
+                        if (honest) {
+                            for (size_t j = 0; j < Sk; j++) s[j] = af_rdt(s[j] / sum, dt);
+                        } else {
+                            rinv[r] = 1.0 / sum;
+                        }
                         if (sens) af_sens_weights(s, delta + r * Sk, Sk);
                         if (p > 0.0) {
                             af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
@@ -323,17 +356,18 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         double *o = O + r * Dv;
                         const double *s = S + r * Sk;
                         const uint8_t *lv = live + r * Sk;
-                        bool special_row = true;
-                        for (size_t j = 0; j < Sk && special_row; j++) special_row = lv[j] == 0;
+                        bool special_row = rowst[r] == AF_ROW_MASKED || rowst[r] == AF_ROW_NAN;
                         if (special_row) {
-                            /* masked (0) or NaN row, marked in s[0] */
-                            for (size_t d = 0; d < Dv; d++) o[d] = s[0] != s[0] ? s[0] : 0.0;
+                            double fillv = rowst[r] == AF_ROW_NAN ? (double)NAN : 0.0;
+                            for (size_t d = 0; d < Dv; d++) o[d] = fillv;
                         }
-                        for (size_t n = 0; n < nbad; n++) {
+                        for (size_t n = 0; n < nbad && !special_row; n++) {
                             size_t j = bad[n];
-                            if (!lv[j]) continue;
+                            if (rowst[r] != AF_ROW_ALL_LIVE && !lv[j]) continue;
                             for (size_t d = 0; d < Dv; d++) o[d] += s[j] * saved[n * Dv + d];
                         }
+                        if (!special_row && rinv[r] != 1.0)
+                            for (size_t d = 0; d < Dv; d++) o[d] *= rinv[r];
                         double *dst = out + ((b * Hq + h) * Sq + i) * Dv;
                         for (size_t d = 0; d < Dv; d++) {
                             dst[d] = honest ? af_rdt(o[d], dt) : o[d];

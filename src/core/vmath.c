@@ -148,8 +148,8 @@ static inline float af_expf_lane(float x) {
     return x != x ? x : y;
 }
 
-AF_CLONES float af_exp_sub_sum_f32(float *x, size_t n, float m) {
-    for (size_t j = 0; j < n; j++) x[j] = af_expf_lane(x[j] - m);
+AF_CLONES float af_exp_sub_sum_f32(float *x, size_t n, float m, float k) {
+    for (size_t j = 0; j < n; j++) x[j] = af_expf_lane((x[j] - m) * k);
     float lane[AF_LANES] = {0};
     size_t j = 0;
     for (; j + AF_LANES <= n; j += AF_LANES)
@@ -188,8 +188,8 @@ static inline double af_exp_lane(double x) {
     return x != x ? x : y;
 }
 
-AF_CLONES double af_exp_sub_sum_f64(double *x, size_t n, double m) {
-    for (size_t j = 0; j < n; j++) x[j] = af_exp_lane(x[j] - m);
+AF_CLONES double af_exp_sub_sum_f64(double *x, size_t n, double m, double k) {
+    for (size_t j = 0; j < n; j++) x[j] = af_exp_lane((x[j] - m) * k);
     double lane[AF_LANES] = {0};
     size_t j = 0;
     for (; j + AF_LANES <= n; j += AF_LANES)
@@ -309,14 +309,17 @@ void af_gather_f64(const af_view *v, size_t b, size_t h, double *dst, size_t ld)
     }
 }
 
-void af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j0, uint32_t n,
+bool af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j0, uint32_t n,
                  float *add, uint8_t *live) {
     const af_case *c = t->c;
     int64_t lo, hi;
     af_mask_row_bounds(c, b, i, &lo, &hi);
-    for (uint32_t k = 0; k < n; k++) {
-        int64_t j = (int64_t)j0 + k;
-        live[k] = j >= lo && j <= hi;
+    bool all = !c->bmask.present && lo <= (int64_t)j0 && hi >= (int64_t)j0 + n - 1;
+    if (!all) {
+        for (uint32_t k = 0; k < n; k++) {
+            int64_t j = (int64_t)j0 + k;
+            live[k] = j >= lo && j <= hi;
+        }
     }
     if (c->bmask.present) {
         const unsigned char *row = (const unsigned char *)t->bm.data + af_view_offset(&t->bm, b, h, i, 0);
@@ -327,6 +330,7 @@ void af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, u
         const unsigned char *row = (const unsigned char *)am->data + af_view_offset(am, b, h, i, 0);
         for (uint32_t k = 0; k < n; k++) add[k] = (float)af_dtype_load(am->dtype, row, (size_t)(j0 + k) * am->nb[3]);
     }
+    return all;
 }
 
 size_t af_split_nonfinite_f32(float *v, size_t S, size_t Dv, uint32_t *rows, float *saved) {

@@ -22,10 +22,12 @@ void af_gemm_nn_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, co
 void af_gemm_nn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
                     double *C, size_t ldc, int accumulate);
 
-/* x[j] = exp(x[j] - m) for j < n; returns the sum. Max error 2 ulp; exp(-inf) = 0,
- * NaN stays NaN. The f64 version flushes results below 2^-1022 to 0. */
-float af_exp_sub_sum_f32(float *x, size_t n, float m);
-double af_exp_sub_sum_f64(double *x, size_t n, double m);
+/* x[j] = exp((x[j] - m) * k) for j < n; returns the sum. Max error 2 ulp; exp(-inf) =
+ * 0, NaN stays NaN. The f64 version flushes results below 2^-1022 to 0. With k = the
+ * softmax scale (> 0) and m = the row max of the unscaled scores, the scale costs no pass
+ * of its own (FlashAttention folds it into exp2 the same way). */
+float af_exp_sub_sum_f32(float *x, size_t n, float m, float k);
+double af_exp_sub_sum_f64(double *x, size_t n, double m, double k);
 
 /* Row maximum, and whether the row holds a NaN (max alone would hide it). */
 float af_max_f32(const float *x, size_t n, int *has_nan);
@@ -37,8 +39,10 @@ void af_gather_f64(const af_view *v, size_t b, size_t h, double *dst, size_t ld)
 
 /* One query row's masks over keys j0 .. j0+n-1, to apply on scores:
  * add[j] the additive mask value (only if the case has one; add may be NULL otherwise),
- * live[j] 0 where a set-semantics mask (structural or boolean) removes the key. */
-void af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j0, uint32_t n,
+ * live[j] 0 where a set-semantics mask (structural or boolean) removes the key.
+ * Returns true when every key is live; live is then left untouched (no pass needed). */
+#include <stdbool.h>
+bool af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j0, uint32_t n,
                  float *add, uint8_t *live);
 
 /* Rows of a gathered V [S x Dv] with a NaN or Inf: their indices go to rows (returns the
