@@ -92,7 +92,8 @@ af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *e
 af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, const double *expected,
                                      af_error *err);
 
-/* The reference output ([B, Hq, Sq, Dv] float64) and per-row fully-masked flags
+/* The comparison target (the reference output, or the expected output of
+ * af_oracle_prepare_expected; [B, Hq, Sq, Dv] float64) and per-row fully-masked flags
  * ([B, Hq, Sq] bytes, 1 = every key masked). Valid after prepare. */
 const double *af_oracle_ref(const af_oracle *o);
 const uint8_t *af_oracle_masked_rows(const af_oracle *o);

@@ -86,11 +86,12 @@ static void af_sens_weights(const double *P, double *d, size_t n) {
     }
 }
 
+/* Largest finite |x|: NaN and Inf are classified separately, not a risk of overflow. */
 static double af_ref_maxabs(const double *x, size_t n) {
     double m = 0.0;
     for (size_t k = 0; k < n; k++) {
         double a = fabs(x[k]);
-        if (a > m) m = a; /* NaN ignored */
+        if (a > m && a < HUGE_VAL) m = a; /* NaN fails the first test */
     }
     return m;
 }

@@ -182,6 +182,7 @@ void af_case_repair(af_case *c, size_t budget) {
             c->t[t].bcast = c->t[AF_Q].bcast;
         }
         c->kv_len = c->q_len;
+        if (c->q_heads > AF_MAX_KV_HEADS) c->q_heads = AF_MAX_KV_HEADS; /* Hq = Hkv <= 64 */
         c->kv_heads = c->q_heads;
         c->v_head_dim = c->head_dim;
     } else {
