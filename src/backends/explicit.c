@@ -115,12 +115,26 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
                         int has_nan;
                         float m = af_max_f32(s, Sk, &has_nan);
                         rowstate[r] = has_nan ? 2 : (m == -INFINITY ? 1 : 0);
+                        if (has_nan && p > 0.0f) {
+                            /* dropped weights are exactly 0: NaN only if a live key is kept */
+                            af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
+                                           (uint32_t)Sk, keep);
+                            bool kept = false;
+                            for (size_t j = 0; j < Sk; j++) kept |= keep[j] && lv[j];
+                            if (!kept) {
+                                memset(s, 0, Sk * sizeof *s);
+                                rowstate[r] = 0;
+                                continue;
+                            }
+                        }
                         if (rowstate[r]) {
                             memset(s, 0, Sk * sizeof *s);
                             continue;
                         }
                         float sum = af_exp_sub_sum_f32(s, Sk, m, 1.0f);
                         for (size_t j = 0; j < Sk; j++) s[j] = s[j] / sum;
+                        if (!isfinite(sum)) /* an infinite score: NaN weights, masked keys stay 0 */
+                            for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : 0.0f;
                         af_round_f32_array(s, Sk, dt);
                         if (p > 0.0f) {
                             af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,

@@ -51,6 +51,7 @@ typedef struct af_row_state {
     float m, l;
     int64_t lo, hi; /* structural window of live keys */
     int nan;
+    int kept; /* some live key survived dropout */
 } af_row_state;
 
 static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
@@ -107,6 +108,7 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                         st->m = -INFINITY;
                         st->l = 0.0f;
                         st->nan = 0;
+                        st->kept = 0;
                         if (st->hi >= st->lo) {
                             jmin = st->lo < jmin ? st->lo : jmin;
                             jmax = st->hi > jmax ? st->hi : jmax;
@@ -145,6 +147,11 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                                 for (size_t j = 0; j < cn; j++) s[j] += add[j];
                             if (!inside)
                                 for (size_t j = 0; j < cn; j++) s[j] = lv[j] ? s[j] : -INFINITY;
+                            if (p > 0.0f) {
+                                af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i,
+                                               (uint32_t)j0, (uint32_t)cn, keep);
+                                for (size_t j = 0; j < cn; j++) st->kept |= keep[j] && lv[j];
+                            }
                             /* online softmax step */
                             int has_nan;
                             float mt = af_max_f32(s, cn, &has_nan);
@@ -164,8 +171,6 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                             }
                             af_round_f32_array(s, cn, dt);
                             if (p > 0.0f) {
-                                af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i,
-                                               (uint32_t)j0, (uint32_t)cn, keep);
                                 for (size_t j = 0; j < cn; j++) s[j] = keep[j] ? s[j] * keep_scale : 0.0f;
                                 af_round_f32_array(s, cn, dt);
                             }
@@ -187,8 +192,13 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                         const af_row_state *st = &rs[r];
                         float *dst = out + ((b * Hq + h) * Sq + i0 + r) * Dv;
                         const float *a = acc + r * Dv;
-                        if (st->nan) {
+                        /* NaN weights (a NaN score, or an infinite one making l NaN) */
+                        bool nan_row = st->nan || isnan(st->l);
+                        if (nan_row && (p <= 0.0f || st->kept)) {
                             for (size_t d = 0; d < Dv; d++) dst[d] = NAN;
+                        } else if (nan_row) {
+                            /* NaN weights, every live one dropped: the sum of 0 * V */
+                            for (size_t d = 0; d < Dv; d++) dst[d] = af_round_f32(a[d], dt);
                         } else if (st->m == -INFINITY) {
                             for (size_t d = 0; d < Dv; d++) dst[d] = 0.0f;
                         } else {

@@ -7,7 +7,8 @@
  * Passes per row block:
  *   1. S = Q K^T (dgemm or loops)
  *   2. per row: scale, softcap, masks (set -inf / add), softmax (a fully masked row -> 0,
- *      a NaN score -> NaN row), dropout
+ *      a NaN score -> NaN weights), dropout (dropped weights are exactly 0, so a NaN row
+ *      whose live keys are all dropped gives 0, as p = 1 does)
  *   3. O = P V with V's non-finite rows zeroed, then their contribution added back for
  *      the live keys only: masked keys have weight 0 and must not leak 0 * NaN.
  *
@@ -302,6 +303,20 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         double m = af_max_f64(s, Sk, &has_nan);
                         size_t row_out = ((b * Hq + h) * Sq + i);
                         if (masked_rows) masked_rows[row_out] = !has_nan && m == -HUGE_VAL;
+                        if (has_nan && p > 0.0) {
+                            /* NaN weights, but dropout zeroes the dropped ones: with every live
+                             * key dropped the row is all zero weights, as p = 1 gives zeros */
+                            af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
+                                           (uint32_t)Sk, keep);
+                            bool kept = false;
+                            for (size_t j = 0; j < Sk; j++) kept |= keep[j] && (rowst[r] == AF_ROW_ALL_LIVE || lv[j]);
+                            if (!kept) {
+                                memset(s, 0, Sk * sizeof *s);
+                                rinv[r] = 1.0;
+                                if (sens) memset(delta + r * Sk, 0, Sk * sizeof *delta);
+                                continue;
+                            }
+                        }
                         if (has_nan || m == -HUGE_VAL) {
                             /* NaN propagates through softmax; a fully masked row gives 0 */
                             double fillv = has_nan ? (double)NAN : 0.0;
@@ -324,9 +339,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                          * (Dv products instead of Sk; the same value in exact arithmetic) */
                         rinv[r] = 1.0;
                         if (honest) {
-                            for (size_t j = 0; j < Sk; j++) s[j] = af_rdt(s[j] / sum, dt);
-                        } else {
+                            for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? af_rdt(s[j] / sum, dt) : 0.0;
+                        } else if (isfinite(sum) && sum > 0.0) {
                             rinv[r] = 1.0 / sum;
+                        } else {
+                            /* a NaN sum (an infinite score): NaN weights on the live keys (so
+                             * that dropout can still zero the dropped ones); masked keys stay 0 */
+                            for (size_t j = 0; j < Sk; j++)
+                                s[j] = rowst[r] == AF_ROW_ALL_LIVE || lv[j] ? s[j] / sum : 0.0;
                         }
                         if (sens) af_sens_weights(s, delta + r * Sk, Sk);
                         if (p > 0.0) {
