@@ -18,6 +18,7 @@ static void af_usage(FILE *f) {
             "  replay    re-run bundles or raw inputs (exit 1 if anything still diverges)\n"
             "  show      explain a bundle, optionally draw its error heatmap\n"
             "  minimize  shrink a failing bundle or input to its essentials\n"
+            "  regress   replay a corpus of bundles against their recorded verdicts (CI)\n"
             "  backends  list the backends and what they support\n"
             "\n"
             "attnfuzz COMMAND --help shows the options of a command.\n"
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "show")) return af_cmd_show(argc - 1, argv + 1);
     if (!strcmp(cmd, "backends")) return af_cmd_backends(argc - 1, argv + 1);
     if (!strcmp(cmd, "minimize")) return af_cmd_minimize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "regress")) return af_cmd_regress(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         af_usage(stdout);
         return 0;
