@@ -348,7 +348,16 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             for (size_t j = 0; j < Sk; j++)
                                 s[j] = rowst[r] == AF_ROW_ALL_LIVE || lv[j] ? s[j] / sum : 0.0;
                         }
-                        if (sens) af_sens_weights(s, delta + r * Sk, Sk);
+                        if (sens) {
+                            /* a live key with a non-finite V whose weight may round to 0 (P is
+                             * stored in the dtype; 0 * Inf = NaN): the row is unstable */
+                            double p_zero = 0.5 * af_dtype_min_subnormal(dt);
+                            for (size_t n = 0; n < nbad; n++) {
+                                size_t j = bad[n];
+                                if (lv[j] && s[j] * exp(-2.0 * delta[r * Sk + j]) <= p_zero) risky[r] = 1;
+                            }
+                            af_sens_weights(s, delta + r * Sk, Sk);
+                        }
                         if (p > 0.0) {
                             af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
                                            (uint32_t)Sk, keep);
