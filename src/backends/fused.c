@@ -161,7 +161,10 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                                 memset(s, 0, cn * sizeof *s); /* nothing live yet */
                                 continue;
                             }
-                            float alpha = st->m == -INFINITY ? 0.0f : expf((st->m - m_new) * k_exp);
+                            /* equal maxima (also both +Inf: Inf - Inf would be NaN) rescale by 1 */
+                            float alpha = st->m == m_new ? 1.0f
+                                          : st->m == -INFINITY ? 0.0f
+                                                               : expf((st->m - m_new) * k_exp);
                             float rowsum = af_exp_sub_sum_f32(s, cn, m_new, k_exp);
                             st->l = st->l * alpha + rowsum;
                             st->m = m_new;

@@ -87,6 +87,22 @@ static void af_sens_weights(const double *P, double *d, size_t n) {
     }
 }
 
+static bool af_ref_has_nonfinite(const double *x, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (!isfinite(x[k])) return true;
+    return false;
+}
+
+/* Smallest nonzero finite |x| (HUGE_VAL if none). */
+static double af_ref_min_abs(const double *x, size_t n) {
+    double m = HUGE_VAL;
+    for (size_t k = 0; k < n; k++) {
+        double a = fabs(x[k]);
+        if (a > 0.0 && a < m) m = a;
+    }
+    return m;
+}
+
 /* Largest finite |x|: NaN and Inf are classified separately, not a risk of overflow. */
 static double af_ref_maxabs(const double *x, size_t n) {
     double m = 0.0;
@@ -186,6 +202,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
             bool vrisk_force = false;
             double kmax = af_ref_maxabs(k, Sk * D);
             bool k_tf32_inf = tf32 && af_ref_tf32_overflows(k, Sk * D);
+            bool k_nonfinite = honest && af_ref_has_nonfinite(k, Sk * D);
+            double kmin = honest ? af_ref_min_abs(k, Sk * D) : 0.0;
             if (tf32 && af_ref_tf32_overflows(v, Sk * Dv)) vrisk_force = true;
             /* An online-softmax kernel accumulates weights exp(s - running max), each up to 1,
              * so its P V partial sums are bounded only by Sk max|V| / (1 - p): past the fp32
@@ -201,9 +219,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                 af_ref_tf32(k, Sk * D);
                 af_ref_tf32(v, Sk * Dv);
             }
+            if (sens) /* before the split: the finite entries of a NaN row still count */
+                for (size_t e = 0; e < Sk * Dv; e++) vabs[e] = isfinite(v[e]) ? fabs(v[e]) : 0.0;
             size_t nbad = af_split_nonfinite_f64(v, Sk, Dv, bad, saved);
-            if (sens)
-                for (size_t e = 0; e < Sk * Dv; e++) vabs[e] = fabs(v[e]);
 
             for (size_t h = g * group; h < (g + 1) * group; h++) {
                 af_gather_f64(qv, b, h, q, D);
@@ -212,6 +230,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                 bool qk_risk = honest && af_ref_maxabs(q, Sq * D) * kmax * (double)D *
                                                  (fabs(scale) > 1.0 ? fabs(scale) : 1.0) > AF_F32_RISK;
                 bool qk_inf = honest && (k_tf32_inf || (tf32 && af_ref_tf32_overflows(q, Sq * D)));
+                /* Inf or NaN in Q or K against a tiny value of the other, which rounding (the
+                 * scaled inputs to the dtype, or TF32) may turn into 0: Inf * 0 is NaN for
+                 * some implementations and not for others */
+                if (honest && (af_ref_has_nonfinite(q, Sq * D) || k_nonfinite)) {
+                    double zero = 2.0 * (tf32 && 0x1p-136 > af_dtype_min_subnormal(dt) ? 0x1p-136 : af_dtype_min_subnormal(dt));
+                    zero /= fabs(scale) < 1.0 ? sqrt(fabs(scale)) + 1e-300 : 1.0;
+                    if (af_ref_min_abs(q, Sq * D) < zero || kmin < zero) qk_inf = true;
+                }
                 /* a scale above 1 placed on Q or K may round a large input to Inf in the dtype */
                 if (honest && fabs(scale) > 1.0 &&
                     (af_ref_maxabs(q, Sq * D) > 0.5 * ovf / fabs(scale) || kmax > 0.5 * ovf / fabs(scale)))
@@ -351,7 +377,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         if (sens) {
                             /* a live key with a non-finite V whose weight may round to 0 (P is
                              * stored in the dtype; 0 * Inf = NaN): the row is unstable */
-                            double p_zero = 0.5 * af_dtype_min_subnormal(dt);
+                            double p_zero = af_dtype_min_subnormal(dt); /* a rounded P this small may be 0 */
                             for (size_t n = 0; n < nbad; n++) {
                                 size_t j = bad[n];
                                 if (lv[j] && s[j] * exp(-2.0 * delta[r * Sk + j]) <= p_zero) risky[r] = 1;

@@ -1,0 +1,498 @@
+/* test_oracle.c - finding signatures and features, the tolerance rule of oracle.h
+ * (floors from the dtype and max |V|, rounding to the case dtype passes, visible errors
+ * fail), the classification of NaN / Inf against the reference, the metrics, and pair
+ * comparisons with permuted or partial rows. Outputs here are built from the reference
+ * by hand (rounded, perturbed, permuted), so the expected verdict is known. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnfuzz/case.h"
+#include "attnfuzz/oracle.h"
+#include "attnfuzz/tensor.h"
+
+#define DNAN ((double)NAN)
+#define DINF ((double)INFINITY)
+
+/* --- signatures and features ---------------------------------------------------------- */
+
+static void test_signature(void **state) {
+    (void)state;
+    af_case c, d;
+    af_case_default(&c);
+    c.batch = 2, c.q_heads = 4, c.kv_heads = 2, c.q_len = 8, c.kv_len = 8, c.head_dim = 16, c.v_head_dim = 16;
+    uint64_t s = af_signature(AF_KIND_DIVERGE, "explicit", &c);
+    assert_true(s == af_signature(AF_KIND_DIVERGE, "explicit", &c)); /* stable */
+    /* fields that are not features: the same bug, the same signature */
+    d = c;
+    d.batch = 7, d.q_len = d.kv_len = 33, d.head_dim = d.v_head_dim = 64;
+    for (int t = 0; t < 3; t++) d.t[t].seed = 999u + (uint32_t)t;
+    d.t[AF_V].mag_q4 = 8;
+    assert_true(s == af_signature(AF_KIND_DIVERGE, "explicit", &d));
+    /* kind, who, and each feature change it */
+    assert_true(s != af_signature(AF_KIND_NAN_MISMATCH, "explicit", &c));
+    assert_true(s != af_signature(AF_KIND_DIVERGE, "fused", &c));
+    assert_true(s != af_signature(AF_KIND_DIVERGE, "explicit|fused", &c));
+    assert_true(s != af_signature(AF_KIND_DIVERGE, "", &c));
+    d = c, d.dtype = AF_BF16;
+    assert_true(s != af_signature(AF_KIND_DIVERGE, "explicit", &d));
+    d = c, d.causal = true;
+    assert_true(s != af_signature(AF_KIND_DIVERGE, "explicit", &d));
+    d = c, d.t[AF_K].layout = AF_LAYOUT_SBHD;
+    assert_true(s != af_signature(AF_KIND_DIVERGE, "explicit", &d));
+    /* a very long name is fine */
+    char longname[2000];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    assert_true(af_signature(AF_KIND_DIVERGE, longname, &c) == af_signature(AF_KIND_DIVERGE, longname, &c));
+}
+
+static void test_features(void **state) {
+    (void)state;
+    af_case c;
+    af_case_default(&c);
+    c.batch = 2, c.q_heads = 2, c.kv_heads = 2, c.q_len = 4, c.kv_len = 4, c.head_dim = 8, c.v_head_dim = 8;
+    uint64_t f = af_case_features(&c);
+    af_case d;
+#define CHANGES(mutation)                                                                          \
+    do {                                                                                           \
+        d = c;                                                                                     \
+        mutation;                                                                                  \
+        if (af_case_features(&d) == f) fail_msg("features ignore: %s", #mutation);                \
+    } while (0)
+#define KEEPS(mutation)                                                                            \
+    do {                                                                                           \
+        d = c;                                                                                     \
+        mutation;                                                                                  \
+        if (af_case_features(&d) != f) fail_msg("features depend on: %s", #mutation);             \
+    } while (0)
+    CHANGES(d.dtype = AF_F16);
+    CHANGES(d.dtype = AF_BF16);
+    CHANGES(d.allow_tf32 = true);
+    CHANGES(d.t[AF_Q].layout = AF_LAYOUT_BSHD);
+    CHANGES(d.t[AF_K].layout = AF_LAYOUT_BSD);
+    CHANGES(d.t[AF_V].layout = AF_LAYOUT_CHANNELS_FIRST);
+    CHANGES(d.amask.present = true);
+    CHANGES(d.bmask.present = true);
+    CHANGES(d.causal = true);
+    CHANGES((d.causal = true, d.diag = AF_DIAG_BOTTOM_RIGHT)); /* alignment differs from top-left */
+    CHANGES(d.key_padding = true);
+    CHANGES(d.window_left = 3);
+    CHANGES(d.q_heads = 4);
+    CHANGES(d.kv_len = 5);
+    CHANGES(d.v_head_dim = 4);
+    CHANGES(d.dropout_p = 0.5);
+    CHANGES(d.softcap = 30.0);
+    CHANGES(d.placement = AF_PLACE_SQRT_QK);
+    CHANGES(d.t[AF_V].pad = 1);
+    CHANGES(d.t[AF_K].perm = 3);
+    CHANGES(d.t[AF_K].bcast = AF_BCAST_BATCH);
+    CHANGES(d.t[AF_V].special = AF_SPECIAL_NAN_MASKED);
+    CHANGES(d.scale_set = true);
+    CHANGES((d.amask.present = true, d.amask.dtype = AF_F16)); /* mask dtype != case dtype */
+    CHANGES(d.t[AF_Q].dist = AF_DIST_NEAR_OVERFLOW);
+    CHANGES(d.t[AF_K].dist = AF_DIST_DENORMAL);
+    KEEPS(d.batch = 9);
+    KEEPS((d.q_len = 17, d.kv_len = 17));
+    KEEPS((d.head_dim = 3, d.v_head_dim = 3));
+    KEEPS(d.t[AF_Q].seed = 5);
+    KEEPS(d.dropout_seed = 5);
+    KEEPS(d.diag = AF_DIAG_BOTTOM_RIGHT); /* no causal mask, no window: the diagonal is unused */
+    KEEPS(d.t[AF_V].dist = AF_DIST_UNIFORM);
+#undef CHANGES
+#undef KEEPS
+    /* the readable form names what is set */
+    af_case_default(&d);
+    d.dtype = AF_F16, d.q_heads = 4, d.kv_heads = 2, d.q_len = 3, d.kv_len = 5, d.head_dim = 8, d.v_head_dim = 4;
+    d.causal = true, d.diag = AF_DIAG_BOTTOM_RIGHT, d.key_padding = true, d.softcap = 30.0, d.dropout_p = 0.25;
+    d.bmask.present = true, d.amask.present = true, d.amask.dtype = AF_F32;
+    d.t[AF_K].pad = 2, d.t[AF_V].special = AF_SPECIAL_INF_LIVE;
+    char buf[512];
+    af_case_features_str(&d, buf, sizeof buf);
+    const char *words[] = {"f16", "gqa", "sq!=sk", "d!=dv", "causal:bottom_right", "key_padding", "softcap=30",
+                           "dropout=0.25", "bool_mask", "additive_mask:f32", "strided", "specials"};
+    for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+        if (!strstr(buf, words[k])) fail_msg("features text \"%s\" lacks \"%s\"", buf, words[k]);
+    af_case_default(&d);
+    d.t[AF_Q].layout = d.t[AF_K].layout = d.t[AF_V].layout = AF_LAYOUT_QKV_BSH3D;
+    d.allow_tf32 = true;
+    af_case_features_str(&d, buf, sizeof buf);
+    assert_non_null(strstr(buf, "qkv_bsh3d"));
+    assert_non_null(strstr(buf, "f32+tf32"));
+    af_case_features_str(&d, buf, 4); /* truncation stays inside the buffer */
+    assert_true(strlen(buf) <= 3);
+    /* kinds */
+    for (int k = 0; k < AF_KIND_COUNT; k++) assert_int_equal(af_kind_from_name(af_kind_names[k]), k);
+    assert_int_equal(af_kind_from_name("nope"), -1);
+    assert_string_equal(af_kind_names[AF_KIND_MASKED_ROW_NAN], "masked_row_nan");
+}
+
+/* --- comparisons -------------------------------------------------------------------------- */
+
+typedef struct bench {
+    af_inputs *in;
+    af_oracle *o;
+    const double *ref;
+    size_t n;
+    af_tensor out; /* F32 [B, Hq, Sq, Dv] */
+    float *f;
+    af_tensor out64;
+    double *d;
+} bench;
+
+static void bench_open(bench *b, const af_case *c, void (*fill)(const af_case_tensors *)) {
+    memset(b, 0, sizeof *b);
+    b->in = af_inputs_create();
+    b->o = af_oracle_create(NULL);
+    af_error err = {0};
+    if (af_inputs_generate(b->in, c, &err) != AF_OK) fail_msg("inputs: %s", err.msg);
+    if (fill) fill(af_inputs_get(b->in));
+    assert_int_equal(af_oracle_prepare(b->o, af_inputs_get(b->in), &err), AF_OK);
+    b->ref = af_oracle_ref(b->o);
+    size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+    af_tensor_contiguous(&b->out, AF_F32, 4, ne);
+    af_tensor_contiguous(&b->out64, AF_F64, 4, ne);
+    b->n = af_tensor_numel(&b->out);
+    b->f = malloc(b->n * sizeof(float));
+    b->d = malloc(b->n * sizeof(double));
+    b->out.data = b->f;
+    b->out64.data = b->d;
+}
+
+static void bench_close(bench *b) {
+    free(b->f);
+    free(b->d);
+    af_oracle_destroy(b->o);
+    af_inputs_destroy(b->in);
+}
+
+static af_kind bench_kind(bench *b, bool f64, af_result *res) {
+    af_result tmp;
+    af_error err = {0};
+    if (!res) res = &tmp;
+    assert_int_equal(af_oracle_compare(b->o, f64 ? &b->out64 : &b->out, res, &err), AF_OK);
+    return res->kind;
+}
+
+static void tame(af_case *c, af_dtype dt) {
+    af_case_default(c);
+    c->batch = 2, c->q_heads = 2, c->kv_heads = 2, c->q_len = 8, c->kv_len = 8, c->head_dim = 16, c->v_head_dim = 8;
+    c->dtype = dt;
+    for (int t = 0; t < 3; t++) c->t[t].seed = 4321u + (uint32_t)t;
+}
+
+/* V in [-2, 2] with max |V| exactly 2: vscale = 2. */
+static void fill_v2(const af_case_tensors *t) {
+    const af_view *v = &t->vv;
+    for (size_t b = 0; b < v->ne[0]; b++)
+        for (size_t h = 0; h < v->ne[1]; h++)
+            for (size_t s = 0; s < v->ne[2]; s++)
+                for (size_t d = 0; d < v->ne[3]; d++)
+                    af_view_set(v, b, h, s, d, (b + h + s + d) == 0 ? 2.0 : (double)((b * 5 + h * 3 + s * 7 + d) % 9) / 4.5 - 1.0);
+}
+
+static void expect(bench *b, bool f64, af_kind want, const char *what) {
+    af_result res;
+    af_kind got = bench_kind(b, f64, &res);
+    if (got != want)
+        fail_msg("%s: %s, expected %s (max_abs %.3g max_rel %.3g worst_ratio %.3g atol %.3g rtol %.3g)", what,
+                 af_kind_names[got], af_kind_names[want], res.m.max_abs, res.m.max_rel, res.m.worst_ratio, res.tol.atol,
+                 res.tol.rtol);
+}
+
+static void test_tolerance_f32(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, fill_v2);
+    /* floors: atol = 1e-5 * max|V| = 2e-5, rtol 1.3e-6, as long as the honest f32 error
+     * (a few 1e-8 here) times 4 stays below */
+    af_tolerance tol;
+    af_error err = {0};
+    assert_int_equal(af_oracle_tolerance(b.o, &tol, &err), AF_OK);
+    assert_false(tol.honest);
+    assert_true(fabs(tol.atol - 2e-5) < 1e-20);
+    assert_true(tol.rtol == 1.3e-6);
+    assert_true(tol.fudge == 4.0);
+    /* the reference itself, in f64 and rounded to f32 */
+    memcpy(b.d, b.ref, b.n * sizeof(double));
+    expect(&b, true, AF_KIND_OK, "reference as f64");
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    expect(&b, false, AF_KIND_OK, "reference rounded to f32");
+    /* 1e-7 relative passes, 1e-3 relative fails */
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)(b.ref[e] * (1.0 + 1e-7));
+    expect(&b, false, AF_KIND_OK, "1e-7 relative");
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)(b.ref[e] * (1.0 + 1e-3));
+    expect(&b, false, AF_KIND_DIVERGE, "1e-3 relative");
+    /* an absolute error just inside and just outside atol on an element near 0 */
+    for (size_t e = 0; e < b.n; e++) b.d[e] = b.ref[e];
+    size_t e0 = 0;
+    for (size_t e = 0; e < b.n; e++)
+        if (fabs(b.ref[e]) < fabs(b.ref[e0])) e0 = e;
+    double slack = 2e-5 + 1.3e-6 * fabs(b.ref[e0]);
+    b.d[e0] = b.ref[e0] + 0.9 * slack;
+    expect(&b, true, AF_KIND_OK, "0.9 x the bound");
+    b.d[e0] = b.ref[e0] + 50.0 * slack;
+    af_result res;
+    assert_int_equal(bench_kind(&b, true, &res), AF_KIND_DIVERGE);
+    assert_int_equal(res.m.n_diverge, 1);
+    assert_true(fabs(res.m.max_abs - 50.0 * slack) < 1e-12);
+    size_t dv = c.v_head_dim, q = c.q_len, h = c.q_heads;
+    assert_int_equal(res.m.worst[0], e0 / (dv * q * h));
+    assert_int_equal(res.m.worst[1], e0 / (dv * q) % h);
+    assert_int_equal(res.m.worst[2], e0 / dv % q);
+    assert_int_equal(res.m.worst[3], e0 % dv);
+    /* rel_fro = |delta| / ||ref||_F */
+    double fro = 0.0;
+    for (size_t e = 0; e < b.n; e++) fro += b.ref[e] * b.ref[e];
+    assert_true(fabs(res.m.rel_fro - 50.0 * slack / sqrt(fro)) < 1e-9 * res.m.rel_fro);
+    bench_close(&b);
+
+    /* dropout scales vscale by 1 / (1 - p) */
+    c.dropout_p = 0.5, c.dropout_seed = 3;
+    bench_open(&b, &c, fill_v2);
+    assert_int_equal(af_oracle_tolerance(b.o, &tol, &err), AF_OK);
+    assert_true(fabs(tol.atol - 4e-5) < 1e-20 || tol.honest);
+    bench_close(&b);
+}
+
+static double round_to(double x, af_dtype dt) {
+    /* by hand, independent of dtype.c: frexp, scale to the kept bits, RNE via nearbyint */
+    if (x == 0.0 || !isfinite(x)) return x;
+    int e;
+    frexp(x, &e);
+    int mant = dt == AF_F16 ? 10 : 7, emin = dt == AF_F16 ? -14 : -126;
+    int q = (e - 1 < emin ? emin : e - 1) - mant;
+    return ldexp(nearbyint(ldexp(x, -q)), q);
+}
+
+static void test_tolerance_low_precision(void **state) {
+    (void)state;
+    const af_dtype dts[2] = {AF_F16, AF_BF16};
+    for (int k = 0; k < 2; k++) {
+        af_case c;
+        tame(&c, dts[k]);
+        bench b;
+        bench_open(&b, &c, NULL);
+        /* the reference rounded to the case dtype is what a perfect kernel returns */
+        for (size_t e = 0; e < b.n; e++) b.f[e] = (float)round_to(b.ref[e], dts[k]);
+        expect(&b, false, AF_KIND_OK, af_dtype_names[dts[k]]);
+        /* off by a quarter (of the value and of max|V| / 10): visible in both */
+        for (size_t e = 0; e < b.n; e++) b.f[e] = (float)(b.ref[e] * 1.25 + 0.25);
+        expect(&b, false, AF_KIND_DIVERGE, dts[k] == AF_F16 ? "f16 25% off" : "bf16 25% off");
+        bench_close(&b);
+    }
+}
+
+/* V holds a NaN at key 3, column 0, of batch 0 / kv head 0, live for every query: the
+ * reference is NaN in column 0 of query head 0 and finite elsewhere. */
+static void fill_nan(const af_case_tensors *t) { af_view_set(&t->vv, 0, 0, 3, 0, DNAN); }
+
+/* V holds +Inf at key 5, column 1, of batch 0 / kv head 0: the reference is +Inf in
+ * column 1 of query head 0 (every weight is positive) and finite elsewhere. A stored
+ * Inf is an input value, not an fp32 overflow: an fp32 kernel computes the same +Inf. */
+static void fill_inf(const af_case_tensors *t) { af_view_set(&t->vv, 0, 0, 5, 1, DINF); }
+
+static void test_classes_nan(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, fill_nan);
+    size_t dv = c.v_head_dim;
+    assert_true(isnan(b.ref[0]) && isnan(b.ref[dv]));
+    assert_true(isfinite(b.ref[1]));
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    expect(&b, false, AF_KIND_OK, "the same NaN");
+    b.f[0] = 0.5f;
+    expect(&b, false, AF_KIND_NAN_MISMATCH, "finite for NaN");
+    b.f[0] = INFINITY;
+    expect(&b, false, AF_KIND_NAN_MISMATCH, "Inf for NaN");
+    b.f[0] = NAN, b.f[1] = NAN;
+    expect(&b, false, AF_KIND_NAN_MISMATCH, "NaN for finite");
+    bench_close(&b);
+}
+
+static void test_classes_inf(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, fill_inf);
+    size_t dv = c.v_head_dim;
+    assert_true(isinf(b.ref[1]) && b.ref[1] > 0);
+    assert_true(isfinite(b.ref[0]) && isfinite(b.ref[2]));
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    expect(&b, false, AF_KIND_OK, "the same Inf");
+    b.f[1] = -INFINITY;
+    expect(&b, false, AF_KIND_INF_MISMATCH, "-Inf for +Inf");
+    b.f[1] = 1e30f;
+    expect(&b, false, AF_KIND_INF_MISMATCH, "finite for +Inf");
+    b.f[1] = NAN;
+    expect(&b, false, AF_KIND_NAN_MISMATCH, "NaN for +Inf");
+    b.f[1] = INFINITY;
+    b.f[dv + 2] += 100.0f; /* a finite column of the same head, far off */
+    expect(&b, false, AF_KIND_DIVERGE, "finite garbage beside an Inf column");
+    bench_close(&b);
+}
+
+/* The tolerance of an element depends on the values and weights that feed it, not on a
+ * NaN elsewhere: a NaN in column 0 of one V row must leave the tolerance of column 1 (fed
+ * by the same row's finite value) as it was. TF32 makes that tolerance wide (input and P
+ * rounding at 2^-11), so the largest accepted error shows the bound the oracle uses. */
+static void fill_v_big(const af_case_tensors *t) {
+    const af_view *v = &t->vv;
+    for (size_t s = 0; s < v->ne[2]; s++)
+        for (size_t d = 0; d < v->ne[3]; d++) af_view_set(v, 0, 0, s, d, s == 3 ? 1000.0 : (double)(s % 3));
+}
+static void fill_v_big_nan(const af_case_tensors *t) {
+    fill_v_big(t);
+    af_view_set(&t->vv, 0, 0, 3, 0, DNAN);
+}
+
+static double largest_accepted(af_case *c, void (*fill)(const af_case_tensors *), size_t e) {
+    bench b;
+    bench_open(&b, c, fill);
+    double lo = 0.0, hi = 1e4; /* 10 x the largest |V|: always rejected */
+    for (int it = 0; it < 60; it++) {
+        double mid = 0.5 * (lo + hi);
+        memcpy(b.d, b.ref, b.n * sizeof(double));
+        b.d[e] += mid;
+        af_result res;
+        if (bench_kind(&b, true, &res) == AF_KIND_OK) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    bench_close(&b);
+    return lo;
+}
+
+static void test_nan_column_keeps_tolerance(void **state) {
+    (void)state;
+    af_case c;
+    af_case_default(&c);
+    c.q_len = 4, c.kv_len = 8, c.head_dim = 16, c.v_head_dim = 4, c.allow_tf32 = true;
+    for (int t = 0; t < 3; t++) c.t[t].seed = 11u + (uint32_t)t;
+    size_t e = 1; /* row 0, column 1: 1000 from key 3 */
+    double tol_plain = largest_accepted(&c, fill_v_big, e);
+    double tol_nan = largest_accepted(&c, fill_v_big_nan, e);
+    print_message("largest accepted error in column 1: %.4g without, %.4g with a NaN in column 0\n", tol_plain,
+                  tol_nan);
+    assert_true(tol_plain > 0.0);
+    if (tol_nan < 0.5 * tol_plain)
+        fail_msg("a NaN in another column of V shrank the tolerance from %.4g to %.4g", tol_plain, tol_nan);
+}
+
+static void test_pairs(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, NULL);
+    af_error err = {0};
+    size_t rows = c.batch * c.q_heads * c.q_len, dv = c.v_head_dim;
+    /* pairs: a against itself */
+    float *a = malloc(b.n * sizeof(float)), *p = malloc(b.n * sizeof(float));
+    for (size_t e = 0; e < b.n; e++) a[e] = (float)b.ref[e];
+    af_tensor ta = b.out, tp = b.out;
+    ta.data = a, tp.data = p;
+    af_result res;
+    memcpy(p, a, b.n * sizeof(float));
+    assert_int_equal(af_oracle_compare_pair(b.o, &ta, &tp, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_OK);
+    /* rows permuted (reversed): right with the row map, wrong without */
+    uint32_t *map = malloc(rows * sizeof(uint32_t));
+    for (size_t r = 0; r < rows; r++) {
+        map[r] = (uint32_t)(rows - 1 - r);
+        memcpy(p + r * dv, a + map[r] * dv, dv * sizeof(float));
+    }
+    assert_int_equal(af_oracle_compare_pair(b.o, &ta, &tp, map, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_OK);
+    assert_int_equal(af_oracle_compare_pair(b.o, &ta, &tp, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_DIVERGE);
+    /* a subset: batch row 1 alone */
+    af_tensor ts = b.out;
+    ts.ne[0] = 1;
+    ts.data = p;
+    size_t sub = rows / c.batch;
+    for (size_t r = 0; r < sub; r++) {
+        map[r] = (uint32_t)(sub + r);
+        memcpy(p + r * dv, a + (sub + r) * dv, dv * sizeof(float));
+    }
+    assert_int_equal(af_oracle_compare_pair(b.o, &ta, &ts, map, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_OK);
+    p[3] += 1.0f;
+    assert_int_equal(af_oracle_compare_pair(b.o, &ta, &ts, map, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_DIVERGE);
+    /* a pair may differ by twice the single tolerance: a deviation of 1.5 x the floor
+     * passes as a pair */
+    memcpy(p, a, b.n * sizeof(float));
+    af_tolerance tol;
+    assert_int_equal(af_oracle_tolerance(b.o, &tol, &err), AF_OK);
+    size_t e0 = 0;
+    for (size_t e = 0; e < b.n; e++)
+        if (fabs(b.ref[e]) < fabs(b.ref[e0])) e0 = e;
+    p[e0] = (float)((double)a[e0] + 1.5 * (tol.atol + tol.rtol * fabs(b.ref[e0])));
+    assert_int_equal(af_oracle_compare_pair(b.o, &ta, &tp, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_OK);
+    p[e0] = (float)((double)a[e0] + 20.0 * (tol.atol + tol.rtol * fabs(b.ref[e0])));
+    assert_int_equal(af_oracle_compare_pair(b.o, &ta, &tp, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_DIVERGE);
+    /* a wrongly shaped output is an error, not a finding */
+    af_tensor bad = b.out;
+    bad.ne[3] = dv + 1;
+    assert_int_equal(af_oracle_compare(b.o, &bad, &res, &err), AF_ERR_INVALID);
+    free(map);
+    free(a);
+    free(p);
+    bench_close(&b);
+    af_oracle_destroy(NULL);
+}
+
+/* An expected output supplied by another tool replaces the reference: outputs are judged
+ * against it, under the tolerance of the case (the float64 computation's own honest
+ * error), not under a tolerance widened by the expected output's distance from it. */
+static void test_prepare_expected(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, NULL);
+    af_error err = {0};
+    /* an expected output from another tool replaces the reference */
+    double *exp_out = malloc(b.n * sizeof(double));
+    for (size_t e = 0; e < b.n; e++) exp_out[e] = b.ref[e] + 1.0;
+    double *saved = malloc(b.n * sizeof(double));
+    memcpy(saved, b.ref, b.n * sizeof(double));
+    assert_int_equal(af_oracle_prepare_expected(b.o, af_inputs_get(b.in), exp_out, &err), AF_OK);
+    memcpy(b.d, saved, b.n * sizeof(double));
+    expect(&b, true, AF_KIND_DIVERGE, "reference vs a different expected output");
+    memcpy(b.d, exp_out, b.n * sizeof(double));
+    expect(&b, true, AF_KIND_OK, "the expected output itself");
+
+    /* the masked-row flags still come from the case */
+    const uint8_t *rows = af_oracle_masked_rows(b.o);
+    for (size_t r = 0; r < (size_t)c.batch * c.q_heads * c.q_len; r++) assert_int_equal(rows[r], 0);
+    free(exp_out);
+    free(saved);
+    bench_close(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
+        cmocka_unit_test(test_tolerance_f32),    cmocka_unit_test(test_tolerance_low_precision),
+        cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
