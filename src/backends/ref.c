@@ -68,23 +68,52 @@ static double af_sens_cap(double d, double x, double cap) {
     return cap * (up > down ? up : down);
 }
 
-/* Turns per-key score error bounds d_j of a softmax row P (normalized) into bounds W_j on
- * |dP_j|, in place. With every score off by e_k, |e_k| <= d_k, the new weight is
- *   P'_j = P_j e^{e_j} / sum_k P_k e^{e_k}  in  [P_j e^{-d_j} / Z+, P_j e^{d_j} / Z-],
- *   Z+- = sum_k P_k e^{+-d_k},
- * exact for any size of error: large logits at low precision give large W, as they should. */
-static void af_sens_weights(const double *P, double *d, size_t n) {
-    double zp = 0.0, zm = 0.0;
+/* Turns per-key score error bounds d_j of one softmax row into bounds W_j on |dP_j|, in
+ * place, from the scores s (max m; masked keys -inf). With every score off by e_k,
+ * |e_k| <= d_k, and a_k = s_k - m:
+ *   P'_j = e^{a_j + e_j} / sum_k e^{a_k + e_k}  in  [e^{a_j - d_j - L+}, min(1, e^{a_j + d_j - L-})],
+ *   L+- = log sum_k e^{a_k +- d_k}.
+ * Exact for any size of error and computed in log space, so a key whose weight underflows
+ * to 0 but could take the lead still counts. Returns true when a live key whose V row is
+ * not finite (bad) may get a weight at or below p_zero, which rounds to 0 (0 * Inf = NaN). */
+static bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint32_t *bad, size_t nbad,
+                            double p_zero) {
+    double up = -HUGE_VAL, lo = -HUGE_VAL;
     for (size_t j = 0; j < n; j++) {
-        d[j] = exp(d[j] < 700.0 ? d[j] : 700.0); /* e^{d_j}, kept for the second pass */
-        zp += P[j] * d[j];
-        zm += P[j] / d[j];
+        double a = s[j] - m;
+        if (!(a > -HUGE_VAL)) continue; /* masked (or NaN): no weight */
+        up = a + d[j] > up ? a + d[j] : up;
+        lo = a - d[j] > lo ? a - d[j] : lo;
+    }
+    if (!(up > -HUGE_VAL)) {
+        for (size_t j = 0; j < n; j++) d[j] = 0.0;
+        return false;
+    }
+    double sp = 0.0, sm = 0.0, s0 = 0.0;
+    for (size_t j = 0; j < n; j++) {
+        double a = s[j] - m;
+        if (!(a > -HUGE_VAL)) continue;
+        sp += exp(a + d[j] - up);
+        sm += exp(a - d[j] - lo);
+        s0 += exp(a);
+    }
+    double lplus = up + log(sp), lminus = lo + log(sm), l0 = log(s0);
+    bool risky = false;
+    for (size_t k = 0; k < nbad; k++) {
+        double a = s[bad[k]] - m;
+        if (a > -HUGE_VAL && exp(a - d[bad[k]] - lplus) <= p_zero) risky = true;
     }
     for (size_t j = 0; j < n; j++) {
-        double hi = zm > 0.0 ? d[j] / zm - 1.0 : HUGE_VAL;
-        double lo = 1.0 - 1.0 / (d[j] * zp);
-        d[j] = P[j] > 0.0 ? P[j] * (hi > lo ? hi : lo) : 0.0;
+        double a = s[j] - m;
+        if (!(a > -HUGE_VAL)) {
+            d[j] = 0.0;
+            continue;
+        }
+        double p = exp(a - l0), hi = exp(a + d[j] - lminus), low = exp(a - d[j] - lplus);
+        hi = hi < 1.0 ? hi : 1.0;
+        d[j] = hi - p > p - low ? hi - p : p - low;
     }
+    return risky;
 }
 
 static bool af_ref_has_nonfinite(const double *x, size_t n) {
@@ -180,6 +209,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     double c_in = sqrt((double)D) * u32 + (tf32 ? 2.0 * 0x1p-11 : 0.0) + 2.0 * udt;
     /* P is rounded to the dtype (TF32 too, when allowed) before P V accumulates in fp32 */
     const double u_pv = (tf32 && 0x1p-11 > udt ? 0x1p-11 : udt) + sqrt((double)Sk) * u32;
+    /* absolute rounding error of a scaled input near the subnormals (dtype, or TF32) */
+    const double h_abs = 0.5 * (tf32 && 0x1p-136 > af_dtype_min_subnormal(dt) ? 0x1p-136 : af_dtype_min_subnormal(dt));
     if (sens) {
         delta = AF_SCRATCH(ws, WS_DELTA, double, R * Sk, err);
         vabs = AF_SCRATCH(ws, WS_VABS, double, Sk * Dv, err);
@@ -265,6 +296,22 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                 for (size_t j = 0; j < Sk && !risky[r]; j++) risky[r] = A[r * Sk + j] * f > AF_F32_RISK;
                             if (sens)
                                 for (size_t e = 0; e < rn * Sk; e++) delta[e] = A[e] * fabs(scale) * c_in;
+                            if (sens && h_abs > 0.0) {
+                                /* scaled inputs rounded near the subnormals are off by up to half a
+                                 * quantum, whatever their size: |q_i|_1 + |k_j|_1 times it */
+                                double fh = (fabs(scale) > 1.0 ? sqrt(fabs(scale)) : 1.0) * h_abs;
+                                for (size_t j = 0; j < Sk; j++) {
+                                    double k1 = 0.0;
+                                    for (size_t e = 0; e < D; e++) k1 += isfinite(ka[j * D + e]) ? fabs(ka[j * D + e]) : 0.0;
+                                    for (size_t r = 0; r < rn; r++) delta[r * Sk + j] += fh * k1;
+                                }
+                                for (size_t r = 0; r < rn; r++) {
+                                    double q1 = 0.0;
+                                    const double *qr = qa + (r0 + r) * D;
+                                    for (size_t e = 0; e < D; e++) q1 += isfinite(qr[e]) ? fabs(qr[e]) : 0.0;
+                                    for (size_t j = 0; j < Sk; j++) delta[r * Sk + j] += fh * q1;
+                                }
+                            }
                         }
                         af_ref_gemm_f32(1, rn, Sk, D, q + r0 * D, k, S, fa, fb, fc);
                     } else {
@@ -352,6 +399,13 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             if (sens) memset(delta + r * Sk, 0, Sk * sizeof *delta);
                             continue;
                         }
+                        if (sens) {
+                            /* the weights' error bounds, from the scores (before they become
+                             * weights); a non-finite V at a live key whose weight may round to
+                             * 0 in the dtype (0 * Inf = NaN) makes the row unstable */
+                            double p_zero = af_dtype_min_subnormal(dt);
+                            if (af_sens_weights(s, m, delta + r * Sk, Sk, bad, nbad, p_zero)) risky[r] = 1;
+                        }
                         double sum = af_exp_sub_sum_f64(s, Sk, m, fold);
                         if (honest) { /* fp32 exponentials and sum */
                             sum = 0.0;
@@ -373,16 +427,6 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                              * that dropout can still zero the dropped ones); masked keys stay 0 */
                             for (size_t j = 0; j < Sk; j++)
                                 s[j] = rowst[r] == AF_ROW_ALL_LIVE || lv[j] ? s[j] / sum : 0.0;
-                        }
-                        if (sens) {
-                            /* a live key with a non-finite V whose weight may round to 0 (P is
-                             * stored in the dtype; 0 * Inf = NaN): the row is unstable */
-                            double p_zero = af_dtype_min_subnormal(dt); /* a rounded P this small may be 0 */
-                            for (size_t n = 0; n < nbad; n++) {
-                                size_t j = bad[n];
-                                if (lv[j] && s[j] * exp(-2.0 * delta[r * Sk + j]) <= p_zero) risky[r] = 1;
-                            }
-                            af_sens_weights(s, delta + r * Sk, Sk);
                         }
                         if (p > 0.0) {
                             af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
