@@ -14,11 +14,13 @@
  *
  * In honest mode the same passes round where the explicit implementation rounds and the
  * two products accumulate in fp32 (sgemm on the rounded values), so accumulation error
- * and overflow of fp32 partial sums show as they would in an fp32 kernel. Where a
- * product's partial sums can exceed the fp32 range in some summation order (the sum of
- * |terms| does), the row is marked NaN: no fp32 implementation is bound to a value
- * there, and the oracle excuses what it gets (see oracle.h). The difference between the
- * honest and the exact run is the tolerance's yardstick. */
+ * and overflow of fp32 partial sums show as they would in an fp32 kernel; the difference
+ * to the exact run is the tolerance's yardstick. It also reports (ref.h):
+ *   sens      a bound on how far score rounding can move each output (af_sens_weights),
+ *   unstable  outputs no implementation at the case precision is bound to: fp32 partial
+ *             sums that may overflow in some order, a scaled input that may round to Inf,
+ *             Inf meeting a value that may round to 0, a non-finite V whose weight may
+ *             round to 0. The oracle excuses whatever it gets there (see oracle.h). */
 #include "ref.h"
 
 #include <math.h>
