@@ -55,6 +55,19 @@ void af_blas_single_thread(void) {
     }
 }
 
+af_status af_scratch_state_create(const char *args, void **state, af_error *err) {
+    (void)args;
+    *state = af_calloc(1, sizeof(af_scratch));
+    AF_RETURN_ERROR_IF(!*state, err, AF_ERR_NOMEM, "out of memory");
+    return AF_OK;
+}
+
+void af_scratch_state_destroy(void *state) {
+    if (!state) return;
+    af_scratch_release(state);
+    af_free(state);
+}
+
 char *openblas_get_corename(void);
 
 const char *af_blas_better_coretype(void) {

@@ -5,10 +5,15 @@
 
 #include "attnfuzz/backend.h"
 #include "attnfuzz/mem.h"
+#include "scratch.h"
 
 extern const af_backend_vtable af_backend_ref;
 extern const af_backend_vtable af_backend_explicit;
 extern const af_backend_vtable af_backend_fused;
+
+/* The state of a backend that needs only work buffers: an af_scratch (backend.c). */
+af_status af_scratch_state_create(const char *args, void **state, af_error *err);
+void af_scratch_state_destroy(void *state);
 
 /* mutants.c */
 extern const af_backend_vtable *const af_mutant_vtables[];

@@ -20,24 +20,6 @@ enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP
 
 #define AF_EXPLICIT_BLOCK 262144u
 
-typedef struct af_explicit {
-    af_scratch ws;
-} af_explicit;
-
-static af_status af_explicit_create(const char *args, void **state, af_error *err) {
-    (void)args;
-    af_explicit *x = af_calloc(1, sizeof *x);
-    AF_RETURN_ERROR_IF(!x, err, AF_ERR_NOMEM, "out of memory");
-    *state = x;
-    return AF_OK;
-}
-
-static void af_explicit_destroy(void *state) {
-    af_explicit *x = state;
-    if (!x) return;
-    af_scratch_release(&x->ws);
-    af_free(x);
-}
 
 /* x = dtype(x * f) over n values: a scale applied to an input tensor. */
 static void af_scale_round(float *x, size_t n, float f, af_dtype dt) {
@@ -45,8 +27,7 @@ static void af_scale_round(float *x, size_t n, float f, af_dtype dt) {
 }
 
 static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
-    af_explicit *x = state;
-    af_scratch *ws = &x->ws;
+    af_scratch *ws = state;
     const af_case *c = in->c;
     const size_t B = c->batch, Hq = c->q_heads, Hkv = c->kv_heads, Sq = c->q_len, Sk = c->kv_len;
     const size_t D = c->head_dim, Dv = c->v_head_dim, group = Hq / Hkv;
@@ -177,7 +158,7 @@ const af_backend_vtable af_backend_explicit = {
     .caps = AF_CAP_ALL,
     .layouts = AF_LAYOUTS_ALL,
     .out_dtype = AF_F32,
-    .create = af_explicit_create,
-    .destroy = af_explicit_destroy,
+    .create = af_scratch_state_create,
+    .destroy = af_scratch_state_destroy,
     .run = af_explicit_run,
 };

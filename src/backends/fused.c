@@ -28,24 +28,6 @@ enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_ACC, WS_ADD, WS_LIVE, WS_KE
 #define AF_FUSED_BR 128u
 #define AF_FUSED_BC 256u
 
-typedef struct af_fused {
-    af_scratch ws;
-} af_fused;
-
-static af_status af_fused_create(const char *args, void **state, af_error *err) {
-    (void)args;
-    af_fused *x = af_calloc(1, sizeof *x);
-    AF_RETURN_ERROR_IF(!x, err, AF_ERR_NOMEM, "out of memory");
-    *state = x;
-    return AF_OK;
-}
-
-static void af_fused_destroy(void *state) {
-    af_fused *x = state;
-    if (!x) return;
-    af_scratch_release(&x->ws);
-    af_free(x);
-}
 
 typedef struct af_row_state {
     float m, l;
@@ -55,8 +37,7 @@ typedef struct af_row_state {
 } af_row_state;
 
 static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
-    af_fused *x = state;
-    af_scratch *ws = &x->ws;
+    af_scratch *ws = state;
     const af_case *c = in->c;
     const size_t B = c->batch, Hq = c->q_heads, Hkv = c->kv_heads, Sq = c->q_len, Sk = c->kv_len;
     const size_t D = c->head_dim, Dv = c->v_head_dim, group = Hq / Hkv;
@@ -223,7 +204,7 @@ const af_backend_vtable af_backend_fused = {
     .caps = AF_CAP_ALL,
     .layouts = AF_LAYOUTS_ALL,
     .out_dtype = AF_F32,
-    .create = af_fused_create,
-    .destroy = af_fused_destroy,
+    .create = af_scratch_state_create,
+    .destroy = af_scratch_state_destroy,
     .run = af_fused_run,
 };

@@ -494,29 +494,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
 
 /* --- the `ref` backend ------------------------------------------------------------ */
 
-typedef struct af_ref_backend {
-    af_scratch ws;
-} af_ref_backend;
-
-static af_status af_ref_create(const char *args, void **state, af_error *err) {
-    (void)args;
-    af_ref_backend *x = af_calloc(1, sizeof *x);
-    AF_RETURN_ERROR_IF(!x, err, AF_ERR_NOMEM, "out of memory");
-    *state = x;
-    return AF_OK;
-}
-
-static void af_ref_destroy(void *state) {
-    af_ref_backend *x = state;
-    if (!x) return;
-    af_scratch_release(&x->ws);
-    af_free(x);
-}
-
 static af_status af_ref_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
-    af_ref_backend *x = state;
     af_ref_opts opts = {0};
-    return af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, out->data, NULL, &x->ws, err);
+    return af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, out->data, NULL, state, err);
 }
 
 const af_backend_vtable af_backend_ref = {
@@ -526,7 +506,7 @@ const af_backend_vtable af_backend_ref = {
     .caps = AF_CAP_ALL,
     .layouts = AF_LAYOUTS_ALL,
     .out_dtype = AF_F64,
-    .create = af_ref_create,
-    .destroy = af_ref_destroy,
+    .create = af_scratch_state_create,
+    .destroy = af_scratch_state_destroy,
     .run = af_ref_run,
 };

@@ -27,6 +27,7 @@
 
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/mem.h"
+#include "fileio.h"
 #include "json_exact.h"
 
 #define AF_BUNDLE_MAX_JSON ((size_t)16 << 20) /* case.json is a few KiB; refuse absurd ones */
@@ -165,30 +166,7 @@ static bool af_bw_has(const af_bw *bw, const char *name) {
 static af_status af_bw_raw(af_bw *bw, const char *name, const void *data, size_t n) {
     char path[PATH_MAX];
     AF_TRY(af_bundle_join(path, sizeof path, bw->tmp, name, bw->err));
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    AF_RETURN_ERROR_IF(fd < 0, bw->err, AF_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    const char *what = NULL;
-    int e = 0;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = write(fd, (const char *)data + done, n - done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            e = r < 0 ? errno : ENOSPC;
-            what = "cannot write";
-            break;
-        }
-        done += (size_t)r;
-    }
-    if (!what && fsync(fd) != 0) {
-        e = errno;
-        what = "cannot sync";
-    }
-    if (close(fd) != 0 && !what) {
-        e = errno;
-        what = "cannot close";
-    }
-    AF_RETURN_ERROR_IF(what, bw->err, AF_ERR_IO, "%s: %s: %s", path, what, strerror(e));
+    AF_TRY(af_file_write(path, data, n, true, bw->err));
     return af_bw_add(bw, name);
 }
 

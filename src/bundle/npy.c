@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "attnfuzz/bundle.h"
+#include "fileio.h"
 #include "attnfuzz/mem.h"
 
 /* .npy data is little-endian; we copy it to and from memory as is. */
@@ -424,46 +425,6 @@ af_status af_npy_read_zst(const char *path, af_array *a, af_error *err) {
     return st;
 }
 
-/* Writes buf to path through "<path>.tmp.<pid>" and rename(2), so readers see the old
- * file or the whole new one. Any failure removes the temporary file. */
-static af_status af_npy_write_file(const char *path, const void *buf, size_t n, af_error *err) {
-    char tmp[PATH_MAX];
-    int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    AF_RETURN_ERROR_IF(w < 0 || (size_t)w >= sizeof tmp, err, AF_ERR_IO, "%s: path is too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    AF_RETURN_ERROR_IF(fd < 0, err, AF_ERR_IO, "%s: cannot create the temporary file: %s", path, strerror(errno));
-    const char *what = NULL;
-    int e = 0;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = write(fd, (const char *)buf + done, n - done);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            e = r < 0 ? errno : ENOSPC;
-            what = "cannot write";
-            break;
-        }
-        done += (size_t)r;
-    }
-    if (!what && fsync(fd) != 0) {
-        e = errno;
-        what = "cannot sync";
-    }
-    if (close(fd) != 0 && !what) {
-        e = errno;
-        what = "cannot close";
-    }
-    if (!what && rename(tmp, path) != 0) {
-        e = errno;
-        what = "cannot rename the temporary file into place";
-    }
-    if (what) {
-        unlink(tmp);
-        return af_error_set(err, AF_ERR_IO, "%s: %s: %s", path, what, strerror(e));
-    }
-    return AF_OK;
-}
-
 af_status af_npy_write_zst(const char *path, const af_array *a, af_error *err) {
     AF_RETURN_ERROR_IF(!af_npy_descr(a->dtype), err, AF_ERR_INVALID, "%s: cannot store dtype %s in .npy", path,
                        (unsigned)a->dtype < AF_DTYPE_COUNT ? af_dtype_names[a->dtype] : "?");
@@ -493,7 +454,7 @@ af_status af_npy_write_zst(const char *path, const af_array *a, af_error *err) {
             st = af_error_set(err, ZSTD_getErrorCode(zn) == ZSTD_error_memory_allocation ? AF_ERR_NOMEM : AF_ERR_IO,
                               "%s: zstd compression failed: %s", path, ZSTD_getErrorName(zn));
         } else {
-            st = af_npy_write_file(path, dst, zn, err);
+            st = af_file_write_atomic(path, dst, zn, err);
         }
     }
     ZSTD_freeCCtx(cctx);

@@ -26,6 +26,7 @@
 #include "attnfuzz/mem.h"
 #include "attnfuzz/minimize.h"
 #include "attnfuzz/rng.h"
+#include "fileio.h"
 
 static volatile sig_atomic_t af_campaign_stop;
 
@@ -149,21 +150,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     AF_RETURN_ERROR_IF(!text, err, AF_ERR_NOMEM, "out of memory");
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    af_status st = AF_OK;
-    if (!f) {
-        st = af_error_set(err, AF_ERR_IO, "%s: %s", tmp, strerror(errno));
-    } else {
-        size_t n = strlen(text);
-        bool ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF;
-        ok = (fclose(f) == 0) && ok;
-        if (!ok || rename(tmp, path) != 0) {
-            st = af_error_set(err, AF_ERR_IO, "%s: %s", path, strerror(errno ? errno : EIO));
-            unlink(tmp);
-        }
-    }
+    af_status st = af_file_write_atomic(path, text, strlen(text), err);
     free(text);
     return st;
 }

@@ -3,6 +3,9 @@
 #ifndef ATTNFUZZ_CLI_H
 #define ATTNFUZZ_CLI_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "attnfuzz/exec.h"
 
 int af_cmd_fuzz(int argc, char **argv);
@@ -21,6 +24,12 @@ void af_cli_config_from_bundle(const struct af_bundle *b, af_exec_config *cfg, c
 /* Shared option parsing: --backend, --pair, --relation, --budget, --waive. Returns 1 if
  * the option was consumed, 0 if not one of these, -1 on a bad value (message printed). */
 int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selected);
+/* With no --backend/--pair (selected bit 1): the pair explicit,fused, and every relation
+ * unless --relation chose some (bit 2). */
+void af_cli_default_checks(af_exec_config *cfg, int selected);
+/* Reads a raw input file (at most cap bytes) into buf; -1 if it cannot be opened. */
+int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n);
+
 /* Fills the relation set for "all" or a name; prints an error and returns -1 if unknown. */
 int af_cli_relation(af_exec_config *cfg, const char *name);
 

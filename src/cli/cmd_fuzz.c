@@ -131,12 +131,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         fprintf(stderr, "attnfuzz fuzz: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
-    if (!(selected & 1)) { /* the default pair */
-        cfg.pairs[0] = "explicit,fused";
-        cfg.n_pairs = 1;
-        if (!(selected & 2))
-            for (int r = 0; r < AF_REL_COUNT; r++) cfg.relations[r] = true;
-    }
+    af_cli_default_checks(&cfg, selected);
     cfg.sample_relations = true;
     o.exec = cfg;
 

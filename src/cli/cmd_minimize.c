@@ -78,20 +78,13 @@ int af_cmd_minimize(int argc, char **argv) {
         if (!(selected & 1)) af_cli_config_from_bundle(b, &cfg, names);
     } else {
         uint8_t buf[1 << 16];
-        FILE *f = fopen(path, "rb");
-        size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
-        if (f) fclose(f);
-        if (!f) {
+        size_t n = 0;
+        if (af_cli_read_input(path, buf, sizeof buf, &n) != 0) {
             fprintf(stderr, "attnfuzz minimize: %s: cannot open\n", path);
             return 2;
         }
         af_case_decode(&c, buf, n, cfg.budget);
-        if (!(selected & 1)) {
-            cfg.pairs[0] = "explicit,fused";
-            cfg.n_pairs = 1;
-            if (!(selected & 2))
-                for (int r = 0; r < AF_REL_COUNT; r++) cfg.relations[r] = true;
-        }
+        af_cli_default_checks(&cfg, selected);
     }
     int rc = 2;
     af_exec *x = af_exec_create(&cfg, &err);

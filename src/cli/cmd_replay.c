@@ -54,11 +54,8 @@ static int af_replay_one(const char *path, const af_exec_config *base, int selec
             return 2;
         }
         if (!(selected & 1)) af_cli_config_from_bundle(b, &cfg, names);
-    } else if (!(selected & 1)) {
-        cfg.pairs[0] = "explicit,fused";
-        cfg.n_pairs = 1;
-        if (!(selected & 2))
-            for (int r = 0; r < AF_REL_COUNT; r++) cfg.relations[r] = true;
+    } else {
+        af_cli_default_checks(&cfg, selected);
     }
     af_exec *x = af_exec_create(&cfg, &err);
     if (!x) {
@@ -71,10 +68,8 @@ static int af_replay_one(const char *path, const af_exec_config *base, int selec
         st = af_exec_run_bundle(x, b, &err);
     } else {
         uint8_t buf[1 << 16];
-        FILE *f = fopen(path, "rb");
-        size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
-        if (f) fclose(f);
-        if (!f) {
+        size_t n = 0;
+        if (af_cli_read_input(path, buf, sizeof buf, &n) != 0) {
             fprintf(stderr, "attnfuzz replay: %s: cannot open\n", path);
             af_exec_destroy(x);
             return 2;

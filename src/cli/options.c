@@ -85,3 +85,19 @@ void af_cli_config_from_bundle(const af_bundle *b, af_exec_config *cfg, char nam
     }
 }
 
+
+void af_cli_default_checks(af_exec_config *cfg, int selected) {
+    if (selected & 1) return;
+    cfg->pairs[0] = "explicit,fused";
+    cfg->n_pairs = 1;
+    if (!(selected & 2))
+        for (int r = 0; r < AF_REL_COUNT; r++) cfg->relations[r] = true;
+}
+
+int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    *n = fread(buf, 1, cap, f);
+    fclose(f);
+    return 0;
+}
