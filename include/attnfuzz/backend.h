@@ -68,7 +68,8 @@ const af_backend_vtable *af_backend_builtin(size_t i);
 af_status af_backend_register(const af_backend_vtable *vt, af_error *err);
 
 /* Opens a backend by its command-line name: "ref", "explicit", "fused",
- * "mutant:NAME". Unknown names are AF_ERR_INVALID with the list of known ones. */
+ * "mutant:NAME", "plugin:PATH.so[:ARGS]" (plugin.h). Unknown names are AF_ERR_INVALID
+ * with the list of known ones; a plugin that does not load names the file and why. */
 af_status af_backend_open(const char *spec, af_backend **out, af_error *err);
 /* Wraps a vtable (for test backends and plugins); state comes from vt->create(args). */
 af_status af_backend_open_vtable(const af_backend_vtable *vt, const char *args, af_backend **out,

@@ -104,8 +104,21 @@ af_status af_backend_open_vtable(const af_backend_vtable *vt, const char *args, 
     return AF_OK;
 }
 
+af_status af_backend_open_state(const af_backend_vtable *vt, void *state, af_backend **out, af_error *err) {
+    *out = NULL;
+    af_blas_single_thread();
+    af_backend *be = af_calloc(1, sizeof *be);
+    AF_RETURN_ERROR_IF(!be, err, AF_ERR_NOMEM, "out of memory");
+    be->vt = vt;
+    be->state = state;
+    snprintf(be->name, sizeof be->name, "%s", vt->name);
+    *out = be;
+    return AF_OK;
+}
+
 af_status af_backend_open(const char *spec, af_backend **out, af_error *err) {
     *out = NULL;
+    if (strncmp(spec, "plugin:", 7) == 0) return af_plugin_open(spec, out, err);
     for (size_t i = 0; i < af_backend_builtin_count(); i++) {
         const af_backend_vtable *vt = af_backend_builtin(i);
         if (strcmp(spec, vt->name) == 0) return af_backend_open_vtable(vt, NULL, out, err);
@@ -117,9 +130,8 @@ af_status af_backend_open(const char *spec, af_backend **out, af_error *err) {
         if (w < 0) break;
         n += (size_t)w;
     }
-    if (strncmp(spec, "worker:", 7) == 0 || strncmp(spec, "plugin:", 7) == 0)
-        return af_error_set(err, AF_ERR_UNSUPPORTED, "backend \"%s\": worker: and plugin: backends are not in this build",
-                            spec);
+    if (strncmp(spec, "worker:", 7) == 0)
+        return af_error_set(err, AF_ERR_UNSUPPORTED, "backend \"%s\": worker: backends are not in this build", spec);
     return af_error_set(err, AF_ERR_INVALID, "unknown backend \"%s\" (known: %s)", spec, known);
 }
 

@@ -15,6 +15,11 @@ extern const af_backend_vtable af_backend_fused;
 af_status af_scratch_state_create(const char *args, void **state, af_error *err);
 void af_scratch_state_destroy(void *state);
 
+/* plugin.c: "plugin:PATH.so[:ARGS]" */
+af_status af_plugin_open(const char *spec, af_backend **out, af_error *err);
+/* backend.c: wraps a table and an already made state (destroyed by vt->destroy). */
+af_status af_backend_open_state(const af_backend_vtable *vt, void *state, af_backend **out, af_error *err);
+
 /* mutants.c */
 extern const af_backend_vtable *const af_mutant_vtables[];
 extern const size_t af_mutant_count;

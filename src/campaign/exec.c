@@ -202,6 +202,11 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
         af_error berr;
         x->st[k] = af_backend_run(x->be[k], t, &x->out[k], &berr);
         if (x->st[k] == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "%s", berr.msg);
+        if (x->st[k] == AF_ERR_UNSUPPORTED) { /* the backend declined after all: not run */
+            x->supported[k] = false;
+            x->st[k] = AF_OK;
+            continue;
+        }
         if (x->st[k] != AF_OK) snprintf(x->msg[k], sizeof x->msg[k], "%s", berr.msg);
     }
 

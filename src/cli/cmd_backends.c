@@ -30,6 +30,7 @@ int af_cmd_backends(int argc, char **argv) {
             printf("\n");
         }
     }
-    printf("\nworker:COMMAND and plugin:PATH.so backends (DESIGN.md section 7) are not in this build.\n");
+    printf("\nplugin:PATH.so[:ARGS]          a shared library exporting the plugin ABI (include/attnfuzz/plugin.h)\n"
+           "worker:COMMAND                 an external process (DESIGN.md section 7): not in this build yet\n");
     return 0;
 }
