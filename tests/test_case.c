@@ -334,7 +334,8 @@ static void test_decode_adversarial(void **state) {
             } else if (!isnan(d) && !isinf(d)) {
                 assert_true(c.scale_set && fabs(c.scale) == AF_MAX_SCALE && signbit(c.scale) == signbit(d));
             }
-            if (d > 0.0 && d <= AF_MAX_SOFTCAP) assert_memory_equal(&c.softcap, &d, sizeof d);
+            if (d >= AF_MIN_SOFTCAP && d <= AF_MAX_SOFTCAP) assert_memory_equal(&c.softcap, &d, sizeof d);
+            if (d > 0.0 && d < AF_MIN_SOFTCAP) assert_true(c.softcap == AF_MIN_SOFTCAP); /* clamped */
             if (!(d > 0.0)) assert_true(c.softcap == 0.0);
             if (d >= 0.0 && d <= 1.0) assert_true(c.dropout_p == d);
             if (!(d >= 0.0)) assert_true(c.dropout_p == 0.0);
@@ -721,7 +722,7 @@ static void test_json_round_trip_decoded(void **state) {
         af_case c;
         af_case_default(&c);
         c.scale_set = true, c.scale = vals[k];
-        if (vals[k] > 0) c.softcap = vals[k];
+        if (vals[k] >= AF_MIN_SOFTCAP) c.softcap = vals[k]; /* valid cases only */
         if (vals[k] >= 0 && vals[k] <= 1) c.dropout_p = vals[k];
         if (!json_round_trip(&c, failures < 6)) failures++;
     }

@@ -32,6 +32,7 @@ extern "C" {
 #define AF_MAX_PAD 64
 #define AF_MAX_SCALE 1.0e4
 #define AF_MAX_SOFTCAP 1.0e4
+#define AF_MIN_SOFTCAP 1.0e-2 /* smaller caps underflow in f32 arithmetic (c tanh(s / c)) */
 #define AF_DEFAULT_BUDGET ((size_t)64 << 20) /* bytes of tensors per case */
 #define AF_MAG_Q4_MIN (-12)                  /* magnitudes 10^(q4/4): 1e-3 .. 1e4 */
 #define AF_MAG_Q4_MAX 16

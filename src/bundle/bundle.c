@@ -569,7 +569,7 @@ static bool af_br_nonfinite(const char *s, double *x) {
         return true;
     }
     if (strcasecmp(s, "nan") == 0) {
-        *x = NAN;
+        *x = (double)NAN;
         return true;
     }
     return false;

@@ -205,6 +205,7 @@ void af_case_repair(af_case *c, size_t budget) {
     if ((unsigned)c->placement >= AF_PLACE_COUNT) c->placement = AF_PLACE_SCORES;
     if (!(c->softcap > 0.0)) c->softcap = 0.0; /* also NaN */
     if (c->softcap > AF_MAX_SOFTCAP) c->softcap = AF_MAX_SOFTCAP;
+    if (c->softcap > 0.0 && c->softcap < AF_MIN_SOFTCAP) c->softcap = AF_MIN_SOFTCAP;
 
     if ((unsigned)c->diag >= AF_DIAG_COUNT) c->diag = AF_DIAG_TOP_LEFT;
     c->diag_offset = af_clamp_i32(c->diag_offset, -AF_MAX_SEQ, AF_MAX_SEQ);
@@ -291,8 +292,10 @@ af_status af_case_validate(const af_case *c, size_t budget, af_error *err) {
     AF_RETURN_ERROR_IF(c->scale_set && (!isfinite(c->scale) || fabs(c->scale) > AF_MAX_SCALE), err,
                        AF_ERR_INVALID, "scale (%g) must be finite with |scale| <= %g", c->scale, AF_MAX_SCALE);
     AF_RETURN_ERROR_IF((unsigned)c->placement >= AF_PLACE_COUNT, err, AF_ERR_INVALID, "unknown scale_placement");
-    AF_RETURN_ERROR_IF(!(c->softcap >= 0.0) || c->softcap > AF_MAX_SOFTCAP, err, AF_ERR_INVALID,
-                       "softcap (%g) must be in [0, %g] (0 = off)", c->softcap, AF_MAX_SOFTCAP);
+    AF_RETURN_ERROR_IF(!(c->softcap >= 0.0) || c->softcap > AF_MAX_SOFTCAP ||
+                           (c->softcap > 0.0 && c->softcap < AF_MIN_SOFTCAP),
+                       err, AF_ERR_INVALID, "softcap (%g) must be 0 (off) or in [%g, %g]", c->softcap,
+                       AF_MIN_SOFTCAP, AF_MAX_SOFTCAP);
     AF_RETURN_ERROR_IF((unsigned)c->diag >= AF_DIAG_COUNT, err, AF_ERR_INVALID, "unknown diagonal");
     AF_RETURN_ERROR_IF(c->diag_offset < -AF_MAX_SEQ || c->diag_offset > AF_MAX_SEQ, err, AF_ERR_INVALID,
                        "diagonal_offset (%d) out of range", c->diag_offset);

@@ -8,18 +8,20 @@
 #include "attnfuzz/case.h"
 #include "attnfuzz/rng.h"
 
+/* A new value for a dimension, always within 1..hi (the case's arrays are sized by the
+ * maxima: kv_valid[] is written up to the batch before repair runs). */
 static uint32_t af_nudge(af_rng *r, uint32_t x, uint32_t hi) {
+    static const uint32_t awkward[] = {1, 2, 3, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 143, 192, 587};
+    uint32_t y;
     switch (af_rng_below(r, 6)) {
-    case 0: return x > 1 ? x - 1 : x + 1;
-    case 1: return x + 1;
-    case 2: return x * 2 <= hi ? x * 2 : x;
-    case 3: return x > 1 ? x / 2 : 1;
-    case 4: return (uint32_t)af_rng_range(r, 1, 16);
-    default: {
-        static const uint32_t awkward[] = {1, 2, 3, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 143, 192, 587};
-        return awkward[af_rng_below(r, sizeof awkward / sizeof awkward[0])];
+    case 0: y = x > 1 ? x - 1 : x + 1; break;
+    case 1: y = x + 1; break;
+    case 2: y = x * 2; break;
+    case 3: y = x > 1 ? x / 2 : 1; break;
+    case 4: y = (uint32_t)af_rng_range(r, 1, 16); break;
+    default: y = awkward[af_rng_below(r, sizeof awkward / sizeof awkward[0])]; break;
     }
-    }
+    return y < 1 ? 1 : y > hi ? hi : y;
 }
 
 static void af_mutate_dims(af_case *c, af_rng *r) {
@@ -32,8 +34,8 @@ static void af_mutate_dims(af_case *c, af_rng *r) {
         break;
     }
     case 2: c->q_heads = c->kv_heads * af_nudge(r, c->q_heads / c->kv_heads, AF_MAX_GROUP); break;
-    case 3: c->q_len = af_nudge(r, c->q_len, 4096); break;
-    case 4: c->kv_len = af_nudge(r, c->kv_len, 4096); break;
+    case 3: c->q_len = af_nudge(r, c->q_len, AF_MAX_SEQ); break;
+    case 4: c->kv_len = af_nudge(r, c->kv_len, AF_MAX_SEQ); break;
     case 5: c->head_dim = af_nudge(r, c->head_dim, AF_MAX_HEAD_DIM); break;
     default: c->v_head_dim = af_nudge(r, c->v_head_dim, AF_MAX_HEAD_DIM); break;
     }
@@ -74,7 +76,8 @@ static void af_mutate_masks(af_case *c, af_rng *r) {
     case 2: c->diag_offset = (int32_t)af_rng_range(r, -8, 32); c->diag = AF_DIAG_EXPLICIT; break;
     case 3:
         c->key_padding = !c->key_padding;
-        for (uint32_t b = 0; b < c->batch; b++) c->kv_valid[b] = (uint32_t)af_rng_range(r, 0, c->kv_len);
+        for (uint32_t b = 0; b < c->batch && b < AF_MAX_BATCH; b++)
+            c->kv_valid[b] = (uint32_t)af_rng_range(r, 0, c->kv_len);
         break;
     case 4:
         if (af_case_has_window(c)) {

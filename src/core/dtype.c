@@ -88,7 +88,7 @@ double af_round_f64_reference(double x, af_dtype dt) {
     int ue = e - 1 < f.emin ? f.emin : e - 1;
     double quantum = ldexp(1.0, ue - f.mant);
     double r = nearbyint(a / quantum) * quantum; /* both scalings exact: RNE happens once */
-    if (r > f.max) r = INFINITY;
+    if (r > f.max) r = HUGE_VAL;
     return copysign(r, x);
 }
 

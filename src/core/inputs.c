@@ -236,7 +236,7 @@ static void af_fill_mask(const af_case *c, const af_mask_spec *m, const af_view 
     size_t ne[4];
     for (int d = 0; d < 4; d++) ne[d] = v->nb[d] ? v->ne[d] : 1; /* stored extent */
     /* a dim of size 1 in the case also has nb 0; it is stored once either way */
-    double fill = -INFINITY;
+    double fill = -HUGE_VAL;
     if (additive && m->fill == AF_FILL_LOWEST) fill = -af_dtype_max(m->dtype);
     if (additive && m->fill == AF_FILL_NEG_LARGE) fill = -1e4;
     uint32_t stream = additive ? AF_STREAM_AMASK : AF_STREAM_BMASK;
@@ -273,7 +273,7 @@ static void af_plant(af_inputs *in, af_tensor_id w, const uint8_t *dead_keys) {
     uint32_t r[4];
     af_philox_at(s->seed, AF_STREAM_SPECIAL + (uint32_t)w, 0, r);
     bool nan = s->special == AF_SPECIAL_NAN_MASKED || s->special == AF_SPECIAL_NAN_LIVE;
-    double val = nan ? NAN : (r[3] & 1u ? -INFINITY : INFINITY);
+    double val = nan ? (double)NAN : (r[3] & 1u ? -HUGE_VAL : HUGE_VAL);
     if (s->special == AF_SPECIAL_NAN_LIVE || s->special == AF_SPECIAL_INF_LIVE) {
         size_t Bn = bs->bcast == AF_BCAST_BATCH ? 1 : B, Hn = bs->bcast == AF_BCAST_HEADS ? 1 : H;
         size_t n = Bn * Hn * S * D;

@@ -221,7 +221,7 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                 } else {
                     m->n_inf++;
                 }
-                ratio = INFINITY;
+                ratio = HUGE_VAL;
             } else if (cw != 0) {
                 continue; /* the same NaN or Inf */
             } else {
