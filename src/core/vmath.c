@@ -134,14 +134,10 @@ static inline float af_expf_lane(float x) {
     int32_t ni = (int32_t)(af_fbits(t) - af_fbits(magic));
     float r = xc - n * 0.693359375f;  /* ln2 hi: exact product for |n| < 2^15 */
     r = r + n * 2.12194440e-4f;       /* ln2 lo (ln2 = hi - lo) */
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    /* degree-7 Taylor polynomial by Estrin's scheme (dependency depth 3) */
+    float r2 = r * r, r4 = r2 * r2;
+    float p = (1.0f + r) + r2 * (0.5f + r * (1.0f / 6.0f)) +
+              r4 * ((1.0f / 24.0f + r * (1.0f / 120.0f)) + r2 * (1.0f / 720.0f + r * (1.0f / 5040.0f)));
     /* 2^n in two normal factors, so results down to the subnormals stay exact */
     int32_t n1 = ni >> 1, n2 = ni - n1;
     float s1 = af_bitsf((uint32_t)(n1 + 127) << 23), s2 = af_bitsf((uint32_t)(n2 + 127) << 23);
@@ -164,29 +160,24 @@ AF_CLONES float af_exp_sub_sum_f32(float *x, size_t n, float m, float k) {
 
 static inline double af_exp_lane(double x) {
     const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
-    double xc = x > -708.0 ? x : -708.0;
+    double xc = x > -708.3964 ? x : -708.3964; /* log(2^-1022) = -708.39642: normal results only */
     xc = xc < 709.0 ? xc : 709.0;
     double t = xc * 1.4426950408889634074 + magic;
     double n = t - magic;
     uint64_t ni = af_dbits(t) - af_dbits(magic); /* n, two's complement */
     double r = xc - n * 0.6931471803691238164; /* ln2 hi (33 bits): exact product */
     r = r - n * 1.9082149292705877000e-10;     /* ln2 lo */
-    double p = 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
+    /* Estrin's scheme: the same degree-12 Taylor polynomial in a dependency chain of
+     * depth 5 instead of 12, so the FMA latency of consecutive lanes overlaps */
+    double r2 = r * r, r4 = r2 * r2, r8 = r4 * r4;
+    double a01 = 1.0 + r, a23 = 0.5 + r * (1.0 / 6.0), a45 = 1.0 / 24.0 + r * (1.0 / 120.0);
+    double a67 = 1.0 / 720.0 + r * (1.0 / 5040.0), a89 = 1.0 / 40320.0 + r * (1.0 / 362880.0);
+    double a1011 = 1.0 / 3628800.0 + r * (1.0 / 39916800.0);
+    double b0 = a01 + r2 * a23, b1 = a45 + r2 * a67, b2 = a89 + r2 * a1011 + r4 * (1.0 / 479001600.0);
+    double p = b0 + r4 * b1 + r8 * b2;
     double s = af_bitsd((ni + 1023u) << 52);
     double y = p * s;
-    y = x > -708.0 ? y : 0.0;
+    y = x > -708.3964 ? y : 0.0;
     return x != x ? x : y;
 }
 
