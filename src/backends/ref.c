@@ -40,7 +40,7 @@ enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 /* fp32 partial sums past this may overflow in some order: such results are unstable */
 #define AF_F32_RISK (0.25 * 0x1.fffffep127)
 
-#define AF_REF_BLOCK_ELEMS 524288u
+#define AF_REF_BLOCK_ELEMS 131072u
 
 static inline double af_r32(double x) { return (double)(float)x; }
 /* A value the explicit implementation holds in f32 and then stores in the dtype. */
