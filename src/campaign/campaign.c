@@ -378,7 +378,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 }
                 e->count = 1;
                 e->first_exec = s->execs;
-                e->first_time = s->elapsed;
+                e->first_time = af_now() - start; /* after the execution that found it */
             }
             /* x must hold the execution to store: the minimized case (just run), or the raw one */
             if (o->no_minimize && !x_holds_ran) {
