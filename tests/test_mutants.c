@@ -1,0 +1,326 @@
+/* test_mutants.c - the seeded-bug mutants (src/backends/mutants.c, docs/mutants.md), one
+ * hand-built case at a time: for each mutant, cases on which its bug cannot show (the
+ * oracle must say ok, and where the deviation does not even apply, the output must be the
+ * reference's bit for bit) and cases on which it must show, with the finding kind the
+ * oracle has to give. A mutant that fires where its bug cannot show would make the
+ * time-to-bug benchmark (scripts/bench_time_to_bug.py) measure noise; one that stays
+ * silent where it must show would make it measure nothing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnfuzz/backend.h"
+#include "attnfuzz/case.h"
+#include "attnfuzz/oracle.h"
+#include "attnfuzz/tensor.h"
+
+static const char *const mutant_names[] = {
+    "mutant:scale_sqrt_q_only", "mutant:packed_fp16_overflow", "mutant:silent_tf32",
+    "mutant:bshd_as_bhsd",      "mutant:mhav2_concat",         "mutant:causal_top_left",
+};
+#define N_MUTANTS (sizeof mutant_names / sizeof mutant_names[0])
+
+/* What a check expects: a finding kind (either of two), and for the silent cases where
+ * the mutant's deviation is switched off or is the identity, bit-identical output. */
+typedef enum expect_bits { SAME_BITS = 1 } expect_bits;
+
+static void print_case(const af_case *c) {
+    char *j = af_case_to_json(c);
+    print_error("%s\n", j ? j : "(no json)");
+    free(j);
+}
+
+static void print_result(const char *who, const af_result *r) {
+    print_error("%s: %s max_abs %.3g worst_ratio %.3g at (%zu,%zu,%zu,%zu) out %.9g ref %.9g (atol %.3g rtol %.3g) "
+                "nan %zu inf %zu masked_nan %zu diverge %zu unstable %zu\n",
+                who, af_kind_names[r->kind], r->m.max_abs, r->m.worst_ratio, r->m.worst[0], r->m.worst[1],
+                r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref, r->tol.atol, r->tol.rtol, r->m.n_nan,
+                r->m.n_inf, r->m.n_masked_row_nan, r->m.n_diverge, r->m.n_unstable);
+}
+
+/* Runs mutant `name` on case c (values drawn from c's distributions and seeds) and
+ * compares it with the float64 reference: the kind must be want1 or want2, and with
+ * SAME_BITS the output must equal the reference's bit for bit. */
+static void expect_mutant(const char *name, const af_case *c, af_kind want1, af_kind want2, unsigned flags,
+                          const char *what) {
+    af_error err = {0};
+    if (af_case_validate(c, 0, &err) != AF_OK) fail_msg("%s, %s: hand case invalid: %s", name, what, err.msg);
+    af_backend *be = NULL;
+    if (af_backend_open(name, &be, &err) != AF_OK) fail_msg("open %s: %s", name, err.msg);
+    assert_string_equal(af_backend_name(be), name);
+    char why[128] = "";
+    if (!af_backend_supports(be, c, why, sizeof why)) fail_msg("%s does not support the case: %s", name, why);
+
+    af_inputs *in = af_inputs_create();
+    af_oracle *o = af_oracle_create(NULL);
+    assert_non_null(in);
+    assert_non_null(o);
+    assert_int_equal(af_inputs_generate(in, c, &err), AF_OK);
+    const af_case_tensors *t = af_inputs_get(in);
+    assert_int_equal(af_oracle_prepare(o, t, &err), AF_OK);
+
+    af_tensor out;
+    af_backend_out_shape(be, c, &out);
+    assert_int_equal(out.dtype, AF_F64); /* mutants are the float64 reference, bent */
+    size_t n = af_tensor_numel(&out);
+    double *buf = malloc(n * sizeof *buf);
+    assert_non_null(buf);
+    out.data = buf;
+    assert_int_equal(af_backend_run(be, t, &out, &err), AF_OK);
+    af_result res;
+    assert_int_equal(af_oracle_compare(o, &out, &res, &err), AF_OK);
+
+    if (res.kind != want1 && res.kind != want2) {
+        print_case(c);
+        print_result(name, &res);
+        fail_msg("%s, %s: kind %s, expected %s%s%s", name, what, af_kind_names[res.kind], af_kind_names[want1],
+                 want2 != want1 ? " or " : "", want2 != want1 ? af_kind_names[want2] : "");
+    }
+    if (want1 != AF_KIND_OK) assert_true(res.m.worst_ratio > 1.0); /* the finding is beyond tolerance */
+    if (flags & SAME_BITS) {
+        const double *ref = af_oracle_ref(o);
+        for (size_t e = 0; e < n; e++)
+            if (memcmp(&buf[e], &ref[e], sizeof *buf) != 0)
+                fail_msg("%s, %s: element %zu is %.17g, the reference %.17g (bit-identical expected)", name, what,
+                         e, buf[e], ref[e]);
+    }
+    free(buf);
+    af_oracle_destroy(o);
+    af_inputs_destroy(in);
+    af_backend_close(be);
+}
+
+#define EXPECT_OK(name, c, flags, what) expect_mutant(name, c, AF_KIND_OK, AF_KIND_OK, flags, what)
+#define EXPECT_FOUND(name, c, kind, what) expect_mutant(name, c, kind, kind, 0, what)
+
+/* B 2, H 2, S 4, D 16, f32, BHSD, N(0, 1) values: small, ordinary, every feature off. */
+static void base_case(af_case *c) {
+    af_case_default(c);
+    c->batch = 2, c->q_heads = 2, c->kv_heads = 2, c->q_len = 4, c->kv_len = 4, c->head_dim = 16, c->v_head_dim = 16;
+    for (int t = 0; t < AF_QKV_COUNT; t++) c->t[t].seed = 101u + 7u * (uint32_t)t;
+}
+
+static void set_layout(af_case *c, af_layout l) {
+    for (int t = 0; t < AF_QKV_COUNT; t++) c->t[t].layout = l;
+}
+
+/* --- every mutant is registered under its documented name -------------------------- */
+
+static void test_mutants_registered(void **state) {
+    (void)state;
+    size_t seen = 0;
+    for (size_t i = 0; i < af_backend_builtin_count(); i++) {
+        const af_backend_vtable *vt = af_backend_builtin(i);
+        if (strncmp(vt->name, "mutant:", 7) != 0) continue;
+        seen++;
+        int known = 0;
+        for (size_t k = 0; k < N_MUTANTS; k++) known |= strcmp(vt->name, mutant_names[k]) == 0;
+        if (!known) fail_msg("undocumented mutant %s (add it to docs/mutants.md and this test)", vt->name);
+        assert_int_equal(vt->out_dtype, AF_F64);
+        assert_non_null(vt->summary);
+        assert_true(strlen(vt->summary) > 20);
+    }
+    assert_int_equal(seen, N_MUTANTS);
+    af_backend *be = NULL;
+    af_error err = {0};
+    assert_int_equal(af_backend_open("mutant:no_such_bug", &be, &err), AF_ERR_INVALID);
+    assert_null(be);
+}
+
+/* --- scale_sqrt_q_only: sqrt(scale) reaches Q, the K half of the split is dropped ----- */
+
+static void test_scale_sqrt_q_only(void **state) {
+    (void)state;
+    const char *m = "mutant:scale_sqrt_q_only";
+    af_case c;
+    base_case(&c);
+    c.scale_set = true, c.scale = 0.01;
+    c.placement = AF_PLACE_SCORES;
+    EXPECT_OK(m, &c, SAME_BITS, "placement scores");
+    c.placement = AF_PLACE_Q;
+    EXPECT_OK(m, &c, SAME_BITS, "placement q");
+    c.placement = AF_PLACE_K;
+    EXPECT_OK(m, &c, SAME_BITS, "placement k");
+    /* sqrt(1) = 1: dropping the K half of the split changes nothing */
+    c.placement = AF_PLACE_SQRT_QK, c.scale = 1.0;
+    EXPECT_OK(m, &c, SAME_BITS, "sqrt_qk with scale exactly 1");
+    /* the default scale with D = 1 is 1/sqrt(1) = 1 as well */
+    c.scale_set = false, c.head_dim = c.v_head_dim = 1;
+    EXPECT_OK(m, &c, SAME_BITS, "sqrt_qk, default scale with D = 1");
+
+    base_case(&c);
+    c.placement = AF_PLACE_SQRT_QK, c.scale_set = true, c.scale = 0.01; /* in effect 0.1 */
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "sqrt_qk, scale 0.01");
+    c.scale_set = false; /* default 1/4 with D = 16, in effect 1/2 */
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "sqrt_qk, default scale");
+    c.scale_set = true, c.scale = -0.25; /* sqrt|scale| on Q alone loses the sign too */
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "sqrt_qk, negative scale");
+}
+
+/* --- packed_fp16_overflow: f16 Q.K^T before the scale, channel-first packed QKV ----- */
+
+/* D 64, qkv_channels_first, Q and K uniform in +-10^(9/4) = +-178: |q.k| has a standard
+ * deviation of 64^(1/2) * 178^2 / 3 ~ 8.4e4, so about half the dot products pass f16's
+ * 65504 before the scale of 1/8 brings them back to ordinary (if peaked) logits. */
+static void packed_case(af_case *c, af_dtype dt, af_layout l) {
+    base_case(c);
+    c->head_dim = c->v_head_dim = 64;
+    c->q_len = c->kv_len = 8;
+    c->dtype = dt;
+    set_layout(c, l);
+    for (int t = AF_Q; t <= AF_K; t++) c->t[t].dist = AF_DIST_UNIFORM, c->t[t].mag_q4 = 9;
+}
+
+static void test_packed_fp16_overflow(void **state) {
+    (void)state;
+    const char *m = "mutant:packed_fp16_overflow";
+    af_case c;
+    packed_case(&c, AF_F32, AF_LAYOUT_QKV_CHANNELS_FIRST);
+    EXPECT_OK(m, &c, SAME_BITS, "f32, qkv_channels_first, large Q.K");
+    packed_case(&c, AF_F16, AF_LAYOUT_BHSD);
+    EXPECT_OK(m, &c, SAME_BITS, "f16, bhsd, large Q.K");
+    packed_case(&c, AF_F16, AF_LAYOUT_QKV_BS3HD);
+    EXPECT_OK(m, &c, SAME_BITS, "f16, qkv_bs3hd, large Q.K");
+    packed_case(&c, AF_BF16, AF_LAYOUT_QKV_CHANNELS_FIRST);
+    EXPECT_OK(m, &c, SAME_BITS, "bf16, qkv_channels_first, large Q.K");
+    /* the bug's layout and dtype, but |q.k| of order 8: one extra f16 rounding of the
+     * unscaled scores is within the f16 tolerance */
+    packed_case(&c, AF_F16, AF_LAYOUT_QKV_CHANNELS_FIRST);
+    for (int t = AF_Q; t <= AF_K; t++) c.t[t].dist = AF_DIST_NORMAL, c.t[t].mag_q4 = 0;
+    EXPECT_OK(m, &c, 0, "f16, qkv_channels_first, ordinary values");
+
+    packed_case(&c, AF_F16, AF_LAYOUT_QKV_CHANNELS_FIRST);
+    expect_mutant(m, &c, AF_KIND_NAN_MISMATCH, AF_KIND_INF_MISMATCH, 0, "f16, qkv_channels_first, |q.k| ~ 1e5");
+}
+
+/* --- silent_tf32: f32 matmul inputs rounded to TF32 when TF32 is forbidden ---------- */
+
+static void test_silent_tf32(void **state) {
+    (void)state;
+    const char *m = "mutant:silent_tf32";
+    af_case c;
+    base_case(&c);
+    c.head_dim = c.v_head_dim = 64, c.q_len = c.kv_len = 16;
+    c.allow_tf32 = true; /* TF32 was asked for: the oracle's honest run uses it too */
+    EXPECT_OK(m, &c, SAME_BITS, "allow_tf32");
+    c.allow_tf32 = false, c.dtype = AF_F16;
+    EXPECT_OK(m, &c, SAME_BITS, "f16");
+    c.dtype = AF_BF16;
+    EXPECT_OK(m, &c, SAME_BITS, "bf16");
+    /* Values TF32 holds exactly: small integers in Q, K and V. TF32 also rounds the
+     * probabilities on their way into P.V, so they must be exact too: scale 0 makes every
+     * score 0 and every weight 1/Sk = 1/16. Then the whole computation is exact. */
+    c.dtype = AF_F32;
+    for (int t = 0; t < AF_QKV_COUNT; t++) c.t[t].dist = AF_DIST_SMALL_INT;
+    c.scale_set = true, c.scale = 0.0;
+    EXPECT_OK(m, &c, SAME_BITS, "f32 without TF32, small integers, uniform weights");
+
+    base_case(&c);
+    c.head_dim = c.v_head_dim = 64, c.q_len = c.kv_len = 16;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "f32 without TF32");
+    /* small integers alone do not hide it: the probabilities are rounded as well */
+    for (int t = 0; t < AF_QKV_COUNT; t++) c.t[t].dist = AF_DIST_SMALL_INT;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "f32 without TF32, small integers, default scale");
+}
+
+/* --- bshd_as_bhsd: BSHD tensors read as if they were BHSD --------------------------- */
+
+static void test_bshd_as_bhsd(void **state) {
+    (void)state;
+    const char *m = "mutant:bshd_as_bhsd";
+    af_case c;
+    base_case(&c);
+    EXPECT_OK(m, &c, SAME_BITS, "all bhsd");
+    set_layout(&c, AF_LAYOUT_SBHD);
+    EXPECT_OK(m, &c, SAME_BITS, "all sbhd");
+    /* [B, S, 1, D] and [B, 1, S, D] are the same memory */
+    set_layout(&c, AF_LAYOUT_BSHD);
+    c.q_heads = c.kv_heads = 1;
+    EXPECT_OK(m, &c, 0, "bshd with H = 1");
+    /* [B, 1, H, D] and [B, H, 1, D] likewise */
+    c.q_heads = c.kv_heads = 2, c.q_len = c.kv_len = 1;
+    EXPECT_OK(m, &c, 0, "bshd with S = 1");
+
+    base_case(&c);
+    set_layout(&c, AF_LAYOUT_BSHD);
+    c.q_len = c.kv_len = 3;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "bshd, H = 2, S = 3");
+    base_case(&c);
+    c.t[AF_V].layout = AF_LAYOUT_BSHD; /* one tensor is enough */
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "bshd V only");
+}
+
+/* --- mhav2_concat: per-head interleaved packed QKV read as concatenated ------------- */
+
+static void test_mhav2_concat(void **state) {
+    (void)state;
+    const char *m = "mutant:mhav2_concat";
+    af_case c;
+    base_case(&c);
+    set_layout(&c, AF_LAYOUT_QKV_BS3HD);
+    EXPECT_OK(m, &c, SAME_BITS, "qkv_bs3hd (concatenated, read right)");
+    set_layout(&c, AF_LAYOUT_QKV_CHANNELS_FIRST);
+    EXPECT_OK(m, &c, SAME_BITS, "qkv_channels_first");
+    /* with one head, [B, S, 1, 3, D] and [B, S, 3, 1, D] are the same memory */
+    set_layout(&c, AF_LAYOUT_QKV_BSH3D);
+    c.q_heads = c.kv_heads = 1;
+    EXPECT_OK(m, &c, 0, "qkv_bsh3d with H = 1");
+
+    c.q_heads = c.kv_heads = 2;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "qkv_bsh3d with H = 2");
+    c.q_heads = c.kv_heads = 3, c.dtype = AF_F16;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "qkv_bsh3d with H = 3, f16");
+}
+
+/* --- causal_top_left: top-left alignment where bottom-right was asked --------------- */
+
+static void test_causal_top_left(void **state) {
+    (void)state;
+    const char *m = "mutant:causal_top_left";
+    af_case c;
+    base_case(&c);
+    c.causal = true, c.diag = AF_DIAG_BOTTOM_RIGHT;
+    EXPECT_OK(m, &c, SAME_BITS, "bottom-right, Sq == Sk");
+    c.q_len = 2, c.kv_len = 5;
+    c.diag = AF_DIAG_TOP_LEFT;
+    EXPECT_OK(m, &c, SAME_BITS, "top-left asked, Sq != Sk");
+    c.diag = AF_DIAG_EXPLICIT, c.diag_offset = 3;
+    EXPECT_OK(m, &c, SAME_BITS, "explicit offset, Sq != Sk");
+    c.causal = false, c.diag = AF_DIAG_BOTTOM_RIGHT;
+    EXPECT_OK(m, &c, SAME_BITS, "not causal, Sq != Sk");
+
+    base_case(&c);
+    c.causal = true, c.diag = AF_DIAG_BOTTOM_RIGHT;
+    c.q_len = 2, c.kv_len = 5; /* query i must see keys 0..i+3, sees 0..i */
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "bottom-right, Sq 2 < Sk 5");
+    /* Sq > Sk: bottom-right leaves the first Sq - Sk rows fully masked (output 0); the
+     * mutant lets them attend */
+    c.q_len = 5, c.kv_len = 2;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "bottom-right, Sq 5 > Sk 2");
+    /* Sq == Sk does not hide it when key padding moves the diagonal: offset(b) =
+     * kv_valid[b] - Sq */
+    base_case(&c);
+    c.causal = true, c.diag = AF_DIAG_BOTTOM_RIGHT_VALID;
+    c.key_padding = true, c.kv_valid[0] = 2, c.kv_valid[1] = 4;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "bottom-right to valid length, Sq == Sk, padding");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mutants_registered),
+        cmocka_unit_test(test_scale_sqrt_q_only),
+        cmocka_unit_test(test_packed_fp16_overflow),
+        cmocka_unit_test(test_silent_tf32),
+        cmocka_unit_test(test_bshd_as_bhsd),
+        cmocka_unit_test(test_mhav2_concat),
+        cmocka_unit_test(test_causal_top_left),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
