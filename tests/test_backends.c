@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +24,6 @@
 
 #define DNAN ((double)NAN)
 #define DINF ((double)INFINITY)
-
-static double test_scale(void) {
-    const char *s = getenv("AF_TEST_SCALE");
-    double x = s ? atof(s) : 1.0;
-    return x > 0.0 ? x : 1.0;
-}
 
 static size_t scaled(size_t n, size_t floor_n) {
     double x = (double)n * test_scale();

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,28 +22,7 @@
 
 /* --- helpers --------------------------------------------------------------------- */
 
-static double test_scale(void) {
-    const char *s = getenv("AF_TEST_SCALE");
-    double x = s ? atof(s) : 1.0;
-    return x > 0.0 ? x : 1.0;
-}
-
-static size_t scaled(size_t n) {
-    double x = (double)n * test_scale();
-    return x < 1.0 ? 1 : (size_t)x;
-}
-
-typedef struct xorshift {
-    uint64_t s;
-} xorshift;
-
-static uint64_t xs_next(xorshift *x) {
-    /* xorshift64* (Vigna) */
-    x->s ^= x->s >> 12;
-    x->s ^= x->s << 25;
-    x->s ^= x->s >> 27;
-    return x->s * 0x2545F4914F6CDD1Dull;
-}
+static size_t scaled(size_t n) { return scaled_at_least(n, 1); }
 
 static uint32_t f32_bits(float f) {
     uint32_t u;

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +22,6 @@
 
 #define DNAN ((double)NAN)
 #define DINF ((double)INFINITY)
-
-static double test_scale(void) {
-    const char *s = getenv("AF_TEST_SCALE");
-    double x = s ? atof(s) : 1.0;
-    return x > 0.0 ? x : 1.0;
-}
 
 /* --- rig: inputs, the ref backend, its output ------------------------------------------ */
 

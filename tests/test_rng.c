@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,27 +15,7 @@
 
 #include "attnfuzz/rng.h"
 
-static double test_scale(void) {
-    const char *s = getenv("AF_TEST_SCALE");
-    double x = s ? atof(s) : 1.0;
-    return x > 0.0 ? x : 1.0;
-}
-
-static size_t scaled(size_t n) {
-    double x = (double)n * test_scale();
-    return x < 1000.0 ? 1000 : (size_t)x;
-}
-
-typedef struct xorshift {
-    uint64_t s;
-} xorshift;
-
-static uint64_t xs_next(xorshift *x) {
-    x->s ^= x->s >> 12;
-    x->s ^= x->s << 25;
-    x->s ^= x->s >> 27;
-    return x->s * 0x2545F4914F6CDD1Dull;
-}
+static size_t scaled(size_t n) { return scaled_at_least(n, 1000); }
 
 /* --- Philox known answers (Random123 kat_vectors, philox4x32 with 10 rounds) --------- */
 
