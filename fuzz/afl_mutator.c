@@ -15,18 +15,9 @@
 
 #include "attnfuzz/mem.h"
 #include "attnfuzz/rng.h"
+#include "afl_mutator.h"
 #include "case_mutator.h"
 
-/* The AFL++ custom mutator API (docs/custom_mutators.md of AFL++ 4.x; afl_state_t is
- * opaque here). */
-void *afl_custom_init(void *afl, unsigned int seed);
-size_t afl_custom_fuzz(void *data, uint8_t *buf, size_t buf_size, uint8_t **out_buf, uint8_t *add_buf,
-                       size_t add_buf_size, size_t max_size);
-const char *afl_custom_describe(void *data, size_t max_description_len);
-int32_t afl_custom_init_trim(void *data, uint8_t *buf, size_t buf_size);
-size_t afl_custom_trim(void *data, uint8_t **out_buf);
-int32_t afl_custom_post_trim(void *data, unsigned char success);
-void afl_custom_deinit(void *data);
 
 #define AF_AFLMUT_MAX_TRIMS 48 /* trim executions per queue entry */
 

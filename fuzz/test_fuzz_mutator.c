@@ -12,16 +12,9 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/rng.h"
+#include "afl_mutator.h"
 #include "case_mutator.h"
 
-void *afl_custom_init(void *afl, unsigned int seed);
-size_t afl_custom_fuzz(void *data, uint8_t *buf, size_t buf_size, uint8_t **out_buf, uint8_t *add_buf,
-                       size_t add_buf_size, size_t max_size);
-const char *afl_custom_describe(void *data, size_t max_description_len);
-int32_t afl_custom_init_trim(void *data, uint8_t *buf, size_t buf_size);
-size_t afl_custom_trim(void *data, uint8_t **out_buf);
-int32_t afl_custom_post_trim(void *data, unsigned char success);
-void afl_custom_deinit(void *data);
 
 static const af_casemut_opts opts = {0, 2e7};
 
