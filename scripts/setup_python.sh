@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The project's Python environment, .venv/, with the pinned versions of
+# python/requirements.txt (numpy, ml_dtypes, zstandard and the real targets' stacks:
+# torch, onnx, onnxruntime, openvino, apache-tvm, jax) on Debian's python3.
+#
+# Installed once, reused: the environment is built in a cache directory named for the
+# requirements' hash ($ATTNFUZZ_CACHE, default ~/.cache/attnfuzz/venv-<hash>) and .venv
+# links to it, so every clone on the machine (CI's fresh ones included) shares it. The
+# first install downloads about 3 GB (PyPI's torch wheel pulls its CUDA dependency wheels
+# even for CPU use) and takes about 2 minutes on a fast link; later runs take a second.
+# A .venv that is a real directory (made by hand) is kept and brought up to date.
+#   scripts/setup_python.sh          create or reuse
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+req=python/requirements.txt
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3)
+hash=$( (cat "$req"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
+marker=.attnfuzz-requirements-$hash
+
+install_into() { # DIR
+    local dir=$1 t0=$SECONDS
+    echo "setup_python: installing $req into $dir (first time: about 3 GB)"
+    [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+    touch "$dir/$marker"
+    echo "setup_python: done in $((SECONDS - t0)) s"
+}
+
+if [ -d .venv ] && [ ! -L .venv ]; then
+    [ -f ".venv/$marker" ] || install_into .venv
+else
+    cache=${ATTNFUZZ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/attnfuzz}
+    dir=$cache/venv-$hash
+    mkdir -p "$cache"
+    if [ ! -f "$dir/$marker" ]; then
+        # one installer at a time per cache (two clones set up at once)
+        exec 9>"$cache/.lock-$hash"
+        flock 9
+        [ -f "$dir/$marker" ] || install_into "$dir"
+    fi
+    ln -sfn "$dir" .venv
+fi
+# the attnfuzz package itself is not installed: everything that runs it sets
+# PYTHONPATH=python (the C side does so for target: backends), so the shared environment
+# never points at one clone.
+.venv/bin/python -c 'import numpy, ml_dtypes, zstandard' \
+    || { echo "setup_python: .venv is broken; remove it and run again" >&2; exit 2; }
