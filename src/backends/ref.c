@@ -10,7 +10,8 @@
  *      a NaN score -> NaN weights), dropout (dropped weights are exactly 0, so a NaN row
  *      whose live keys are all dropped gives 0, as p = 1 does)
  *   3. O = P V with V's non-finite rows zeroed, then their contribution added back for
- *      the live keys only: masked keys have weight 0 and must not leak 0 * NaN.
+ *      the keys of nonzero weight only: a key of weight 0 (masked, an additive -inf, a
+ *      score of -inf, dropped) must not leak 0 * NaN (DESIGN.md section 2 rule 5).
  *
  * In honest mode the same passes round where the explicit implementation rounds and the
  * two products accumulate in fp32 (sgemm on the rounded values), so accumulation error
@@ -33,7 +34,7 @@
 #include "vmath.h"
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_F32A, WS_F32B, WS_F32C,
-       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST };
+       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST, WS_VROWMAX };
 /* per row of a block: which keys are live, or why the row is special */
 enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 
@@ -197,8 +198,11 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     uint8_t *risky = AF_SCRATCH(ws, WS_RISK, uint8_t, R, err);
     double *rinv = AF_SCRATCH(ws, WS_RINV, double, R, err);
     uint8_t *rowst = AF_SCRATCH(ws, WS_ROWST, uint8_t, R, err);
-    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky || !rinv || !rowst)
+    double *vrowmax = AF_SCRATCH(ws, WS_VROWMAX, double, Sk, err);
+    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky || !rinv || !rowst ||
+        !vrowmax)
         return AF_ERR_NOMEM;
+    const double vdrop = p > 0.0 && p < 1.0 ? 1.0 / (1.0 - p) : 1.0;
     size_t big = Sk * (D > Dv ? D : Dv) + R * (Sk > Dv ? Sk : Dv) + Sq * D;
     float *fa = NULL, *fb = NULL, *fc = NULL;
     double *absbuf = NULL;
@@ -254,6 +258,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
             }
             if (sens) /* before the split: the finite entries of a NaN row still count */
                 for (size_t e = 0; e < Sk * Dv; e++) vabs[e] = isfinite(v[e]) ? fabs(v[e]) : 0.0;
+            if (opts->row_vscale)
+                for (size_t j = 0; j < Sk; j++) vrowmax[j] = af_ref_maxabs(v + j * Dv, Dv);
             size_t nbad = af_split_nonfinite_f64(v, Sk, Dv, bad, saved);
 
             for (size_t h = g * group; h < (g + 1) * group; h++) {
@@ -463,10 +469,24 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             double fillv = rowst[r] == AF_ROW_NAN ? (double)NAN : 0.0;
                             for (size_t d = 0; d < Dv; d++) o[d] = fillv;
                         }
+                        uint8_t *lk = opts->leak ? opts->leak + ((b * Hq + h) * Sq + i) * Dv : NULL;
+                        if (lk) memset(lk, 0, Dv);
                         for (size_t n = 0; n < nbad && !special_row; n++) {
                             size_t j = bad[n];
-                            if (rowst[r] != AF_ROW_ALL_LIVE && !lv[j]) continue;
+                            if ((rowst[r] != AF_ROW_ALL_LIVE && !lv[j]) || s[j] == 0.0) {
+                                /* weight 0: nothing, whatever V holds (0 * NaN counts as 0) */
+                                if (lk)
+                                    for (size_t d = 0; d < Dv; d++) if (!isfinite(saved[n * Dv + d])) lk[d] = 1;
+                                continue;
+                            }
                             for (size_t d = 0; d < Dv; d++) o[d] += s[j] * saved[n * Dv + d];
+                        }
+                        if (opts->row_vscale) {
+                            double vs = 0.0;
+                            if (!special_row)
+                                for (size_t j = 0; j < Sk; j++)
+                                    if (s[j] != 0.0 && vrowmax[j] > vs) vs = vrowmax[j];
+                            opts->row_vscale[(b * Hq + h) * Sq + i] = vs * vdrop;
                         }
                         if (!special_row && rinv[r] != 1.0)
                             for (size_t d = 0; d < Dv; d++) o[d] *= rinv[r];
