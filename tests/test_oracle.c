@@ -597,6 +597,36 @@ static void test_zero_weight_keys(void **state) {
     }
 }
 
+/* Pairs on a case whose zero-weight keys got new non-finite values (relation
+ * masked_values): new NaN there is a leak where the caller flags it, else a mismatch. */
+static void test_pair_leak(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, fill_v2);
+    float *g = malloc(b.n * sizeof *g);
+    af_tensor tg = b.out;
+    tg.data = g;
+    for (size_t e = 0; e < b.n; e++) b.f[e] = g[e] = (float)b.ref[e];
+    g[5] = NAN;
+    uint8_t *leak = calloc(b.n, 1);
+    af_result res;
+    af_error err = {0};
+    assert_int_equal(af_oracle_compare_pair_leak(b.o, &b.out, &tg, NULL, leak, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_NAN_MISMATCH);
+    leak[5] = 1;
+    assert_int_equal(af_oracle_compare_pair_leak(b.o, &b.out, &tg, NULL, leak, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_MASKED_VALUE_LEAK);
+    assert_int_equal(res.m.n_masked_value_leak, 1);
+    /* no flags given: the prepared case (no non-finite V) has no leak */
+    assert_int_equal(af_oracle_compare_pair(b.o, &b.out, &tg, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_NAN_MISMATCH);
+    free(leak);
+    free(g);
+    bench_close(&b);
+}
+
 /* One masked key with V = 1000 in every column must not loosen the check of the rows:
  * an output off by 1% is a finding. */
 static void fill_poisoned_masked(const af_case_tensors *t) {
@@ -678,7 +708,7 @@ int main(void) {
         cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
         cmocka_unit_test(test_tolerance_f32),    cmocka_unit_test(test_tolerance_low_precision),
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
-        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_poisoned_masked_value),
+        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
