@@ -140,9 +140,11 @@ af_status af_fuzz_config_from_env(af_fuzz_config *cfg, af_error *err) {
     if ((v = getenv("ATTNFUZZ_MAX_FLOPS")) && *v)
         AF_TRY(af_fuzz_config_double("ATTNFUZZ_MAX_FLOPS", v, 1.0, 1e18, &cfg->max_flops, err));
     if ((v = getenv("ATTNFUZZ_WAIVE")) && *v) {
-        AF_RETURN_ERROR_IF(strcmp(v, "masked_row_nan") != 0, err, AF_ERR_INVALID,
-                           "ATTNFUZZ_WAIVE=\"%s\": only masked_row_nan can be waived", v);
-        x->oracle.waive_masked_row_nan = true;
+        bool row = strcmp(v, "masked_row_nan") == 0, leak = strcmp(v, "masked_value_leak") == 0;
+        AF_RETURN_ERROR_IF(!row && !leak, err, AF_ERR_INVALID,
+                           "ATTNFUZZ_WAIVE=\"%s\": only masked_row_nan or masked_value_leak can be waived", v);
+        x->oracle.waive_masked_row_nan |= row;
+        x->oracle.waive_masked_value_leak |= leak;
     }
     return AF_OK;
 }

@@ -713,7 +713,8 @@ static bool metrics_equal(const af_metrics *a, const af_metrics *b) {
            same_double(a->rel_fro, b->rel_fro) && same_double(a->worst_ratio, b->worst_ratio) &&
            same_double(a->worst_out, b->worst_out) && same_double(a->worst_ref, b->worst_ref) &&
            memcmp(a->worst, b->worst, sizeof a->worst) == 0 && a->n_nan == b->n_nan && a->n_inf == b->n_inf &&
-           a->n_masked_row_nan == b->n_masked_row_nan && a->n_diverge == b->n_diverge &&
+           a->n_masked_row_nan == b->n_masked_row_nan && a->n_masked_value_leak == b->n_masked_value_leak &&
+           a->n_diverge == b->n_diverge &&
            a->n_unstable == b->n_unstable;
 }
 

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnfuzz/backend.h"
 #include "attnfuzz/case.h"
+#include "attnfuzz/dtype.h"
 #include "attnfuzz/oracle.h"
 #include "attnfuzz/tensor.h"
 
@@ -188,14 +190,15 @@ static void tame(af_case *c, af_dtype dt) {
     for (int t = 0; t < 3; t++) c->t[t].seed = 4321u + (uint32_t)t;
 }
 
-/* V in [-2, 2] with max |V| exactly 2: vscale = 2. */
+/* V in [-2, 2] with max |V| exactly 2 at key 0 of every batch and head: every row (no
+ * mask) has vscale = 2. */
 static void fill_v2(const af_case_tensors *t) {
     const af_view *v = &t->vv;
     for (size_t b = 0; b < v->ne[0]; b++)
         for (size_t h = 0; h < v->ne[1]; h++)
             for (size_t s = 0; s < v->ne[2]; s++)
                 for (size_t d = 0; d < v->ne[3]; d++)
-                    af_view_set(v, b, h, s, d, (b + h + s + d) == 0 ? 2.0 : (double)((b * 5 + h * 3 + s * 7 + d) % 9) / 4.5 - 1.0);
+                    af_view_set(v, b, h, s, d, (s + d) == 0 ? 2.0 : (double)((b * 5 + h * 3 + s * 7 + d) % 9) / 4.5 - 1.0);
 }
 
 static void expect(bench *b, bool f64, af_kind want, const char *what) {
@@ -488,11 +491,225 @@ static void test_prepare_expected(void **state) {
     bench_close(&b);
 }
 
+/* --- zero-weight keys (DESIGN.md section 2 rule 5) ----------------------------------------- */
+
+/* Zero-weight keys with poisoned values: key 3 by the case's mask (mode 0: none, 1: an
+ * additive -inf, 2: a false in the boolean mask), key 5 by a score of -inf (K[5][0] = -Inf
+ * against Q[.][0] = 1 > 0). V[3][0] = V[5][2] = +Inf, V[3][1] = NaN; every other value
+ * and mask entry is finite and live. */
+static int zw_mode;
+enum { ZW_COL_INF3 = 0, ZW_COL_NAN3 = 1, ZW_COL_INF5 = 2, ZW_COL_CLEAN = 3 };
+
+static void fill_zero_weight(const af_case_tensors *t) {
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++) {
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++) {
+                af_view_set(&t->qv, b, h, i, 0, 1.0);
+                for (size_t j = 0; j < c->kv_len; j++) {
+                    if (c->amask.present) af_view_set(&t->am, b, h, i, j, j == 3 && zw_mode == 1 ? -DINF : 0.25);
+                    if (c->bmask.present) af_view_set(&t->bm, b, h, i, j, j == 3 && zw_mode == 2 ? 0.0 : 1.0);
+                }
+            }
+        for (size_t g = 0; g < c->kv_heads; g++) {
+            af_view_set(&t->kv, b, g, 5, 0, -DINF);
+            if (zw_mode != 0) {
+                af_view_set(&t->vv, b, g, 3, ZW_COL_INF3, DINF);
+                af_view_set(&t->vv, b, g, 3, ZW_COL_NAN3, DNAN);
+            }
+            af_view_set(&t->vv, b, g, 5, ZW_COL_INF5, DINF);
+        }
+    }
+}
+
+static void zero_weight_case(af_case *c, int mode) {
+    tame(c, AF_F32);
+    zw_mode = mode;
+    if (mode == 1) {
+        c->amask.present = true;
+        c->amask.dims = AF_MDIM_ALL;
+        c->amask.dtype = AF_F32;
+    }
+    if (mode == 2) {
+        c->bmask.present = true;
+        c->bmask.dims = AF_MDIM_ALL;
+        c->bmask.dtype = AF_BOOL;
+    }
+}
+
+static void run_backend(bench *b, const char *name, af_kind want) {
+    af_backend *be = NULL;
+    af_error err = {0};
+    assert_int_equal(af_backend_open(name, &be, &err), AF_OK);
+    assert_int_equal(af_backend_run(be, af_inputs_get(b->in), &b->out, &err), AF_OK);
+    af_result res;
+    assert_int_equal(af_oracle_compare(b->o, &b->out, &res, &err), AF_OK);
+    if (res.kind != want)
+        fail_msg("%s on zero-weight keys (mode %d): %s, expected %s", name, zw_mode, af_kind_names[res.kind],
+                 af_kind_names[want]);
+    af_backend_close(be);
+}
+
+static void test_zero_weight_keys(void **state) {
+    (void)state;
+    for (int mode = 0; mode < 3; mode++) {
+        af_case c;
+        zero_weight_case(&c, mode);
+        bench b;
+        bench_open(&b, &c, fill_zero_weight);
+        /* the reference excludes them exactly: every output is finite */
+        for (size_t e = 0; e < b.n; e++)
+            if (!isfinite(b.ref[e])) fail_msg("mode %d: reference element %zu is %g", mode, e, b.ref[e]);
+        /* a skipping implementation (the reference rounded to f32) is clean */
+        for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+        expect(&b, false, AF_KIND_OK, "skipping zero-weight keys");
+        /* IEEE arithmetic (0 * Inf = NaN, 0 * NaN = NaN) in the poisoned columns only */
+        size_t dv = c.v_head_dim;
+        for (size_t e = 0; e < b.n; e++) {
+            size_t d = e % dv;
+            bool poisoned = d == ZW_COL_INF5 || (mode != 0 && (d == ZW_COL_INF3 || d == ZW_COL_NAN3));
+            b.f[e] = poisoned ? NAN : (float)b.ref[e];
+        }
+        expect(&b, false, AF_KIND_MASKED_VALUE_LEAK, "IEEE through zero-weight keys");
+        /* NaN in a column that no zero-weight key poisons is a real nan_mismatch */
+        b.f[ZW_COL_CLEAN] = NAN;
+        expect(&b, false, AF_KIND_NAN_MISMATCH, "NaN in a clean column");
+        bench_close(&b);
+
+        /* waived: the leak is no finding, a divergence next to it still is */
+        af_oracle_opts opts;
+        af_oracle_opts_default(&opts);
+        opts.waive_masked_value_leak = true;
+        bench_open(&b, &c, fill_zero_weight);
+        af_oracle_destroy(b.o);
+        b.o = af_oracle_create(&opts);
+        af_error err = {0};
+        assert_int_equal(af_oracle_prepare(b.o, af_inputs_get(b.in), &err), AF_OK);
+        b.ref = af_oracle_ref(b.o);
+        for (size_t e = 0; e < b.n; e++) b.f[e] = e % dv == ZW_COL_INF5 ? NAN : (float)b.ref[e];
+        expect(&b, false, AF_KIND_OK, "waived masked_value_leak");
+        b.f[ZW_COL_CLEAN] = (float)(b.ref[ZW_COL_CLEAN] + 0.5);
+        expect(&b, false, AF_KIND_DIVERGE, "a divergence beside a waived leak");
+        /* the built-in backends skip zero-weight keys: clean */
+        run_backend(&b, "explicit", AF_KIND_OK);
+        run_backend(&b, "fused", AF_KIND_OK);
+        bench_close(&b);
+    }
+}
+
+/* Pairs on a case whose zero-weight keys got new non-finite values (relation
+ * masked_values): new NaN there is a leak where the caller flags it, else a mismatch. */
+static void test_pair_leak(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, fill_v2);
+    float *g = malloc(b.n * sizeof *g);
+    af_tensor tg = b.out;
+    tg.data = g;
+    for (size_t e = 0; e < b.n; e++) b.f[e] = g[e] = (float)b.ref[e];
+    g[5] = NAN;
+    uint8_t *leak = calloc(b.n, 1);
+    af_result res;
+    af_error err = {0};
+    assert_int_equal(af_oracle_compare_pair_leak(b.o, &b.out, &tg, NULL, leak, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_NAN_MISMATCH);
+    leak[5] = 1;
+    assert_int_equal(af_oracle_compare_pair_leak(b.o, &b.out, &tg, NULL, leak, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_MASKED_VALUE_LEAK);
+    assert_int_equal(res.m.n_masked_value_leak, 1);
+    /* no flags given: the prepared case (no non-finite V) has no leak */
+    assert_int_equal(af_oracle_compare_pair(b.o, &b.out, &tg, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_NAN_MISMATCH);
+    free(leak);
+    free(g);
+    bench_close(&b);
+}
+
+/* One masked key with V = 1000 in every column must not loosen the check of the rows:
+ * an output off by 1% is a finding. */
+static void fill_poisoned_masked(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++) {
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->bm, b, h, i, j, j == 6 ? 0.0 : 1.0);
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t d = 0; d < c->v_head_dim; d++) af_view_set(&t->vv, b, g, 6, d, 1000.0);
+    }
+}
+
+static void test_poisoned_masked_value(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.bmask.present = true;
+    c.bmask.dims = AF_MDIM_ALL;
+    c.bmask.dtype = AF_BOOL;
+    bench b;
+    bench_open(&b, &c, fill_poisoned_masked);
+    af_tolerance tol;
+    af_error err = {0};
+    assert_int_equal(af_oracle_tolerance(b.o, &tol, &err), AF_OK);
+    /* the rows' scale is max |V| over the live keys, 2: atol 2e-5, not 1e-2 */
+    if (!(tol.atol < 1e-4)) fail_msg("atol %g: the masked value loosened the tolerance", tol.atol);
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    expect(&b, false, AF_KIND_OK, "reference rounded to f32");
+    /* 1% off in one element of magnitude above 0.1 */
+    size_t e0 = 0;
+    while (fabs(b.ref[e0]) < 0.1) e0++;
+    b.f[e0] = (float)(b.ref[e0] * 1.01);
+    expect(&b, false, AF_KIND_DIVERGE, "1% error beside a masked V of 1000");
+    bench_close(&b);
+}
+
+/* Outputs in f16/bf16 carry their final rounding in the tolerance. */
+static void test_low_precision_outputs(void **state) {
+    (void)state;
+    const af_dtype dts[2] = {AF_BF16, AF_F16};
+    for (int k = 0; k < 2; k++) {
+        af_case c;
+        tame(&c, AF_F32);
+        bench b;
+        bench_open(&b, &c, fill_v2);
+        size_t ne[4] = {c.batch, c.q_heads, c.q_len, c.v_head_dim};
+        af_tensor t;
+        af_tensor_contiguous(&t, dts[k], 4, ne);
+        uint16_t *h = malloc(b.n * sizeof *h);
+        t.data = h;
+        for (size_t e = 0; e < b.n; e++) h[e] = dts[k] == AF_BF16 ? af_bf16_from_f64(b.ref[e]) : af_f16_from_f64(b.ref[e]);
+        af_result res;
+        af_error err = {0};
+        assert_int_equal(af_oracle_compare(b.o, &t, &res, &err), AF_OK);
+        if (res.kind != AF_KIND_OK) fail_msg("correct output rounded to %s: %s", af_dtype_names[dts[k]], af_kind_names[res.kind]);
+        /* 5% off in one element of magnitude above 0.1 */
+        size_t e0 = 0;
+        while (fabs(b.ref[e0]) < 0.1) e0++;
+        h[e0] = dts[k] == AF_BF16 ? af_bf16_from_f64(b.ref[e0] * 1.05) : af_f16_from_f64(b.ref[e0] * 1.05);
+        assert_int_equal(af_oracle_compare(b.o, &t, &res, &err), AF_OK);
+        if (res.kind != AF_KIND_DIVERGE)
+            fail_msg("5%% error in %s output: %s", af_dtype_names[dts[k]], af_kind_names[res.kind]);
+        assert_true(res.m.worst[0] * c.q_heads * c.q_len * c.v_head_dim + res.m.worst[1] * c.q_len * c.v_head_dim +
+                        res.m.worst[2] * c.v_head_dim + res.m.worst[3] ==
+                    e0);
+        /* the same output in f32 (no final rounding allowed for) is a finding too */
+        for (size_t e = 0; e < b.n; e++)
+            b.f[e] = dts[k] == AF_BF16 ? af_bf16_to_f32(af_bf16_from_f64(b.ref[e])) : af_f16_to_f32(af_f16_from_f64(b.ref[e]));
+        expect(&b, false, AF_KIND_DIVERGE, "bf16/f16-rounded values in an f32 output of an f32 case");
+        free(h);
+        bench_close(&b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
         cmocka_unit_test(test_tolerance_f32),    cmocka_unit_test(test_tolerance_low_precision),
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
+        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
+        cmocka_unit_test(test_low_precision_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -187,7 +187,9 @@ static void mini_ref(const af_case_tensors *t, mini_out *mo) {
                 for (size_t d = 0; d < Dv; d++) {
                     double acc = 0.0, aacc = 0.0, sens = 0.0;
                     for (size_t j = 0; j < Sk; j++) {
-                        if (!live[j]) continue; /* masked keys contribute nothing, not 0 * NaN */
+                        /* a key of weight 0 (masked, -inf, dropped, flushed) contributes
+                         * nothing, not 0 * NaN (DESIGN.md section 2 rule 5) */
+                        if (!live[j] || w[j] == 0.0) continue;
                         double v = af_view_get(&t->vv, b, g, j, d);
                         acc += w[j] * v;
                         if (isfinite(v) && isfinite(w[j]) && w[j] != 0.0) {

@@ -7,17 +7,26 @@
  * TF32 or f16), so a first-order bound sens[e] on the effect of score rounding (ref.h)
  * widens exactly those elements, and the honest error counts only beyond it:
  *
- *     atol     = max(floor_atol[dtype] * vscale, fudge * max_e(|honest - ref| - sens)_+)
- *     an element passes when |out - ref| <= atol + rtol[dtype] * |ref| + fudge * sens[e]
+ *     atol[r]  = vscale[r] * max(floor_atol[dtype], fudge * max_e (|honest - ref| - sens)_+ / vscale[row(e)])
+ *     bound[e] = atol[r] + rtol[dtype] * |ref| + fudge * sens[e]
+ *     an element passes when |out - ref| <= bound[e] + u_out * (|ref| + bound[e]) + h_out
  *
- * where vscale = max|V| over finite values (the output is a convex combination of V
- * rows, scaled by 1/(1-p) under dropout). The honest run is made lazily, only when an
- * output fails the floor alone, so clean cases cost one reference run.
+ * where vscale[r] = the largest finite |V| over the keys of nonzero weight in query row r
+ * (the row's output is a convex combination of those V rows, scaled by 1/(1-p) under
+ * dropout): a huge value behind a masked key loosens nothing. The honest error is pooled
+ * over all rows in units of each row's scale. u_out and h_out are the final rounding of
+ * an output stored in f16/bf16 (half an ulp relative, half the smallest subnormal); 0 for
+ * f32/f64 outputs. af_result.tol is the tolerance of the worst element's row. The honest
+ * run is made lazily, only when an output fails the floor alone, so clean cases cost one
+ * reference run.
  *
  * NaN and Inf are classified, never skipped. An element where the honest computation
  * and float64 disagree in class (finite, NaN, +Inf, -Inf) cannot be computed at the case
  * precision (say fp32 overflow in Q.K): it is "unstable" and excused. Every other element
- * must match the reference's class, and a fully masked row must be 0. */
+ * must match the reference's class, and a fully masked row must be 0. A key of weight
+ * exactly 0 (masked, additive -inf, score -inf, dropped) contributes nothing to the
+ * reference whatever its V holds; NaN in an output only where such a key holds a
+ * non-finite V (IEEE 0 * Inf) is masked_value_leak, waivable, never nan_mismatch. */
 #ifndef ATTNFUZZ_ORACLE_H
 #define ATTNFUZZ_ORACLE_H
 
@@ -40,6 +49,7 @@ typedef enum af_kind {
     AF_KIND_NAN_MISMATCH,   /* NaN where the reference is not, or the reverse */
     AF_KIND_INF_MISMATCH,   /* Inf of another sign or where the reference is finite */
     AF_KIND_MASKED_ROW_NAN, /* NaN in a fully masked row (the reference gives 0) */
+    AF_KIND_MASKED_VALUE_LEAK, /* NaN only through a key of weight 0 whose V is not finite */
     AF_KIND_DIVERGE,        /* finite and beyond tolerance */
     AF_KIND_ERROR,          /* the backend returned an error */
     AF_KIND_CRASH,          /* an external backend died */
@@ -63,6 +73,7 @@ typedef struct af_metrics {
     size_t worst[4];    /* (b, h, i, d) of the worst element */
     double worst_out, worst_ref;
     size_t n_nan, n_inf, n_masked_row_nan, n_diverge, n_unstable;
+    size_t n_masked_value_leak; /* NaN only through a zero-weight key (0 * Inf, 0 * NaN) */
 } af_metrics;
 
 typedef struct af_result {
@@ -74,9 +85,10 @@ typedef struct af_result {
 /* Per-dtype floors and the default fudge factor. */
 typedef struct af_oracle_opts {
     double fudge;                            /* default 4 */
-    double floor_atol[AF_CASE_DTYPE_COUNT];  /* x vscale; default f32 1e-5, f16 1e-3, bf16 8e-3 */
+    double floor_atol[AF_CASE_DTYPE_COUNT];  /* x the row's vscale; default f32 1e-5, f16 1e-3, bf16 8e-3 */
     double floor_rtol[AF_CASE_DTYPE_COUNT];  /* default f32 1.3e-6, f16 1e-3, bf16 1.6e-2 */
     bool waive_masked_row_nan;               /* report such outputs as ok */
+    bool waive_masked_value_leak;            /* likewise for masked_value_leak */
 } af_oracle_opts;
 void af_oracle_opts_default(af_oracle_opts *o);
 
@@ -98,7 +110,8 @@ af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, co
 const double *af_oracle_ref(const af_oracle *o);
 const uint8_t *af_oracle_masked_rows(const af_oracle *o);
 
-/* Compares an output (F32 or F64, contiguous [B, Hq, Sq, Dv]) with the reference. */
+/* Compares an output (F32, F64, F16 or BF16, contiguous [B, Hq, Sq, Dv]) with the
+ * reference; f16/bf16 outputs get their final rounding in the tolerance. */
 af_status af_oracle_compare(af_oracle *o, const af_tensor *out, af_result *res, af_error *err);
 
 /* Compares two outputs of one backend that must agree (relations). a is the output on
@@ -109,7 +122,13 @@ af_status af_oracle_compare(af_oracle *o, const af_tensor *out, af_result *res, 
 af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
                                  af_result *res, af_error *err);
 
-/* The tolerance in force (computing the honest run if it was not yet needed). */
+/* The same where b was computed on a case whose values differ from the prepared one's at
+ * zero-weight keys: leak_b ([rows of b, Dv], may be NULL) flags where b's case has a
+ * zero-weight key with a non-finite V value (relation masked_values). */
+af_status af_oracle_compare_pair_leak(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
+                                      const uint8_t *leak_b, af_result *res, af_error *err);
+
+/* The tolerance in force (the row with the largest V scale) (computing the honest run if it was not yet needed). */
 af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err);
 
 /* Signature of a finding: xxHash64 of the kind, the backend names (or relation) and the

@@ -137,7 +137,8 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
                             for (size_t d = 0; d < Dv; d++) o[d] = fill;
                         } else {
                             for (size_t n = 0; n < nbad; n++) {
-                                if (!lv[bad[n]]) continue;
+                                /* weight 0 (masked, -inf, dropped): nothing, 0 * NaN counts as 0 */
+                                if (!lv[bad[n]] || s[bad[n]] == 0.0f) continue;
                                 for (size_t d = 0; d < Dv; d++) o[d] += s[bad[n]] * saved[n * Dv + d];
                             }
                         }

@@ -166,8 +166,9 @@ static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor 
                             size_t j = bad[n];
                             if (j < j0 || j >= j0 + cn) continue;
                             for (size_t r = 0; r < rn; r++) {
-                                if (!live[r * cn + (j - j0)]) continue; /* live key: 0 * NaN counts, as in P V */
                                 float w = S[r * cn + (j - j0)];
+                                /* weight 0 (masked, -inf, dropped): nothing, 0 * NaN counts as 0 */
+                                if (!live[r * cn + (j - j0)] || w == 0.0f) continue;
                                 for (size_t d = 0; d < Dv; d++) acc[r * Dv + d] += w * saved[n * Dv + d];
                             }
                         }

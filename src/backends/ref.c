@@ -10,18 +10,13 @@
  *      a NaN score -> NaN weights), dropout (dropped weights are exactly 0, so a NaN row
  *      whose live keys are all dropped gives 0, as p = 1 does)
  *   3. O = P V with V's non-finite rows zeroed, then their contribution added back for
- *      the live keys only: masked keys have weight 0 and must not leak 0 * NaN.
+ *      the keys of nonzero weight only: a key of weight 0 (masked, an additive -inf, a
+ *      score of -inf, dropped) must not leak 0 * NaN (DESIGN.md section 2 rule 5).
  *
- * In honest mode the same passes round where the explicit implementation rounds and the
- * two products accumulate in fp32 (sgemm on the rounded values), so accumulation error
- * and overflow of fp32 partial sums show as they would in an fp32 kernel; the difference
- * to the exact run is the tolerance's yardstick. It also reports (ref.h):
- *   sens      a bound on how far score rounding can move each output (af_sens_weights),
- *   unstable  outputs no implementation at the case precision is bound to: fp32 partial
- *             sums that may overflow in some order, a scaled input that may round to Inf,
- *             Inf meeting a value that may round to 0, a non-finite V whose weight may
- *             round to 0. The oracle excuses whatever it gets there (see oracle.h). */
+ * In honest mode the same passes round where the explicit implementation rounds; the
+ * machinery of that mode (sensitivity bound, instability flags) is in ref_honest.c. */
 #include "ref.h"
+#include "ref_honest.h"
 
 #include <math.h>
 #include <string.h>
@@ -33,142 +28,11 @@
 #include "vmath.h"
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_F32A, WS_F32B, WS_F32C,
-       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST };
+       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST, WS_VROWMAX };
 /* per row of a block: which keys are live, or why the row is special */
 enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 
-/* fp32 partial sums past this may overflow in some order: such results are unstable */
-#define AF_F32_RISK (0.25 * 0x1.fffffep127)
-
 #define AF_REF_BLOCK_ELEMS 131072u
-
-static inline double af_r32(double x) { return (double)(float)x; }
-/* A value the explicit implementation holds in f32 and then stores in the dtype. */
-static inline double af_rdt(double x, af_dtype dt) { return (double)af_round_f32((float)x, dt); }
-
-/* Scale placed on an input tensor (honest mode): x * f, rounded to the dtype. */
-static void af_ref_scale_rows(double *x, size_t n, double f, af_dtype dt) {
-    for (size_t k = 0; k < n; k++) x[k] = af_rdt(x[k] * f, dt);
-}
-
-static void af_ref_tf32(double *x, size_t n) {
-    for (size_t k = 0; k < n; k++) x[k] = (double)af_round_tf32((float)x[k]);
-}
-
-/* Does TF32 rounding turn a finite value into Inf (|x| past the largest TF32 value)? An
- * fp32 kernel may round unscaled inputs where an explicit graph rounds scaled ones. */
-static bool af_ref_tf32_overflows(const double *x, size_t n) {
-    for (size_t k = 0; k < n; k++)
-        if (isfinite(x[k]) && fabs(x[k]) >= 0x1.ffep127) return true;
-    return false;
-}
-
-/* How far the softcap c tanh(x / c) can move when its input is off by up to d. */
-static double af_sens_cap(double d, double x, double cap) {
-    double t = tanh(x / cap);
-    double up = fabs(tanh((x + d) / cap) - t), down = fabs(t - tanh((x - d) / cap));
-    return cap * (up > down ? up : down);
-}
-
-/* Turns per-key score error bounds d_j of one softmax row into bounds W_j on |dP_j|, in
- * place, from the scores s (max m; masked keys -inf). With every score off by e_k,
- * |e_k| <= d_k, and a_k = s_k - m:
- *   P'_j = e^{a_j + e_j} / sum_k e^{a_k + e_k}  in  [e^{a_j - d_j - L+}, min(1, e^{a_j + d_j - L-})],
- *   L+- = log sum_k e^{a_k +- d_k}.
- * Exact for any size of error and computed in log space, so a key whose weight underflows
- * to 0 but could take the lead still counts. Returns true when a live key whose V row is
- * not finite (bad) may get a weight at or below p_zero, which rounds to 0 (0 * Inf = NaN). */
-static bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint32_t *bad, size_t nbad,
-                            double p_zero) {
-    double up = -HUGE_VAL, lo = -HUGE_VAL;
-    for (size_t j = 0; j < n; j++) {
-        double a = s[j] - m;
-        if (!(a > -HUGE_VAL)) continue; /* masked (or NaN): no weight */
-        up = a + d[j] > up ? a + d[j] : up;
-        lo = a - d[j] > lo ? a - d[j] : lo;
-    }
-    if (!(up > -HUGE_VAL)) {
-        for (size_t j = 0; j < n; j++) d[j] = 0.0;
-        return false;
-    }
-    double sp = 0.0, sm = 0.0, s0 = 0.0;
-    for (size_t j = 0; j < n; j++) {
-        double a = s[j] - m;
-        if (!(a > -HUGE_VAL)) continue;
-        sp += exp(a + d[j] - up);
-        sm += exp(a - d[j] - lo);
-        s0 += exp(a);
-    }
-    double lplus = up + log(sp), lminus = lo + log(sm), l0 = log(s0);
-    bool risky = false;
-    for (size_t k = 0; k < nbad; k++) {
-        double a = s[bad[k]] - m;
-        if (a > -HUGE_VAL && exp(a - d[bad[k]] - lplus) <= p_zero) risky = true;
-    }
-    for (size_t j = 0; j < n; j++) {
-        double a = s[j] - m;
-        if (!(a > -HUGE_VAL)) {
-            d[j] = 0.0;
-            continue;
-        }
-        double p = exp(a - l0), hi = exp(a + d[j] - lminus), low = exp(a - d[j] - lplus);
-        hi = hi < 1.0 ? hi : 1.0;
-        d[j] = hi - p > p - low ? hi - p : p - low;
-    }
-    return risky;
-}
-
-static bool af_ref_has_nonfinite(const double *x, size_t n) {
-    for (size_t k = 0; k < n; k++)
-        if (!isfinite(x[k])) return true;
-    return false;
-}
-
-/* Smallest nonzero finite |x| (HUGE_VAL if none). */
-static double af_ref_min_abs(const double *x, size_t n) {
-    double m = HUGE_VAL;
-    for (size_t k = 0; k < n; k++) {
-        double a = fabs(x[k]);
-        if (a > 0.0 && a < m) m = a;
-    }
-    return m;
-}
-
-/* Largest finite |x|: NaN and Inf are classified separately, not a risk of overflow. */
-static double af_ref_maxabs(const double *x, size_t n) {
-    double m = 0.0;
-    for (size_t k = 0; k < n; k++) {
-        double a = fabs(x[k]);
-        if (a > m && a < HUGE_VAL) m = a; /* NaN fails the first test */
-    }
-    return m;
-}
-
-static void af_ref_to_f32(const double *x, float *y, size_t n) {
-    for (size_t k = 0; k < n; k++) y[k] = (float)x[k];
-}
-
-/* The honest products: operands are values of the case dtype (exact in f32), products
- * accumulate in fp32 as an fp32 kernel's would. */
-static void af_ref_gemm_f32(int nt, size_t M, size_t N, size_t K, const double *A, const double *B, double *C,
-                            float *fa, float *fb, float *fc) {
-    af_ref_to_f32(A, fa, M * K);
-    af_ref_to_f32(B, fb, N * K);
-    if (nt) {
-        af_gemm_nt_f32(M, N, K, fa, K, fb, K, fc, N, 0);
-    } else {
-        af_gemm_nn_f32(M, N, K, fa, K, fb, N, fc, N, 0);
-    }
-    for (size_t k = 0; k < M * N; k++) C[k] = (double)fc[k];
-}
-
-/* Bound on the partial sums of A . B^T: |A| |B|^T, in float64. */
-static void af_ref_abs_gemm_nt(size_t M, size_t N, size_t K, const double *A, const double *B, double *C,
-                               double *absa, double *absb) {
-    for (size_t k = 0; k < M * K; k++) absa[k] = fabs(A[k]);
-    for (size_t k = 0; k < N * K; k++) absb[k] = fabs(B[k]);
-    af_gemm_nt_f64(M, N, K, absa, K, absb, K, C, N, 0);
-}
 
 af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const af_view *kv, const af_view *vv,
                            const af_ref_opts *opts, double *out, uint8_t *masked_rows, af_scratch *ws,
@@ -197,8 +61,11 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     uint8_t *risky = AF_SCRATCH(ws, WS_RISK, uint8_t, R, err);
     double *rinv = AF_SCRATCH(ws, WS_RINV, double, R, err);
     uint8_t *rowst = AF_SCRATCH(ws, WS_ROWST, uint8_t, R, err);
-    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky || !rinv || !rowst)
+    double *vrowmax = AF_SCRATCH(ws, WS_VROWMAX, double, Sk, err);
+    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky || !rinv || !rowst ||
+        !vrowmax)
         return AF_ERR_NOMEM;
+    const double vdrop = p > 0.0 && p < 1.0 ? 1.0 / (1.0 - p) : 1.0;
     size_t big = Sk * (D > Dv ? D : Dv) + R * (Sk > Dv ? Sk : Dv) + Sq * D;
     float *fa = NULL, *fb = NULL, *fc = NULL;
     double *absbuf = NULL;
@@ -254,6 +121,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
             }
             if (sens) /* before the split: the finite entries of a NaN row still count */
                 for (size_t e = 0; e < Sk * Dv; e++) vabs[e] = isfinite(v[e]) ? fabs(v[e]) : 0.0;
+            if (opts->row_vscale)
+                for (size_t j = 0; j < Sk; j++) vrowmax[j] = af_ref_maxabs(v + j * Dv, Dv);
             size_t nbad = af_split_nonfinite_f64(v, Sk, Dv, bad, saved);
 
             for (size_t h = g * group; h < (g + 1) * group; h++) {
@@ -286,35 +155,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                     /* pass 1: scores */
                     for (size_t r = 0; r < rn; r++) risky[r] = qk_inf;
                     if (honest) {
-                        if (qk_risk || sens) {
-                            /* |q| |k| on the unscaled inputs: max(1, |scale|) times it bounds
-                             * the partial sums whether the scale comes before or after */
-                            double *qa = absbuf, *ka = absbuf + big, *A = absbuf + 2 * big;
-                            af_gather_f64(qv, b, h, qa, D);
-                            af_gather_f64(kv, b, g, ka, D);
-                            af_ref_abs_gemm_nt(rn, Sk, D, qa + r0 * D, ka, A, qa + r0 * D, ka);
-                            double f = fabs(scale) > 1.0 ? fabs(scale) : 1.0;
-                            for (size_t r = 0; r < rn && qk_risk; r++)
-                                for (size_t j = 0; j < Sk && !risky[r]; j++) risky[r] = A[r * Sk + j] * f > AF_F32_RISK;
-                            if (sens)
-                                for (size_t e = 0; e < rn * Sk; e++) delta[e] = A[e] * fabs(scale) * c_in;
-                            if (sens && h_abs > 0.0) {
-                                /* scaled inputs rounded near the subnormals are off by up to half a
-                                 * quantum, whatever their size: |q_i|_1 + |k_j|_1 times it */
-                                double fh = (fabs(scale) > 1.0 ? sqrt(fabs(scale)) : 1.0) * h_abs;
-                                for (size_t j = 0; j < Sk; j++) {
-                                    double k1 = 0.0;
-                                    for (size_t e = 0; e < D; e++) k1 += isfinite(ka[j * D + e]) ? fabs(ka[j * D + e]) : 0.0;
-                                    for (size_t r = 0; r < rn; r++) delta[r * Sk + j] += fh * k1;
-                                }
-                                for (size_t r = 0; r < rn; r++) {
-                                    double q1 = 0.0;
-                                    const double *qr = qa + (r0 + r) * D;
-                                    for (size_t e = 0; e < D; e++) q1 += isfinite(qr[e]) ? fabs(qr[e]) : 0.0;
-                                    for (size_t j = 0; j < Sk; j++) delta[r * Sk + j] += fh * q1;
-                                }
-                            }
-                        }
+                        if (qk_risk || sens)
+                            af_honest_score_bounds(qv, kv, b, h, g, r0, rn, Sk, D, scale, c_in, h_abs, qk_risk, absbuf,
+                                                   big, risky, sens ? delta : NULL);
                         af_ref_gemm_f32(1, rn, Sk, D, q + r0 * D, k, S, fa, fb, fc);
                     } else {
                         af_gemm_nt_f64(rn, Sk, D, q + r0 * D, D, k, D, S, Sk, 0);
@@ -463,10 +306,24 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             double fillv = rowst[r] == AF_ROW_NAN ? (double)NAN : 0.0;
                             for (size_t d = 0; d < Dv; d++) o[d] = fillv;
                         }
+                        uint8_t *lk = opts->leak ? opts->leak + ((b * Hq + h) * Sq + i) * Dv : NULL;
+                        if (lk) memset(lk, 0, Dv);
                         for (size_t n = 0; n < nbad && !special_row; n++) {
                             size_t j = bad[n];
-                            if (rowst[r] != AF_ROW_ALL_LIVE && !lv[j]) continue;
+                            if ((rowst[r] != AF_ROW_ALL_LIVE && !lv[j]) || s[j] == 0.0) {
+                                /* weight 0: nothing, whatever V holds (0 * NaN counts as 0) */
+                                if (lk)
+                                    for (size_t d = 0; d < Dv; d++) if (!isfinite(saved[n * Dv + d])) lk[d] = 1;
+                                continue;
+                            }
                             for (size_t d = 0; d < Dv; d++) o[d] += s[j] * saved[n * Dv + d];
+                        }
+                        if (opts->row_vscale) {
+                            double vs = 0.0;
+                            if (!special_row)
+                                for (size_t j = 0; j < Sk; j++)
+                                    if (s[j] != 0.0 && vrowmax[j] > vs) vs = vrowmax[j];
+                            opts->row_vscale[(b * Hq + h) * Sq + i] = vs * vdrop;
                         }
                         if (!special_row && rinv[r] != 1.0)
                             for (size_t d = 0; d < Dv; d++) o[d] *= rinv[r];

@@ -31,6 +31,14 @@ typedef struct af_ref_opts {
      * overflow in some summation order (|q| . |k| or Sk max|V| past the fp32 range, or
      * TF32 rounding a finite input to Inf): no fp32 implementation is bound there. */
     uint8_t *unstable;
+    /* May be NULL: [B, Hq, Sq, Dv], 1 where some key of weight exactly 0 (masked, an
+     * additive -inf, a score of -inf, dropped) holds a non-finite V value in that column.
+     * Such a key contributes nothing here (0 * NaN counts as 0, DESIGN.md section 2 rule
+     * 5); an implementation computing 0 * Inf = NaN there is a masked_value_leak. */
+    uint8_t *leak;
+    /* May be NULL: [B, Hq, Sq], the largest finite |v| over the keys of nonzero weight,
+     * times 1/(1-p) under dropout (0 for rows without any): the row's error scale. */
+    double *row_vscale;
 } af_ref_opts;
 
 /* Attention of the case in float64 over the given canonical views (normally in->qv,

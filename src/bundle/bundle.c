@@ -303,6 +303,7 @@ static cJSON *af_jw_metrics(af_jw *w, const af_metrics *m) {
     af_jw_item(w, o, "n_nan", af_jw_count(m->n_nan));
     af_jw_item(w, o, "n_inf", af_jw_count(m->n_inf));
     af_jw_item(w, o, "n_masked_row_nan", af_jw_count(m->n_masked_row_nan));
+    af_jw_item(w, o, "n_masked_value_leak", af_jw_count(m->n_masked_value_leak));
     af_jw_item(w, o, "n_diverge", af_jw_count(m->n_diverge));
     af_jw_item(w, o, "n_unstable", af_jw_count(m->n_unstable));
     return o;
@@ -611,8 +612,8 @@ static af_kind af_br_kind(af_br *r, const cJSON *o, const char *key, const char 
     if (!s) return AF_KIND_OK;
     int k = af_kind_from_name(s);
     if (k < 0) {
-        af_br_fail(r, field, "unknown kind (ok, nan_mismatch, inf_mismatch, masked_row_nan, diverge, error, "
-                             "crash, timeout)");
+        af_br_fail(r, field, "unknown kind (ok, nan_mismatch, inf_mismatch, masked_row_nan, masked_value_leak, "
+                             "diverge, error, crash, timeout)");
         return AF_KIND_OK;
     }
     return (af_kind)k;
@@ -657,6 +658,7 @@ static void af_br_metrics(af_br *r, const cJSON *mo, const char *where, af_metri
     AF_BR_N(n_nan);
     AF_BR_N(n_inf);
     AF_BR_N(n_masked_row_nan);
+    AF_BR_N(n_masked_value_leak);
     AF_BR_N(n_diverge);
     AF_BR_N(n_unstable);
 #undef AF_BR_D

@@ -31,6 +31,8 @@ static void af_fuzz_usage(FILE *f) {
             "  --budget MIB        tensor memory per case (default 64)\n"
             "  --max-flops F       cap on the flops of one generated case (default 2e7)\n"
             "  --waive masked_row_nan   do not report NaN in fully masked rows\n"
+            "  --waive masked_value_leak  do not report NaN that only a zero-weight key's\n"
+            "                      non-finite value causes (0 * Inf, 0 * NaN)\n"
             "  --strategy S        generator (default), or a baseline: grid, bytes\n"
             "  --no-minimize       store findings as found (default: minimize each new one\n"
             "                      first and sign the minimized case, so one bug is one bundle)\n"

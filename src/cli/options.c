@@ -55,11 +55,14 @@ int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selec
         return 1;
     }
     case AF_OPT_WAIVE:
-        if (strcmp(arg, "masked_row_nan") != 0) {
-            fprintf(stderr, "attnfuzz: only masked_row_nan can be waived, got \"%s\"\n", arg);
+        if (strcmp(arg, "masked_row_nan") == 0) {
+            cfg->oracle.waive_masked_row_nan = true;
+        } else if (strcmp(arg, "masked_value_leak") == 0) {
+            cfg->oracle.waive_masked_value_leak = true;
+        } else {
+            fprintf(stderr, "attnfuzz: only masked_row_nan and masked_value_leak can be waived, got \"%s\"\n", arg);
             return -1;
         }
-        cfg->oracle.waive_masked_row_nan = true;
         return 1;
     default: return 0;
     }

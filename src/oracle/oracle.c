@@ -15,7 +15,8 @@
 #include "vmath.h"
 
 const char *const af_kind_names[AF_KIND_COUNT] = {"ok",      "nan_mismatch", "inf_mismatch", "masked_row_nan",
-                                                  "diverge", "error",        "crash",        "timeout"};
+                                                  "masked_value_leak",      "diverge",      "error",
+                                                  "crash",   "timeout"};
 _Static_assert(sizeof(af_kind_names) / sizeof(af_kind_names[0]) == AF_KIND_COUNT, "names");
 
 int af_kind_from_name(const char *name) {
@@ -24,7 +25,7 @@ int af_kind_from_name(const char *name) {
     return -1;
 }
 
-enum { WS_REF, WS_HONEST, WS_ROWS, WS_V, WS_SENS, WS_UNSTABLE, WS_EXPECTED };
+enum { WS_REF, WS_HONEST, WS_ROWS, WS_V, WS_SENS, WS_UNSTABLE, WS_EXPECTED, WS_LEAK, WS_VSCALE };
 
 struct af_oracle {
     af_oracle_opts opts;
@@ -35,11 +36,13 @@ struct af_oracle {
     double *target; /* what outputs are compared with: ref, or an expected output */
     uint8_t *rows;     /* fully masked rows */
     uint8_t *unstable; /* from the honest run: no fp32 implementation is bound there */
+    uint8_t *leak;     /* [n]: a zero-weight key holds a non-finite V in this column */
+    double *vscale;    /* [nrows]: max |V| over the row's keys of nonzero weight (ref.h) */
     size_t n, nrows, dv;
-    double vscale;
     double overflow; /* values at or past this round to Inf in the case dtype */
     bool honest_ready;
-    double honest_err; /* max |honest - ref| beyond sens, over elements finite in both */
+    double honest_err; /* max |honest - ref| beyond sens, over elements finite in both,
+                        * relative to the row's vscale */
 };
 
 void af_oracle_opts_default(af_oracle_opts *o) {
@@ -71,24 +74,6 @@ void af_oracle_destroy(af_oracle *o) {
     af_free(o);
 }
 
-/* Largest finite |v|, scaled by the dropout factor: the output is a convex combination of
- * V rows (times 1/(1-p) with dropout), so errors scale with it. */
-static double af_oracle_vscale(af_oracle *o, af_error *err) {
-    const af_case *c = o->in->c;
-    size_t Sk = c->kv_len, Dv = c->v_head_dim;
-    double *v = AF_SCRATCH(&o->ws, WS_V, double, Sk * Dv, err);
-    if (!v) return -1.0;
-    double mx = 0.0;
-    for (size_t b = 0; b < c->batch; b++)
-        for (size_t g = 0; g < c->kv_heads; g++) {
-            af_gather_f64(&o->in->vv, b, g, v, Dv);
-            for (size_t k = 0; k < Sk * Dv; k++)
-                if (isfinite(v[k]) && fabs(v[k]) > mx) mx = fabs(v[k]);
-        }
-    if (c->dropout_p > 0.0 && c->dropout_p < 1.0) mx /= 1.0 - c->dropout_p;
-    return mx > 1e-300 ? mx : 1e-300;
-}
-
 static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_error *err) {
     const af_case *c = in->c;
     o->in = in;
@@ -97,20 +82,24 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
     o->n = o->nrows * o->dv;
     o->ref = AF_SCRATCH(&o->ws, WS_REF, double, o->n, err);
     o->rows = AF_SCRATCH(&o->ws, WS_ROWS, uint8_t, o->nrows, err);
-    if (!o->ref || !o->rows) return AF_ERR_NOMEM;
+    o->leak = AF_SCRATCH(&o->ws, WS_LEAK, uint8_t, o->n, err);
+    o->vscale = AF_SCRATCH(&o->ws, WS_VSCALE, double, o->nrows, err);
+    if (!o->ref || !o->rows || !o->leak || !o->vscale) return AF_ERR_NOMEM;
     o->honest = NULL;
     o->honest_ready = false;
     o->honest_err = 0.0;
-    o->vscale = af_oracle_vscale(o, err);
     o->overflow = af_dtype_overflow(c->dtype);
-    return o->vscale < 0 ? AF_ERR_NOMEM : AF_OK;
+    return AF_OK;
 }
 
 af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err) {
     AF_TRY(af_oracle_setup(o, in, err));
     o->target = o->ref;
-    af_ref_opts exact = {0};
-    return af_ref_attention(in, &in->qv, &in->kv, &in->vv, &exact, o->ref, o->rows, &o->refws, err);
+    af_ref_opts exact = {.leak = o->leak, .row_vscale = o->vscale};
+    AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &exact, o->ref, o->rows, &o->refws, err));
+    for (size_t r = 0; r < o->nrows; r++)
+        if (!(o->vscale[r] > 1e-300)) o->vscale[r] = 1e-300;
+    return AF_OK;
 }
 
 af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, const double *expected,
@@ -140,7 +129,7 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
      * accumulation in P V */
     double mx = 0.0;
     for (size_t e = 0; e < o->n; e++) {
-        double d = fabs(o->honest[e] - o->ref[e]) - o->sens[e];
+        double d = (fabs(o->honest[e] - o->ref[e]) - o->sens[e]) / o->vscale[e / o->dv];
         if (isfinite(d) && d > mx && !o->unstable[e]) mx = d;
     }
     o->honest_err = mx;
@@ -148,23 +137,33 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     return AF_OK;
 }
 
-static af_tolerance af_oracle_tol(const af_oracle *o) {
+/* The tolerance of one row (row < nrows): atol in units of the row's vscale, times it. */
+static af_tolerance af_oracle_tol(const af_oracle *o, size_t row) {
     af_dtype dt = o->in->c->dtype;
     af_tolerance t;
     t.fudge = o->opts.fudge;
-    t.atol = o->opts.floor_atol[dt] * o->vscale;
+    t.atol = o->opts.floor_atol[dt];
     t.rtol = o->opts.floor_rtol[dt];
     t.honest = false;
     if (o->honest_ready && o->opts.fudge * o->honest_err > t.atol) {
         t.atol = o->opts.fudge * o->honest_err;
         t.honest = true;
     }
+    t.atol *= o->vscale[row];
     return t;
+}
+
+/* The tolerance of the row with the largest V scale: the loosest atol in force. */
+static af_tolerance af_oracle_tol_widest(const af_oracle *o) {
+    size_t best = 0;
+    for (size_t r = 1; r < o->nrows; r++)
+        if (o->vscale[r] > o->vscale[best]) best = r;
+    return af_oracle_tol(o, best);
 }
 
 af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err) {
     AF_TRY(af_oracle_make_honest(o, err));
-    *tol = af_oracle_tol(o);
+    *tol = af_oracle_tol_widest(o);
     return AF_OK;
 }
 
@@ -176,26 +175,57 @@ static inline int af_class(double x) {
 }
 
 static inline double af_out_at(const af_tensor *t, size_t e) {
-    return t->dtype == AF_F64 ? ((const double *)t->data)[e] : (double)((const float *)t->data)[e];
+    switch (t->dtype) {
+    case AF_F64: return ((const double *)t->data)[e];
+    case AF_F16: return (double)af_f16_to_f32(((const uint16_t *)t->data)[e]);
+    case AF_BF16: return (double)af_bf16_to_f32(((const uint16_t *)t->data)[e]);
+    case AF_F32:
+    case AF_BOOL:
+    case AF_DTYPE_COUNT: break;
+    }
+    return (double)((const float *)t->data)[e];
 }
 
-/* One pass: compare `got` with `want` (the reference, or a's output for pairs). */
+/* Relative and absolute rounding of an output stored in t's dtype (f16/bf16: half an ulp
+ * relative, half the smallest subnormal near 0; f32/f64 outputs are judged as the case). */
+static void af_out_rounding(const af_tensor *t, double *rel, double *abs_) {
+    *rel = *abs_ = 0.0;
+    if (t && (t->dtype == AF_F16 || t->dtype == AF_BF16)) {
+        *rel = af_dtype_eps(t->dtype);
+        *abs_ = 0.5 * af_dtype_min_subnormal(t->dtype);
+    }
+}
+
+/* One pass: compare `got` with `want` (the reference, or a's output for pairs). leak_b
+ * (may be NULL) flags the elements of `got` where a zero-weight key holds a non-finite
+ * V in the case `got` was computed on; else the prepared case's flags apply. */
 static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
-                           const uint32_t *row_map, double tol_mult, af_result *res) {
-    af_tolerance tol = af_oracle_tol(o);
-    tol.atol *= tol_mult;
-    tol.rtol *= tol_mult;
+                           const uint32_t *row_map, const uint8_t *leak_b, double tol_mult, af_result *res) {
     af_metrics *m = &res->m;
     memset(res, 0, sizeof *res);
-    res->tol = tol;
+    res->tol = af_oracle_tol_widest(o);
+    res->tol.atol *= tol_mult;
+    res->tol.rtol *= tol_mult;
     const af_case *c = o->in->c;
     size_t rows = got->ne[0] * got->ne[1] * got->ne[2];
     size_t dv = o->dv;
+    double rel_a, abs_a, rel_b, abs_b;
+    af_out_rounding(want_t, &rel_a, &abs_a);
+    af_out_rounding(got, &rel_b, &abs_b);
+    const double out_rel = rel_a + rel_b, out_abs = abs_a + abs_b;
+    double overflow = o->overflow;
+    if (got->dtype == AF_F16 || got->dtype == AF_BF16) {
+        double ov = af_dtype_overflow(got->dtype);
+        overflow = ov < overflow ? ov : overflow;
+    }
     double fro_num = 0.0, fro_den = 0.0;
     double worst = -1.0;
     for (size_t r = 0; r < rows; r++) {
         size_t ra = row_map ? row_map[r] : r;
         bool masked = o->rows[ra] != 0;
+        af_tolerance tol = af_oracle_tol(o, ra);
+        tol.atol *= tol_mult;
+        tol.rtol *= tol_mult;
         for (size_t d = 0; d < dv; d++) {
             size_t ea = ra * dv + d, eb = r * dv + d;
             double want = want_ref ? want_ref[ea] : af_out_at(want_t, ea);
@@ -207,15 +237,20 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             if (cw != co && o->honest_ready && (co == 2 || co == 3) && cw == 0 && (want > 0) == (co == 2)) {
                 /* rounding a value this close to the dtype's largest may overflow */
                 double bound = tol.atol + tol.rtol * fabs(want) + tol_mult * tol.fudge * o->sens[ea];
-                if (fabs(want) + bound >= o->overflow) unstable = true;
+                if (fabs(want) + bound >= overflow) unstable = true;
             }
             if (cw != co) {
                 if (unstable) {
                     m->n_unstable++;
                     continue;
                 }
+                bool leak = leak_b ? leak_b[eb] != 0 : o->leak[ea] != 0;
                 if (co == 1 && masked && cw != 1) {
                     m->n_masked_row_nan++;
+                } else if (co == 1 && leak) {
+                    /* NaN only through a key of weight 0 (0 * Inf, 0 * NaN): IEEE
+                     * arithmetic, a legitimate choice, not a nan_mismatch */
+                    m->n_masked_value_leak++;
                 } else if (co == 1 || cw == 1) {
                     m->n_nan++;
                 } else {
@@ -228,6 +263,8 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                 double diff = fabs(out - want);
                 double bound = tol.atol + tol.rtol * fabs(want);
                 if (o->honest_ready) bound += tol_mult * tol.fudge * o->sens[ea];
+                /* an output stored in f16/bf16 carries that final rounding */
+                bound += out_rel * (fabs(want) + bound) + out_abs;
                 ratio = diff / bound;
                 if (diff > m->max_abs) m->max_abs = diff;
                 double rel = diff / (fabs(want) > tol.atol ? fabs(want) : tol.atol);
@@ -250,6 +287,7 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                 m->worst[3] = d;
                 m->worst_out = out;
                 m->worst_ref = want;
+                res->tol = tol; /* the tolerance of the worst element's row */
             }
         }
     }
@@ -261,6 +299,8 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
         res->kind = AF_KIND_INF_MISMATCH;
     } else if (m->n_masked_row_nan && !o->opts.waive_masked_row_nan) {
         res->kind = AF_KIND_MASKED_ROW_NAN;
+    } else if (m->n_masked_value_leak && !o->opts.waive_masked_value_leak) {
+        res->kind = AF_KIND_MASKED_VALUE_LEAK;
     } else if (m->n_diverge) {
         res->kind = AF_KIND_DIVERGE;
     } else {
@@ -268,28 +308,40 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
     }
 }
 
+static bool af_oracle_out_dtype_ok(af_dtype dt) {
+    return dt == AF_F32 || dt == AF_F64 || dt == AF_F16 || dt == AF_BF16;
+}
+
 static af_status af_oracle_check(af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
-                                 const uint32_t *row_map, double tol_mult, af_result *res, af_error *err) {
+                                 const uint32_t *row_map, const uint8_t *leak_b, double tol_mult, af_result *res,
+                                 af_error *err) {
     AF_RETURN_ERROR_IF(got->ndim != 4 || got->ne[3] != o->dv || got->ne[1] != o->in->c->q_heads ||
-                           got->ne[2] != o->in->c->q_len || (got->dtype != AF_F32 && got->dtype != AF_F64),
+                           got->ne[2] != o->in->c->q_len || !af_oracle_out_dtype_ok(got->dtype) ||
+                           (want_t && !af_oracle_out_dtype_ok(want_t->dtype)),
                        err, AF_ERR_INVALID, "output has the wrong shape or dtype for this case");
-    af_oracle_pass(o, want_t, want_ref, got, row_map, tol_mult, res);
-    bool failing = res->m.n_nan || res->m.n_inf || res->m.n_masked_row_nan || res->m.n_diverge;
+    af_oracle_pass(o, want_t, want_ref, got, row_map, leak_b, tol_mult, res);
+    bool failing = res->m.n_nan || res->m.n_inf || res->m.n_masked_row_nan || res->m.n_masked_value_leak ||
+                   res->m.n_diverge;
     if (failing && !o->honest_ready) {
         AF_TRY(af_oracle_make_honest(o, err));
-        af_oracle_pass(o, want_t, want_ref, got, row_map, tol_mult, res);
+        af_oracle_pass(o, want_t, want_ref, got, row_map, leak_b, tol_mult, res);
     }
     return AF_OK;
 }
 
 af_status af_oracle_compare(af_oracle *o, const af_tensor *out, af_result *res, af_error *err) {
     AF_RETURN_ERROR_IF(out->ne[0] != o->in->c->batch, err, AF_ERR_INVALID, "output has the wrong batch size");
-    return af_oracle_check(o, NULL, o->target, out, NULL, 1.0, res, err);
+    return af_oracle_check(o, NULL, o->target, out, NULL, NULL, 1.0, res, err);
 }
 
 af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
                                  af_result *res, af_error *err) {
-    return af_oracle_check(o, a, NULL, b, row_map, 2.0, res, err);
+    return af_oracle_check(o, a, NULL, b, row_map, NULL, 2.0, res, err);
+}
+
+af_status af_oracle_compare_pair_leak(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
+                                      const uint8_t *leak_b, af_result *res, af_error *err) {
+    return af_oracle_check(o, a, NULL, b, row_map, leak_b, 2.0, res, err);
 }
 
 /* --- signatures -------------------------------------------------------------------- */

@@ -90,7 +90,9 @@ static int naive_run(void *state, const af_plugin_case *c, const af_plugin_input
                 for (int64_t d = 0; d < c->v_head_dim; d++) {
                     double acc = 0.0;
                     for (int64_t j = 0; j < c->kv_len; j++)
-                        if (live[j]) acc += w[j] * naive_get(&in->v, b, h / group, j, d);
+                        /* a key of weight 0 (masked, or a score of -inf) contributes
+                         * nothing, whatever its value (DESIGN.md section 2 rule 5) */
+                        if (live[j] && w[j] != 0.0) acc += w[j] * naive_get(&in->v, b, h / group, j, d);
                     double r = any_nan ? (double)NAN : m == -HUGE_VAL ? 0.0 : acc / sum;
                     o[((b * c->q_heads + h) * c->q_len + i) * c->v_head_dim + d] = (float)r;
                 }
