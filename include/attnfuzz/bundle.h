@@ -54,9 +54,15 @@ void af_array_free(af_array *a); /* frees data, leaves a zeroed; NULL does nothi
 /* Writes a NumPy .npy (format 1.0, little-endian, C order) compressed as one zstd frame,
  * atomically (temp file + rename). Errors name the path (AF_ERR_IO on a full disk). */
 af_status af_npy_write_zst(const char *path, const af_array *a, af_error *err);
-/* Reads a .npy.zst (or a plain .npy when the path ends in .npy). Accepts '<f4', '<f8',
- * '<f2', '|b1', '|u1' (as BOOL), C order only. A truncated, corrupt or unsupported file
- * is AF_ERR_FORMAT with a message naming the path and the problem. */
+/* Reads a .npy.zst (or a plain .npy when the path ends in .npy) holding at most max_numel
+ * elements. Accepts '<f4', '<f8', '<f2', '|b1', '|u1' (as BOOL), C order only. A
+ * truncated, corrupt or unsupported file is AF_ERR_FORMAT with a message naming the path
+ * and the problem; so is one that is larger than max_numel elements can make it, whose
+ * .npy header declares more elements, or whose zstd frames declare or produce more bytes
+ * than the header needs. The header is decompressed first: memory and time are bounded by
+ * max_numel (and 4 GiB of data), never by what the file claims. */
+af_status af_npy_read_zst_max(const char *path, size_t max_numel, af_array *a, af_error *err);
+/* af_npy_read_zst_max bounded only by the 4 GiB of data any array may hold. */
 af_status af_npy_read_zst(const char *path, af_array *a, af_error *err);
 
 /* --- writing bundles --------------------------------------------------------------- */

@@ -53,7 +53,7 @@ static bool af_bundle_view_broadcasts(const af_view *v) {
 static af_status af_bundle_fill_qkv(const af_bundle *b, const char *name, const af_view *v, af_error *err) {
     af_array a;
     char path[PATH_MAX];
-    AF_TRY(af_bundle_load_array(b, name, &a, path, sizeof path, err));
+    AF_TRY(af_bundle_load_array(b, name, v->ne, &a, path, sizeof path, err));
     af_status st = AF_OK;
     if (!af_bundle_same_shape(&a, v->ne, 4)) {
         st = af_bundle_shape_error(path, &a, v->ne, 4, err);
@@ -73,9 +73,9 @@ static af_status af_bundle_fill_mask(const af_bundle *b, const char *name, const
                                      bool additive, af_error *err) {
     af_array a;
     char path[PATH_MAX];
-    AF_TRY(af_bundle_load_array(b, name, &a, path, sizeof path, err));
     size_t ext[4], ashape[4] = {1, 1, 1, 1};
     for (int d = 0; d < 4; d++) ext[d] = (m->dims & (1u << d)) ? v->ne[d] : 1;
+    AF_TRY(af_bundle_load_array(b, name, ext, &a, path, sizeof path, err));
     bool ok = a.ndim <= 4;
     for (int k = 0; ok && k < a.ndim; k++) ashape[4 - a.ndim + k] = a.shape[k];
     for (int d = 0; ok && d < 4; d++) ok = ashape[d] == 1 || ashape[d] == ext[d];

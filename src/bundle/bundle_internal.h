@@ -37,6 +37,15 @@ struct af_bundle {
     af_tolerance tol;
 };
 
+/* --- npy.c ---------------------------------------------------------------------------- */
+
+typedef struct af_npy_bound {
+    size_t max_numel; /* the most elements the file may hold */
+    const char *what; /* what it must match, for the message ("the case [1, 2, 3, 4]"), or NULL */
+} af_npy_bound;
+/* af_npy_read_zst_max with a message that says what the shape had to match. */
+af_status af_npy_read_bounded(const char *path, const af_npy_bound *bound, af_array *a, af_error *err);
+
 /* --- bundle_files.c -------------------------------------------------------------------- */
 
 /* buf = "dir/name"; AF_ERR_IO naming both when it does not fit. */
@@ -63,11 +72,11 @@ af_status af_bundle_json_parse(const char *path, const char *text, size_t len, a
 
 /* --- bundle_read.c --------------------------------------------------------------------- */
 
-/* Reads dir/name (path receives it, for messages) as an array of at most max_numel
- * elements: the most the case can give that file, so that a file claiming more is
- * refused before its data is decompressed (af_npy_read_zst_max). */
-af_status af_bundle_load_array(const af_bundle *b, const char *name, af_array *a, char *path, size_t path_len,
-                               af_error *err);
+/* Reads dir/name (path receives it, for messages) as an array the case gives the shape
+ * want (or, for a mask, a broadcast of it): a file with more elements is refused, naming
+ * want, before its data is decompressed (af_npy_read_bounded). */
+af_status af_bundle_load_array(const af_bundle *b, const char *name, const size_t want[4], af_array *a, char *path,
+                               size_t path_len, af_error *err);
 bool af_bundle_same_shape(const af_array *a, const size_t *want, int nd);
 af_status af_bundle_shape_error(const char *path, const af_array *a, const size_t *want, int nd, af_error *err);
 

@@ -70,10 +70,16 @@ bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol) {
 
 /* --- loading arrays ------------------------------------------------------------------------ */
 
-af_status af_bundle_load_array(const af_bundle *b, const char *name, af_array *a, char *path, size_t path_len,
-                                      af_error *err) {
+af_status af_bundle_load_array(const af_bundle *b, const char *name, const size_t want[4], af_array *a, char *path,
+                               size_t path_len, af_error *err) {
     AF_TRY(af_bundle_join(path, path_len, b->dir, name, err));
-    return af_npy_read_zst(path, a, err);
+    char shape[160], what[176];
+    af_bundle_shape_str(shape, sizeof shape, want, 4);
+    snprintf(what, sizeof what, "the case %s", shape);
+    af_npy_bound bound = {1, what};
+    for (int d = 0; d < 4; d++)
+        if (!af_size_mul(bound.max_numel, want[d], &bound.max_numel)) bound.max_numel = SIZE_MAX;
+    return af_npy_read_bounded(path, &bound, a, err);
 }
 
 af_status af_bundle_shape_error(const char *path, const af_array *a, const size_t *want, int nd,
@@ -99,7 +105,7 @@ static af_status af_bundle_load_f64(const af_bundle *b, const char *name, double
     size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
     af_array a;
     char path[PATH_MAX];
-    AF_TRY(af_bundle_load_array(b, name, &a, path, sizeof path, err));
+    AF_TRY(af_bundle_load_array(b, name, want, &a, path, sizeof path, err));
     if (!af_bundle_same_shape(&a, want, 4)) {
         af_status st = af_bundle_shape_error(path, &a, want, 4, err);
         af_array_free(&a);
