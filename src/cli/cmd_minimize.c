@@ -79,8 +79,8 @@ int af_cmd_minimize(int argc, char **argv) {
     } else {
         uint8_t buf[1 << 16];
         size_t n = 0;
-        if (af_cli_read_input(path, buf, sizeof buf, &n) != 0) {
-            fprintf(stderr, "attnfuzz minimize: %s: cannot open\n", path);
+        if (af_cli_read_input(path, buf, sizeof buf, &n, &err) != 0) {
+            fprintf(stderr, "attnfuzz minimize: %s\n", err.msg);
             return 2;
         }
         af_case_decode(&c, buf, n, cfg.budget);
