@@ -141,6 +141,10 @@ timeout 10 "$AF" replay "$T/huge.bin" >/dev/null 2>"$T/err"; rc=$?
 mkdir -p "$T/corp" && mv "$T/fifo.bin" "$T/huge.bin" "$T/corp/" && cp "$T/zeros.bin" "$T/corp/"
 timeout 30 "$AF" fuzz --runs 20 --corpus "$T/corp" --crashes "$T/corpc" --quiet >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" -eq 0 ] && grep -q "skipped .*fifo.bin" "$T/err" && grep -q "skipped .*huge.bin" "$T/err" && ok "--corpus skips what it cannot read" || bad "--corpus with a FIFO and a huge file: exit $rc"
+mkdir -p "$T/bigcase"
+echo '{"case": {"batch": 8, "q_heads": 16, "kv_heads": 16, "q_len": 65536, "kv_len": 65536, "head_dim": 256, "v_head_dim": 256}}' >"$T/bigcase/case.json"
+timeout 10 "$AF" replay "$T/bigcase" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "bigcase/case.json: case: tensors need .* over the budget" "$T/err" && ok "replay refuses a case over the budget" || bad "replay of a case over the budget: exit $rc"
 cp -r "$b1" "$T/bigjson"; truncate -s 64G "$T/bigjson/case.json"
 timeout 10 "$AF" replay "$T/bigjson" >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" -eq 2 ] && grep -q "bigjson/case.json: file is 68719476736 bytes" "$T/err" && ok "replay refuses a 64 GiB case.json" || bad "replay of a 64 GiB case.json: exit $rc"

@@ -1499,6 +1499,19 @@ static void test_bundle_json_size(void **state) {
         print_error("%s\n", r.msg);
         fail();
     }
+    /* a case is bounded by the budget: 8 x 16 x 65536 x 256 floats for each of q, k, v */
+    const char *huge = "{\"case\": {\"batch\": 8, \"q_heads\": 16, \"kv_heads\": 16, \"q_len\": 65536, "
+                       "\"kv_len\": 65536, \"head_dim\": 256, \"v_head_dim\": 256}}";
+    write_bytes(path, huge, strlen(huge));
+    af_bundle *b = NULL;
+    af_error err = {0};
+    expect_ok(af_bundle_read(dir, &b, &err), &err);
+    expect_error(af_bundle_check_budget(b, 0, &err), &err, AF_ERR_INVALID, path);
+    expect_error(af_bundle_check_budget(b, 0, &err), &err, AF_ERR_INVALID, "over the budget of 67108864");
+    /* q, k, v and out: 4 x 2^33 bytes of float32 = 2^35 */
+    expect_error(af_bundle_check_budget(b, ((size_t)1 << 35) - 1, &err), &err, AF_ERR_INVALID, "over the budget");
+    expect_ok(af_bundle_check_budget(b, (size_t)1 << 35, &err), &err);
+    af_bundle_free(b);
     /* a FIFO would block a reader forever: refused at once */
     unlink(path);
     assert_int_equal(mkfifo(path, 0644), 0);

@@ -128,6 +128,12 @@ size_t af_bundle_record_count(const af_bundle *b);
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i);
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol);
 
+/* The case in case.json is a claim like any other: AF_ERR_INVALID naming case.json when
+ * its tensors need more than budget bytes (0 = AF_DEFAULT_BUDGET; --budget raises it).
+ * Check it before af_bundle_load_inputs or loading outputs: the arrays are bounded by the
+ * case, the case by this. */
+af_status af_bundle_check_budget(const af_bundle *b, size_t budget, af_error *err);
+
 /* Materializes the inputs: q/k/v/mask arrays when present (values rounded once to the
  * case dtype and written into the case's layout), else generated from the case.
  * Shape mismatches between arrays and case are AF_ERR_FORMAT naming the file. */

@@ -50,6 +50,13 @@ void af_bundle_free(af_bundle *b) {
     af_free(b);
 }
 
+af_status af_bundle_check_budget(const af_bundle *b, size_t budget, af_error *err) {
+    af_error verr = {AF_OK, ""};
+    af_status st = af_case_validate(&b->c, budget, &verr);
+    AF_RETURN_ERROR_IF(st != AF_OK, err, st, "%s/case.json: case: %s", b->dir, verr.msg);
+    return AF_OK;
+}
+
 const af_case *af_bundle_case(const af_bundle *b) { return &b->c; }
 const char *af_bundle_dir(const af_bundle *b) { return b->dir; }
 af_kind af_bundle_kind(const af_bundle *b) { return b->kind; }

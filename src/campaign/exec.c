@@ -308,6 +308,7 @@ af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_err
 
 af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
     af_exec_drop_expected(x);
+    AF_TRY(af_bundle_check_budget(b, x->cfg.budget, err)); /* before anything is allocated for it */
     AF_TRY(af_bundle_load_inputs(b, x->in, err));
     double *expected = NULL;
     AF_TRY(af_bundle_load_expected(b, &expected, err));

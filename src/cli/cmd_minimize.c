@@ -74,6 +74,11 @@ int af_cmd_minimize(int argc, char **argv) {
             fprintf(stderr, "attnfuzz minimize: %s\n", err.msg);
             return 2;
         }
+        if (af_bundle_check_budget(b, cfg.budget, &err) != AF_OK) {
+            fprintf(stderr, "attnfuzz minimize: %s\n", err.msg);
+            af_bundle_free(b);
+            return 2;
+        }
         c = *af_bundle_case(b);
         if (!(selected & 1)) af_cli_config_from_bundle(b, &cfg, names);
     } else {
