@@ -1512,6 +1512,28 @@ static void test_bundle_json_size(void **state) {
     expect_error(af_bundle_check_budget(b, ((size_t)1 << 35) - 1, &err), &err, AF_ERR_INVALID, "over the budget");
     expect_ok(af_bundle_check_budget(b, (size_t)1 << 35, &err), &err);
     af_bundle_free(b);
+    /* text files beside the arrays (stderr.txt): absent, small, or refused unread */
+    const char *tiny = "{\"case\": {\"batch\": 1}}";
+    write_bytes(path, tiny, strlen(tiny));
+    expect_ok(af_bundle_read(dir, &b, &err), &err);
+    char *txt = (char *)1, tpath[PATH_MAX];
+    size_t tlen = 7;
+    expect_ok(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err);
+    assert_null(txt);
+    assert_int_equal(tlen, 0);
+    path_in(tpath, dir, "stderr.txt");
+    write_bytes(tpath, "Traceback (most recent call last):\nMemoryError\n", 48);
+    expect_ok(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err);
+    assert_int_equal(tlen, 48);
+    assert_string_equal(txt, "Traceback (most recent call last):\nMemoryError\n");
+    af_free(txt);
+    assert_int_equal(truncate(tpath, (off_t)(64ull << 30)), 0);
+    expect_error(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err, AF_ERR_FORMAT, tpath);
+    expect_error(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err, AF_ERR_FORMAT, "more than the 65536");
+    assert_null(txt);
+    expect_error(af_bundle_load_text(b, "../case.json", &txt, &tlen, &err), &err, AF_ERR_INVALID, "not a file name");
+    unlink(tpath);
+    af_bundle_free(b);
     /* a FIFO would block a reader forever: refused at once */
     unlink(path);
     assert_int_equal(mkfifo(path, 0644), 0);

@@ -16,6 +16,8 @@
  *   ref.npy.zst         float64 reference [B, Hq, Sq, Dv]
  *   out.<backend>.npy.zst   each backend's output [B, Hq, Sq, Dv] (float32 or float64)
  *   expected.npy.zst    optional, from another tool: the output replay must reproduce
+ *   stderr.txt          optional: the last 4 KiB of a worker's stderr (read back with
+ *                       af_bundle_load_text, at most 64 KiB)
  *
  * Bundles written by other tools (numpy + zstandard + a case.json with at least the case)
  * are read the same way; missing tensors are generated from the case. */
@@ -143,6 +145,12 @@ af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err
 af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err);
 /* Loads ref.npy.zst or out.<backend>.npy.zst ("ref" or a backend name) as float64. */
 af_status af_bundle_load_output(const af_bundle *b, const char *name, double **out, af_error *err);
+
+/* Loads a text file of the bundle (name inside it, e.g. "stderr.txt": a worker's stderr
+ * tail) into *out, NUL-terminated (af_free it); *out is NULL and AF_OK when there is none.
+ * At most 64 KiB: a larger file, or one that is not a regular file, is AF_ERR_FORMAT
+ * naming it, unread. */
+af_status af_bundle_load_text(const af_bundle *b, const char *name, char **out, size_t *len, af_error *err);
 
 /* --- pictures ---------------------------------------------------------------------- */
 

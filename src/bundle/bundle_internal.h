@@ -19,7 +19,7 @@
 /* case.json is a few KiB (a dozen backends with metrics); refuse absurd ones unread. */
 #define AF_BUNDLE_MAX_JSON ((size_t)1 << 20)
 /* Text files a bundle may hold beside the arrays (stderr.txt: a worker's stderr tail,
- * at most 4 KiB when attnfuzz writes it): read at most this much. */
+ * at most 4 KiB when attnfuzz writes it): af_bundle_load_text reads at most this much. */
 #define AF_BUNDLE_MAX_TEXT ((size_t)64 << 10)
 
 struct af_bundle {

@@ -3,9 +3,11 @@
  *
  * Everything read comes from outside and is bounded before it is allocated: case.json
  * by AF_BUNDLE_MAX_JSON, each array by what the case can give it (af_npy_read_zst_max). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "attnfuzz/mem.h"
 #include "bundle_internal.h"
@@ -151,3 +153,15 @@ af_status af_bundle_load_output(const af_bundle *b, const char *name, double **o
     return af_bundle_load_f64(b, file, out, err);
 }
 
+
+af_status af_bundle_load_text(const af_bundle *b, const char *name, char **out, size_t *len, af_error *err) {
+    *out = NULL;
+    *len = 0;
+    AF_RETURN_ERROR_IF(!af_bundle_plain_name(name), err, AF_ERR_INVALID, "%s: \"%s\" is not a file name inside it",
+                       b->dir, name);
+    char path[PATH_MAX];
+    AF_TRY(af_bundle_join(path, sizeof path, b->dir, name, err));
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT) return AF_OK;
+    return af_file_read(path, AF_BUNDLE_MAX_TEXT, out, len, err);
+}

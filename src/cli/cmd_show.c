@@ -131,6 +131,20 @@ int af_cmd_show(int argc, char **argv) {
     }
     printf("replay   attnfuzz replay %s\n", af_bundle_dir(b));
     int rc = 0;
+    char *text = NULL;
+    size_t tlen = 0;
+    if (af_bundle_load_text(b, "stderr.txt", &text, &tlen, &err) != AF_OK) {
+        fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+        rc = 2;
+    } else if (text) {
+        printf("stderr   the worker's last %zu bytes (stderr.txt):\n", tlen);
+        for (char *line = text, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+            nl = strchr(line, '\n');
+            printf("  | %.*s\n", (int)(nl ? (size_t)(nl - line) : strlen(line)), line);
+            if (!nl) break;
+        }
+    }
+    af_free(text);
     if (heatmap) {
         double *out = NULL, *ref = NULL;
         if (worst_i == SIZE_MAX) {
