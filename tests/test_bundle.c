@@ -1447,6 +1447,7 @@ static void test_bundle_bombs(void **state) {
     free(z);
     r = run_bounded(load_inputs_of_bomb, NULL);
     expect_bounded_refusal(&r, path, "shape [2, 2, 16384, 8192] does not match the case [2, 2, 3, 5]");
+    free(head);
     write_bytes(path, keep, keep_n);
     free(keep);
     /* ref holds [2, 2, 3, 3] doubles; a ref claiming the case's q shape is refused as such */
