@@ -52,6 +52,22 @@ head -c 8 "$T/h.png" | od -An -tx1 | grep -q "89 50 4e 47" && ok "heatmap is a P
 grep -q "worst" "$T/out" && ok "show prints the worst element" || bad "show prints the worst element"
 # the same bundle against a correct backend: clean
 expect_rc 0 "$AF" replay --backend explicit "$b1"
+# an expected output (here the bundle's own reference): each ~expected check is run and
+# printed once, the reference agrees with it, the seeded bug does not
+cp -r "$b1" "$T/exp1" && cp "$b1/ref.npy.zst" "$T/exp1/expected.npy.zst"
+expect_rc 1 "$AF" replay "$T/exp1"
+n_exp=$(grep -c "~expected:" "$T/out"); n_uniq=$(grep "~expected:" "$T/out" | sort -u | wc -l)
+[ "$n_exp" -eq 2 ] && [ "$n_uniq" -eq 2 ] && grep -q "ref~expected: ok" "$T/out" && grep -q "mutant:causal_top_left~expected: diverge" "$T/out" \
+  && ok "replay prints each ~expected line once" || { bad "replay prints each ~expected line once ($n_exp lines, $n_uniq distinct)"; sed 's/^/    /' "$T/out"; }
+# a plugin names itself ("plugin:naive"), not by its path: named twice (as a backend and in
+# a pair) it is still one backend, with one check against the expected output
+PLUGIN="$1/tests/af_test_plugin.so"
+if [ -f "$PLUGIN" ]; then
+  expect_rc 1 "$AF" replay --backend "plugin:$PLUGIN" --pair "plugin:$PLUGIN,mutant:causal_top_left" "$T/exp1"
+  n_exp=$(grep -c "~expected:" "$T/out"); n_uniq=$(grep "~expected:" "$T/out" | sort -u | wc -l)
+  [ "$n_exp" -eq 3 ] && [ "$n_uniq" -eq 3 ] && grep -q "plugin:naive~expected: ok" "$T/out" \
+    && ok "a backend named twice is run and printed once" || { bad "a backend named twice ($n_exp ~expected lines, $n_uniq distinct)"; sed 's/^/    /' "$T/out"; }
+fi
 # a raw input file (all zeros: the 1x1x1x1 case)
 head -c 64 /dev/zero >"$T/zeros.bin"
 expect_rc 0 "$AF" replay "$T/zeros.bin"
