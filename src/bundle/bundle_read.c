@@ -2,7 +2,9 @@
  * accessors, and the recorded outputs as float64.
  *
  * Everything read comes from outside and is bounded before it is allocated: case.json
- * by AF_BUNDLE_MAX_JSON, each array by what the case can give it (af_npy_read_zst_max). */
+ * by AF_BUNDLE_MAX_JSON, the case by the caller's budget (af_bundle_check_budget), each
+ * array by what the case can give it (af_npy_read_bounded), text files by
+ * AF_BUNDLE_MAX_TEXT. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
