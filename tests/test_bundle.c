@@ -1542,6 +1542,43 @@ static void test_bundle_json_size(void **state) {
     expect_bounded_refusal(&r, path, "not a regular file");
 }
 
+/* A writer killed mid-write leaves its temporary directory; only its own are removed. */
+static void test_bundle_remove_partial(void **state) {
+    (void)state;
+    char crashes[PATH_MAX], path[PATH_MAX];
+    path_in(crashes, g_dir, "crashes");
+    assert_int_equal(mkdir(crashes, 0755), 0);
+    static const char *const dead[] = {".tmp-diverge-00000000000000ab-4242-0",
+                                       ".tmp-nan_mismatch-4242-00000000-4242-17"};
+    static const char *const kept[] = {".tmp-diverge-00000000000000ab-42421-0",
+                                       ".tmp-diverge-4242-00000000000000ab-7-0", "diverge-4242-0",
+                                       ".tmp-diverge-00000000000000ab-4242-", "crash-0000000000004242"};
+    for (size_t i = 0; i < 2; i++) {
+        path_in(path, crashes, dead[i]);
+        assert_int_equal(mkdir(path, 0755), 0);
+        char f[PATH_MAX];
+        path_in(f, path, "q.npy.zst");
+        write_bytes(f, "partial", 7);
+    }
+    for (size_t i = 0; i < 5; i++) {
+        path_in(path, crashes, kept[i]);
+        assert_int_equal(mkdir(path, 0755), 0);
+    }
+    assert_int_equal(af_bundle_remove_partial(crashes, 4242), 2);
+    struct stat st;
+    for (size_t i = 0; i < 2; i++) {
+        path_in(path, crashes, dead[i]);
+        assert_int_not_equal(stat(path, &st), 0);
+    }
+    for (size_t i = 0; i < 5; i++) {
+        path_in(path, crashes, kept[i]);
+        assert_int_equal(stat(path, &st), 0);
+    }
+    assert_int_equal(af_bundle_remove_partial(crashes, 4242), 0);
+    path_in(path, g_dir, "no_such_dir");
+    assert_int_equal(af_bundle_remove_partial(path, 4242), 0);
+}
+
 /* A bundle as another tool writes it with numpy: case.json with the case only, arrays
  * with .npy headers made by hand, an expected output. */
 static void test_bundle_foreign(void **state) {
@@ -1794,6 +1831,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_npy_bombs, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_bombs, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_json_size, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bundle_remove_partial, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_heatmap, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup_dir, teardown_dir),
     };

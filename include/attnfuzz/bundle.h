@@ -101,6 +101,11 @@ typedef struct af_bundle_spec {
 af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, char *path, size_t path_len,
                           af_error *err);
 
+/* Removes the temporary directories that process pid left in crashes_dir: a writer
+ * killed mid-write (the OOM killer) cannot remove its own. Stored bundles are never
+ * touched. Returns how many it removed. */
+size_t af_bundle_remove_partial(const char *crashes_dir, long pid);
+
 /* The directory name a finding gets: "<kind>-<16 hex digits>". */
 void af_bundle_name(af_kind kind, uint64_t signature, char *buf, size_t len);
 

@@ -323,3 +323,26 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
     return status;
 }
 
+
+size_t af_bundle_remove_partial(const char *crashes_dir, long pid) {
+    DIR *d = opendir(crashes_dir);
+    if (!d) return 0;
+    char mark[32];
+    snprintf(mark, sizeof mark, "-%ld-", pid);
+    size_t removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        /* ".tmp-<name>-<pid>-<counter>": the pid between the last two dashes */
+        if (strncmp(e->d_name, ".tmp-", 5) != 0) continue;
+        const char *last = strrchr(e->d_name, '-');
+        const char *at = last ? strstr(e->d_name, mark) : NULL;
+        while (at && at + strlen(mark) - 1 != last) at = strstr(at + 1, mark);
+        if (!at || last[1] == 0 || strspn(last + 1, "0123456789") != strlen(last + 1)) continue;
+        char path[PATH_MAX];
+        if (af_bundle_join(path, sizeof path, crashes_dir, e->d_name, NULL) != AF_OK) continue;
+        af_bundle_rmtree(path);
+        removed++;
+    }
+    closedir(d);
+    return removed;
+}

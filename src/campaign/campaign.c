@@ -632,6 +632,8 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
             if (clean) continue;
             failed = true;
             double lived = now - jobs[k].started;
+            /* a bundle it was writing is a temporary directory nobody else will remove */
+            size_t partial = af_bundle_remove_partial(o->crashes_dir, (long)pid);
             af_job_death d = {k, (long)pid, WIFSIGNALED(ws) ? WTERMSIG(ws) : 0, WIFEXITED(ws) ? WEXITSTATUS(ws) : 0,
                               lived, false};
             /* kept dying: too many restarts, or a restarted child that could not live a second */
@@ -666,6 +668,9 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
                 snprintf(how, sizeof how, "exited with status %d", d.exit_code);
             }
             fprintf(stderr, "attnfuzz: job %u (pid %ld) %s after %.1fs%s\n", k, d.pid, how, lived, why);
+            if (partial)
+                fprintf(stderr, "attnfuzz: removed %zu half-written bundle%s of job %u from %s\n", partial,
+                        partial == 1 ? "" : "s", k, o->crashes_dir);
             if (s->jobs_died < AF_JOB_MAX_DEATHS) s->deaths[s->jobs_died] = d;
             s->jobs_died++;
             if (give_up) {
