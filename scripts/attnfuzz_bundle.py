@@ -28,17 +28,104 @@ FORMAT = "attnfuzz-bundle"
 VERSION = 1
 
 
-def read_array(path):
-    """One .npy.zst (or plain .npy) file as a numpy array."""
+# What a bundle may make us read: as src/bundle (npy.c, bundle_internal.h). A file whose
+# header, zstd frame or data claims or produces more is refused with ValueError naming it,
+# before more than its header is decompressed.
+MAX_JSON = 1 << 20
+MAX_ARRAY_BYTES = 4 << 30
+
+
+def _read_exactly(path, stream, n):
+    parts, got = [], 0
+    while got < n:
+        b = stream.read(min(n - got, 1 << 24))
+        if not b:
+            raise ValueError("%s: truncated: the .npy header needs %d bytes of data, the file holds %d"
+                             % (path, n, got))
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def _read_npy(path, stream, max_numel):
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(stream)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = fmt.read_array_header_2_0(stream)
+        else:
+            raise ValueError("unsupported .npy version %r" % (version,))
+    except zstandard.ZstdError as e:
+        raise ValueError("%s: corrupt zstd data (%s)" % (path, e)) from e
+    except ValueError as e:
+        raise ValueError("%s: %s" % (path, e)) from e
+    if dtype.hasobject:
+        raise ValueError("%s: object arrays are not read (descr %s)" % (path, dtype.str))
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    if max_numel is not None and numel > max_numel:
+        raise ValueError("%s: shape %s does not match the case (%d elements, at most %d)"
+                         % (path, list(shape), numel, max_numel))
+    nbytes = numel * dtype.itemsize
+    if nbytes > MAX_ARRAY_BYTES:
+        raise ValueError("%s: shape %s is too large (over %d bytes of data)" % (path, list(shape), MAX_ARRAY_BYTES))
+    try:
+        data = _read_exactly(path, stream, nbytes)
+    except zstandard.ZstdError as e:
+        # zstandard says "Destination buffer is too small" for a frame producing more than
+        # it declares
+        raise ValueError("%s: corrupt zstd data, or more than its frame declares (%s)" % (path, e)) from e
+    try:
+        extra = stream.read(1)
+    except zstandard.ZstdError:  # a frame producing more than it declares
+        extra = True
+    if extra:
+        raise ValueError("%s: decompresses to more than the %d bytes of data its .npy header needs" % (path, nbytes))
+    array = np.frombuffer(bytearray(data), dtype=dtype)
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def read_array(path, max_numel=None):
+    """One .npy.zst (or plain .npy) file as a numpy array of at most max_numel elements
+    (None: only the 4 GiB any array may take). The header is read first; the data is read
+    to exactly the size it declares, so a zstd bomb costs what its header admits, no more."""
     with open(path, "rb") as f:
-        data = f.read()
-    if path.endswith(".zst"):
-        # decompressobj also handles frames written without a content size (streaming)
-        dobj = zstandard.ZstdDecompressor().decompressobj()
-        data = dobj.decompress(data)
-        if not dobj.eof:
-            raise ValueError("%s: truncated zstd frame" % path)
-    return np.load(io.BytesIO(data), allow_pickle=False)
+        if not path.endswith(".zst"):
+            return _read_npy(path, f, max_numel)
+        # a stream: frames written without a content size (streaming writers) read too
+        try:
+            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+        except TypeError:  # zstandard < 0.17
+            reader = zstandard.ZstdDecompressor().stream_reader(f)
+        with reader:
+            return _read_npy(path, reader, max_numel)
+
+
+def case_numel(case, key):
+    """The most elements the case gives the array named key ("q", "mask", "out.fused",
+    ...), or None when the case does not say (a tool that left fields out)."""
+    def prod(*names):
+        n = 1
+        for name in names:
+            v = case.get(name)
+            if not isinstance(v, int) or v < 1:
+                return None
+            n *= v
+        return n
+    if key == "q":
+        return prod("batch", "q_heads", "q_len", "head_dim")
+    if key == "k":
+        return prod("batch", "kv_heads", "kv_len", "head_dim")
+    if key == "v":
+        return prod("batch", "kv_heads", "kv_len", "v_head_dim")
+    if key in ("mask", "bool_mask"):
+        return prod("batch", "q_heads", "q_len", "kv_len")
+    if key in ("ref", "expected") or key.startswith("out."):
+        return prod("batch", "q_heads", "q_len", "v_head_dim")
+    return None
 
 
 def save_array(path, array):
@@ -82,8 +169,15 @@ def load(path):
     """The whole bundle as a dict: "case" (the case object), "meta" (all of case.json) and
     one numpy array per .npy.zst file, keyed by its name without .npy.zst ("q", "ref",
     "out.fused", "expected", ...)."""
-    with open(os.path.join(path, "case.json"), "rb") as f:
-        meta = json.loads(f.read().decode("utf-8"))
+    cj = os.path.join(path, "case.json")
+    with open(cj, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_JSON:
+            raise ValueError("%s: file is %d bytes, more than the %d allowed" % (cj, size, MAX_JSON))
+        text = f.read(MAX_JSON + 1)
+    if len(text) > MAX_JSON:
+        raise ValueError("%s: file is more than the %d bytes allowed" % (cj, MAX_JSON))
+    meta = json.loads(text.decode("utf-8"))
     if not isinstance(meta, dict) or not isinstance(meta.get("case"), dict):
         raise ValueError("%s/case.json: no \"case\" object" % path)
     out = {"case": meta["case"], "meta": meta}
@@ -91,7 +185,7 @@ def load(path):
         if name.endswith(SUFFIX) and not name.startswith("."):
             key = name[: -len(SUFFIX)]
             if key not in out:
-                out[key] = read_array(os.path.join(path, name))
+                out[key] = read_array(os.path.join(path, name), case_numel(meta["case"], key))
     return out
 
 

@@ -8,6 +8,8 @@
    the C library, its arrays have the shapes of its case, ref is float64, and for each
    backend with an output, max |out - ref| over finite elements equals the recorded
    metrics.max_abs (the C oracle computes it in double from the same values).
+4. Reading is bounded: a 64 GiB zstd bomb, a q over its case and a 64 GiB case.json raise
+   ValueError naming the file, in milliseconds and without the memory they claim.
 """
 
 import io
@@ -182,8 +184,77 @@ def test_from_c():
     print("checked %d C-written bundle(s) under %s" % (len(dirs), root))
 
 
+def zstd_bomb(head, total, declared=None):
+    """A zstd frame by hand (RFC 8878): head as one raw block, then 128 KiB RLE blocks (4
+    bytes each) up to total bytes of content; declared (8-byte content size) or nothing."""
+    block = 128 << 10
+    rest = total - len(head)
+    nblocks = -(-rest // block)
+    out = bytearray(b"\x28\xb5\x2f\xfd")
+    out.append(0xC0 if declared is not None else 0x00)
+    out.append((17 - 10) << 3)
+    if declared is not None:
+        out += int(declared).to_bytes(8, "little")
+    out += ((len(head) << 3) | (nblocks == 0)).to_bytes(3, "little") + head
+    full = (block << 3 | 1 << 1).to_bytes(3, "little") + b"\x3f"
+    out += full * (nblocks - 1)
+    last = rest - (nblocks - 1) * block
+    out += (last << 3 | 1 << 1 | 1).to_bytes(3, "little") + b"\x3f"
+    return bytes(out)
+
+
+def test_bounded():
+    """A bomb of 64 GiB, a header over the case, an oversized case.json: ValueError naming
+    the file, at once and without the memory the file claims."""
+    import resource
+    import time
+    gib64 = 64 << 30
+    buf = io.BytesIO()
+    np.save(buf, np.array([1.0, 2.0], dtype=np.float32))
+    head = buf.getvalue()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "q.npy.zst")
+        for declared, what in ((gib64, "declares 64 GiB"), (None, "declares nothing"), (len(head), "declares its size")):
+            with open(path, "wb") as f:
+                f.write(zstd_bomb(head, gib64, declared))
+            rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            t0 = time.monotonic()
+            try:
+                ab.read_array(path)
+                check(False, "a 64 GiB bomb (%s) is refused" % what)
+            except ValueError as e:
+                check(path in str(e) and "more than" in str(e), "a 64 GiB bomb (%s) is refused naming the file: %s"
+                      % (what, e))
+            dt = time.monotonic() - t0
+            rise = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0
+            check(dt < 5.0 and rise < 64 * 1024, "a 64 GiB bomb (%s): %.2f s, +%d KiB" % (what, dt, rise))
+        # a bundle whose q claims a shape bigger than its case
+        case = {"batch": 1, "q_heads": 1, "kv_heads": 1, "q_len": 2, "kv_len": 2, "head_dim": 1, "v_head_dim": 1}
+        with open(os.path.join(d, "case.json"), "w") as f:
+            json.dump({"case": case}, f)
+        buf = io.BytesIO()
+        np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False,
+                                                   "shape": (1, 1, 65536, 8192)})
+        with open(path, "wb") as f:
+            f.write(zstd_bomb(buf.getvalue(), 2 << 30))
+        try:
+            ab.load(d)
+            check(False, "a q bigger than the case is refused")
+        except ValueError as e:
+            check(path in str(e) and "does not match the case" in str(e), "a q bigger than the case: %s" % e)
+        os.unlink(path)
+        check(ab.load(d)["case"]["q_len"] == 2, "the same bundle without q loads")
+        with open(os.path.join(d, "case.json"), "wb") as f:
+            f.truncate(64 << 30)
+        try:
+            ab.load(d)
+            check(False, "a 64 GiB case.json is refused")
+        except ValueError as e:
+            check("case.json" in str(e) and "more than" in str(e), "a 64 GiB case.json: %s" % e)
+
+
 def main():
-    for t in (test_numpy_bundle, test_save_array, test_from_c):
+    for t in (test_numpy_bundle, test_save_array, test_bounded, test_from_c):
         try:
             t()
         except Exception as e:  # a crash in one test is a failure, the others still run

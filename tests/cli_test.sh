@@ -52,6 +52,22 @@ head -c 8 "$T/h.png" | od -An -tx1 | grep -q "89 50 4e 47" && ok "heatmap is a P
 grep -q "worst" "$T/out" && ok "show prints the worst element" || bad "show prints the worst element"
 # the same bundle against a correct backend: clean
 expect_rc 0 "$AF" replay --backend explicit "$b1"
+# an expected output (here the bundle's own reference): each ~expected check is run and
+# printed once, the reference agrees with it, the seeded bug does not
+cp -r "$b1" "$T/exp1" && cp "$b1/ref.npy.zst" "$T/exp1/expected.npy.zst"
+expect_rc 1 "$AF" replay "$T/exp1"
+n_exp=$(grep -c "~expected:" "$T/out"); n_uniq=$(grep "~expected:" "$T/out" | sort -u | wc -l)
+[ "$n_exp" -eq 2 ] && [ "$n_uniq" -eq 2 ] && grep -q "ref~expected: ok" "$T/out" && grep -q "mutant:causal_top_left~expected: diverge" "$T/out" \
+  && ok "replay prints each ~expected line once" || { bad "replay prints each ~expected line once ($n_exp lines, $n_uniq distinct)"; sed 's/^/    /' "$T/out"; }
+# a plugin names itself ("plugin:naive"), not by its path: named twice (as a backend and in
+# a pair) it is still one backend, with one check against the expected output
+PLUGIN="$1/tests/af_test_plugin.so"
+if [ -f "$PLUGIN" ]; then
+  expect_rc 1 "$AF" replay --backend "plugin:$PLUGIN" --pair "plugin:$PLUGIN,mutant:causal_top_left" "$T/exp1"
+  n_exp=$(grep -c "~expected:" "$T/out"); n_uniq=$(grep "~expected:" "$T/out" | sort -u | wc -l)
+  [ "$n_exp" -eq 3 ] && [ "$n_uniq" -eq 3 ] && grep -q "plugin:naive~expected: ok" "$T/out" \
+    && ok "a backend named twice is run and printed once" || { bad "a backend named twice ($n_exp ~expected lines, $n_uniq distinct)"; sed 's/^/    /' "$T/out"; }
+fi
 # a raw input file (all zeros: the 1x1x1x1 case)
 head -c 64 /dev/zero >"$T/zeros.bin"
 expect_rc 0 "$AF" replay "$T/zeros.bin"
@@ -91,6 +107,63 @@ expect_rc 1 "$AF" fuzz --backend mutant:bshd_as_bhsd --jobs 2 --time 4 --crashes
 complete_bundles "$T/jobs" && nb=$(cat "$T/nbundles") || nb=-1
 ns=$(grep -c '"signature"' "$T/jobs.json")
 [ "$nb" -eq "$ns" ] && ok "--jobs 2: $ns signatures, $nb bundles" || bad "--jobs 2: $ns signatures, $nb bundles"
+
+# --jobs 2, one child SIGKILLed (as the OOM killer does): the parent says so on its status
+# line and in the stats, restarts it, and loses nothing (every bundle is in the stats)
+new_child() { # parent pid, known children: prints a child not among them (waits up to 4 s)
+  local i c
+  for i in $(seq 1 80); do
+    for c in $(pgrep -P "$1"); do case " $2 " in *" $c "*) ;; *) echo "$c"; return 0;; esac; done
+    sleep 0.05
+  done
+  return 1
+}
+"$AF" fuzz --backend mutant:bshd_as_bhsd --jobs 2 --time 6 --crashes "$T/kill" --stats "$T/kill.json" >/dev/null 2>"$T/kill.err" &
+pid=$!
+sleep 2
+kids=$(pgrep -P $pid | tr '\n' ' ')
+victim=${kids%% *}
+kill -KILL "$victim"
+wait $pid; rc=$?
+[ "$rc" -eq 1 ] && ok "--jobs 2, one child killed once: exit 1 (findings)" || bad "--jobs 2, one child killed once: exit $rc"
+grep -q "pid $victim) was killed by signal 9 (SIGKILL).*restarted it" "$T/kill.err" && ok "the death and restart are reported" || bad "the death and restart are reported"
+grep -q "jobs died: 1" "$T/kill.err" && ok "the status line counts the dead job" || bad "the status line counts the dead job"
+grep -q '"jobs_died":	1,' "$T/kill.json" && grep -q '"jobs_restarted":	1,' "$T/kill.json" && grep -q "\"pid\":	$victim," "$T/kill.json" \
+  && grep -q '"signal_name":	"KILL"' "$T/kill.json" && ok "the stats name the dead job" || bad "the stats name the dead job"
+complete_bundles "$T/kill" && nb=$(cat "$T/nbundles") || nb=-1
+ns=$(grep -c '"signature"' "$T/kill.json")
+[ "$nb" -eq "$ns" ] && [ "$nb" -gt 0 ] && ok "a killed job loses nothing: $ns signatures, $nb bundles" || bad "killed job: $ns signatures, $nb bundles"
+# a restarted child killed at once: the slot kept dying, is given up, and the exit is 2
+"$AF" fuzz --jobs 2 --time 5 --crashes "$T/loop" --stats "$T/loop.json" --quiet >/dev/null 2>"$T/loop.err" &
+pid=$!
+sleep 1.5
+kids=$(pgrep -P $pid | tr '\n' ' ')
+kill -KILL "${kids%% *}"
+again=$(new_child $pid "$kids") && kill -KILL "$again"
+wait $pid; rc=$?
+[ "$rc" -eq 2 ] && ok "a job that kept dying: exit 2" || bad "a job that kept dying: exit $rc (restarted child ${again:-not seen})"
+grep -q "kept dying (within a second of its restart)" "$T/loop.err" && grep -q '"jobs_kept_dying":	true' "$T/loop.json" \
+  && grep -q '"jobs_died":	2,' "$T/loop.json" && ok "kept dying is reported" || bad "kept dying is reported"
+grep -q '"execs":	[1-9]' "$T/loop.json" && ok "the other job ran on" || bad "the other job ran on"
+
+# inputs from outside are bounded: a FIFO and a 64 GiB sparse file are refused at once,
+# naming the file; --corpus skips them with a warning and runs
+mkfifo "$T/fifo.bin"
+timeout 10 "$AF" replay "$T/fifo.bin" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "fifo.bin: not a regular file" "$T/err" && ok "replay refuses a FIFO" || bad "replay of a FIFO: exit $rc"
+truncate -s 64G "$T/huge.bin"
+timeout 10 "$AF" replay "$T/huge.bin" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "huge.bin: file is 68719476736 bytes" "$T/err" && ok "replay refuses a 64 GiB input" || bad "replay of a 64 GiB input: exit $rc"
+mkdir -p "$T/corp" && mv "$T/fifo.bin" "$T/huge.bin" "$T/corp/" && cp "$T/zeros.bin" "$T/corp/"
+timeout 30 "$AF" fuzz --runs 20 --corpus "$T/corp" --crashes "$T/corpc" --quiet >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" -eq 0 ] && grep -q "skipped .*fifo.bin" "$T/err" && grep -q "skipped .*huge.bin" "$T/err" && ok "--corpus skips what it cannot read" || bad "--corpus with a FIFO and a huge file: exit $rc"
+mkdir -p "$T/bigcase"
+echo '{"case": {"batch": 8, "q_heads": 16, "kv_heads": 16, "q_len": 65536, "kv_len": 65536, "head_dim": 256, "v_head_dim": 256}}' >"$T/bigcase/case.json"
+timeout 10 "$AF" replay "$T/bigcase" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "bigcase/case.json: case: tensors need .* over the budget" "$T/err" && ok "replay refuses a case over the budget" || bad "replay of a case over the budget: exit $rc"
+cp -r "$b1" "$T/bigjson"; truncate -s 64G "$T/bigjson/case.json"
+timeout 10 "$AF" replay "$T/bigjson" >/dev/null 2>"$T/err"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "bigjson/case.json: file is 68719476736 bytes" "$T/err" && ok "replay refuses a 64 GiB case.json" || bad "replay of a 64 GiB case.json: exit $rc"
 
 # Ctrl-C mid-campaign: stops, writes stats, leaves only complete bundles
 "$AF" fuzz --backend mutant:mhav2_concat --backend mutant:silent_tf32 --time 60 --crashes "$T/int" --stats "$T/int.json" --quiet >/dev/null 2>&1 &

@@ -25,6 +25,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -1196,6 +1198,388 @@ static void test_bundle_wrong_shape(void **state) {
     run_free(&r);
 }
 
+/* --- hostile sizes ------------------------------------------------------------------ */
+
+/* A zstd frame built by hand (RFC 8878): the bytes head as one raw block, then RLE blocks
+ * of 128 KiB (4 bytes each: the most a block can expand) up to total bytes of content.
+ * The frame header declares `declared` bytes of content, or nothing when declared is
+ * UINT64_MAX; the window is 128 KiB, so an honest decoder needs no more. */
+static uint8_t *zstd_bomb(const uint8_t *head, size_t head_len, uint64_t total, uint64_t declared, size_t *out_n) {
+    const uint64_t block = 128u << 10;
+    uint64_t rest = total - head_len, nblocks = (rest + block - 1) / block;
+    size_t cap = 4 + 2 + 8 + 3 + head_len + (size_t)nblocks * 4;
+    uint8_t *z = malloc(cap), *p = z;
+    assert_non_null(z);
+    memcpy(p, "\x28\xb5\x2f\xfd", 4);
+    p += 4;
+    *p++ = declared == UINT64_MAX ? 0x00 : 0xc0; /* FCS field: none, or 8 bytes; not single segment */
+    *p++ = (17 - 10) << 3;                       /* window 2^17 */
+    if (declared != UINT64_MAX)
+        for (int i = 0; i < 8; i++) *p++ = (uint8_t)(declared >> (8 * i));
+    uint32_t bh = (uint32_t)head_len << 3 | (nblocks == 0); /* raw block */
+    for (int i = 0; i < 3; i++) *p++ = (uint8_t)(bh >> (8 * i));
+    memcpy(p, head, head_len);
+    p += head_len;
+    for (uint64_t k = 0; k < nblocks; k++) {
+        uint64_t size = rest > block ? block : rest;
+        rest -= size;
+        bh = (uint32_t)size << 3 | 1u << 1 | (k + 1 == nblocks); /* RLE block */
+        for (int i = 0; i < 3; i++) *p++ = (uint8_t)(bh >> (8 * i));
+        *p++ = 0x3f;
+    }
+    *out_n = (size_t)(p - z);
+    return z;
+}
+
+/* What a bounded read did, measured in a child process: its status and message, the
+ * seconds it took and how far its peak resident memory rose over what it had at the fork
+ * (getrusage: a forked child's peak starts at its size then). */
+typedef struct bounded {
+    af_status st;
+    char msg[sizeof(((af_error *)0)->msg)];
+    double seconds;
+    long rss_rise_kib;
+} bounded;
+
+typedef af_status (*bounded_fn)(const char *arg, af_error *err);
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static bounded run_bounded(bounded_fn fn, const char *arg) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        bounded r;
+        memset(&r, 0, sizeof r);
+        struct rusage before, after;
+        getrusage(RUSAGE_SELF, &before);
+        double t0 = now_seconds();
+        af_error err = {0};
+        r.st = fn(arg, &err);
+        r.seconds = now_seconds() - t0;
+        getrusage(RUSAGE_SELF, &after);
+        r.rss_rise_kib = after.ru_maxrss - before.ru_maxrss;
+        snprintf(r.msg, sizeof r.msg, "%s", err.msg);
+        ssize_t w = write(fds[1], &r, sizeof r);
+        _exit(w == (ssize_t)sizeof r ? 0 : 1);
+    }
+    close(fds[1]);
+    bounded r;
+    memset(&r, 0, sizeof r);
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = read(fds[0], (char *)&r + got, sizeof r - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    int ws = 0;
+    assert_int_equal(waitpid(pid, &ws, 0), pid);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    assert_int_equal(got, sizeof r);
+    return r;
+}
+
+/* Refused as a format error naming path and needle, in under 5 s (decompressing 64 GiB
+ * takes minutes) and with under 64 MiB more memory (it would take 64 GiB). */
+static void expect_bounded_refusal(const bounded *r, const char *path, const char *needle) {
+    af_error e;
+    e.code = r->st;
+    snprintf(e.msg, sizeof e.msg, "%s", r->msg);
+    expect_error(r->st, &e, AF_ERR_FORMAT, path);
+    if (needle) expect_error(r->st, &e, AF_ERR_FORMAT, needle);
+    if (getenv("AF_TEST_VERBOSE"))
+        fprintf(stderr, "    %.3f s, +%ld KiB: %s\n", r->seconds, r->rss_rise_kib, r->msg);
+    if (r->seconds >= 5.0 || r->rss_rise_kib >= 64 * 1024) {
+        print_error("%s: refused after %.2f s with a peak %ld KiB above the start\n", path, r->seconds,
+                    r->rss_rise_kib);
+        fail();
+    }
+}
+
+static af_status read_npy_any(const char *path, af_error *err) {
+    af_array a;
+    af_status st = af_npy_read_zst(path, &a, err);
+    af_array_free(&a);
+    return st;
+}
+
+static af_status read_npy_60(const char *path, af_error *err) {
+    af_array a;
+    af_status st = af_npy_read_zst_max(path, 60, &a, err);
+    af_array_free(&a);
+    return st;
+}
+
+static void test_npy_bombs(void **state) {
+    (void)state;
+    char path[PATH_MAX];
+    path_in(path, g_dir, "bomb.npy.zst");
+    const uint64_t gib64 = 64ull << 30;
+    size_t hn, zn;
+    const float f2[2] = {1, 2};
+    uint8_t *head = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f2, sizeof f2, &hn);
+    /* declares 64 GiB and holds them */
+    uint8_t *z = zstd_bomb(head, hn, gib64, gib64, &zn);
+    assert_true(zn < (3u << 20)); /* a 2 MiB file */
+    write_bytes(path, z, zn);
+    free(z);
+    bounded r = run_bounded(read_npy_any, path);
+    expect_bounded_refusal(&r, path, "declares 68719476736 bytes");
+    /* declares nothing and produces 64 GiB behind a header of 2 floats */
+    z = zstd_bomb(head, hn, gib64, UINT64_MAX, &zn);
+    write_bytes(path, z, zn);
+    free(z);
+    r = run_bounded(read_npy_any, path);
+    expect_bounded_refusal(&r, path, "decompresses to more than");
+    /* declares what the header needs (2 floats) and produces 64 GiB */
+    z = zstd_bomb(head, hn, gib64, hn, &zn);
+    write_bytes(path, z, zn);
+    free(z);
+    r = run_bounded(read_npy_any, path);
+    expect_bounded_refusal(&r, path, NULL);
+    if (!strstr(r.msg, "more than") && !strstr(r.msg, "corrupt")) {
+        print_error("a frame producing more than it declares: %s\n", r.msg);
+        fail();
+    }
+    free(head);
+    /* a header declaring 16 GiB of floats: over any array's limit, refused before its data */
+    head = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 1024, 1024, 1024), }", NULL, 0, &hn);
+    z = zstd_bomb(head, hn, gib64, UINT64_MAX, &zn);
+    write_bytes(path, z, zn);
+    r = run_bounded(read_npy_any, path);
+    expect_bounded_refusal(&r, path, "too large");
+    free(z);
+    free(head);
+    /* a header declaring a shape over what the caller allows (60 elements) */
+    head = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1024, 1024), }", NULL, 0, &hn);
+    z = zstd_bomb(head, hn, hn + (4u << 20), UINT64_MAX, &zn);
+    write_bytes(path, z, zn);
+    r = run_bounded(read_npy_60, path);
+    expect_bounded_refusal(&r, path, "shape [1024, 1024] does not match");
+    expect_bounded_refusal(&r, path, "1048576 elements, at most 60");
+    free(z);
+    free(head);
+    /* a file larger than 60 elements can make it is refused by its size, unread */
+    head = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", f2, sizeof f2, &hn);
+    z = zstd_bomb(head, hn, gib64, UINT64_MAX, &zn);
+    write_bytes(path, z, zn);
+    r = run_bounded(read_npy_60, path);
+    expect_bounded_refusal(&r, path, "more than the");
+    free(z);
+    /* the same holds for a plain .npy: a sparse 64 GiB file is refused by its size */
+    path_in(path, g_dir, "sparse.npy");
+    write_bytes(path, head, hn);
+    assert_int_equal(truncate(path, (off_t)gib64), 0);
+    r = run_bounded(read_npy_any, path);
+    expect_bounded_refusal(&r, path, "more than the");
+    free(head);
+}
+
+/* The bundle under test in test_bundle_bombs: its directory, for the child. */
+static af_bundle *g_bomb_bundle;
+
+static af_status load_inputs_of_bomb(const char *unused, af_error *err) {
+    (void)unused;
+    af_inputs *in = af_inputs_create();
+    af_status st = af_bundle_load_inputs(g_bomb_bundle, in, err);
+    af_inputs_destroy(in);
+    return st;
+}
+
+static af_status load_ref_of_bomb(const char *unused, af_error *err) {
+    (void)unused;
+    double *x = NULL;
+    af_status st = af_bundle_load_output(g_bomb_bundle, "ref", &x, err);
+    af_free(x);
+    return st;
+}
+
+/* Arrays of a bundle are bounded by the case: q of the small case holds 60 floats. */
+static void test_bundle_bombs(void **state) {
+    (void)state;
+    af_case c;
+    small_case(&c);
+    run rr;
+    run_make(&rr, &c, 0);
+    char crashes[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
+    path_in(crashes, g_dir, "crashes");
+    af_error err = {0};
+    expect_ok(af_bundle_write(crashes, &rr.spec, dir, sizeof dir, &err), &err);
+    expect_ok(af_bundle_read(dir, &g_bomb_bundle, &err), &err);
+    path_in(path, dir, "q.npy.zst");
+    size_t keep_n;
+    uint8_t *keep = read_bytes(path, &keep_n);
+    const uint64_t gib2 = 2ull << 30; /* 64 KiB of RLE blocks: small enough for q's size bound */
+    float q[60] = {0};
+    size_t hn, zn;
+    uint8_t *head = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 3, 5), }", q, sizeof q, &hn);
+    /* the case's shape, declaring 2 GiB */
+    uint8_t *z = zstd_bomb(head, hn, gib2, gib2, &zn);
+    write_bytes(path, z, zn);
+    free(z);
+    bounded r = run_bounded(load_inputs_of_bomb, NULL);
+    expect_bounded_refusal(&r, path, "declares");
+    /* the case's shape, declaring its size, producing 2 GiB */
+    z = zstd_bomb(head, hn, gib2, hn, &zn);
+    write_bytes(path, z, zn);
+    free(z);
+    r = run_bounded(load_inputs_of_bomb, NULL);
+    expect_bounded_refusal(&r, path, NULL);
+    /* the case's shape, declaring nothing, producing 2 GiB */
+    z = zstd_bomb(head, hn, gib2, UINT64_MAX, &zn);
+    write_bytes(path, z, zn);
+    free(z);
+    r = run_bounded(load_inputs_of_bomb, NULL);
+    expect_bounded_refusal(&r, path, "decompresses to more than");
+    free(head);
+    /* a header declaring a shape bigger than the case (2 GiB of floats) */
+    head = npy_bytes(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 16384, 8192), }", NULL, 0, &hn);
+    z = zstd_bomb(head, hn, gib2, UINT64_MAX, &zn);
+    write_bytes(path, z, zn);
+    free(z);
+    r = run_bounded(load_inputs_of_bomb, NULL);
+    expect_bounded_refusal(&r, path, "shape [2, 2, 16384, 8192] does not match the case [2, 2, 3, 5]");
+    free(head);
+    write_bytes(path, keep, keep_n);
+    free(keep);
+    /* ref holds [2, 2, 3, 3] doubles; a ref claiming the case's q shape is refused as such */
+    path_in(path, dir, "ref.npy.zst");
+    head = npy_bytes(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2, 3, 5), }", NULL, 0, &hn);
+    z = zstd_bomb(head, hn, gib2, UINT64_MAX, &zn);
+    write_bytes(path, z, zn);
+    free(z);
+    free(head);
+    r = run_bounded(load_ref_of_bomb, NULL);
+    expect_bounded_refusal(&r, path, "does not match the case [2, 2, 3, 3]");
+    af_bundle_free(g_bomb_bundle);
+    g_bomb_bundle = NULL;
+    run_free(&rr);
+}
+
+static af_status read_bundle_at(const char *dir, af_error *err) {
+    af_bundle *b = NULL;
+    af_status st = af_bundle_read(dir, &b, err);
+    af_bundle_free(b);
+    return st;
+}
+
+/* case.json is read only when it is a regular file of at most 1 MiB. */
+static void test_bundle_json_size(void **state) {
+    (void)state;
+    char dir[PATH_MAX], path[PATH_MAX];
+    path_in(dir, g_dir, "big");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    path_in(path, dir, "case.json");
+    /* valid JSON of 2 MiB (spaces after a minimal case) */
+    const char *text = "{\"case\": {\"batch\": 1}}";
+    size_t n = (2u << 20);
+    char *big = malloc(n);
+    assert_non_null(big);
+    memset(big, ' ', n);
+    memcpy(big, text, strlen(text));
+    write_bytes(path, big, n);
+    free(big);
+    bounded r = run_bounded(read_bundle_at, dir);
+    expect_bounded_refusal(&r, path, "more than the 1048576 allowed");
+    /* a sparse 64 GiB case.json */
+    assert_int_equal(truncate(path, (off_t)(64ull << 30)), 0);
+    r = run_bounded(read_bundle_at, dir);
+    expect_bounded_refusal(&r, path, "68719476736 bytes");
+    /* the same minimal case, small: read (the size limit is what refused it) */
+    write_bytes(path, text, strlen(text));
+    r = run_bounded(read_bundle_at, dir);
+    if (r.st != AF_OK) {
+        print_error("%s\n", r.msg);
+        fail();
+    }
+    /* a case is bounded by the budget: 8 x 16 x 65536 x 256 floats for each of q, k, v */
+    const char *huge = "{\"case\": {\"batch\": 8, \"q_heads\": 16, \"kv_heads\": 16, \"q_len\": 65536, "
+                       "\"kv_len\": 65536, \"head_dim\": 256, \"v_head_dim\": 256}}";
+    write_bytes(path, huge, strlen(huge));
+    af_bundle *b = NULL;
+    af_error err = {0};
+    expect_ok(af_bundle_read(dir, &b, &err), &err);
+    expect_error(af_bundle_check_budget(b, 0, &err), &err, AF_ERR_INVALID, path);
+    expect_error(af_bundle_check_budget(b, 0, &err), &err, AF_ERR_INVALID, "over the budget of 67108864");
+    /* q, k, v and out: 4 x 2^33 bytes of float32 = 2^35 */
+    expect_error(af_bundle_check_budget(b, ((size_t)1 << 35) - 1, &err), &err, AF_ERR_INVALID, "over the budget");
+    expect_ok(af_bundle_check_budget(b, (size_t)1 << 35, &err), &err);
+    af_bundle_free(b);
+    /* text files beside the arrays (stderr.txt): absent, small, or refused unread */
+    const char *tiny = "{\"case\": {\"batch\": 1}}";
+    write_bytes(path, tiny, strlen(tiny));
+    expect_ok(af_bundle_read(dir, &b, &err), &err);
+    char *txt = (char *)1, tpath[PATH_MAX];
+    size_t tlen = 7;
+    expect_ok(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err);
+    assert_null(txt);
+    assert_int_equal(tlen, 0);
+    path_in(tpath, dir, "stderr.txt");
+    write_bytes(tpath, "Traceback (most recent call last):\nMemoryError\n", 48);
+    expect_ok(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err);
+    assert_int_equal(tlen, 48);
+    assert_string_equal(txt, "Traceback (most recent call last):\nMemoryError\n");
+    af_free(txt);
+    assert_int_equal(truncate(tpath, (off_t)(64ull << 30)), 0);
+    expect_error(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err, AF_ERR_FORMAT, tpath);
+    expect_error(af_bundle_load_text(b, "stderr.txt", &txt, &tlen, &err), &err, AF_ERR_FORMAT, "more than the 65536");
+    assert_null(txt);
+    expect_error(af_bundle_load_text(b, "../case.json", &txt, &tlen, &err), &err, AF_ERR_INVALID, "not a file name");
+    unlink(tpath);
+    af_bundle_free(b);
+    /* a FIFO would block a reader forever: refused at once */
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    r = run_bounded(read_bundle_at, dir);
+    expect_bounded_refusal(&r, path, "not a regular file");
+}
+
+/* A writer killed mid-write leaves its temporary directory; only its own are removed. */
+static void test_bundle_remove_partial(void **state) {
+    (void)state;
+    char crashes[PATH_MAX], path[PATH_MAX];
+    path_in(crashes, g_dir, "crashes");
+    assert_int_equal(mkdir(crashes, 0755), 0);
+    static const char *const dead[] = {".tmp-diverge-00000000000000ab-4242-0",
+                                       ".tmp-nan_mismatch-4242-00000000-4242-17"};
+    static const char *const kept[] = {".tmp-diverge-00000000000000ab-42421-0",
+                                       ".tmp-diverge-4242-00000000000000ab-7-0", "diverge-4242-0",
+                                       ".tmp-diverge-00000000000000ab-4242-", "crash-0000000000004242"};
+    for (size_t i = 0; i < 2; i++) {
+        path_in(path, crashes, dead[i]);
+        assert_int_equal(mkdir(path, 0755), 0);
+        char f[PATH_MAX];
+        path_in(f, path, "q.npy.zst");
+        write_bytes(f, "partial", 7);
+    }
+    for (size_t i = 0; i < 5; i++) {
+        path_in(path, crashes, kept[i]);
+        assert_int_equal(mkdir(path, 0755), 0);
+    }
+    assert_int_equal(af_bundle_remove_partial(crashes, 4242), 2);
+    struct stat st;
+    for (size_t i = 0; i < 2; i++) {
+        path_in(path, crashes, dead[i]);
+        assert_int_not_equal(stat(path, &st), 0);
+    }
+    for (size_t i = 0; i < 5; i++) {
+        path_in(path, crashes, kept[i]);
+        assert_int_equal(stat(path, &st), 0);
+    }
+    assert_int_equal(af_bundle_remove_partial(crashes, 4242), 0);
+    path_in(path, g_dir, "no_such_dir");
+    assert_int_equal(af_bundle_remove_partial(path, 4242), 0);
+}
+
 /* A bundle as another tool writes it with numpy: case.json with the case only, arrays
  * with .npy headers made by hand, an expected output. */
 static void test_bundle_foreign(void **state) {
@@ -1445,6 +1829,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bundle_corrupt_json, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_wrong_shape, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_foreign, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_npy_bombs, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bundle_bombs, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bundle_json_size, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bundle_remove_partial, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_heatmap, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup_dir, teardown_dir),
     };

@@ -16,6 +16,8 @@
  *   ref.npy.zst         float64 reference [B, Hq, Sq, Dv]
  *   out.<backend>.npy.zst   each backend's output [B, Hq, Sq, Dv] (float32 or float64)
  *   expected.npy.zst    optional, from another tool: the output replay must reproduce
+ *   stderr.txt          optional: the last 4 KiB of a worker's stderr (read back with
+ *                       af_bundle_load_text, at most 64 KiB)
  *
  * Bundles written by other tools (numpy + zstandard + a case.json with at least the case)
  * are read the same way; missing tensors are generated from the case. */
@@ -54,9 +56,15 @@ void af_array_free(af_array *a); /* frees data, leaves a zeroed; NULL does nothi
 /* Writes a NumPy .npy (format 1.0, little-endian, C order) compressed as one zstd frame,
  * atomically (temp file + rename). Errors name the path (AF_ERR_IO on a full disk). */
 af_status af_npy_write_zst(const char *path, const af_array *a, af_error *err);
-/* Reads a .npy.zst (or a plain .npy when the path ends in .npy). Accepts '<f4', '<f8',
- * '<f2', '|b1', '|u1' (as BOOL), C order only. A truncated, corrupt or unsupported file
- * is AF_ERR_FORMAT with a message naming the path and the problem. */
+/* Reads a .npy.zst (or a plain .npy when the path ends in .npy) holding at most max_numel
+ * elements. Accepts '<f4', '<f8', '<f2', '|b1', '|u1' (as BOOL), C order only. A
+ * truncated, corrupt or unsupported file is AF_ERR_FORMAT with a message naming the path
+ * and the problem; so is one that is larger than max_numel elements can make it, whose
+ * .npy header declares more elements, or whose zstd frames declare or produce more bytes
+ * than the header needs. The header is decompressed first: memory and time are bounded by
+ * max_numel (and 4 GiB of data), never by what the file claims. */
+af_status af_npy_read_zst_max(const char *path, size_t max_numel, af_array *a, af_error *err);
+/* af_npy_read_zst_max bounded only by the 4 GiB of data any array may hold. */
 af_status af_npy_read_zst(const char *path, af_array *a, af_error *err);
 
 /* --- writing bundles --------------------------------------------------------------- */
@@ -93,6 +101,11 @@ typedef struct af_bundle_spec {
 af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, char *path, size_t path_len,
                           af_error *err);
 
+/* Removes the temporary directories that process pid left in crashes_dir: a writer
+ * killed mid-write (the OOM killer) cannot remove its own. Stored bundles are never
+ * touched. Returns how many it removed. */
+size_t af_bundle_remove_partial(const char *crashes_dir, long pid);
+
 /* The directory name a finding gets: "<kind>-<16 hex digits>". */
 void af_bundle_name(af_kind kind, uint64_t signature, char *buf, size_t len);
 
@@ -122,6 +135,12 @@ size_t af_bundle_record_count(const af_bundle *b);
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i);
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol);
 
+/* The case in case.json is a claim like any other: AF_ERR_INVALID naming case.json when
+ * its tensors need more than budget bytes (0 = AF_DEFAULT_BUDGET; --budget raises it).
+ * Check it before af_bundle_load_inputs or loading outputs: the arrays are bounded by the
+ * case, the case by this. */
+af_status af_bundle_check_budget(const af_bundle *b, size_t budget, af_error *err);
+
 /* Materializes the inputs: q/k/v/mask arrays when present (values rounded once to the
  * case dtype and written into the case's layout), else generated from the case.
  * Shape mismatches between arrays and case are AF_ERR_FORMAT naming the file. */
@@ -131,6 +150,12 @@ af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err
 af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err);
 /* Loads ref.npy.zst or out.<backend>.npy.zst ("ref" or a backend name) as float64. */
 af_status af_bundle_load_output(const af_bundle *b, const char *name, double **out, af_error *err);
+
+/* Loads a text file of the bundle (name inside it, e.g. "stderr.txt": a worker's stderr
+ * tail) into *out, NUL-terminated (af_free it); *out is NULL and AF_OK when there is none.
+ * At most 64 KiB: a larger file, or one that is not a regular file, is AF_ERR_FORMAT
+ * naming it, unread. */
+af_status af_bundle_load_text(const af_bundle *b, const char *name, char **out, size_t *len, af_error *err);
 
 /* --- pictures ---------------------------------------------------------------------- */
 

@@ -60,6 +60,29 @@ typedef struct af_signature_entry {
     bool stored_elsewhere;   /* another process had stored it already */
 } af_signature_entry;
 
+/* --jobs N supervision. The parent looks at its children once a second. A child that dies
+ * (killed by a signal, as the OOM killer's SIGKILL, or exiting with an error) is reported
+ * on stderr, on the status line and in the stats, and restarted in its slot with a new seed
+ * stream and the same crashes directory. Nothing it found is lost: its bundles are on disk,
+ * and the stats file it rewrote every second stays and is merged.
+ * A slot "kept dying" when its child died more than AF_JOB_MAX_RESTARTS times, or when a
+ * restarted child died within AF_JOB_MIN_LIFE seconds of its start (a crash loop: a
+ * backend that cannot start, memory that runs out at once): it is not restarted again,
+ * the other jobs go on, and the campaign ends with jobs_kept_dying set (attnfuzz fuzz
+ * then exits 2). */
+#define AF_JOB_MAX_RESTARTS 3
+#define AF_JOB_MIN_LIFE 1.0
+#define AF_JOB_MAX_DEATHS 64 /* deaths recorded one by one; more are only counted */
+
+typedef struct af_job_death {
+    unsigned job;     /* the slot, 0..jobs-1 */
+    long pid;
+    int signal;       /* the signal that killed it, 0 if it exited */
+    int exit_code;    /* its exit status when it exited */
+    double after;     /* seconds it had run */
+    bool restarted;   /* false: its slot was given up */
+} af_job_death;
+
 typedef struct af_campaign_stats {
     uint64_t execs;
     double elapsed;
@@ -69,6 +92,11 @@ typedef struct af_campaign_stats {
     size_t n_sigs, cap_sigs;
     uint64_t write_errors;                  /* findings whose bundle could not be written */
     uint64_t minimize_execs;                /* executions spent minimizing (not in execs) */
+    /* --jobs only */
+    uint64_t jobs_died;                     /* children that died (signal or error exit) */
+    uint64_t jobs_restarted;
+    bool jobs_kept_dying;                   /* some slot was given up (see AF_JOB_MAX_RESTARTS) */
+    af_job_death deaths[AF_JOB_MAX_DEATHS]; /* the first jobs_died of them */
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);

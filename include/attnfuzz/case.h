@@ -188,6 +188,9 @@ void af_case_decode(af_case *c, const uint8_t *data, size_t size, size_t budget)
 
 /* Upper bound on af_case_encode's output. */
 #define AF_CASE_ENCODED_MAX 512
+/* Largest input file attnfuzz reads (replay, minimize, --corpus): the decoder reads at most
+ * AF_CASE_ENCODED_MAX bytes of it, so more is no case, only a file that should not be here. */
+#define AF_CASE_INPUT_MAX ((size_t)1 << 20)
 /* Writes the canonical byte form of a valid case; returns its length (<= cap), or 0 if
  * cap is too small. decode(encode(c)) == c for every case that decode produces. */
 size_t af_case_encode(const af_case *c, uint8_t *out, size_t cap);

@@ -7,7 +7,12 @@
  *
  * Reading trusts nothing in the file: every size comes from the bytes and is checked
  * before it is used, so a corrupt or hostile file is AF_ERR_FORMAT, never a crash or an
- * absurd allocation. */
+ * absurd allocation. A zstd file is read in two passes: first only the .npy header is
+ * decompressed (streaming, into a small buffer), and its shape is checked against what the
+ * caller allows; then the data is decompressed in one shot into a buffer of exactly the
+ * size the header needs, so a frame that declares more is refused before decompressing and
+ * one that produces more stops as soon as it overflows. A 128 KiB file that would inflate to
+ * 64 GiB costs a few milliseconds and a few hundred KiB. */
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_customMem: zstd allocates through af_malloc too */
 #include <zstd.h>
 #include <zstd_errors.h>
@@ -21,24 +26,20 @@
 #include <unistd.h>
 
 #include "attnfuzz/bundle.h"
-#include "fileio.h"
+#include "bundle_internal.h"
 #include "attnfuzz/mem.h"
+#include "fileio.h"
 
 /* .npy data is little-endian; we copy it to and from memory as is. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "npy.c stores arrays in host byte order and assumes a little-endian host"
 #endif
 
-/* Largest array we read: a bundle of a 64 MiB case never comes near; a corrupt shape
- * or frame header claiming more is refused before anything is allocated. */
+/* Largest array we read at all; a caller states a tighter bound, the most its case can
+ * give the file (af_npy_read_zst_max). The header of a .npy we accept (a short dict) is
+ * far below 64 KiB; numpy pads it to a multiple of 64 bytes. */
 #define AF_NPY_MAX_DATA ((size_t)4 << 30)
-#define AF_NPY_MAX_HEADER ((size_t)1 << 20)
-#define AF_NPY_MAX_RAW (AF_NPY_MAX_DATA + AF_NPY_MAX_HEADER + 12)
-/* The compressed file is at most a little larger than its content. */
-#define AF_NPY_MAX_FILE (AF_NPY_MAX_RAW + (AF_NPY_MAX_RAW >> 7) + ((size_t)1 << 20))
-/* A zstd block holds at most 128 KiB and needs at least 4 bytes (3 of header, 1 of RLE
- * content), so a frame of n bytes cannot decompress to more than (n / 4 + 1) * 128 KiB. */
-#define AF_NPY_ZSTD_RATIO_BLOCK ((size_t)128 << 10)
+#define AF_NPY_MAX_HEADER ((size_t)64 << 10)
 
 static const char af_npy_magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -227,178 +228,183 @@ static const char *af_npy_dict(const char *text, size_t len, af_array *a, char *
     return NULL;
 }
 
-/* Parses the uncompressed .npy bytes raw[0..n) into a; on success the data is moved to
- * the front of raw and a takes ownership of raw. */
-static af_status af_npy_parse(const char *path, uint8_t *raw, size_t n, af_array *a, af_error *err) {
+static void af_npy_shape_str(char *buf, size_t len, const size_t *shape, int ndim);
+
+/* Parses the .npy header at the start of raw[0..n): on success *hdr holds dtype, ndim and
+ * shape (no data), *off the offset of the data and *nbytes its length. The shape must hold
+ * at most max_numel elements and AF_NPY_MAX_DATA bytes. AF_ERR_FORMAT naming path when n
+ * bytes do not hold the whole header, and then *need says how many would (when that is
+ * more than n, reading on may help). */
+static af_status af_npy_parse_header(const char *path, const uint8_t *raw, size_t n, const af_npy_bound *bound,
+                                     af_array *hdr, size_t *off, size_t *nbytes, size_t *need, af_error *err) {
+    *need = 12; /* enough for the preamble of any version */
     AF_RETURN_ERROR_IF(n < 10, err, AF_ERR_FORMAT, "%s: truncated .npy header (%zu bytes)", path, n);
     AF_RETURN_ERROR_IF(memcmp(raw, af_npy_magic, 6) != 0, err, AF_ERR_FORMAT, "%s: not a .npy array (bad magic)",
                        path);
     uint8_t major = raw[6], minor = raw[7];
     AF_RETURN_ERROR_IF(major < 1 || major > 3 || minor != 0, err, AF_ERR_FORMAT,
                        "%s: unsupported .npy version %u.%u", path, major, minor);
-    size_t off, hlen;
+    size_t hlen;
     if (major == 1) {
         hlen = (size_t)raw[8] | (size_t)raw[9] << 8;
-        off = 10;
+        *off = 10;
     } else {
         AF_RETURN_ERROR_IF(n < 12, err, AF_ERR_FORMAT, "%s: truncated .npy header (%zu bytes)", path, n);
         hlen = (size_t)raw[8] | (size_t)raw[9] << 8 | (size_t)raw[10] << 16 | (size_t)raw[11] << 24;
-        off = 12;
+        *off = 12;
     }
-    AF_RETURN_ERROR_IF(hlen > AF_NPY_MAX_HEADER || hlen > n - off, err, AF_ERR_FORMAT,
-                       "%s: truncated .npy header (%zu bytes announced, %zu present)", path, hlen, n - off);
+    AF_RETURN_ERROR_IF(hlen > AF_NPY_MAX_HEADER, err, AF_ERR_FORMAT,
+                       "%s: .npy header of %zu bytes, more than the %zu allowed", path, hlen,
+                       (size_t)AF_NPY_MAX_HEADER);
+    *need = *off + hlen;
+    AF_RETURN_ERROR_IF(hlen > n - *off, err, AF_ERR_FORMAT,
+                       "%s: truncated .npy header (%zu bytes announced, %zu present)", path, hlen, n - *off);
     af_array got;
     memset(&got, 0, sizeof got);
     char why[160];
-    const char *bad = af_npy_dict((const char *)raw + off, hlen, &got, why, sizeof why);
+    const char *bad = af_npy_dict((const char *)raw + *off, hlen, &got, why, sizeof why);
     AF_RETURN_ERROR_IF(bad, err, AF_ERR_FORMAT, "%s: %s", path, bad);
-    off += hlen;
-    size_t esize = af_dtype_size(got.dtype), nbytes = esize;
-    for (int d = 0; d < got.ndim; d++)
-        AF_RETURN_ERROR_IF(!af_size_mul(nbytes, got.shape[d], &nbytes) || nbytes > AF_NPY_MAX_DATA, err,
-                           AF_ERR_FORMAT, "%s: shape is too large (over %zu bytes of data)", path, AF_NPY_MAX_DATA);
-    AF_RETURN_ERROR_IF(nbytes != n - off, err, AF_ERR_FORMAT,
-                       "%s: shape needs %zu bytes of data but the file holds %zu", path, nbytes, n - off);
-    memmove(raw, raw + off, nbytes);
-    if (got.dtype == AF_BOOL)
-        for (size_t i = 0; i < nbytes; i++) raw[i] = raw[i] != 0; /* '|u1' may hold any byte */
-    got.data = nbytes ? raw : NULL;
-    if (!nbytes) af_free(raw);
-    *a = got;
+    *off += hlen;
+    size_t numel = 1;
+    bool over = false;
+    for (int d = 0; d < got.ndim; d++) over |= !af_size_mul(numel, got.shape[d], &numel);
+    if (over || numel > bound->max_numel) {
+        char shape[160];
+        af_npy_shape_str(shape, sizeof shape, got.shape, got.ndim);
+        return af_error_set(err, AF_ERR_FORMAT, "%s: shape %s does not match %s (%s%zu elements, at most %zu)", path,
+                            shape, bound->what ? bound->what : "what may be stored here", over ? "over " : "",
+                            over ? SIZE_MAX : numel, bound->max_numel);
+    }
+    AF_RETURN_ERROR_IF(!af_size_mul(numel, af_dtype_size(got.dtype), nbytes) || *nbytes > AF_NPY_MAX_DATA, err,
+                       AF_ERR_FORMAT, "%s: shape is too large (over %zu bytes of data)", path,
+                       (size_t)AF_NPY_MAX_DATA);
+    *hdr = got;
     return AF_OK;
 }
 
-/* --- files -------------------------------------------------------------------------- */
-
-/* Reads the whole file (at most cap bytes) into an af_malloc'ed buffer. */
-static af_status af_npy_slurp(const char *path, size_t cap, uint8_t **out, size_t *len, af_error *err) {
-    *out = NULL;
-    *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    AF_RETURN_ERROR_IF(fd < 0, err, AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    size_t size = 1 << 16;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 0) {
-        if ((unsigned long long)st.st_size > cap) {
-            close(fd);
-            return af_error_set(err, AF_ERR_FORMAT, "%s: file is too large (%lld bytes)", path, (long long)st.st_size);
-        }
-        size = (size_t)st.st_size + 1; /* +1: reaching EOF needs one read past the size */
-    }
-    uint8_t *buf = af_malloc(size);
+/* "[2, 3, 4]" for messages. */
+static void af_npy_shape_str(char *buf, size_t len, const size_t *shape, int ndim) {
     size_t n = 0;
-    af_status status = AF_OK;
-    while (buf) {
-        if (n == size) {
-            if (n > cap) {
-                status = af_error_set(err, AF_ERR_FORMAT, "%s: file is too large (over %zu bytes)", path, cap);
-                break;
-            }
-            size_t grown = size > cap / 2 ? cap + 1 : size * 2;
-            uint8_t *nb = af_malloc(grown);
-            if (nb) memcpy(nb, buf, n);
-            af_free(buf);
-            buf = nb;
-            size = grown;
-            if (!buf) break;
-        }
-        ssize_t r = read(fd, buf + n, size - n);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            status = af_error_set(err, AF_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
-            break;
-        }
-        if (r == 0) break;
-        n += (size_t)r;
+    int w = snprintf(buf, len, "[");
+    n = w > 0 ? (size_t)w : 0;
+    for (int d = 0; d < ndim && n < len; d++) {
+        w = snprintf(buf + n, len - n, "%s%zu", d ? ", " : "", shape[d]);
+        if (w > 0) n += (size_t)w;
     }
-    close(fd);
-    if (status == AF_OK && !buf) status = af_error_set(err, AF_ERR_NOMEM, "%s: out of memory reading the file", path);
-    if (status != AF_OK) {
-        af_free(buf);
-        return status;
+    if (n < len) snprintf(buf + n, len - n, "]");
+}
+
+/* Moves the data of raw (at off, nbytes long) to its front and hands raw to a. */
+static void af_npy_take(uint8_t *raw, size_t off, size_t nbytes, const af_array *hdr, af_array *a) {
+    *a = *hdr;
+    memmove(raw, raw + off, nbytes);
+    if (a->dtype == AF_BOOL)
+        for (size_t i = 0; i < nbytes; i++) raw[i] = raw[i] != 0; /* '|u1' may hold any byte */
+    a->data = nbytes ? raw : NULL;
+    if (!nbytes) af_free(raw);
+}
+
+/* --- zstd ----------------------------------------------------------------------------- */
+
+/* Decompresses the front of src until out holds want bytes (or the input ends): the .npy
+ * header, read before anything is allocated for the data. Streaming through a small
+ * buffer, whatever the frame goes on to produce. */
+static af_status af_npy_unzstd_head(const char *path, ZSTD_DCtx *dctx, ZSTD_inBuffer *in, uint8_t *out, size_t want,
+                                    size_t *got, af_error *err) {
+    ZSTD_outBuffer ob = {out, want, *got};
+    while (ob.pos < want) {
+        size_t before = ob.pos, r = ZSTD_decompressStream(dctx, &ob, in);
+        if (ZSTD_isError(r))
+            return af_error_set(err, AF_ERR_FORMAT, "%s: corrupt zstd data (%s)", path, ZSTD_getErrorName(r));
+        if (r == 0 && in->pos == in->size) break; /* every frame complete */
+        /* all input taken and nothing more came out: the input is truncated */
+        if (in->pos == in->size && ob.pos == before) break;
     }
-    *out = buf;
-    *len = n;
+    *got = ob.pos;
     return AF_OK;
 }
 
-/* Decompresses src (one zstd frame, or several concatenated) into a new buffer. */
-static af_status af_npy_unzstd(const char *path, const uint8_t *src, size_t n, uint8_t **out, size_t *out_len,
-                               af_error *err) {
-    *out = NULL;
-    *out_len = 0;
+/* Reads a zstd-compressed .npy: the header first, then the data straight into a buffer of
+ * exactly the size the header needs; a frame that declares or produces more is refused. */
+static af_status af_npy_read_zstd(const char *path, const uint8_t *src, size_t n, const af_npy_bound *bound,
+                                  size_t raw_cap, af_array *a, af_error *err) {
     unsigned long long fcs = ZSTD_getFrameContentSize(src, n);
     if (fcs == ZSTD_CONTENTSIZE_ERROR) {
         bool magic = n >= 4 && src[0] == 0x28 && src[1] == 0xb5 && src[2] == 0x2f && src[3] == 0xfd;
         return af_error_set(err, AF_ERR_FORMAT, "%s: %s", path,
                             magic ? "truncated or corrupt zstd frame header" : "not zstd-compressed (bad magic)");
     }
+    /* what the frame headers declare (all frames together), a claim checked before use */
+    unsigned long long declared = ZSTD_findDecompressedSize(src, n);
+    AF_RETURN_ERROR_IF(declared == ZSTD_CONTENTSIZE_ERROR, err, AF_ERR_FORMAT, "%s: truncated or corrupt zstd frame",
+                       path);
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > raw_cap) {
+        if (bound->max_numel == SIZE_MAX)
+            return af_error_set(err, AF_ERR_FORMAT,
+                                "%s: zstd frame declares %llu bytes, more than the %zu any array may take", path,
+                                declared, raw_cap);
+        return af_error_set(err, AF_ERR_FORMAT,
+                            "%s: zstd frame declares %llu bytes, more than the %zu that %zu elements need", path,
+                            declared, raw_cap, bound->max_numel);
+    }
+    AF_RETURN_ERROR_IF(declared == 0, err, AF_ERR_FORMAT, "%s: empty zstd frame", path);
     ZSTD_DCtx *dctx = ZSTD_createDCtx_advanced(af_npy_zmem);
     AF_RETURN_ERROR_IF(!dctx, err, AF_ERR_NOMEM, "%s: out of memory for the zstd decoder", path);
-    af_status status = AF_OK;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    if (fcs != ZSTD_CONTENTSIZE_UNKNOWN) {
-        /* the size in the frame header is a claim: check it against what n bytes can hold */
-        size_t bound = (n / 4 + 1) * AF_NPY_ZSTD_RATIO_BLOCK;
-        if (fcs > AF_NPY_MAX_RAW || fcs > bound) {
-            status = af_error_set(err, AF_ERR_FORMAT, "%s: zstd frame claims %llu bytes, more than %zu bytes can hold",
-                                  path, fcs, n);
-        } else if (fcs == 0) {
-            status = af_error_set(err, AF_ERR_FORMAT, "%s: empty zstd frame", path);
-        } else if (!(buf = af_malloc((size_t)fcs))) {
-            status = af_error_set(err, AF_ERR_NOMEM, "%s: out of memory (%llu bytes)", path, fcs);
-        } else {
-            size_t r = ZSTD_decompressDCtx(dctx, buf, (size_t)fcs, src, n);
-            if (ZSTD_isError(r)) {
-                status = af_error_set(err, AF_ERR_FORMAT, "%s: corrupt or truncated zstd data (%s)", path,
-                                      ZSTD_getErrorName(r));
-            } else if (r != fcs) {
-                status = af_error_set(err, AF_ERR_FORMAT, "%s: zstd frame holds %zu bytes, its header says %llu",
-                                      path, r, fcs);
-            }
-            len = (size_t)fcs;
+    /* a frame's window is allocated, not touched, before it is used; 2^27 is zstd's own
+     * default cap, stated here so that it stays one */
+    ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax, 27);
+    uint8_t *head = af_malloc(AF_NPY_MAX_HEADER + 12);
+    af_status st = head ? AF_OK : af_error_set(err, AF_ERR_NOMEM, "%s: out of memory", path);
+    af_array hdr;
+    size_t off = 0, nbytes = 0, got = 0, need = 12;
+    ZSTD_inBuffer in = {src, n, 0};
+    while (st == AF_OK) {
+        st = af_npy_unzstd_head(path, dctx, &in, head, need, &got, err);
+        if (st != AF_OK) break;
+        size_t more = 0;
+        af_error herr;
+        st = af_npy_parse_header(path, head, got, bound, &hdr, &off, &nbytes, &more, &herr);
+        if (st == AF_OK) break;
+        if (more > got && got == need) { /* the header is longer than what we have: read on */
+            need = more;
+            st = AF_OK;
+            continue;
         }
-    } else {
-        /* no size in the header (a streaming writer): grow the output as it comes */
-        size_t cap = n < (AF_NPY_MAX_RAW >> 3) ? n * 4 + 4096 : AF_NPY_MAX_RAW;
-        buf = af_malloc(cap);
-        ZSTD_inBuffer in = {src, n, 0};
-        while (buf) {
-            ZSTD_outBuffer ob = {buf, cap, len};
-            size_t r = ZSTD_decompressStream(dctx, &ob, &in);
-            len = ob.pos;
-            if (ZSTD_isError(r)) {
-                status = af_error_set(err, AF_ERR_FORMAT, "%s: corrupt zstd data (%s)", path, ZSTD_getErrorName(r));
-                break;
-            }
-            if (r == 0 && in.pos == in.size) break; /* every frame complete */
-            if (len == cap) {
-                if (cap >= AF_NPY_MAX_RAW) {
-                    status = af_error_set(err, AF_ERR_FORMAT, "%s: decompresses to more than %zu bytes", path,
-                                          AF_NPY_MAX_RAW);
-                    break;
-                }
-                size_t grown = cap > AF_NPY_MAX_RAW / 2 ? AF_NPY_MAX_RAW : cap * 2;
-                uint8_t *nb = af_malloc(grown);
-                if (nb) memcpy(nb, buf, len);
-                af_free(buf);
-                buf = nb;
-                cap = grown;
-            } else if (in.pos == in.size) {
-                status = af_error_set(err, AF_ERR_FORMAT, "%s: truncated zstd frame", path);
-                break;
-            }
+        if (err) *err = herr;
+    }
+    af_free(head);
+    uint8_t *raw = NULL;
+    size_t total = off + nbytes;
+    if (st == AF_OK && declared != ZSTD_CONTENTSIZE_UNKNOWN && declared < total)
+        st = af_error_set(err, AF_ERR_FORMAT, "%s: shape needs %zu bytes of data but the file holds %llu", path,
+                          nbytes, declared > off ? declared - off : 0);
+    if (st == AF_OK && declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > total)
+        st = af_error_set(err, AF_ERR_FORMAT,
+                          "%s: zstd frame declares %llu bytes, more than the %zu its .npy header and data need", path,
+                          declared, total);
+    if (st == AF_OK && !(raw = af_malloc(total)))
+        st = af_error_set(err, AF_ERR_NOMEM, "%s: out of memory (%zu bytes)", path, total);
+    if (st == AF_OK) {
+        /* one shot into exactly total bytes: a frame that produces more stops at once */
+        ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+        size_t r = ZSTD_decompressDCtx(dctx, raw, total, src, n);
+        if (ZSTD_isError(r) && ZSTD_getErrorCode(r) == ZSTD_error_dstSize_tooSmall) {
+            st = af_error_set(err, AF_ERR_FORMAT, "%s: decompresses to more than the %zu bytes its .npy header needs",
+                              path, total);
+        } else if (ZSTD_isError(r)) {
+            st = af_error_set(err, AF_ERR_FORMAT, "%s: corrupt or truncated zstd data (%s)", path,
+                              ZSTD_getErrorName(r));
+        } else if (r != total) {
+            st = af_error_set(err, AF_ERR_FORMAT, "%s: shape needs %zu bytes of data but the file holds %zu", path,
+                              nbytes, r > off ? r - off : 0);
         }
-        if (!buf && status == AF_OK) status = af_error_set(err, AF_ERR_NOMEM, "%s: out of memory decompressing", path);
     }
     ZSTD_freeDCtx(dctx);
-    if (status != AF_OK) {
-        af_free(buf);
-        return status;
+    if (st != AF_OK) {
+        af_free(raw);
+        return st;
     }
-    *out = buf;
-    *out_len = len;
+    af_npy_take(raw, off, nbytes, &hdr, a);
     return AF_OK;
 }
 
@@ -407,22 +413,45 @@ static bool af_npy_ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-af_status af_npy_read_zst(const char *path, af_array *a, af_error *err) {
+af_status af_npy_read_bounded(const char *path, const af_npy_bound *bound, af_array *a, af_error *err) {
     memset(a, 0, sizeof *a);
-    uint8_t *file = NULL, *raw = NULL;
-    size_t file_len = 0, raw_len = 0;
-    AF_TRY(af_npy_slurp(path, AF_NPY_MAX_FILE, &file, &file_len, err));
-    if (af_npy_ends_with(path, ".npy")) {
-        raw = file;
-        raw_len = file_len;
+    size_t max_numel = bound->max_numel;
+    /* the most the file can hold: the largest header, the data of max_numel float64s, and
+     * for zstd what compressing that can add */
+    size_t max_data = max_numel > AF_NPY_MAX_DATA / 8 ? AF_NPY_MAX_DATA : max_numel * 8;
+    size_t raw_cap = AF_NPY_MAX_HEADER + 12 + max_data;
+    bool plain = af_npy_ends_with(path, ".npy");
+    size_t file_cap = plain ? raw_cap : ZSTD_compressBound(raw_cap) + ((size_t)64 << 10);
+    char *file = NULL;
+    size_t file_len = 0;
+    AF_TRY(af_file_read(path, file_cap, &file, &file_len, err));
+    const uint8_t *src = (const uint8_t *)file;
+    af_status st;
+    if (plain) {
+        af_array hdr;
+        size_t off = 0, nbytes = 0, need = 0;
+        st = af_npy_parse_header(path, src, file_len, bound, &hdr, &off, &nbytes, &need, err);
+        if (st == AF_OK && nbytes != file_len - off)
+            st = af_error_set(err, AF_ERR_FORMAT, "%s: shape needs %zu bytes of data but the file holds %zu", path,
+                              nbytes, file_len - off);
+        if (st == AF_OK) {
+            af_npy_take((uint8_t *)file, off, nbytes, &hdr, a);
+            return AF_OK;
+        }
     } else {
-        af_status st = af_npy_unzstd(path, file, file_len, &raw, &raw_len, err);
-        af_free(file);
-        AF_TRY(st);
+        st = af_npy_read_zstd(path, src, file_len, bound, raw_cap, a, err);
     }
-    af_status st = af_npy_parse(path, raw, raw_len, a, err);
-    if (st != AF_OK) af_free(raw);
+    af_free(file);
     return st;
+}
+
+af_status af_npy_read_zst_max(const char *path, size_t max_numel, af_array *a, af_error *err) {
+    af_npy_bound bound = {max_numel, NULL};
+    return af_npy_read_bounded(path, &bound, a, err);
+}
+
+af_status af_npy_read_zst(const char *path, af_array *a, af_error *err) {
+    return af_npy_read_zst_max(path, SIZE_MAX, a, err);
 }
 
 af_status af_npy_write_zst(const char *path, const af_array *a, af_error *err) {

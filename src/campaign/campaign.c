@@ -7,7 +7,8 @@
  * signature is written as a bundle at once; repeats only count. With --jobs N, N child
  * processes run with different seeds and the same crashes directory (bundle names are
  * signatures and writes are atomic renames, so two processes finding the same bug leave
- * one bundle); the parent aggregates their stats files once a second. */
+ * one bundle); the parent aggregates their stats files once a second, and restarts a
+ * child that dies (campaign.h: AF_JOB_MAX_RESTARTS). */
 #include "attnfuzz/campaign.h"
 
 #include <cjson/cJSON.h>
@@ -118,6 +119,25 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON_AddNumberToObject(j, "unique_signatures", (double)s->n_sigs);
     cJSON_AddNumberToObject(j, "write_errors", (double)s->write_errors);
     cJSON_AddNumberToObject(j, "minimize_execs", (double)s->minimize_execs);
+    cJSON_AddNumberToObject(j, "jobs_died", (double)s->jobs_died);
+    cJSON_AddNumberToObject(j, "jobs_restarted", (double)s->jobs_restarted);
+    cJSON_AddBoolToObject(j, "jobs_kept_dying", s->jobs_kept_dying);
+    cJSON *deaths = cJSON_AddArrayToObject(j, "job_deaths");
+    for (uint64_t i = 0; i < s->jobs_died && i < AF_JOB_MAX_DEATHS; i++) {
+        const af_job_death *d = &s->deaths[i];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "job", d->job);
+        cJSON_AddNumberToObject(x, "pid", (double)d->pid);
+        if (d->signal) {
+            cJSON_AddNumberToObject(x, "signal", d->signal);
+            cJSON_AddStringToObject(x, "signal_name", sigabbrev_np(d->signal) ? sigabbrev_np(d->signal) : "?");
+        } else {
+            cJSON_AddNumberToObject(x, "exit", d->exit_code);
+        }
+        cJSON_AddNumberToObject(x, "after", d->after);
+        cJSON_AddBoolToObject(x, "restarted", d->restarted);
+        cJSON_AddItemToArray(deaths, x);
+    }
     cJSON *kinds = cJSON_AddObjectToObject(j, "findings_per_kind");
     for (int k = 1; k < AF_KIND_COUNT; k++) cJSON_AddNumberToObject(kinds, af_kind_names[k], (double)s->unique_by_kind[k]);
     cJSON *sigs = cJSON_AddArrayToObject(j, "signatures");
@@ -240,19 +260,13 @@ static void af_pool_add(af_pool *p, const af_case *c, af_rng *r) {
     }
 }
 
-static size_t af_read_small_file(const char *path, uint8_t *buf, size_t cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, cap, f);
-    fclose(f);
-    return n;
-}
-
+/* Seeds from --corpus: raw inputs, or bundle directories (their input.bin). A file that
+ * is not a regular file or is over AF_CASE_INPUT_MAX bytes is skipped, unread, with a
+ * warning naming it: one odd file does not stop a campaign. */
 static af_status af_pool_load_corpus(af_pool *p, const char *dir, size_t budget, af_rng *r, af_error *err) {
     DIR *d = opendir(dir);
     AF_RETURN_ERROR_IF(!d, err, AF_ERR_IO, "--corpus %s: %s", dir, strerror(errno));
     struct dirent *e;
-    uint8_t buf[4096];
     char path[4096];
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
@@ -261,9 +275,16 @@ static af_status af_pool_load_corpus(af_pool *p, const char *dir, size_t budget,
         if (stat(path, &sb) != 0) continue;
         if (S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/%s/input.bin", dir, e->d_name);
         if (S_ISDIR(sb.st_mode) && access(path, R_OK) != 0) continue;
-        size_t n = af_read_small_file(path, buf, sizeof buf);
+        char *buf = NULL;
+        size_t n = 0;
+        af_error ferr;
+        if (af_file_read(path, AF_CASE_INPUT_MAX, &buf, &n, &ferr) != AF_OK) {
+            fprintf(stderr, "attnfuzz: --corpus: skipped %s\n", ferr.msg);
+            continue;
+        }
         af_case c;
-        af_case_decode(&c, buf, n, budget);
+        af_case_decode(&c, (const uint8_t *)buf, n, budget);
+        af_free(buf);
         af_pool_add(p, &c, r);
     }
     closedir(d);
@@ -281,9 +302,13 @@ static void af_print_status(const af_campaign_stats *s, double elapsed, const ch
                          (unsigned long long)s->unique_by_kind[k]);
         if (w > 0) n += (size_t)w;
     }
-    fprintf(stderr, "#%llu\t%s execs/s: %.0f\tunique: %zu%s%s%s\telapsed: %.0fs%s%s\n", (unsigned long long)s->execs,
+    char died[64] = "";
+    if (s->jobs_died)
+        snprintf(died, sizeof died, "\tjobs died: %llu%s", (unsigned long long)s->jobs_died,
+                 s->jobs_kept_dying ? " (kept dying)" : "");
+    fprintf(stderr, "#%llu\t%s execs/s: %.0f\tunique: %zu%s%s%s\telapsed: %.0fs%s%s%s\n", (unsigned long long)s->execs,
             tag, elapsed > 0 ? (double)s->execs / elapsed : 0.0, s->n_sigs, n ? " (" : "", kinds, n ? ")" : "",
-            elapsed, last[0] ? "\tlast: " : "", last);
+            elapsed, died, last[0] ? "\tlast: " : "", last);
 }
 
 /* --- one process --------------------------------------------------------------------- */
@@ -303,6 +328,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     if (o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
     double start = af_now(), last_status = start, last_stats = start;
+    bool new_sig = false; /* a signature not yet in the stats file a --jobs parent reads */
     char last[256] = "";
     double last_time = 0;
 
@@ -377,6 +403,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                     break;
                 }
                 e->count = 1;
+                new_sig = true;
                 e->first_exec = s->execs;
                 e->first_time = af_now() - start; /* after the execution that found it */
             }
@@ -426,7 +453,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             af_print_status(s, s->elapsed, tail, "");
             last_status = now;
         }
-        if (!status && o->stats_path && now - last_stats >= 1.0) {
+        /* progress for the parent, and at once after a new finding: a child killed next
+         * (the OOM killer) still has it counted */
+        if (!status && o->stats_path && (now - last_stats >= 1.0 || new_sig)) {
+            new_sig = false;
             af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress for the parent */
             last_stats = now;
         }
@@ -442,16 +472,14 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
 /* --- several processes ------------------------------------------------------------- */
 
-/* Adds the signatures of a job's stats file into s (counts summed). */
+/* Adds the signatures of a job's stats file into s (counts summed) and its executions to
+ * *execs. A file not written yet (or being replaced) adds nothing. */
 static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    char *text = af_malloc(1 << 22);
-    size_t n = text ? fread(text, 1, (1 << 22) - 1, f) : 0;
-    fclose(f);
-    if (!text) return;
-    text[n] = 0;
-    cJSON *j = cJSON_Parse(text);
+    char *text = NULL;
+    size_t len = 0;
+    /* our own children's files: generous, but still bounded */
+    if (af_file_read(path, (size_t)256 << 20, &text, &len, NULL) != AF_OK) return;
+    cJSON *j = cJSON_ParseWithLength(text, len);
     af_free(text);
     if (!j) return;
     const cJSON *e = cJSON_GetObjectItem(j, "execs");
@@ -477,68 +505,192 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     cJSON_Delete(j);
 }
 
+/* One slot of --jobs: its current child and the stats files of every child it had. */
+typedef struct af_job {
+    pid_t pid;          /* 0 when none runs */
+    unsigned gen;       /* children started in this slot so far, minus one */
+    double started;     /* when the current child started */
+    uint64_t execs_before; /* executions of its earlier children (a --runs budget is per slot) */
+    bool gave_up;
+} af_job;
+
+#define AF_JOBS_MAX 256
+
+static void af_job_path(char *buf, size_t len, const char *dir, unsigned k, unsigned gen) {
+    snprintf(buf, len, "%s/job-%u-%u.json", dir, k, gen);
+}
+
+/* Starts the child of slot k (generation job->gen). Its seed stream is new for every
+ * generation: a restarted child does not replay what killed the last one. */
+static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsigned k, af_job *job, double start,
+                              af_error *err) {
+    af_campaign_opts co = *o;
+    co.jobs = 1;
+    co.seed = o->seed + 0x9e3779b9ull * (k + 1) + 0xbf58476d1ce4e5b9ull * job->gen;
+    if (o->seconds > 0) co.seconds = fmax(o->seconds - (af_now() - start), 1e-3); /* 0 would be no limit */
+    if (o->runs) co.runs = o->runs - job->execs_before;
+    char path[512];
+    af_job_path(path, sizeof path, dir, k, job->gen);
+    fflush(NULL);
+    pid_t pid = fork();
+    AF_RETURN_ERROR_IF(pid < 0, err, AF_ERR_IO, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        co.stats_path = path;
+        af_campaign_stats cs;
+        memset(&cs, 0, sizeof cs);
+        af_error cerr;
+        af_status st = af_campaign_single(&co, &cs, false, &cerr);
+        if (st != AF_OK) fprintf(stderr, "attnfuzz: job %u: %s\n", k, cerr.msg);
+        af_campaign_stats_write(&cs, &co, path, NULL);
+        _exit(st == AF_OK ? 0 : 2);
+    }
+    job->pid = pid;
+    job->started = af_now();
+    return AF_OK;
+}
+
+/* Removes the job stats directory and what is in it (stats files, a temporary file a
+ * killed child left). */
+static void af_jobs_cleanup(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* Sums the stats files of every child so far into s (deaths are the parent's own), and
+ * notes per slot the executions of its earlier children. */
+static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, unsigned n) {
+    af_campaign_stats keep = *s; /* the supervision fields survive the rebuild */
+    af_campaign_stats_free(s);
+    uint64_t execs = 0;
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t before = 0;
+        for (unsigned g = 0; g <= jobs[k].gen; g++) {
+            char path[512];
+            af_job_path(path, sizeof path, dir, k, g);
+            uint64_t e = 0;
+            af_merge_job(s, path, &e);
+            execs += e;
+            if (g < jobs[k].gen) before += e;
+        }
+        jobs[k].execs_before = before;
+    }
+    s->execs = execs;
+    s->jobs_died = keep.jobs_died;
+    s->jobs_restarted = keep.jobs_restarted;
+    s->jobs_kept_dying = keep.jobs_kept_dying;
+    memcpy(s->deaths, keep.deaths, sizeof s->deaths);
+}
+
 static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *s, af_error *err) {
     char dir[] = "/tmp/attnfuzz-jobs-XXXXXX";
     AF_RETURN_ERROR_IF(!mkdtemp(dir), err, AF_ERR_IO, "/tmp: cannot create a directory for job stats: %s",
                        strerror(errno));
-    unsigned n = o->jobs;
-    pid_t pids[256];
-    char paths[256][64];
-    if (n > 256) n = 256;
-    fflush(NULL);
-    for (unsigned k = 0; k < n; k++) {
-        snprintf(paths[k], sizeof paths[k], "%s/job-%u.json", dir, k);
-        pid_t pid = fork();
-        if (pid < 0) {
-            for (unsigned q = 0; q < k; q++) kill(pids[q], SIGINT);
-            return af_error_set(err, AF_ERR_IO, "fork: %s", strerror(errno));
-        }
-        if (pid == 0) {
-            af_campaign_opts co = *o;
-            co.jobs = 1;
-            co.seed = o->seed + 0x9e3779b9ull * (k + 1);
-            co.stats_path = paths[k];
-            af_campaign_stats cs;
-            memset(&cs, 0, sizeof cs);
-            af_error cerr;
-            af_status st = af_campaign_single(&co, &cs, false, &cerr);
-            if (st != AF_OK) fprintf(stderr, "attnfuzz: job %u: %s\n", k, cerr.msg);
-            af_campaign_stats_write(&cs, &co, paths[k], NULL);
-            _exit(st == AF_OK ? 0 : 2);
-        }
-        pids[k] = pid;
-    }
+    unsigned n = o->jobs > AF_JOBS_MAX ? AF_JOBS_MAX : o->jobs;
+    af_job jobs[AF_JOBS_MAX];
+    memset(jobs, 0, sizeof jobs);
     double start = af_now();
+    for (unsigned k = 0; k < n; k++) {
+        af_status st = af_job_start(o, dir, k, &jobs[k], start, err);
+        if (st != AF_OK) {
+            for (unsigned q = 0; q < k; q++) kill(jobs[q].pid, SIGINT);
+            for (unsigned q = 0; q < k; q++) waitpid(jobs[q].pid, NULL, 0);
+            af_jobs_cleanup(dir);
+            return st;
+        }
+    }
     unsigned running = n;
-    bool failed = false;
+    bool failed = false, stopping = false, stop_sent = false;
+    af_status status = AF_OK;
+    double last_status = start;
     while (running > 0) {
-        struct timespec ts = {1, 0};
+        /* a tenth of a second: a child's death is seen (and timed) within that; the stats
+         * files are merged and the status printed once a second */
+        struct timespec ts = {0, 100000000};
         nanosleep(&ts, NULL);
-        if (af_campaign_stop)
+        double now = af_now();
+        /* no restarts once the campaign is ending: stopped, out of time or findings */
+        stopping |= af_campaign_stop || (o->seconds > 0 && now - start >= o->seconds) ||
+                    (o->max_findings && s->n_sigs >= o->max_findings);
+        if (af_campaign_stop && !stop_sent) {
             for (unsigned k = 0; k < n; k++)
-                if (pids[k] > 0) kill(pids[k], SIGINT);
+                if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
+            stop_sent = true;
+        }
         for (unsigned k = 0; k < n; k++) {
-            int wstatus;
-            if (pids[k] > 0 && waitpid(pids[k], &wstatus, WNOHANG) == pids[k]) {
-                pids[k] = 0;
-                running--;
-                if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) failed = true;
+            int ws;
+            if (jobs[k].pid <= 0 || waitpid(jobs[k].pid, &ws, WNOHANG) != jobs[k].pid) continue;
+            pid_t pid = jobs[k].pid;
+            jobs[k].pid = 0;
+            running--;
+            bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+            if (clean) continue;
+            failed = true;
+            double lived = now - jobs[k].started;
+            /* a bundle it was writing is a temporary directory nobody else will remove */
+            size_t partial = af_bundle_remove_partial(o->crashes_dir, (long)pid);
+            af_job_death d = {k, (long)pid, WIFSIGNALED(ws) ? WTERMSIG(ws) : 0, WIFEXITED(ws) ? WEXITSTATUS(ws) : 0,
+                              lived, false};
+            /* kept dying: too many restarts, or a restarted child that could not live a second */
+            bool crash_loop = jobs[k].gen > 0 && lived < AF_JOB_MIN_LIFE;
+            bool give_up = jobs[k].gen >= AF_JOB_MAX_RESTARTS || crash_loop;
+            const char *why = crash_loop ? "; it kept dying (within a second of its restart): not restarted"
+                              : give_up  ? "; it kept dying (too many restarts): not restarted"
+                                         : "";
+            char serr_msg[sizeof ((af_error *)0)->msg + 32] = "";
+            if (!give_up && !stopping) {
+                jobs[k].gen++;
+                af_jobs_merge(s, dir, jobs, n); /* execs_before of slot k: its dead children's */
+                af_error serr;
+                if (o->runs && jobs[k].execs_before >= o->runs) {
+                    why = "; its --runs are done";
+                } else if (af_job_start(o, dir, k, &jobs[k], start, &serr) != AF_OK) {
+                    snprintf(serr_msg, sizeof serr_msg, "; cannot restart it: %s", serr.msg);
+                    why = serr_msg;
+                    give_up = true;
+                } else {
+                    d.restarted = true;
+                    why = "; restarted it with a new seed stream";
+                    s->jobs_restarted++;
+                    running++;
+                }
+            }
+            char how[64];
+            if (d.signal) {
+                snprintf(how, sizeof how, "was killed by signal %d (SIG%s)", d.signal,
+                         sigabbrev_np(d.signal) ? sigabbrev_np(d.signal) : "?");
+            } else {
+                snprintf(how, sizeof how, "exited with status %d", d.exit_code);
+            }
+            fprintf(stderr, "attnfuzz: job %u (pid %ld) %s after %.1fs%s\n", k, d.pid, how, lived, why);
+            if (partial)
+                fprintf(stderr, "attnfuzz: removed %zu half-written bundle%s of job %u from %s\n", partial,
+                        partial == 1 ? "" : "s", k, o->crashes_dir);
+            if (s->jobs_died < AF_JOB_MAX_DEATHS) s->deaths[s->jobs_died] = d;
+            s->jobs_died++;
+            if (give_up) {
+                jobs[k].gave_up = true;
+                s->jobs_kept_dying = true;
             }
         }
-        af_campaign_stats_free(s);
-        uint64_t execs = 0;
-        for (unsigned k = 0; k < n; k++) af_merge_job(s, paths[k], &execs);
-        s->execs = execs;
+        if (running > 0 && now - last_status < 1.0) continue;
+        last_status = now;
+        af_jobs_merge(s, dir, jobs, n);
         s->elapsed = af_now() - start;
         if (!o->quiet) af_print_status(s, s->elapsed, "", running ? "" : "DONE");
         if (o->max_findings && s->n_sigs >= o->max_findings)
             for (unsigned k = 0; k < n; k++)
-                if (pids[k] > 0) kill(pids[k], SIGINT);
+                if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
     }
-    for (unsigned k = 0; k < n; k++) unlink(paths[k]);
-    rmdir(dir);
-    AF_RETURN_ERROR_IF(failed && s->execs == 0, err, AF_ERR_IO, "every job failed");
-    return AF_OK;
+    af_jobs_cleanup(dir);
+    if (failed && s->execs == 0 && !s->jobs_restarted)
+        status = af_error_set(err, AF_ERR_IO, "every job failed");
+    return status;
 }
 
 af_status af_campaign_run(const af_campaign_opts *o, af_campaign_stats *s, af_error *err) {

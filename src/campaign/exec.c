@@ -19,6 +19,7 @@ typedef struct af_check {
 struct af_exec {
     af_exec_config cfg;
     af_backend *be[AF_EXEC_MAX_BACKENDS];
+    char be_spec[AF_EXEC_MAX_BACKENDS][256]; /* as opened: a plugin or worker names itself otherwise */
     size_t nbe;
     af_check checks[AF_EXEC_MAX_CHECKS];
     size_t nchecks;
@@ -51,20 +52,24 @@ void af_exec_config_default(af_exec_config *cfg) {
     af_oracle_opts_default(&cfg->oracle);
 }
 
-/* Index of backend `name`, opening it the first time. */
+/* Index of backend `name`, opening it the first time. A backend is the same one when it
+ * was opened with the same spec: "plugin:/opt/x.so" calls itself "plugin:x" (its own
+ * name), and comparing with that would open it twice (and run and print every check of it
+ * twice). */
 static af_status af_exec_backend(af_exec *x, const char *name, size_t len, size_t *idx, af_error *err) {
-    char buf[256];
+    char buf[sizeof x->be_spec[0]];
     AF_RETURN_ERROR_IF(len >= sizeof buf, err, AF_ERR_INVALID, "backend name too long");
     memcpy(buf, name, len);
     buf[len] = 0;
     for (size_t k = 0; k < x->nbe; k++)
-        if (strcmp(af_backend_name(x->be[k]), buf) == 0) {
+        if (strcmp(x->be_spec[k], buf) == 0) {
             *idx = k;
             return AF_OK;
         }
     AF_RETURN_ERROR_IF(x->nbe == AF_EXEC_MAX_BACKENDS, err, AF_ERR_INVALID, "too many backends (max %d)",
                        AF_EXEC_MAX_BACKENDS);
     AF_TRY(af_backend_open(buf, &x->be[x->nbe], err));
+    memcpy(x->be_spec[x->nbe], buf, len + 1);
     *idx = x->nbe++;
     return AF_OK;
 }
@@ -308,6 +313,7 @@ af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_err
 
 af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
     af_exec_drop_expected(x);
+    AF_TRY(af_bundle_check_budget(b, x->cfg.budget, err)); /* before anything is allocated for it */
     AF_TRY(af_bundle_load_inputs(b, x->in, err));
     double *expected = NULL;
     AF_TRY(af_bundle_load_expected(b, &expected, err));

@@ -27,8 +27,10 @@ int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selec
 /* With no --backend/--pair (selected bit 1): the pair explicit,fused, and every relation
  * unless --relation chose some (bit 2). */
 void af_cli_default_checks(af_exec_config *cfg, int selected);
-/* Reads a raw input file (at most cap bytes) into buf; -1 if it cannot be opened. */
-int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n);
+/* Reads a raw input file into buf (its first cap bytes: the decoder reads fewer). A file
+ * over AF_CASE_INPUT_MAX bytes, or not a regular file, is refused unread: -1 with err naming
+ * the file and the problem, as when it cannot be opened. */
+int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n, af_error *err);
 
 /* Fills the relation set for "all" or a name; prints an error and returns -1 if unknown. */
 int af_cli_relation(af_exec_config *cfg, const char *name);

@@ -25,7 +25,8 @@ static void af_fuzz_usage(FILE *f) {
             "  --seed N            campaign seed (default 1)\n"
             "  --crashes DIR       where bundles go (default crashes/)\n"
             "  --corpus DIR        inputs or bundles to start from and mutate\n"
-            "  --jobs N            N processes sharing the crashes directory\n"
+            "  --jobs N            N processes sharing the crashes directory; one that dies\n"
+            "                      (e.g. OOM-killed) is restarted; exit 2 if they kept dying\n"
             "  --stats FILE        write JSON stats (execs, execs/s, findings, signatures)\n"
             "  --max-findings N    stop after N unique findings\n"
             "  --budget MIB        tensor memory per case (default 64)\n"
@@ -160,8 +161,18 @@ int af_cmd_fuzz(int argc, char **argv) {
             fprintf(stderr, "  %-15s %-32s x%-6llu %s\n", af_kind_names[e->kind], e->who, (unsigned long long)e->count,
                     e->bundle[0] ? e->bundle : "(not stored: see the error above)");
         }
+        if (stats.jobs_died)
+            fprintf(stderr, "attnfuzz: %llu job processes died, %llu restarted (see the lines above%s)\n",
+                    (unsigned long long)stats.jobs_died, (unsigned long long)stats.jobs_restarted,
+                    o.stats_path ? " and job_deaths in the stats" : "");
         rc = stats.n_sigs ? 1 : 0;
         if (stats.write_errors) rc = 2;
+        if (stats.jobs_kept_dying) {
+            fprintf(stderr, "attnfuzz fuzz: job processes kept dying (more than %d restarts of one, or death within "
+                            "%.0fs of a restart)\n",
+                    AF_JOB_MAX_RESTARTS, AF_JOB_MIN_LIFE);
+            rc = 2;
+        }
     }
     af_campaign_stats_free(&stats);
     return rc;

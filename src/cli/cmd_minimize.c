@@ -74,13 +74,18 @@ int af_cmd_minimize(int argc, char **argv) {
             fprintf(stderr, "attnfuzz minimize: %s\n", err.msg);
             return 2;
         }
+        if (af_bundle_check_budget(b, cfg.budget, &err) != AF_OK) {
+            fprintf(stderr, "attnfuzz minimize: %s\n", err.msg);
+            af_bundle_free(b);
+            return 2;
+        }
         c = *af_bundle_case(b);
         if (!(selected & 1)) af_cli_config_from_bundle(b, &cfg, names);
     } else {
         uint8_t buf[1 << 16];
         size_t n = 0;
-        if (af_cli_read_input(path, buf, sizeof buf, &n) != 0) {
-            fprintf(stderr, "attnfuzz minimize: %s: cannot open\n", path);
+        if (af_cli_read_input(path, buf, sizeof buf, &n, &err) != 0) {
+            fprintf(stderr, "attnfuzz minimize: %s\n", err.msg);
             return 2;
         }
         af_case_decode(&c, buf, n, cfg.budget);

@@ -69,8 +69,8 @@ static int af_replay_one(const char *path, const af_exec_config *base, int selec
     } else {
         uint8_t buf[1 << 16];
         size_t n = 0;
-        if (af_cli_read_input(path, buf, sizeof buf, &n) != 0) {
-            fprintf(stderr, "attnfuzz replay: %s: cannot open\n", path);
+        if (af_cli_read_input(path, buf, sizeof buf, &n, &err) != 0) {
+            fprintf(stderr, "attnfuzz replay: %s\n", err.msg);
             af_exec_destroy(x);
             return 2;
         }

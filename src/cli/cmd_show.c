@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attnfuzz/bundle.h"
@@ -9,12 +10,13 @@
 #include "cli.h"
 
 static void af_show_usage(FILE *f) {
-    fprintf(f, "usage: attnfuzz show [--heatmap FILE.png] BUNDLE\n"
+    fprintf(f, "usage: attnfuzz show [--heatmap FILE.png] [--budget MIB] BUNDLE\n"
                "\n"
                "Prints the case (shapes, layouts, dtype, masks, scale, dropout), each backend's\n"
                "metrics and its worst element. --heatmap draws |out - ref| over (query position,\n"
                "value dim) for the worst (batch, head) of the worst backend: blocks point at a\n"
-               "layout bug, an even wash at a scale bug.\n");
+               "layout bug, an even wash at a scale bug. Arrays are read only for a case within\n"
+               "--budget MiB of tensors (default 64), as for replay.\n");
 }
 
 static void af_show_tensor(const char *name, const af_tensor_spec *t) {
@@ -40,12 +42,22 @@ static void af_show_mask(const char *name, const af_case *c, const af_mask_spec 
 int af_cmd_show(int argc, char **argv) {
     const char *heatmap = NULL;
     static const struct option longopts[] = {
-        {"heatmap", required_argument, 0, 'm'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"heatmap", required_argument, 0, 'm'}, {"budget", required_argument, 0, 'b'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    size_t budget = 0;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (opt == 'm') {
             heatmap = optarg;
+        } else if (opt == 'b') {
+            char *end;
+            double mib = strtod(optarg, &end);
+            if (*end || !(mib > 0) || mib > 1 << 20) {
+                fprintf(stderr, "attnfuzz show: --budget wants MiB of tensors per case, got \"%s\"\n", optarg);
+                return 2;
+            }
+            budget = (size_t)(mib * 1048576.0);
         } else if (opt == 'h') {
             af_show_usage(stdout);
             return 0;
@@ -119,12 +131,27 @@ int af_cmd_show(int argc, char **argv) {
     }
     printf("replay   attnfuzz replay %s\n", af_bundle_dir(b));
     int rc = 0;
+    char *text = NULL;
+    size_t tlen = 0;
+    if (af_bundle_load_text(b, "stderr.txt", &text, &tlen, &err) != AF_OK) {
+        fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+        rc = 2;
+    } else if (text) {
+        printf("stderr   the worker's last %zu bytes (stderr.txt):\n", tlen);
+        for (char *line = text, *nl; *line; line = nl ? nl + 1 : line + strlen(line)) {
+            nl = strchr(line, '\n');
+            printf("  | %.*s\n", (int)(nl ? (size_t)(nl - line) : strlen(line)), line);
+            if (!nl) break;
+        }
+    }
+    af_free(text);
     if (heatmap) {
         double *out = NULL, *ref = NULL;
         if (worst_i == SIZE_MAX) {
             fprintf(stderr, "attnfuzz show: %s: no backend output to draw\n", af_bundle_dir(b));
             rc = 2;
-        } else if (af_bundle_load_output(b, af_bundle_record_at(b, worst_i)->backend, &out, &err) != AF_OK ||
+        } else if (af_bundle_check_budget(b, budget, &err) != AF_OK ||
+                   af_bundle_load_output(b, af_bundle_record_at(b, worst_i)->backend, &out, &err) != AF_OK ||
                    af_bundle_load_output(b, "ref", &ref, &err) != AF_OK) {
             fprintf(stderr, "attnfuzz show: %s\n", err.msg);
             rc = 2;

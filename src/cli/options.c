@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "attnfuzz/bundle.h"
+#include "attnfuzz/mem.h"
 #include "cli.h"
+#include "core/fileio.h"
 
 int af_cli_relation(af_exec_config *cfg, const char *name) {
     if (!strcmp(name, "all")) {
@@ -97,10 +99,13 @@ void af_cli_default_checks(af_exec_config *cfg, int selected) {
         for (int r = 0; r < AF_REL_COUNT; r++) cfg->relations[r] = true;
 }
 
-int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    *n = fread(buf, 1, cap, f);
-    fclose(f);
+int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n, af_error *err) {
+    char *data = NULL;
+    size_t len = 0;
+    *n = 0;
+    if (af_file_read(path, AF_CASE_INPUT_MAX, &data, &len, err) != AF_OK) return -1;
+    *n = len < cap ? len : cap;
+    memcpy(buf, data, *n);
+    af_free(data);
     return 0;
 }

@@ -1,4 +1,4 @@
-/* fileio.c - whole-file writes (see fileio.h). */
+/* fileio.c - whole-file writes and bounded whole-file reads (see fileio.h). */
 #include "fileio.h"
 
 #include <errno.h>
@@ -6,7 +6,10 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "attnfuzz/mem.h"
 
 /* Writes, syncs and closes fd; on failure *what names the step and *e is its errno. */
 static void af_file_fill(int fd, const void *data, size_t n, const char **what, int *e) {
@@ -61,5 +64,67 @@ af_status af_file_write_atomic(const char *path, const void *data, size_t n, af_
         unlink(tmp);
         return af_error_set(err, AF_ERR_IO, "%s: %s: %s", path, what, strerror(e));
     }
+    return AF_OK;
+}
+
+af_status af_file_read(const char *path, size_t cap, char **out, size_t *len, af_error *err) {
+    *out = NULL;
+    *len = 0;
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    AF_RETURN_ERROR_IF(fd < 0, err, AF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return af_error_set(err, AF_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return af_error_set(err, AF_ERR_FORMAT, "%s: not a regular file", path);
+    }
+    if (st.st_size < 0 || (unsigned long long)st.st_size > cap) {
+        close(fd);
+        return af_error_set(err, AF_ERR_FORMAT, "%s: file is %lld bytes, more than the %zu allowed", path,
+                            (long long)st.st_size, cap);
+    }
+    /* the size may change while we read: read one byte past it to see the end, and never
+     * more than cap + 1 (which proves the file too large) */
+    size_t size = (size_t)st.st_size + 1, n = 0;
+    char *buf = af_malloc(size + 1);
+    af_status status = AF_OK;
+    while (buf) {
+        if (n == size) {
+            if (n > cap) {
+                status = af_error_set(err, AF_ERR_FORMAT, "%s: file grew to more than the %zu bytes allowed", path,
+                                      cap);
+                break;
+            }
+            size_t grown = size > cap / 2 ? cap + 1 : size * 2;
+            char *nb = af_malloc(grown + 1);
+            if (nb) memcpy(nb, buf, n);
+            af_free(buf);
+            buf = nb;
+            size = grown;
+            if (!buf) break;
+        }
+        ssize_t r = read(fd, buf + n, size - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            status = af_error_set(err, AF_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+            break;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (status == AF_OK && !buf) status = af_error_set(err, AF_ERR_NOMEM, "%s: out of memory reading the file", path);
+    if (status != AF_OK) {
+        af_free(buf);
+        return status;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
     return AF_OK;
 }

@@ -1,5 +1,6 @@
-/* fileio.h - writing whole files so that a failure is reported and nothing half-written
- * stays (library-internal). Messages name the path and the problem. */
+/* fileio.h - whole files (library-internal): writes that report failure and leave nothing
+ * half-written, and reads that never take more than a stated size. Messages name the path
+ * and the problem. */
 #ifndef ATTNFUZZ_FILEIO_H
 #define ATTNFUZZ_FILEIO_H
 
@@ -14,5 +15,14 @@ af_status af_file_write(const char *path, const void *data, size_t n, bool exclu
 /* Writes "<path>.tmp.<pid>" the same way, then renames it onto path: readers see the
  * old file or the whole new one. */
 af_status af_file_write_atomic(const char *path, const void *data, size_t n, af_error *err);
+
+/* Reads a whole regular file of at most cap bytes into an af_malloc'ed buffer with a NUL
+ * after the last byte (*out, *len; the caller af_frees *out). What it reads comes from
+ * outside (a bundle, a corpus, a worker), so it is bounded before anything is allocated:
+ * a file over cap bytes is AF_ERR_FORMAT ("<path>: file is N bytes, more than the M
+ * allowed") decided from its size, without reading it; a FIFO, device or directory is
+ * AF_ERR_FORMAT too (it could block or never end). AF_ERR_IO when it cannot be opened or
+ * read, AF_ERR_NOMEM when the buffer cannot be had. */
+af_status af_file_read(const char *path, size_t cap, char **out, size_t *len, af_error *err);
 
 #endif

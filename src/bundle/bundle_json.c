@@ -1,0 +1,425 @@
+/* bundle_json.c - case.json (schema: docs/case-json.md): the text a bundle's spec writes,
+ * and parsing that text back into a bundle.
+ *
+ * Parsing accepts case.json from other tools: only "case" is required, every other field
+ * is optional. A field that is present must have its documented type: a wrong type means
+ * the file is not what we think it is, which is AF_ERR_FORMAT naming case.json and the
+ * field. Numbers are written so that they read back as the same double (json_exact.h). */
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "attnfuzz/mem.h"
+#include "bundle_internal.h"
+#include "json_exact.h"
+
+/* --- writing ------------------------------------------------------------------------------ */
+
+/* JSON building: cJSON reports allocation failure by returning NULL; note it once. */
+typedef struct af_jw {
+    bool ok;
+} af_jw;
+
+static void af_jw_item(af_jw *w, cJSON *o, const char *key, cJSON *item) {
+    if (!item || !o || !cJSON_AddItemToObject(o, key, item)) {
+        cJSON_Delete(item);
+        w->ok = false;
+    }
+}
+
+static void af_jw_push(af_jw *w, cJSON *arr, cJSON *item) {
+    if (!item || !arr || !cJSON_AddItemToArray(arr, item)) {
+        cJSON_Delete(item);
+        w->ok = false;
+    }
+}
+
+/* A count: exact as an integer (cJSON would print counts above 2^31 as doubles). */
+static cJSON *af_jw_count(size_t n) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%zu", n);
+    return cJSON_CreateRaw(buf);
+}
+
+static cJSON *af_jw_string(const char *s) { return s ? cJSON_CreateString(s) : cJSON_CreateNull(); }
+
+static cJSON *af_jw_metrics(af_jw *w, const af_metrics *m) {
+    cJSON *o = cJSON_CreateObject();
+    af_jw_item(w, o, "max_abs", af_json_double(m->max_abs));
+    af_jw_item(w, o, "max_rel", af_json_double(m->max_rel));
+    af_jw_item(w, o, "rel_fro", af_json_double(m->rel_fro));
+    af_jw_item(w, o, "worst_ratio", af_json_double(m->worst_ratio));
+    cJSON *idx = cJSON_CreateArray();
+    for (int d = 0; d < 4; d++) af_jw_push(w, idx, af_jw_count(m->worst[d]));
+    af_jw_item(w, o, "worst_index", idx);
+    af_jw_item(w, o, "worst_out", af_json_double(m->worst_out));
+    af_jw_item(w, o, "worst_ref", af_json_double(m->worst_ref));
+    af_jw_item(w, o, "n_nan", af_jw_count(m->n_nan));
+    af_jw_item(w, o, "n_inf", af_jw_count(m->n_inf));
+    af_jw_item(w, o, "n_masked_row_nan", af_jw_count(m->n_masked_row_nan));
+    af_jw_item(w, o, "n_masked_value_leak", af_jw_count(m->n_masked_value_leak));
+    af_jw_item(w, o, "n_diverge", af_jw_count(m->n_diverge));
+    af_jw_item(w, o, "n_unstable", af_jw_count(m->n_unstable));
+    return o;
+}
+
+
+char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n_files, char *const *out_files,
+                           const char *bundle_path, cJSON *extra, size_t *len) {
+    af_jw w = {true};
+    cJSON *root = cJSON_CreateObject();
+    char buf[512];
+    af_jw_item(&w, root, "format", cJSON_CreateString(AF_BUNDLE_FORMAT));
+    af_jw_item(&w, root, "version", cJSON_CreateNumber(AF_BUNDLE_VERSION));
+    af_jw_item(&w, root, "tool", cJSON_CreateString("attnfuzz"));
+    af_jw_item(&w, root, "kind",
+               cJSON_CreateString((unsigned)s->kind < AF_KIND_COUNT ? af_kind_names[s->kind] : "unknown"));
+    snprintf(buf, sizeof buf, "%016llx", (unsigned long long)s->signature);
+    af_jw_item(&w, root, "signature", cJSON_CreateString(buf));
+    af_jw_item(&w, root, "who", cJSON_CreateString(s->who ? s->who : ""));
+    af_jw_item(&w, root, "relation", af_jw_string(s->relation));
+    cJSON *case_obj = af_case_to_cjson(s->c); /* numbers already exact */
+    af_jw_item(&w, root, "case", case_obj);
+    af_case_features_str(s->c, buf, sizeof buf);
+    af_jw_item(&w, root, "features", cJSON_CreateString(buf));
+    cJSON *tol = cJSON_CreateObject();
+    af_jw_item(&w, tol, "atol", af_json_double(s->tol.atol));
+    af_jw_item(&w, tol, "rtol", af_json_double(s->tol.rtol));
+    af_jw_item(&w, tol, "fudge", af_json_double(s->tol.fudge));
+    af_jw_item(&w, tol, "honest", cJSON_CreateBool(s->tol.honest));
+    af_jw_item(&w, root, "tolerance", tol);
+    cJSON *bes = cJSON_CreateArray();
+    for (size_t i = 0; i < s->n_outputs; i++) {
+        const af_bundle_output *o = &s->outputs[i];
+        cJSON *be = cJSON_CreateObject();
+        af_jw_item(&w, be, "name", cJSON_CreateString(o->backend ? o->backend : ""));
+        af_jw_item(&w, be, "version", af_jw_string(o->version));
+        af_kind k = o->result.kind;
+        af_jw_item(&w, be, "verdict", cJSON_CreateString((unsigned)k < AF_KIND_COUNT ? af_kind_names[k] : "unknown"));
+        af_jw_item(&w, be, "error", af_jw_string(o->error));
+        af_jw_item(&w, be, "metrics", af_jw_metrics(&w, &o->result.m));
+        af_jw_item(&w, be, "output", af_jw_string(out_files[i]));
+        af_jw_push(&w, bes, be);
+    }
+    af_jw_item(&w, root, "backends", bes);
+    if (s->replay_cmd) {
+        af_jw_item(&w, root, "replay", cJSON_CreateString(s->replay_cmd));
+    } else {
+        char replay[PATH_MAX + 32];
+        snprintf(replay, sizeof replay, "attnfuzz replay %s", bundle_path);
+        af_jw_item(&w, root, "replay", cJSON_CreateString(replay));
+    }
+    cJSON *list = cJSON_CreateArray();
+    af_jw_push(&w, list, cJSON_CreateString("case.json"));
+    for (size_t i = 0; i < n_files; i++) af_jw_push(&w, list, cJSON_CreateString(files[i]));
+    af_jw_item(&w, root, "files", list);
+    if (extra) af_jw_item(&w, root, "extra", extra);
+    char *text = w.ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return NULL;
+    size_t n = strlen(text);
+    text[n] = '\n'; /* replaces the NUL: the file ends in a newline */
+    *len = n + 1;
+    return text;
+}
+
+/* --- reading ------------------------------------------------------------------------------ */
+
+typedef struct af_br {
+    const char *file; /* "<dir>/case.json", for messages */
+    af_error *err;
+    af_status st;
+} af_br;
+
+static void af_br_fail(af_br *r, const char *field, const char *what) {
+    if (r->st == AF_OK) r->st = af_error_set(r->err, AF_ERR_FORMAT, "%s: field %s: %s", r->file, field, what);
+}
+
+/* An item that is present and not null. */
+static const cJSON *af_br_get(const cJSON *o, const char *key) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, key);
+    return it && !cJSON_IsNull(it) ? it : NULL;
+}
+
+static bool af_br_nonfinite(const char *s, double *x) {
+    double sign = 1.0;
+    if (*s == '-' || *s == '+') sign = *s++ == '-' ? -1.0 : 1.0;
+    if (strcasecmp(s, "inf") == 0 || strcasecmp(s, "infinity") == 0) {
+        *x = sign * HUGE_VAL;
+        return true;
+    }
+    if (strcasecmp(s, "nan") == 0) {
+        *x = (double)NAN;
+        return true;
+    }
+    return false;
+}
+
+/* A double: a number, or one of the strings "inf", "-inf", "nan". */
+static double af_br_double(af_br *r, const cJSON *o, const char *key, const char *field, double dflt) {
+    const cJSON *it = af_br_get(o, key);
+    double x = dflt;
+    if (!it) return dflt;
+    if (cJSON_IsNumber(it)) return it->valuedouble;
+    if (cJSON_IsString(it) && af_br_nonfinite(it->valuestring, &x)) return x;
+    af_br_fail(r, field, "expected a number or \"inf\", \"-inf\", \"nan\"");
+    return dflt;
+}
+
+/* A count or index: an integer in 0..2^53. */
+static size_t af_br_count(af_br *r, const cJSON *it, const char *field) {
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= 0.0 && it->valuedouble <= 0x1p53) ||
+        it->valuedouble != floor(it->valuedouble)) {
+        af_br_fail(r, field, "expected a non-negative integer");
+        return 0;
+    }
+    return (size_t)it->valuedouble;
+}
+
+static const char *af_br_string(af_br *r, const cJSON *o, const char *key, const char *field) {
+    const cJSON *it = af_br_get(o, key);
+    if (!it) return NULL;
+    if (!cJSON_IsString(it)) {
+        af_br_fail(r, field, "expected a string");
+        return NULL;
+    }
+    return it->valuestring;
+}
+
+static af_kind af_br_kind(af_br *r, const cJSON *o, const char *key, const char *field) {
+    const char *s = af_br_string(r, o, key, field);
+    if (!s) return AF_KIND_OK;
+    int k = af_kind_from_name(s);
+    if (k < 0) {
+        af_br_fail(r, field, "unknown kind (ok, nan_mismatch, inf_mismatch, masked_row_nan, masked_value_leak, "
+                             "diverge, error, crash, timeout)");
+        return AF_KIND_OK;
+    }
+    return (af_kind)k;
+}
+
+static uint64_t af_br_signature(af_br *r, const cJSON *o) {
+    const cJSON *it = af_br_get(o, "signature");
+    if (!it) return 0;
+    if (cJSON_IsNumber(it)) return (uint64_t)af_br_count(r, it, "signature");
+    const char *s = cJSON_IsString(it) ? it->valuestring : NULL;
+    if (s && (strncmp(s, "0x", 2) == 0 || strncmp(s, "0X", 2) == 0)) s += 2;
+    size_t n = s ? strlen(s) : 0;
+    bool ok = n >= 1 && n <= 16;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') || (s[i] >= 'A' && s[i] <= 'F');
+    if (!ok) {
+        af_br_fail(r, "signature", "expected up to 16 hex digits");
+        return 0;
+    }
+    return (uint64_t)strtoull(s, NULL, 16);
+}
+
+static void af_br_metrics(af_br *r, const cJSON *mo, const char *where, af_metrics *m) {
+    char f[128]; /* where is shorter than 96 */
+#define AF_BR_D(key)                                                                                   \
+    do {                                                                                               \
+        snprintf(f, sizeof f, "%s.%s", where, #key);                                                   \
+        m->key = af_br_double(r, mo, #key, f, 0.0);                                                    \
+    } while (0)
+#define AF_BR_N(key)                                                                                   \
+    do {                                                                                               \
+        const cJSON *it_ = af_br_get(mo, #key);                                                        \
+        snprintf(f, sizeof f, "%s.%s", where, #key);                                                   \
+        if (it_) m->key = af_br_count(r, it_, f);                                                      \
+    } while (0)
+    AF_BR_D(max_abs);
+    AF_BR_D(max_rel);
+    AF_BR_D(rel_fro);
+    AF_BR_D(worst_ratio);
+    AF_BR_D(worst_out);
+    AF_BR_D(worst_ref);
+    AF_BR_N(n_nan);
+    AF_BR_N(n_inf);
+    AF_BR_N(n_masked_row_nan);
+    AF_BR_N(n_masked_value_leak);
+    AF_BR_N(n_diverge);
+    AF_BR_N(n_unstable);
+#undef AF_BR_D
+#undef AF_BR_N
+    const cJSON *wi = af_br_get(mo, "worst_index");
+    snprintf(f, sizeof f, "%s.worst_index", where);
+    if (wi && (!cJSON_IsArray(wi) || cJSON_GetArraySize(wi) != 4)) {
+        af_br_fail(r, f, "expected [b, h, i, d]");
+    } else if (wi) {
+        for (int d = 0; d < 4; d++) m->worst[d] = af_br_count(r, cJSON_GetArrayItem(wi, d), f);
+    }
+}
+
+static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
+    const cJSON *bes = af_br_get(root, "backends");
+    if (!bes) return;
+    if (!cJSON_IsArray(bes)) {
+        af_br_fail(r, "backends", "expected an array");
+        return;
+    }
+    int n = cJSON_GetArraySize(bes);
+    if (n <= 0) return;
+    b->recs = af_calloc((size_t)n, sizeof *b->recs);
+    b->rec_names = af_calloc((size_t)n, sizeof *b->rec_names);
+    b->rec_files = af_calloc((size_t)n, sizeof *b->rec_files);
+    if (!b->recs || !b->rec_names || !b->rec_files) {
+        if (r->st == AF_OK) r->st = af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+        return;
+    }
+    const cJSON *be;
+    size_t i = 0;
+    cJSON_ArrayForEach(be, bes) {
+        char f[64];
+        snprintf(f, sizeof f, "backends[%zu]", i);
+        if (!cJSON_IsObject(be)) {
+            af_br_fail(r, f, "expected an object");
+            return;
+        }
+        af_bundle_record *rec = &b->recs[i];
+        b->n_recs = ++i; /* counted before filling: af_bundle_free frees what is there */
+        char fn[96];
+        snprintf(fn, sizeof fn, "%s.name", f);
+        const char *name = af_br_string(r, be, "name", fn);
+        if (!name) {
+            af_br_fail(r, fn, "each backend needs a name");
+            return;
+        }
+        snprintf(rec->backend, sizeof rec->backend, "%s", name);
+        snprintf(fn, sizeof fn, "%s.version", f);
+        const char *version = af_br_string(r, be, "version", fn);
+        snprintf(rec->version, sizeof rec->version, "%s", version ? version : "");
+        snprintf(fn, sizeof fn, "%s.verdict", f);
+        rec->kind = af_br_kind(r, be, "verdict", fn);
+        snprintf(fn, sizeof fn, "%s.error", f);
+        (void)af_br_string(r, be, "error", fn);
+        const cJSON *mo = af_br_get(be, "metrics");
+        snprintf(fn, sizeof fn, "%s.metrics", f);
+        if (mo && !cJSON_IsObject(mo)) {
+            af_br_fail(r, fn, "expected an object");
+        } else if (mo) {
+            af_br_metrics(r, mo, fn, &rec->m);
+        }
+        /* the output file: as recorded, or by the naming rule when not recorded */
+        snprintf(fn, sizeof fn, "%s.output", f);
+        const cJSON *out = cJSON_GetObjectItemCaseSensitive(be, "output");
+        char dflt[160];
+        const char *file = NULL;
+        if (!out) {
+            af_bundle_out_name(name, dflt, sizeof dflt);
+            file = dflt;
+        } else if (cJSON_IsString(out)) {
+            file = out->valuestring;
+            if (!af_bundle_plain_name(file)) af_br_fail(r, fn, "expected a file name inside the bundle");
+        } else if (!cJSON_IsNull(out)) {
+            af_br_fail(r, fn, "expected a file name or null");
+        }
+        if (r->st != AF_OK) return;
+        bool nomem = !(b->rec_names[i - 1] = af_strdup(name));
+        if (file && af_bundle_is_file(b->dir, file)) {
+            rec->has_output = true;
+            nomem |= !(b->rec_files[i - 1] = af_strdup(file));
+        }
+        if (nomem) {
+            r->st = af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+            return;
+        }
+    }
+}
+
+static void af_br_tolerance(af_br *r, const cJSON *root, af_bundle *b) {
+    const cJSON *to = af_br_get(root, "tolerance");
+    if (!to) return;
+    if (!cJSON_IsObject(to)) {
+        af_br_fail(r, "tolerance", "expected an object");
+        return;
+    }
+    b->has_tol = true;
+    b->tol.atol = af_br_double(r, to, "atol", "tolerance.atol", 0.0);
+    b->tol.rtol = af_br_double(r, to, "rtol", "tolerance.rtol", 0.0);
+    b->tol.fudge = af_br_double(r, to, "fudge", "tolerance.fudge", 4.0); /* af_oracle_opts_default's */
+    const cJSON *h = af_br_get(to, "honest");
+    if (h && !cJSON_IsBool(h)) af_br_fail(r, "tolerance.honest", "expected true or false");
+    b->tol.honest = h && cJSON_IsTrue(h);
+}
+
+/* Every file that case.json lists must be there: a bundle copied in part is corrupt. */
+static void af_br_files(af_br *r, const cJSON *root, const af_bundle *b) {
+    const cJSON *files = af_br_get(root, "files");
+    if (!files) return;
+    if (!cJSON_IsArray(files)) {
+        af_br_fail(r, "files", "expected an array of file names");
+        return;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, files) {
+        if (!cJSON_IsString(it) || !af_bundle_plain_name(it->valuestring)) {
+            af_br_fail(r, "files", "expected an array of file names inside the bundle");
+            return;
+        }
+        if (!af_bundle_is_file(b->dir, it->valuestring) && r->st == AF_OK)
+            r->st = af_error_set(r->err, AF_ERR_FORMAT, "%s: lists %s, but %s/%s is missing", r->file,
+                                 it->valuestring, b->dir, it->valuestring);
+    }
+}
+
+static af_status af_br_root(af_br *r, const cJSON *root, af_bundle *b) {
+    if (!cJSON_IsObject(root)) return af_error_set(r->err, AF_ERR_FORMAT, "%s: expected a JSON object", r->file);
+    const char *format = af_br_string(r, root, "format", "format");
+    if (format && strcmp(format, AF_BUNDLE_FORMAT) != 0) af_br_fail(r, "format", "expected \"" AF_BUNDLE_FORMAT "\"");
+    const cJSON *version = af_br_get(root, "version");
+    if (version) {
+        size_t v = af_br_count(r, version, "version");
+        if (r->st == AF_OK && (v < 1 || v > AF_BUNDLE_VERSION)) {
+            char what[96];
+            snprintf(what, sizeof what, "version %zu is not one this reader knows (1..%d)", v, AF_BUNDLE_VERSION);
+            af_br_fail(r, "version", what);
+        }
+    }
+    if (r->st != AF_OK) return r->st;
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(root, "case");
+    if (!co) return af_error_set(r->err, AF_ERR_FORMAT, "%s: no \"case\" object", r->file);
+    af_error cerr = {AF_OK, ""};
+    af_status cst = af_case_from_cjson(&b->c, co, &cerr);
+    if (cst != AF_OK)
+        return af_error_set(r->err, cst == AF_ERR_NOMEM ? AF_ERR_NOMEM : AF_ERR_FORMAT, "%s: case: %s", r->file,
+                            cerr.msg);
+    b->kind = af_br_kind(r, root, "kind", "kind");
+    b->signature = af_br_signature(r, root);
+    const char *who = af_br_string(r, root, "who", "who");
+    const char *rel = af_br_string(r, root, "relation", "relation");
+    if (r->st != AF_OK) return r->st;
+    b->who = af_strdup(who ? who : "");
+    if (rel) b->relation = af_strdup(rel);
+    if (!b->who || (rel && !b->relation)) return af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+    af_br_backends(r, root, b);
+    af_br_tolerance(r, root, b);
+    af_br_files(r, root, b);
+    return r->st;
+}
+
+
+af_status af_bundle_json_parse(const char *path, const char *text, size_t len, af_bundle *b, af_error *err) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        unsigned line = 1;
+        for (const char *p = text; end && p < end && p < text + len; p++) line += *p == '\n';
+        return af_error_set(err, AF_ERR_FORMAT, "%s: malformed JSON at line %u", path, line);
+    }
+    /* cJSON stops after the first value; anything but white space after it is damage */
+    while (end && end < text + len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) end++;
+    if (end && end < text + len) {
+        cJSON_Delete(root);
+        return af_error_set(err, AF_ERR_FORMAT, "%s: text after the JSON object", path);
+    }
+    af_br r = {path, err, AF_OK};
+    af_status st = af_br_root(&r, root, b);
+    cJSON_Delete(root);
+    return st;
+}
+

@@ -1,0 +1,169 @@
+/* bundle_read.c - reading a bundle: its case.json (parsed in bundle_json.c), the
+ * accessors, and the recorded outputs as float64.
+ *
+ * Everything read comes from outside and is bounded before it is allocated: case.json
+ * by AF_BUNDLE_MAX_JSON, the case by the caller's budget (af_bundle_check_budget), each
+ * array by what the case can give it (af_npy_read_bounded), text files by
+ * AF_BUNDLE_MAX_TEXT. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "attnfuzz/mem.h"
+#include "bundle_internal.h"
+#include "fileio.h"
+
+af_status af_bundle_read(const char *dir, af_bundle **out, af_error *err) {
+    *out = NULL;
+    char path[PATH_MAX];
+    AF_TRY(af_bundle_join(path, sizeof path, dir, "case.json", err));
+    char *text = NULL;
+    size_t len = 0;
+    AF_TRY(af_file_read(path, AF_BUNDLE_MAX_JSON, &text, &len, err));
+    af_bundle *b = af_calloc(1, sizeof *b);
+    af_status st = AF_ERR_NOMEM;
+    if (b) b->dir = af_strdup(dir);
+    if (!b || !b->dir) {
+        af_error_set(err, AF_ERR_NOMEM, "%s: out of memory", path);
+    } else {
+        st = af_bundle_json_parse(path, text, len, b, err);
+    }
+    af_free(text);
+    if (st != AF_OK) {
+        af_bundle_free(b);
+        return st;
+    }
+    *out = b;
+    return AF_OK;
+}
+
+void af_bundle_free(af_bundle *b) {
+    if (!b) return;
+    for (size_t i = 0; i < b->n_recs; i++) {
+        if (b->rec_names) af_free(b->rec_names[i]);
+        if (b->rec_files) af_free(b->rec_files[i]);
+    }
+    af_free(b->recs);
+    af_free(b->rec_names);
+    af_free(b->rec_files);
+    af_free(b->who);
+    af_free(b->relation);
+    af_free(b->dir);
+    af_free(b);
+}
+
+af_status af_bundle_check_budget(const af_bundle *b, size_t budget, af_error *err) {
+    af_error verr = {AF_OK, ""};
+    af_status st = af_case_validate(&b->c, budget, &verr);
+    AF_RETURN_ERROR_IF(st != AF_OK, err, st, "%s/case.json: case: %s", b->dir, verr.msg);
+    return AF_OK;
+}
+
+const af_case *af_bundle_case(const af_bundle *b) { return &b->c; }
+const char *af_bundle_dir(const af_bundle *b) { return b->dir; }
+af_kind af_bundle_kind(const af_bundle *b) { return b->kind; }
+uint64_t af_bundle_signature(const af_bundle *b) { return b->signature; }
+const char *af_bundle_who(const af_bundle *b) { return b->who; }
+const char *af_bundle_relation(const af_bundle *b) { return b->relation; }
+size_t af_bundle_record_count(const af_bundle *b) { return b->n_recs; }
+
+const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i) {
+    return i < b->n_recs ? &b->recs[i] : NULL;
+}
+
+bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol) {
+    if (b->has_tol && tol) *tol = b->tol;
+    return b->has_tol;
+}
+
+
+/* --- loading arrays ------------------------------------------------------------------------ */
+
+af_status af_bundle_load_array(const af_bundle *b, const char *name, const size_t want[4], af_array *a, char *path,
+                               size_t path_len, af_error *err) {
+    AF_TRY(af_bundle_join(path, path_len, b->dir, name, err));
+    char shape[160], what[176];
+    af_bundle_shape_str(shape, sizeof shape, want, 4);
+    snprintf(what, sizeof what, "the case %s", shape);
+    af_npy_bound bound = {1, what};
+    for (int d = 0; d < 4; d++)
+        if (!af_size_mul(bound.max_numel, want[d], &bound.max_numel)) bound.max_numel = SIZE_MAX;
+    return af_npy_read_bounded(path, &bound, a, err);
+}
+
+af_status af_bundle_shape_error(const char *path, const af_array *a, const size_t *want, int nd,
+                                       af_error *err) {
+    char got_s[160], want_s[160];
+    af_bundle_shape_str(got_s, sizeof got_s, a->shape, a->ndim);
+    af_bundle_shape_str(want_s, sizeof want_s, want, nd);
+    return af_error_set(err, AF_ERR_FORMAT, "%s: shape %s does not match the case %s", path, got_s, want_s);
+}
+
+bool af_bundle_same_shape(const af_array *a, const size_t *want, int nd) {
+    if (a->ndim != nd) return false;
+    for (int d = 0; d < nd; d++)
+        if (a->shape[d] != want[d]) return false;
+    return true;
+}
+
+
+/* name as float64 [B, Hq, Sq, Dv]. */
+static af_status af_bundle_load_f64(const af_bundle *b, const char *name, double **out, af_error *err) {
+    *out = NULL;
+    const af_case *c = &b->c;
+    size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+    af_array a;
+    char path[PATH_MAX];
+    AF_TRY(af_bundle_load_array(b, name, want, &a, path, sizeof path, err));
+    if (!af_bundle_same_shape(&a, want, 4)) {
+        af_status st = af_bundle_shape_error(path, &a, want, 4, err);
+        af_array_free(&a);
+        return st;
+    }
+    if (a.dtype == AF_F64) {
+        *out = a.data; /* af_malloc'ed by the reader: the caller af_frees it */
+        return AF_OK;
+    }
+    size_t n = af_array_numel(&a), es = af_dtype_size(a.dtype);
+    double *x = af_malloc(n * sizeof *x);
+    if (!x) {
+        af_array_free(&a);
+        return af_error_set(err, AF_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (size_t e = 0; e < n; e++) x[e] = af_dtype_load(a.dtype, a.data, e * es);
+    af_array_free(&a);
+    *out = x;
+    return AF_OK;
+}
+
+af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err) {
+    *out = NULL;
+    if (!af_bundle_is_file(b->dir, "expected.npy.zst")) return AF_OK;
+    return af_bundle_load_f64(b, "expected.npy.zst", out, err);
+}
+
+af_status af_bundle_load_output(const af_bundle *b, const char *name, double **out, af_error *err) {
+    *out = NULL;
+    if (strcmp(name, "ref") == 0) return af_bundle_load_f64(b, "ref.npy.zst", out, err);
+    for (size_t i = 0; i < b->n_recs; i++)
+        if (b->rec_names[i] && strcmp(b->rec_names[i], name) == 0 && b->rec_files[i])
+            return af_bundle_load_f64(b, b->rec_files[i], out, err);
+    char file[160];
+    af_bundle_out_name(name, file, sizeof file);
+    return af_bundle_load_f64(b, file, out, err);
+}
+
+
+af_status af_bundle_load_text(const af_bundle *b, const char *name, char **out, size_t *len, af_error *err) {
+    *out = NULL;
+    *len = 0;
+    AF_RETURN_ERROR_IF(!af_bundle_plain_name(name), err, AF_ERR_INVALID, "%s: \"%s\" is not a file name inside it",
+                       b->dir, name);
+    char path[PATH_MAX];
+    AF_TRY(af_bundle_join(path, sizeof path, b->dir, name, err));
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT) return AF_OK;
+    return af_file_read(path, AF_BUNDLE_MAX_TEXT, out, len, err);
+}

@@ -1,0 +1,348 @@
+/* bundle_write.c - writing a bundle: one directory per finding (DESIGN.md section 6).
+ *
+ * Every file goes into "<crashes>/.tmp-<name>-<pid>-<counter>", which is then renamed to
+ * "<crashes>/<name>" in one step without replacing anything (renameat2 RENAME_NOREPLACE
+ * where the file system has it), so a reader, or a second campaign process that found the
+ * same signature, sees no bundle or a whole one, and a stored bundle is never overwritten.
+ * case.json (bundle_json.c) is written last: it lists the files. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attnfuzz/mem.h"
+#include "bundle_internal.h"
+#include "fileio.h"
+
+typedef struct af_bw { /* a bundle being written */
+    const af_bundle_spec *spec;
+    char tmp[PATH_MAX];
+    char **files; /* names written so far: input.bin, 5 inputs, ref, one per output */
+    size_t n_files, cap_files;
+    char **out_files; /* per output: its file name, NULL when it has none */
+    af_error *err;
+} af_bw;
+
+static af_status af_bw_add(af_bw *bw, const char *name) {
+    AF_ASSERT(bw->n_files < bw->cap_files);
+    bw->files[bw->n_files] = af_strdup(name);
+    AF_RETURN_ERROR_IF(!bw->files[bw->n_files], bw->err, AF_ERR_NOMEM, "out of memory");
+    bw->n_files++;
+    return AF_OK;
+}
+
+static bool af_bw_has(const af_bw *bw, const char *name) {
+    for (size_t i = 0; i < bw->n_files; i++)
+        if (strcmp(bw->files[i], name) == 0) return true;
+    return false;
+}
+
+/* Writes bytes as tmp/name (the directory rename is what makes the bundle atomic). */
+static af_status af_bw_raw(af_bw *bw, const char *name, const void *data, size_t n) {
+    char path[PATH_MAX];
+    AF_TRY(af_bundle_join(path, sizeof path, bw->tmp, name, bw->err));
+    AF_TRY(af_file_write(path, data, n, true, bw->err));
+    return af_bw_add(bw, name);
+}
+
+static af_status af_bw_array(af_bw *bw, const char *name, const af_array *a) {
+    char path[PATH_MAX];
+    AF_TRY(af_bundle_join(path, sizeof path, bw->tmp, name, bw->err));
+    AF_TRY(af_npy_write_zst(path, a, bw->err));
+    return af_bw_add(bw, name);
+}
+
+/* q, k or v: the canonical [B, H, S, D] values as float32 (f16 and bf16 are exact in it). */
+static af_status af_bw_view(af_bw *bw, const char *name, const af_view *v) {
+    af_array a = {.dtype = AF_F32, .ndim = 4};
+    size_t n = 1;
+    for (int d = 0; d < 4; d++) {
+        a.shape[d] = v->ne[d];
+        n *= v->ne[d];
+    }
+    float *x = af_calloc(n ? n : 1, sizeof *x);
+    AF_RETURN_ERROR_IF(!x, bw->err, AF_ERR_NOMEM, "%s: out of memory", name);
+    size_t e = 0;
+    for (size_t i0 = 0; i0 < v->ne[0]; i0++)
+        for (size_t i1 = 0; i1 < v->ne[1]; i1++)
+            for (size_t i2 = 0; i2 < v->ne[2]; i2++)
+                for (size_t i3 = 0; i3 < v->ne[3]; i3++) x[e++] = (float)af_view_get(v, i0, i1, i2, i3);
+    a.data = x;
+    af_status st = af_bw_array(bw, name, &a);
+    af_free(x);
+    return st;
+}
+
+/* A mask as a 4-D array with size 1 on the dims it broadcasts over (dims bit d clear). */
+static af_status af_bw_mask(af_bw *bw, const char *name, const af_view *v, uint8_t dims, bool boolean) {
+    af_array a = {.dtype = boolean ? AF_BOOL : AF_F32, .ndim = 4};
+    size_t n = 1;
+    for (int d = 0; d < 4; d++) {
+        a.shape[d] = (dims & (1u << d)) ? v->ne[d] : 1;
+        n *= a.shape[d];
+    }
+    void *x = af_calloc(n ? n : 1, boolean ? 1 : sizeof(float));
+    AF_RETURN_ERROR_IF(!x, bw->err, AF_ERR_NOMEM, "%s: out of memory", name);
+    size_t e = 0;
+    for (size_t i0 = 0; i0 < a.shape[0]; i0++)
+        for (size_t i1 = 0; i1 < a.shape[1]; i1++)
+            for (size_t i2 = 0; i2 < a.shape[2]; i2++)
+                for (size_t i3 = 0; i3 < a.shape[3]; i3++, e++) {
+                    double val = af_view_get(v, i0, i1, i2, i3);
+                    if (boolean) {
+                        ((uint8_t *)x)[e] = val != 0.0;
+                    } else {
+                        ((float *)x)[e] = (float)val;
+                    }
+                }
+    a.data = x;
+    af_status st = af_bw_array(bw, name, &a);
+    af_free(x);
+    return st;
+}
+
+/* An output tensor ([B, Hq, Sq, Dv], F32 or F64, any strides) in its own dtype. */
+static af_status af_bw_output(af_bw *bw, const char *name, const af_bundle_output *o) {
+    const af_case *c = bw->spec->c;
+    const af_tensor *t = o->out;
+    size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+    AF_RETURN_ERROR_IF(t->ndim != 4 || t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != want[2] ||
+                           t->ne[3] != want[3] || (t->dtype != AF_F32 && t->dtype != AF_F64) || !t->data,
+                       bw->err, AF_ERR_INVALID, "%s: output of %s is not a [B, Hq, Sq, Dv] f32/f64 tensor", name,
+                       o->backend ? o->backend : "?");
+    af_array a = {.dtype = t->dtype, .ndim = 4};
+    size_t es = af_dtype_size(t->dtype), n = 1;
+    bool contiguous = true;
+    for (int d = 3; d >= 0; d--) {
+        a.shape[d] = t->ne[d];
+        contiguous &= t->nb[d] == es * n || t->ne[d] == 1;
+        n *= t->ne[d];
+    }
+    if (contiguous) {
+        a.data = t->data;
+        return af_bw_array(bw, name, &a);
+    }
+    uint8_t *x = af_malloc(n * es);
+    AF_RETURN_ERROR_IF(!x, bw->err, AF_ERR_NOMEM, "%s: out of memory", name);
+    size_t idx[4], e = 0;
+    for (idx[0] = 0; idx[0] < want[0]; idx[0]++)
+        for (idx[1] = 0; idx[1] < want[1]; idx[1]++)
+            for (idx[2] = 0; idx[2] < want[2]; idx[2]++)
+                for (idx[3] = 0; idx[3] < want[3]; idx[3]++, e++)
+                    memcpy(x + e * es, (const uint8_t *)t->data + af_tensor_offset(t, idx), es);
+    a.data = x;
+    af_status st = af_bw_array(bw, name, &a);
+    af_free(x);
+    return st;
+}
+
+
+/* mkdir -p. */
+static af_status af_bundle_mkdirs(const char *dir, af_error *err) {
+    char buf[PATH_MAX];
+    size_t n = strlen(dir);
+    AF_RETURN_ERROR_IF(n == 0, err, AF_ERR_INVALID, "the crashes directory name is empty");
+    AF_RETURN_ERROR_IF(n >= sizeof buf, err, AF_ERR_IO, "%s: path is too long", dir);
+    memcpy(buf, dir, n + 1);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != 0) continue;
+        char save = *p;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return af_error_set(err, AF_ERR_IO, "%s: cannot create directory %s: %s", dir, buf, strerror(errno));
+        *p = save;
+        if (!save) break;
+    }
+    struct stat st;
+    AF_RETURN_ERROR_IF(stat(dir, &st) != 0, err, AF_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    AF_RETURN_ERROR_IF(!S_ISDIR(st.st_mode), err, AF_ERR_IO, "%s: cannot create directory: %s", dir,
+                       strerror(ENOTDIR));
+    return AF_OK;
+}
+
+/* Removes a directory we filled with plain files. */
+static void af_bundle_rmtree(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            unlinkat(dirfd(d), e->d_name, 0);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static void af_bundle_sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)fsync(fd); /* durability only: the rename has already decided the outcome */
+    close(fd);
+}
+
+/* Renames without replacing: RENAME_NOREPLACE, or rename(2) where the file system lacks
+ * it (which still refuses a non-empty target). */
+static int af_bundle_rename_noreplace(const char *from, const char *to) {
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+    struct stat st;
+    if (lstat(to, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
+    const af_bundle_spec *s = bw->spec;
+    const af_case *c = s->c;
+    uint8_t enc[AF_CASE_ENCODED_MAX];
+    const uint8_t *input = s->input;
+    size_t input_len = s->input_len;
+    if (!input) {
+        input_len = af_case_encode(c, enc, sizeof enc);
+        input = enc;
+    }
+    af_status st = af_bw_raw(bw, "input.bin", input, input_len);
+    const af_case_tensors *t = s->tensors;
+    if (st == AF_OK && t) st = af_bw_view(bw, "q.npy.zst", &t->qv);
+    if (st == AF_OK && t) st = af_bw_view(bw, "k.npy.zst", &t->kv);
+    if (st == AF_OK && t) st = af_bw_view(bw, "v.npy.zst", &t->vv);
+    if (st == AF_OK && t && c->amask.present) st = af_bw_mask(bw, "mask.npy.zst", &t->am, c->amask.dims, false);
+    if (st == AF_OK && t && c->bmask.present) st = af_bw_mask(bw, "bool_mask.npy.zst", &t->bm, c->bmask.dims, true);
+    if (st == AF_OK && s->ref) {
+        af_array a = {.dtype = AF_F64, .ndim = 4, .shape = {c->batch, c->q_heads, c->q_len, c->v_head_dim}};
+        a.data = (void *)(uintptr_t)s->ref; /* only read */
+        st = af_bw_array(bw, "ref.npy.zst", &a);
+    }
+    for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
+        if (!s->outputs[i].out) continue;
+        char name[160];
+        af_bundle_out_name(s->outputs[i].backend ? s->outputs[i].backend : "", name, sizeof name);
+        /* two runs of one backend (a relation) get out.NAME.2.npy.zst, ... */
+        for (unsigned k = 2; af_bw_has(bw, name); k++) {
+            char base[160];
+            af_bundle_out_name(s->outputs[i].backend ? s->outputs[i].backend : "", base, sizeof base);
+            base[strlen(base) - strlen(".npy.zst")] = 0;
+            snprintf(name, sizeof name, "%.140s.%u.npy.zst", base, k);
+        }
+        st = af_bw_output(bw, name, &s->outputs[i]);
+        if (st == AF_OK && !(bw->out_files[i] = af_strdup(name)))
+            st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
+    }
+    if (st != AF_OK) {
+        cJSON_Delete(extra);
+        return st;
+    }
+    /* case.json, written last: it lists the files */
+    size_t len = 0;
+    char *text = af_bundle_json_print(s, bw->files, bw->n_files, bw->out_files, final, extra, &len);
+    AF_RETURN_ERROR_IF(!text, bw->err, AF_ERR_NOMEM, "case.json: out of memory");
+    st = af_bw_raw(bw, "case.json", text, len);
+    cJSON_free(text);
+    return st;
+}
+
+af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, char *path, size_t path_len,
+                          af_error *err) {
+    static atomic_uint af_bundle_counter;
+    AF_RETURN_ERROR_IF(!crashes_dir || !spec || !spec->c, err, AF_ERR_INVALID, "af_bundle_write: missing argument");
+    AF_RETURN_ERROR_IF(!spec->input && spec->input_len, err, AF_ERR_INVALID, "af_bundle_write: input_len without input");
+    char name[64], final[PATH_MAX];
+    af_bundle_name(spec->kind, spec->signature, name, sizeof name);
+    AF_TRY(af_bundle_join(final, sizeof final, crashes_dir, name, err));
+    if (path && path_len) snprintf(path, path_len, "%s", final);
+    AF_TRY(af_bundle_mkdirs(crashes_dir, err));
+    struct stat st;
+    AF_RETURN_ERROR_IF(lstat(final, &st) == 0, err, AF_ERR_EXISTS, "%s: already stored", final);
+    cJSON *extra = NULL;
+    if (spec->extra_json) {
+        extra = cJSON_Parse(spec->extra_json);
+        AF_RETURN_ERROR_IF(!extra, err, AF_ERR_INVALID, "%s: extra_json is not valid JSON", final);
+    }
+
+    af_bw bw;
+    memset(&bw, 0, sizeof bw);
+    bw.spec = spec;
+    bw.err = err;
+    for (int tries = 0;; tries++) {
+        unsigned k = atomic_fetch_add(&af_bundle_counter, 1u);
+        char leaf[128];
+        snprintf(leaf, sizeof leaf, ".tmp-%s-%ld-%u", name, (long)getpid(), k);
+        af_status jst = af_bundle_join(bw.tmp, sizeof bw.tmp, crashes_dir, leaf, err);
+        if (jst != AF_OK) {
+            cJSON_Delete(extra);
+            return jst;
+        }
+        if (mkdir(bw.tmp, 0755) == 0) break;
+        /* EEXIST: a leftover of a process that had our pid; take the next counter */
+        if (errno != EEXIST || tries > 100) {
+            int e = errno;
+            cJSON_Delete(extra);
+            return af_error_set(err, AF_ERR_IO, "%s: cannot create directory: %s", bw.tmp, strerror(e));
+        }
+    }
+
+    bw.cap_files = spec->n_outputs + 8;
+    bw.files = af_calloc(bw.cap_files, sizeof *bw.files);
+    bw.out_files = af_calloc(spec->n_outputs + 1, sizeof *bw.out_files);
+    af_status status = AF_OK;
+    if (!bw.files || !bw.out_files) {
+        cJSON_Delete(extra);
+        status = af_error_set(err, AF_ERR_NOMEM, "%s: out of memory", final);
+    } else {
+        status = af_bw_files(&bw, final, extra);
+    }
+    if (status == AF_OK) {
+        af_bundle_sync_dir(bw.tmp);
+        if (af_bundle_rename_noreplace(bw.tmp, final) != 0) {
+            int e = errno;
+            if (e == EEXIST || e == ENOTEMPTY) {
+                status = af_error_set(err, AF_ERR_EXISTS, "%s: already stored", final);
+            } else {
+                status = af_error_set(err, AF_ERR_IO, "%s: cannot rename %s into place: %s", final, bw.tmp,
+                                      strerror(e));
+            }
+        } else {
+            af_bundle_sync_dir(crashes_dir);
+        }
+    }
+    if (status != AF_OK) af_bundle_rmtree(bw.tmp);
+    for (size_t i = 0; bw.files && i < bw.n_files; i++) af_free(bw.files[i]);
+    for (size_t i = 0; bw.out_files && i < spec->n_outputs; i++) af_free(bw.out_files[i]);
+    af_free(bw.files);
+    af_free(bw.out_files);
+    return status;
+}
+
+
+size_t af_bundle_remove_partial(const char *crashes_dir, long pid) {
+    DIR *d = opendir(crashes_dir);
+    if (!d) return 0;
+    char mark[32];
+    snprintf(mark, sizeof mark, "-%ld-", pid);
+    size_t removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        /* ".tmp-<name>-<pid>-<counter>": the pid between the last two dashes */
+        if (strncmp(e->d_name, ".tmp-", 5) != 0) continue;
+        const char *last = strrchr(e->d_name, '-');
+        const char *at = last ? strstr(e->d_name, mark) : NULL;
+        while (at && at + strlen(mark) - 1 != last) at = strstr(at + 1, mark);
+        if (!at || last[1] == 0 || strspn(last + 1, "0123456789") != strlen(last + 1)) continue;
+        char path[PATH_MAX];
+        if (af_bundle_join(path, sizeof path, crashes_dir, e->d_name, NULL) != AF_OK) continue;
+        af_bundle_rmtree(path);
+        removed++;
+    }
+    closedir(d);
+    return removed;
+}
