@@ -69,6 +69,8 @@ typedef struct af_campaign_stats {
     size_t n_sigs, cap_sigs;
     uint64_t write_errors;                  /* findings whose bundle could not be written */
     uint64_t minimize_execs;                /* executions spent minimizing (not in execs) */
+    double compile_seconds;                 /* time targets spent compiling (worker backends
+                                               report it; 0 when none did) */
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);
