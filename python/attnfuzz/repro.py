@@ -54,12 +54,6 @@ def load_bundle(path):
     return out
 
 
-def output_name(backend):
-    """The out.<name>.npy.zst key attnfuzz writes for a backend (every character outside
-    [A-Za-z0-9._-] becomes '_')."""
-    return "out." + "".join(c if c.isalnum() or c in "._-" else "_" for c in backend)
-
-
 def failing_backend(meta):
     """The first recorded backend whose verdict is a finding, else the first one."""
     backends = meta.get("backends") or []
@@ -357,12 +351,12 @@ def main():
     mdt = _np_dtype((case.amask or {}).get("dtype", "f32")) if case.amask else None
     mask = physical_mask(case.amask, MASK, mdt, full) if case.amask else None
     bool_mask = physical_mask(case.bmask, BOOL_MASK, np.bool_, full) if case.bmask else None
-    out = np.asarray(attention(case, q, k, v, mask=mask, bool_mask=bool_mask))
-    out = np.asarray(out, dtype=np.float64)
+    got = np.asarray(attention(case, q, k, v, mask=mask, bool_mask=bool_mask))
+    out = got.astype(np.float64)
     bad, max_abs, worst = compare(out, REF, ATOL, RTOL)
     print("%s: %s" % (TITLE, FEATURES))
     print("output %s %s vs float64 reference: max abs error %.6g; %d of %d elements beyond "
-          "tolerance (atol %.3g, rtol %.3g)" % (out.dtype, list(out.shape), max_abs, bad, out.size, ATOL, RTOL))
+          "tolerance (atol %.3g, rtol %.3g)" % (got.dtype, list(out.shape), max_abs, bad, out.size, ATOL, RTOL))
     if worst:
         print("worst element [b, h, i, d] = %s: got %r, reference %r" % (list(worst), float(out[worst]), float(REF[worst])))
     if bad:

@@ -486,7 +486,7 @@ static int af_report_write_html(const af_report *r, const char *path, const char
                 af_bundle_relation(it->b) ? af_bundle_relation(it->b) : "");
         fprintf(f, "<tr><th>kind</th><td>%s</td></tr>\n", af_kind_names[af_bundle_kind(it->b)]);
         fprintf(f, "<tr><th>first seen</th><td>%s", when);
-        if (it->count >= 0) fprintf(f, "; seen %lld times", it->count);
+        if (it->count >= 0) fprintf(f, "; seen %lld time%s", it->count, it->count == 1 ? "" : "s");
         if (it->dup) fprintf(f, "; %d more cop%s under the directories", it->dup, it->dup == 1 ? "y" : "ies");
         fprintf(f, "</td></tr>\n<tr><th>shape</th><td>%s</td></tr>\n<tr><th>features</th><td>", shape);
         af_html_esc(f, feat);
