@@ -218,6 +218,7 @@ static void af_clock_text(double t, char *buf, size_t cap) {
  * On a terminal one line rewritten in place (cut to the terminal's width so it never
  * wraps), a newline only with "DONE":
  *   0:42/1:00  410 execs/s  2 findings (diverge 2)  compile 0%  last: ...
+ * ("DONE 1:00/1:00 ..." at the end, then a newline; "-" for the total without --time).
  * The compile share is the time targets spent compiling (compile_seconds, summed over
  * jobs) over the time the jobs ran. */
 static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *o, const char *last, const char *tag,
@@ -236,9 +237,9 @@ static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *
     if (o->seconds > 0) af_clock_text(o->seconds, total, sizeof total);
     unsigned jobs = o->jobs > 1 ? o->jobs : 1;
     double share = elapsed > 0 ? 100.0 * s->compile_seconds / (elapsed * jobs) : 0.0;
-    int n = snprintf(line, sizeof line, "%s/%s  %.0f execs/s  %zu finding%s%s%s%s  compile %.0f%%%s%s%s%s", now, total,
-                     rate, s->n_sigs, s->n_sigs == 1 ? "" : "s", kinds[0] ? " (" : "", kinds, kinds[0] ? ")" : "",
-                     share, last[0] ? "  last: " : "", last, tag[0] ? "  " : "", tag);
+    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  %zu finding%s%s%s%s  compile %.0f%%%s%s", tag,
+                     tag[0] ? " " : "", now, total, rate, s->n_sigs, s->n_sigs == 1 ? "" : "s", kinds[0] ? " (" : "",
+                     kinds, kinds[0] ? ")" : "", share, last[0] ? "  last: " : "", last);
     struct winsize ws;
     size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? (size_t)ws.ws_col - 1 : 79;
     if (n > 0 && (size_t)n > width && width < sizeof line) line[width] = 0;
