@@ -101,6 +101,8 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsign
         for (unsigned k = 0; k < AF_SIMPLIFY_COUNT && spent < max_execs; k++) {
             af_case cand;
             if (!af_simplify(c, k, &cand)) continue;
+            /* never a costlier case: kv_len = q_len on a 15000 x 3 case is a 15000^2 one */
+            if (af_case_flops(&cand) > af_case_flops(c)) continue;
             unsigned attempts = reseed ? af_reseeds(k) : 0;
             for (unsigned attempt = 0; attempt <= attempts && spent < max_execs; attempt++) {
                 af_case trial = cand;
@@ -111,6 +113,7 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsign
                 if (f && f->kind == kind) {
                     *c = trial;
                     changed = true;
+                    k--; /* the same step again at once: halving a length goes on while it holds */
                     break;
                 }
             }
