@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include "attnfuzz/mem.h"
-#include "attnfuzz/minimize.h"
 #include "attnfuzz/store.h"
 #include "attnfuzz/rng.h"
 #include "fileio.h"
