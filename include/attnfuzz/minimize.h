@@ -7,8 +7,9 @@
  * and keep it when the same check still fails with the same kind (a step that holds is
  * tried again at once; no candidate costs more flops than the case). When a plain pass
  * changes nothing, one pass retries each step with redrawn value seeds; a pass with
- * redraws that changes nothing ends it. What survives is what the bug needs, so the signature of the
- * minimized case names the bug, not the incidental features it was found with. */
+ * redraws that changes nothing ends it. What survives is what the bug needs, so the
+ * signature of the minimized case names the bug, not the incidental features it was
+ * found with. */
 #ifndef ATTNFUZZ_MINIMIZE_H
 #define ATTNFUZZ_MINIMIZE_H
 
