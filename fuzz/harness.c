@@ -35,11 +35,12 @@ static struct {
     af_exec *x;
     af_harness_outcome last;
     af_finding found[AF_EXEC_MAX_CHECKS]; /* the last input's findings, as found */
+    uint64_t signed_as[AF_EXEC_MAX_CHECKS]; /* and the signature each is stored under */
     af_store *store;
     af_campaign_stats sigs; /* signatures seen in this process, with counts */
     /* counters for ATTNFUZZ_STATS */
     uint64_t inputs, skipped, with_findings;
-    double flops_run, stats_written;
+    double flops_run, stats_written, started;
 } af_harness;
 
 static double af_harness_now(void) {
@@ -62,6 +63,11 @@ static void af_harness_write_stats(void) {
             (unsigned long long)af_harness.with_findings, af_harness.flops_run, af_harness.sigs.n_sigs,
             (unsigned long long)af_harness.sigs.minimize_execs);
     if (fclose(f) == 0) rename(tmp, path);
+    /* the signatures with their counts, as `attnfuzz fuzz --stats` writes them (for
+     * `attnfuzz report --stats`) */
+    snprintf(path, sizeof path, "%s-signatures.%ld.json", af_harness.cfg.stats, (long)getpid());
+    af_harness.sigs.elapsed = af_harness_now() - af_harness.started;
+    af_campaign_stats_write(&af_harness.sigs, NULL, path, NULL);
     af_harness.stats_written = af_harness_now();
 }
 
@@ -96,6 +102,7 @@ static void af_harness_setup(void) {
         exit(2);
     }
     af_harness.ready = true;
+    af_harness.started = af_harness_now();
     if (af_harness.cfg.stats) {
         af_harness.stats_written = af_harness_now();
         atexit(af_harness_write_stats);
@@ -131,8 +138,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 void af_harness_print_findings(const char *name) {
     for (size_t i = 0; i < af_harness.last.findings; i++) {
         const af_finding *f = &af_harness.found[i];
-        fprintf(stderr, "%s: %s %s signature %016llx: max_abs %.3g, %.3g x tolerance%s%s\n", name,
-                af_kind_names[f->kind], f->who, (unsigned long long)f->signature, f->result.m.max_abs,
+        char as[48] = "";
+        if (af_harness.signed_as[i] && af_harness.signed_as[i] != f->signature)
+            snprintf(as, sizeof as, " (minimized: %016llx)", (unsigned long long)af_harness.signed_as[i]);
+        fprintf(stderr, "%s: %s %s signature %016llx%s: max_abs %.3g, %.3g x tolerance%s%s\n", name,
+                af_kind_names[f->kind], f->who, (unsigned long long)f->signature, as, f->result.m.max_abs,
                 f->result.m.worst_ratio, f->message[0] ? ": " : "", f->message);
     }
 }
@@ -168,6 +178,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fprintf(stderr, "attnfuzz harness: storing a finding failed: %s\n", err.msg);
         abort();
     }
+    for (size_t i = 0; i < out->findings; i++)
+        af_harness.signed_as[i] = i < nev ? af_harness.sigs.sigs[ev[i].entry].signature : 0;
     for (size_t i = 0; i < nev; i++) {
         if (!ev[i].stored) continue;
         const af_signature_entry *e = &af_harness.sigs.sigs[ev[i].entry];
