@@ -130,6 +130,12 @@ af_status af_fuzz_config_from_env(af_fuzz_config *cfg, af_error *err) {
         cfg->stats = cfg->stats_buf;
     }
     cfg->abort_on_finding = af_fuzz_config_flag(getenv("ATTNFUZZ_ABORT"));
+    if ((v = getenv("ATTNFUZZ_MINIMIZE")) && *v) cfg->no_minimize = !af_fuzz_config_flag(v);
+    if ((v = getenv("ATTNFUZZ_MINIMIZE_EXECS")) && *v) {
+        double n = 0.0;
+        AF_TRY(af_fuzz_config_double("ATTNFUZZ_MINIMIZE_EXECS", v, 1.0, 1e6, &n, err));
+        cfg->minimize_execs = (unsigned)n;
+    }
     cfg->print_features = af_fuzz_config_flag(getenv("ATTNFUZZ_PRINT_FEATURES"));
     cfg->quiet = af_fuzz_config_flag(getenv("ATTNFUZZ_QUIET"));
     if ((v = getenv("ATTNFUZZ_BUDGET_MIB")) && *v) {

@@ -21,6 +21,8 @@ typedef struct af_fuzz_config {
     af_exec_config exec;    /* backends, pairs, relations, oracle options, budget */
     const char *crashes;    /* bundle directory, default "crashes" */
     bool abort_on_finding;  /* ATTNFUZZ_ABORT=1: abort() so the engine keeps a crash */
+    bool no_minimize;       /* ATTNFUZZ_MINIMIZE=0: sign and store findings as found */
+    unsigned minimize_execs; /* ATTNFUZZ_MINIMIZE_EXECS: per new raw signature, 0 = 400 */
     double max_flops;       /* inputs costing more are skipped, default 2e7 */
     bool print_features;    /* ATTNFUZZ_PRINT_FEATURES=1 (replay driver) */
     bool quiet;             /* ATTNFUZZ_QUIET=1: no line per new bundle */
@@ -34,7 +36,7 @@ typedef struct af_fuzz_config {
 
 /* Reads ATTNFUZZ_BACKENDS (comma list, each compared with ref), ATTNFUZZ_PAIRS
  * (semicolon list of A,B), ATTNFUZZ_RELATIONS (comma list or "all"), ATTNFUZZ_CRASHES,
- * ATTNFUZZ_ABORT, ATTNFUZZ_BUDGET_MIB, ATTNFUZZ_MAX_FLOPS, ATTNFUZZ_WAIVE,
+ * ATTNFUZZ_ABORT, ATTNFUZZ_MINIMIZE, ATTNFUZZ_MINIMIZE_EXECS, ATTNFUZZ_BUDGET_MIB, ATTNFUZZ_MAX_FLOPS, ATTNFUZZ_WAIVE,
  * ATTNFUZZ_SAMPLE_RELATIONS, ATTNFUZZ_PRINT_FEATURES, ATTNFUZZ_QUIET and ATTNFUZZ_STATS. With no
  * backend, pair or relation given: af_exec_config_default (the pair explicit,fused and
  * every relation). Relations are sampled (one per backend and case) unless

@@ -8,7 +8,13 @@
  *
  * Inputs whose case costs more than ATTNFUZZ_MAX_FLOPS are skipped (the decoder can
  * produce a 64 x 128 x 65536 x 512 case from 20 bytes; one of those would stall the
- * engine for minutes). The custom mutators cap their cases the same way. */
+ * engine for minutes). The custom mutators cap their cases the same way.
+ *
+ * Findings go through the campaign's store step (store.h): a new raw signature is
+ * minimized once and signed on the minimized case, so the same bug found here and by
+ * `attnfuzz fuzz` lands in the same bundle; repeats are counted, not stored. With
+ * ATTNFUZZ_ABORT the harness still aborts on every finding after that, so the engine
+ * keeps its own crash file of the input as found. */
 #include "harness.h"
 
 #include <stdio.h>
@@ -20,20 +26,21 @@
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/exec.h"
 #include "attnfuzz/oracle.h"
+#include "attnfuzz/store.h"
 #include "feedback.h"
-
-#define AF_HARNESS_SEEN_CAP 16384u /* signatures remembered (power of two) */
 
 static struct {
     bool ready;
     af_fuzz_config cfg;
     af_exec *x;
     af_harness_outcome last;
-    uint64_t seen[AF_HARNESS_SEEN_CAP]; /* open addressing; 0 = empty */
-    size_t nseen;
+    af_finding found[AF_EXEC_MAX_CHECKS]; /* the last input's findings, as found */
+    uint64_t signed_as[AF_EXEC_MAX_CHECKS]; /* and the signature each is stored under */
+    af_store *store;
+    af_campaign_stats sigs; /* signatures seen in this process, with counts */
     /* counters for ATTNFUZZ_STATS */
     uint64_t inputs, skipped, with_findings;
-    double flops_run, stats_written;
+    double flops_run, stats_written, started;
 } af_harness;
 
 static double af_harness_now(void) {
@@ -51,10 +58,16 @@ static void af_harness_write_stats(void) {
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fprintf(f, "inputs %llu\nskipped %llu\nwith_findings %llu\nflops_run %.6g\n",
+    fprintf(f, "inputs %llu\nskipped %llu\nwith_findings %llu\nflops_run %.6g\nunique %zu\nminimize_execs %llu\n",
             (unsigned long long)af_harness.inputs, (unsigned long long)af_harness.skipped,
-            (unsigned long long)af_harness.with_findings, af_harness.flops_run);
+            (unsigned long long)af_harness.with_findings, af_harness.flops_run, af_harness.sigs.n_sigs,
+            (unsigned long long)af_harness.sigs.minimize_execs);
     if (fclose(f) == 0) rename(tmp, path);
+    /* the signatures with their counts, as `attnfuzz fuzz --stats` writes them (for
+     * `attnfuzz report --stats`) */
+    snprintf(path, sizeof path, "%s-signatures.%ld.json", af_harness.cfg.stats, (long)getpid());
+    af_harness.sigs.elapsed = af_harness_now() - af_harness.started;
+    af_campaign_stats_write(&af_harness.sigs, NULL, path, NULL);
     af_harness.stats_written = af_harness_now();
 }
 
@@ -69,20 +82,6 @@ static void af_harness_count(const af_harness_outcome *out) {
     if (af_harness.cfg.stats && af_harness_now() - af_harness.stats_written >= 1.0) af_harness_write_stats();
 }
 
-/* Notes a signature; true when it was not seen before in this process. */
-static bool af_harness_note(uint64_t sig) {
-    uint64_t key = sig ? sig : 1;
-    if (af_harness.nseen * 4 >= AF_HARNESS_SEEN_CAP * 3) return true; /* full: the bundle writer dedups */
-    size_t i = (size_t)(key * 0x9e3779b97f4a7c15ull >> 50) & (AF_HARNESS_SEEN_CAP - 1);
-    while (af_harness.seen[i]) {
-        if (af_harness.seen[i] == key) return false;
-        i = (i + 1) & (AF_HARNESS_SEEN_CAP - 1);
-    }
-    af_harness.seen[i] = key;
-    af_harness.nseen++;
-    return true;
-}
-
 static void af_harness_setup(void) {
     if (af_harness.ready) return;
     af_error err = {0};
@@ -95,7 +94,15 @@ static void af_harness_setup(void) {
         fprintf(stderr, "attnfuzz harness: %s\n", err.msg);
         exit(2);
     }
+    af_store_opts so = {.crashes_dir = af_harness.cfg.crashes, .no_minimize = af_harness.cfg.no_minimize,
+                        .minimize_execs = af_harness.cfg.minimize_execs};
+    af_harness.store = af_store_create(&so, &err);
+    if (!af_harness.store) {
+        fprintf(stderr, "attnfuzz harness: %s\n", err.msg);
+        exit(2);
+    }
     af_harness.ready = true;
+    af_harness.started = af_harness_now();
     if (af_harness.cfg.stats) {
         af_harness.stats_written = af_harness_now();
         atexit(af_harness_write_stats);
@@ -114,9 +121,10 @@ static void af_harness_setup(void) {
     }
     fprintf(stderr,
             "attnfuzz harness: checks %s + %zu relation checks%s; bundles -> %s/; max flops %.3g; "
-            "feedback %s%s\n",
+            "feedback %s%s%s\n",
             n ? checks : "(none)", nrel, af_harness.cfg.exec.sample_relations ? " (one sampled per backend)" : "",
             af_harness.cfg.crashes, af_harness.cfg.max_flops, af_feedback_mode(),
+            af_harness.cfg.no_minimize ? "; findings stored as found" : "; findings minimized",
             af_harness.cfg.abort_on_finding ? "; abort on finding" : "");
 }
 
@@ -128,11 +136,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 void af_harness_print_findings(const char *name) {
-    af_exec *x = af_harness.x;
-    for (size_t i = 0; x && i < af_harness.last.findings; i++) {
-        const af_finding *f = af_exec_finding(x, i);
-        fprintf(stderr, "%s: %s %s signature %016llx: max_abs %.3g, %.3g x tolerance%s%s\n", name,
-                af_kind_names[f->kind], f->who, (unsigned long long)f->signature, f->result.m.max_abs,
+    for (size_t i = 0; i < af_harness.last.findings; i++) {
+        const af_finding *f = &af_harness.found[i];
+        char as[48] = "";
+        if (af_harness.signed_as[i] && af_harness.signed_as[i] != f->signature)
+            snprintf(as, sizeof as, " (minimized: %016llx)", (unsigned long long)af_harness.signed_as[i]);
+        fprintf(stderr, "%s: %s %s signature %016llx%s: max_abs %.3g, %.3g x tolerance%s%s\n", name,
+                af_kind_names[f->kind], f->who, (unsigned long long)f->signature, as, f->result.m.max_abs,
                 f->result.m.worst_ratio, f->message[0] ? ": " : "", f->message);
     }
 }
@@ -160,20 +170,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     af_feedback_record(x);
     out->findings = af_exec_finding_count(x);
-    for (size_t i = 0; i < out->findings; i++) {
-        const af_finding *f = af_exec_finding(x, i);
-        if (!af_harness_note(f->signature)) continue;
-        char path[1024] = "";
-        af_error werr = {0};
-        af_status st = af_exec_write_bundle(x, i, af_harness.cfg.crashes, path, sizeof path, &werr);
-        if (st == AF_OK) {
-            out->new_bundles++;
-            if (!af_harness.cfg.quiet)
-                fprintf(stderr, "attnfuzz: NEW %s %s -> %s\n", af_kind_names[f->kind], f->who, path);
-        } else if (st != AF_ERR_EXISTS) { /* EXISTS: another process stored it first */
-            fprintf(stderr, "attnfuzz: could not store a %s finding of %s: %s\n", af_kind_names[f->kind], f->who,
-                    werr.msg);
-        }
+    for (size_t i = 0; i < out->findings; i++) af_harness.found[i] = *af_exec_finding(x, i);
+    af_harness.sigs.execs++;
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev = 0;
+    if (af_store_findings(af_harness.store, x, &af_harness.sigs, 0.0, ev, &nev, &err) != AF_OK) {
+        fprintf(stderr, "attnfuzz harness: storing a finding failed: %s\n", err.msg);
+        abort();
+    }
+    for (size_t i = 0; i < out->findings; i++)
+        af_harness.signed_as[i] = i < nev ? af_harness.sigs.sigs[ev[i].entry].signature : 0;
+    for (size_t i = 0; i < nev; i++) {
+        if (!ev[i].stored) continue;
+        const af_signature_entry *e = &af_harness.sigs.sigs[ev[i].entry];
+        out->new_bundles++;
+        if (!af_harness.cfg.quiet)
+            fprintf(stderr, "attnfuzz: NEW %s %s -> %s\n", af_kind_names[e->kind], e->who, e->bundle);
     }
     af_harness_count(out);
     if (out->findings && af_harness.cfg.abort_on_finding) {

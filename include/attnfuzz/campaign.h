@@ -97,6 +97,8 @@ typedef struct af_campaign_stats {
     uint64_t jobs_restarted;
     bool jobs_kept_dying;                   /* some slot was given up (see AF_JOB_MAX_RESTARTS) */
     af_job_death deaths[AF_JOB_MAX_DEATHS]; /* the first jobs_died of them */
+    double compile_seconds;                 /* time targets spent compiling (worker backends
+                                               report it; 0 when none did) */
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);

@@ -1,12 +1,15 @@
 /* minimize.h - shrink a failing case to its essentials (`attnfuzz minimize`, and every
- * new finding of a campaign before it is signed and stored).
+ * new finding of any engine before it is signed and stored: store.h).
  *
  * Greedy, in passes: try one simplification at a time - f32 instead of f16, BHSD
  * instead of another layout, contiguous strides, no planted specials, plain values, each
  * mask kind off, no dropout or softcap, the default scale, smaller and equal shapes -
- * and keep it when the same check still fails with the same kind. A pass that changes
- * nothing ends it. What survives is what the bug needs, so the signature of the
- * minimized case names the bug, not the incidental features it was found with. */
+ * and keep it when the same check still fails with the same kind (a step that holds is
+ * tried again at once; no candidate costs more flops than the case). When a plain pass
+ * changes nothing, one pass retries each step with redrawn value seeds; a pass with
+ * redraws that changes nothing ends it. What survives is what the bug needs, so the
+ * signature of the minimized case names the bug, not the incidental features it was
+ * found with. */
 #ifndef ATTNFUZZ_MINIMIZE_H
 #define ATTNFUZZ_MINIMIZE_H
 

@@ -19,13 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "attnfuzz/mem.h"
-#include "attnfuzz/minimize.h"
+#include "attnfuzz/store.h"
 #include "attnfuzz/rng.h"
 #include "fileio.h"
 
@@ -79,35 +80,6 @@ void af_campaign_stats_free(af_campaign_stats *s) {
     memset(s, 0, sizeof *s);
 }
 
-static af_signature_entry *af_stats_find(af_campaign_stats *s, uint64_t sig) {
-    for (size_t i = 0; i < s->n_sigs; i++)
-        if (s->sigs[i].signature == sig) return &s->sigs[i];
-    return NULL;
-}
-
-static af_signature_entry *af_stats_add(af_campaign_stats *s, uint64_t sig, af_kind kind, const char *who,
-                                        af_error *err) {
-    if (s->n_sigs == s->cap_sigs) {
-        size_t cap = s->cap_sigs ? 2 * s->cap_sigs : 64;
-        af_signature_entry *n = af_calloc(cap, sizeof *n);
-        if (!n) {
-            af_error_set(err, AF_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        if (s->sigs) memcpy(n, s->sigs, s->n_sigs * sizeof *n);
-        af_free(s->sigs);
-        s->sigs = n;
-        s->cap_sigs = cap;
-    }
-    af_signature_entry *e = &s->sigs[s->n_sigs++];
-    memset(e, 0, sizeof *e);
-    e->signature = sig;
-    e->kind = kind;
-    snprintf(e->who, sizeof e->who, "%s", who);
-    s->unique_by_kind[kind]++;
-    return e;
-}
-
 af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_opts *o, const char *path,
                                   af_error *err) {
     cJSON *j = cJSON_CreateObject();
@@ -138,6 +110,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
         cJSON_AddBoolToObject(x, "restarted", d->restarted);
         cJSON_AddItemToArray(deaths, x);
     }
+    cJSON_AddNumberToObject(j, "compile_seconds", s->compile_seconds);
     cJSON *kinds = cJSON_AddObjectToObject(j, "findings_per_kind");
     for (int k = 1; k < AF_KIND_COUNT; k++) cJSON_AddNumberToObject(kinds, af_kind_names[k], (double)s->unique_by_kind[k]);
     cJSON *sigs = cJSON_AddArrayToObject(j, "signatures");
@@ -173,58 +146,6 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     af_status st = af_file_write_atomic(path, text, strlen(text), err);
     free(text);
     return st;
-}
-
-/* --- raw signature -> minimized signature ---------------------------------------- */
-
-/* Every new raw signature is minimized once; its repeats map straight to the signature
- * of the minimized case. Open addressing, grown at half load. */
-typedef struct af_alias_map {
-    uint64_t *keys, *vals; /* key 0 = empty (raw signatures are hashes; 0 is remapped) */
-    size_t cap, n;
-} af_alias_map;
-
-static uint64_t af_alias_key(uint64_t k) { return k ? k : 1; }
-
-static bool af_alias_get(const af_alias_map *m, uint64_t key, uint64_t *val) {
-    if (!m->cap) return false;
-    key = af_alias_key(key);
-    for (size_t i = (size_t)(key % m->cap);; i = (i + 1) % m->cap) {
-        if (m->keys[i] == 0) return false;
-        if (m->keys[i] == key) {
-            *val = m->vals[i];
-            return true;
-        }
-    }
-}
-
-static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val) {
-    if (2 * (m->n + 1) > m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 1024;
-        uint64_t *k = af_calloc(cap, sizeof *k), *v = af_calloc(cap, sizeof *v);
-        if (!k || !v) {
-            af_free(k);
-            af_free(v);
-            return false;
-        }
-        for (size_t i = 0; i < m->cap; i++) {
-            if (!m->keys[i]) continue;
-            size_t j = (size_t)(m->keys[i] % cap);
-            while (k[j]) j = (j + 1) % cap;
-            k[j] = m->keys[i];
-            v[j] = m->vals[i];
-        }
-        af_free(m->keys);
-        af_free(m->vals);
-        m->keys = k, m->vals = v, m->cap = cap;
-    }
-    key = af_alias_key(key);
-    size_t i = (size_t)(key % m->cap);
-    while (m->keys[i] && m->keys[i] != key) i = (i + 1) % m->cap;
-    if (!m->keys[i]) m->n++;
-    m->keys[i] = key;
-    m->vals[i] = val;
-    return true;
 }
 
 /* --- the pool of cases to mutate --------------------------------------------------- */
@@ -293,22 +214,61 @@ static af_status af_pool_load_corpus(af_pool *p, const char *dir, size_t budget,
 
 /* --- status ------------------------------------------------------------------------ */
 
-static void af_print_status(const af_campaign_stats *s, double elapsed, const char *last, const char *tag) {
-    char kinds[256] = "";
+static void af_kinds_text(const af_campaign_stats *s, char *kinds, size_t cap) {
     size_t n = 0;
-    for (int k = 1; k < AF_KIND_COUNT && n < sizeof kinds; k++) {
+    kinds[0] = 0;
+    for (int k = 1; k < AF_KIND_COUNT && n < cap; k++) {
         if (!s->unique_by_kind[k]) continue;
-        int w = snprintf(kinds + n, sizeof kinds - n, "%s%s %llu", n ? ", " : "", af_kind_names[k],
+        int w = snprintf(kinds + n, cap - n, "%s%s %llu", n ? ", " : "", af_kind_names[k],
                          (unsigned long long)s->unique_by_kind[k]);
         if (w > 0) n += (size_t)w;
     }
+}
+
+static void af_clock_text(double t, char *buf, size_t cap) {
+    unsigned long v = t > 0 ? (unsigned long)t : 0;
+    if (v >= 3600)
+        snprintf(buf, cap, "%lu:%02lu:%02lu", v / 3600, v / 60 % 60, v % 60);
+    else
+        snprintf(buf, cap, "%lu:%02lu", v / 60, v % 60);
+}
+
+/* Progress. For logs (stderr not a terminal) one libFuzzer-like line per call:
+ *   #1234  execs/s: 410  unique: 2 (diverge 2)  elapsed: 3s  last: ...
+ * On a terminal one line rewritten in place (cut to the terminal's width so it never
+ * wraps), a newline only with "DONE":
+ *   0:42/1:00  410 execs/s  2 findings (diverge 2)  compile 0%  last: ...
+ * ("DONE 1:00/1:00 ..." at the end, then a newline; "-" for the total without --time).
+ * The compile share is the time targets spent compiling (compile_seconds, summed over
+ * jobs) over the time the jobs ran. */
+static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *o, const char *last, const char *tag,
+                            bool tty) {
+    char kinds[256];
+    af_kinds_text(s, kinds, sizeof kinds);
+    double elapsed = s->elapsed, rate = elapsed > 0 ? (double)s->execs / elapsed : 0.0;
     char died[64] = "";
     if (s->jobs_died)
-        snprintf(died, sizeof died, "\tjobs died: %llu%s", (unsigned long long)s->jobs_died,
+        snprintf(died, sizeof died, "%sjobs died: %llu%s", tty ? "  " : "\t", (unsigned long long)s->jobs_died,
                  s->jobs_kept_dying ? " (kept dying)" : "");
-    fprintf(stderr, "#%llu\t%s execs/s: %.0f\tunique: %zu%s%s%s\telapsed: %.0fs%s%s%s\n", (unsigned long long)s->execs,
-            tag, elapsed > 0 ? (double)s->execs / elapsed : 0.0, s->n_sigs, n ? " (" : "", kinds, n ? ")" : "",
-            elapsed, died, last[0] ? "\tlast: " : "", last);
+    if (!tty) {
+        fprintf(stderr, "#%llu\t%s execs/s: %.0f\tunique: %zu%s%s%s\telapsed: %.0fs%s%s%s\n",
+                (unsigned long long)s->execs, tag, rate, s->n_sigs, kinds[0] ? " (" : "", kinds, kinds[0] ? ")" : "",
+                elapsed, died, last[0] ? "\tlast: " : "", last);
+        return;
+    }
+    char now[32], total[32] = "-", line[1024];
+    af_clock_text(elapsed, now, sizeof now);
+    if (o->seconds > 0) af_clock_text(o->seconds, total, sizeof total);
+    unsigned jobs = o->jobs > 1 ? o->jobs : 1;
+    double share = elapsed > 0 ? 100.0 * s->compile_seconds / (elapsed * jobs) : 0.0;
+    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  %zu finding%s%s%s%s  compile %.0f%%%s%s%s", tag,
+                     tag[0] ? " " : "", now, total, rate, s->n_sigs, s->n_sigs == 1 ? "" : "s", kinds[0] ? " (" : "",
+                     kinds, kinds[0] ? ")" : "", share, died, last[0] ? "  last: " : "", last);
+    struct winsize ws;
+    size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? (size_t)ws.ws_col - 1 : 79;
+    if (n > 0 && (size_t)n > width && width < sizeof line) line[width] = 0;
+    fprintf(stderr, "\r\033[K%s%s", line, tag[0] ? "\n" : "");
+    fflush(stderr);
 }
 
 /* --- one process --------------------------------------------------------------------- */
@@ -323,14 +283,17 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     }
     af_rng rng;
     af_rng_init(&rng, o->seed, 0x43414d50u);
-    af_alias_map aliases = {0};
-    af_status st = AF_OK;
-    if (o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
+    af_store_opts so = {.crashes_dir = o->crashes_dir, .no_minimize = o->no_minimize,
+                         .minimize_execs = o->minimize_execs};
+    af_store *store = af_store_create(&so, err);
+    af_status st = store ? AF_OK : AF_ERR_NOMEM;
+    if (st == AF_OK && o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
     double start = af_now(), last_status = start, last_stats = start;
     bool new_sig = false; /* a signature not yet in the stats file a --jobs parent reads */
     char last[256] = "";
     double last_time = 0;
+    bool tty = status && isatty(STDERR_FILENO);
 
     while (st == AF_OK && !af_campaign_stop) {
         double now = af_now();
@@ -370,87 +333,25 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
         size_t nf = af_exec_finding_count(x);
         if (nf) s->findings_total++;
-        /* the findings and case of this execution: minimizing re-runs the executor */
-        af_finding found[AF_EXEC_MAX_CHECKS];
-        for (size_t i = 0; i < nf; i++) found[i] = *af_exec_finding(x, i);
-        af_case ran = *af_exec_case(x);
-        bool x_holds_ran = true;
-        for (size_t i = 0; i < nf && st == AF_OK; i++) {
-            const af_finding *f = &found[i];
-            uint64_t sig = f->signature;
-            bool known = o->no_minimize || af_alias_get(&aliases, f->signature, &sig);
-            if (!known) {
-                af_case small = ran;
-                unsigned spent = 0;
-                st = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, &spent, err);
-                if (st != AF_OK) break;
-                s->minimize_execs += spent;
-                x_holds_ran = false;
-                const af_finding *fm = af_exec_finding_for(x, f->check);
-                sig = fm ? fm->signature : f->signature;
-                if (!af_alias_put(&aliases, f->signature, sig)) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
-            }
-            af_signature_entry *e = af_stats_find(s, sig);
-            if (e) {
-                e->count++;
-                /* not stored yet (disk full?): try again now and then, space may be back */
-                bool retry = !e->bundle[0] && !e->stored_elsewhere && (e->count & (e->count - 1)) == 0;
-                if (!retry) continue;
-            } else {
-                e = af_stats_add(s, sig, f->kind, f->who, err);
-                if (!e) {
-                    st = AF_ERR_NOMEM;
-                    break;
-                }
-                e->count = 1;
-                new_sig = true;
-                e->first_exec = s->execs;
-                e->first_time = af_now() - start; /* after the execution that found it */
-            }
-            /* x must hold the execution to store: the minimized case (just run), or the raw one */
-            if (o->no_minimize && !x_holds_ran) {
-                st = af_exec_run_case(x, &ran, err);
-                x_holds_ran = true;
-                if (st != AF_OK) break;
-            } else if (known && !x_holds_ran) {
-                af_case small = ran; /* a retry of a known signature: store the raw case */
-                st = af_exec_run_case(x, &small, err);
-                x_holds_ran = true;
-                if (st != AF_OK) break;
-            }
-            size_t fi = SIZE_MAX;
-            for (size_t k = 0; k < af_exec_finding_count(x); k++)
-                if (af_exec_finding(x, k)->check == f->check) fi = k;
-            if (fi == SIZE_MAX) continue; /* cannot happen: the case failed this check */
-            af_error werr;
-            af_status ws = af_exec_write_bundle_as(x, fi, sig, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
-            if (ws == AF_ERR_EXISTS) {
-                e->stored_elsewhere = true;
-                af_bundle_name(f->kind, sig, e->bundle, sizeof e->bundle);
-            } else if (ws != AF_OK) {
-                /* the finding is not lost: its input goes to stderr and to the stats, and
-                 * the bundle is written when the signature recurs and the disk has room */
-                s->write_errors += e->count == 1;
-                e->bundle[0] = 0;
-                const uint8_t *bytes;
-                size_t nb = af_exec_input(x, &bytes);
-                for (size_t k = 0; k < nb && 2 * k + 2 < sizeof e->input_hex; k++)
-                    snprintf(e->input_hex + 2 * k, 3, "%02x", bytes[k]);
-                if (e->count == 1)
-                    fprintf(stderr, "attnfuzz: could not store a %s finding of %s: %s\nattnfuzz: its input (hex): %s\n",
-                            af_kind_names[f->kind], f->who, werr.msg, e->input_hex);
-            } else if (e->count > 1) {
-                s->write_errors--; /* stored on a retry */
-            }
-            snprintf(last, sizeof last, "%s %s %016llx", af_kind_names[f->kind], f->who, (unsigned long long)sig);
+        af_store_event ev[AF_EXEC_MAX_CHECKS];
+        size_t nev = 0;
+        st = af_store_findings(store, x, s, af_now() - start, ev, &nev, err);
+        for (size_t i = 0; i < nev; i++) {
+            const af_signature_entry *e = &s->sigs[ev[i].entry];
+            if (!ev[i].first && !ev[i].stored && !ev[i].failed) continue; /* a repeat: counted */
+            snprintf(last, sizeof last, "%s %s %016llx", af_kind_names[e->kind], e->who,
+                     (unsigned long long)e->signature);
             last_time = s->elapsed;
-            if (status && e->count == 1)
-                fprintf(stderr, "NEW %s %s -> %s\n", af_kind_names[f->kind], f->who, e->bundle[0] ? e->bundle : "(not stored)");
+            new_sig |= ev[i].first;
+            if (status && ev[i].first) {
+                if (tty) fputs("\r\033[K", stderr); /* over the updating line */
+                fprintf(stderr, "NEW %s %s -> %s\n", af_kind_names[e->kind], e->who, e->bundle[0] ? e->bundle : "(not stored)");
+            }
         }
         if (status && now - last_status >= 1.0) {
             char tail[300];
             snprintf(tail, sizeof tail, last[0] ? "%s %.0fs ago" : "%s", last, s->elapsed - last_time);
-            af_print_status(s, s->elapsed, tail, "");
+            af_print_status(s, o, tail, "", tty);
             last_status = now;
         }
         /* progress for the parent, and at once after a new finding: a child killed next
@@ -462,10 +363,9 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         }
     }
     s->elapsed = af_now() - start;
-    if (status) af_print_status(s, s->elapsed, last, "DONE");
+    if (status) af_print_status(s, o, last, "DONE", tty);
     af_free(pool);
-    af_free(aliases.keys);
-    af_free(aliases.vals);
+    af_store_destroy(store);
     af_exec_destroy(x);
     return st;
 }
@@ -493,8 +393,8 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
         uint64_t sig = strtoull(sg->valuestring, NULL, 16);
         int kind = af_kind_from_name(kd->valuestring);
         if (kind < 0) continue;
-        af_signature_entry *x = af_stats_find(s, sig);
-        if (!x) x = af_stats_add(s, sig, (af_kind)kind, who->valuestring, NULL);
+        af_signature_entry *x = af_store_find(s, sig);
+        if (!x) x = af_store_add(s, sig, (af_kind)kind, who->valuestring, NULL);
         if (!x) break;
         x->count += cJSON_IsNumber(cnt) ? (uint64_t)cnt->valuedouble : 1;
         if (cJSON_IsString(bun) && !x->bundle[0]) snprintf(x->bundle, sizeof x->bundle, "%s", bun->valuestring);
@@ -502,6 +402,8 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     const cJSON *we = cJSON_GetObjectItem(j, "write_errors"), *ft = cJSON_GetObjectItem(j, "findings_total");
     if (cJSON_IsNumber(we)) s->write_errors += (uint64_t)we->valuedouble;
     if (cJSON_IsNumber(ft)) s->findings_total += (uint64_t)ft->valuedouble;
+    const cJSON *cs = cJSON_GetObjectItem(j, "compile_seconds");
+    if (cJSON_IsNumber(cs)) s->compile_seconds += cs->valuedouble;
     cJSON_Delete(j);
 }
 
@@ -604,6 +506,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
             return st;
         }
     }
+    bool tty = !o->quiet && isatty(STDERR_FILENO);
     unsigned running = n;
     bool failed = false, stopping = false, stop_sent = false;
     af_status status = AF_OK;
@@ -682,7 +585,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
         last_status = now;
         af_jobs_merge(s, dir, jobs, n);
         s->elapsed = af_now() - start;
-        if (!o->quiet) af_print_status(s, s->elapsed, "", running ? "" : "DONE");
+        if (!o->quiet) af_print_status(s, o, "", running ? "" : "DONE", tty);
         if (o->max_findings && s->n_sigs >= o->max_findings)
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);

@@ -19,6 +19,7 @@ static void af_usage(FILE *f) {
             "  show      explain a bundle, optionally draw its error heatmap\n"
             "  minimize  shrink a failing bundle or input to its essentials\n"
             "  regress   replay a corpus of bundles against their recorded verdicts (CI)\n"
+            "  report    every bundle of some directories on one page (HTML, Markdown, repro scripts)\n"
             "  backends  list the backends and what they support\n"
             "\n"
             "attnfuzz COMMAND --help shows the options of a command.\n"
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "backends")) return af_cmd_backends(argc - 1, argv + 1);
     if (!strcmp(cmd, "minimize")) return af_cmd_minimize(argc - 1, argv + 1);
     if (!strcmp(cmd, "regress")) return af_cmd_regress(argc - 1, argv + 1);
+    if (!strcmp(cmd, "report")) return af_cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         af_usage(stdout);
         return 0;

@@ -1,0 +1,688 @@
+/* cmd_report.c - `attnfuzz report DIR... [-o OUT]`: every bundle under the DIRs on one
+ * page. OUT/index.html (heatmaps inline) and OUT/report.md (for pasting into an issue):
+ * a table grouped by target and kind, then one section per finding with its minimized
+ * shapes and features, heatmap (img/NAME.png, heatmap.c), worst elements, tolerance,
+ * replay command and, for a real target (`worker:...`, `target:STACK/VARIANT`), a link
+ * to a standalone repro/NAME.py written by `python -m attnfuzz.repro` with the project's
+ * Python. Without Python the report says so and renders the rest. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "attnfuzz/bundle.h"
+#include "attnfuzz/mem.h"
+#include "attnfuzz/oracle.h"
+#include "cli.h"
+
+extern char **environ;
+
+#define AF_REPORT_MAX 4096 /* bundles per report */
+#define AF_REPORT_WORST 5  /* worst elements listed per finding */
+
+typedef struct af_report_elem {
+    size_t idx[4];
+    double out, ref, score;
+} af_report_elem;
+
+typedef struct af_report_item {
+    char name[128];   /* bundle directory name: <kind>-<signature> */
+    char dir[4096];
+    af_bundle *b;
+    char backend[128]; /* the failing backend whose output is drawn, "" if none */
+    bool real;         /* worker: or target: */
+    char png[160];     /* img/NAME.png, "" when not drawn */
+    char note[512];    /* why a picture or repro is missing */
+    char repro[160];   /* repro/NAME.py, "" when not written */
+    af_report_elem worst[AF_REPORT_WORST];
+    size_t n_worst;
+    double max_abs;
+    long long count;   /* from --stats, -1 when unknown */
+    time_t written;    /* bundle directory mtime: when it was stored */
+    int dup;           /* other copies of the same bundle name under the DIRs */
+} af_report_item;
+
+static void af_report_usage(FILE *f) {
+    fprintf(f, "usage: attnfuzz report [-o OUT] [--stats FILE]... [--no-repro] DIR...\n"
+               "\n"
+               "Writes OUT/index.html and OUT/report.md (default OUT: report) over every bundle\n"
+               "found under the DIRs (a crashes directory, a corpus, a bundle): a table grouped\n"
+               "by target and kind, and per finding its minimized shapes and features, heatmap\n"
+               "of |out - ref|, worst elements, tolerance, replay command and, for worker: and\n"
+               "target: backends, a standalone repro script (OUT/repro/NAME.py, written by\n"
+               "python -m attnfuzz.repro with the project's Python: .venv/bin/python, else\n"
+               "$ATTNFUZZ_PYTHON, else python3).\n"
+               "\n"
+               "  --stats FILE   a campaign's --stats JSON: how often each signature recurred\n"
+               "  --no-repro     do not write repro scripts\n"
+               "\n"
+               "exit: 0 written, 2 an error (unreadable bundles are listed in the report)\n");
+}
+
+/* --- collecting bundles -------------------------------------------------------------- */
+
+static int af_report_cmp(const void *a, const void *b) {
+    const af_report_item *x = *(af_report_item *const *)a, *y = *(af_report_item *const *)b;
+    int c = strcmp(af_bundle_who(x->b), af_bundle_who(y->b));
+    if (c) return c;
+    if (af_bundle_kind(x->b) != af_bundle_kind(y->b)) return (int)af_bundle_kind(x->b) - (int)af_bundle_kind(y->b);
+    return strcmp(x->name, y->name);
+}
+
+typedef struct af_report {
+    af_report_item **items;
+    size_t n;
+    char bad[64][600]; /* unreadable bundles: path and message */
+    size_t n_bad;
+    const char *out_dir;
+} af_report;
+
+static void af_report_add(af_report *r, const char *dir, const char *name) {
+    for (size_t i = 0; i < r->n; i++)
+        if (!strcmp(r->items[i]->name, name)) { /* the same finding stored twice: shown once */
+            r->items[i]->dup++;
+            return;
+        }
+    if (r->n >= AF_REPORT_MAX) return;
+    af_error err = {0};
+    af_bundle *b;
+    if (af_bundle_read(dir, &b, &err) != AF_OK) {
+        if (r->n_bad < 64) snprintf(r->bad[r->n_bad++], sizeof r->bad[0], "%s", err.msg);
+        return;
+    }
+    af_report_item *it = af_calloc(1, sizeof *it);
+    if (!it) {
+        af_bundle_free(b);
+        return;
+    }
+    it->b = b;
+    it->count = -1;
+    snprintf(it->name, sizeof it->name, "%s", name);
+    snprintf(it->dir, sizeof it->dir, "%s", dir);
+    struct stat sb;
+    if (stat(dir, &sb) == 0) it->written = sb.st_mtime;
+    r->items[r->n++] = it;
+}
+
+/* Bundles at DIR or below it (depth 4), skipping hidden entries and the output. */
+static void af_report_scan(af_report *r, const char *dir, int depth) {
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/case.json", dir);
+    if (stat(path, &sb) == 0) {
+        const char *slash = strrchr(dir, '/');
+        char name[128];
+        snprintf(name, sizeof name, "%s", slash && slash[1] ? slash + 1 : dir);
+        af_report_add(r, dir, name);
+        return;
+    }
+    if (depth > 4) return;
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        if (names[i]->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+            struct stat cs;
+            if (stat(path, &cs) == 0 && S_ISDIR(cs.st_mode) && strcmp(path, r->out_dir) != 0)
+                af_report_scan(r, path, depth + 1);
+        }
+        free(names[i]);
+    }
+    if (n >= 0) free(names);
+}
+
+/* Counts from a campaign's stats JSON (signatures[].signature/count). */
+static void af_report_stats(af_report *r, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "attnfuzz report: --stats %s: %s\n", path, strerror(errno));
+        return;
+    }
+    char *text = af_malloc(1 << 24);
+    size_t n = text ? fread(text, 1, (1 << 24) - 1, f) : 0;
+    fclose(f);
+    if (!text) return;
+    text[n] = 0;
+    cJSON *j = cJSON_Parse(text);
+    af_free(text);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "signatures")) {
+        const cJSON *sg = cJSON_GetObjectItem(it, "signature"), *cnt = cJSON_GetObjectItem(it, "count");
+        if (!cJSON_IsString(sg) || !cJSON_IsNumber(cnt)) continue;
+        uint64_t sig = strtoull(sg->valuestring, NULL, 16);
+        for (size_t i = 0; i < r->n; i++)
+            if (af_bundle_signature(r->items[i]->b) == sig)
+                r->items[i]->count = (r->items[i]->count < 0 ? 0 : r->items[i]->count) + (long long)cnt->valuedouble;
+    }
+    if (!j) fprintf(stderr, "attnfuzz report: --stats %s: not JSON\n", path);
+    cJSON_Delete(j);
+}
+
+/* --- per finding: picture and worst elements --------------------------------------------- */
+
+static bool af_report_is_real(const char *backend) {
+    return !strncmp(backend, "worker:", 7) || !strncmp(backend, "target:", 7);
+}
+
+static void af_report_draw(af_report_item *it, const char *out_dir) {
+    const af_case *c = af_bundle_case(it->b);
+    size_t pick = SIZE_MAX;
+    double worst = -1;
+    for (size_t i = 0; i < af_bundle_record_count(it->b); i++) {
+        const af_bundle_record *r = af_bundle_record_at(it->b, i);
+        if (!strcmp(r->backend, "ref")) continue;
+        if (af_report_is_real(r->backend) && !it->real) {
+            it->real = true;
+            snprintf(it->backend, sizeof it->backend, "%s", r->backend);
+        }
+        double ratio = isnan(r->m.worst_ratio) ? HUGE_VAL : r->m.worst_ratio;
+        if (r->has_output && r->kind != AF_KIND_OK && ratio > worst) {
+            worst = ratio;
+            pick = i;
+        }
+    }
+    if (pick == SIZE_MAX) {
+        snprintf(it->note, sizeof it->note, "no failing backend output recorded: no picture");
+        return;
+    }
+    const af_bundle_record *r = af_bundle_record_at(it->b, pick);
+    if (!it->real) snprintf(it->backend, sizeof it->backend, "%s", r->backend);
+    it->max_abs = r->m.max_abs;
+    double *out = NULL, *ref = NULL;
+    af_error err = {0};
+    if (af_bundle_load_output(it->b, r->backend, &out, &err) != AF_OK ||
+        af_bundle_load_output(it->b, "ref", &ref, &err) != AF_OK) {
+        snprintf(it->note, sizeof it->note, "%s", err.msg);
+        af_free(out);
+        af_free(ref);
+        return;
+    }
+    af_tolerance tol = {0};
+    af_bundle_has_tolerance(it->b, &tol);
+    size_t H = c->q_heads, S = c->q_len, D = c->v_head_dim, n = (size_t)c->batch * H * S * D;
+    /* the AF_REPORT_WORST worst elements: class mismatches first, then by |out-ref| / tolerance */
+    for (size_t e = 0; e < n; e++) {
+        double o = out[e], f = ref[e], score;
+        bool same_class = (isnan(o) && isnan(f)) || (isinf(o) && isinf(f) && (o > 0) == (f > 0)) ||
+                          (isfinite(o) && isfinite(f));
+        if (!same_class) {
+            score = HUGE_VAL;
+        } else if (isfinite(o)) {
+            double t = tol.atol + tol.rtol * fabs(f);
+            score = t > 0 ? fabs(o - f) / t : fabs(o - f);
+        } else {
+            continue;
+        }
+        if (score <= 0) continue;
+        size_t k;
+        if (it->n_worst < AF_REPORT_WORST) {
+            k = it->n_worst++;
+        } else if (it->worst[AF_REPORT_WORST - 1].score < score) {
+            k = AF_REPORT_WORST - 1;
+        } else {
+            continue;
+        }
+        while (k > 0 && it->worst[k - 1].score < score) { /* keep them sorted, worst first */
+            it->worst[k] = it->worst[k - 1];
+            k--;
+        }
+        af_report_elem *w = &it->worst[k];
+        w->idx[3] = e % D, w->idx[2] = e / D % S, w->idx[1] = e / D / S % H, w->idx[0] = e / D / S / H;
+        w->out = o, w->ref = f, w->score = score;
+    }
+    size_t b0 = it->n_worst ? it->worst[0].idx[0] : r->m.worst[0], h0 = it->n_worst ? it->worst[0].idx[1] : r->m.worst[1];
+    size_t bh = b0 * H + h0;
+    if (bh >= (size_t)c->batch * H) bh = 0;
+    char path[4400];
+    snprintf(it->png, sizeof it->png, "img/%s.png", it->name);
+    snprintf(path, sizeof path, "%s/%s", out_dir, it->png);
+    if (af_heatmap_write_png(path, out + bh * S * D, ref + bh * S * D, S, D, &err) != AF_OK) {
+        snprintf(it->note, sizeof it->note, "%s", err.msg);
+        it->png[0] = 0;
+    }
+    af_free(out);
+    af_free(ref);
+}
+
+/* --- repro scripts through Python --------------------------------------------------------- */
+
+typedef struct af_python {
+    char exe[4096];
+    char pythonpath[8192];
+    bool ok;
+    char why[512];
+} af_python;
+
+static bool af_is_exec(const char *p) { return access(p, X_OK) == 0; }
+
+/* The repository root: the first parent of this executable (or of the cwd) that holds
+ * python/attnfuzz/repro.py. */
+static bool af_report_root(char *root, size_t len) {
+    char buf[4096];
+    const char *starts[2] = {NULL, NULL};
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    char exe[4096] = "", cwd[4096] = "";
+    if (n > 0) {
+        buf[n] = 0;
+        snprintf(exe, sizeof exe, "%s", buf);
+        starts[0] = exe;
+    }
+    if (getcwd(cwd, sizeof cwd)) starts[1] = cwd;
+    for (int s = 0; s < 2; s++) {
+        if (!starts[s]) continue;
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", starts[s]);
+        for (int up = 0; up < 6; up++) {
+            char probe[4400];
+            snprintf(probe, sizeof probe, "%s/python/attnfuzz/repro.py", dir);
+            if (access(probe, R_OK) == 0) {
+                snprintf(root, len, "%s", dir);
+                return true;
+            }
+            char *slash = strrchr(dir, '/');
+            if (!slash || slash == dir) break;
+            *slash = 0;
+        }
+    }
+    return false;
+}
+
+static void af_report_python(af_python *py) {
+    char root[4096];
+    memset(py, 0, sizeof *py);
+    if (!af_report_root(root, sizeof root)) {
+        snprintf(py->why, sizeof py->why, "python/attnfuzz/repro.py not found above the attnfuzz executable or the "
+                                          "current directory");
+        return;
+    }
+    char venv[4096];
+    snprintf(venv, sizeof venv, "%.4000s/.venv/bin/python", root);
+    const char *env = getenv("ATTNFUZZ_PYTHON");
+    if (af_is_exec(venv)) {
+        snprintf(py->exe, sizeof py->exe, "%.4000s", venv);
+    } else if (env && *env) {
+        snprintf(py->exe, sizeof py->exe, "%s", env);
+    } else {
+        snprintf(py->exe, sizeof py->exe, "python3");
+    }
+    const char *old = getenv("PYTHONPATH");
+    snprintf(py->pythonpath, sizeof py->pythonpath, "PYTHONPATH=%s/python%s%s", root, old && *old ? ":" : "",
+             old ? old : "");
+    py->ok = true;
+}
+
+/* Runs PYTHON -m attnfuzz.repro BUNDLE -o OUT --search CWD; its stderr goes to errpath.
+ * Returns the exit status, 127 when Python could not be started. */
+static int af_report_run_python(const af_python *py, const char *bundle, const char *out, const char *errpath) {
+    char cwd[4096] = ".";
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
+    char *argv[] = {(char *)py->exe, "-m", "attnfuzz.repro", (char *)bundle, "-o", (char *)out, "--search", cwd, NULL};
+    size_t ne = 0;
+    while (environ[ne]) ne++;
+    char **envp = af_calloc(ne + 2, sizeof *envp);
+    if (!envp) return 127;
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "PYTHONPATH=", 11) != 0) envp[k++] = environ[i];
+    envp[k++] = (char *)py->pythonpath;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, py->exe, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    af_free(envp);
+    if (rc != 0) return 127;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return 127;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void af_report_repro(af_report_item *it, const af_python *py, const char *out_dir, bool *python_missing) {
+    if (!it->real) return;
+    if (!py->ok || *python_missing) {
+        snprintf(it->note, sizeof it->note, "no repro script: %.400s", py->ok ? "Python unavailable" : py->why);
+        return;
+    }
+    char out[4400], err[4400];
+    snprintf(it->repro, sizeof it->repro, "repro/%s.py", it->name);
+    snprintf(out, sizeof out, "%s/%s", out_dir, it->repro);
+    snprintf(err, sizeof err, "%s/repro/%s.err", out_dir, it->name);
+    int rc = af_report_run_python(py, it->dir, out, err);
+    if (rc == 0) {
+        unlink(err);
+        return;
+    }
+    it->repro[0] = 0;
+    if (rc == 127) {
+        *python_missing = true;
+        snprintf(it->note, sizeof it->note, "no repro script: Python (%.300s) could not be started", py->exe);
+        unlink(err);
+        return;
+    }
+    char msg[400] = "";
+    FILE *f = fopen(err, "r");
+    if (f) {
+        char line[400];
+        while (fgets(line, sizeof line, f)) /* the last line says why */
+            if (line[0] != '\n') snprintf(msg, sizeof msg, "%s", line);
+        fclose(f);
+    }
+    msg[strcspn(msg, "\n")] = 0;
+    if (rc == 1 && strstr(msg, "No module named")) *python_missing = true;
+    snprintf(it->note, sizeof it->note, "no repro script: %s", msg[0] ? msg : "attnfuzz.repro failed");
+}
+
+/* --- writing ------------------------------------------------------------------------------ */
+
+static void af_html_esc(FILE *f, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+static void af_md_esc(FILE *f, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|' || *s == '`') fputc('\\', f);
+        fputc(*s, f);
+    }
+}
+
+static void af_report_shape(const af_case *c, char *buf, size_t len) {
+    snprintf(buf, len, "%s B=%u Hq=%u Hkv=%u Sq=%u Sk=%u D=%u Dv=%u", af_dtype_names[c->dtype], c->batch, c->q_heads,
+             c->kv_heads, c->q_len, c->kv_len, c->head_dim, c->v_head_dim);
+}
+
+static void af_report_time(time_t t, char *buf, size_t len) {
+    struct tm tm;
+    if (!t || !gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm)) snprintf(buf, len, "?");
+}
+
+static const char af_report_css[] =
+    "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
+    "vertical-align:top}th{background:#f3f3f3}code{font-size:12px}"
+    ".finding{border-top:2px solid #888;margin-top:1.5em;padding-top:.5em}"
+    ".finding img{image-rendering:pixelated;min-width:128px;max-width:640px;border:1px solid #999}"
+    ".note{color:#a40}";
+
+/* Marks the page once every picture has loaded (or failed): body data-images="ok N" or
+ * "broken K of N", for a person (a red banner) and for the browser test. */
+static const char af_report_js[] =
+    "function afCheck(){var im=document.images,bad=0;for(var i=0;i<im.length;i++)"
+    "if(!(im[i].complete&&im[i].naturalWidth>0))bad++;"
+    "document.body.setAttribute('data-images',bad?('broken '+bad+' of '+im.length):('ok '+im.length));"
+    "if(bad){var d=document.createElement('p');d.className='note';d.textContent=bad+' picture(s) did not load';"
+    "document.body.insertBefore(d,document.body.firstChild);}}"
+    "window.addEventListener('load',afCheck);";
+
+static int af_report_write_html(const af_report *r, const char *path, const char *py_note) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>attnfuzz report</title>\n<style>%s</style>\n"
+               "<script>%s</script></head>\n<body>\n<h1>attnfuzz report</h1>\n",
+            af_report_css, af_report_js);
+    fprintf(f, "<p>%zu finding%s", r->n, r->n == 1 ? "" : "s");
+    if (r->n_bad) fprintf(f, ", %zu unreadable bundle%s", r->n_bad, r->n_bad == 1 ? "" : "s");
+    fprintf(f, ".</p>\n");
+    if (py_note[0]) {
+        fprintf(f, "<p class=\"note\">");
+        af_html_esc(f, py_note);
+        fprintf(f, "</p>\n");
+    }
+    fprintf(f, "<table><tr><th>target</th><th>kind</th><th>findings</th><th>seen</th><th>bundles</th></tr>\n");
+    for (size_t i = 0; i < r->n;) {
+        size_t j = i;
+        long long seen = 0;
+        bool known = true;
+        while (j < r->n && !strcmp(af_bundle_who(r->items[j]->b), af_bundle_who(r->items[i]->b)) &&
+               af_bundle_kind(r->items[j]->b) == af_bundle_kind(r->items[i]->b)) {
+            if (r->items[j]->count < 0) known = false;
+            else seen += r->items[j]->count;
+            j++;
+        }
+        fprintf(f, "<tr><td><code>");
+        af_html_esc(f, af_bundle_who(r->items[i]->b));
+        fprintf(f, "</code></td><td>%s</td><td>%zu</td><td>", af_kind_names[af_bundle_kind(r->items[i]->b)], j - i);
+        if (known) fprintf(f, "%lld", seen);
+        else fprintf(f, "&mdash;");
+        fprintf(f, "</td><td>");
+        for (size_t k = i; k < j; k++) fprintf(f, "%s<a href=\"#%s\">%s</a>", k > i ? " " : "", r->items[k]->name, r->items[k]->name);
+        fprintf(f, "</td></tr>\n");
+        i = j;
+    }
+    fprintf(f, "</table>\n");
+    for (size_t i = 0; i < r->n; i++) {
+        const af_report_item *it = r->items[i];
+        const af_case *c = af_bundle_case(it->b);
+        char shape[256], feat[512], when[64];
+        af_report_shape(c, shape, sizeof shape);
+        af_case_features_str(c, feat, sizeof feat);
+        af_report_time(it->written, when, sizeof when);
+        fprintf(f, "<div class=\"finding\" id=\"%s\">\n<h2>%s</h2>\n<table>\n", it->name, it->name);
+        fprintf(f, "<tr><th>target</th><td><code>");
+        af_html_esc(f, af_bundle_who(it->b));
+        fprintf(f, "</code>%s%s</td></tr>\n", af_bundle_relation(it->b) ? " under relation " : "",
+                af_bundle_relation(it->b) ? af_bundle_relation(it->b) : "");
+        fprintf(f, "<tr><th>kind</th><td>%s</td></tr>\n", af_kind_names[af_bundle_kind(it->b)]);
+        fprintf(f, "<tr><th>first seen</th><td>%s", when);
+        if (it->count >= 0) fprintf(f, "; seen %lld time%s", it->count, it->count == 1 ? "" : "s");
+        if (it->dup) fprintf(f, "; %d more cop%s under the directories", it->dup, it->dup == 1 ? "y" : "ies");
+        fprintf(f, "</td></tr>\n<tr><th>shape</th><td>%s</td></tr>\n<tr><th>features</th><td>", shape);
+        af_html_esc(f, feat);
+        fprintf(f, "</td></tr>\n");
+        af_tolerance tol;
+        if (af_bundle_has_tolerance(it->b, &tol))
+            fprintf(f, "<tr><th>tolerance</th><td>|out &minus; ref| &le; %.3g + %.3g |ref| (%s)</td></tr>\n", tol.atol,
+                    tol.rtol, tol.honest ? "from the honest run" : "per-dtype floor");
+        if (it->backend[0]) {
+            fprintf(f, "<tr><th>max abs error</th><td>%.6g (<code>", it->max_abs);
+            af_html_esc(f, it->backend);
+            fprintf(f, "</code>)</td></tr>\n");
+        }
+        fprintf(f, "<tr><th>replay</th><td><code>attnfuzz replay ");
+        af_html_esc(f, it->dir);
+        fprintf(f, "</code></td></tr>\n");
+        if (it->repro[0]) fprintf(f, "<tr><th>repro</th><td><a href=\"%s\">%s</a> (standalone: numpy and the target)</td></tr>\n", it->repro, it->repro);
+        fprintf(f, "</table>\n");
+        if (it->n_worst) {
+            fprintf(f, "<table><tr><th>[b, h, i, d]</th><th>out</th><th>ref</th><th>&times; tolerance</th></tr>\n");
+            for (size_t k = 0; k < it->n_worst; k++) {
+                const af_report_elem *w = &it->worst[k];
+                fprintf(f, "<tr><td>[%zu, %zu, %zu, %zu]</td><td>%.9g</td><td>%.9g</td><td>%.3g</td></tr>\n", w->idx[0],
+                        w->idx[1], w->idx[2], w->idx[3], w->out, w->ref, w->score);
+            }
+            fprintf(f, "</table>\n");
+        }
+        if (it->png[0])
+            fprintf(f, "<p><img src=\"%s\" alt=\"|out - ref| heatmap of %s\" title=\"|out - ref| over (query position, "
+                       "value dim): black 0, white max, magenta NaN/Inf\"></p>\n", it->png, it->name);
+        if (it->note[0]) {
+            fprintf(f, "<p class=\"note\">");
+            af_html_esc(f, it->note);
+            fprintf(f, "</p>\n");
+        }
+        fprintf(f, "</div>\n");
+    }
+    if (r->n_bad) {
+        fprintf(f, "<h2>Unreadable bundles</h2>\n<ul>\n");
+        for (size_t i = 0; i < r->n_bad; i++) {
+            fprintf(f, "<li>");
+            af_html_esc(f, r->bad[i]);
+            fprintf(f, "</li>\n");
+        }
+        fprintf(f, "</ul>\n");
+    }
+    fprintf(f, "</body></html>\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int af_report_write_md(const af_report *r, const char *path, const char *py_note) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fprintf(f, "## attnfuzz report: %zu finding%s\n\n", r->n, r->n == 1 ? "" : "s");
+    if (py_note[0]) fprintf(f, "_%s_\n\n", py_note);
+    fprintf(f, "| target | kind | bundle | seen | first seen | shape | features | max abs | tolerance | replay | repro |\n");
+    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < r->n; i++) {
+        const af_report_item *it = r->items[i];
+        const af_case *c = af_bundle_case(it->b);
+        char shape[256], feat[512], when[64];
+        af_report_shape(c, shape, sizeof shape);
+        af_case_features_str(c, feat, sizeof feat);
+        af_report_time(it->written, when, sizeof when);
+        fprintf(f, "| `");
+        af_md_esc(f, af_bundle_who(it->b));
+        fprintf(f, "` | %s | %s | ", af_kind_names[af_bundle_kind(it->b)], it->name);
+        if (it->count >= 0) fprintf(f, "%lld", it->count);
+        fprintf(f, " | %s | %s | ", when, shape);
+        af_md_esc(f, feat);
+        fprintf(f, " | %.3g | ", it->max_abs);
+        af_tolerance tol;
+        if (af_bundle_has_tolerance(it->b, &tol)) fprintf(f, "%.3g + %.3g\\|ref\\|", tol.atol, tol.rtol);
+        fprintf(f, " | `attnfuzz replay ");
+        af_md_esc(f, it->dir);
+        fprintf(f, "` | %s |\n", it->repro[0] ? it->repro : "");
+    }
+    fprintf(f, "\n");
+    for (size_t i = 0; i < r->n; i++) {
+        const af_report_item *it = r->items[i];
+        if (!it->png[0] && !it->n_worst) continue;
+        fprintf(f, "### %s\n\n", it->name);
+        if (it->png[0]) fprintf(f, "![|out - ref| of %s](%s)\n\n", it->name, it->png);
+        if (it->n_worst) {
+            fprintf(f, "| [b, h, i, d] | out | ref | x tolerance |\n| --- | --- | --- | --- |\n");
+            for (size_t k = 0; k < it->n_worst; k++)
+                fprintf(f, "| [%zu, %zu, %zu, %zu] | %.9g | %.9g | %.3g |\n", it->worst[k].idx[0], it->worst[k].idx[1],
+                        it->worst[k].idx[2], it->worst[k].idx[3], it->worst[k].out, it->worst[k].ref, it->worst[k].score);
+            fprintf(f, "\n");
+        }
+        if (it->note[0]) fprintf(f, "_%s_\n\n", it->note);
+    }
+    for (size_t i = 0; i < r->n_bad; i++) fprintf(f, "- unreadable: %s\n", r->bad[i]);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+static int af_mkdir(const char *path) {
+    if (mkdir(path, 0755) == 0 || errno == EEXIST) return 0;
+    fprintf(stderr, "attnfuzz report: cannot create %s: %s\n", path, strerror(errno));
+    return -1;
+}
+
+int af_cmd_report(int argc, char **argv) {
+    const char *out_dir = "report";
+    const char *stats[16];
+    int n_stats = 0;
+    bool no_repro = false;
+    static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
+                                             {"stats", required_argument, 0, 's'},
+                                             {"no-repro", no_argument, 0, 'n'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+        if (opt == 'o') {
+            out_dir = optarg;
+        } else if (opt == 's' && n_stats < 16) {
+            stats[n_stats++] = optarg;
+        } else if (opt == 'n') {
+            no_repro = true;
+        } else {
+            af_report_usage(opt == 'h' ? stdout : stderr);
+            return opt == 'h' ? 0 : 2;
+        }
+    }
+    if (optind >= argc) {
+        af_report_usage(stderr);
+        return 2;
+    }
+    char sub[4200];
+    if (af_mkdir(out_dir) != 0) return 2;
+    snprintf(sub, sizeof sub, "%s/img", out_dir);
+    if (af_mkdir(sub) != 0) return 2;
+    snprintf(sub, sizeof sub, "%s/repro", out_dir);
+    if (!no_repro && af_mkdir(sub) != 0) return 2;
+
+    af_report *r = af_calloc(1, sizeof *r);
+    af_report_item **items = af_calloc(AF_REPORT_MAX, sizeof *items);
+    if (!r || !items) {
+        af_free(r);
+        af_free(items);
+        fprintf(stderr, "attnfuzz report: out of memory\n");
+        return 2;
+    }
+    r->items = items;
+    r->out_dir = out_dir;
+    for (int a = optind; a < argc; a++) {
+        struct stat sb;
+        if (stat(argv[a], &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "attnfuzz report: %s: not a directory\n", argv[a]);
+            continue;
+        }
+        size_t len = strlen(argv[a]);
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", argv[a]);
+        while (len > 1 && dir[len - 1] == '/') dir[--len] = 0;
+        af_report_scan(r, dir, 0);
+    }
+    qsort(r->items, r->n, sizeof *r->items, af_report_cmp);
+    for (int s = 0; s < n_stats; s++) af_report_stats(r, stats[s]);
+
+    af_python py;
+    af_report_python(&py);
+    bool python_missing = false, any_real = false;
+    for (size_t i = 0; i < r->n; i++) {
+        af_report_draw(r->items[i], out_dir);
+        if (r->items[i]->real) any_real = true;
+        if (!no_repro) af_report_repro(r->items[i], &py, out_dir, &python_missing);
+    }
+    char py_note[600] = "";
+    if (any_real && !no_repro && (!py.ok || python_missing))
+        snprintf(py_note, sizeof py_note, "Python is unavailable (%.400s): no repro scripts were written; the rest of the "
+                                          "report is complete.",
+                 py.ok ? py.exe : py.why);
+
+    char html[4200], md[4200];
+    snprintf(html, sizeof html, "%s/index.html", out_dir);
+    snprintf(md, sizeof md, "%s/report.md", out_dir);
+    int rc = 0;
+    if (af_report_write_html(r, html, py_note) != 0 || af_report_write_md(r, md, py_note) != 0) {
+        fprintf(stderr, "attnfuzz report: cannot write %s: %s\n", out_dir, strerror(errno));
+        rc = 2;
+    }
+    size_t pics = 0, repros = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        pics += r->items[i]->png[0] != 0;
+        repros += r->items[i]->repro[0] != 0;
+        af_bundle_free(r->items[i]->b);
+        af_free(r->items[i]);
+    }
+    if (rc == 0)
+        printf("attnfuzz report: %zu findings, %zu pictures, %zu repro scripts, %zu unreadable -> %s (and report.md)\n",
+               r->n, pics, repros, r->n_bad, html);
+    if (py_note[0]) fprintf(stderr, "attnfuzz report: %s\n", py_note);
+    af_free(items);
+    af_free(r);
+    return rc;
+}

@@ -1,0 +1,162 @@
+/* test_store.c - the store step (store.h) against mutant:causal_top_left, whose bug shows
+ * whenever Sq != Sk under a bottom-right causal mask:
+ *   - a finding is minimized and stored once under the signature of its minimized case,
+ *     recomputed here from the bundle's case.json (af_signature on what was read back);
+ *   - the same case again, and larger cases with other incidental features (batch, heads,
+ *     f16, another layout), are counted under that signature, not stored;
+ *   - without minimization the f16 case signs differently (so the check above could
+ *     fail), and its bundle holds the case as found. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnfuzz/bundle.h"
+#include "attnfuzz/store.h"
+
+static char af_tmp[256];
+
+static size_t count_dirs(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+static af_case diverging_case(uint32_t batch, uint32_t heads, af_dtype dt, af_layout layout) {
+    af_case c;
+    af_case_default(&c);
+    c.batch = batch;
+    c.q_heads = c.kv_heads = heads;
+    c.q_len = 6;
+    c.kv_len = 11;
+    c.head_dim = c.v_head_dim = 16;
+    c.dtype = dt;
+    c.causal = true;
+    c.diag = AF_DIAG_BOTTOM_RIGHT;
+    for (int t = 0; t < AF_QKV_COUNT; t++) {
+        c.t[t].layout = layout;
+        c.t[t].seed = 11u + (uint32_t)t;
+    }
+    af_case_repair(&c, 0);
+    return c;
+}
+
+static af_exec *mutant_exec(void) {
+    af_exec_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    af_oracle_opts_default(&cfg.oracle);
+    cfg.backends[0] = "mutant:causal_top_left";
+    cfg.n_backends = 1;
+    af_error err = {0};
+    af_exec *x = af_exec_create(&cfg, &err);
+    assert_non_null(x);
+    return x;
+}
+
+static void run_and_store(af_exec *x, af_store *st, af_campaign_stats *s, af_case c, af_store_event *ev, size_t *nev) {
+    af_error err = {0};
+    assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    assert_true(af_exec_finding_count(x) > 0);
+    s->execs++;
+    assert_int_equal(af_store_findings(st, x, s, 0.0, ev, nev, &err), AF_OK);
+    assert_int_equal(*nev, 1);
+}
+
+static void test_one_bug_one_bundle(void **state) {
+    (void)state;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/min", af_tmp);
+    af_store_opts o = {.crashes_dir = dir};
+    af_error err = {0};
+    af_store *st = af_store_create(&o, &err);
+    assert_non_null(st);
+    af_exec *x = mutant_exec();
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev;
+
+    af_case first = diverging_case(1, 1, AF_F32, AF_LAYOUT_BHSD);
+    run_and_store(x, st, &s, first, ev, &nev);
+    assert_true(ev[0].first && ev[0].stored);
+    assert_true(s.minimize_execs > 0);
+    const af_signature_entry *e = &s.sigs[ev[0].entry];
+    uint64_t sig = e->signature;
+    af_kind kind = e->kind;
+    assert_int_equal(count_dirs(dir), 1);
+
+    /* the bundle's case, read back, signs as the store said; it is smaller than found */
+    af_bundle *b;
+    assert_int_equal(af_bundle_read(e->bundle, &b, &err), AF_OK);
+    const af_case *m = af_bundle_case(b);
+    assert_true(af_signature(kind, "mutant:causal_top_left", m) == sig);
+    assert_true(af_bundle_signature(b) == sig);
+    assert_true((uint64_t)m->q_len * m->kv_len * m->head_dim < 6u * 11u * 16u);
+    char name[64];
+    af_bundle_name(kind, sig, name, sizeof name);
+    assert_non_null(strstr(e->bundle, name));
+    af_bundle_free(b);
+
+    /* repeats and larger cases of the same bug: counted, nothing new stored */
+    af_case again[4] = {first, diverging_case(2, 3, AF_F32, AF_LAYOUT_BHSD), diverging_case(1, 2, AF_F16, AF_LAYOUT_BHSD),
+                        diverging_case(1, 1, AF_F32, AF_LAYOUT_BSHD)};
+    uint64_t raw_other = 0;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(af_exec_run_case(x, &again[i], &err), AF_OK);
+        if (i == 2) raw_other = af_exec_finding(x, 0)->signature; /* f16: another feature set */
+        s.execs++;
+        assert_int_equal(af_store_findings(st, x, &s, 0.0, ev, &nev, &err), AF_OK);
+        assert_int_equal(nev, 1);
+        assert_false(ev[0].stored);
+        assert_true(s.sigs[ev[0].entry].signature == sig);
+    }
+    assert_int_equal(s.n_sigs, 1);
+    assert_int_equal(s.sigs[0].count, 5);
+    assert_int_equal(count_dirs(dir), 1);
+    assert_true(raw_other != sig);
+
+    /* without minimization: the raw signature, the raw case */
+    char dir2[300];
+    snprintf(dir2, sizeof dir2, "%s/raw", af_tmp);
+    af_store_opts o2 = {.crashes_dir = dir2, .no_minimize = true};
+    af_store *st2 = af_store_create(&o2, &err);
+    af_campaign_stats s2;
+    memset(&s2, 0, sizeof s2);
+    run_and_store(x, st2, &s2, again[2], ev, &nev);
+    assert_true(ev[0].stored);
+    assert_true(s2.sigs[0].signature == raw_other);
+    assert_int_equal(s2.minimize_execs, 0);
+    assert_int_equal(af_bundle_read(s2.sigs[0].bundle, &b, &err), AF_OK);
+    assert_int_equal(af_bundle_case(b)->dtype, AF_F16);
+    assert_int_equal(af_bundle_case(b)->q_heads, 2);
+    af_bundle_free(b);
+
+    af_campaign_stats_free(&s);
+    af_campaign_stats_free(&s2);
+    af_store_destroy(st);
+    af_store_destroy(st2);
+    af_store_destroy(NULL);
+    af_exec_destroy(x);
+}
+
+int main(void) {
+    snprintf(af_tmp, sizeof af_tmp, "/tmp/attnfuzz-test-store-XXXXXX");
+    if (!mkdtemp(af_tmp)) return 1;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle)};
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", af_tmp);
+    if (system(cmd) != 0) rc = rc ? rc : 1;
+    return rc;
+}
