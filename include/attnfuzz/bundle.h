@@ -16,6 +16,7 @@
  *   ref.npy.zst         float64 reference [B, Hq, Sq, Dv]
  *   out.<backend>.npy.zst   each backend's output [B, Hq, Sq, Dv] (float32 or float64)
  *   expected.npy.zst    optional, from another tool: the output replay must reproduce
+ *   stderr.txt          a worker's last 4 KiB of stderr (stderr.2.txt for a second one)
  *
  * Bundles written by other tools (numpy + zstandard + a case.json with at least the case)
  * are read the same way; missing tensors are generated from the case. */
@@ -67,6 +68,10 @@ typedef struct af_bundle_output {
     const af_tensor *out;   /* [B, Hq, Sq, Dv] F32 or F64; NULL when the backend failed */
     af_result result;       /* against the reference (or, for a relation, the other run) */
     const char *error;      /* the backend's message when result.kind is error/crash/timeout */
+    /* external backends (worker.h), else NULL: */
+    const char *describe;    /* "name version variant" as the worker said */
+    const char *conventions; /* the conventions it declared, a JSON object text */
+    const char *stderr_tail; /* the last 4 KiB of its stderr: written as stderr.txt */
 } af_bundle_output;
 
 typedef struct af_bundle_spec {
