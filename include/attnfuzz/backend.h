@@ -86,6 +86,9 @@ typedef struct af_backend_vtable {
 
 typedef struct af_backend af_backend;
 
+/* Longest backend name kept (a worker's name is its whole command line). */
+#define AF_BACKEND_NAME_MAX 256
+
 /* Built-in vtables (ref, explicit, fused, the mutants), for listing. */
 size_t af_backend_builtin_count(void);
 const af_backend_vtable *af_backend_builtin(size_t i);

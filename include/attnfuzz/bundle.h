@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "case.h"
 #include "oracle.h"
 #include "status.h"
@@ -106,7 +107,7 @@ void af_bundle_name(af_kind kind, uint64_t signature, char *buf, size_t len);
 typedef struct af_bundle af_bundle;
 
 typedef struct af_bundle_record { /* one backend as recorded in case.json */
-    char backend[128];
+    char backend[AF_BACKEND_NAME_MAX];
     char version[64];
     af_kind kind;
     af_metrics m;

@@ -6,8 +6,8 @@
  * a lot of stderr, stops reading, or never answers cannot block us: stderr is drained
  * into a 4 KiB ring as it comes, and at the deadline the child's process group is
  * killed. A fault (death, timeout, a frame that breaks the protocol) leaves the child
- * dead or killed; the next run starts a new one, after a pause that doubles from 0.1 s
- * to 5 s while faults follow each other. */
+ * dead or killed; the next run starts a new one at once, and a start that fails is
+ * retried after a pause that doubles from 0.1 s to 5 s. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,7 +31,7 @@
 #include "worker_proto.h"
 
 #define AF_WORKER_KEYS 4096      /* compile keys remembered per process (then forgotten) */
-#define AF_WORKER_MAX_STARTS 6   /* consecutive failed starts before giving up */
+#define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
 #define AF_LEARN_FEATURES (17 + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
 
 typedef struct af_worker {
@@ -77,8 +77,7 @@ static double af_worker_now(void) {
 static void af_worker_sleep(double s) {
     if (s <= 0) return;
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    nanosleep(&ts, NULL); /* a signal cuts it short: the caller goes on at once */
 }
 
 void af_worker_opts_default(af_worker_opts *o) {
@@ -280,15 +279,15 @@ static const char *af_worker_tail(af_worker *w) {
     return w->tail;
 }
 
-/* The last line or so of stderr for a one-line message. */
+/* The last line of stderr (at most 200 bytes) for a one-line message; the whole tail goes
+ * into bundles as stderr.txt. */
 static void af_worker_tail_brief(af_worker *w, char *buf, size_t len) {
     const char *t = af_worker_tail(w);
     size_t n = strlen(t);
-    while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == ' ')) n--;
-    size_t from = n > 300 ? n - 300 : 0;
+    while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == ' ' || t[n - 1] == '\r')) n--;
+    size_t from = n;
+    while (from > 0 && t[from - 1] != '\n' && n - from < 200) from--;
     snprintf(buf, len, "%.*s", (int)(n - from), t + from);
-    for (char *p = buf; *p; p++)
-        if (*p == '\n') *p = '|';
 }
 
 /* --- the process ------------------------------------------------------------------------- */
@@ -575,16 +574,13 @@ static af_status af_worker_start(af_worker *w, af_error *err) {
                         brief[0] ? "; stderr: " : "", brief);
 }
 
-/* A new process after a fault: backoff while faults follow each other; AF_ERR_IO when it
- * cannot be started AF_WORKER_MAX_STARTS times in a row. */
+/* A new process after a fault. A worker that starts (sends its hello) is restarted at
+ * once, whatever case killed the last one; failed starts are retried after 0.1 s,
+ * doubling to 5 s; AF_ERR_IO after AF_WORKER_MAX_STARTS failed starts in a row. */
 static af_status af_worker_restart(af_worker *w, af_error *err) {
     af_error serr;
     for (int attempt = 0; attempt < AF_WORKER_MAX_STARTS; attempt++) {
-        if (w->faults > 1 || attempt > 0) {
-            unsigned k = w->faults > 1 ? w->faults - 2 : 0;
-            k += (unsigned)attempt;
-            af_worker_sleep(fmin(5.0, 0.1 * ldexp(1.0, (int)(k > 10 ? 10 : k))));
-        }
+        if (attempt > 0) af_worker_sleep(fmin(5.0, 0.1 * ldexp(1.0, attempt - 1)));
         if (af_worker_start(w, &serr) == AF_OK) {
             w->ext.restarts++;
             return AF_OK;

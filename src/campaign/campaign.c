@@ -352,7 +352,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         for (size_t i = 0; i < nf && st == AF_OK; i++) {
             const af_finding *f = &found[i];
             uint64_t sig = f->signature;
-            bool known = o->no_minimize || af_alias_get(&aliases, f->signature, &sig);
+            /* a dead or hung worker is stored as found: each minimizing step could cost a
+             * restart or a whole timeout */
+            bool raw = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT;
+            bool known = raw || af_alias_get(&aliases, f->signature, &sig);
             if (!known) {
                 af_case small = ran;
                 unsigned spent = 0;
@@ -381,7 +384,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 e->first_time = af_now() - start; /* after the execution that found it */
             }
             /* x must hold the execution to store: the minimized case (just run), or the raw one */
-            if (o->no_minimize && !x_holds_ran) {
+            if (raw && !x_holds_ran) {
                 st = af_exec_run_case(x, &ran, err);
                 x_holds_ran = true;
                 if (st != AF_OK) break;

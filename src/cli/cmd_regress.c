@@ -49,7 +49,7 @@ static int af_regress_bundle(const char *dir, af_exec_config base, bool strict, 
         fprintf(stderr, "attnfuzz regress: %s\n", err.msg);
         return 2;
     }
-    char names[AF_EXEC_MAX_BACKENDS][128];
+    char names[AF_EXEC_MAX_BACKENDS][AF_BACKEND_NAME_MAX];
     af_cli_config_from_bundle(b, &base, names);
     af_exec *x = af_exec_create(&base, &err);
     int rc = 0;
