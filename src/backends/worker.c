@@ -562,16 +562,20 @@ static af_status af_worker_start(af_worker *w, af_error *err) {
         return af_error_set(err, AF_ERR_INVALID, "%s: bad hello: %s%s%s", w->spec, xerr.msg, brief[0] ? "; stderr: " : "",
                             brief);
     }
-    char how[128] = "";
+    char how[200] = "";
     if (st == AF_ERR_CRASH) {
-        af_worker_reap(w, 1.0, how, sizeof how);
+        char ended[128];
+        af_worker_reap(w, 1.0, ended, sizeof ended);
+        snprintf(how, sizeof how, "the worker %s before its hello", ended);
+    } else if (st == AF_ERR_TIMEOUT) {
+        af_worker_kill(w);
+        snprintf(how, sizeof how, "the worker sent no hello within %g s (killed)", w->opts.timeout + w->opts.compile_timeout);
     } else {
         af_worker_kill(w);
-        snprintf(how, sizeof how, "%.120s", st == AF_ERR_TIMEOUT ? "sent no hello in time (killed)" : xerr.msg);
+        snprintf(how, sizeof how, "the worker's first frame is not a hello: %.120s", xerr.msg);
     }
     af_worker_tail_brief(w, brief, sizeof brief);
-    return af_error_set(err, AF_ERR_INVALID, "%s: the worker %s before its hello%s%s", w->spec, how,
-                        brief[0] ? "; stderr: " : "", brief);
+    return af_error_set(err, AF_ERR_INVALID, "%s: %s%s%s", w->spec, how, brief[0] ? "; stderr: " : "", brief);
 }
 
 /* A new process after a fault. A worker that starts (sends its hello) is restarted at
