@@ -2,7 +2,8 @@
  *
  * A backend receives the physical tensors of a case (tensor.h) and writes the output
  * in canonical contiguous [B, Hq, Sq, Dv] order, in its out_dtype (F64 for ref, F32 for
- * the others). Capability bits let the fuzzer send a backend only cases it can run. */
+ * the others). A backend whose out_dtype is F64 may instead write F32 and say so by
+ * setting out->dtype and out->nb (workers return whichever dtype they computed in). Capability bits let the fuzzer send a backend only cases it can run. */
 #ifndef ATTNFUZZ_BACKEND_H
 #define ATTNFUZZ_BACKEND_H
 
@@ -42,6 +43,28 @@ enum {
 #define AF_LAYOUTS_ALL ((1u << AF_LAYOUT_COUNT) - 1)
 extern const char *const af_cap_names[17];
 
+/* What an external backend (worker.h) declared and what its last run left behind; in-process
+ * backends have none (af_backend_ext returns NULL). Strings are owned by the backend and
+ * valid until its next run or close. */
+typedef struct af_backend_ext {
+    const char *describe;      /* one line: name, version, variant as the worker said */
+    const char *conventions;   /* the conventions in effect, a JSON object text */
+    bool waive_masked_row_nan;     /* conventions.masked_rows "nan": not a finding for it */
+    bool waive_masked_value_leak;  /* conventions.masked_values "ieee": likewise */
+    bool own_dropout;          /* conventions.dropout "keep_mask": it returns its own keep mask */
+    uint32_t compile_key;      /* AF_KEY_* bits (worker.h) */
+    /* the last run */
+    const char *stderr_tail;   /* the last 4 KiB of its stderr, NUL-terminated ("" if none) */
+    const uint8_t *dropout_keep; /* [B, Hq, Sq, Sk] bytes (1 = kept) it returned, or NULL */
+    double compile_s;          /* seconds it reported compiling (-1 when it did not say) */
+    double run_s;              /* seconds it reported running (-1 when it did not say) */
+    double wall_s;             /* seconds the run took as seen from here */
+    bool new_key;              /* the run's compile key was new to this process */
+    /* totals */
+    uint64_t runs, restarts, unsupported;
+    const char *learned;       /* features it refused often enough to be left out, "" if none */
+} af_backend_ext;
+
 typedef struct af_backend_vtable {
     const char *name;    /* "explicit", "mutant:silent_tf32", ... */
     const char *version;
@@ -54,9 +77,17 @@ typedef struct af_backend_vtable {
     void (*destroy)(void *state);
     /* Required: fill out ([B, Hq, Sq, Dv] contiguous, out_dtype). */
     af_status (*run)(void *state, const af_case_tensors *in, af_tensor *out, af_error *err);
+    /* Optional: may it run c, beyond caps and layouts (dtypes, limits, conventions, what
+     * it learned it refuses)? why as in af_backend_supports. */
+    bool (*supports)(void *state, const af_case *c, char *why, size_t why_len);
+    /* Optional (external backends): see af_backend_ext. */
+    const af_backend_ext *(*ext)(void *state);
 } af_backend_vtable;
 
 typedef struct af_backend af_backend;
+
+/* Longest backend name kept (a worker's name is its whole command line). */
+#define AF_BACKEND_NAME_MAX 256
 
 /* Built-in vtables (ref, explicit, fused, the mutants), for listing. */
 size_t af_backend_builtin_count(void);
@@ -68,7 +99,8 @@ const af_backend_vtable *af_backend_builtin(size_t i);
 af_status af_backend_register(const af_backend_vtable *vt, af_error *err);
 
 /* Opens a backend by its command-line name: "ref", "explicit", "fused",
- * "mutant:NAME", "plugin:PATH.so[:ARGS]" (plugin.h). Unknown names are AF_ERR_INVALID
+ * "mutant:NAME", "plugin:PATH.so[:ARGS]" (plugin.h), "worker:COMMAND" and
+ * "target:STACK/VARIANT" (worker.h, with default worker options). Unknown names are AF_ERR_INVALID
  * with the list of known ones; a plugin that does not load names the file and why. */
 af_status af_backend_open(const char *spec, af_backend **out, af_error *err);
 /* Wraps a vtable (for test backends and plugins); state comes from vt->create(args). */
@@ -79,6 +111,8 @@ void af_backend_close(af_backend *be); /* NULL does nothing */
 const char *af_backend_name(const af_backend *be);
 const char *af_backend_version(const af_backend *be);
 const af_backend_vtable *af_backend_vt(const af_backend *be);
+/* What an external backend declared and its last run left behind; NULL for in-process ones. */
+const af_backend_ext *af_backend_ext_of(const af_backend *be);
 
 /* Can this backend run case c? When not, why (if not NULL) names the missing capability. */
 bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len);

@@ -16,8 +16,8 @@
  *   ref.npy.zst         float64 reference [B, Hq, Sq, Dv]
  *   out.<backend>.npy.zst   each backend's output [B, Hq, Sq, Dv] (float32 or float64)
  *   expected.npy.zst    optional, from another tool: the output replay must reproduce
- *   stderr.txt          optional: the last 4 KiB of a worker's stderr (read back with
- *                       af_bundle_load_text, at most 64 KiB)
+ *   stderr.txt          optional: the last 4 KiB of a worker's stderr (stderr.2.txt for a
+ *                       second one; read back with af_bundle_load_text, at most 64 KiB)
  *
  * Bundles written by other tools (numpy + zstandard + a case.json with at least the case)
  * are read the same way; missing tensors are generated from the case. */
@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "case.h"
 #include "oracle.h"
 #include "status.h"
@@ -75,6 +76,10 @@ typedef struct af_bundle_output {
     const af_tensor *out;   /* [B, Hq, Sq, Dv] F32 or F64; NULL when the backend failed */
     af_result result;       /* against the reference (or, for a relation, the other run) */
     const char *error;      /* the backend's message when result.kind is error/crash/timeout */
+    /* external backends (worker.h), else NULL: */
+    const char *describe;    /* "name version variant" as the worker said */
+    const char *conventions; /* the conventions it declared, a JSON object text */
+    const char *stderr_tail; /* the last 4 KiB of its stderr: written as stderr.txt */
 } af_bundle_output;
 
 typedef struct af_bundle_spec {
@@ -114,7 +119,7 @@ void af_bundle_name(af_kind kind, uint64_t signature, char *buf, size_t len);
 typedef struct af_bundle af_bundle;
 
 typedef struct af_bundle_record { /* one backend as recorded in case.json */
-    char backend[128];
+    char backend[AF_BACKEND_NAME_MAX];
     char version[64];
     af_kind kind;
     af_metrics m;

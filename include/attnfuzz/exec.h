@@ -21,6 +21,7 @@
 #include "oracle.h"
 #include "relation.h"
 #include "status.h"
+#include "worker.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +40,7 @@ typedef struct af_exec_config {
                                                    that apply, picked from the case's seeds */
     af_oracle_opts oracle;
     size_t budget;                              /* bytes of tensors per case, 0 = default */
+    af_worker_opts worker;                      /* for worker: and target: backends; zeros = defaults */
 } af_exec_config;
 
 /* No backend options: the pair explicit,fused and every relation on both. */
@@ -79,6 +81,12 @@ size_t af_exec_check_count(const af_exec *x);
 const char *af_exec_check_name(const af_exec *x, size_t i);
 bool af_exec_check_ran(const af_exec *x, size_t i);
 const af_result *af_exec_check_result(const af_exec *x, size_t i);
+
+/* The backends the executor opened (in the order of first mention). */
+size_t af_exec_backend_count(const af_exec *x);
+af_backend *af_exec_backend_at(const af_exec *x, size_t i);
+/* Would any check run on case c (does some backend support it)? Cheap: no backend runs. */
+bool af_exec_would_run(const af_exec *x, const af_case *c);
 
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h). */
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len,

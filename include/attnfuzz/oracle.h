@@ -97,6 +97,12 @@ typedef struct af_oracle af_oracle;
 af_oracle *af_oracle_create(const af_oracle_opts *opts); /* NULL opts: defaults; NULL on OOM */
 void af_oracle_destroy(af_oracle *o);                    /* NULL does nothing */
 
+/* Waives (on) or stops waiving a waivable kind (AF_KIND_MASKED_ROW_NAN) for the following
+ * comparisons: a backend that declares that convention is compared with it waived. Other
+ * kinds are not waivable and are ignored. af_oracle_waived says whether it is waived. */
+void af_oracle_waive(af_oracle *o, af_kind kind, bool on);
+bool af_oracle_waived(const af_oracle *o, af_kind kind);
+
 /* Runs the float64 reference on the case (the tensors must outlive the comparisons). */
 af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err);
 /* Uses a reference supplied by the caller instead (float64, [B, Hq, Sq, Dv]), e.g. an

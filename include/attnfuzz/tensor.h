@@ -83,6 +83,9 @@ typedef struct af_case_tensors {
     const af_case *c;
     af_tensor q, k, v, amask, bmask;
     af_view qv, kv, vv, am, bm;
+    /* NULL: dropout keeps by the counter rule (rng.h). Else [B, Hq, Sq, Sk] bytes, 1 = kept:
+     * the keep mask a worker drew with its own RNG, which the reference then follows. */
+    const uint8_t *dropout_keep;
 } af_case_tensors;
 
 /* Owns the storage of a case's tensors; buffers grow and are reused across cases, so a
@@ -114,6 +117,11 @@ void af_mask_row_bounds(const af_case *c, uint32_t b, uint32_t i, int64_t *lo, i
 
 /* Is (b, h, i, j) masked by a set-semantics mask (structural or boolean)? */
 bool af_mask_is_set(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j);
+
+/* keep[0..Sk) for row (b, h, i): the tensors' dropout_keep when set, else the counter
+ * rule with threshold (af_dropout_threshold of the case's p). */
+void af_dropout_keep_row(const af_case_tensors *t, uint64_t threshold, uint32_t b, uint32_t h, uint32_t i,
+                         uint8_t *keep);
 
 /* dead[(b * Hkv + g) * Sk + j] = 1 when key j of kv head g is masked (set semantics) for
  * every query that reads it. dead must hold B * Hkv * Sk bytes. */

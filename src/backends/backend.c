@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnfuzz/worker.h"
 #include "backends.h"
 
 const char *const af_cap_names[17] = {
@@ -119,6 +120,7 @@ af_status af_backend_open_state(const af_backend_vtable *vt, void *state, af_bac
 af_status af_backend_open(const char *spec, af_backend **out, af_error *err) {
     *out = NULL;
     if (strncmp(spec, "plugin:", 7) == 0) return af_plugin_open(spec, out, err);
+    if (strncmp(spec, "worker:", 7) == 0 || strncmp(spec, "target:", 7) == 0) return af_worker_open(spec, NULL, out, err);
     for (size_t i = 0; i < af_backend_builtin_count(); i++) {
         const af_backend_vtable *vt = af_backend_builtin(i);
         if (strcmp(spec, vt->name) == 0) return af_backend_open_vtable(vt, NULL, out, err);
@@ -130,8 +132,6 @@ af_status af_backend_open(const char *spec, af_backend **out, af_error *err) {
         if (w < 0) break;
         n += (size_t)w;
     }
-    if (strncmp(spec, "worker:", 7) == 0)
-        return af_error_set(err, AF_ERR_UNSUPPORTED, "backend \"%s\": worker: backends are not in this build", spec);
     return af_error_set(err, AF_ERR_INVALID, "unknown backend \"%s\" (known: %s)", spec, known);
 }
 
@@ -144,6 +144,7 @@ void af_backend_close(af_backend *be) {
 const char *af_backend_name(const af_backend *be) { return be->name; }
 const char *af_backend_version(const af_backend *be) { return be->vt->version ? be->vt->version : ""; }
 const af_backend_vtable *af_backend_vt(const af_backend *be) { return be->vt; }
+const af_backend_ext *af_backend_ext_of(const af_backend *be) { return be->vt->ext ? be->vt->ext(be->state) : NULL; }
 
 uint32_t af_case_required_caps(const af_case *c) {
     uint32_t caps = c->dtype == AF_F32 ? AF_CAP_F32 : c->dtype == AF_F16 ? AF_CAP_F16 : AF_CAP_BF16;
@@ -174,12 +175,11 @@ bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size
             return false;
         }
     }
-    if (!missing) return true;
-    if (why) {
-        int bit = __builtin_ctz(missing);
-        snprintf(why, why_len, "%s", af_cap_names[bit]);
+    if (missing) {
+        if (why) snprintf(why, why_len, "%s", af_cap_names[__builtin_ctz(missing)]);
+        return false;
     }
-    return false;
+    return !be->vt->supports || be->vt->supports(be->state, c, why, why_len);
 }
 
 void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out) {
@@ -189,7 +189,7 @@ void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out
 
 af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err) {
     const af_case *c = in->c;
-    AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || out->ne[0] != c->batch ||
+    AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || !out->data || out->ne[0] != c->batch ||
                            out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
                        err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
     af_status st = be->vt->run(be->state, in, out, err);

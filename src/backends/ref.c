@@ -224,8 +224,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         if (has_nan && p > 0.0) {
                             /* NaN weights, but dropout zeroes the dropped ones: with every live
                              * key dropped the row is all zero weights, as p = 1 gives zeros */
-                            af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
-                                           (uint32_t)Sk, keep);
+                            af_dropout_keep_row(in, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, keep);
                             bool kept = false;
                             for (size_t j = 0; j < Sk; j++) kept |= keep[j] && (rowst[r] == AF_ROW_ALL_LIVE || lv[j]);
                             if (!kept) {
@@ -274,8 +273,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                 s[j] = rowst[r] == AF_ROW_ALL_LIVE || lv[j] ? s[j] / sum : 0.0;
                         }
                         if (p > 0.0) {
-                            af_dropout_row(c->dropout_seed, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0,
-                                           (uint32_t)Sk, keep);
+                            af_dropout_keep_row(in, thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, keep);
                             for (size_t j = 0; j < Sk; j++) {
                                 double w = keep[j] ? s[j] / (1.0 - p) : 0.0;
                                 s[j] = honest ? af_rdt(w, dt) : w;

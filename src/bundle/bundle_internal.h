@@ -62,10 +62,10 @@ void af_bundle_shape_str(char *buf, size_t len, const size_t *shape, int ndim);
 /* --- bundle_json.c --------------------------------------------------------------------- */
 
 /* The text of case.json for spec (ending in a newline, NUL-terminated; cJSON_free it),
- * listing files[0..n_files) and, per output i, out_files[i] (NULL: no file). Takes
- * ownership of extra. NULL when memory runs out. */
+ * listing files[0..n_files) and, per output i, out_files[i] and its stderr tail's file
+ * err_files[i] (NULL: no file). Takes ownership of extra. NULL when memory runs out. */
 char *af_bundle_json_print(const af_bundle_spec *spec, char *const *files, size_t n_files, char *const *out_files,
-                           const char *bundle_path, cJSON *extra, size_t *len);
+                           char *const *err_files, const char *bundle_path, cJSON *extra, size_t *len);
 /* Parses the text of case.json (path names it in messages) into b, whose dir is set:
  * AF_ERR_FORMAT naming the file and the field for anything that is not as documented. */
 af_status af_bundle_json_parse(const char *path, const char *text, size_t len, af_bundle *b, af_error *err);

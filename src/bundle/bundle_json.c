@@ -69,7 +69,7 @@ static cJSON *af_jw_metrics(af_jw *w, const af_metrics *m) {
 
 
 char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n_files, char *const *out_files,
-                           const char *bundle_path, cJSON *extra, size_t *len) {
+                           char *const *err_files, const char *bundle_path, cJSON *extra, size_t *len) {
     af_jw w = {true};
     cJSON *root = cJSON_CreateObject();
     char buf[512];
@@ -103,6 +103,12 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
         af_jw_item(&w, be, "error", af_jw_string(o->error));
         af_jw_item(&w, be, "metrics", af_jw_metrics(&w, &o->result.m));
         af_jw_item(&w, be, "output", af_jw_string(out_files[i]));
+        if (o->describe) af_jw_item(&w, be, "worker", cJSON_CreateString(o->describe));
+        if (o->conventions) {
+            cJSON *conv = cJSON_Parse(o->conventions);
+            af_jw_item(&w, be, "conventions", conv ? conv : cJSON_CreateString(o->conventions));
+        }
+        if (err_files[i]) af_jw_item(&w, be, "stderr", cJSON_CreateString(err_files[i]));
         af_jw_push(&w, bes, be);
     }
     af_jw_item(&w, root, "backends", bes);

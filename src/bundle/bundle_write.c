@@ -27,6 +27,7 @@ typedef struct af_bw { /* a bundle being written */
     char **files; /* names written so far: input.bin, 5 inputs, ref, one per output */
     size_t n_files, cap_files;
     char **out_files; /* per output: its file name, NULL when it has none */
+    char **err_files; /* per output: its stderr file name, NULL when it has none */
     af_error *err;
 } af_bw;
 
@@ -108,18 +109,22 @@ static af_status af_bw_mask(af_bw *bw, const char *name, const af_view *v, uint8
     return st;
 }
 
-/* An output tensor ([B, Hq, Sq, Dv], F32 or F64, any strides) in its own dtype. */
+/* An output tensor ([B, Hq, Sq, Dv], any float dtype, any strides): F32 and F64 in their
+ * own dtype, F16 and BF16 as float32 (exact), like the inputs. */
 static af_status af_bw_output(af_bw *bw, const char *name, const af_bundle_output *o) {
     const af_case *c = bw->spec->c;
     const af_tensor *t = o->out;
     size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
     AF_RETURN_ERROR_IF(t->ndim != 4 || t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != want[2] ||
-                           t->ne[3] != want[3] || (t->dtype != AF_F32 && t->dtype != AF_F64) || !t->data,
-                       bw->err, AF_ERR_INVALID, "%s: output of %s is not a [B, Hq, Sq, Dv] f32/f64 tensor", name,
+                           t->ne[3] != want[3] ||
+                           (t->dtype != AF_F32 && t->dtype != AF_F64 && t->dtype != AF_F16 && t->dtype != AF_BF16) ||
+                           !t->data,
+                       bw->err, AF_ERR_INVALID, "%s: output of %s is not a [B, Hq, Sq, Dv] float tensor", name,
                        o->backend ? o->backend : "?");
-    af_array a = {.dtype = t->dtype, .ndim = 4};
+    bool half = t->dtype == AF_F16 || t->dtype == AF_BF16;
+    af_array a = {.dtype = half ? AF_F32 : t->dtype, .ndim = 4};
     size_t es = af_dtype_size(t->dtype), n = 1;
-    bool contiguous = true;
+    bool contiguous = !half;
     for (int d = 3; d >= 0; d--) {
         a.shape[d] = t->ne[d];
         contiguous &= t->nb[d] == es * n || t->ne[d] == 1;
@@ -129,14 +134,20 @@ static af_status af_bw_output(af_bw *bw, const char *name, const af_bundle_outpu
         a.data = t->data;
         return af_bw_array(bw, name, &a);
     }
-    uint8_t *x = af_malloc(n * es);
+    uint8_t *x = af_malloc(n * (half ? sizeof(float) : es));
     AF_RETURN_ERROR_IF(!x, bw->err, AF_ERR_NOMEM, "%s: out of memory", name);
     size_t idx[4], e = 0;
     for (idx[0] = 0; idx[0] < want[0]; idx[0]++)
         for (idx[1] = 0; idx[1] < want[1]; idx[1]++)
             for (idx[2] = 0; idx[2] < want[2]; idx[2]++)
-                for (idx[3] = 0; idx[3] < want[3]; idx[3]++, e++)
-                    memcpy(x + e * es, (const uint8_t *)t->data + af_tensor_offset(t, idx), es);
+                for (idx[3] = 0; idx[3] < want[3]; idx[3]++, e++) {
+                    if (half) {
+                        float f = (float)af_dtype_load(t->dtype, t->data, af_tensor_offset(t, idx));
+                        memcpy(x + e * sizeof f, &f, sizeof f);
+                    } else {
+                        memcpy(x + e * es, (const uint8_t *)t->data + af_tensor_offset(t, idx), es);
+                    }
+                }
     a.data = x;
     af_status st = af_bw_array(bw, name, &a);
     af_free(x);
@@ -238,13 +249,23 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
         if (st == AF_OK && !(bw->out_files[i] = af_strdup(name)))
             st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
     }
+    /* a worker's stderr tail: stderr.txt, stderr.2.txt for a second worker */
+    for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
+        const char *tail = s->outputs[i].stderr_tail;
+        if (!tail || !tail[0]) continue;
+        char name[32] = "stderr.txt";
+        for (unsigned k = 2; af_bw_has(bw, name); k++) snprintf(name, sizeof name, "stderr.%u.txt", k);
+        st = af_bw_raw(bw, name, tail, strlen(tail));
+        if (st == AF_OK && !(bw->err_files[i] = af_strdup(name)))
+            st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
+    }
     if (st != AF_OK) {
         cJSON_Delete(extra);
         return st;
     }
     /* case.json, written last: it lists the files */
     size_t len = 0;
-    char *text = af_bundle_json_print(s, bw->files, bw->n_files, bw->out_files, final, extra, &len);
+    char *text = af_bundle_json_print(s, bw->files, bw->n_files, bw->out_files, bw->err_files, final, extra, &len);
     AF_RETURN_ERROR_IF(!text, bw->err, AF_ERR_NOMEM, "case.json: out of memory");
     st = af_bw_raw(bw, "case.json", text, len);
     cJSON_free(text);
@@ -291,9 +312,10 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
         }
     }
 
-    bw.cap_files = spec->n_outputs + 8;
+    bw.cap_files = 2 * spec->n_outputs + 8;
     bw.files = af_calloc(bw.cap_files, sizeof *bw.files);
-    bw.out_files = af_calloc(spec->n_outputs + 1, sizeof *bw.out_files);
+    bw.out_files = af_calloc(2 * spec->n_outputs + 1, sizeof *bw.out_files);
+    bw.err_files = bw.out_files ? bw.out_files + spec->n_outputs : NULL;
     af_status status = AF_OK;
     if (!bw.files || !bw.out_files) {
         cJSON_Delete(extra);
@@ -317,7 +339,7 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
     }
     if (status != AF_OK) af_bundle_rmtree(bw.tmp);
     for (size_t i = 0; bw.files && i < bw.n_files; i++) af_free(bw.files[i]);
-    for (size_t i = 0; bw.out_files && i < spec->n_outputs; i++) af_free(bw.out_files[i]);
+    for (size_t i = 0; bw.out_files && i < 2 * spec->n_outputs; i++) af_free(bw.out_files[i]);
     af_free(bw.files);
     af_free(bw.out_files);
     return status;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "attnfuzz/mem.h"
+#include "attnfuzz/worker.h"
 #include "scratch.h"
 
 typedef enum af_check_type { AF_CHECK_BACKEND, AF_CHECK_PAIR, AF_CHECK_RELATION, AF_CHECK_EXPECTED } af_check_type;
@@ -28,6 +29,11 @@ struct af_exec {
     af_oracle *oracle, *exp_oracle;
     af_relation_ctx *rel;
     af_scratch outs; /* slot k: output of backend k */
+    /* backends that drew their own dropout keep mask (worker conventions "keep_mask"): the
+     * reference that follows it, on a copy of the tensors pointing at that mask */
+    af_oracle *keep_oracle[AF_EXEC_MAX_BACKENDS];
+    af_case_tensors keep_t[AF_EXEC_MAX_BACKENDS];
+    bool use_keep[AF_EXEC_MAX_BACKENDS];
 
     /* last execution */
     af_case c;
@@ -68,7 +74,11 @@ static af_status af_exec_backend(af_exec *x, const char *name, size_t len, size_
         }
     AF_RETURN_ERROR_IF(x->nbe == AF_EXEC_MAX_BACKENDS, err, AF_ERR_INVALID, "too many backends (max %d)",
                        AF_EXEC_MAX_BACKENDS);
-    AF_TRY(af_backend_open(buf, &x->be[x->nbe], err));
+    if (strncmp(buf, "worker:", 7) == 0 || strncmp(buf, "target:", 7) == 0) {
+        AF_TRY(af_worker_open(buf, &x->cfg.worker, &x->be[x->nbe], err));
+    } else {
+        AF_TRY(af_backend_open(buf, &x->be[x->nbe], err));
+    }
     memcpy(x->be_spec[x->nbe], buf, len + 1);
     *idx = x->nbe++;
     return AF_OK;
@@ -148,7 +158,10 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
 
 void af_exec_destroy(af_exec *x) {
     if (!x) return;
-    for (size_t k = 0; k < x->nbe; k++) af_backend_close(x->be[k]);
+    for (size_t k = 0; k < x->nbe; k++) {
+        af_backend_close(x->be[k]);
+        af_oracle_destroy(x->keep_oracle[k]);
+    }
     af_inputs_destroy(x->in);
     af_oracle_destroy(x->oracle);
     af_oracle_destroy(x->exp_oracle);
@@ -187,6 +200,46 @@ static af_relation af_exec_sampled_relation(const af_exec *x, const af_case *c, 
     return cand[(h >> 17) % n];
 }
 
+/* The oracle backend k's output is compared with: the reference, or the one following
+ * the keep mask it drew. */
+static af_oracle *af_exec_oracle_for(af_exec *x, size_t k) { return x->use_keep[k] ? x->keep_oracle[k] : x->oracle; }
+
+/* Compares backend k's output with o, waiving what the backend declared as its
+ * convention (a worker whose fully masked rows are NaN by design). */
+static af_status af_exec_compare(af_exec *x, size_t k, af_oracle *o, const af_tensor *out, af_result *res,
+                                 af_error *err) {
+    const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+    if (!e || !e->waive_masked_row_nan) return af_oracle_compare(o, out, res, err);
+    bool was = af_oracle_waived(o, AF_KIND_MASKED_ROW_NAN);
+    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, true);
+    af_status st = af_oracle_compare(o, out, res, err);
+    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, was);
+    return st;
+}
+
+/* After backend k ran: when it returned its own dropout keep mask, prepares the reference
+ * that follows it. */
+static af_status af_exec_keep_reference(af_exec *x, size_t k, const af_case_tensors *t, af_error *err) {
+    x->use_keep[k] = false;
+    const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+    if (!e || !e->dropout_keep || !(t->c->dropout_p > 0.0)) return AF_OK;
+    if (!x->keep_oracle[k]) {
+        x->keep_oracle[k] = af_oracle_create(&x->cfg.oracle);
+        AF_RETURN_ERROR_IF(!x->keep_oracle[k], err, AF_ERR_NOMEM, "out of memory");
+    }
+    x->keep_t[k] = *t;
+    x->keep_t[k].dropout_keep = e->dropout_keep;
+    AF_TRY(af_oracle_prepare(x->keep_oracle[k], &x->keep_t[k], err));
+    x->use_keep[k] = true;
+    return AF_OK;
+}
+
+/* A relation runs a backend again; one that draws its own dropout mask cannot repeat it. */
+static bool af_exec_repeatable(const af_exec *x, size_t k, const af_case *c) {
+    const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+    return !(e && e->own_dropout && c->dropout_p > 0.0);
+}
+
 /* Runs every backend and every check on the inputs in x->in. */
 static af_status af_exec_execute(af_exec *x, af_error *err) {
     const af_case_tensors *t = af_inputs_get(x->in);
@@ -198,6 +251,7 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
 
     for (size_t k = 0; k < x->nbe; k++) {
         x->supported[k] = af_backend_supports(x->be[k], c, NULL, 0);
+        x->use_keep[k] = false;
         x->st[k] = AF_OK;
         x->msg[k][0] = 0;
         if (!x->supported[k]) continue;
@@ -206,13 +260,15 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
         if (!x->out[k].data) return AF_ERR_NOMEM;
         af_error berr;
         x->st[k] = af_backend_run(x->be[k], t, &x->out[k], &berr);
-        if (x->st[k] == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "%s", berr.msg);
+        /* out of memory, or a worker that can no longer be started: not a finding */
+        if (x->st[k] == AF_ERR_NOMEM || x->st[k] == AF_ERR_IO) return af_error_set(err, x->st[k], "%s", berr.msg);
         if (x->st[k] == AF_ERR_UNSUPPORTED) { /* the backend declined after all: not run */
             x->supported[k] = false;
             x->st[k] = AF_OK;
             continue;
         }
         if (x->st[k] != AF_OK) snprintf(x->msg[k], sizeof x->msg[k], "%s", berr.msg);
+        if (x->st[k] == AF_OK) AF_TRY(af_exec_keep_reference(x, k, t, err));
     }
 
     for (size_t i = 0; i < x->nchecks; i++) {
@@ -229,7 +285,7 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
                 af_exec_error_result(x, ck->a, res);
                 message = x->msg[ck->a];
             } else {
-                AF_TRY(af_oracle_compare(x->oracle, &x->out[ck->a], res, err));
+                AF_TRY(af_exec_compare(x, ck->a, af_exec_oracle_for(x, ck->a), &x->out[ck->a], res, err));
             }
             break;
         case AF_CHECK_PAIR: {
@@ -243,14 +299,16 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
                     af_exec_error_result(x, sides[s], rs[s]);
                     message = x->msg[sides[s]];
                 } else {
-                    AF_TRY(af_oracle_compare(x->oracle, &x->out[sides[s]], rs[s], err));
+                    AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->out[sides[s]], rs[s], err));
                 }
             }
             *res = *af_worse(&ra, &rb);
             break;
         }
         case AF_CHECK_RELATION: {
-            if (!x->supported[ck->a] || x->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c)) break;
+            if (!x->supported[ck->a] || x->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c) ||
+                !af_exec_repeatable(x, ck->a, c))
+                break;
             if (x->cfg.sample_relations && ck->rel != af_exec_sampled_relation(x, c, ck->a)) break;
             af_error rerr;
             af_status st = af_relation_check(ck->rel, x->be[ck->a], t, &x->out[ck->a], x->oracle, x->rel, res, &rerr);
@@ -274,7 +332,7 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
                 af_exec_error_result(x, ck->a, res);
                 message = x->msg[ck->a];
             } else {
-                AF_TRY(af_oracle_compare(x->exp_oracle, &x->out[ck->a], res, err));
+                AF_TRY(af_exec_compare(x, ck->a, x->exp_oracle, &x->out[ck->a], res, err));
             }
             break;
         }
@@ -341,6 +399,15 @@ size_t af_exec_input(const af_exec *x, const uint8_t **bytes) {
     *bytes = x->bytes;
     return x->nbytes;
 }
+size_t af_exec_backend_count(const af_exec *x) { return x->nbe; }
+af_backend *af_exec_backend_at(const af_exec *x, size_t i) { return i < x->nbe ? x->be[i] : NULL; }
+
+bool af_exec_would_run(const af_exec *x, const af_case *c) {
+    for (size_t k = 0; k < x->nbe; k++)
+        if (af_backend_supports(x->be[k], c, NULL, 0)) return true;
+    return false;
+}
+
 size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
 const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }
 bool af_exec_check_ran(const af_exec *x, size_t i) { return x->check_ran[i]; }
@@ -353,6 +420,12 @@ static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle
     o->out = x->st[k] == AF_OK ? &x->out[k] : NULL;
     o->result = *res;
     o->error = x->st[k] == AF_OK ? NULL : x->msg[k];
+    const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+    if (e) {
+        o->conventions = e->conventions;
+        o->describe = e->describe;
+        o->stderr_tail = e->stderr_tail && e->stderr_tail[0] ? e->stderr_tail : NULL;
+    }
 }
 
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len, af_error *err) {
@@ -380,7 +453,7 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
             af_result r;
             memset(&r, 0, sizeof r);
             if (x->st[sides[s]] == AF_OK) {
-                AF_TRY(af_oracle_compare(x->oracle, &x->out[sides[s]], &r, err));
+                AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->out[sides[s]], &r, err));
             } else {
                 af_exec_error_result(x, sides[s], &r);
             }
@@ -394,7 +467,7 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
         af_error rerr;
         AF_TRY(af_relation_check(ck->rel, x->be[ck->a], t, &x->out[ck->a], x->oracle, x->rel, &r, &rerr));
         af_result orig;
-        AF_TRY(af_oracle_compare(x->oracle, &x->out[ck->a], &orig, err));
+        AF_TRY(af_exec_compare(x, ck->a, x->oracle, &x->out[ck->a], &orig, err));
         af_exec_output(x, ck->a, &orig, &outs[nout++]);
         snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
         outs[nout] = outs[0];
@@ -415,7 +488,8 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
     spec.input = x->bytes;
     spec.input_len = x->nbytes;
     spec.tensors = t;
-    spec.ref = af_oracle_ref(x->oracle);
+    /* the reference the failing side was judged by (one following a worker's keep mask) */
+    spec.ref = af_oracle_ref(ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->oracle : af_exec_oracle_for(x, ck->a));
     spec.kind = f->kind;
     spec.signature = signature;
     spec.who = f->who;

@@ -131,7 +131,10 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
     for (size_t i = 0; i < nf && st_ == AF_OK; i++) {
         const af_finding *f = &found[i];
         uint64_t sig = f->signature;
-        bool known = o->no_minimize || af_alias_get(&st->aliases, f->signature, &sig);
+        /* a dead or hung worker is stored as found: each minimizing step could cost a
+         * restart or a whole timeout */
+        bool raw = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT;
+        bool known = raw || af_alias_get(&st->aliases, f->signature, &sig);
         if (!known) {
             af_case small = ran;
             unsigned spent = 0;
@@ -171,7 +174,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
             event.first = true;
         }
         /* x must hold the execution to store: the minimized case (just run), or the raw one */
-        if ((o->no_minimize || known) && !x_holds_ran) {
+        if (known && !x_holds_ran) {
             af_case again = ran; /* a retry of a known signature stores the raw case */
             st_ = af_exec_run_case(x, &again, err);
             x_holds_ran = true;

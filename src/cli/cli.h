@@ -18,11 +18,12 @@ int af_cmd_report(int argc, char **argv);
 
 /* The checks a bundle recorded: its backends (without ref, relation outputs and expected
  * comparisons) and its relation; the default pair for a bundle of another tool. names
- * holds the backend names (AF_EXEC_MAX_BACKENDS x 128). */
+ * holds the backend names (AF_EXEC_MAX_BACKENDS x AF_BACKEND_NAME_MAX). */
 struct af_bundle;
-void af_cli_config_from_bundle(const struct af_bundle *b, af_exec_config *cfg, char names[][128]);
+void af_cli_config_from_bundle(const struct af_bundle *b, af_exec_config *cfg, char names[][AF_BACKEND_NAME_MAX]);
 
-/* Shared option parsing: --backend, --pair, --relation, --budget, --waive. Returns 1 if
+/* Shared option parsing: --backend, --pair, --relation, --budget, --waive, --timeout,
+ * --compile-timeout (worker backends). Returns 1 if
  * the option was consumed, 0 if not one of these, -1 on a bad value (message printed). */
 int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selected);
 /* With no --backend/--pair (selected bit 1): the pair explicit,fused, and every relation
@@ -36,10 +37,13 @@ int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n, af_
 /* Fills the relation set for "all" or a name; prints an error and returns -1 if unknown. */
 int af_cli_relation(af_exec_config *cfg, const char *name);
 
-enum { AF_OPT_BACKEND = 1000, AF_OPT_PAIR, AF_OPT_RELATION, AF_OPT_BUDGET, AF_OPT_WAIVE };
+enum { AF_OPT_BACKEND = 1000, AF_OPT_PAIR, AF_OPT_RELATION, AF_OPT_BUDGET, AF_OPT_WAIVE, AF_OPT_TIMEOUT,
+       AF_OPT_COMPILE_TIMEOUT };
 #define AF_CLI_EXEC_OPTIONS                                                                        \
     {"backend", required_argument, 0, AF_OPT_BACKEND}, {"pair", required_argument, 0, AF_OPT_PAIR}, \
         {"relation", required_argument, 0, AF_OPT_RELATION},                                       \
-        {"budget", required_argument, 0, AF_OPT_BUDGET}, {"waive", required_argument, 0, AF_OPT_WAIVE}
+        {"budget", required_argument, 0, AF_OPT_BUDGET}, {"waive", required_argument, 0, AF_OPT_WAIVE},           \
+        {"timeout", required_argument, 0, AF_OPT_TIMEOUT},                                                         \
+        {"compile-timeout", required_argument, 0, AF_OPT_COMPILE_TIMEOUT}
 
 #endif

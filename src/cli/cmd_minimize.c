@@ -63,7 +63,7 @@ int af_cmd_minimize(int argc, char **argv) {
     af_error err = {0};
     af_case c;
     af_bundle *b = NULL;
-    char names[AF_EXEC_MAX_BACKENDS][128];
+    char names[AF_EXEC_MAX_BACKENDS][AF_BACKEND_NAME_MAX];
     struct stat sb;
     if (stat(path, &sb) != 0) {
         fprintf(stderr, "attnfuzz minimize: %s: no such file or directory\n", path);

@@ -238,7 +238,7 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
         }
         return 2;
     }
-    char names[AF_EXEC_MAX_BACKENDS][128];
+    char names[AF_EXEC_MAX_BACKENDS][AF_BACKEND_NAME_MAX];
     af_cli_config_from_bundle(b, &base, names);
     af_exec *x = af_exec_create(&base, &err);
     int rc = 0;

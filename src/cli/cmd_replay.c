@@ -47,7 +47,7 @@ static int af_replay_one(const char *path, const af_exec_config *base, int selec
     af_error err = {0};
     af_exec_config cfg = *base;
     af_bundle *b = NULL;
-    char names[AF_EXEC_MAX_BACKENDS][128];
+    char names[AF_EXEC_MAX_BACKENDS][AF_BACKEND_NAME_MAX];
     if (S_ISDIR(sb.st_mode)) {
         if (af_bundle_read(path, &b, &err) != AF_OK) {
             fprintf(stderr, "attnfuzz replay: %s\n", err.msg);

@@ -41,7 +41,7 @@ typedef struct af_report_item {
     char name[128];   /* bundle directory name: <kind>-<signature> */
     char dir[4096];
     af_bundle *b;
-    char backend[128]; /* the failing backend whose output is drawn, "" if none */
+    char backend[256]; /* the failing backend whose output is drawn, "" if none */
     bool real;         /* worker: or target: */
     char png[160];     /* img/NAME.png, "" when not drawn */
     char note[512];    /* why a picture or repro is missing */

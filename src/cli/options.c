@@ -66,18 +66,33 @@ int af_cli_exec_option(af_exec_config *cfg, int opt, const char *arg, int *selec
             return -1;
         }
         return 1;
+    case AF_OPT_TIMEOUT:
+    case AF_OPT_COMPILE_TIMEOUT: {
+        char *end;
+        double sec = strtod(arg, &end);
+        if (*end || !(sec > 0) || sec > 1e6) {
+            fprintf(stderr, "attnfuzz: --%s wants seconds, got \"%s\"\n",
+                    opt == AF_OPT_TIMEOUT ? "timeout" : "compile-timeout", arg);
+            return -1;
+        }
+        if (opt == AF_OPT_TIMEOUT)
+            cfg->worker.timeout = sec;
+        else
+            cfg->worker.compile_timeout = sec;
+        return 1;
+    }
     default: return 0;
     }
 }
 
 /* The checks a bundle recorded: its backends (without ref, relation outputs and
  * expected comparisons) and its relation. */
-void af_cli_config_from_bundle(const af_bundle *b, af_exec_config *cfg, char names[][128]) {
+void af_cli_config_from_bundle(const af_bundle *b, af_exec_config *cfg, char names[][AF_BACKEND_NAME_MAX]) {
     size_t n = 0;
     for (size_t i = 0; i < af_bundle_record_count(b) && n < AF_EXEC_MAX_BACKENDS; i++) {
         const char *name = af_bundle_record_at(b, i)->backend;
         if (!strcmp(name, "ref") || strchr(name, '@') || strchr(name, '~')) continue;
-        snprintf(names[n], 128, "%s", name);
+        snprintf(names[n], AF_BACKEND_NAME_MAX, "%s", name);
         cfg->backends[n] = names[n];
         n++;
     }

@@ -3,6 +3,9 @@
  * The structural masks share one diagonal d(b, i) = i + offset(b) and together leave a
  * contiguous interval of live keys: key padding cuts at kv_valid[b], causal at d, the
  * sliding window at [d - left, d + right]. The boolean mask then removes single keys. */
+#include <string.h>
+
+#include "attnfuzz/rng.h"
 #include "attnfuzz/tensor.h"
 
 void af_mask_row_bounds(const af_case *c, uint32_t b, uint32_t i, int64_t *lo, int64_t *hi) {
@@ -46,4 +49,15 @@ void af_mask_dead_keys(const af_case_tensors *t, uint8_t *dead) {
             }
         }
     }
+}
+
+void af_dropout_keep_row(const af_case_tensors *t, uint64_t threshold, uint32_t b, uint32_t h, uint32_t i,
+                         uint8_t *keep) {
+    const af_case *c = t->c;
+    if (!t->dropout_keep) {
+        af_dropout_row(c->dropout_seed, threshold, b, h, i, 0, c->kv_len, keep);
+        return;
+    }
+    size_t row = ((size_t)b * c->q_heads + h) * c->q_len + i;
+    memcpy(keep, t->dropout_keep + row * c->kv_len, c->kv_len);
 }

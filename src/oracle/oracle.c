@@ -92,6 +92,14 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
     return AF_OK;
 }
 
+void af_oracle_waive(af_oracle *o, af_kind kind, bool on) {
+    if (kind == AF_KIND_MASKED_ROW_NAN) o->opts.waive_masked_row_nan = on;
+}
+
+bool af_oracle_waived(const af_oracle *o, af_kind kind) {
+    return kind == AF_KIND_MASKED_ROW_NAN && o->opts.waive_masked_row_nan;
+}
+
 af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err) {
     AF_TRY(af_oracle_setup(o, in, err));
     o->target = o->ref;

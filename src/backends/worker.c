@@ -1,0 +1,817 @@
+/* worker.c - `worker:COMMAND` and `target:STACK/VARIANT`: a persistent child process
+ * behind the backend vtable (see worker.h; the frames are worker_proto.c's).
+ *
+ * One request is in flight at a time. Writing it and reading the answer share one poll
+ * loop over the child's stdin, stdout and stderr with a deadline, so a child that writes
+ * a lot of stderr, stops reading, or never answers cannot block us: stderr is drained
+ * into a 4 KiB ring as it comes, and at the deadline the child's process group is
+ * killed. A fault (death, timeout, a frame that breaks the protocol) leaves the child
+ * dead or killed; the next run starts a new one at once, and a start that fails is
+ * retried after a pause that doubles from 0.1 s to 5 s. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attnfuzz/mem.h"
+#include "attnfuzz/worker.h"
+#include "backends.h"
+#include "worker_proto.h"
+
+#define AF_WORKER_KEYS 4096      /* compile keys remembered per process (then forgotten) */
+#define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
+#define AF_LEARN_FEATURES (17 + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
+
+typedef struct af_worker {
+    af_backend_vtable vt; /* first: the backend's table points into this allocation */
+    char spec[1024];
+    char **argv;
+    char *pythonpath;
+    af_worker_opts opts;
+    af_wp_hello hello;
+    char describe[512];
+
+    pid_t pid; /* 0: not running */
+    int fd_in, fd_out, fd_err;
+
+    char ring[AF_WORKER_STDERR_TAIL]; /* the last bytes of stderr, circular */
+    size_t ring_pos, ring_len;
+    char tail[AF_WORKER_STDERR_TAIL + 1];
+
+    af_wp_buf hdr;
+    uint8_t *rbuf;
+    size_t rcap, rlen;
+    uint8_t *keep;
+    size_t keep_cap;
+    uint64_t next_id;
+
+    uint64_t keys[AF_WORKER_KEYS]; /* open addressing; 0 = empty */
+    size_t nkeys;
+
+    unsigned faults; /* consecutive faults (reset by an answered run) */
+    uint32_t refused[AF_LEARN_FEATURES], accepted[AF_LEARN_FEATURES];
+    uint32_t learned_caps, learned_layouts;
+    char learned[256];
+
+    af_backend_ext ext;
+} af_worker;
+
+static double af_worker_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void af_worker_sleep(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
+    nanosleep(&ts, NULL); /* a signal cuts it short: the caller goes on at once */
+}
+
+void af_worker_opts_default(af_worker_opts *o) {
+    o->timeout = 10.0;
+    o->compile_timeout = 60.0;
+    o->unsupported_learn = 20;
+}
+
+/* --- the command line ------------------------------------------------------------------- */
+
+/* Splits s like a POSIX shell would split words (quotes and backslashes; no expansion). */
+static af_status af_worker_split(const char *s, char ***argv_out, af_error *err) {
+    size_t n = strlen(s);
+    char **argv = af_calloc(n / 2 + 2, sizeof *argv);
+    char *buf = af_malloc(2 * n + 2); /* each word and its NUL fit: words never grow */
+    if (!argv || !buf) {
+        af_free(argv);
+        af_free(buf);
+        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    }
+    size_t argc = 0, o = 0;
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+        if (!*p) break;
+        argv[argc++] = buf + o;
+        while (*p && *p != ' ' && *p != '\t' && *p != '\n') {
+            if (*p == '\'') {
+                const char *q = strchr(p + 1, '\'');
+                if (!q) goto unbalanced;
+                memcpy(buf + o, p + 1, (size_t)(q - p - 1));
+                o += (size_t)(q - p - 1);
+                p = q + 1;
+            } else if (*p == '"') {
+                p++;
+                while (*p && *p != '"') {
+                    if (*p == '\\' && p[1] && strchr("\"\\$`", p[1])) p++;
+                    buf[o++] = *p++;
+                }
+                if (*p != '"') goto unbalanced;
+                p++;
+            } else if (*p == '\\' && p[1]) {
+                buf[o++] = p[1];
+                p += 2;
+            } else {
+                buf[o++] = *p++;
+            }
+        }
+        buf[o++] = 0;
+    }
+    if (argc == 0) {
+        af_free(argv);
+        af_free(buf);
+        return af_error_set(err, AF_ERR_INVALID, "worker: empty command");
+    }
+    *argv_out = argv;
+    return AF_OK;
+unbalanced:
+    af_free(argv);
+    af_free(buf);
+    return af_error_set(err, AF_ERR_INVALID, "worker:%s: unbalanced quotes", s);
+}
+
+/* The first ancestor of dir (itself included) holding python/ and CMakeLists.txt. */
+static bool af_worker_find_repo(const char *start, char *out, size_t len) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", start);
+    for (int up = 0; up < 6 && dir[0]; up++) {
+        char a[PATH_MAX + 32], b[PATH_MAX + 32];
+        struct stat st;
+        snprintf(a, sizeof a, "%s/python", dir);
+        snprintf(b, sizeof b, "%s/CMakeLists.txt", dir);
+        if (stat(a, &st) == 0 && S_ISDIR(st.st_mode) && access(b, R_OK) == 0) {
+            snprintf(out, len, "%s", dir);
+            return true;
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash) break;
+        if (slash == dir) {
+            dir[1] = 0;
+            if (up > 0 && strcmp(start, "/") == 0) break;
+        } else {
+            *slash = 0;
+        }
+    }
+    return false;
+}
+
+const char *af_worker_python(const char **pythonpath) {
+    static char python[PATH_MAX + 32], pypath[PATH_MAX + 16];
+    char repo[PATH_MAX] = "", exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    bool found = false;
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        found = af_worker_find_repo(exe, repo, sizeof repo);
+    }
+    char cwd[PATH_MAX];
+    if (!found && getcwd(cwd, sizeof cwd)) found = af_worker_find_repo(cwd, repo, sizeof repo);
+    if (pythonpath) {
+        snprintf(pypath, sizeof pypath, "%s/python", repo);
+        *pythonpath = found ? pypath : NULL;
+    }
+    if (found) {
+        snprintf(python, sizeof python, "%s/.venv/bin/python", repo);
+        if (access(python, X_OK) == 0) return python;
+    }
+    const char *env = getenv("ATTNFUZZ_PYTHON");
+    if (env && *env) {
+        snprintf(python, sizeof python, "%s", env);
+        return python;
+    }
+    return "python3";
+}
+
+af_status af_worker_argv(const char *spec, char ***argv, char **pythonpath, af_error *err) {
+    *argv = NULL;
+    *pythonpath = NULL;
+    if (strncmp(spec, "worker:", 7) == 0) return af_worker_split(spec + 7, argv, err);
+    AF_RETURN_ERROR_IF(strncmp(spec, "target:", 7) != 0, err, AF_ERR_INVALID,
+                       "%s: not a worker: or target: backend", spec);
+    const char *stack = spec + 7, *slash = strchr(stack, '/');
+    AF_RETURN_ERROR_IF(!slash || slash == stack || !slash[1], err, AF_ERR_INVALID,
+                       "%s: expected target:STACK/VARIANT (attnfuzz backends lists them)", spec);
+    for (const char *p = stack; p < slash; p++)
+        AF_RETURN_ERROR_IF(!(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')), err, AF_ERR_INVALID,
+                           "%s: the stack name may hold only a-z, 0-9 and _", spec);
+    const char *pp = NULL;
+    const char *py = af_worker_python(&pp);
+    size_t need = strlen(py) + 1 + 3 + strlen("attnfuzz.targets.") + (size_t)(slash - stack) + 1 + strlen(slash + 1) + 1;
+    char **a = af_calloc(5, sizeof *a);
+    char *buf = af_malloc(need);
+    char *ppath = pp ? af_malloc(strlen(pp) + 1) : NULL;
+    if (!a || !buf || (pp && !ppath)) {
+        af_free(a);
+        af_free(buf);
+        af_free(ppath);
+        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    }
+    char *o = buf;
+    a[0] = o, o += sprintf(o, "%s", py) + 1;
+    a[1] = o, o += sprintf(o, "-m") + 1;
+    a[2] = o, o += sprintf(o, "attnfuzz.targets.%.*s", (int)(slash - stack), stack) + 1;
+    a[3] = o, sprintf(o, "%s", slash + 1);
+    if (pp) strcpy(ppath, pp);
+    *argv = a;
+    *pythonpath = ppath;
+    return AF_OK;
+}
+
+void af_worker_argv_free(char **argv, char *pythonpath) {
+    if (argv) af_free(argv[0]); /* the words live in one buffer that starts at argv[0] */
+    af_free(argv);
+    af_free(pythonpath);
+}
+
+/* --- stderr -------------------------------------------------------------------------------- */
+
+static void af_worker_ring_put(af_worker *w, const char *s, size_t n) {
+    if (n >= sizeof w->ring) {
+        s += n - sizeof w->ring;
+        n = sizeof w->ring;
+    }
+    for (size_t i = 0; i < n; i++) {
+        w->ring[w->ring_pos] = s[i];
+        w->ring_pos = (w->ring_pos + 1) % sizeof w->ring;
+    }
+    w->ring_len = w->ring_len + n > sizeof w->ring ? sizeof w->ring : w->ring_len + n;
+}
+
+/* Reads what stderr holds now (non-blocking); closes it at end of file. */
+static void af_worker_drain_err(af_worker *w) {
+    char buf[4096];
+    while (w->fd_err >= 0) {
+        ssize_t r = read(w->fd_err, buf, sizeof buf);
+        if (r > 0) {
+            af_worker_ring_put(w, buf, (size_t)r);
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            close(w->fd_err);
+            w->fd_err = -1;
+        }
+        break;
+    }
+}
+
+/* The ring as text, in order, NUL-terminated. */
+static const char *af_worker_tail(af_worker *w) {
+    size_t start = (w->ring_pos + sizeof w->ring - w->ring_len) % sizeof w->ring;
+    for (size_t i = 0; i < w->ring_len; i++) {
+        char ch = w->ring[(start + i) % sizeof w->ring];
+        w->tail[i] = ch ? ch : ' ';
+    }
+    w->tail[w->ring_len] = 0;
+    return w->tail;
+}
+
+/* The last line of stderr (at most 200 bytes) for a one-line message; the whole tail goes
+ * into bundles as stderr.txt. */
+static void af_worker_tail_brief(af_worker *w, char *buf, size_t len) {
+    const char *t = af_worker_tail(w);
+    size_t n = strlen(t);
+    while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == ' ' || t[n - 1] == '\r')) n--;
+    size_t from = n;
+    while (from > 0 && t[from - 1] != '\n' && n - from < 200) from--;
+    snprintf(buf, len, "%.*s", (int)(n - from), t + from);
+}
+
+/* --- the process ------------------------------------------------------------------------- */
+
+static void af_worker_close_fds(af_worker *w) {
+    if (w->fd_in >= 0) close(w->fd_in);
+    if (w->fd_out >= 0) close(w->fd_out);
+    if (w->fd_in >= 0 || w->fd_out >= 0) af_worker_drain_err(w);
+    if (w->fd_err >= 0) close(w->fd_err);
+    w->fd_in = w->fd_out = w->fd_err = -1;
+}
+
+/* How the child ended, as words. */
+static void af_worker_describe_status(int status, char *buf, size_t len) {
+    if (WIFEXITED(status)) {
+        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+    } else if (WIFSIGNALED(status)) {
+        snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    } else {
+        snprintf(buf, len, "ended (wait status %d)", status);
+    }
+}
+
+/* Kills the child's process group and reaps it. */
+static void af_worker_kill(af_worker *w) {
+    if (w->pid > 0) {
+        kill(-w->pid, SIGKILL);
+        kill(w->pid, SIGKILL);
+        while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+    }
+    w->pid = 0;
+    af_worker_close_fds(w);
+}
+
+/* After the child closed its stdout: waits up to grace seconds for it to end (draining
+ * stderr), kills it otherwise; how it ended goes into how. */
+static void af_worker_reap(af_worker *w, double grace, char *how, size_t len) {
+    double end = af_worker_now() + grace;
+    int status = 0;
+    pid_t r = 0;
+    while ((r = waitpid(w->pid, &status, WNOHANG)) == 0 && af_worker_now() < end) {
+        af_worker_drain_err(w);
+        af_worker_sleep(0.002);
+    }
+    if (r == w->pid) {
+        af_worker_describe_status(status, how, len);
+        kill(-w->pid, SIGKILL); /* anything it left behind in its group */
+        w->pid = 0;
+        af_worker_close_fds(w);
+    } else {
+        snprintf(how, len, "closed its stdout and was killed");
+        af_worker_kill(w);
+    }
+}
+
+static void af_worker_set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static af_status af_worker_spawn(af_worker *w, af_error *err) {
+    int in[2], out[2], er[2];
+    if (pipe2(in, O_CLOEXEC) != 0) return af_error_set(err, AF_ERR_IO, "%s: pipe: %s", w->spec, strerror(errno));
+    if (pipe2(out, O_CLOEXEC) != 0) {
+        close(in[0]), close(in[1]);
+        return af_error_set(err, AF_ERR_IO, "%s: pipe: %s", w->spec, strerror(errno));
+    }
+    if (pipe2(er, O_CLOEXEC) != 0) {
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+        return af_error_set(err, AF_ERR_IO, "%s: pipe: %s", w->spec, strerror(errno));
+    }
+    char envbuf[8192];
+    const char *old = getenv("PYTHONPATH");
+    if (w->pythonpath)
+        snprintf(envbuf, sizeof envbuf, "%s%s%s", w->pythonpath, old && *old ? ":" : "", old && *old ? old : "");
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(in[0]), close(in[1]), close(out[0]), close(out[1]), close(er[0]), close(er[1]);
+        return af_error_set(err, AF_ERR_IO, "%s: fork: %s", w->spec, strerror(e));
+    }
+    if (pid == 0) {
+        setpgid(0, 0); /* a timeout kills the whole group: a Python worker's helpers too */
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        dup2(er[1], 2);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        if (w->pythonpath) setenv("PYTHONPATH", envbuf, 1);
+        execvp(w->argv[0], w->argv);
+        dprintf(2, "attnfuzz: cannot run %s: %s\n", w->argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    close(in[0]), close(out[1]), close(er[1]);
+    w->pid = pid;
+    w->fd_in = in[1], w->fd_out = out[0], w->fd_err = er[0];
+    af_worker_set_nonblock(w->fd_in);
+    af_worker_set_nonblock(w->fd_out);
+    af_worker_set_nonblock(w->fd_err);
+    memset(w->keys, 0, sizeof w->keys);
+    w->nkeys = 0;
+    return AF_OK;
+}
+
+static bool af_worker_rbuf(af_worker *w, size_t n) {
+    if (n <= w->rcap) return true;
+    size_t cap = w->rcap ? w->rcap : 1 << 16;
+    while (cap < n) cap *= 2;
+    uint8_t *b = af_malloc(cap);
+    if (!b) return false;
+    af_free(w->rbuf);
+    w->rbuf = b;
+    w->rcap = cap;
+    return true;
+}
+
+/* Writes the frame hdr + parts (may be empty) and reads one frame into w->rbuf (w->rlen
+ * bytes after the length), within deadline. AF_ERR_CRASH: the child closed its end;
+ * AF_ERR_TIMEOUT: the deadline passed; AF_ERR_FORMAT: a frame longer than max_frame. */
+static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_t nparts, size_t max_frame,
+                                    double deadline, af_error *err) {
+    /* SIGPIPE stays blocked while we write: a dead reader is EPIPE, handled as a crash */
+    sigset_t pipe_set, old_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+    size_t part = 0, part_off = 0;
+    uint8_t lenbuf[4];
+    size_t got = 0, need = 4; /* first the length, then the body */
+    bool have_len = false;
+    af_status st = AF_OK;
+    bool epipe = false;
+    while (nparts > 0 && part < nparts && parts[part].len == 0) part++;
+    for (;;) {
+        double left = deadline - af_worker_now();
+        if (left <= 0) {
+            st = af_error_set(err, AF_ERR_TIMEOUT, "no answer in time");
+            break;
+        }
+        struct pollfd pf[3];
+        int np = 0, ie = -1, io = -1, ii = -1;
+        if (part < nparts) pf[np] = (struct pollfd){w->fd_in, POLLOUT, 0}, ii = np++;
+        pf[np] = (struct pollfd){w->fd_out, POLLIN, 0}, io = np++;
+        if (w->fd_err >= 0) pf[np] = (struct pollfd){w->fd_err, POLLIN, 0}, ie = np++;
+        int ms = left > 1e6 ? 1000000000 : (int)ceil(left * 1000.0);
+        int pr = poll(pf, (nfds_t)np, ms);
+        if (pr < 0) {
+            if (errno == EINTR) continue;
+            st = af_error_set(err, AF_ERR_IO, "poll: %s", strerror(errno));
+            break;
+        }
+        if (ie >= 0 && pf[ie].revents) af_worker_drain_err(w);
+        if (ii >= 0 && pf[ii].revents) {
+            struct iovec iov[AF_WP_MAX_PARTS + 1];
+            int niov = 0;
+            for (size_t k = part; k < nparts && niov < AF_WP_MAX_PARTS + 1; k++) {
+                size_t skip = k == part ? part_off : 0;
+                iov[niov].iov_base = (void *)((uintptr_t)parts[k].data + skip);
+                iov[niov].iov_len = parts[k].len - skip;
+                niov++;
+            }
+            ssize_t wr = writev(w->fd_in, iov, niov);
+            if (wr < 0) {
+                if (errno == EAGAIN || errno == EINTR) continue;
+                epipe = errno == EPIPE;
+                st = af_error_set(err, AF_ERR_CRASH, "the worker stopped reading (%s)", strerror(errno));
+                break;
+            }
+            size_t left_w = (size_t)wr;
+            while (part < nparts && left_w >= parts[part].len - part_off) {
+                left_w -= parts[part].len - part_off;
+                part++;
+                part_off = 0;
+            }
+            if (part < nparts) part_off += left_w;
+        }
+        if (pf[io].revents) {
+            uint8_t *dst = have_len ? w->rbuf + got : lenbuf + got;
+            ssize_t r = read(w->fd_out, dst, need - got);
+            if (r < 0) {
+                if (errno == EAGAIN || errno == EINTR) continue;
+                st = af_error_set(err, AF_ERR_CRASH, "reading its stdout: %s", strerror(errno));
+                break;
+            }
+            if (r == 0) {
+                st = af_error_set(err, AF_ERR_CRASH, "%s",
+                                  got || have_len ? "its stdout ended inside a frame" : "its stdout ended");
+                break;
+            }
+            got += (size_t)r;
+            if (got < need) continue;
+            if (!have_len) {
+                size_t n = (size_t)lenbuf[0] | (size_t)lenbuf[1] << 8 | (size_t)lenbuf[2] << 16 | (size_t)lenbuf[3] << 24;
+                if (n > max_frame) {
+                    st = af_error_set(err, AF_ERR_FORMAT, "frame of %zu bytes (at most %zu expected)", n, max_frame);
+                    break;
+                }
+                if (!af_worker_rbuf(w, n + 1)) {
+                    st = af_error_set(err, AF_ERR_NOMEM, "out of memory for a frame of %zu bytes", n);
+                    break;
+                }
+                have_len = true;
+                got = 0;
+                need = n;
+                if (n == 0) {
+                    st = af_error_set(err, AF_ERR_FORMAT, "empty frame");
+                    break;
+                }
+                continue;
+            }
+            if (part < nparts) {
+                /* an answer before the whole request was read: it cannot be about it */
+                st = af_error_set(err, AF_ERR_FORMAT, "answered before reading the whole request");
+                break;
+            }
+            w->rlen = need;
+            break;
+        }
+    }
+    if (epipe) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_set, NULL);
+    return st;
+}
+
+/* --- start, stop ---------------------------------------------------------------------------- */
+
+static void af_worker_stop(af_worker *w) {
+    if (w->pid <= 0) return;
+    /* bye, then up to 2 s for a clean exit */
+    if (w->fd_in >= 0) {
+        sigset_t pipe_set, old_set;
+        sigemptyset(&pipe_set);
+        sigaddset(&pipe_set, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+        ssize_t wr = write(w->fd_in, af_wp_bye, AF_WP_BYE_LEN);
+        if (wr < 0 && errno == EPIPE) {
+            struct timespec zero = {0, 0};
+            while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {
+            }
+        }
+        pthread_sigmask(SIG_SETMASK, &old_set, NULL);
+        close(w->fd_in);
+        w->fd_in = -1;
+    }
+    char how[128];
+    af_worker_reap(w, 2.0, how, sizeof how);
+}
+
+/* Starts the process and reads its hello. On failure the child is gone and err says why,
+ * with its stderr. */
+static af_status af_worker_start(af_worker *w, af_error *err) {
+    AF_TRY(af_worker_spawn(w, err));
+    double deadline = af_worker_now() + w->opts.timeout + w->opts.compile_timeout;
+    af_error xerr;
+    af_status st = af_worker_exchange(w, NULL, 0, AF_WP_MAX_HEADER, deadline, &xerr);
+    char brief[400];
+    if (st == AF_OK) {
+        af_wp_hello h;
+        st = af_wp_parse_hello(w->rbuf, w->rlen, &h, &xerr);
+        if (st == AF_OK) {
+            w->hello = h;
+            return AF_OK;
+        }
+        af_worker_kill(w);
+        af_worker_tail_brief(w, brief, sizeof brief);
+        return af_error_set(err, AF_ERR_INVALID, "%s: bad hello: %s%s%s", w->spec, xerr.msg, brief[0] ? "; stderr: " : "",
+                            brief);
+    }
+    char how[200] = "";
+    if (st == AF_ERR_CRASH) {
+        char ended[128];
+        af_worker_reap(w, 1.0, ended, sizeof ended);
+        snprintf(how, sizeof how, "the worker %s before its hello", ended);
+    } else if (st == AF_ERR_TIMEOUT) {
+        af_worker_kill(w);
+        snprintf(how, sizeof how, "the worker sent no hello within %g s (killed)", w->opts.timeout + w->opts.compile_timeout);
+    } else {
+        af_worker_kill(w);
+        snprintf(how, sizeof how, "the worker's first frame is not a hello: %.120s", xerr.msg);
+    }
+    af_worker_tail_brief(w, brief, sizeof brief);
+    return af_error_set(err, AF_ERR_INVALID, "%s: %s%s%s", w->spec, how, brief[0] ? "; stderr: " : "", brief);
+}
+
+/* A new process after a fault. A worker that starts (sends its hello) is restarted at
+ * once, whatever case killed the last one; failed starts are retried after 0.1 s,
+ * doubling to 5 s; AF_ERR_IO after AF_WORKER_MAX_STARTS failed starts in a row. */
+static af_status af_worker_restart(af_worker *w, af_error *err) {
+    af_error serr;
+    for (int attempt = 0; attempt < AF_WORKER_MAX_STARTS; attempt++) {
+        if (attempt > 0) af_worker_sleep(fmin(5.0, 0.1 * ldexp(1.0, attempt - 1)));
+        if (af_worker_start(w, &serr) == AF_OK) {
+            w->ext.restarts++;
+            return AF_OK;
+        }
+    }
+    return af_error_set(err, AF_ERR_IO, "cannot restart the worker (%d attempts): %s", AF_WORKER_MAX_STARTS, serr.msg);
+}
+
+/* --- learning what it refuses ----------------------------------------------------------- */
+
+static void af_worker_learn(af_worker *w, const af_case *c, bool ok) {
+    uint32_t caps = af_case_required_caps(c);
+    for (int f = 0; f < AF_LEARN_FEATURES; f++) {
+        bool has = f < 17 ? (caps >> f) & 1u : (int)c->t[AF_Q].layout == f - 17;
+        if (!has) continue;
+        if (ok) {
+            w->accepted[f]++;
+            continue;
+        }
+        w->refused[f]++;
+        if (w->opts.unsupported_learn <= 0 || w->accepted[f] || (double)w->refused[f] < w->opts.unsupported_learn) continue;
+        bool was = f < 17 ? (w->learned_caps >> f) & 1u : (w->learned_layouts >> (f - 17)) & 1u;
+        if (was) continue;
+        if (f < 17)
+            w->learned_caps |= 1u << f;
+        else
+            w->learned_layouts |= 1u << (f - 17);
+        size_t n = strlen(w->learned);
+        snprintf(w->learned + n, sizeof w->learned - n, "%s%s", n ? ", " : "",
+                 f < 17 ? af_cap_names[f] : af_layout_names[f - 17]);
+    }
+}
+
+/* --- the vtable ------------------------------------------------------------------------------- */
+
+static bool af_worker_supports(void *state, const af_case *c, char *why, size_t len) {
+    af_worker *w = state;
+    const af_wp_hello *h = &w->hello;
+#define AF_WHY(...)                                                                                                    \
+    do {                                                                                                               \
+        if (why) snprintf(why, len, __VA_ARGS__);                                                                      \
+        return false;                                                                                                  \
+    } while (0)
+    if (!(h->dtypes & (1u << c->dtype))) AF_WHY("dtype %s", af_dtype_names[c->dtype]);
+    uint32_t hd = c->head_dim > c->v_head_dim ? c->head_dim : c->v_head_dim;
+    if (h->max_head_dim && hd > h->max_head_dim) AF_WHY("head_dim %u over its limit %llu", hd, (unsigned long long)h->max_head_dim);
+    if (h->head_dim_multiple > 1 && (c->head_dim % h->head_dim_multiple || c->v_head_dim % h->head_dim_multiple))
+        AF_WHY("head dims %u/%u not multiples of %llu", c->head_dim, c->v_head_dim, (unsigned long long)h->head_dim_multiple);
+    uint32_t s = c->q_len > c->kv_len ? c->q_len : c->kv_len;
+    if (h->max_seq && s > h->max_seq) AF_WHY("sequence %u over its limit %llu", s, (unsigned long long)h->max_seq);
+    if (h->max_batch && c->batch > h->max_batch) AF_WHY("batch %u over its limit", c->batch);
+    if (h->max_heads && c->q_heads > h->max_heads) AF_WHY("%u heads over its limit", c->q_heads);
+    if (h->max_bytes && af_case_tensor_bytes(c) > h->max_bytes) AF_WHY("tensors over its max_bytes");
+    if ((c->causal || af_case_has_window(c)) && !(h->diagonals & (1u << c->diag)))
+        AF_WHY("diagonal %s (its conventions.causal)", af_diag_names[c->diag]);
+    uint32_t caps = af_case_required_caps(c) & w->learned_caps;
+    if (caps) AF_WHY("%s (refused before: learned)", af_cap_names[__builtin_ctz(caps)]);
+    if (w->learned_layouts & (1u << c->t[AF_Q].layout)) AF_WHY("layout %s (refused before: learned)", af_layout_names[c->t[AF_Q].layout]);
+#undef AF_WHY
+    return true;
+}
+
+static const af_backend_ext *af_worker_ext(void *state) {
+    af_worker *w = state;
+    return &w->ext;
+}
+
+/* Remembers a compile key; true when it was new to this process. */
+static bool af_worker_key_note(af_worker *w, uint64_t key) {
+    key |= 1;
+    if (2 * (w->nkeys + 1) > AF_WORKER_KEYS) {
+        memset(w->keys, 0, sizeof w->keys);
+        w->nkeys = 0;
+    }
+    size_t i = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 52) % AF_WORKER_KEYS;
+    while (w->keys[i]) {
+        if (w->keys[i] == key) return false;
+        i = (i + 1) % AF_WORKER_KEYS;
+    }
+    w->keys[i] = key;
+    w->nkeys++;
+    return true;
+}
+
+/* A fault: the child is dead or killed; err gets "kind: what happened" with the stderr. */
+static af_status af_worker_fault(af_worker *w, af_status code, const char *what, af_error *err) {
+    w->faults++;
+    char brief[400];
+    af_worker_tail_brief(w, brief, sizeof brief);
+    w->ext.stderr_tail = af_worker_tail(w);
+    return af_error_set(err, code, "%s%s%s", what, brief[0] ? "; stderr: " : "", brief);
+}
+
+static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    af_worker *w = state;
+    const af_case *c = in->c;
+    w->ext.dropout_keep = NULL;
+    w->ext.compile_s = w->ext.run_s = -1.0;
+    w->ext.wall_s = 0.0;
+    w->ext.new_key = false;
+    if (w->pid <= 0) AF_TRY(af_worker_restart(w, err));
+    w->ext.runs++;
+    uint64_t id = ++w->next_id;
+    af_wp_part parts[AF_WP_MAX_PARTS + 1];
+    size_t np = 0;
+    AF_TRY(af_wp_encode_run(&w->hdr, id, in, parts + 1, &np, err));
+    parts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
+    bool fresh = af_worker_key_note(w, af_case_key_hash(c, w->hello.compile_key));
+    w->ext.new_key = fresh;
+    double t0 = af_worker_now();
+    double limit = w->opts.timeout + (fresh ? w->opts.compile_timeout : 0.0);
+    size_t outb = (size_t)c->batch * c->q_heads * c->q_len * c->v_head_dim * 8;
+    size_t keepb = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len;
+    af_error xerr;
+    af_status st = af_worker_exchange(w, parts, np + 1, AF_WP_MAX_HEADER + outb + keepb + 4096, t0 + limit, &xerr);
+    w->ext.wall_s = af_worker_now() - t0;
+    char what[700];
+    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) {
+        af_worker_kill(w);
+        return af_error_set(err, st, "%s", xerr.msg);
+    }
+    if (st == AF_ERR_CRASH) {
+        char how[128];
+        af_worker_reap(w, 1.0, how, sizeof how);
+        snprintf(what, sizeof what, "crash: the worker %s while running the case (%s)", how, xerr.msg);
+        return af_worker_fault(w, AF_ERR_CRASH, what, err);
+    }
+    if (st == AF_ERR_TIMEOUT) {
+        af_worker_kill(w);
+        snprintf(what, sizeof what, "timeout: no answer within %.3g s (%s); the worker was killed", limit,
+                 fresh ? "a new compile key: timeout plus the compile allowance" : "--timeout");
+        return af_worker_fault(w, AF_ERR_TIMEOUT, what, err);
+    }
+    const uint8_t *payload = NULL;
+    af_wp_result r;
+    if (st == AF_OK) st = af_wp_parse_result(w->rbuf, w->rlen, id, c, &w->hello, &r, &payload, &xerr);
+    if (st != AF_OK) {
+        af_worker_kill(w);
+        snprintf(what, sizeof what, "protocol: %s", xerr.msg);
+        return af_worker_fault(w, AF_ERR_BACKEND, what, err);
+    }
+    af_worker_drain_err(w);
+    w->ext.stderr_tail = af_worker_tail(w);
+    w->faults = 0;
+    w->ext.compile_s = r.compile_s;
+    w->ext.run_s = r.run_s;
+    if (r.status == AF_WP_UNSUPPORTED) {
+        w->ext.unsupported++;
+        af_worker_learn(w, c, false);
+        return af_error_set(err, AF_ERR_UNSUPPORTED, "unsupported: %s", r.message);
+    }
+    if (r.status == AF_WP_ERROR) return af_error_set(err, AF_ERR_BACKEND, "%s", r.message);
+    af_worker_learn(w, c, true);
+    /* F64 stays F64; f32, f16 and bf16 are written as F32 (exact) */
+    if (r.out.dtype != AF_F64) {
+        size_t ne[4] = {out->ne[0], out->ne[1], out->ne[2], out->ne[3]};
+        void *data = out->data;
+        af_tensor_contiguous(out, AF_F32, 4, ne);
+        out->data = data;
+    }
+    af_wp_copy_out(&r, payload, c, out);
+    if (r.has_keep) {
+        if (keepb > w->keep_cap) {
+            uint8_t *k = af_malloc(keepb);
+            AF_RETURN_ERROR_IF(!k, err, AF_ERR_NOMEM, "out of memory");
+            af_free(w->keep);
+            w->keep = k;
+            w->keep_cap = keepb;
+        }
+        af_wp_copy_keep(&r, payload, c, w->keep);
+        w->ext.dropout_keep = w->keep;
+    }
+    return AF_OK;
+}
+
+static void af_worker_destroy(void *state) {
+    af_worker *w = state;
+    if (!w) return;
+    af_worker_stop(w);
+    af_worker_kill(w);
+    af_worker_argv_free(w->argv, w->pythonpath);
+    af_wp_buf_free(&w->hdr);
+    af_free(w->rbuf);
+    af_free(w->keep);
+    af_free(w);
+}
+
+af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backend **out, af_error *err) {
+    *out = NULL;
+    AF_RETURN_ERROR_IF(strlen(spec) >= sizeof ((af_worker *)0)->spec, err, AF_ERR_INVALID, "%.64s...: spec too long", spec);
+    af_worker *w = af_calloc(1, sizeof *w);
+    AF_RETURN_ERROR_IF(!w, err, AF_ERR_NOMEM, "out of memory");
+    w->fd_in = w->fd_out = w->fd_err = -1;
+    snprintf(w->spec, sizeof w->spec, "%s", spec);
+    af_worker_opts_default(&w->opts);
+    if (opts && opts->timeout > 0) w->opts.timeout = opts->timeout;
+    if (opts && opts->compile_timeout > 0) w->opts.compile_timeout = opts->compile_timeout;
+    if (opts && opts->unsupported_learn != 0) w->opts.unsupported_learn = opts->unsupported_learn;
+    af_status st = af_worker_argv(spec, &w->argv, &w->pythonpath, err);
+    if (st == AF_OK) st = af_worker_start(w, err);
+    if (st != AF_OK) {
+        af_worker_destroy(w);
+        return st;
+    }
+    const af_wp_hello *h = &w->hello;
+    snprintf(w->describe, sizeof w->describe, "%s %s%s%s", h->name, h->version[0] ? h->version : "?",
+             h->variant[0] ? " variant " : "", h->variant);
+    w->vt.name = w->spec;
+    w->vt.version = h->version;
+    w->vt.summary = w->describe;
+    w->vt.caps = h->caps & AF_CAP_ALL;
+    w->vt.layouts = h->layouts & AF_LAYOUTS_ALL;
+    w->vt.out_dtype = AF_F64; /* large enough for any dtype it returns (run says which) */
+    w->vt.destroy = af_worker_destroy;
+    w->vt.run = af_worker_run;
+    w->vt.supports = af_worker_supports;
+    w->vt.ext = af_worker_ext;
+    w->ext.describe = w->describe;
+    w->ext.conventions = h->conventions;
+    w->ext.waive_masked_row_nan = h->masked_rows_nan;
+    w->ext.waive_masked_value_leak = h->masked_values_ieee;
+    w->ext.own_dropout = h->dropout == AF_WP_DROPOUT_KEEP_MASK;
+    w->ext.compile_key = h->compile_key;
+    w->ext.stderr_tail = af_worker_tail(w);
+    w->ext.learned = w->learned;
+    w->ext.compile_s = w->ext.run_s = -1.0;
+    st = af_backend_open_state(&w->vt, w, out, err);
+    if (st != AF_OK) af_worker_destroy(w);
+    return st;
+}

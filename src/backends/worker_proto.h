@@ -1,0 +1,113 @@
+/* worker_proto.h - the frames of the worker protocol (docs/worker-protocol.md), without
+ * processes: encoding run requests, checking and decoding hello and result frames. The
+ * process side (worker.c) moves the bytes; everything a frame may get wrong is decided
+ * here, so a unit test can feed hand-written frames (tests/test_worker_proto.c). */
+#ifndef ATTNFUZZ_WORKER_PROTO_H
+#define ATTNFUZZ_WORKER_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnfuzz/backend.h"
+#include "attnfuzz/case.h"
+#include "attnfuzz/tensor.h"
+#include "attnfuzz/worker.h"
+
+#define AF_WP_MAX_HEADER ((size_t)1 << 20) /* a reader refuses a header over 1 MiB */
+#define AF_WP_MAX_PARTS 8                    /* payload pieces of a run frame */
+
+/* One tensor entry of a header, checked against the payload it points into. */
+typedef struct af_wp_tensor {
+    char name[32];
+    af_dtype dtype;
+    int ndim;
+    size_t ne[AF_MAX_DIMS];
+    size_t nb[AF_MAX_DIMS]; /* byte strides */
+    size_t offset;          /* byte offset of element [0, ..., 0] */
+    size_t end;             /* one past the last byte any element touches (offset when empty) */
+} af_wp_tensor;
+
+/* What a hello declares (defaults filled in for what it leaves out). */
+typedef struct af_wp_hello {
+    char name[128], version[64], variant[128];
+    uint32_t caps;    /* AF_CAP_* bits (dropout "none" clears AF_CAP_DROPOUT) */
+    uint32_t layouts; /* bit per af_layout */
+    uint32_t dtypes;  /* bit per af_dtype among F32, F16, BF16 */
+    uint64_t max_head_dim, head_dim_multiple, max_seq, max_batch, max_heads, max_bytes; /* 0 = none */
+    uint32_t diagonals;         /* bit per af_diag it implements (default all) */
+    bool masked_rows_nan;       /* conventions.masked_rows == "nan" */
+    bool masked_values_ieee;    /* conventions.masked_values == "ieee" */
+    enum { AF_WP_DROPOUT_COUNTER, AF_WP_DROPOUT_KEEP_MASK, AF_WP_DROPOUT_NONE } dropout;
+    uint32_t compile_key; /* AF_KEY_* bits; AF_KEY_ALL when not given */
+    char conventions[512]; /* the conventions in effect as a compact JSON object */
+} af_wp_hello;
+
+typedef enum af_wp_status { AF_WP_OK, AF_WP_UNSUPPORTED, AF_WP_ERROR } af_wp_status;
+
+/* A checked result frame. */
+typedef struct af_wp_result {
+    af_wp_status status;
+    char message[512];     /* reason (unsupported) or message (error) */
+    af_layout layout;      /* of out: one of the five unpacked layouts */
+    af_wp_tensor out;      /* ok: its shape is the layout's output shape */
+    bool has_keep;
+    af_wp_tensor keep;     /* bool [B, Hq, Sq, Sk] */
+    double compile_s, run_s; /* -1 when not given */
+} af_wp_result;
+
+/* Splits a frame body (the N bytes after the length) into the header object and the
+ * payload; the caller cJSON_Delete's *header. AF_ERR_FORMAT: no JSON object followed by
+ * a newline within the first 1 MiB, or bad JSON. */
+af_status af_wp_split(const uint8_t *body, size_t n, void **header, const uint8_t **payload, size_t *payload_len,
+                      af_error *err);
+
+/* Checks one tensor entry (a cJSON object) against a payload of payload_len bytes:
+ * known dtype, as many strides as dims, non-negative integers, every element inside the
+ * payload. AF_ERR_FORMAT names the tensor and the problem. */
+af_status af_wp_tensor_parse(const void *entry, size_t payload_len, af_wp_tensor *t, af_error *err);
+
+/* Checks a hello body. AF_ERR_FORMAT names what is wrong (not a hello, wrong protocol,
+ * unknown capability, layout, dtype, convention or compile_key field). */
+af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *h, af_error *err);
+
+/* Checks a result body for request id on case c (whose worker declared h). On AF_OK *r
+ * holds the status; an ok result's tensors lie in *payload. AF_ERR_FORMAT for anything
+ * that breaks the protocol: bad JSON, another type or id, unknown status, a missing,
+ * misshapen or non-float out, a tensor outside the payload, a payload larger than its
+ * tensors need, a missing keep mask under conventions.dropout "keep_mask". */
+af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const af_case *c, const af_wp_hello *h,
+                             af_wp_result *r, const uint8_t **payload, af_error *err);
+
+/* Copies a checked out tensor into dst, a contiguous [B, Hq, Sq, Dv] tensor whose dtype
+ * the caller chose (F32 or F64; values converted, f16/bf16 exactly). */
+void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case *c, af_tensor *dst);
+/* Copies a checked keep mask into keep ([B, Hq, Sq, Sk] bytes, 1 = kept). */
+void af_wp_copy_keep(const af_wp_result *r, const uint8_t *payload, const af_case *c, uint8_t *keep);
+
+/* A growable text buffer for headers. */
+typedef struct af_wp_buf {
+    char *data;
+    size_t len, cap;
+    bool failed; /* an allocation failed */
+} af_wp_buf;
+void af_wp_buf_free(af_wp_buf *b);
+
+/* A payload piece of a run frame: bytes that already live in the case's tensors. */
+typedef struct af_wp_part {
+    const void *data;
+    size_t len;
+} af_wp_part;
+
+/* Encodes the run request for the tensors t: *hdr receives the 4-byte length, the JSON
+ * header and the newline; parts the payload pieces (each tensor buffer once: a packed
+ * buffer travels once with three views, stride-0 dims are not expanded). The frame is
+ * hdr then the parts in order. AF_ERR_NOMEM, or AF_ERR_INVALID for a frame over 4 GiB. */
+af_status af_wp_encode_run(af_wp_buf *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
+                           size_t *nparts, af_error *err);
+
+/* The bye frame (length included) and its size. */
+extern const uint8_t af_wp_bye[4 + 16];
+#define AF_WP_BYE_LEN (4 + 16)
+
+#endif
