@@ -58,10 +58,16 @@ def bool_bhsd(case, bool_mask):
     return _bhsd(case, m, "boolean mask")
 
 
+def has_structural(case):
+    """Does any structural mask (key padding, causal, window) apply?"""
+    return case.causal or case.key_padding is not None or case.window[0] >= 0 or case.window[1] >= 0
+
+
 def live(case, bool_mask=None):
     """bool [B, Hq, Sq, Sk] (or [B, 1, Sq, Sk] without a boolean mask): the keys that no
-    structural or boolean mask masks."""
-    ok = allowed(case)
+    structural or boolean mask masks; None when no mask applies at all (every key live)."""
+    ok = allowed(case) if has_structural(case) else None
     if bool_mask is not None:
-        ok = ok & bool_bhsd(case, bool_mask)
+        bm = bool_bhsd(case, bool_mask)
+        ok = bm if ok is None else ok & bm
     return ok

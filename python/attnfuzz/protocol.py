@@ -141,9 +141,13 @@ def write_frame(f, header, buffers=()):
 
 def _ints(entry, key, name):
     v = entry.get(key)
-    if not isinstance(v, list) or not all(type(x) is int and x >= 0 for x in v):
-        raise ProtocolError("tensor %s: %s must be a list of non-negative integers" % (name, key))
-    return v
+    if type(v) is list:
+        for x in v:
+            if type(x) is not int or x < 0:
+                break
+        else:
+            return v
+    raise ProtocolError("tensor %s: %s must be a list of non-negative integers" % (name, key))
 
 
 def tensor_from_entry(entry, payload):

@@ -36,7 +36,6 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         raise ValueError("reference: shapes q %s k %s v %s do not fit together"
                          % (list(q.shape), list(k.shape), list(v.shape)))
     g = Hq // Hkv
-    p = case.dropout_p
     with np.errstate(all="ignore"):
         # 1-2. scores, query heads of one group side by side: [B, Hkv, g*Sq, Sk]
         s = np.matmul(q.reshape(B, Hkv, g * Sq, D), k.swapaxes(-1, -2)).reshape(B, Hq, Sq, Sk)
@@ -45,30 +44,37 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         if case.softcap > 0.0:
             c = case.softcap
             s = c * np.tanh(s / c)
-        # 4. masks
+        # 4. masks (live is None when every key is live)
         if mask is not None:
             s = s + masks.additive_bhsd(case, mask)
-        live = np.broadcast_to(masks.live(case, bool_mask), (B, Hq, Sq, Sk))
-        s = np.where(live, s, -np.inf)
+        live = masks.live(case, bool_mask)
+        if live is not None:
+            s = np.where(live, s, -np.inf)
         # 5. softmax
         isn = np.isnan(s)
-        has_nan = isn.any(axis=-1, keepdims=True)
-        m = np.where(isn, -np.inf, s).max(axis=-1, keepdims=True)
-        dead = ~has_nan & (m == -np.inf)
+        any_nan = isn.any()
+        if any_nan:
+            has_nan = isn.any(axis=-1, keepdims=True)
+            m = np.where(isn, -np.inf, s).max(axis=-1, keepdims=True)
+        else:
+            m = s.max(axis=-1, keepdims=True)
         e = np.exp(s - m)
-        e[e < _TINY] = 0.0
+        fin = np.isfinite(v)
+        allfin = fin.all()
+        if not allfin:
+            e[e < _TINY] = 0.0  # the C kernels flush; only 0 * Inf can tell
         w = e / e.sum(axis=-1, keepdims=True)
-        if has_nan.any():
+        if any_nan:
             w = np.where(has_nan, np.nan, w)
-        w = np.where(live, w, 0.0)
+        if live is not None:
+            w = np.where(live, w, 0.0)
         # 6. dropout
+        p = case.dropout_p
         if p > 0.0:
             if keep is None:
                 keep = rng.dropout_keep(case.dropout_seed, p, B, Hq, Sq, Sk)
             w = np.where(keep, w / (1.0 - p) if p < 1.0 else 0.0, 0.0)
         # 7. P V over the live keys; V's non-finite entries added for live keys only
-        fin = np.isfinite(v)
-        allfin = fin.all()
         vf = v if allfin else np.where(fin, v, 0.0)
         out = np.matmul(w.reshape(B, Hkv, g * Sq, Sk), vf).reshape(B, Hq, Sq, Dv)
         if not allfin:
@@ -76,7 +82,15 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
             vb = np.where(fin[:, :, jb, :], 0.0, v[:, :, jb, :])          # [B, Hkv, nb, Dv]
             vb = np.repeat(vb, g, axis=1)[:, :, None, :, :]                 # [B, Hq, 1, nb, Dv]
             wb = w[..., jb][..., None]                                      # [B, Hq, Sq, nb, 1]
-            out = out + np.where(live[..., jb][..., None], wb * vb, 0.0).sum(axis=3)
+            contrib = wb * vb
+            if live is not None:
+                lv = np.broadcast_to(live, (B, Hq, Sq, Sk))[..., jb][..., None]
+                contrib = np.where(lv, contrib, 0.0)
+            out = out + contrib.sum(axis=3)
+        # a fully masked row (no NaN, every live score -inf) gives 0
+        dead = m == -np.inf
+        if any_nan:
+            dead &= ~has_nan
         if dead.any():
             out = np.where(dead, 0.0, out)
     return out
