@@ -7,7 +7,9 @@ repro_snippet(variant). list_targets() (and `python -m attnfuzz.targets --list`)
 every variant of every known stack; a module that is missing or fails to import is listed
 as unavailable with the reason, never an exception."""
 
+import contextlib
 import importlib
+import sys
 
 STACKS = ("numpy_ref", "torch", "ort", "openvino", "tvm", "jax", "tensorrt")
 
@@ -18,7 +20,13 @@ def _reason(e):
 
 
 def list_targets(stacks=STACKS):
-    """[{"target": "STACK/VARIANT", "available": bool, "reason": str, "summary": str}, ...]"""
+    """[{"target": "STACK/VARIANT", "available": bool, "reason": str, "summary": str}, ...]
+    What the stacks print while importing goes to stderr."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return _list(stacks)
+
+
+def _list(stacks):
     rows = []
     for stack in stacks:
         try:
