@@ -11,12 +11,14 @@ aligned from the right."""
 import numpy as np
 
 
-def allowed(case):
+def allowed(case, i0=0, i1=None):
     """bool [B, 1, Sq, Sk]: True where no structural mask (key padding, causal, window)
-    masks key j for query i of batch row b."""
-    B, Sq, Sk = case.batch, case.q_len, case.kv_len
+    masks key j for query i of batch row b; with i0, i1 the query rows i0 .. i1 - 1."""
+    B, Sk = case.batch, case.kv_len
+    i1 = case.q_len if i1 is None else i1
+    Sq = i1 - i0
     j = np.arange(Sk, dtype=np.int64).reshape(1, 1, 1, Sk)
-    i = np.arange(Sq, dtype=np.int64).reshape(1, 1, Sq, 1)
+    i = np.arange(i0, i1, dtype=np.int64).reshape(1, 1, Sq, 1)
     valid = np.asarray(case.valid_keys, dtype=np.int64).reshape(B, 1, 1, 1)
     ok = np.broadcast_to(j < valid, (B, 1, Sq, Sk))
     left, right = case.window
@@ -63,11 +65,14 @@ def has_structural(case):
     return case.causal or case.key_padding is not None or case.window[0] >= 0 or case.window[1] >= 0
 
 
-def live(case, bool_mask=None):
+def live(case, bool_mask=None, i0=0, i1=None):
     """bool [B, Hq, Sq, Sk] (or [B, 1, Sq, Sk] without a boolean mask): the keys that no
-    structural or boolean mask masks; None when no mask applies at all (every key live)."""
-    ok = allowed(case) if has_structural(case) else None
+    structural or boolean mask masks; None when no mask applies at all (every key live).
+    With i0, i1: the query rows i0 .. i1 - 1 only."""
+    ok = allowed(case, i0, i1) if has_structural(case) else None
     if bool_mask is not None:
         bm = bool_bhsd(case, bool_mask)
+        if i0 != 0 or (i1 is not None and i1 != case.q_len):
+            bm = bm[:, :, i0:i1]
         ok = bm if ok is None else ok & bm
     return ok

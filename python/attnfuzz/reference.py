@@ -22,6 +22,10 @@ from . import masks, rng
 _TINY = np.finfo(np.float64).tiny  # 2^-1022
 
 
+# float64 elements of one [B, Hq, rows, Sk] score block: long sequences go in row blocks
+BLOCK_ELEMS = 1 << 21
+
+
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """float64 [B, Hq, Sq, Dv] from canonical q [B, Hq, Sq, D], k [B, Hkv, Sk, D],
     v [B, Hkv, Sk, Dv] (any float dtype; taken as float64), the additive mask and the
@@ -35,6 +39,25 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     if k.shape != (B, Hkv, Sk, D) or v.shape != (B, Hkv, Sk, Dv) or Hkv == 0 or Hq % Hkv:
         raise ValueError("reference: shapes q %s k %s v %s do not fit together"
                          % (list(q.shape), list(k.shape), list(v.shape)))
+    if Sq != case.q_len or Sk != case.kv_len or B != case.batch or Hq != case.q_heads:
+        raise ValueError("reference: q %s and k %s do not match the case" % (list(q.shape), list(k.shape)))
+    rows = max(1, BLOCK_ELEMS // max(1, B * Hq * Sk))
+    if rows >= Sq:
+        return _rows(case, q, k, v, mask, bool_mask, keep, 0, Sq)
+    am = None if mask is None else masks.additive_bhsd(case, mask)
+    out = np.empty((B, Hq, Sq, Dv))
+    for i0 in range(0, Sq, rows):
+        i1 = min(Sq, i0 + rows)
+        out[:, :, i0:i1] = _rows(case, q[:, :, i0:i1], k, v, None if am is None else am[:, :, i0:i1], bool_mask,
+                                 None if keep is None else np.asarray(keep)[:, :, i0:i1], i0, i1)
+    return out
+
+
+def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
+    """The query rows i0 .. i1 - 1 (q holds just those; mask and keep too, when i0 > 0 or
+    i1 < Sq; bool_mask is the whole mask)."""
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
     g = Hq // Hkv
     with np.errstate(all="ignore"):
         # 1-2. scores, query heads of one group side by side: [B, Hkv, g*Sq, Sk]
@@ -46,8 +69,9 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
             s = c * np.tanh(s / c)
         # 4. masks (live is None when every key is live)
         if mask is not None:
-            s = s + masks.additive_bhsd(case, mask)
-        live = masks.live(case, bool_mask)
+            full = isinstance(mask, np.ndarray) and mask.dtype == np.float64 and mask.shape == s.shape
+            s = s + (mask if full else masks.additive_bhsd(case, mask))
+        live = masks.live(case, bool_mask, i0, i1)
         if live is not None:
             s = np.where(live, s, -np.inf)
         # 5. softmax
@@ -72,7 +96,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         p = case.dropout_p
         if p > 0.0:
             if keep is None:
-                keep = rng.dropout_keep(case.dropout_seed, p, B, Hq, Sq, Sk)
+                keep = rng.dropout_keep(case.dropout_seed, p, B, Hq, Sq, Sk, i0)
             w = np.where(keep, w / (1.0 - p) if p < 1.0 else 0.0, 0.0)
         # 7. P V over the live keys; V's non-finite entries added for live keys only
         vf = v if allfin else np.where(fin, v, 0.0)

@@ -45,12 +45,13 @@ def dropout_threshold(p):
     return math.ceil(p * 4294967296.0)
 
 
-def dropout_words(seed, B, Hq, Sq, Sk):
-    """The 32-bit words u(seed, b, h, i, j) as uint32 [B, Hq, Sq, Sk]."""
+def dropout_words(seed, B, Hq, Sq, Sk, i0=0):
+    """The 32-bit words u(seed, b, h, i, j) as uint32 [B, Hq, Sq, Sk]; with i0, the query
+    rows i0 .. i0 + Sq - 1."""
     seed = int(seed)
     nblk = (Sk + 3) // 4
     c0 = np.arange(nblk, dtype=np.uint64).reshape(1, 1, 1, nblk)
-    c1 = np.arange(Sq, dtype=np.uint64).reshape(1, 1, Sq, 1)
+    c1 = np.arange(i0, i0 + Sq, dtype=np.uint64).reshape(1, 1, Sq, 1)
     c2 = np.arange(Hq, dtype=np.uint64).reshape(1, Hq, 1, 1)
     c3 = np.arange(B, dtype=np.uint64).reshape(B, 1, 1, 1)
     shape = (B, Hq, Sq, nblk)
@@ -60,11 +61,12 @@ def dropout_words(seed, B, Hq, Sq, Sk):
     return words[..., :Sk]
 
 
-def dropout_keep(seed, p, B, Hq, Sq, Sk):
-    """bool [B, Hq, Sq, Sk]: which weights dropout keeps (True everywhere for p <= 0)."""
+def dropout_keep(seed, p, B, Hq, Sq, Sk, i0=0):
+    """bool [B, Hq, Sq, Sk]: which weights dropout keeps (True everywhere for p <= 0); with
+    i0, the query rows i0 .. i0 + Sq - 1."""
     thr = dropout_threshold(p)
     if thr == 0:
         return np.ones((B, Hq, Sq, Sk), dtype=np.bool_)
     if thr > 0xFFFFFFFF:
         return np.zeros((B, Hq, Sq, Sk), dtype=np.bool_)
-    return dropout_words(seed, B, Hq, Sq, Sk) >= np.uint32(thr)
+    return dropout_words(seed, B, Hq, Sq, Sk, i0) >= np.uint32(thr)

@@ -242,6 +242,14 @@ class RandomCases(unittest.TestCase):
             got = reference.attention(case, q, k, v, mask=am, bool_mask=bm)
             want = loop_reference(case, q, k, v, am, bm)
             self.assertTrue(np.allclose(got, want, rtol=1e-12, atol=1e-12), (t, c, np.abs(got - want).max()))
+            # long sequences go in blocks of query rows: the same answer
+            saved = reference.BLOCK_ELEMS
+            reference.BLOCK_ELEMS = 1
+            try:
+                blocked = reference.attention(case, q, k, v, mask=am, bool_mask=bm)
+            finally:
+                reference.BLOCK_ELEMS = saved
+            self.assertTrue(np.allclose(blocked, got, rtol=1e-13, atol=1e-13), (t, c))
 
 
 if __name__ == "__main__":
