@@ -143,8 +143,20 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
         fin, fout = _frame_streams()
         stdin = stdin or fin
         stdout = stdout or fout
-    protocol.write_frame(stdout, hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions,
-                                              compile_key))
+    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key)
+    try:
+        return _loop(run, hello, stdin, stdout)
+    except (BrokenPipeError, KeyboardInterrupt):
+        # attnfuzz went away (or the campaign was interrupted): nobody reads an answer
+        return 1
+    except protocol.ProtocolError as e:
+        # a frame that cannot be read leaves the stream out of step: stop
+        print("attnfuzz worker %s: protocol: %s" % (name, e), file=sys.stderr)
+        return 2
+
+
+def _loop(run, hello, stdin, stdout):
+    protocol.write_frame(stdout, hello)
     reader = protocol.FrameReader(stdin)
     write = protocol.write_frame
     while True:
