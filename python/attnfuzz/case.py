@@ -1,0 +1,209 @@
+"""Case: the case object of a run request (docs/case-json.md) with its derived values.
+
+    case = Case(header["case"], header.get("derived"), header.get("tensors"))
+    case.batch, case.q_heads, case.scale, case.diag_offset[b], case.valid_keys[b]
+    cache_key = case.key("shapes", "dtype", "layouts")
+
+Attributes follow the JSON field names where they exist, with defaults applied; derived
+values (scale, diag_offset, valid_keys) come from the request's "derived" object when it
+gives them, else they are computed here by the rules of DESIGN.md section 2."""
+
+import math
+
+PACKED_LAYOUTS = ("qkv_bs3hd", "qkv_bsh3d", "qkv_channels_first")
+UNPACKED_LAYOUTS = ("bhsd", "bshd", "sbhd", "bsd", "channels_first")
+LAYOUTS = UNPACKED_LAYOUTS + PACKED_LAYOUTS
+DIAGONALS = ("top_left", "bottom_right", "bottom_right_valid", "explicit")
+KEY_FIELDS = ("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
+
+_TENSOR_DEFAULTS = {"layout": "bhsd", "perm": 0, "pad": 0, "broadcast": "none"}
+
+
+def _get(d, key, default):
+    v = d.get(key)
+    return default if v is None else v
+
+
+def _seed(v):
+    if v is None:
+        return 0
+    if isinstance(v, str):
+        return int(v, 0)
+    return int(v)
+
+
+class Case:
+    """The case of one run request. Attributes (see docs/case-json.md for the fields):
+
+    batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim, dtype, allow_tf32,
+    scale (the effective scale), scale_given, placement, softcap, causal, diagonal,
+    diagonal_offset, diag_offset (list per batch row), key_padding (list or None),
+    valid_keys (list per batch row), window ((left, right), -1 unbounded), amask, bmask
+    (mask spec dicts or None), dropout_p, dropout_seed, layout (q's), layouts
+    ({"q", "k", "v"}), specs ({"q", "k", "v"}: the tensor objects with defaults),
+    packed, qkv (the packed buffer view, set by the worker kit, or None), tensors
+    ({name: protocol entry} of the request, empty when built from case.json alone), raw.
+    """
+
+    __slots__ = ("raw", "derived", "tensors", "qkv", "batch", "q_heads", "kv_heads", "q_len", "kv_len",
+                 "head_dim", "v_head_dim", "dtype", "allow_tf32", "scale", "scale_given", "placement",
+                 "softcap", "causal", "diagonal", "diagonal_offset", "key_padding", "window", "amask",
+                 "bmask", "dropout_p", "dropout_seed", "layout", "packed", "_diag", "_valid", "_specs")
+
+    def __init__(self, raw, derived=None, tensors=None):
+        if not isinstance(raw, dict):
+            raise ValueError("case: not a JSON object")
+        self.raw = raw
+        self.derived = derived or {}
+        if tensors is None:
+            tensors = {}
+        elif isinstance(tensors, list):
+            tensors = {e["name"]: e for e in tensors}
+        self.tensors = tensors
+        self.qkv = None
+        g = raw.get
+        self.batch = int(_get(raw, "batch", 1))
+        self.q_heads = int(_get(raw, "q_heads", 1))
+        self.kv_heads = int(_get(raw, "kv_heads", self.q_heads))
+        self.q_len = int(_get(raw, "q_len", 1))
+        self.kv_len = int(_get(raw, "kv_len", self.q_len))
+        self.head_dim = int(_get(raw, "head_dim", 1))
+        self.v_head_dim = int(_get(raw, "v_head_dim", self.head_dim))
+        self.dtype = _get(raw, "dtype", "f32")
+        self.allow_tf32 = bool(g("allow_tf32"))
+        self.scale_given = g("scale") is not None
+        s = self.derived.get("scale")
+        if s is None:
+            s = float(raw["scale"]) if self.scale_given else 1.0 / math.sqrt(self.head_dim)
+        self.scale = float(s)
+        self.placement = _get(raw, "scale_placement", "scores")
+        self.softcap = float(_get(raw, "softcap", 0.0))
+        self.causal = bool(g("causal"))
+        self.diagonal = _get(raw, "diagonal", "top_left")
+        self.diagonal_offset = int(_get(raw, "diagonal_offset", 0))
+        kp = g("key_padding")
+        self.key_padding = [int(x) for x in kp] if kp is not None else None
+        w = g("window")
+        self.window = (int(w[0]), int(w[1])) if w is not None else (-1, -1)
+        self.amask = g("additive_mask")
+        self.bmask = g("bool_mask")
+        self.dropout_p = float(_get(raw, "dropout_p", 0.0))
+        self.dropout_seed = _seed(g("dropout_seed"))
+        q = g("q") or {}
+        self.layout = _get(q, "layout", "bhsd")
+        self.packed = self.layout in PACKED_LAYOUTS
+        self._diag = None
+        self._valid = None
+        self._specs = None
+
+    # --- derived values -------------------------------------------------------------
+
+    @property
+    def valid_keys(self):
+        """Valid keys per batch row: key_padding[b], or kv_len without key padding."""
+        if self._valid is None:
+            v = self.derived.get("valid_keys")
+            if v is None:
+                v = list(self.key_padding) if self.key_padding is not None else [self.kv_len] * self.batch
+            self._valid = [int(x) for x in v]
+        return self._valid
+
+    @property
+    def diag_offset(self):
+        """offset(b) of the diagonal d(b, i) = i + offset(b) per batch row."""
+        if self._diag is None:
+            v = self.derived.get("diag_offset")
+            if v is None:
+                d = self.diagonal
+                if d == "top_left":
+                    v = [0] * self.batch
+                elif d == "bottom_right":
+                    v = [self.kv_len - self.q_len] * self.batch
+                elif d == "bottom_right_valid":
+                    v = [n - self.q_len for n in self.valid_keys]
+                elif d == "explicit":
+                    v = [self.diagonal_offset] * self.batch
+                else:
+                    raise ValueError("case: unknown diagonal %r" % d)
+            self._diag = [int(x) for x in v]
+        return self._diag
+
+    @property
+    def specs(self):
+        """{"q", "k", "v"}: each tensor object with layout/perm/pad/broadcast defaults; in
+        a packed case all three have q's layout, perm and pad (one buffer)."""
+        if self._specs is None:
+            out = {}
+            for n in ("q", "k", "v"):
+                t = dict(_TENSOR_DEFAULTS)
+                t.update({k: v for k, v in (self.raw.get(n) or {}).items() if v is not None})
+                out[n] = t
+            if self.packed:
+                for n in ("k", "v"):
+                    for f in ("layout", "perm", "pad", "broadcast"):
+                        out[n][f] = out["q"][f]
+            self._specs = out
+        return self._specs
+
+    @property
+    def layouts(self):
+        s = self.specs
+        return {"q": s["q"]["layout"], "k": s["k"]["layout"], "v": s["v"]["layout"]}
+
+    @property
+    def group(self):
+        """Query heads per key/value head (Hq / Hkv)."""
+        return self.q_heads // self.kv_heads
+
+    @property
+    def has_window(self):
+        return self.window[0] >= 0 or self.window[1] >= 0
+
+    # --- compile keys ---------------------------------------------------------------
+
+    def _entry_key(self, name):
+        e = self.tensors.get(name)
+        if e is None:
+            return None
+        return (e.get("dtype"), tuple(e.get("shape") or ()), tuple(e.get("strides") or ()), e.get("offset", 0))
+
+    def _mask_key(self, spec, name):
+        if spec is None:
+            return None
+        return (spec.get("rank", 4), spec.get("full_dims", "qk"), spec.get("dtype", "f32"),
+                bool(spec.get("expanded")), self._entry_key(name))
+
+    def key(self, *fields):
+        """A hashable tuple of the compile_key vocabulary fields named (all of them when
+        none is named): the structure a compiled artifact depends on. "layouts" and
+        "masks" include the strides and offsets of the tensors the request carries."""
+        parts = []
+        for f in fields or KEY_FIELDS:
+            if f == "shapes":
+                v = (self.batch, self.q_heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim,
+                     self.v_head_dim)
+            elif f == "dtype":
+                v = (self.dtype, self.allow_tf32)
+            elif f == "layouts":
+                s = self.specs
+                v = tuple((s[n]["layout"], s[n]["perm"], s[n]["pad"], s[n]["broadcast"], self._entry_key(n))
+                          for n in ("q", "k", "v")) + (self._entry_key("qkv"),)
+            elif f == "masks":
+                v = (self._mask_key(self.amask, "mask"), self._mask_key(self.bmask, "bool_mask"))
+            elif f == "causal":
+                v = (self.causal, self.diagonal, self.diagonal_offset, self.key_padding is not None, self.window)
+            elif f == "scale":
+                v = (self.scale_given, self.scale, self.placement)
+            elif f == "softcap":
+                v = self.softcap
+            elif f == "dropout":
+                v = self.dropout_p
+            else:
+                raise ValueError("case.key: unknown field %r (known: %s)" % (f, ", ".join(KEY_FIELDS)))
+            parts.append((f, v))
+        return tuple(parts)
+
+    def __repr__(self):
+        return "Case(B=%d Hq=%d Hkv=%d Sq=%d Sk=%d D=%d Dv=%d %s %s)" % (
+            self.batch, self.q_heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim, self.v_head_dim,
+            self.dtype, self.layout)

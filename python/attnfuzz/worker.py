@@ -1,0 +1,186 @@
+"""serve(): an attention implementation as an attnfuzz worker (DESIGN.md section 7,
+docs/worker-protocol.md).
+
+    from attnfuzz.worker import serve, Unsupported, Result
+
+    def run(case, q, k, v, mask=None, bool_mask=None):
+        return my_attention(q, k, v)          # numpy [B, Hq, Sq, Dv] ("bhsd")
+
+    serve(run, name="mine", version="1.0", caps=["f32", "gqa", "causal"], layouts=["bhsd"])
+
+run gets numpy views with the case's physical layout and strides (float32, float16 or
+ml_dtypes.bfloat16; for packed layouts three views of one buffer, case.qkv the whole
+buffer), the additive mask as sent (its own dtype, 2-D or 4-D, maybe stride 0) and the
+boolean mask as sent. The views are read-only and valid only during the call. It returns
+an array [B, Hq, Sq, Dv] in any float dtype, or Result(out, layout=..., dropout_keep=...,
+compile_s=..., run_s=...); raise Unsupported("why") for a case it does not run. Any other
+exception becomes status "error" with "ExcType: message" (traceback on stderr).
+"""
+
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from . import dtypes, layouts, protocol
+from .case import Case
+
+_FLOAT_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", dtypes.DTYPES["bf16"]: "bf16",
+                np.dtype(np.float64): "f64"}
+
+
+class Unsupported(Exception):
+    """Raised by a run function for a case outside what it runs (not a finding)."""
+
+
+class Result:
+    """What a run function may return instead of a bare array.
+
+    out: the output in layout (one of bhsd, bshd, sbhd, bsd, channels_first; its shape is
+    that layout's output shape); dropout_keep: bool [B, Hq, Sq, Sk], the keep-mask the
+    worker's own RNG drew (conventions dropout "keep_mask"); compile_s, run_s: seconds
+    (the kit reports compile_s 0 and measures run_s when they are None)."""
+
+    __slots__ = ("out", "layout", "dropout_keep", "compile_s", "run_s")
+
+    def __init__(self, out, layout="bhsd", dropout_keep=None, compile_s=None, run_s=None):
+        self.out = out
+        self.layout = layout
+        self.dropout_keep = dropout_keep
+        self.compile_s = compile_s
+        self.run_s = run_s
+
+
+def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
+                 compile_key=None):
+    """The hello frame's header serve() writes."""
+    h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
+         "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
+    if dtypes is None:
+        dtypes = [d for d in ("f32", "f16", "bf16") if d in h["caps"]]
+    h["dtypes"] = list(dtypes)
+    if limits:
+        h["limits"] = dict(limits)
+    if conventions:
+        h["conventions"] = dict(conventions)
+    if compile_key is not None:
+        h["compile_key"] = list(compile_key)
+    return h
+
+
+def _as_output(x):
+    """x as a numpy float array the protocol can carry."""
+    a = np.asarray(x)
+    if a.dtype not in _FLOAT_NAMES:
+        if a.dtype.kind == "f":
+            a = a.astype(np.float64)
+        else:
+            raise TypeError("the output has dtype %s, not a float dtype" % a.dtype)
+    return a
+
+
+def _run_one(fn, header, payload):
+    """The result header and payload parts for one run request."""
+    rid = header.get("id")
+    views = protocol.tensors_from_header(header, payload)
+    case = Case(header.get("case") or {}, header.get("derived"), header.get("tensors"))
+    case.qkv = views.get("qkv")
+    for n in ("q", "k", "v"):
+        if n not in views:
+            raise protocol.ProtocolError("run %s: tensor %s is missing" % (rid, n))
+    t0 = time.perf_counter()
+    res = fn(case, views["q"], views["k"], views["v"], mask=views.get("mask"), bool_mask=views.get("bool_mask"))
+    t1 = time.perf_counter()
+    if isinstance(res, Result):
+        out, lay, keep, compile_s, run_s = res.out, res.layout, res.dropout_keep, res.compile_s, res.run_s
+    else:
+        out, lay, keep, compile_s, run_s = res, "bhsd", None, None, None
+    out = _as_output(out)
+    want = layouts.out_shape(lay, case.batch, case.q_heads, case.q_len, case.v_head_dim)
+    if out.shape != want:
+        raise ValueError("the output has shape %s, the case's %s output is %s"
+                         % (list(out.shape), lay, list(want)))
+    arrays = [("out", out)]
+    if keep is not None:
+        keep = np.asarray(keep)
+        kshape = (case.batch, case.q_heads, case.q_len, case.kv_len)
+        if keep.shape != kshape:
+            raise ValueError("dropout_keep has shape %s, not %s" % (list(keep.shape), list(kshape)))
+        arrays.append(("dropout_keep", keep.astype(np.bool_, copy=False)))
+    entries, parts = protocol.entries_for(arrays)
+    h = {"type": "result", "id": rid, "status": "ok", "layout": lay, "tensors": entries,
+         "timings": {"compile_s": float(compile_s or 0.0), "run_s": float(run_s if run_s is not None else t1 - t0)}}
+    return h, parts
+
+
+def _message(e):
+    msg = str(e)
+    return "%s: %s" % (type(e).__name__, msg) if msg else type(e).__name__
+
+
+def _frame_streams():
+    """(input, output) binary streams for frames. stdout's descriptor is moved away and fd 1
+    pointed at stderr, so a stray print (or a library writing to fd 1) cannot corrupt the
+    stream."""
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return sys.stdin.buffer, os.fdopen(fd, "wb", buffering=1 << 16)
+
+
+def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
+          compile_key=None, stdin=None, stdout=None):
+    """Writes hello, then answers run frames with result frames until bye or end of input.
+
+    run(case, q, k, v, mask=None, bool_mask=None): see the module's doc. dtypes defaults to
+    the float caps among f32/f16/bf16. stdin/stdout (binary streams) default to the
+    process's, with fd 1 moved so that nothing but frames reaches the real stdout.
+    Returns 0 (a process exit status)."""
+    if stdin is None or stdout is None:
+        fin, fout = _frame_streams()
+        stdin = stdin or fin
+        stdout = stdout or fout
+    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key)
+    try:
+        return _loop(run, hello, stdin, stdout)
+    except (BrokenPipeError, KeyboardInterrupt):
+        # attnfuzz went away (or the campaign was interrupted): nobody reads an answer
+        return 1
+    except protocol.ProtocolError as e:
+        # a frame that cannot be read leaves the stream out of step: stop
+        print("attnfuzz worker %s: protocol: %s" % (name, e), file=sys.stderr)
+        return 2
+
+
+def _loop(run, hello, stdin, stdout):
+    protocol.write_frame(stdout, hello)
+    reader = protocol.FrameReader(stdin)
+    write = protocol.write_frame
+    while True:
+        frame = reader.read()
+        if frame is None:
+            return 0
+        header, payload = frame
+        typ = header.get("type")
+        if typ == "bye":
+            return 0
+        rid = header.get("id")
+        if typ != "run":
+            write(stdout, {"type": "result", "id": rid, "status": "error",
+                           "message": "protocol: unknown frame type %r" % (typ,)})
+            continue
+        try:
+            h, parts = _run_one(run, header, payload)
+        except Unsupported as e:
+            write(stdout, {"type": "result", "id": rid, "status": "unsupported", "reason": str(e)})
+            continue
+        except Exception as e:  # noqa: BLE001 - every failure of the run becomes an error result
+            traceback.print_exc(file=sys.stderr)
+            sys.stderr.flush()
+            write(stdout, {"type": "result", "id": rid, "status": "error", "message": _message(e)})
+            continue
+        write(stdout, h, parts)
+        del header, payload, h, parts  # views into the frame buffer end here

@@ -1,0 +1,250 @@
+"""serve() end to end over pipes: a worker process, hand-built run frames (header text and
+payload bytes written here), the result frames read back byte by byte; Unsupported,
+exceptions, stray prints, bye and end of input. Then numpy_ref over every layout with
+permuted, padded and stride-0 tensors against the reference on canonical inputs."""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import _util
+import numpy as np
+
+from attnfuzz import layouts, protocol, reference, testing
+from attnfuzz.case import Case
+
+WORKER = r'''
+import sys
+sys.path.insert(0, %(pydir)r)
+import numpy as np
+from attnfuzz import layouts
+from attnfuzz.worker import serve, Unsupported, Result
+
+def run(case, q, k, v, mask=None, bool_mask=None):
+    print("a stray print")                       # must not reach the frame stream
+    if case.head_dim == 3:
+        raise Unsupported("head_dim 3 is not a multiple of 2")
+    if case.head_dim == 5:
+        raise ValueError("five is right out")
+    if case.head_dim == 7:
+        return np.zeros((2, 2))
+    assert not q.flags.writeable
+    if case.packed:
+        assert np.shares_memory(q, case.qkv) and np.shares_memory(v, case.qkv)
+        qb, kb, vb = layouts.case_inputs_bhsd(case, q, k, v)
+        return (qb.astype(np.float32) + 10 * kb.astype(np.float32) + 100 * vb.astype(np.float32))
+    out = 2 * q.astype(np.float32) + v.astype(np.float32)
+    if mask is not None:
+        assert mask.strides == (0, 0, 0, 4), mask.strides
+        out = out + mask
+    if case.head_dim == 6:
+        return Result(layouts.from_bhsd(out.astype(np.float16), "bshd"), layout="bshd", compile_s=1.5, run_s=0.25)
+    return out
+
+serve(run, name="echo", version="0.1", caps=["f32", "f16", "amask"], layouts=["bhsd", "qkv_bs3hd"],
+      variant="plain", limits={"max_head_dim": 8})
+'''
+
+
+def hand_frame(header_text, payload):
+    body = header_text.encode() + b"\n" + payload
+    return struct.pack("<I", len(body)) + body
+
+
+def read_result(stream):
+    n = struct.unpack("<I", stream.read(4))[0]
+    body = stream.read(n)
+    text, _, payload = body.partition(b"\n")
+    return json.loads(text), payload
+
+
+CASE2 = '{"batch":1,"q_heads":1,"q_len":2,"kv_len":2,"head_dim":%d,"dtype":"f32"}'
+
+
+def run_header(rid, head_dim, nbytes_each, extra_entries=""):
+    d = head_dim
+    ents = ",".join('{"name":"%s","dtype":"f32","shape":[1,1,2,%d],"strides":[%d,%d,%d,4],"offset":%d}'
+                    % (n, d, 8 * d, 8 * d, 4 * d, w * nbytes_each) for w, n in enumerate("qkv"))
+    return ('{"type":"run","id":%d,"case":%s,"derived":{"scale":1.0,"diag_offset":[0],"valid_keys":[2]},'
+            '"tensors":[%s%s]}' % (rid, CASE2 % d, ents, extra_entries))
+
+
+class Serve(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.script = os.path.join(cls.tmp.name, "echo_worker.py")
+        with open(cls.script, "w") as f:
+            f.write(WORKER % {"pydir": _util.PYDIR})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def start(self):
+        p = subprocess.Popen([sys.executable, self.script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        hello, payload = read_result(p.stdout)
+        return p, hello, payload
+
+    def send(self, p, data):
+        p.stdin.write(data)
+        p.stdin.flush()
+
+    def test_session(self):
+        p, hello, payload = self.start()
+        self.assertEqual(payload, b"")
+        self.assertEqual((hello["type"], hello["protocol"], hello["name"], hello["version"], hello["variant"]),
+                         ("hello", 1, "echo", "0.1", "plain"))
+        self.assertEqual(hello["caps"], ["f32", "f16", "amask"])
+        self.assertEqual(hello["dtypes"], ["f32", "f16"])  # the float caps
+        self.assertEqual(hello["layouts"], ["bhsd", "qkv_bs3hd"])
+        self.assertEqual(hello["limits"], {"max_head_dim": 8})
+
+        # q = 1 2 3 4, k = 0, v = 10 20 30 40 (f32, [1, 1, 2, 2]): out = 2 q + v
+        q = struct.pack("<4f", 1, 2, 3, 4)
+        kv = struct.pack("<4f", 0, 0, 0, 0) + struct.pack("<4f", 10, 20, 30, 40)
+        self.send(p, hand_frame(run_header(17, 2, 16), q + kv))
+        h, out = read_result(p.stdout)
+        self.assertEqual((h["type"], h["id"], h["status"], h["layout"]), ("result", 17, "ok", "bhsd"))
+        self.assertEqual(h["tensors"], [{"name": "out", "dtype": "f32", "shape": [1, 1, 2, 2],
+                                         "strides": [16, 16, 8, 4], "offset": 0}])
+        self.assertEqual(h["timings"]["compile_s"], 0.0)
+        self.assertGreaterEqual(h["timings"]["run_s"], 0.0)
+        self.assertEqual(struct.unpack("<4f", out), (12.0, 24.0, 36.0, 48.0))
+
+        # an additive mask sent once with stride 0 over b, h and q
+        mask_entry = ',{"name":"mask","dtype":"f32","shape":[1,1,2,2],"strides":[0,0,0,4],"offset":48}'
+        self.send(p, hand_frame(run_header(18, 2, 16, mask_entry), q + kv + struct.pack("<2f", 0.5, -0.25)))
+        h, out = read_result(p.stdout)
+        self.assertEqual(h["status"], "ok", h)
+        self.assertEqual(struct.unpack("<4f", out), (12.5, 23.75, 36.5, 47.75))
+
+        # a Result in another layout, dtype and with timings
+        q6 = struct.pack("<12f", *range(12))
+        z6 = struct.pack("<12f", *([0.0] * 12))
+        self.send(p, hand_frame(run_header(19, 6, 48), q6 + z6 + z6))
+        h, out = read_result(p.stdout)
+        self.assertEqual((h["status"], h["layout"], h["timings"]), ("ok", "bshd", {"compile_s": 1.5, "run_s": 0.25}))
+        self.assertEqual(h["tensors"][0]["dtype"], "f16")
+        self.assertEqual(h["tensors"][0]["shape"], [1, 2, 1, 6])
+        self.assertEqual(list(np.frombuffer(out, np.float16)), [2.0 * x for x in range(12)])
+
+        # Unsupported, an exception, a wrong output shape, an unknown frame type
+        z3 = struct.pack("<6f", *([0.0] * 6))
+        self.send(p, hand_frame(run_header(20, 3, 24), z3 * 3))
+        h, out = read_result(p.stdout)
+        self.assertEqual(h, {"type": "result", "id": 20, "status": "unsupported",
+                             "reason": "head_dim 3 is not a multiple of 2"})
+        self.assertEqual(out, b"")
+        z5 = struct.pack("<10f", *([0.0] * 10))
+        self.send(p, hand_frame(run_header(21, 5, 40), z5 * 3))
+        h, _ = read_result(p.stdout)
+        self.assertEqual(h, {"type": "result", "id": 21, "status": "error", "message": "ValueError: five is right out"})
+        z7 = struct.pack("<14f", *([0.0] * 14))
+        self.send(p, hand_frame(run_header(22, 7, 56), z7 * 3))
+        h, _ = read_result(p.stdout)
+        self.assertEqual((h["id"], h["status"]), (22, "error"))
+        self.assertIn("shape [2, 2]", h["message"])
+        self.send(p, hand_frame('{"type":"ping","id":23}', b""))
+        h, _ = read_result(p.stdout)
+        self.assertEqual((h["id"], h["status"]), (23, "error"))
+        # a tensor outside the payload: an error naming it, and the worker goes on
+        self.send(p, hand_frame(run_header(24, 2, 16), q + kv[:16]))
+        h, _ = read_result(p.stdout)
+        self.assertEqual((h["id"], h["status"]), (24, "error"))
+        self.assertIn("tensor v", h["message"])
+
+        # bye: exit 0, nothing more on stdout; the stray prints and the traceback on stderr
+        self.send(p, hand_frame('{"type":"bye"}', b""))
+        self.assertEqual(p.wait(10), 0)
+        self.assertEqual(p.stdout.read(), b"")
+        err = p.stderr.read().decode()
+        self.assertIn("a stray print", err)
+        self.assertIn("ValueError: five is right out", err)
+        p.stdout.close(), p.stderr.close(), p.stdin.close()
+
+    def test_packed_qkv_once(self):
+        p, hello, _ = self.start()
+        # qkv_bs3hd [B=1, S=2, 3, H=1, D=2], element (s, w, d) = 100 s + 10 w + d (hand-made)
+        vals = [100 * s + 10 * w + d for s in range(2) for w in range(3) for d in range(2)]
+        ents = ",".join('{"name":"%s","dtype":"f32","shape":[1,2,1,2],"strides":[48,24,8,4],"offset":%d}'
+                        % (n, 8 * w) for w, n in enumerate("qkv"))
+        header = ('{"type":"run","id":5,"case":{"batch":1,"q_heads":1,"q_len":2,"head_dim":2,'
+                  '"q":{"layout":"qkv_bs3hd"}},"tensors":[%s,{"name":"qkv","dtype":"f32",'
+                  '"shape":[1,2,3,1,2],"strides":[48,24,8,8,4],"offset":0}]}' % ents)
+        self.send(p, hand_frame(header, struct.pack("<12f", *vals)))
+        h, out = read_result(p.stdout)
+        self.assertEqual(h["status"], "ok", h)
+        # out[s, d] = q + 10 k + 100 v = (100 s + d) * 111 + 10 + 2000
+        want = [(100 * s + d) * 111 + 10 * 1 * 10 + 100 * 20 for s in range(2) for d in range(2)]
+        self.assertEqual(list(struct.unpack("<4f", out)), [float(x) for x in want])
+        # end of input (no bye) also ends the worker with 0
+        p.stdin.close()
+        self.assertEqual(p.wait(10), 0)
+        p.stdout.close(), p.stderr.close()
+
+
+class NumpyRef(unittest.TestCase):
+    def test_every_layout(self):
+        env = dict(os.environ, PYTHONPATH=_util.PYDIR)
+        r = np.random.default_rng(5)
+        cmd = [sys.executable, "-m", "attnfuzz.targets.numpy_ref"]
+        with testing.WorkerProcess(cmd, env=env) as w:
+            self.assertEqual(w.hello["name"], "numpy_ref")
+            self.assertEqual(set(w.hello["layouts"]), set(layouts.ALL))
+            self.assertEqual(w.hello["conventions"]["dropout"], "counter")
+            for t, lay in enumerate(list(layouts.ALL) * 3):
+                packed = lay in layouts.PACKED
+                B, Sq = int(r.integers(1, 4)), int(r.integers(1, 6))
+                Hkv = int(r.integers(1, 3))
+                Hq = Hkv if packed else Hkv * int(r.integers(1, 3))
+                Sk = Sq if packed else int(r.integers(1, 6))
+                D = int(r.integers(1, 5))
+                Dv = D if packed else int(r.integers(1, 5))
+                nd = 3 if lay in ("bsd", "channels_first", "qkv_channels_first") else (5 if packed else 4)
+                spec = {"layout": lay, "perm": int(r.integers(0, 120)), "pad": int(r.integers(0, 3)),
+                        "broadcast": ["none", "batch", "heads"][t % 3] if nd != 3 else ["none", "batch"][t % 2]}
+                other = {"layout": layouts.UNPACKED[t % 5], "perm": t, "pad": t % 2, "broadcast": "none"}
+                case = {"batch": B, "q_heads": Hq, "kv_heads": Hkv, "q_len": Sq, "kv_len": Sk, "head_dim": D,
+                        "v_head_dim": Dv, "dtype": ["f32", "f16", "bf16"][t % 3], "causal": t % 2 == 1,
+                        "diagonal": "bottom_right", "dropout_p": 0.25 if t % 4 == 0 else 0.0, "dropout_seed": t,
+                        "q": spec, "k": spec if packed else other, "v": spec}
+                if t % 3 == 0:
+                    case["additive_mask"] = {"full_dims": "qk", "rank": 2, "dtype": "f16"}
+                if t % 3 == 1:
+                    case["bool_mask"] = {"full_dims": "bk", "rank": 4, "expanded": True}
+                c = Case(case)
+                q = r.normal(size=(B, Hq, Sq, D))
+                k, v = r.normal(size=(B, Hkv, Sk, D)), r.normal(size=(B, Hkv, Sk, Dv))
+                # stride-0 dims hold one copy: make the canonical values agree along them
+                for name, x in (("q", q), ("k", k), ("v", v)):
+                    bc = c.specs[name]["broadcast"]
+                    if bc == "batch":
+                        x[...] = x[:1]
+                    elif bc == "heads":
+                        x[...] = x[:, :1]
+                am = r.normal(size=(1, 1, Sq, Sk)) if "additive_mask" in case else None
+                bm = (r.random((B, 1, 1, Sk)) < 0.7) if "bool_mask" in case else None
+                arrays = testing.physical_inputs(c, q, k, v, am, bm)
+                if packed:
+                    self.assertIn("qkv", arrays)
+                h, payload = w.call(testing.run_frame(case, arrays, rid=t))
+                self.assertEqual((h["id"], h["status"]), (t, "ok"), h)
+                out = protocol.tensors_from_header(h, payload)["out"]
+                # the values the worker saw: rounded to the dtype like the frame's
+                qr, kr, vr = (layouts.to_bhsd(arrays[n], c.layouts[n], *dims).astype(np.float64) for n, dims in
+                              (("q", (Hq, D)), ("k", (Hkv, D)), ("v", (Hkv, Dv))))
+                want = reference.attention(c, qr, kr, vr, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"))
+                self.assertEqual(out.shape, (B, Hq, Sq, Dv))
+                self.assertTrue(np.allclose(out, want, rtol=1e-12, atol=1e-12, equal_nan=True), (lay, case))
+                self.assertFalse(np.isnan(out).any())
+            self.assertEqual(w.close(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

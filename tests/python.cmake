@@ -1,0 +1,30 @@
+# The Python package (python/attnfuzz): unit tests under python/tests, run with the
+# project's virtual environment (.venv/, made by scripts/setup.sh). Without it the tests are
+# skipped with a message; -DAF_VENV_PYTHON=/path/to/python picks another interpreter.
+set(AF_VENV_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH "Python with numpy and ml_dtypes for the Python tests")
+set(AF_PYTHON_TESTS protocol case layouts rng reference worker targets)
+
+if(NOT EXISTS ${AF_VENV_PYTHON})
+  message(STATUS "Python tests skipped: ${AF_VENV_PYTHON} not found (run scripts/setup.sh, or pass -DAF_VENV_PYTHON=...)")
+else()
+  execute_process(COMMAND ${AF_VENV_PYTHON} -c "import numpy, ml_dtypes"
+                  RESULT_VARIABLE af_venv_deps OUTPUT_QUIET ERROR_QUIET)
+  if(NOT af_venv_deps EQUAL 0)
+    message(STATUS "Python tests skipped: ${AF_VENV_PYTHON} cannot import numpy and ml_dtypes")
+  else()
+    foreach(t ${AF_PYTHON_TESTS})
+      add_test(NAME python_${t} COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/test_${t}.py)
+      set_tests_properties(python_${t} PROPERTIES LABELS "python" TIMEOUT 600
+        ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+    endforeach()
+  endif()
+endif()
+
+# A short campaign against the numpy_ref worker must be clean (skipped, exit 77, while
+# attnfuzz has no worker: backend).
+if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
+  add_test(NAME python_numpy_ref_campaign
+           COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/campaign_numpy_ref.py $<TARGET_FILE:attnfuzz> 300)
+  set_tests_properties(python_numpy_ref_campaign PROPERTIES LABELS "python" TIMEOUT 1200 SKIP_RETURN_CODE 77
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
+endif()
