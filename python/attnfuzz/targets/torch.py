@@ -288,20 +288,18 @@ def make_modules():
             q, k, v = self._inputs(q, k, v)
             bsz, hq, sq, sk = q.shape[0], self.hq, q.shape[2], k.shape[2]
             cap = self.softcap
-            a = None if add is None else add.to(q.dtype).expand(bsz, hq, sq, sk)
-            allow = None
-            for m in (bool_mask, struct):
-                if m is not None:
-                    m = m.expand(bsz, hq, sq, sk)
-                    allow = m if allow is None else allow & m
+            # Captured tensors are indexed inside score_mod (views only: Inductor's CPU flex
+            # template wants every captured buffer to be a graph input).
+            a = None if add is None else add.expand(bsz, hq, sq, sk)
+            allows = [m.expand(bsz, hq, sq, sk) for m in (bool_mask, struct) if m is not None]
 
             def score_mod(score, b, h, qi, kv):
                 if cap > 0:
                     score = cap * torch.tanh(score / cap)
                 if a is not None:
-                    score = score + a[b, h, qi, kv]
-                if allow is not None:
-                    score = torch.where(allow[b, h, qi, kv], score, -float("inf"))
+                    score = score + a[b, h, qi, kv].to(score.dtype)
+                for m in allows:
+                    score = torch.where(m[b, h, qi, kv], score, -float("inf"))
                 return score
 
             o = flex_attention(q, k, v, score_mod=score_mod, scale=self.scale, enable_gqa=self.gqa)
