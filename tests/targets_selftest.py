@@ -287,6 +287,15 @@ def run_variant(stack, variant, quick):
     conv = hello.get("conventions") or {}
     failures = 0
     ran = 0
+    snippet = None
+    if not any(w in variant for w in ("compile", "flex")):
+        # repro_snippet() must be standalone (no attnfuzz import) and compute what run() does.
+        src = mod.repro_snippet(variant)
+        if "import attnfuzz" in src or "from attnfuzz" in src:
+            print(f"  FAIL {stack}/{variant}: repro_snippet imports attnfuzz")
+            failures += 1
+        snippet = {}
+        exec(compile(src, f"repro_{stack}_{variant}.py", "exec"), snippet)
     for name, raw, extras in cases(quick):
         need = _needed_caps(raw, extras)
         lays = {raw[t]["layout"] for t in "qkv"}
@@ -316,6 +325,12 @@ def run_variant(stack, variant, quick):
             from attnfuzz.rng import dropout_keep
             keep = dropout_keep(raw["dropout_seed"], raw["dropout_p"], raw["batch"], raw["q_heads"],
                                 raw["q_len"], raw["kv_len"])
+        if snippet is not None and ran <= 4:
+            s_out, s_layout = snippet["attention"](case, pq, pk, pv, mask, bmask, keep)
+            if s_layout != layout or not np.array_equal(np.asarray(s_out, np.float64),
+                                                        np.asarray(out, np.float64), equal_nan=True):
+                print(f"  FAIL {stack}/{variant}: {name}: repro_snippet's output differs from run's")
+                failures += 1
         ref, dead = reference(raw, q, k, v, mask, bmask, keep)
         o = canonical_out(out, layout, raw["q_heads"], raw["v_head_dim"]).astype(np.float64)
         if o.shape != ref.shape:

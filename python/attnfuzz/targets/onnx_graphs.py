@@ -30,6 +30,8 @@ import math
 
 import numpy as np
 
+from attnfuzz.targets import _common
+
 ONNX_DTYPE = {"f32": 1, "f16": 10, "bf16": 16, "bool": 9, "i64": 7}   # TensorProto enums
 _NP = {"f32": np.float32, "f16": np.float16}
 
@@ -413,3 +415,84 @@ def _exported_sdpa(g, spec, q, k_t, v, mask, bmask, struct, keep):
     if bool_path:
         p = g.op("Where", [g.op("IsNaN", [p]), g.const([0.0], mdt), p])
     return g.op("MatMul", [p, vv])
+
+
+def graph_spec(case, kind: str, opset: int = 0) -> dict:
+    """The static structure of the ONNX graph a case needs (build's spec). opset 0: 24 for
+    the Attention op (nonpad_kv_seqlen), 18 for the others (what the exporter writes)."""
+    if not opset:
+        opset = 24 if kind == "attention" else 18
+    spec = {
+        "kind": kind, "dtype": case.dtype,
+        "layouts": (case.layouts["q"], case.layouts["k"], case.layouts["v"]),
+        "packed": bool(case.packed),
+        "B": case.batch, "Hq": case.q_heads, "Hkv": case.kv_heads, "Sq": case.q_len,
+        "Sk": case.kv_len, "D": case.head_dim, "Dv": case.v_head_dim,
+        "scale": float(case.scale), "scale_given": bool(case.scale_given),
+        "placement": case.placement if kind == "explicit" else "scores",
+        "softcap": float(case.softcap),
+        "amask": None, "bmask": None, "struct": False, "causal": False, "past": 0,
+        "nonpad": False, "dropout": float(case.dropout_p) if kind == "explicit" else 0.0,
+        "opset": opset,
+    }
+    if case.amask is not None:
+        spec["amask"] = (None, case.amask["dtype"])
+    if case.bmask is not None:
+        spec["bmask"] = None
+    if not _common.has_structural(case):
+        return spec
+    left, right = case.window
+    window = left >= 0 or right >= 0
+    offs = [int(o) for o in case.diag_offset]
+    if kind == "attention":
+        if case.causal and not window and case.key_padding is None and len(set(offs)) == 1 \
+                and 0 <= offs[0] < case.kv_len:
+            spec["causal"] = True                     # top-left, or past = the offset
+            spec["past"] = offs[0]
+        elif case.causal and not window and case.key_padding is not None \
+                and case.diagonal == "bottom_right_valid" and opset >= 24:
+            spec["causal"] = True                     # offset(b) = nonpad[b] - Sq
+            spec["nonpad"] = True
+        elif not case.causal and not window and case.key_padding is not None and opset >= 24:
+            spec["nonpad"] = True
+        else:
+            spec["struct"] = True
+    else:
+        # The exporter refuses is_causal together with attn_mask (a user combines them into
+        # one mask); the explicit graph's tril goes with any mask.
+        lone = kind == "explicit" or (case.amask is None and case.bmask is None)
+        if _common.plain_causal(case) and lone:
+            spec["causal"] = True
+        else:
+            spec["struct"] = True
+    return spec
+
+
+def feeds_spec(spec, mask, bool_mask):
+    """Fill in the mask shapes the graph inputs take."""
+    s = dict(spec)
+    if spec["amask"] is not None:
+        s["amask"] = (list(mask.shape), spec["amask"][1])
+    if bool_mask is not None:
+        s["bmask"] = list(bool_mask.shape)
+    return s
+
+
+def standalone_source() -> str:
+    """This module's code (and the _common helpers it calls) as standalone Python source
+    needing only numpy and onnx: the start of a target's repro_snippet()."""
+    import inspect
+    import sys
+    body = inspect.getsource(sys.modules[__name__]).split('"""', 2)[2]
+    body = body.replace("from attnfuzz.targets import _common\n", "").replace(
+        "from __future__ import annotations\n", "")
+    body = body[:body.index("def standalone_source()")]
+    helpers = "\n".join(inspect.getsource(f) for f in (
+        _common.has_structural, _common.plain_causal, _common.structural_allowed))
+    shim = ("\nclass _common:\n"
+            "    OUT_LAYOUT = " + repr(_common.OUT_LAYOUT) + "\n"
+            "    has_structural = staticmethod(has_structural)\n"
+            "    plain_causal = staticmethod(plain_causal)\n"
+            "    structural_allowed = staticmethod(structural_allowed)\n\n")
+    return "import math\nimport numpy as np\n\n" + helpers + shim + body + \
+        "\nOUT_LAYOUT = _common.OUT_LAYOUT\n"

@@ -56,64 +56,6 @@ def available(variant: str) -> tuple:
     return True, ""
 
 
-def graph_spec(case, kind: str, opset: int = 24) -> dict:
-    """The static structure of the ONNX graph a case needs (onnx_graphs.build's spec)."""
-    spec = {
-        "kind": kind, "dtype": case.dtype,
-        "layouts": (case.layouts["q"], case.layouts["k"], case.layouts["v"]),
-        "packed": bool(case.packed),
-        "B": case.batch, "Hq": case.q_heads, "Hkv": case.kv_heads, "Sq": case.q_len,
-        "Sk": case.kv_len, "D": case.head_dim, "Dv": case.v_head_dim,
-        "scale": float(case.scale), "scale_given": bool(case.scale_given),
-        "placement": case.placement if kind == "explicit" else "scores",
-        "softcap": float(case.softcap),
-        "amask": None, "bmask": None, "struct": False, "causal": False, "past": 0,
-        "nonpad": False, "dropout": float(case.dropout_p) if kind == "explicit" else 0.0,
-        "opset": opset,
-    }
-    if case.amask is not None:
-        spec["amask"] = (None, case.amask["dtype"])
-    if case.bmask is not None:
-        spec["bmask"] = None
-    if not _common.has_structural(case):
-        return spec
-    left, right = case.window
-    window = left >= 0 or right >= 0
-    offs = [int(o) for o in case.diag_offset]
-    if kind == "attention":
-        if case.causal and not window and case.key_padding is None and len(set(offs)) == 1 \
-                and 0 <= offs[0] < case.kv_len:
-            spec["causal"] = True                     # top-left, or past = the offset
-            spec["past"] = offs[0]
-        elif case.causal and not window and case.key_padding is not None \
-                and case.diagonal == "bottom_right_valid" and opset >= 24:
-            spec["causal"] = True                     # offset(b) = nonpad[b] - Sq
-            spec["nonpad"] = True
-        elif not case.causal and not window and case.key_padding is not None and opset >= 24:
-            spec["nonpad"] = True
-        else:
-            spec["struct"] = True
-    else:
-        # The exporter refuses is_causal together with attn_mask (a user combines them into
-        # one mask); the explicit graph's tril goes with any mask.
-        lone = kind == "explicit" or (case.amask is None and case.bmask is None)
-        if _common.plain_causal(case) and lone:
-            spec["causal"] = True
-        else:
-            spec["struct"] = True
-    return spec
-
-
-def _feeds_spec(spec, mask, bool_mask):
-    """Fill in the mask shapes the graph inputs take."""
-    s = dict(spec)
-    if spec["amask"] is not None:
-        s["amask"] = (list(mask.shape), spec["amask"][1])
-    if bool_mask is not None:
-        s["bmask"] = list(bool_mask.shape)
-    return s
-
-
 class _Target:
     def __init__(self, variant: str):
         import onnxruntime as ort
@@ -163,7 +105,7 @@ class _Target:
         from attnfuzz.worker import Result, Unsupported
         if case.dtype not in self.dtypes:
             raise Unsupported(f"dtype {case.dtype} (ORT's CPU provider lacks the kernels)")
-        spec = _feeds_spec(graph_spec(case, self.kind), mask, bool_mask)
+        spec = onnx_graphs.feeds_spec(onnx_graphs.graph_spec(case, self.kind), mask, bool_mask)
         sess, compile_s = self.session(spec)
         feeds = {}
         if case.packed:
@@ -210,24 +152,12 @@ def make_target(variant: str) -> _Target:
 def repro_snippet(variant: str) -> str:
     """Standalone source: `attention(case, q, k, v, mask=None, bool_mask=None)` with onnx,
     onnxruntime and numpy only; the graph is written out as ONNX helper calls' result."""
-    import inspect
-    parts = ["import math", "import numpy as np", "import onnx", "import onnxruntime as ort", "",
-             inspect.getsource(_common.has_structural),
-             inspect.getsource(_common.plain_causal),
-             inspect.getsource(_common.structural_allowed),
-             "OUT_LAYOUT = " + repr(_common.OUT_LAYOUT) + "\n",
-             "\nclass _common:\n    OUT_LAYOUT = OUT_LAYOUT\n"
-             "    has_structural = staticmethod(has_structural)\n"
-             "    plain_causal = staticmethod(plain_causal)\n"
-             "    structural_allowed = staticmethod(structural_allowed)\n",
-             inspect.getsource(onnx_graphs).split('"""', 2)[2],
-             "\nclass onnx_graphs:\n    build = staticmethod(build)\n",
-             inspect.getsource(graph_spec), inspect.getsource(_feeds_spec)]
+    parts = ["import onnxruntime as ort", onnx_graphs.standalone_source()]
     opt = "ORT_DISABLE_ALL" if variant == "explicit_noopt" else "ORT_ENABLE_ALL"
     parts.append(f'''
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """ort/{variant}: physical numpy inputs -> (output, its layout)."""
-    spec = _feeds_spec(graph_spec(case, {_KIND[variant]!r}), mask, bool_mask)
+    spec = feeds_spec(graph_spec(case, {_KIND[variant]!r}), mask, bool_mask)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.{opt}
     sess = ort.InferenceSession(build(spec).SerializeToString(), so, providers=["CPUExecutionProvider"])
