@@ -265,13 +265,29 @@ def _attention_op(g, spec, q, k, v, mask, bmask, struct, nonpad, three_d):
     combined by And, an additive one (Cast to the compute dtype) with -inf where a boolean
     one says no."""
     dt = spec["dtype"]
+    Sq, Sk = spec["Sq"], spec["Sk"]
+
+    def full_qk(m, shape):
+        # ORT (1.32) refuses an attn_mask whose query or key dim is broadcast (size 1),
+        # though the spec allows any broadcastable shape (corpus/findings/ort/): expand it,
+        # as a user meeting that error does.
+        if shape is None or list(shape[-2:]) == [Sq, Sk]:
+            return m
+        return g.op("Expand", [m, g.const(list(shape[:-2]) + [Sq, Sk], "i64")])
+
+    if mask is not None:
+        if spec["amask"][1] != dt:
+            mask = g.op("Cast", [mask], to=ONNX_DTYPE[dt])   # before Expand: no bf16 Expand on CPU
+        mask = full_qk(mask, spec["amask"][0])
+    if bmask is not None:
+        bmask = full_qk(bmask, spec["bmask"])
     bools = [m for m in (bmask, struct) if m is not None]
     b = None
     for m in bools:
         b = m if b is None else g.op("And", [b, m])
     attn_mask = None
     if mask is not None:
-        attn_mask = mask if spec["amask"][1] == dt else g.op("Cast", [mask], to=ONNX_DTYPE[dt])
+        attn_mask = mask
         if b is not None:
             attn_mask = g.op("Where", [b, attn_mask, g.const(-np.inf, dt)])
     elif b is not None:

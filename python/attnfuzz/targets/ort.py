@@ -105,6 +105,9 @@ class _Target:
         from attnfuzz.worker import Result, Unsupported
         if case.dtype not in self.dtypes:
             raise Unsupported(f"dtype {case.dtype} (ORT's CPU provider lacks the kernels)")
+        if self.kind == "attention" and case.scale_given and not case.scale > 0:
+            # The op's reference splits sqrt(scale) over Q and K; ORT refuses scale <= 0.
+            raise Unsupported("the ONNX Attention op takes a positive scale only")
         spec = onnx_graphs.feeds_spec(onnx_graphs.graph_spec(case, self.kind), mask, bool_mask)
         sess, compile_s = self.session(spec)
         feeds = {}
