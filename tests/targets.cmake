@@ -9,10 +9,10 @@ else()
   set(af_targets_script ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py)
   set(af_targets_env "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
   foreach(spec
-      "torch_eager:torch sdpa_math sdpa_flash explicit"
+      "torch_eager:torch sdpa_math sdpa_flash explicit --protocol"
       "torch_compile:torch compile compile_sdpa --quick"
       "torch_flex:torch flex --quick"
-      "ort:ort attention explicit explicit_noopt exported_sdpa"
+      "ort:ort attention explicit explicit_noopt exported_sdpa --protocol"
       "unavailable:--unavailable")
     string(REPLACE ":" ";" parts "${spec}")
     list(GET parts 0 name)

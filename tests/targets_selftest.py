@@ -2,7 +2,7 @@
 cases (every layout, packed ones included, GQA, masks, causal diagonals, f16/bf16) against an
 independent float64 reference written here, plus the unavailable-stack path.
 
-usage: targets_selftest.py STACK VARIANT [VARIANT...] [--quick]
+usage: targets_selftest.py STACK VARIANT [VARIANT...] [--quick] [--protocol]
        targets_selftest.py --unavailable
 
 Exit 0 when every case passes, 77 (ctest's skip) when the stack does not import, 1 otherwise.
@@ -416,6 +416,89 @@ def _needed_caps(raw, extras):
     return caps
 
 
+def protocol_cases():
+    """Cases whose tensors travel with real strides: permuted memory orders, padded rows,
+    stride-0 batch/head broadcast, packed buffers, expanded masks."""
+    c1 = base_case(layouts=("bshd", "bhsd", "bsd"), q_heads=4, kv_heads=2, q_len=6, kv_len=9,
+                   causal=True, diagonal="bottom_right", additive_mask=mask_spec("bqk", expanded=True))
+    c1["q"].update(perm=5, pad=3)
+    c1["k"].update(broadcast="batch", perm=2)
+    c1["v"].update(pad=1, perm=1)
+    c2 = base_case(layout="qkv_channels_first", dtype="f16", bool_mask=mask_spec("hqk"))
+    c2["q"].update(perm=2, pad=1)
+    c3 = base_case(layout="qkv_bsh3d", key_padding=[3, 5], q_heads=3, kv_heads=3)
+    c3["q"].update(perm=7)
+    c4 = base_case(layouts=("sbhd", "channels_first", "bhsd"), scale=0.7, q_len=1, kv_len=4,
+                   bool_mask=mask_spec("k", rank=2))
+    c4["k"].update(perm=1, pad=2)
+    c4["v"].update(broadcast="heads")
+    return [("strided gqa cross causal bottom_right, expanded mask", c1),
+            ("packed channels_first f16 permuted+padded, bool mask", c2),
+            ("packed bsh3d permuted, key padding", c3),
+            ("sbhd/channels_first/bhsd, broadcast heads, 2-D bool mask", c4)]
+
+
+def protocol_check(stack, variant):
+    """The worker end to end: `python -m attnfuzz.targets.STACK VARIANT` over pipes, hello,
+    run frames built by attnfuzz.testing (the C side's strides), results checked against
+    the float64 reference, bye."""
+    try:
+        from attnfuzz import layouts, protocol, testing
+        from attnfuzz.case import Case
+    except ImportError as e:
+        print(f"  FAIL {stack}/{variant}: the protocol check needs the worker kit: {e}")
+        return 1
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    failures = 0
+    with testing.WorkerProcess([sys.executable, "-m", f"attnfuzz.targets.{stack}", variant], env=env) as w:
+        h = w.hello
+        if h.get("type") != "hello" or h.get("variant") != variant or not h.get("caps"):
+            print(f"  FAIL {stack}/{variant}: bad hello {h}")
+            return 1
+        for rid, (name, raw) in enumerate(protocol_cases(), start=1):
+            case = Case(raw)
+            if T_needed(raw) - set(h["caps"]) or raw["dtype"] not in h.get("dtypes", [raw["dtype"]]):
+                continue
+            rng = np.random.default_rng(rid)
+            B, Hq, Hkv, Sq, Sk = case.batch, case.q_heads, case.kv_heads, case.q_len, case.kv_len
+            q = rng.standard_normal((B, Hq, Sq, case.head_dim))
+            k = rng.standard_normal((B, Hkv, Sk, case.head_dim))
+            v = rng.standard_normal((B, Hkv, Sk, case.v_head_dim))
+            m = rng.standard_normal((B, Hq, Sq, Sk)) if case.amask else None
+            bm = rng.random((B, Hq, Sq, Sk)) > 0.3 if case.bmask else None
+            arrays = testing.physical_inputs(case, q, k, v, m, bm)
+            # The canonical values as sent (a stride-0 dim keeps one copy).
+            canon = [layouts.to_bhsd(arrays[n], case.layouts[n], hh, dd) for n, hh, dd in
+                     (("q", Hq, case.head_dim), ("k", Hkv, case.head_dim), ("v", Hkv, case.v_head_dim))]
+            header, payload = w.call(testing.run_frame(case, arrays, rid))
+            if header.get("status") != "ok" or header.get("id") != rid:
+                print(f"  FAIL {stack}/{variant}: {name}: {header}")
+                failures += 1
+                continue
+            ent = {e["name"]: e for e in header["tensors"]}
+            out = protocol.tensor_from_entry(ent["out"], payload)
+            o = canonical_out(out, header.get("layout", "bhsd"), Hq, case.v_head_dim).astype(np.float64)
+            raw_ref = dict(raw)
+            ref, dead = reference(raw_ref, *canon, arrays.get("mask"), arrays.get("bool_mask"), None)
+            if (h.get("conventions") or {}).get("masked_rows") == "nan":
+                o = np.where(dead[..., None] & np.isnan(o), 0.0, o)
+            atol, rtol = TOL[raw["dtype"]]
+            vmax = float(np.max(np.abs(np.asarray(canon[2], np.float64))))
+            bad = ~(np.abs(o - ref) <= atol * vmax + rtol * np.abs(ref))
+            if bad.any():
+                print(f"  FAIL {stack}/{variant}: {name}: {int(bad.sum())} elements off over the protocol")
+                failures += 1
+            else:
+                print(f"  ok   {stack}/{variant}: {name} (over the protocol)")
+        w.send(testing.BYE)
+    return failures
+
+
+def T_needed(raw):
+    return _needed_caps(raw, ("strided",))
+
+
 def check_unavailable():
     """A stack that does not import: available() is false with a reason, main exits 3."""
     env = dict(os.environ)
@@ -465,7 +548,8 @@ def check_unavailable():
 
 def main(argv):
     quick = "--quick" in argv
-    argv = [a for a in argv if a != "--quick"]
+    proto = "--protocol" in argv
+    argv = [a for a in argv if a not in ("--quick", "--protocol")]
     if argv and argv[0] == "--unavailable":
         f = check_unavailable()
         print("FAILED" if f else "PASSED")
@@ -477,8 +561,10 @@ def main(argv):
         f = run_variant(stack, variant, quick)
         if f is None:
             skipped += 1
-        else:
-            total += f
+            continue
+        total += f
+        if proto:
+            total += protocol_check(stack, variant)
     if skipped == len(variants):
         return 77
     print("FAILED" if total else "PASSED")
