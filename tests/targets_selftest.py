@@ -86,12 +86,16 @@ def cases(quick: bool):
         ("fully masked rows", base_case(causal=True, diagonal="explicit", diagonal_offset=-2), ()),
         ("strided: perm q, stride-0 k, padded v", base_case(layout="bhsd"), ("perm", "bcast", "pad")),
         ("causal, negative scale", base_case(causal=True, scale=-0.3), ()),
+        ("head_dim 16, causal bottom_right, f16", base_case(head_dim=16, v_head_dim=16, dtype="f16",
+                                                           causal=True, diagonal="bottom_right",
+                                                           q_len=3, kv_len=7), ()),
         ("softcap sqrt_qk placement", base_case(softcap=2.0, scale=1.5, scale_placement="sqrt_qk"), ()),
         ("dropout", base_case(dropout_p=0.3, dropout_seed=7), ()),
         ("dropout p=1", base_case(dropout_p=1.0, dropout_seed=7), ()),
     ]
     if quick:
         keep = {"layout bshd", "layout bsd", "layout qkv_channels_first", "gqa 4/2 f16",
+                "head_dim 16, causal bottom_right, f16",
                 "causal bottom_right_valid + padding", "both masks, bf16 mask dtype"}
         out = [c for c in out if c[0] in keep]
     return out
@@ -282,6 +286,11 @@ KNOWN = {
                                       "corpus/findings/torch/flex_cpu_reshaped_query.py"),
     ("torch", "sdpa_flash", "causal, negative scale"): (
         "wrong", "", "corpus/findings/torch/sdpa_cpu_flash_causal_negative_scale.py"),
+    ("torch", "cuda_sdpa_efficient", "strided: perm q, stride-0 k, padded v"): (
+        "raise", "misaligned address",
+        "corpus/findings/torch/sdpa_cuda_efficient_padded_value_misaligned.py"),
+    ("torch", "cuda_sdpa_cudnn", "f32 mask with f16 q, [B,1,Sq,Sk]"): (
+        "wrong", "", "corpus/findings/torch/sdpa_cudnn_mask_dtype_and_masked_rows.py"),
     ("ort", "exported_sdpa", "causal, negative scale"): (
         "wrong", "", "corpus/findings/torch/onnx_export_sdpa_negative_scale.py"),
 }
@@ -325,11 +334,15 @@ def run_variant(stack, variant, quick):
             print(f"  unsupported  {stack}/{variant}: {name}: {e}")
             continue
         except Exception as e:  # noqa: BLE001
+            lost = "CUDA error" in str(e)
             if known and known[0] == "raise" and known[1] in str(e):
                 print(f"  known {stack}/{variant}: {name}: raises as {known[2]} shows")
-                continue
-            print(f"  FAIL {stack}/{variant}: {name}: raised {type(e).__name__}: {e}")
-            failures += 1
+            else:
+                print(f"  FAIL {stack}/{variant}: {name}: raised {type(e).__name__}: {str(e).splitlines()[0]}")
+                failures += 1
+            if lost:
+                print(f"  (CUDA context lost: the rest of {stack}/{variant} is not run)")
+                return failures
             continue
         ran += 1
         keep = None
@@ -472,6 +485,9 @@ def protocol_check(stack, variant):
             canon = [layouts.to_bhsd(arrays[n], case.layouts[n], hh, dd) for n, hh, dd in
                      (("q", Hq, case.head_dim), ("k", Hkv, case.head_dim), ("v", Hkv, case.v_head_dim))]
             header, payload = w.call(testing.run_frame(case, arrays, rid))
+            if header.get("status") == "unsupported" and header.get("id") == rid:
+                print(f"  unsupported  {stack}/{variant}: {name}: {header.get('reason')} (over the protocol)")
+                continue
             if header.get("status") != "ok" or header.get("id") != rid:
                 print(f"  FAIL {stack}/{variant}: {name}: {header}")
                 failures += 1
@@ -555,6 +571,14 @@ def main(argv):
         print("FAILED" if f else "PASSED")
         return 1 if f else 0
     stack, variants = argv[0], argv[1:]
+    if len(variants) > 1 and any(v.startswith("cuda_") for v in variants):
+        # One process per CUDA variant: a device fault poisons the whole process.
+        rcs = [subprocess.call([sys.executable, os.path.abspath(__file__), stack, v]
+                               + (["--quick"] if quick else []) + (["--protocol"] if proto else []))
+               for v in variants]
+        if all(rc == 77 for rc in rcs):
+            return 77
+        return 1 if any(rc not in (0, 77) for rc in rcs) else 0
     total = 0
     skipped = 0
     for variant in variants:

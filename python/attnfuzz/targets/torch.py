@@ -405,7 +405,9 @@ class _Target:
         if self.kind == "sdpa" and self.backend not in (None, "compile"):
             from torch.nn.attention import SDPBackend, sdpa_kernel
             self.sdpa_ctx = lambda: sdpa_kernel([getattr(SDPBackend, self.backend)])
-        self.dtypes = ["f32", "f16", "bf16"]
+        # The CUDA flash and cuDNN kernels take f16/bf16 only.
+        self.dtypes = (["f16", "bf16"] if (self.cuda and self.base in ("sdpa_flash", "sdpa_cudnn"))
+                       else ["f32", "f16", "bf16"])
 
     # -- declarations ------------------------------------------------------------------
     def hello(self) -> dict:
@@ -496,10 +498,17 @@ class _Target:
                     out = mod(*args)
                 if self.cuda:
                     torch.cuda.synchronize()
-        except RuntimeError as e:
+        except Exception as e:  # noqa: BLE001
             msg = str(e)
             if "No available kernel" in msg:
                 raise Unsupported(f"{self.backend} declines the case: {self._why(mod, args)}") from None
+            if self.cuda and self.backend == "EFFICIENT_ATTENTION" and (
+                    "is not correctly aligned" in msg or "invalid dtype for bias" in msg):
+                # The kernel's own input checks, run after dispatch chose it.
+                raise Unsupported(f"{self.backend}: {msg.splitlines()[0]}") from None
+            if self.kind == "flex" and "NotImplementedError: NYI" in msg:
+                # FlexAttention's documented not-yet-implemented shapes (e.g. D < 16 on CUDA).
+                raise Unsupported("flex_attention: " + msg.split("NYI:", 1)[1].splitlines()[0].strip()) from None
             raise
         dt = time.perf_counter() - t0
         return Result(to_numpy(out), layout=cfg["out_layout"],
@@ -607,7 +616,22 @@ def main(argv=None) -> int:
     from attnfuzz.worker import serve
     t = _Target(variant)
     h = t.hello()
-    serve(t.run, name=NAME, version=torch.__version__, caps=h["caps"], layouts=h["layouts"],
+    run = t.run
+    if t.cuda:
+        def run(*a, **kw):
+            try:
+                return t.run(*a, **kw)
+            except Exception as e:  # noqa: BLE001
+                if "CUDA error" in str(e) or type(e).__name__ == "AcceleratorError":
+                    # A device fault leaves the CUDA context unusable: every later case would
+                    # fail. Die now, so attnfuzz records this case as a crash and restarts us.
+                    import os
+                    import traceback
+                    traceback.print_exc()
+                    sys.stderr.flush()
+                    os._exit(70)
+                raise
+    serve(run, name=NAME, version=torch.__version__, caps=h["caps"], layouts=h["layouts"],
           variant=variant, dtypes=h["dtypes"], limits=h["limits"] or None,
           conventions=h["conventions"], compile_key=h["compile_key"])
     return 0
