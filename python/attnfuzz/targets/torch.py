@@ -25,14 +25,17 @@ so every diagonal is supported. An additive mask goes to SDPA in its own dtype w
 or Q's dtype: an f32 mask with f16/bf16 Q goes as is), else cast to float32 (exact); the
 explicit module casts it to the score dtype.
 
-Conventions, measured on torch 2.15 CPU: SDPA (math and CPU flash) gives 0 for a fully
-masked row; the explicit module's softmax gives NaN there (declared "nan"), and its P @ V
-lets 0 * NaN through (masked_values "ieee"). TF32: `allow_tf32` maps to
-torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32 on CUDA variants
-(cap tf32 only there). Dropout: explicit/compile apply the counter RNG's keep mask
-(attnfuzz.rng.dropout_keep) as an input; the CUDA flash and efficient variants run SDPA's own
-dropout and return the keep mask PyTorch's tests extract (dropout "keep_mask"); the others
-declare no dropout.
+Conventions, measured on torch 2.15 CPU (and 2.11 on an H100 for the CUDA variants): SDPA
+(math and CPU flash) gives 0 for a fully masked row; the explicit module's softmax gives NaN
+there (declared "nan"), and its P @ V lets 0 * NaN through (masked_values "ieee"), as the
+math kernel does. TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
+torch.backends.cudnn.allow_tf32 on the CUDA variants (cap tf32 only there). Dropout:
+explicit/compile apply the counter RNG's keep mask (attnfuzz.rng.dropout_keep) as an input;
+the SDPA and flex variants declare no dropout (extracting the CUDA kernels' own keep masks,
+as PyTorch's tests do, is not implemented). Kernel declines ("No available kernel", the
+memory-efficient kernel's alignment and bias-dtype checks, FlexAttention's NYI shapes) are
+answered `unsupported` with PyTorch's reason. A CUDA device fault (a sticky error such as
+"misaligned address") ends the worker, so attnfuzz records a crash and restarts it.
 """
 
 from __future__ import annotations
@@ -213,7 +216,6 @@ def make_modules():
             self.scale = cfg["scale_arg"]          # None: SDPA's default 1/sqrt(D)
             self.is_causal = cfg["is_causal"]
             self.gqa = self.hq != self.hkv
-            self.dropout_p = cfg["sdpa_dropout"]
 
         def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
             q, k, v = self._inputs(q, k, v)
@@ -221,8 +223,8 @@ def make_modules():
                 add = add.float()     # SDPA takes bool, float32 or Q's dtype; f32 holds the rest exactly
             m = combine_masks(add, bool_mask, struct, q.dtype)
             kw = {"enable_gqa": True} if self.gqa else {}
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=self.dropout_p,
-                                               is_causal=self.is_causal, scale=self.scale, **kw)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=self.is_causal,
+                                               scale=self.scale, **kw)
             return from_bhsd(o, self.out_layout)
 
     class ExplicitModule(torch.nn.Module, _Base):
@@ -372,7 +374,6 @@ def _config(case, base: str, cuda: bool) -> dict:
         "is_causal": is_causal,
         "struct": _common.has_structural(case) and not is_causal,
         "dropout_p": float(case.dropout_p),
-        "sdpa_dropout": 0.0,
     }
 
 
@@ -486,8 +487,6 @@ class _Target:
                 args.append(torch.from_numpy(np.ascontiguousarray(keep_np)).to(dev))
             else:
                 args.append(None)
-        if cfg["sdpa_dropout"] > 0.0:
-            return self._run_sdpa_dropout(case, mod, args)
         t0 = time.perf_counter()
         try:
             with torch.no_grad():
@@ -528,13 +527,6 @@ class _Target:
         reasons = [str(x.message).split(" (Triggered")[0] for x in w
                    if "kernel not used because" not in str(x.message)]
         return "; ".join(reasons)[:400] or "no reason given"
-
-    def _run_sdpa_dropout(self, case, mod, args):
-        """CUDA flash / efficient with dropout: SDPA's own RNG, its keep mask extracted the way
-        PyTorch's tests do (test_transformers.py)."""
-        from attnfuzz.worker import Result, Unsupported
-        torch = self.torch
-        raise Unsupported("dropout keep-mask extraction is not implemented for " + self.backend)
 
 
 def make_target(variant: str) -> _Target:
