@@ -277,6 +277,17 @@ def reference(raw, q, k, v, mask, bmask, keep):
     return out, dead[..., 0] | ~live.any(-1)
 
 
+def kit_reference(case, q, k, v, mask, bmask, keep):
+    """attnfuzz.reference's answer (None when the kit lacks it): the test's own reference
+    must agree with it, so both are checked."""
+    try:
+        from attnfuzz import reference as kit
+    except ImportError:
+        return None
+    return kit.attention(case, np.asarray(q, np.float64), np.asarray(k, np.float64),
+                         np.asarray(v, np.float64), mask, bmask, keep)
+
+
 # -- the check ------------------------------------------------------------------------------
 
 # Real stack bugs (docs/findings.md): the case must still go wrong the documented way; the
@@ -361,6 +372,10 @@ def run_variant(stack, variant, quick):
                 print(f"  FAIL {stack}/{variant}: {name}: repro_snippet's output differs from run's")
                 failures += 1
         ref, dead = reference(raw, q, k, v, mask, bmask, keep)
+        kit_ref = kit_reference(case, q, k, v, mask, bmask, keep)
+        if kit_ref is not None and not np.allclose(kit_ref, ref, rtol=1e-9, atol=1e-12, equal_nan=True):
+            print(f"  FAIL {stack}/{variant}: {name}: attnfuzz.reference and this test's reference disagree")
+            failures += 1
         o = canonical_out(out, layout, raw["q_heads"], raw["v_head_dim"]).astype(np.float64)
         if o.shape != ref.shape:
             print(f"  FAIL {stack}/{variant}: {name}: shape {o.shape} != {ref.shape}")
