@@ -84,7 +84,6 @@ def cases(quick: bool):
         ("both masks, bf16 mask dtype", base_case(additive_mask=mask_spec("qk", dtype="bf16"),
                                                   bool_mask=mask_spec("bhqk")), ()),
         ("fully masked rows", base_case(causal=True, diagonal="explicit", diagonal_offset=-2), ()),
-        ("strided: perm q, stride-0 k, padded v", base_case(layout="bhsd"), ("perm", "bcast", "pad")),
         ("causal, negative scale", base_case(causal=True, scale=-0.3), ()),
         ("head_dim 16, causal bottom_right, f16", base_case(head_dim=16, v_head_dim=16, dtype="f16",
                                                            causal=True, diagonal="bottom_right",
@@ -92,6 +91,13 @@ def cases(quick: bool):
         ("softcap sqrt_qk placement", base_case(softcap=2.0, scale=1.5, scale_placement="sqrt_qk"), ()),
         ("dropout", base_case(dropout_p=0.3, dropout_seed=7), ()),
         ("dropout p=1", base_case(dropout_p=1.0, dropout_seed=7), ()),
+        ("dropout f16 causal, longer rows", base_case(dtype="f16", dropout_p=0.3, dropout_seed=9, causal=True,
+                                                      q_len=33, kv_len=33, head_dim=16, v_head_dim=16), ()),
+        ("dropout bf16 gqa, bool mask", base_case(dtype="bf16", dropout_p=0.5, dropout_seed=3, q_heads=4,
+                                                  kv_heads=2, head_dim=16, v_head_dim=16,
+                                                  bool_mask=mask_spec("bqk")), ()),
+        # Last: on CUDA's memory-efficient kernel this one faults and loses the context.
+        ("strided: perm q, stride-0 k, padded v", base_case(layout="bhsd"), ("perm", "bcast", "pad")),
     ]
     if quick:
         keep = {"layout bshd", "layout bsd", "layout qkv_channels_first", "gqa 4/2 f16",
@@ -365,7 +371,7 @@ def run_variant(stack, variant, quick):
             from attnfuzz.rng import dropout_keep
             keep = dropout_keep(raw["dropout_seed"], raw["dropout_p"], raw["batch"], raw["q_heads"],
                                 raw["q_len"], raw["kv_len"])
-        if snippet is not None and ran <= 4:
+        if snippet is not None and ran <= 4 and getattr(res, "dropout_keep", None) is None:
             s_out, s_layout = snippet["attention"](case, pq, pk, pv, mask, bmask, keep)
             if s_layout != layout or not np.array_equal(np.asarray(s_out, np.float64),
                                                         np.asarray(out, np.float64), equal_nan=True):

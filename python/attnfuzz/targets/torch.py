@@ -31,8 +31,9 @@ there (declared "nan"), and its P @ V lets 0 * NaN through (masked_values "ieee"
 math kernel does. TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 on the CUDA variants (cap tf32 only there). Dropout:
 explicit/compile apply the counter RNG's keep mask (attnfuzz.rng.dropout_keep) as an input;
-the SDPA and flex variants declare no dropout (extracting the CUDA kernels' own keep masks,
-as PyTorch's tests do, is not implemented). Kernel declines ("No available kernel", the
+cuda_sdpa_flash / cuda_sdpa_efficient run the kernel's own dropout and return its keep mask,
+extracted the way PyTorch's tests do (dropout "keep_mask"); the other SDPA and flex variants
+declare no dropout. Kernel declines ("No available kernel", the
 memory-efficient kernel's alignment and bias-dtype checks, FlexAttention's NYI shapes) are
 answered `unsupported` with PyTorch's reason. A CUDA device fault (a sticky error such as
 "misaligned address") ends the worker, so attnfuzz records a crash and restarts it.
@@ -424,6 +425,9 @@ class _Target:
         if self.kind == "sdpa":
             # The math kernel is P @ V over all keys: 0 * NaN leaks (pytorch#101967).
             conventions["masked_values"] = "ieee" if self.backend in ("MATH", "compile") else "exclude"
+            if self.cuda and self.backend in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
+                caps.append("dropout")
+                conventions["dropout"] = "keep_mask"
         if self.cuda:
             caps.append("tf32")
         if self.compiled:
@@ -487,6 +491,8 @@ class _Target:
                 args.append(torch.from_numpy(np.ascontiguousarray(keep_np)).to(dev))
             else:
                 args.append(None)
+        if self.kind == "sdpa" and case.dropout_p > 0.0:
+            return self._run_sdpa_dropout(case, mod, cfg, args)
         t0 = time.perf_counter()
         try:
             with torch.no_grad():
@@ -527,6 +533,59 @@ class _Target:
         reasons = [str(x.message).split(" (Triggered")[0] for x in w
                    if "kernel not used because" not in str(x.message)]
         return "; ".join(reasons)[:400] or "no reason given"
+
+
+    def _run_sdpa_dropout(self, case, mod, cfg, args):
+        """CUDA flash / memory-efficient SDPA with dropout: the kernel's own Philox RNG, its
+        keep mask extracted the way PyTorch's tests do (test_transformers.py): the flash
+        op's debug mask (negative = dropped), or _fill_mem_eff_dropout_mask_ replaying the
+        efficient kernel's seed and offset. The op is called directly (F.sdpa returns no
+        mask); inputs go through the module's layout code first."""
+        from attnfuzz.worker import Result, Unsupported
+        torch = self.torch
+        if case.dropout_p >= 1.0:
+            raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
+        q, k, v = mod._inputs(*args[:3])
+        if cfg["hq"] != cfg["hkv"]:
+            rep = cfg["hq"] // cfg["hkv"]
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        add, bmask, struct = args[3], args[4], args[5]
+        p = float(case.dropout_p)
+        B, H, Sq, Sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            if self.backend == "FLASH_ATTENTION":
+                if add is not None or bmask is not None or struct is not None:
+                    raise Unsupported("the flash kernel takes no attn_mask")
+                outs = torch.ops.aten._scaled_dot_product_flash_attention(
+                    q, k, v, p, cfg["is_causal"], return_debug_mask=True, scale=cfg["scale_arg"])
+                out, dbg = outs[0], outs[-1]
+                keep = (dbg[:, :, :Sq, :Sk] >= 0)
+            else:
+                bias = combine_masks(None if add is None else add.to(q.dtype), bmask, struct, q.dtype)
+                if bias is not None and bias.dtype == torch.bool:
+                    zero = torch.zeros((), dtype=q.dtype, device=q.device)
+                    bias = torch.where(bias, zero, zero - float("inf"))
+                if bias is not None:
+                    # As F.sdpa does before this kernel: a contiguous bias whose rows are
+                    # padded to a multiple of 16 elements (the kernel's alignment rule).
+                    pad = (-Sk) % 16
+                    full = torch.zeros((B, H, Sq, Sk + pad), dtype=q.dtype, device=q.device)
+                    full[..., :Sk] = bias.expand(B, H, Sq, Sk)
+                    bias = full[..., :Sk]
+                outs = torch.ops.aten._scaled_dot_product_efficient_attention(
+                    q, k, v, bias, True, p, cfg["is_causal"], scale=cfg["scale_arg"])
+                out, seed, offset = outs[0], outs[2], outs[3]
+                m = torch.ones((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
+                m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
+                keep = m != 0
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        out = from_bhsd(out, cfg["out_layout"])
+        return Result(to_numpy(out), layout=cfg["out_layout"], dropout_keep=to_numpy(keep),
+                      compile_s=0.0, run_s=dt)
 
 
 def make_target(variant: str) -> _Target:
