@@ -539,7 +539,7 @@ class _Target:
         """CUDA flash / memory-efficient SDPA with dropout: the kernel's own Philox RNG, its
         keep mask extracted the way PyTorch's tests do (test_transformers.py): the flash
         op's debug mask (negative = dropped), or _fill_mem_eff_dropout_mask_ replaying the
-        efficient kernel's seed and offset. The op is called directly (F.sdpa returns no
+        efficient kernel's uniforms from its seed and offset (kept where u > p). The op is called directly (F.sdpa returns no
         mask); inputs go through the module's layout code first."""
         from attnfuzz.worker import Result, Unsupported
         torch = self.torch
@@ -577,10 +577,11 @@ class _Target:
                     bias = full[..., :Sk]
                 outs = torch.ops.aten._scaled_dot_product_efficient_attention(
                     q, k, v, bias, True, p, cfg["is_causal"], scale=cfg["scale_arg"])
-                out, seed, offset = outs[0], outs[2], outs[3]
-                m = torch.ones((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
+                out, seed, offset = outs[0], int(outs[2].item()), int(outs[3].item())
+                # The kernel's uniforms replayed from its seed and offset: kept where u > p.
+                m = torch.empty((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
                 m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
-                keep = m != 0
+                keep = m > p
             torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         out = from_bhsd(out, cfg["out_layout"])
