@@ -168,7 +168,8 @@ def build(spec: dict):
     packed, B, Hq, Hkv, Sq, Sk, D, Dv, scale (effective), scale_given, placement, softcap,
     amask (None or (shape, dtype)), bmask (None or shape), struct (bool input [B, 1, Sq, Sk]),
     causal (the kind's own causal: is_causal / tril, top-left or at the past length),
-    past (attention: keys before the current block), nonpad (attention), dropout (explicit:
+    past (attention: keys before the current block), nonpad (attention), window
+    (attention, opset 25: (left, right) on the op's diagonal), dropout (explicit:
     p, with a bool input "keep" [B, Hq, Sq, Sk]), opset.
     Inputs: q, k, v (or qkv), mask, bool_mask, struct, keep, nonpad; output: out (in q's
     output layout) whose dtype out_dtype(spec) gives.
@@ -309,6 +310,8 @@ def _attention_op(g, spec, q, k, v, mask, bmask, struct, nonpad, three_d):
     attrs = {}
     if spec.get("causal"):
         attrs["is_causal"] = 1
+    if spec.get("window"):
+        attrs["left_window_size"], attrs["right_window_size"] = (int(x) for x in spec["window"])
     if spec["scale_given"]:
         attrs["scale"] = float(spec["scale"])
     if spec["softcap"] > 0:
@@ -434,10 +437,14 @@ def _exported_sdpa(g, spec, q, k_t, v, mask, bmask, struct, keep):
 
 
 def graph_spec(case, kind: str, opset: int = 0) -> dict:
-    """The static structure of the ONNX graph a case needs (build's spec). opset 0: 24 for
-    the Attention op (nonpad_kv_seqlen), 18 for the others (what the exporter writes)."""
+    """The static structure of the ONNX graph a case needs (build's spec). opset 0: 25 for
+    the Attention op with a window, 24 without (nonpad_kv_seqlen), 18 for the others (what
+    the exporter writes)."""
     if not opset:
-        opset = 24 if kind == "attention" else 18
+        if kind == "attention":
+            opset = 25 if (case.window[0] >= 0 or case.window[1] >= 0) else 24
+        else:
+            opset = 18
     spec = {
         "kind": kind, "dtype": case.dtype,
         "layouts": (case.layouts["q"], case.layouts["k"], case.layouts["v"]),
@@ -461,18 +468,25 @@ def graph_spec(case, kind: str, opset: int = 0) -> dict:
     window = left >= 0 or right >= 0
     offs = [int(o) for o in case.diag_offset]
     if kind == "attention":
-        if case.causal and not window and case.key_padding is None and len(set(offs)) == 1 \
-                and 0 <= offs[0] < case.kv_len:
-            spec["causal"] = True                     # top-left, or past = the offset
+        # The op's own forms put causal and window masks on one diagonal: offset 0 without
+        # a cache, the past length with past_key/past_value, nonpad[b] - Sq with
+        # nonpad_kv_seqlen (spec errata onnx#8068); windows need opset 25.
+        uniform = len(set(offs)) == 1
+        shaped = case.causal or window
+        if window and opset < 25:
+            spec["struct"] = True
+        elif case.key_padding is None and uniform and 0 <= offs[0] < case.kv_len:
+            spec["causal"] = bool(case.causal)            # top-left, or past = the offset
             spec["past"] = offs[0]
-        elif case.causal and not window and case.key_padding is not None \
-                and case.diagonal == "bottom_right_valid" and opset >= 24:
-            spec["causal"] = True                     # offset(b) = nonpad[b] - Sq
+            spec["window"] = (left, right) if window else None
+        elif case.key_padding is not None and (not shaped or case.diagonal == "bottom_right_valid"):
+            spec["causal"] = bool(case.causal)            # offset(b) = nonpad[b] - Sq
             spec["nonpad"] = True
-        elif not case.causal and not window and case.key_padding is not None and opset >= 24:
-            spec["nonpad"] = True
+            spec["window"] = (left, right) if window else None
         else:
             spec["struct"] = True
+        if spec.get("window") is None:
+            spec.pop("window", None)
     else:
         # The exporter refuses is_causal together with attn_mask (a user combines them into
         # one mask); the explicit graph's tril goes with any mask.

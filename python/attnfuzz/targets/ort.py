@@ -2,10 +2,10 @@
 case's physical layout, run on the CPU execution provider.
 
 Variants (`python -m attnfuzz.targets.ort VARIANT`, `--backend target:ort/VARIANT`):
-  attention       the ONNX Attention op (opset 23; 24 for nonpad_kv_seqlen): 3-D inputs with
+  attention       the ONNX Attention op (opset 24, 25 for sliding windows): 3-D inputs with
                   head counts when Q, K, V are all bsd, else 4-D; bool or float attn_mask;
-                  softcap; causal at the past length through past_key/past_value (KV cache)
-                  and at the valid length through nonpad_kv_seqlen
+                  softcap; causal and window at the past length through past_key/past_value
+                  (KV cache) and at the valid length through nonpad_kv_seqlen
   explicit        MatMul / Mul / Add / Where / Softmax / MatMul with ORT_ENABLE_ALL: the
                   optimizer's attention fusions are what is under test
   explicit_noopt  the same graph with every graph optimization disabled
