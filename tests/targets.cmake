@@ -2,7 +2,9 @@
 # called directly on a handful of cases against a float64 reference (tests/targets_selftest.py).
 # They need the project's Python environment (.venv, scripts/setup.sh); without it they are not
 # registered. A variant whose stack does not import skips (exit 77).
-set(AF_VENV_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+if(NOT DEFINED AF_VENV_PYTHON)   # tests/python.cmake may have set it (a cache variable)
+  set(AF_VENV_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+endif()
 if(NOT EXISTS ${AF_VENV_PYTHON})
   message(STATUS "targets tests skipped: ${AF_VENV_PYTHON} is missing (run scripts/setup.sh)")
 else()
