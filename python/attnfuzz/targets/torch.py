@@ -423,8 +423,10 @@ class _Target:
         if self.kind == "flex":
             caps.append("softcap")
         if self.kind == "sdpa":
-            # The math kernel is P @ V over all keys: 0 * NaN leaks (pytorch#101967).
-            conventions["masked_values"] = "ieee" if self.backend in ("MATH", "compile") else "exclude"
+            # Measured on CPU: the math and flash kernels multiply P @ V over all keys, so a NaN
+            # in a masked value row leaks (pytorch#101967). Not measured for the CUDA kernels.
+            leaks = self.backend in ("MATH", "compile") or (self.backend == "FLASH_ATTENTION" and not self.cuda)
+            conventions["masked_values"] = "ieee" if leaks else "exclude"
             if self.cuda and self.backend in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
                 caps.append("dropout")
                 conventions["dropout"] = "keep_mask"
