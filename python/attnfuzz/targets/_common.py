@@ -70,6 +70,24 @@ def plain_causal(case) -> bool:
             and all(int(o) == 0 for o in case.diag_offset))
 
 
+def output_bhsd(o, layout, heads, v_head_dim):
+    """A model's output in one of the five unpacked layouts -> its [B, H, S, Dv] view."""
+    o = np.asarray(o)
+    if layout == "bhsd":
+        return o
+    if layout == "bshd":
+        return o.transpose(0, 2, 1, 3)
+    if layout == "sbhd":
+        return o.transpose(1, 2, 0, 3)
+    if layout == "bsd":
+        b, s, _ = o.shape
+        return o.reshape(b, s, heads, v_head_dim).transpose(0, 2, 1, 3)
+    if layout == "channels_first":
+        b, _, s = o.shape
+        return o.reshape(b, heads, v_head_dim, s).transpose(0, 1, 3, 2)
+    raise ValueError(f"output_bhsd: layout {layout!r} is not an output layout")
+
+
 def span_view(x: np.ndarray) -> tuple:
     """(flat, shape, strides_in_elements) for a strided numpy view with non-negative strides:
     `flat` is the 1-D span of memory the view touches, so a framework can rebuild the exact

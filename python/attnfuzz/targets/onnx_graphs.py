@@ -459,7 +459,7 @@ def graph_spec(case, kind: str, opset: int = 0) -> dict:
         "opset": opset,
     }
     if case.amask is not None:
-        spec["amask"] = (None, case.amask["dtype"])
+        spec["amask"] = (None, case.amask.get("dtype") or "f32")
     if case.bmask is not None:
         spec["bmask"] = None
     if not _common.has_structural(case):
@@ -518,7 +518,8 @@ def standalone_source() -> str:
         "from __future__ import annotations\n", "")
     body = body[:body.index("def standalone_source()")]
     helpers = "\n".join(inspect.getsource(f) for f in (
-        _common.has_structural, _common.plain_causal, _common.structural_allowed))
+        _common.has_structural, _common.plain_causal, _common.structural_allowed,
+        _common.output_bhsd))
     shim = ("\nclass _common:\n"
             "    OUT_LAYOUT = " + repr(_common.OUT_LAYOUT) + "\n"
             "    has_structural = staticmethod(has_structural)\n"

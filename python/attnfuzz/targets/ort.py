@@ -159,7 +159,8 @@ def repro_snippet(variant: str) -> str:
     opt = "ORT_DISABLE_ALL" if variant == "explicit_noopt" else "ORT_ENABLE_ALL"
     parts.append(f'''
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """ort/{variant}: physical numpy inputs -> (output, its layout)."""
+    """ort/{variant}: physical numpy inputs -> the output as [B, Hq, Sq, Dv]. `keep`: the
+    dropout keep mask [B, Hq, Sq, Sk] when the case has dropout."""
     spec = feeds_spec(graph_spec(case, {_KIND[variant]!r}), mask, bool_mask)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.{opt}
@@ -182,7 +183,8 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     if spec["dropout"] > 0:
         feeds["keep"] = np.ascontiguousarray(keep) if spec["dropout"] < 1 else np.zeros(
             (case.batch, case.q_heads, case.q_len, case.kv_len), bool)
-    return sess.run(["out"], feeds)[0], OUT_LAYOUT[case.layouts["q"]]
+    out = sess.run(["out"], feeds)[0]
+    return output_bhsd(out, OUT_LAYOUT[case.layouts["q"]], case.q_heads, case.v_head_dim)
 ''')
     return "\n".join(parts)
 

@@ -171,7 +171,7 @@ def repro_snippet(variant: str) -> str:
     return "\n".join([
         "import tensorrt as trt", "import torch", onnx_graphs.standalone_source(), f'''
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """tensorrt/{variant}: physical numpy inputs -> (output, its layout)."""
+    """tensorrt/{variant}: physical numpy inputs -> the output as [B, Hq, Sq, Dv]."""
     spec = feeds_spec(graph_spec(case, {variant!r}, opset=18), mask, bool_mask)
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
@@ -203,7 +203,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     ctx.set_tensor_address("out", out.data_ptr())
     ctx.execute_async_v3(torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
-    return out.cpu().numpy(), OUT_LAYOUT[case.layouts["q"]]
+    return output_bhsd(out.cpu().numpy(), OUT_LAYOUT[case.layouts["q"]], case.q_heads, case.v_head_dim)
 '''])
 
 

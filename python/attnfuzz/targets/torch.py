@@ -12,7 +12,8 @@ CPU (always available where torch imports):
                 dropout with the counter RNG's keep mask as an input, matmul
   compile       torch.compile (Inductor) of the explicit module
   compile_sdpa  torch.compile of the SDPA module (Inductor picks the kernel)
-  flex          FlexAttention, compiled; masks, structural masks and softcap as a score_mod
+  flex          FlexAttention, compiled; causal / window / key padding and the boolean mask as
+                a mask_mod (a block mask), softcap and the additive mask as a score_mod
 
 CUDA (the same modules on device cuda; declared unavailable where torch sees no GPU):
   cuda_sdpa_math, cuda_sdpa_flash, cuda_sdpa_efficient, cuda_sdpa_cudnn, cuda_explicit,
@@ -58,7 +59,7 @@ _CPU = {
     "explicit": "eager nn.Module: matmul / scale / softcap / masks / softmax / dropout / matmul (CPU)",
     "compile": "torch.compile (Inductor) of the explicit module (CPU)",
     "compile_sdpa": "torch.compile (Inductor) of the SDPA module (CPU)",
-    "flex": "FlexAttention, compiled, masks as score_mod (CPU)",
+    "flex": "FlexAttention, compiled; structural and boolean masks as a block mask (CPU)",
 }
 _CUDA = {
     "cuda_sdpa_math": "F.scaled_dot_product_attention, math kernel (CUDA)",
@@ -277,7 +278,10 @@ def make_modules():
             return from_bhsd(p @ v, self.out_layout)
 
     class FlexModule(torch.nn.Module, _Base):
-        """FlexAttention; softcap, the additive mask and every boolean mask in one score_mod."""
+        """FlexAttention as its users write it: the structural masks (causal, window, key
+        padding on the diagonal d = i + offset[b]) and the boolean mask as a mask_mod turned
+        into a block mask (the block-sparse path), softcap and the additive mask as a
+        score_mod. `struct` here is int64 [2, B]: offset[b] and the valid key count."""
 
         def __init__(self, cfg):
             super().__init__()
@@ -285,30 +289,63 @@ def make_modules():
             self.scale = cfg["scale_arg"]
             self.softcap = cfg["softcap"]
             self.gqa = self.hq != self.hkv
+            self.causal = cfg["flex_causal"]
+            self.left, self.right = cfg["flex_window"]
+            self.padding = cfg["flex_padding"]
 
         def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
-            from torch.nn.attention.flex_attention import flex_attention
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
             q, k, v = self._inputs(q, k, v)
             bsz, hq, sq, sk = q.shape[0], self.hq, q.shape[2], k.shape[2]
             cap = self.softcap
-            # Captured tensors are indexed inside score_mod (views only: Inductor's CPU flex
+            # Captured tensors are indexed inside the mods (views only: Inductor's CPU flex
             # template wants every captured buffer to be a graph input).
             a = None if add is None else add.expand(bsz, hq, sq, sk)
-            allows = [m.expand(bsz, hq, sq, sk) for m in (bool_mask, struct) if m is not None]
+            bm = None if bool_mask is None else bool_mask.expand(bsz, hq, sq, sk)
+            causal, left, right, padding = self.causal, self.left, self.right, self.padding
 
             def score_mod(score, b, h, qi, kv):
                 if cap > 0:
                     score = cap * torch.tanh(score / cap)
                 if a is not None:
                     score = score + a[b, h, qi, kv].to(score.dtype)
-                for m in allows:
-                    score = torch.where(m[b, h, qi, kv], score, -float("inf"))
                 return score
 
-            o = flex_attention(q, k, v, score_mod=score_mod, scale=self.scale, enable_gqa=self.gqa)
+            def mask_mod(b, h, qi, kv):
+                ok = kv >= 0
+                if struct is not None:
+                    d = qi + struct[0, b]
+                    if causal:
+                        ok = ok & (kv <= d)
+                    if left >= 0:
+                        ok = ok & (kv >= d - left)
+                    if right >= 0:
+                        ok = ok & (kv <= d + right)
+                    if padding:
+                        ok = ok & (kv < struct[1, b])
+                if bm is not None:
+                    ok = ok & bm[b, h, qi, kv]
+                return ok
+
+            block_mask = None
+            if struct is not None or bm is not None:
+                heads = None if bm is None else hq
+                block_mask = create_block_mask(mask_mod, bsz, heads, sq, sk, device=q.device)
+            o = flex_attention(q, k, v, score_mod=score_mod if (cap > 0 or a is not None) else None,
+                               block_mask=block_mask, scale=self.scale, enable_gqa=self.gqa)
             return from_bhsd(o, self.out_layout)
 
     return SDPAModule, ExplicitModule, FlexModule
+
+
+def struct_input(case, cfg):
+    """The structural-mask input of a module: None, bool [B, 1, Sq, Sk] (True = attend), or
+    for FlexAttention's mask_mod int64 [2, B]: the diagonal offset and valid keys per row."""
+    if not cfg["struct"]:
+        return None
+    if cfg["kind"] == "flex":
+        return np.array([case.diag_offset, case.valid_keys], dtype=np.int64)
+    return _common.structural_allowed(case)
 
 
 def to_torch(x, device="cpu"):
@@ -374,6 +411,9 @@ def _config(case, base: str, cuda: bool) -> dict:
         "softcap": float(case.softcap),
         "is_causal": is_causal,
         "struct": _common.has_structural(case) and not is_causal,
+        "flex_causal": bool(case.causal) if kind == "flex" else False,
+        "flex_window": tuple(case.window) if kind == "flex" else (-1, -1),
+        "flex_padding": case.key_padding is not None if kind == "flex" else False,
         "dropout_p": float(case.dropout_p),
     }
 
@@ -482,7 +522,7 @@ class _Target:
             args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
         args.append(None if mask is None else to_torch(mask, dev))
         args.append(None if bool_mask is None else to_torch(bool_mask, dev))
-        struct = _common.structural_allowed(case) if cfg["struct"] else None
+        struct = struct_input(case, cfg)
         args.append(None if struct is None else torch.from_numpy(struct).to(dev))
         keep_np = None
         if self.kind == "explicit":
@@ -605,9 +645,10 @@ def repro_snippet(variant: str) -> str:
     parts = ["import math", "import numpy as np", "import torch", "",
              inspect.getsource(_common.has_structural),
              inspect.getsource(_common.plain_causal),
-             inspect.getsource(_common.structural_allowed)]
+             inspect.getsource(_common.structural_allowed),
+             inspect.getsource(_common.output_bhsd)]
     parts.append("OUT_LAYOUT = " + repr(_common.OUT_LAYOUT) + "\n")
-    for f in (to_bhsd, unpack_qkv, from_bhsd, combine_masks, to_torch, to_numpy, _config):
+    for f in (to_bhsd, unpack_qkv, from_bhsd, combine_masks, struct_input, to_torch, to_numpy, _config):
         parts.append(inspect.getsource(f))
     parts.append(inspect.getsource(_Base))
     parts.append(inspect.getsource(make_modules))
@@ -622,7 +663,8 @@ class _common:                      # the few helpers the model code calls by th
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     \"\"\"{variant}: q, k, v (and masks) as numpy arrays in the case's physical layout;
-    `keep` is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout.\"\"\"
+    `keep` is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout. Returns the
+    output as [B, Hq, Sq, Dv].\"\"\"
     dev = {"'cuda'" if cuda else "'cpu'"}
     if dev == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
@@ -639,7 +681,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
     args.append(None if mask is None else to_torch(mask, dev))
     args.append(None if bool_mask is None else to_torch(bool_mask, dev))
-    struct = structural_allowed(case) if cfg['struct'] else None
+    struct = struct_input(case, cfg)
     args.append(None if struct is None else torch.from_numpy(struct).to(dev))
     if {kind == 'explicit'!r}:
         args.append(None if keep is None else torch.from_numpy(np.ascontiguousarray(keep)).to(dev))
@@ -650,7 +692,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
                 out = mod(*args)
         else:
             out = mod(*args)
-    return to_numpy(out), cfg['out_layout']      # the output and its layout
+    return output_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
 """)
     return "\n".join(parts)
 
