@@ -27,7 +27,8 @@ or Q's dtype: an f32 mask with f16/bf16 Q goes as is), else cast to float32 (exa
 explicit module casts it to the score dtype.
 
 Conventions, measured on torch 2.15 CPU (and 2.11 on an H100 for the CUDA variants): SDPA
-(math and CPU flash) gives 0 for a fully masked row; the explicit module's softmax gives NaN
+(math and CPU flash) gives 0 for a fully masked row (the eager SDPA variants measure this
+when they start and declare "nan" where a version gives NaN); the explicit module's softmax gives NaN
 there (declared "nan"), and its P @ V lets 0 * NaN through (masked_values "ieee"), as the
 math kernel does. TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 on the CUDA variants (cap tf32 only there). Dropout:
@@ -470,6 +471,8 @@ class _Target:
             if self.cuda and self.backend in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
                 caps.append("dropout")
                 conventions["dropout"] = "keep_mask"
+        if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
+            conventions["masked_rows"] = "nan"
         if self.cuda:
             caps.append("tf32")
         if self.compiled:
@@ -481,6 +484,20 @@ class _Target:
             limits = {"max_head_dim": 256}
         return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": self.dtypes,
                 "limits": limits, "conventions": conventions, "compile_key": compile_key}
+
+    def _masked_rows_nan(self) -> bool:
+        """Measured, not assumed (it changed between PyTorch versions): does this kernel
+        give NaN for a fully masked row?"""
+        torch = self.torch
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtypes[0]]
+        q = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
+        m = torch.tensor([[True, True], [False, False]], device=self.device)
+        try:
+            with torch.no_grad(), self.sdpa_ctx():
+                o = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
+        except RuntimeError:
+            return False
+        return bool(torch.isnan(o[0, 0, 1]).any())
 
     # -- running -----------------------------------------------------------------------
     def _module(self, case):
