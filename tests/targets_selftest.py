@@ -593,6 +593,12 @@ def main(argv):
         print("FAILED" if f else "PASSED")
         return 1 if f else 0
     stack, variants = argv[0], argv[1:]
+    try:
+        import attnfuzz.case  # noqa: F401
+        import attnfuzz.worker  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: the worker kit is missing ({e})")
+        return 77
     if len(variants) > 1 and any(v.startswith("cuda_") for v in variants):
         # One process per CUDA variant: a device fault poisons the whole process.
         rcs = [subprocess.call([sys.executable, os.path.abspath(__file__), stack, v]
