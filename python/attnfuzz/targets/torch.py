@@ -33,8 +33,9 @@ there (declared "nan"), and its P @ V lets 0 * NaN through (masked_values "ieee"
 math kernel does. TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 on the CUDA variants (cap tf32 only there). Dropout:
 explicit/compile apply the counter RNG's keep mask (attnfuzz.rng.dropout_keep) as an input;
-cuda_sdpa_flash / cuda_sdpa_efficient run the kernel's own dropout and return its keep mask,
-extracted the way PyTorch's tests do (dropout "keep_mask"); the other SDPA and flex variants
+cuda_sdpa_efficient runs the kernel's own dropout and returns its keep mask, extracted the
+way PyTorch's tests do (dropout "keep_mask"; the flash path exists but is not declared: its
+debug mask disagreed with its output on one case); the other SDPA and flex variants
 declare no dropout. Kernel declines ("No available kernel", the
 memory-efficient kernel's alignment and bias-dtype checks, FlexAttention's NYI shapes) are
 answered `unsupported` with PyTorch's reason. A CUDA device fault (a sticky error such as
@@ -468,7 +469,9 @@ class _Target:
             # in a masked value row leaks (pytorch#101967). Not measured for the CUDA kernels.
             leaks = self.backend in ("MATH", "compile") or (self.backend == "FLASH_ATTENTION" and not self.cuda)
             conventions["masked_values"] = "ieee" if leaks else "exclude"
-            if self.cuda and self.backend in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION"):
+            # The flash kernel's debug mask did not match its output on one random case
+            # (B1 H8 S8 D8, p 0.5) on an H100: not declared until that is understood.
+            if self.cuda and self.backend == "EFFICIENT_ATTENTION":
                 caps.append("dropout")
                 conventions["dropout"] = "keep_mask"
         if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
