@@ -1,0 +1,26 @@
+"""PyTorch's CUDA memory-efficient SDPA kernel faults with "CUDA error: misaligned address"
+(a sticky error: the process's CUDA context is lost) when V's rows are padded so their
+stride is not a multiple of 4 floats (here V = buf[..., :8] of a [..., 11] buffer); it should
+decline the input (it does raise "key is not correctly aligned (strideM)" for a misaligned K)
+or copy it. Found by attnfuzz (target:torch/cuda_sdpa_efficient, padded V rows); torch
+2.11.0+cu130 on an H100.
+"""
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+rng = np.random.default_rng(0)
+B, H, S, D, PAD = 2, 2, 5, 8, 3
+q = torch.from_numpy(rng.standard_normal((B, H, S, D)).astype(np.float32)).cuda()
+k = torch.from_numpy(rng.standard_normal((B, H, S, D)).astype(np.float32)).cuda()
+vbuf = torch.from_numpy(rng.standard_normal((B, H, S, D + PAD)).astype(np.float32)).cuda()
+v = vbuf[..., :D]                          # row stride 11 floats: 44 bytes
+ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+try:
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        out = F.scaled_dot_product_attention(q, k, v)
+    torch.cuda.synchronize()
+    print("ran; max err", (out.double() - ref).abs().max().item())
+except Exception as e:  # noqa: BLE001
+    print("BUG:", type(e).__name__, str(e).splitlines()[0])

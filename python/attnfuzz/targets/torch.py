@@ -1,0 +1,757 @@
+"""PyTorch attention as users build it: small nn.Modules fed Q, K, V in the case's PHYSICAL
+layout, so the layout handling (transposes, the bsd head split, the UNet
+`qkv.reshape(b, 3*c, -1).chunk(3, dim=1)`, the MHAv2 per-head interleave) is part of what
+the eager kernels or the compiler see.
+
+Variants (`python -m attnfuzz.targets.torch VARIANT`, `--backend target:torch/VARIANT`):
+
+CPU (always available where torch imports):
+  sdpa_math     F.scaled_dot_product_attention under sdpa_kernel(MATH)
+  sdpa_flash    the same under sdpa_kernel(FLASH_ATTENTION): the CPU flash kernel (needs D == Dv)
+  explicit      eager module: matmul, scale at the case's placement, softcap, masks, softmax,
+                dropout with the counter RNG's keep mask as an input, matmul
+  compile       torch.compile (Inductor) of the explicit module
+  compile_sdpa  torch.compile of the SDPA module (Inductor picks the kernel)
+  flex          FlexAttention, compiled; causal / window / key padding and the boolean mask as
+                a mask_mod (a block mask), softcap and the additive mask as a score_mod
+
+CUDA (the same modules on device cuda; declared unavailable where torch sees no GPU):
+  cuda_sdpa_math, cuda_sdpa_flash, cuda_sdpa_efficient, cuda_sdpa_cudnn, cuda_explicit,
+  cuda_compile, cuda_compile_sdpa, cuda_flex
+
+Masks: SDPA's is_causal is top-left; the modules use it for a plain top-left causal case and
+otherwise build an explicit boolean mask (causal on any diagonal, key padding, window) and
+combine it with the case's masks the way user code does (`torch.where(mask, add, -inf)`),
+so every diagonal is supported. An additive mask goes to SDPA in its own dtype when SDPA takes it (float32
+or Q's dtype: an f32 mask with f16/bf16 Q goes as is), else cast to float32 (exact); the
+explicit module casts it to the score dtype.
+
+Conventions, measured on torch 2.15 CPU (and 2.11 on an H100 for the CUDA variants): SDPA
+(math and CPU flash) gives 0 for a fully masked row (the eager SDPA variants measure this
+when they start and declare "nan" where a version gives NaN); the explicit module's softmax gives NaN
+there (declared "nan"), and its P @ V lets 0 * NaN through (masked_values "ieee"), as the
+math kernel does. TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
+torch.backends.cudnn.allow_tf32 on the CUDA variants (cap tf32 only there). Dropout:
+explicit/compile apply the counter RNG's keep mask (attnfuzz.rng.dropout_keep) as an input;
+cuda_sdpa_efficient runs the kernel's own dropout and returns its keep mask, extracted the
+way PyTorch's tests do (dropout "keep_mask"; the flash path exists but is not declared: its
+debug mask disagreed with its output on one case); the other SDPA and flex variants
+declare no dropout. Kernel declines ("No available kernel", the
+memory-efficient kernel's alignment and bias-dtype checks, FlexAttention's NYI shapes) are
+answered `unsupported` with PyTorch's reason. A CUDA device fault (a sticky error such as
+"misaligned address") ends the worker, so attnfuzz records a crash and restarts it.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from attnfuzz.targets import _common
+
+NAME = "torch"
+
+_CPU = {
+    "sdpa_math": "F.scaled_dot_product_attention, math kernel (CPU)",
+    "sdpa_flash": "F.scaled_dot_product_attention, flash kernel (CPU; D == Dv)",
+    "explicit": "eager nn.Module: matmul / scale / softcap / masks / softmax / dropout / matmul (CPU)",
+    "compile": "torch.compile (Inductor) of the explicit module (CPU)",
+    "compile_sdpa": "torch.compile (Inductor) of the SDPA module (CPU)",
+    "flex": "FlexAttention, compiled; structural and boolean masks as a block mask (CPU)",
+}
+_CUDA = {
+    "cuda_sdpa_math": "F.scaled_dot_product_attention, math kernel (CUDA)",
+    "cuda_sdpa_flash": "F.scaled_dot_product_attention, flash kernel (CUDA)",
+    "cuda_sdpa_efficient": "F.scaled_dot_product_attention, memory-efficient kernel (CUDA)",
+    "cuda_sdpa_cudnn": "F.scaled_dot_product_attention, cuDNN kernel (CUDA)",
+    "cuda_explicit": "eager explicit module (CUDA)",
+    "cuda_compile": "torch.compile of the explicit module (CUDA)",
+    "cuda_compile_sdpa": "torch.compile of the SDPA module (CUDA)",
+    "cuda_flex": "FlexAttention, compiled (CUDA)",
+}
+VARIANTS = {**_CPU, **_CUDA}
+
+# The module kind and SDPA backend of each variant (without the cuda_ prefix).
+_KIND = {
+    "sdpa_math": ("sdpa", "MATH"),
+    "sdpa_flash": ("sdpa", "FLASH_ATTENTION"),
+    "sdpa_efficient": ("sdpa", "EFFICIENT_ATTENTION"),
+    "sdpa_cudnn": ("sdpa", "CUDNN_ATTENTION"),
+    "explicit": ("explicit", None),
+    "compile": ("explicit", "compile"),
+    "compile_sdpa": ("sdpa", "compile"),
+    "flex": ("flex", "compile"),
+}
+
+
+def _base(variant: str) -> tuple:
+    cuda = variant.startswith("cuda_")
+    return (variant[5:] if cuda else variant), cuda
+
+
+def available(variant: str) -> tuple:
+    if variant not in VARIANTS:
+        return False, f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})"
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
+        return False, f"torch does not import: {type(e).__name__}: {e}"
+    base, cuda = _base(variant)
+    if cuda and not torch.cuda.is_available():
+        return False, "torch sees no CUDA device"
+    if base == "flex":
+        try:
+            import torch.nn.attention.flex_attention  # noqa: F401
+        except Exception as e:  # noqa: BLE001
+            return False, f"torch.nn.attention.flex_attention does not import: {e}"
+    if base in ("compile", "compile_sdpa", "flex") and not cuda:
+        import shutil
+        if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
+            return False, "Inductor on CPU needs a C++ compiler (c++, g++ or clang++) on PATH"
+    return True, ""
+
+
+# ---------------------------------------------------------------------------------------
+# The model code. Everything from here to the end of the Modules section uses only torch,
+# numpy and math: repro_snippet() copies it verbatim into a standalone repro.py.
+# ---------------------------------------------------------------------------------------
+
+def to_bhsd(x, layout, heads, dim):
+    """One unpacked physical tensor -> its [B, H, S, D] view (channel h*D + d for bsd and
+    channels_first)."""
+    if layout == "bhsd":
+        return x
+    if layout == "bshd":
+        return x.transpose(1, 2)
+    if layout == "sbhd":
+        return x.permute(1, 2, 0, 3)
+    if layout == "bsd":
+        b, s, _ = x.shape
+        return x.reshape(b, s, heads, dim).transpose(1, 2)
+    if layout == "channels_first":
+        b, _, s = x.shape
+        return x.reshape(b, heads, dim, s).transpose(2, 3)
+    raise ValueError(f"to_bhsd: layout {layout!r} is not an unpacked layout")
+
+
+def unpack_qkv(qkv, layout, heads, dim):
+    """A packed QKV buffer -> q, k, v as [B, H, S, D] views, the way models split it."""
+    if layout == "qkv_bs3hd":        # [B, S, 3, H, D]
+        q, k, v = qkv.unbind(2)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if layout == "qkv_bsh3d":        # [B, S, H, 3, D]: Q, K, V of each head adjacent (MHAv2)
+        q, k, v = qkv.unbind(3)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if layout == "qkv_channels_first":  # [B, 3*H*D, S]: the UNet attention block
+        b = qkv.shape[0]
+        c = heads * dim
+        q, k, v = qkv.reshape(b, 3 * c, -1).chunk(3, dim=1)
+        return tuple(t.reshape(b, heads, dim, -1).transpose(2, 3) for t in (q, k, v))
+    raise ValueError(f"unpack_qkv: layout {layout!r} is not a packed layout")
+
+
+def from_bhsd(o, layout):
+    """The [B, H, S, Dv] output -> the model's output layout."""
+    if layout == "bhsd":
+        return o
+    if layout == "bshd":
+        return o.transpose(1, 2)
+    if layout == "sbhd":
+        return o.permute(2, 0, 1, 3)
+    b, h, s, dv = o.shape
+    if layout == "bsd":
+        return o.transpose(1, 2).reshape(b, s, h * dv)
+    if layout == "channels_first":
+        return o.transpose(2, 3).reshape(b, h * dv, s)
+    raise ValueError(f"from_bhsd: layout {layout!r} is not an output layout")
+
+
+def combine_masks(add, keep_mask, struct, dtype):
+    """One SDPA attn_mask from the additive mask, the boolean mask and the structural mask
+    (True = attend): a bool mask when there is no additive one, else the additive mask with
+    -inf where a boolean mask says no."""
+    import torch
+    m = add
+    for b in (keep_mask, struct):
+        if b is None:
+            continue
+        if m is None:
+            m = b
+        elif m.dtype == torch.bool:
+            m = m & b
+        else:
+            m = torch.where(b, m, torch.tensor(float("-inf"), dtype=m.dtype, device=m.device))
+    return m
+
+
+class _Base:
+    """Static structure shared by the modules: layouts, head counts, dims, scale, masks."""
+
+    def _setup(self, cfg):
+        self.layouts = cfg["layouts"]
+        self.packed = cfg["packed"]
+        self.hq, self.hkv = cfg["hq"], cfg["hkv"]
+        self.d, self.dv = cfg["d"], cfg["dv"]
+        self.out_layout = cfg["out_layout"]
+
+    def _inputs(self, q, k, v):
+        if self.packed:
+            return unpack_qkv(q, self.layouts[0], self.hq, self.d)
+        return (to_bhsd(q, self.layouts[0], self.hq, self.d),
+                to_bhsd(k, self.layouts[1], self.hkv, self.d),
+                to_bhsd(v, self.layouts[2], self.hkv, self.dv))
+
+
+def make_modules():
+    """The module classes (defined inside a function so torch is imported lazily)."""
+    import torch
+    import torch.nn.functional as F
+
+    class SDPAModule(torch.nn.Module, _Base):
+        """F.scaled_dot_product_attention on inputs in their physical layouts."""
+
+        def __init__(self, cfg):
+            super().__init__()
+            self._setup(cfg)
+            self.scale = cfg["scale_arg"]          # None: SDPA's default 1/sqrt(D)
+            self.is_causal = cfg["is_causal"]
+            self.gqa = self.hq != self.hkv
+
+        def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
+            q, k, v = self._inputs(q, k, v)
+            if add is not None and add.dtype not in (torch.float32, q.dtype):
+                add = add.float()     # SDPA takes bool, float32 or Q's dtype; f32 holds the rest exactly
+            m = combine_masks(add, bool_mask, struct, q.dtype)
+            kw = {"enable_gqa": True} if self.gqa else {}
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=self.is_causal,
+                                               scale=self.scale, **kw)
+            return from_bhsd(o, self.out_layout)
+
+    class ExplicitModule(torch.nn.Module, _Base):
+        """The unfused graph: (Q K^T) * scale at the case's placement, softcap, masks,
+        softmax, dropout by a keep mask, P V."""
+
+        def __init__(self, cfg):
+            super().__init__()
+            self._setup(cfg)
+            self.scale = cfg["scale"]
+            self.placement = cfg["placement"]
+            self.softcap = cfg["softcap"]
+            self.is_causal = cfg["is_causal"]
+            self.dropout_p = cfg["dropout_p"]
+
+        def forward(self, q, k, v, add=None, bool_mask=None, struct=None, keep=None):
+            q, k, v = self._inputs(q, k, v)
+            if self.hq != self.hkv:
+                rep = self.hq // self.hkv
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
+            s = self.scale
+            if self.placement == "q":
+                scores = (q * s) @ k.transpose(-2, -1)
+            elif self.placement == "k":
+                scores = q @ (k * s).transpose(-2, -1)
+            elif self.placement == "sqrt_qk":
+                r = math.sqrt(abs(s))
+                scores = (q * r) @ (k * math.copysign(r, s)).transpose(-2, -1)
+            else:
+                scores = (q @ k.transpose(-2, -1)) * s
+            if self.softcap > 0:
+                scores = self.softcap * torch.tanh(scores / self.softcap)
+            if add is not None:
+                scores = scores + add.to(scores.dtype)
+            if bool_mask is not None:
+                scores = scores.masked_fill(~bool_mask, float("-inf"))
+            if self.is_causal:
+                sq, sk = scores.shape[-2], scores.shape[-1]
+                tri = torch.ones(sq, sk, dtype=torch.bool, device=scores.device).tril()
+                scores = scores.masked_fill(~tri, float("-inf"))
+            if struct is not None:
+                scores = scores.masked_fill(~struct, float("-inf"))
+            p = torch.softmax(scores, dim=-1)
+            if self.dropout_p >= 1.0:
+                p = torch.zeros_like(p)
+            elif self.dropout_p > 0.0:
+                p = p.masked_fill(~keep, 0.0) / (1.0 - self.dropout_p)
+            return from_bhsd(p @ v, self.out_layout)
+
+    class FlexModule(torch.nn.Module, _Base):
+        """FlexAttention as its users write it: the structural masks (causal, window, key
+        padding on the diagonal d = i + offset[b]) and the boolean mask as a mask_mod turned
+        into a block mask (the block-sparse path), softcap and the additive mask as a
+        score_mod. `struct` here is int64 [2, B]: offset[b] and the valid key count."""
+
+        def __init__(self, cfg):
+            super().__init__()
+            self._setup(cfg)
+            self.scale = cfg["scale_arg"]
+            self.softcap = cfg["softcap"]
+            self.gqa = self.hq != self.hkv
+            self.causal = cfg["flex_causal"]
+            self.left, self.right = cfg["flex_window"]
+            self.padding = cfg["flex_padding"]
+
+        def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            q, k, v = self._inputs(q, k, v)
+            bsz, hq, sq, sk = q.shape[0], self.hq, q.shape[2], k.shape[2]
+            cap = self.softcap
+            # Captured tensors are indexed inside the mods (views only: Inductor's CPU flex
+            # template wants every captured buffer to be a graph input).
+            a = None if add is None else add.expand(bsz, hq, sq, sk)
+            bm = None if bool_mask is None else bool_mask.expand(bsz, hq, sq, sk)
+            causal, left, right, padding = self.causal, self.left, self.right, self.padding
+
+            def score_mod(score, b, h, qi, kv):
+                if cap > 0:
+                    score = cap * torch.tanh(score / cap)
+                if a is not None:
+                    score = score + a[b, h, qi, kv].to(score.dtype)
+                return score
+
+            def mask_mod(b, h, qi, kv):
+                ok = kv >= 0
+                if struct is not None:
+                    d = qi + struct[0, b]
+                    if causal:
+                        ok = ok & (kv <= d)
+                    if left >= 0:
+                        ok = ok & (kv >= d - left)
+                    if right >= 0:
+                        ok = ok & (kv <= d + right)
+                    if padding:
+                        ok = ok & (kv < struct[1, b])
+                if bm is not None:
+                    ok = ok & bm[b, h, qi, kv]
+                return ok
+
+            block_mask = None
+            if struct is not None or bm is not None:
+                heads = None if bm is None else hq
+                block_mask = create_block_mask(mask_mod, bsz, heads, sq, sk, device=q.device)
+            o = flex_attention(q, k, v, score_mod=score_mod if (cap > 0 or a is not None) else None,
+                               block_mask=block_mask, scale=self.scale, enable_gqa=self.gqa)
+            return from_bhsd(o, self.out_layout)
+
+    return SDPAModule, ExplicitModule, FlexModule
+
+
+def struct_input(case, cfg):
+    """The structural-mask input of a module: None, bool [B, 1, Sq, Sk] (True = attend), or
+    for FlexAttention's mask_mod int64 [2, B]: the diagonal offset and valid keys per row."""
+    if not cfg["struct"]:
+        return None
+    if cfg["kind"] == "flex":
+        return np.array([case.diag_offset, case.valid_keys], dtype=np.int64)
+    return _common.structural_allowed(case)
+
+
+def to_torch(x, device="cpu"):
+    """A numpy view (any non-negative strides, stride-0 dims included) -> a torch tensor
+    with the same shape and element strides, on `device`, without copying on CPU."""
+    import torch
+    item = x.itemsize
+    shape = tuple(int(n) for n in x.shape)
+    strides = tuple(int(s) // item for s in x.strides)
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if 0 not in shape else 0
+    flat = np.lib.stride_tricks.as_strided(x, shape=(span,), strides=(item,))
+    if x.dtype == np.bool_:
+        t = torch.from_numpy(flat)
+    elif x.dtype.name == "bfloat16":
+        t = torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(flat)
+    if device != "cpu":
+        t = t.to(device)
+    return t.as_strided(shape, strides)
+
+
+def to_numpy(t):
+    """A torch tensor -> a contiguous numpy array (bfloat16 as ml_dtypes.bfloat16)."""
+    import torch
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+# ---------------------------------------------------------------------------------------
+# The worker side: declarations, caching, the run function.
+# ---------------------------------------------------------------------------------------
+
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def _config(case, base: str, cuda: bool) -> dict:
+    """The static structure of the module a case needs."""
+    kind, _ = _KIND[base]
+    layouts = (case.layouts["q"], case.layouts["k"], case.layouts["v"])
+    # SDPA's is_causal (top-left) when the case is exactly that and there is no other mask
+    # (SDPA refuses attn_mask together with is_causal); the explicit module builds its
+    # tril in forward for a plain causal case whatever else it has.
+    plain = _common.plain_causal(case)
+    if kind == "explicit":
+        is_causal = plain
+    elif kind == "sdpa":
+        is_causal = plain and case.amask is None and case.bmask is None
+    else:
+        is_causal = False
+    return {
+        "kind": kind,
+        "layouts": layouts,
+        "packed": case.packed,
+        "hq": case.q_heads, "hkv": case.kv_heads, "d": case.head_dim, "dv": case.v_head_dim,
+        "out_layout": _common.OUT_LAYOUT[layouts[0]],
+        "scale": float(case.scale),
+        "scale_arg": float(case.scale) if case.scale_given else None,
+        "placement": case.placement,
+        "softcap": float(case.softcap),
+        "is_causal": is_causal,
+        "struct": _common.has_structural(case) and not is_causal,
+        "flex_causal": bool(case.causal) if kind == "flex" else False,
+        "flex_window": tuple(case.window) if kind == "flex" else (-1, -1),
+        "flex_padding": case.key_padding is not None if kind == "flex" else False,
+        "dropout_p": float(case.dropout_p),
+    }
+
+
+class _Target:
+    def __init__(self, variant: str):
+        import torch
+        self.torch = torch
+        self.variant = variant
+        self.base, self.cuda = _base(variant)
+        self.kind, self.backend = _KIND[self.base]
+        self.device = "cuda" if self.cuda else "cpu"
+        self.compiled = self.backend == "compile"
+        torch.set_num_threads(1)
+        warnings.filterwarnings("ignore", message=".*non-writable.*")
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"attnfuzz\.targets\.torch")
+        if self.compiled:
+            import torch._dynamo as dynamo
+            # One code object serves every cached module: without this, the ninth structure
+            # would silently fall back to eager.
+            for name, value in (("recompile_limit", 1 << 20), ("cache_size_limit", 1 << 20),
+                                ("accumulated_recompile_limit", 1 << 20),
+                                ("accumulated_cache_size_limit", 1 << 20),
+                                ("fail_on_recompile_limit_hit", True)):
+                if hasattr(dynamo.config, name):
+                    setattr(dynamo.config, name, value)
+        self.SDPAModule, self.ExplicitModule, self.FlexModule = make_modules()
+        self.cache = _common.LRU(32 if self.compiled else 256)
+        self.sdpa_ctx = None
+        if self.kind == "sdpa" and self.backend not in (None, "compile"):
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            self.sdpa_ctx = lambda: sdpa_kernel([getattr(SDPBackend, self.backend)])
+        # The CUDA flash and cuDNN kernels take f16/bf16 only.
+        self.dtypes = (["f16", "bf16"] if (self.cuda and self.base in ("sdpa_flash", "sdpa_cudnn"))
+                       else ["f32", "f16", "bf16"])
+
+    # -- declarations ------------------------------------------------------------------
+    def hello(self) -> dict:
+        caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal",
+                "padding", "window", "strided", "mask_dtype"]
+        conventions = {"causal": ["top_left", "bottom_right", "bottom_right_valid", "explicit"],
+                       "masked_rows": "zero", "dropout": "none", "masked_values": "exclude"}
+        if self.kind == "explicit":
+            caps += ["softcap", "dropout"]
+            conventions.update(masked_rows="nan", masked_values="ieee", dropout="counter")
+        if self.kind == "flex":
+            caps.append("softcap")
+        if self.kind == "sdpa":
+            # Measured on CPU: the math and flash kernels multiply P @ V over all keys, so a NaN
+            # in a masked value row leaks (pytorch#101967). Not measured for the CUDA kernels.
+            leaks = self.backend in ("MATH", "compile") or (self.backend == "FLASH_ATTENTION" and not self.cuda)
+            conventions["masked_values"] = "ieee" if leaks else "exclude"
+            # The flash kernel's debug mask did not match its output on one random case
+            # (B1 H8 S8 D8, p 0.5) on an H100: not declared until that is understood.
+            if self.cuda and self.backend == "EFFICIENT_ATTENTION":
+                caps.append("dropout")
+                conventions["dropout"] = "keep_mask"
+        if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
+            conventions["masked_rows"] = "nan"
+        if self.cuda:
+            caps.append("tf32")
+        if self.compiled:
+            compile_key = ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]
+        else:
+            compile_key = []
+        limits = {}
+        if self.base == "sdpa_flash" and self.cuda:
+            limits = {"max_head_dim": 256}
+        return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": self.dtypes,
+                "limits": limits, "conventions": conventions, "compile_key": compile_key}
+
+    def _masked_rows_nan(self) -> bool:
+        """Measured, not assumed (it changed between PyTorch versions): does this kernel
+        give NaN for a fully masked row?"""
+        torch = self.torch
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtypes[0]]
+        q = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
+        m = torch.tensor([[True, True], [False, False]], device=self.device)
+        try:
+            with torch.no_grad(), self.sdpa_ctx():
+                o = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
+        except RuntimeError:
+            return False
+        return bool(torch.isnan(o[0, 0, 1]).any())
+
+    # -- running -----------------------------------------------------------------------
+    def _module(self, case):
+        if self.compiled:
+            key = case.key("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
+        else:
+            key = None
+        cfg = _config(case, self.base, self.cuda)
+        ck = (key, tuple(sorted((k, v) for k, v in cfg.items())))
+        mod = self.cache.get(ck)
+        if mod is not None:
+            return mod, cfg, False
+        if self.compiled and len(self.cache) >= self.cache.capacity:
+            import torch._dynamo
+            torch._dynamo.reset()          # drop every guard set with the evicted modules
+            self.cache = _common.LRU(self.cache.capacity)
+        cls = {"sdpa": self.SDPAModule, "explicit": self.ExplicitModule, "flex": self.FlexModule}[self.kind]
+        mod = cls(cfg).to(self.device).eval()
+        if self.compiled:
+            mod = self.torch.compile(mod, dynamic=False, fullgraph=True)
+        self.cache.put(ck, mod)
+        return mod, cfg, True
+
+    def run(self, case, q, k, v, mask=None, bool_mask=None):
+        from attnfuzz.worker import Result, Unsupported
+        torch = self.torch
+        if case.dtype not in self.dtypes:
+            raise Unsupported(f"dtype {case.dtype}")
+        if self.base == "sdpa_flash" and case.head_dim != case.v_head_dim:
+            raise Unsupported("the flash kernel needs head_dim == v_head_dim")
+        if self.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
+            torch.backends.cudnn.allow_tf32 = bool(case.allow_tf32)
+        mod, cfg, fresh = self._module(case)
+        dev = self.device
+        if case.packed:
+            args = [to_torch(case.qkv, dev), None, None]
+        else:
+            args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
+        args.append(None if mask is None else to_torch(mask, dev))
+        args.append(None if bool_mask is None else to_torch(bool_mask, dev))
+        struct = struct_input(case, cfg)
+        args.append(None if struct is None else torch.from_numpy(struct).to(dev))
+        keep_np = None
+        if self.kind == "explicit":
+            if 0.0 < case.dropout_p < 1.0:
+                from attnfuzz.rng import dropout_keep
+                keep_np = dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads,
+                                       case.q_len, case.kv_len)
+                args.append(torch.from_numpy(np.ascontiguousarray(keep_np)).to(dev))
+            else:
+                args.append(None)
+        if self.kind == "sdpa" and case.dropout_p > 0.0:
+            return self._run_sdpa_dropout(case, mod, cfg, args)
+        t0 = time.perf_counter()
+        try:
+            with torch.no_grad():
+                if self.sdpa_ctx is not None:
+                    with self.sdpa_ctx():
+                        out = mod(*args)
+                else:
+                    out = mod(*args)
+                if self.cuda:
+                    torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001
+            msg = str(e)
+            if "No available kernel" in msg:
+                raise Unsupported(f"{self.backend} declines the case: {self._why(mod, args)}") from None
+            if self.cuda and self.backend == "EFFICIENT_ATTENTION" and (
+                    "is not correctly aligned" in msg or "invalid dtype for bias" in msg):
+                # The kernel's own input checks, run after dispatch chose it.
+                raise Unsupported(f"{self.backend}: {msg.splitlines()[0]}") from None
+            if self.kind == "flex" and "NotImplementedError: NYI" in msg:
+                # FlexAttention's documented not-yet-implemented shapes (e.g. D < 16 on CUDA).
+                raise Unsupported("flex_attention: " + msg.split("NYI:", 1)[1].splitlines()[0].strip()) from None
+            raise
+        dt = time.perf_counter() - t0
+        return Result(to_numpy(out), layout=cfg["out_layout"],
+                      compile_s=dt if (fresh and self.compiled) else 0.0,
+                      run_s=None if (fresh and self.compiled) else dt)
+
+    def _why(self, mod, args) -> str:
+        """The warnings PyTorch gives for a declined kernel, as the unsupported reason."""
+        torch = self.torch
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                with torch.no_grad(), self.sdpa_ctx():
+                    mod(*args)
+            except RuntimeError:
+                pass
+        reasons = [str(x.message).split(" (Triggered")[0] for x in w
+                   if "kernel not used because" not in str(x.message)]
+        return "; ".join(reasons)[:400] or "no reason given"
+
+
+    def _run_sdpa_dropout(self, case, mod, cfg, args):
+        """CUDA flash / memory-efficient SDPA with dropout: the kernel's own Philox RNG, its
+        keep mask extracted the way PyTorch's tests do (test_transformers.py): the flash
+        op's debug mask (negative = dropped), or _fill_mem_eff_dropout_mask_ replaying the
+        efficient kernel's uniforms from its seed and offset (kept where u > p). The op is called directly (F.sdpa returns no
+        mask); inputs go through the module's layout code first."""
+        from attnfuzz.worker import Result, Unsupported
+        torch = self.torch
+        if case.dropout_p >= 1.0:
+            raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
+        q, k, v = mod._inputs(*args[:3])
+        if cfg["hq"] != cfg["hkv"]:
+            rep = cfg["hq"] // cfg["hkv"]
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        add, bmask, struct = args[3], args[4], args[5]
+        p = float(case.dropout_p)
+        B, H, Sq, Sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            if self.backend == "FLASH_ATTENTION":
+                if add is not None or bmask is not None or struct is not None:
+                    raise Unsupported("the flash kernel takes no attn_mask")
+                outs = torch.ops.aten._scaled_dot_product_flash_attention(
+                    q, k, v, p, cfg["is_causal"], return_debug_mask=True, scale=cfg["scale_arg"])
+                out, dbg = outs[0], outs[-1]
+                keep = (dbg[:, :, :Sq, :Sk] >= 0)
+            else:
+                bias = combine_masks(None if add is None else add.to(q.dtype), bmask, struct, q.dtype)
+                if bias is not None and bias.dtype == torch.bool:
+                    zero = torch.zeros((), dtype=q.dtype, device=q.device)
+                    bias = torch.where(bias, zero, zero - float("inf"))
+                if bias is not None:
+                    # As F.sdpa does before this kernel: a contiguous bias whose rows are
+                    # padded to a multiple of 16 elements (the kernel's alignment rule).
+                    pad = (-Sk) % 16
+                    full = torch.zeros((B, H, Sq, Sk + pad), dtype=q.dtype, device=q.device)
+                    full[..., :Sk] = bias.expand(B, H, Sq, Sk)
+                    bias = full[..., :Sk]
+                outs = torch.ops.aten._scaled_dot_product_efficient_attention(
+                    q, k, v, bias, True, p, cfg["is_causal"], scale=cfg["scale_arg"])
+                out, seed, offset = outs[0], int(outs[2].item()), int(outs[3].item())
+                # The kernel's uniforms replayed from its seed and offset: kept where u > p.
+                m = torch.empty((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
+                m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
+                keep = m > p
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        out = from_bhsd(out, cfg["out_layout"])
+        return Result(to_numpy(out), layout=cfg["out_layout"], dropout_keep=to_numpy(keep),
+                      compile_s=0.0, run_s=dt)
+
+
+def make_target(variant: str) -> _Target:
+    """The variant's declarations (hello()) and run function, for tests and tools."""
+    return _Target(variant)
+
+
+def repro_snippet(variant: str) -> str:
+    """Standalone source: `attention(case, q, k, v, mask=None, bool_mask=None)` with torch and
+    numpy only (the same module code the worker runs, on the same physical inputs)."""
+    import inspect
+    base, cuda = _base(variant)
+    kind, backend = _KIND[base]
+    parts = ["import math", "import numpy as np", "import torch", "",
+             inspect.getsource(_common.has_structural),
+             inspect.getsource(_common.plain_causal),
+             inspect.getsource(_common.structural_allowed),
+             inspect.getsource(_common.output_bhsd)]
+    parts.append("OUT_LAYOUT = " + repr(_common.OUT_LAYOUT) + "\n")
+    for f in (to_bhsd, unpack_qkv, from_bhsd, combine_masks, struct_input, to_torch, to_numpy, _config):
+        parts.append(inspect.getsource(f))
+    parts.append(inspect.getsource(_Base))
+    parts.append(inspect.getsource(make_modules))
+    parts.append("_KIND = " + repr(_KIND) + "\n")
+    parts.append(f"""
+class _common:                      # the few helpers the model code calls by this name
+    OUT_LAYOUT = OUT_LAYOUT
+    plain_causal = staticmethod(plain_causal)
+    has_structural = staticmethod(has_structural)
+    structural_allowed = staticmethod(structural_allowed)
+
+
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
+    \"\"\"{variant}: q, k, v (and masks) as numpy arrays in the case's physical layout;
+    `keep` is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout. Returns the
+    output as [B, Hq, Sq, Dv].\"\"\"
+    dev = {"'cuda'" if cuda else "'cpu'"}
+    if dev == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
+        torch.backends.cudnn.allow_tf32 = bool(case.allow_tf32)
+    SDPAModule, ExplicitModule, FlexModule = make_modules()
+    cfg = _config(case, {base!r}, {cuda!r})
+    cls = {{'sdpa': SDPAModule, 'explicit': ExplicitModule, 'flex': FlexModule}}[{kind!r}]
+    mod = cls(cfg).to(dev).eval()
+    if {backend == 'compile'!r}:
+        mod = torch.compile(mod, dynamic=False, fullgraph=True)
+    if case.packed:
+        args = [to_torch(case.qkv, dev), None, None]
+    else:
+        args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
+    args.append(None if mask is None else to_torch(mask, dev))
+    args.append(None if bool_mask is None else to_torch(bool_mask, dev))
+    struct = struct_input(case, cfg)
+    args.append(None if struct is None else torch.from_numpy(struct).to(dev))
+    if {kind == 'explicit'!r}:
+        args.append(None if keep is None else torch.from_numpy(np.ascontiguousarray(keep)).to(dev))
+    with torch.no_grad():
+        if {backend!r} not in ('None', 'compile') and {kind == 'sdpa'!r}:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel([getattr(SDPBackend, {backend!r})]):
+                out = mod(*args)
+        else:
+            out = mod(*args)
+    return output_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
+""")
+    return "\n".join(parts)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in VARIANTS:
+        print(f"attnfuzz.targets.torch: unknown variant {argv[0] if argv else '(none)'!r}; "
+              f"known: {', '.join(VARIANTS)}", file=sys.stderr)
+        return 2
+    variant = argv[0]
+    ok, why = available(variant)
+    if not ok:
+        print(f"attnfuzz.targets.torch: {variant} is unavailable: {why}", file=sys.stderr)
+        return 3
+    import torch
+    from attnfuzz.worker import serve
+    t = _Target(variant)
+    h = t.hello()
+    run = t.run
+    if t.cuda:
+        def run(*a, **kw):
+            try:
+                return t.run(*a, **kw)
+            except Exception as e:  # noqa: BLE001
+                if "CUDA error" in str(e) or type(e).__name__ == "AcceleratorError":
+                    # A device fault leaves the CUDA context unusable: every later case would
+                    # fail. Die now, so attnfuzz records this case as a crash and restarts us.
+                    import os
+                    import traceback
+                    traceback.print_exc()
+                    sys.stderr.flush()
+                    os._exit(70)
+                raise
+    serve(run, name=NAME, version=torch.__version__, caps=h["caps"], layouts=h["layouts"],
+          variant=variant, dtypes=h["dtypes"], limits=h["limits"] or None,
+          conventions=h["conventions"], compile_key=h["compile_key"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
