@@ -1,0 +1,338 @@
+"""Self-test of the openvino, tvm and jax targets: each variant's run function, called
+directly on a handful of cases (layouts packed and not, GQA, masks, causal diagonals, key
+padding, windows, f16/bf16 where declared), against the float64 reference
+(attnfuzz.reference); plus the measured conventions each variant declares (fully masked
+rows, NaN behind masked keys) and a worker round trip through the protocol.
+
+    PYTHONPATH=python .venv/bin/python tests/targets_ov_tvm_jax.py [STACK/VARIANT ...]
+
+Exit 0 when every check passed (an unavailable stack is skipped, said on stdout), 1 when
+one failed. The last line is "N passed, N failed, N skipped".
+"""
+
+import importlib
+import sys
+import time
+import traceback
+
+import numpy as np
+
+from attnfuzz import dtypes, layouts, masks, reference, testing
+from attnfuzz.case import Case
+from attnfuzz.worker import Result, Unsupported
+
+TARGETS = ["openvino/sdpa", "openvino/explicit", "tvm/torch_sdpa", "tvm/explicit", "jax/xla", "jax/explicit",
+           "jax/cudnn"]
+
+# Variants whose fully masked rows average V (jax's -0.7 * finfo.max masking): not checked
+# row by row; check_conventions pins the behaviour.
+MEAN_ROWS = ("jax/xla",)
+
+# Tolerance per dtype: |out - ref| <= ATOL * max|V| + RTOL * |ref| (f16/bf16 outputs carry
+# one final rounding plus P rounded to the dtype before P @ V).
+ATOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
+RTOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
+
+
+def _case(**kw):
+    c = {"batch": 2, "q_heads": 4, "kv_heads": 4, "q_len": 7, "kv_len": 7, "head_dim": 16, "dtype": "f32"}
+    lay = kw.pop("layout", None)
+    c.update(kw)
+    if lay is not None:
+        c["q"] = {"layout": lay}
+        if lay not in ("qkv_bs3hd", "qkv_bsh3d", "qkv_channels_first"):
+            c["k"] = {"layout": lay}
+            c["v"] = {"layout": lay}
+    return c
+
+
+def _amask(rank=4, full_dims="bhqk", dtype="f32", expanded=False):
+    return {"rank": rank, "full_dims": full_dims, "dtype": dtype, "expanded": expanded}
+
+
+CASES = [
+    ("bhsd f32", _case(layout="bhsd")),
+    ("bshd cross causal top-left", _case(layout="bshd", q_len=5, kv_len=9, causal=True)),
+    ("sbhd gqa bottom-right", _case(layout="sbhd", q_heads=4, kv_heads=2, q_len=5, kv_len=9, causal=True,
+                                    diagonal="bottom_right")),
+    ("bsd additive 4-D mask + scale", _case(layout="bsd", q_len=6, kv_len=10, scale=0.3,
+                                            additive_mask=_amask(full_dims="bqk"))),
+    ("channels_first bool 2-D mask", _case(layout="channels_first", q_len=6, kv_len=6,
+                                           bool_mask=_amask(rank=2, full_dims="qk"))),
+    ("mixed layouts padding window", _case(q={"layout": "bshd"}, k={"layout": "bhsd"}, v={"layout": "sbhd"},
+                                           q_len=6, kv_len=12, key_padding=[9, 12], window=[3, 1])),
+    ("qkv_bs3hd causal", _case(layout="qkv_bs3hd", q_len=8, kv_len=8, causal=True)),
+    ("qkv_bsh3d padding bottom-right-valid", _case(layout="qkv_bsh3d", q_len=8, kv_len=8, causal=True,
+                                                   key_padding=[5, 8], diagonal="bottom_right_valid")),
+    ("qkv_channels_first additive 2-D", _case(layout="qkv_channels_first", q_len=8, kv_len=8,
+                                              additive_mask=_amask(rank=2, full_dims="qk"))),
+    ("strided stride-0 kv, gqa 4:1", _case(q={"layout": "bhsd", "perm": 5, "pad": 3},
+                                           k={"layout": "bshd", "broadcast": "batch"},
+                                           v={"layout": "bhsd", "pad": 2}, q_heads=4, kv_heads=1)),
+    ("dv != d explicit diagonal", _case(layout="bhsd", head_dim=16, v_head_dim=8, q_len=5, kv_len=9, causal=True,
+                                        diagonal="explicit", diagonal_offset=2)),
+    ("softcap", _case(layout="bhsd", softcap=2.0, scale=1.5)),
+    ("f16 bshd causal gqa", _case(layout="bshd", dtype="f16", q_heads=4, kv_heads=2, q_len=9, kv_len=9,
+                                  causal=True)),
+    ("f16 f32 mask", _case(layout="bhsd", dtype="f16", additive_mask=_amask(full_dims="hqk", dtype="f32"))),
+    ("f16 f16 mask", _case(layout="bhsd", dtype="f16", additive_mask=_amask(full_dims="bhqk", dtype="f16"))),
+    ("bf16 qkv_bs3hd bool mask", _case(layout="qkv_bs3hd", dtype="bf16", q_len=8, kv_len=8,
+                                       bool_mask=_amask(full_dims="bqk"))),
+    ("dropout", _case(layout="bhsd", dropout_p=0.25, dropout_seed=12345)),
+]
+
+
+def needs(c):
+    """The caps, dtype and layouts a case needs (what attnfuzz checks before sending)."""
+    cs = Case(c)
+    caps = {cs.dtype}
+    if cs.q_heads != cs.kv_heads:
+        caps.add("gqa")
+    if cs.q_len != cs.kv_len:
+        caps.add("cross")
+    if cs.v_head_dim != cs.head_dim:
+        caps.add("dv")
+    if cs.scale_given:
+        caps.add("scale")
+    if cs.softcap > 0:
+        caps.add("softcap")
+    if cs.amask:
+        caps.add("amask")
+        if cs.amask.get("dtype", "f32") != cs.dtype:
+            caps.add("mask_dtype")
+    if cs.bmask:
+        caps.add("bmask")
+    if cs.causal:
+        caps.add("causal")
+    if cs.key_padding is not None:
+        caps.add("padding")
+    if cs.has_window:
+        caps.add("window")
+    if cs.dropout_p > 0:
+        caps.add("dropout")
+    s = cs.specs
+    if any(s[n]["perm"] or s[n]["pad"] or s[n]["broadcast"] != "none" for n in "qkv"):
+        caps.add("strided")
+    return caps, cs.dtype, set(cs.layouts.values()), cs
+
+
+def inputs_for(c, seed):
+    """Canonical float64 inputs rounded to the case dtype, masks, and the physical arrays."""
+    cs = Case(c)
+    dt = dtypes.DTYPES[cs.dtype]
+    r = np.random.default_rng(seed)
+    B, Hq, Hkv, Sq, Sk, D, Dv = (cs.batch, cs.q_heads, cs.kv_heads, cs.q_len, cs.kv_len, cs.head_dim,
+                                 cs.v_head_dim)
+    q = r.standard_normal((B, Hq, Sq, D)).astype(dt).astype(np.float64)
+    k = r.standard_normal((B, Hkv, Sk, D)).astype(dt).astype(np.float64)
+    v = r.standard_normal((B, Hkv, Sk, Dv)).astype(dt).astype(np.float64)
+    if cs.specs["k"]["broadcast"] == "batch":
+        k[1:] = k[:1]
+    mask = bmask = None
+    full = (B, Hq, Sq, Sk)
+    if cs.amask:
+        fd = cs.amask.get("full_dims", "qk")
+        shape = tuple(n if letter in fd else 1 for n, letter in zip(full, "bhqk"))
+        mdt = dtypes.DTYPES[cs.amask.get("dtype", "f32")]
+        mask = (r.standard_normal(shape) * 2).astype(mdt)
+        mask[r.random(shape) < 0.2] = -np.inf
+    if cs.bmask:
+        fd = cs.bmask.get("full_dims", "qk")
+        shape = tuple(n if letter in fd else 1 for n, letter in zip(full, "bhqk"))
+        bmask = r.random(shape) > 0.3
+    arrays = testing.physical_inputs(c, q, k, v, mask=mask, bool_mask=bmask)
+    return q, k, v, arrays
+
+
+def call_run(target, c, arrays):
+    """Calls a target's run like the worker kit does: a Case with derived values and the
+    request's tensor entries, read-only views."""
+    cs = Case(c, testing.derived(c))
+    cs.qkv = arrays.get("qkv")
+    for a in arrays.values():
+        a.flags.writeable = False
+    res = target.run(cs, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
+                     bool_mask=arrays.get("bool_mask"))
+    if isinstance(res, Result):
+        out, lay = res.out, res.layout
+    else:
+        out, lay = res, "bhsd"
+    out = np.asarray(out)
+    want = layouts.out_shape(lay, cs.batch, cs.q_heads, cs.q_len, cs.v_head_dim)
+    if out.shape != want:
+        raise AssertionError("output shape %s, the %s output is %s" % (list(out.shape), lay, list(want)))
+    return layouts.to_bhsd(out, lay, cs.q_heads, cs.v_head_dim), cs, res
+
+
+def dead_rows(cs, mask, bool_mask):
+    """bool [B, Hq, Sq]: query rows every key of which is masked (structural, boolean, or
+    an additive -inf)."""
+    full = (cs.batch, cs.q_heads, cs.q_len, cs.kv_len)
+    ok = masks.live(cs, bool_mask)
+    ok = np.ones(full, dtype=bool) if ok is None else np.broadcast_to(ok, full)
+    if mask is not None:
+        ok = ok & np.broadcast_to(masks.additive_bhsd(cs, mask) != -np.inf, full)
+    return ~ok.any(axis=-1)
+
+
+def check_close(name, out, ref, v, dtype, dead=None, rows="zero"):
+    """out against ref within the dtype's tolerance; fully masked rows (dead) must follow
+    the declared convention (rows: "zero", "nan", or None: not checked)."""
+    out = np.asarray(out, dtype=np.float64)
+    if dead is not None and dead.any():
+        d = out[dead]
+        if rows == "nan" and not np.isnan(d).all():
+            raise AssertionError("%s: a fully masked row is not NaN (declared nan)" % name)
+        if rows == "zero" and not (d == 0).all():
+            raise AssertionError("%s: a fully masked row is not 0: %r" % (name, d[~(d == 0)][:3]))
+        out = out.copy()
+        out[dead] = ref[dead]
+    scale = max(float(np.max(np.abs(v))), 1.0)
+    tol = ATOL[dtype] * scale + RTOL[dtype] * np.abs(ref)
+    bad = ~(np.abs(out - ref) <= tol)
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, np.abs(out - ref), -1)), out.shape)
+        raise AssertionError("%s: %d of %d elements off, worst at %s: got %r, want %r"
+                             % (name, int(bad.sum()), bad.size, list(i), out[i], ref[i]))
+
+
+class Runner:
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+
+    def ok(self, msg):
+        self.passed += 1
+        print("ok    " + msg)
+
+    def fail(self, msg):
+        self.failed += 1
+        print("FAIL  " + msg)
+
+    def skip(self, msg):
+        self.skipped += 1
+        print("skip  " + msg)
+
+
+def test_variant(R, stack, variant, mod):
+    hello = mod.caps_for(variant)
+    caps, lays, dts = set(hello["caps"]), set(hello["layouts"]), set(hello["dtypes"])
+    target = mod.Target(variant)
+    tname = "%s/%s" % (stack, variant)
+    for i, (label, c) in enumerate(CASES):
+        need, dt, need_lays, cs = needs(c)
+        if not need <= caps or dt not in dts or not need_lays <= lays:
+            continue  # attnfuzz would not send it
+        lim = hello.get("limits", {})
+        mult = lim.get("head_dim_multiple", 1)
+        if cs.head_dim % mult or cs.v_head_dim % mult:
+            continue
+        q, k, v, arrays = inputs_for(c, 1000 + i)
+        try:
+            out, cs, _ = call_run(target, c, arrays)
+        except Unsupported as e:
+            R.fail("%s %s: unsupported on a declared case: %s" % (tname, label, e))
+            continue
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            R.fail("%s %s: %s: %s" % (tname, label, type(e).__name__, e))
+            continue
+        ref = reference.attention(cs, q, k, v, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"))
+        dead = dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask"))
+        rows = hello["conventions"].get("masked_rows", "zero")
+        if tname in MEAN_ROWS:
+            rows = None
+        try:
+            check_close(label, out, ref, v, dt, dead, rows)
+            R.ok("%s %s" % (tname, label))
+        except AssertionError as e:
+            R.fail("%s %s" % (tname, e))
+    check_conventions(R, tname, target, hello)
+    check_cache(R, tname, target)
+
+
+def check_conventions(R, tname, target, hello):
+    """A fully masked row (bool mask row all False) and NaN behind a masked key: the result
+    must be what the variant declares."""
+    conv = hello.get("conventions", {})
+    caps = set(hello["caps"])
+    dt = "f32" if "f32" in hello["dtypes"] else hello["dtypes"][0]
+    if "bmask" not in caps:
+        return
+    c = _case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4, kv_len=4,
+              bool_mask=_amask(rank=2, full_dims="qk"))
+    r = np.random.default_rng(7)
+    q, k, v = (r.standard_normal((1, 2, 4, 16)) for _ in range(3))
+    bm = np.ones((4, 4), dtype=bool)
+    bm[2, :] = False          # query row 2 attends to nothing
+    bm[:, 1] = False          # key 1 masked for every query
+    v[:, :, 1, :] = np.nan    # NaN behind the masked key
+    arrays = testing.physical_inputs(c, q, k, v, bool_mask=bm)
+    out, cs, _ = call_run(target, c, arrays)
+    row = out[0, :, 2, :]
+    want_rows = conv.get("masked_rows", "zero")
+    if tname in MEAN_ROWS:
+        # measured: -0.7*finfo.max logits, so the row averages V over every key (NaN here)
+        msg = "fully masked row = mean of V (NaN through the NaN key)"
+        good = bool(np.isnan(row).all())
+    elif want_rows == "nan":
+        msg, good = "fully masked row is NaN (declared)", bool(np.isnan(row).all())
+    else:
+        msg, good = "fully masked row is 0 (declared)", bool((row == 0).all())
+    (R.ok if good else R.fail)("%s %s: got %s" % (tname, msg, row[0, :3]))
+    live = np.delete(out[0], 2, axis=1)
+    leak = bool(np.isnan(live).any())
+    want_leak = conv.get("masked_values", "exclude") == "ieee"
+    if want_leak:
+        # "ieee" allows the leak; it does not require it
+        R.ok("%s NaN behind a masked key: %s (declared ieee)" % (tname, "leaks" if leak else "no leak"))
+    else:
+        (R.fail if leak else R.ok)("%s NaN behind a masked key does not leak (declared exclude)" % tname)
+
+
+def check_cache(R, tname, target):
+    """A second value draw of one structure reuses the compiled artifact (compile_s 0) and
+    runs well above 20 executions per second."""
+    c = _case(layout="bshd", q_len=16, kv_len=16, causal=True, dtype="f32")
+    if not hasattr(target, "cache"):
+        return
+    times = []
+    for seed in range(8):
+        q, k, v, arrays = inputs_for(c, seed)
+        t0 = time.perf_counter()
+        try:
+            _, _, res = call_run(target, c, arrays)
+        except Unsupported:
+            return
+        times.append(time.perf_counter() - t0)
+    n = len(target.cache)
+    rate = 1.0 / max(np.median(times[1:]), 1e-9)
+    good = rate >= 20 and isinstance(res, Result) and not res.compile_s
+    (R.ok if good else R.fail)("%s compiled structure reused: %.0f execs/s, cache %d, compile_s %s"
+                               % (tname, rate, n, getattr(res, "compile_s", None)))
+
+
+def main(argv):
+    names = argv or TARGETS
+    R = Runner()
+    t0 = time.time()
+    for name in names:
+        stack, variant = name.split("/")
+        mod = importlib.import_module("attnfuzz.targets." + stack)
+        ok, why = mod.available(variant)
+        if not ok:
+            R.skip("%s: %s" % (name, why))
+            continue
+        snippet = mod.repro_snippet(variant)
+        try:
+            compile(snippet, "<repro %s>" % name, "exec")
+            R.ok("%s repro_snippet compiles" % name)
+        except SyntaxError as e:
+            R.fail("%s repro_snippet: %s" % (name, e))
+        test_variant(R, stack, variant, mod)
+    print("time %.1f s" % (time.time() - t0))
+    print("%d passed, %d failed, %d skipped" % (R.passed, R.failed, R.skipped))
+    return 1 if R.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
