@@ -19,7 +19,11 @@ window, seq lengths) by -0.7 * finfo.max rather than -inf, so a row that these m
 entirely gets the mean of V over all keys (DESIGN.md wants 0; there is no convention for
 it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` gives NaN.
 Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
-The explicit function gives NaN for fully masked rows (softmax of all -inf).
+Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
+-0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
+attention over all keys; it takes a right window only as 0 or under plain causal (other
+windows go in the boolean mask here). The explicit function gives NaN for fully masked
+rows (softmax of all -inf).
 dot_product_attention needs V's head dim equal to K's (no cap dv).
 
 Precision: x64 stays off. f32 matmuls run under jax.default_matmul_precision("highest")
@@ -29,7 +33,7 @@ unless the case allows TF32 ("default": XLA may use TF32 on a GPU; on a CPU both
 from __future__ import annotations
 
 import inspect
-import math
+import os
 import sys
 import time
 
@@ -200,7 +204,6 @@ def config(case, mask, bool_mask, variant):
         inputs.append("bias")
     if bool_mask is not None:
         inputs.append("mask")
-    struct = _has_structural(case) and not native
     if variant == "explicit":
         # the explicit graph builds only an offset-0 causal triangle itself; everything
         # else structural is the host's boolean input
@@ -208,11 +211,18 @@ def config(case, mask, bool_mask, variant):
         struct = _has_structural(case) and not is_causal
         window_arg = None
     else:
-        is_causal = bool(case.causal) and native
         big = case.q_len + case.kv_len
         window_arg = None
         if native and (left >= 0 or right >= 0):
             window_arg = (left if left >= 0 else big, right if right >= 0 else big)
+            # cudnn takes a right window only as 0 or under plain causal (it raises otherwise):
+            # then the structural masks go in the boolean mask, as a user would do
+            plain_causal = bool(case.causal) and case.key_padding is None
+            if variant == "cudnn" and not (window_arg[1] == 0 or plain_causal):
+                window_arg = None
+                native = False
+        is_causal = bool(case.causal) and native
+        struct = _has_structural(case) and not native
     if struct:
         inputs.append("struct")
     if native and variant != "explicit" and case.key_padding is not None:
@@ -403,6 +413,8 @@ def main(argv=None) -> int:
     if not ok:
         sys.stderr.write("attnfuzz.targets.jax: %s is unavailable: %s\n" % (variant, why))
         return 3
+    # a worker shares the GPU with whatever else runs: no 75% preallocation
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
     jax.config.update("jax_enable_x64", False)
     from attnfuzz.worker import serve
