@@ -16,7 +16,9 @@ What TVM 0.27 supports here (measured on llvm): f32 and f16 (the frontend reject
 tensors: "Got unsupported ScalarType BFloat16"); the SDPA importer takes only a float
 attn_mask (a boolean one is asserted away) and R.nn.attention wants a 4-D bias, so the
 module turns the boolean and structural masks into one float mask with torch.where(allowed,
-mask, -inf) and gives a 2-D mask a [1, 1, Sq, Sk] view; is_causal maps to causal_mask
+mask, -inf) and expands it to [B', Hq', Sq, Sk] (a 2-D mask or one broadcast over the query
+or key dim is refused: "The bias should have 4 dimensions", "The key sequence length and the
+bias sequence length should be the same"); is_causal maps to causal_mask
 "TopLeft". The importer drops SDPA's `scale` and `enable_gqa` arguments without a word (the
 variants still declare scale and GQA: a user passes them, and a wrong answer there is a
 finding, docs/findings-ov-tvm-jax.md). No dropout (the importer asserts dropout_p == 0).
@@ -150,8 +152,10 @@ def make_module(cfg):
                 if allowed is not None:      # the importer takes only a float mask
                     base = m if m is not None else torch.zeros((), dtype=q.dtype)
                     m = torch.where(allowed, base, torch.tensor(float("-inf"), dtype=base.dtype))
-                if m is not None and m.dim() == 2:
-                    m = m[None, None]        # R.nn.attention wants a 4-D bias
+                if m is not None:            # R.nn.attention wants a 4-D bias at full Sq x Sk
+                    if m.dim() == 2:
+                        m = m[None, None]
+                    m = m.expand(m.shape[0], m.shape[1], q.shape[2], k.shape[2])
                 kw = {"scale": c["scale_arg"]} if c["scale_arg"] is not None else {}
                 if c["hq"] != c["hkv"]:
                     kw["enable_gqa"] = True
