@@ -297,8 +297,24 @@ def test_variant(R, stack, variant, mod):
                    % (tname, label, "; ".join(bugs)))
         else:
             R.ok("%s %s" % (tname, label))
+    if stack == "openvino":
+        check_ov_precision(R, tname, target)
     check_conventions(R, tname, target, hello)
     check_cache(R, tname, target, "f32" if "f32" in hello["dtypes"] else hello["dtypes"][0])
+
+
+def check_ov_precision(R, tname, target):
+    """Every compiled model computes at its case's precision: INFERENCE_PRECISION_HINT is f32
+    for f32 cases (the CPU plugin's default is bf16 on AVX512_BF16 / AMX CPUs)."""
+    seen = 0
+    for compiled, _, cfg in list(target.cache._d.values()):
+        hint = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        if cfg["dtype"] == "f32":
+            seen += 1
+            if "float32" not in hint and "f32" not in hint:
+                R.fail("%s: an f32 model compiled with INFERENCE_PRECISION_HINT %s" % (tname, hint))
+                return
+    (R.ok if seen else R.fail)("%s: %d f32 models compiled at f32 precision" % (tname, seen))
 
 
 def check_conventions(R, tname, target, hello):
