@@ -8,7 +8,7 @@ if(NOT EXISTS ${af_ovtj_python})
   message(STATUS "openvino/tvm/jax target tests skipped: ${af_ovtj_python} is missing (run scripts/setup.sh)")
 else()
   foreach(spec
-      "openvino:openvino/sdpa openvino/explicit"
+      "openvino:openvino/sdpa openvino/explicit openvino/sdpa_nosnippets"
       "tvm:tvm/torch_sdpa tvm/torch_sdpa_decomp tvm/explicit"
       "jax:jax/xla jax/explicit jax/cudnn")
     string(REPLACE ":" ";" parts "${spec}")

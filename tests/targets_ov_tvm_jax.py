@@ -25,7 +25,7 @@ from attnfuzz import dtypes, layouts, masks, protocol, reference, testing
 from attnfuzz.case import Case
 from attnfuzz.worker import Result, Unsupported
 
-TARGETS = ["openvino/sdpa", "openvino/explicit", "tvm/torch_sdpa", "tvm/torch_sdpa_decomp", "tvm/explicit", "jax/xla", "jax/explicit",
+TARGETS = ["openvino/sdpa", "openvino/explicit", "openvino/sdpa_nosnippets", "tvm/torch_sdpa", "tvm/torch_sdpa_decomp", "tvm/explicit", "jax/xla", "jax/explicit",
            "jax/cudnn"]
 
 # Variants whose fully masked rows follow neither declared convention: not checked row by

@@ -7,6 +7,12 @@ Variants (`python -m attnfuzz.targets.openvino VARIANT`, `--backend target:openv
   sdpa      opset13 ScaledDotProductAttention
   explicit  MatMul / Multiply / Add / Select / Softmax / MatMul: scores and softmax in f32
             (Convert), the matmuls in the case dtype, dropout by the counter RNG's keep mask
+  sdpa_nosnippets  the sdpa model compiled with SNIPPETS_MODE=DISABLE
+
+On the CPU plugin both sdpa and explicit compile to one Snippets "Subgraph" (the MHA
+tokenizer takes the decomposed SDPA and the explicit pattern alike), so they share a
+kernel; with snippets disabled the same SDPA model runs as separate MatMul / Eltwise /
+Softmax nodes: a genuinely different path to pair with.
 
 Precision: every compile sets INFERENCE_PRECISION_HINT explicitly: "f32" for f32 cases (the
 CPU plugin defaults to bf16 on AVX512_BF16 / AMX CPUs, which would silently compute an f32
@@ -44,6 +50,7 @@ NAME = "openvino"
 VARIANTS = {
     "sdpa": "opset13 ScaledDotProductAttention in an ov.Model fed the physical layout (CPU plugin)",
     "explicit": "MatMul / Multiply / Add / Select / Softmax / MatMul ov.Model (CPU plugin)",
+    "sdpa_nosnippets": "the sdpa model compiled with SNIPPETS_MODE=DISABLE (oneDNN MatMul + Softmax nodes)",
 }
 
 
@@ -240,6 +247,8 @@ def compile_model(cfg):
     core = ov.Core()
     model = build_model(cfg)
     conf = {"INFERENCE_PRECISION_HINT": cfg["precision"], "NUM_STREAMS": "1"}
+    if cfg["no_snippets"]:
+        conf["SNIPPETS_MODE"] = "DISABLE"
     compiled = core.compile_model(model, "CPU", conf)
     return compiled, compiled.create_infer_request()
 
@@ -287,10 +296,10 @@ def config(case, mask, bool_mask, variant):
     if bool_mask is not None:
         inputs.append("bool_mask")
         phys["bool_mask"] = (tuple(bool_mask.shape), "boolean")
-    if variant == "sdpa":
-        is_causal = only_causal and mask is None and bool_mask is None
-    else:
+    if variant == "explicit":
         is_causal = only_causal
+    else:
+        is_causal = only_causal and mask is None and bool_mask is None
     if _has_structural(case) and not is_causal:
         inputs.append("struct")
         phys["struct"] = ((B, 1, Sq, Sk), "boolean")
@@ -298,7 +307,8 @@ def config(case, mask, bool_mask, variant):
         inputs.append("keep")
         phys["keep"] = ((B, Hq, Sq, Sk), "boolean")
     return {
-        "kind": variant, "dtype": case.dtype, "shape": (B, Hq, Hkv, Sq, Sk, D, Dv), "phys": phys,
+        "kind": "explicit" if variant == "explicit" else "sdpa", "no_snippets": variant.endswith("_nosnippets"),
+        "dtype": case.dtype, "shape": (B, Hq, Hkv, Sq, Sk, D, Dv), "phys": phys,
         "layouts": lay, "packed": case.packed, "out_layout": _OUT_LAYOUT[lay["q"]], "inputs": inputs,
         "scale_arg": float(case.scale) if case.scale_given else None,
         "scale_factors": _scale_factors(case), "softcap": float(case.softcap), "is_causal": is_causal,
@@ -375,7 +385,7 @@ class Target:
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
-        if self.variant == "sdpa":
+        if self.variant != "explicit":
             if case.softcap > 0:
                 raise Unsupported("ScaledDotProductAttention has no softcap")
             if case.dropout_p > 0:
