@@ -25,7 +25,7 @@ from attnfuzz import dtypes, layouts, masks, protocol, reference, testing
 from attnfuzz.case import Case
 from attnfuzz.worker import Result, Unsupported
 
-TARGETS = ["openvino/sdpa", "openvino/explicit", "openvino/sdpa_nosnippets", "tvm/torch_sdpa", "tvm/torch_sdpa_decomp", "tvm/explicit", "jax/xla", "jax/explicit",
+TARGETS = ["openvino/sdpa", "openvino/explicit", "openvino/sdpa_nosnippets", "tvm/torch_sdpa", "tvm/torch_sdpa_decomp", "tvm/explicit", "tvm/relax_attention", "jax/xla", "jax/explicit",
            "jax/cudnn"]
 
 # Variants whose fully masked rows follow neither declared convention: not checked row by
@@ -52,6 +52,9 @@ TVM_CASES = {
                    "f16 f16 mask"),
     "torch_sdpa_decomp": ("sbhd gqa bottom-right", "channels_first bool 2-D mask", "qkv_bs3hd causal",
                           "f16 bshd causal gqa"),
+    "relax_attention": ("sbhd gqa bottom-right", "bsd additive 4-D mask + scale", "mixed layouts padding window",
+                        "qkv_bsh3d padding bottom-right-valid", "qkv_channels_first additive 2-D",
+                        "f16 bshd causal gqa", "channels_first bool 2-D mask"),
     "explicit": ("bsd additive 4-D mask + scale", "strided stride-0 kv, gqa 4:1", "dv != d explicit diagonal",
                  "qkv_channels_first additive 2-D", "f16 f32 mask", "dropout"),
 }

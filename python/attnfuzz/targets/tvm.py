@@ -11,6 +11,11 @@ Variants (`python -m attnfuzz.targets.tvm VARIANT`, `--backend target:tvm/VARIAN
                      torch's decomposition of SDPA into matmul / softmax, then TVM's ops
   explicit           an explicit matmul / scale / softcap / masks / softmax (f32) / matmul
                      module through the frontend (default decomposition)
+  relax_attention    R.nn.attention written directly in Relax with a BlockBuilder: the
+                     physical layout to BSHD by permute_dims / reshape / strided_slice /
+                     split, GQA by repeat, scale as the op's attribute, causal_mask "TopLeft"
+                     or "BottomRight" (documented as tril(k=|Sq - Sk|): used only for Sq <= Sk,
+                     where it is the bottom-right diagonal), other masks as one float bias
 
 What TVM 0.27 supports here (measured on llvm): f32 and f16 (the frontend rejects bfloat16
 tensors: "Got unsupported ScalarType BFloat16"); the SDPA importer takes only a float
@@ -45,6 +50,7 @@ VARIANTS = {
     "torch_sdpa": "torch SDPA module -> torch.export -> from_exported_program (R.nn.attention) -> llvm",
     "torch_sdpa_decomp": "torch SDPA module -> torch.export -> from_exported_program (decomposed) -> llvm",
     "explicit": "explicit torch attention module -> torch.export -> from_exported_program -> llvm",
+    "relax_attention": "R.nn.attention written in Relax (BlockBuilder), BSHD, causal_mask/bias/scale -> llvm",
 }
 
 
@@ -220,6 +226,110 @@ def call(fn, arrays):
     return out[0].numpy()
 
 
+def relax_to_bshd(bb, x, layout, heads, dim, shape):
+    """One unpacked physical tensor (Relax expr of physical shape `shape`) -> [B, S, H, D]."""
+    from tvm import relax
+    op = relax.op
+    if layout == "bshd":
+        return x
+    if layout == "bhsd":
+        return bb.emit(op.permute_dims(x, [0, 2, 1, 3]))
+    if layout == "sbhd":
+        return bb.emit(op.permute_dims(x, [1, 0, 2, 3]))
+    if layout == "bsd":
+        b, s, _ = shape
+        return bb.emit(op.reshape(x, (b, s, heads, dim)))
+    if layout == "channels_first":
+        b, _, s = shape
+        return bb.emit(op.permute_dims(bb.emit(op.reshape(x, (b, heads, dim, s))), [0, 3, 1, 2]))
+    raise ValueError("relax_to_bshd: %r is not an unpacked layout" % (layout,))
+
+
+def relax_unpack(bb, qkv, layout, heads, dim, shape):
+    """A packed QKV buffer -> q, k, v as [B, S, H, D] Relax exprs."""
+    from tvm import relax
+    op = relax.op
+    b = shape[0]
+    if layout in ("qkv_bs3hd", "qkv_bsh3d"):
+        axis = 2 if layout == "qkv_bs3hd" else 3
+        s = shape[1]
+        return tuple(bb.emit(op.reshape(bb.emit(op.strided_slice(qkv, axes=[axis], begin=[i], end=[i + 1])),
+                                        (b, s, heads, dim))) for i in range(3))
+    if layout == "qkv_channels_first":  # [B, 3*H*D, S], chunk(3, dim=1)
+        s = shape[2]
+        parts = bb.emit(op.split(qkv, 3, axis=1))
+        return tuple(relax_to_bshd(bb, bb.emit(relax.TupleGetItem(parts, i)), "channels_first", heads, dim,
+                                   (b, heads * dim, s)) for i in range(3))
+    raise ValueError("relax_unpack: %r is not a packed layout" % (layout,))
+
+
+def relax_from_bshd(bb, o, layout, b, s, h, dv):
+    """The [B, S, H, Dv] output -> the model's output layout."""
+    from tvm import relax
+    op = relax.op
+    if layout == "bshd":
+        return o
+    if layout == "bhsd":
+        return bb.emit(op.permute_dims(o, [0, 2, 1, 3]))
+    if layout == "sbhd":
+        return bb.emit(op.permute_dims(o, [1, 0, 2, 3]))
+    if layout == "bsd":
+        return bb.emit(op.reshape(o, (b, s, h * dv)))
+    if layout == "channels_first":
+        return bb.emit(op.reshape(bb.emit(op.permute_dims(o, [0, 2, 3, 1])), (b, h * dv, s)))
+    raise ValueError("relax_from_bshd: %r is not an output layout" % (layout,))
+
+
+def build_relax(cfg, example):
+    """The Relax module of one structure (R.nn.attention), built for llvm: a VM function."""
+    import tvm
+    import tvm.tirx as tirx
+    from tvm import relax
+    op = relax.op
+    dt = {"float32": "float32", "float16": "float16"}[str(example[0].dtype)]
+    b, hq, hkv, sq, sk, d, dv = cfg["shape"]
+    bb = relax.BlockBuilder()
+    params = [relax.Var(n, relax.TensorType(tuple(a.shape), str(a.dtype))) for n, a in zip(cfg["names"], example)]
+    with bb.function("main", params):
+        with bb.dataflow():
+            lay = cfg["layouts"]
+            if cfg["packed"]:
+                q, k, v = relax_unpack(bb, params[0], lay["q"], hq, d, tuple(example[0].shape))
+                rest = params[1:]
+            else:
+                q = relax_to_bshd(bb, params[0], lay["q"], hq, d, tuple(example[0].shape))
+                k = relax_to_bshd(bb, params[1], lay["k"], hkv, d, tuple(example[1].shape))
+                v = relax_to_bshd(bb, params[2], lay["v"], hkv, dv, tuple(example[2].shape))
+                rest = params[3:]
+            if hq != hkv:                  # R.nn.attention has no GQA: repeat each kv head
+                k = bb.emit(op.repeat(k, hq // hkv, axis=2))
+                v = bb.emit(op.repeat(v, hq // hkv, axis=2))
+            x = dict(zip(cfg["inputs"], rest))
+            bias = x.get("mask")
+            allowed = None
+            for n in ("bool_mask", "struct"):
+                if n in x:
+                    allowed = x[n] if allowed is None else bb.emit(op.logical_and(allowed, x[n]))
+            if allowed is not None:
+                base = bias if bias is not None else relax.const(0.0, dt)
+                bias = bb.emit(op.where(allowed, base, relax.const(float("-inf"), dt)))
+            if bias is not None:           # 4-D, ending with Sq x Sk
+                bias = bb.emit(op.broadcast_to(bias, (b, hq, sq, sk)))
+            scale = tirx.FloatImm(dt, cfg["scale_arg"]) if cfg["scale_arg"] is not None else None
+            o = bb.emit(op.nn.attention(q, k, v, bias=bias, scale=scale, causal_mask=cfg["causal_mask"]))
+            out = bb.emit_output(relax_from_bshd(bb, o, cfg["out_layout"], b, sq, hq, dv))
+        bb.emit_func_output(out)
+    ex = relax.build(bb.get(), target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"]
+
+
+def call_relax(fn, arrays):
+    """Runs the Relax VM function on numpy arrays; the output as numpy."""
+    import tvm
+    return fn(*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays)).numpy()
+
+
 def config(case, mask, bool_mask, variant):
     """The static structure of one case as plain values."""
     lay = dict(case.layouts)
@@ -232,12 +342,24 @@ def config(case, mask, bool_mask, variant):
     if bool_mask is not None:
         inputs.append("bool_mask")
     is_causal = only_causal and (variant == "explicit" or (mask is None and bool_mask is None))
+    causal_mask = None
+    if variant == "relax_attention":
+        # the op's own causal masks, beside any bias; the rest of the structure in the bias
+        plain = bool(case.causal) and case.key_padding is None and left < 0 and right < 0
+        if plain and _offset_zero_always(case):
+            causal_mask = "TopLeft"
+        elif plain and case.diagonal == "bottom_right" and case.q_len <= case.kv_len:
+            causal_mask = "BottomRight"
+        is_causal = causal_mask is not None
     if _has_structural(case) and not is_causal:
         inputs.append("struct")
     if variant == "explicit" and case.dropout_p > 0:
         inputs.append("keep")
     return {
-        "kind": "explicit" if variant == "explicit" else "sdpa", "decompose": variant != "torch_sdpa",
+        "kind": {"explicit": "explicit", "relax_attention": "relax"}.get(variant, "sdpa"),
+        "decompose": variant != "torch_sdpa", "causal_mask": causal_mask,
+        "shape": (case.batch, case.q_heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim, case.v_head_dim),
+        "names": (["qkv"] if case.packed else ["q", "k", "v"]) + inputs,
         "layouts": lay, "packed": case.packed, "out_layout": _OUT_LAYOUT[lay["q"]],
         "hq": case.q_heads, "hkv": case.kv_heads, "d": case.head_dim, "dv": case.v_head_dim,
         "scale_arg": float(case.scale) if case.scale_given else None,
@@ -316,7 +438,7 @@ class Target:
             raise Unsupported("tvm's PyTorch frontend has no bfloat16")
         if self.variant != "explicit":
             if case.softcap > 0:
-                raise Unsupported("F.scaled_dot_product_attention has no softcap")
+                raise Unsupported("this attention op has no softcap")
             if case.dropout_p > 0:
                 raise Unsupported("tvm's SDPA importer asserts dropout_p == 0")
             if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
@@ -329,12 +451,14 @@ class Target:
         if ent is None:
             t0 = time.perf_counter()
             cfg = config(case, mask, bool_mask, self.variant)
-            fn = build(cfg, arguments(case, q, k, v, mask, bool_mask, cfg))
+            example = arguments(case, q, k, v, mask, bool_mask, cfg)
+            fn = build_relax(cfg, example) if cfg["kind"] == "relax" else build(cfg, example)
             compile_s = time.perf_counter() - t0
             ent = self.cache.put(key, (fn, cfg))
         fn, cfg = ent
         t1 = time.perf_counter()
-        out = call(fn, arguments(case, q, k, v, mask, bool_mask, cfg))
+        args = arguments(case, q, k, v, mask, bool_mask, cfg)
+        out = call_relax(fn, args) if cfg["kind"] == "relax" else call(fn, args)
         return Result(out, layout=cfg["out_layout"], compile_s=compile_s, run_s=time.perf_counter() - t1)
 
 
@@ -350,13 +474,16 @@ def repro_snippet(variant: str) -> str:
     parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
     parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
     parts.append(_KEEP_SNIPPET)
-    for f in (to_bhsd, unpack_qkv, from_bhsd, make_module, explicit_bhsd, build, call, config, arguments):
+    for f in (to_bhsd, unpack_qkv, from_bhsd, make_module, explicit_bhsd, build, call, relax_to_bshd, relax_unpack,
+              relax_from_bshd, build_relax, call_relax, config, arguments):
         parts.append(inspect.getsource(f))
     parts.append('''
 def attention(case, q, k, v, mask=None, bool_mask=None):
     """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
     cfg = config(case, mask, bool_mask, VARIANT)
     args = arguments(case, q, k, v, mask, bool_mask, cfg)
+    if cfg["kind"] == "relax":
+        return call_relax(build_relax(cfg, args), args)
     return call(build(cfg, args), args)
 ''')
     return "\n".join(parts)
