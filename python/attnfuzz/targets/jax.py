@@ -21,8 +21,9 @@ it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` giv
 Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
 Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
 -0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
-attention over all keys; it takes a right window only as 0 or under plain causal (other
-windows go in the boolean mask here). The explicit function gives NaN for fully masked
+attention over all keys; it takes a right window only as 0 or under plain causal, and a
+window only for Sq <= Sk (other windows go in the boolean mask here), and wants bias and
+mask at full Sq x Sk (broadcast here). The explicit function gives NaN for fully masked
 rows (softmax of all -inf).
 dot_product_attention needs V's head dim equal to K's (no cap dv).
 
@@ -121,6 +122,15 @@ def from_btnh(o, layout):
     raise ValueError("from_btnh: %r is not an output layout" % (layout,))
 
 
+def full_qk(m, sq, sk):
+    """A 2-D or 4-D mask as 4-D [B', H', Sq, Sk]: broadcast over the query and key dims."""
+    import jax.numpy as jnp
+    if m is None:
+        return None
+    m = jnp.reshape(m, (1,) * (4 - m.ndim) + tuple(m.shape))
+    return jnp.broadcast_to(m, (m.shape[0], m.shape[1], sq, sk))
+
+
 def make_fn(cfg):
     """The attention function of one structure, jitted. Arguments (in order): q, k, v (or
     qkv), then the inputs cfg names: bias (the additive mask), mask (bool), struct (bool
@@ -145,6 +155,10 @@ def make_fn(cfg):
         bias, mask, struct = a.get("bias"), a.get("mask"), a.get("struct")
         if struct is not None:
             mask = struct if mask is None else jnp.logical_and(mask, struct)
+        if cfg["implementation"] == "cudnn":
+            # cudnn wants the bias (and the mask it becomes) at full Sq x Sk ("Bias must have
+            # same seq length as QKV"); xla broadcasts them
+            bias, mask = full_qk(bias, q.shape[1], k.shape[1]), full_qk(mask, q.shape[1], k.shape[1])
         if cfg["kind"] == "sdpa":
             o = jax.nn.dot_product_attention(
                 q, k, v, bias=bias, mask=mask, scale=cfg["scale_arg"], is_causal=cfg["is_causal"],
@@ -217,8 +231,10 @@ def config(case, mask, bool_mask, variant):
             window_arg = (left if left >= 0 else big, right if right >= 0 else big)
             # cudnn takes a right window only as 0 or under plain causal (it raises otherwise):
             # then the structural masks go in the boolean mask, as a user would do
+            # and only for Sq <= Sk ("Sliding window attention is only supported with
+            # max_s_q <= max_s_kv")
             plain_causal = bool(case.causal) and case.key_padding is None
-            if variant == "cudnn" and not (window_arg[1] == 0 or plain_causal):
+            if variant == "cudnn" and (not (window_arg[1] == 0 or plain_causal) or case.q_len > case.kv_len):
                 window_arg = None
                 native = False
         is_causal = bool(case.causal) and native
@@ -382,7 +398,7 @@ def repro_snippet(variant: str) -> str:
     parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
     parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
     parts.append(_KEEP_SNIPPET)
-    for f in (to_btnh, unpack_btnh, from_btnh, make_fn, explicit_btnh, config, arguments, call):
+    for f in (to_btnh, unpack_btnh, from_btnh, full_qk, make_fn, explicit_btnh, config, arguments, call):
         parts.append(inspect.getsource(f))
     parts.append('''
 def attention(case, q, k, v, mask=None, bool_mask=None):
