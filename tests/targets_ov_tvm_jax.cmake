@@ -9,7 +9,7 @@ if(NOT EXISTS ${af_ovtj_python})
 else()
   foreach(spec
       "openvino:openvino/sdpa openvino/explicit openvino/sdpa_nosnippets"
-      "tvm:tvm/torch_sdpa tvm/torch_sdpa_decomp tvm/explicit tvm/relax_attention"
+      "tvm:tvm/relax_attention tvm/torch_sdpa tvm/torch_sdpa_decomp tvm/explicit"
       "jax:jax/xla jax/explicit jax/cudnn")
     string(REPLACE ":" ";" parts "${spec}")
     list(GET parts 0 name)

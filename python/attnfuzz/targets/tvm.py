@@ -125,15 +125,25 @@ def from_bhsd(o, layout):
     raise ValueError("from_bhsd: %r is not an output layout" % (layout,))
 
 
+_MODULE_CLASS = []
+
+
 def make_module(cfg):
     """The nn.Module of one structure. forward(q, k, v | qkv, *extra) with extra the inputs
     cfg names: mask (additive, as sent), bool_mask (as sent), struct (bool [B, 1, Sq, Sk]),
-    keep (bool [B, Hq, Sq, Sk])."""
+    keep (bool [B, Hq, Sq, Sk]). One class for every structure (torch.export traces the
+    second one much faster)."""
+    if not _MODULE_CLASS:
+        _MODULE_CLASS.append(_attention_class())
+    return _MODULE_CLASS[0](cfg).eval()
+
+
+def _attention_class():
     import torch
     import torch.nn.functional as F
 
     class Attention(torch.nn.Module):
-        def __init__(self):
+        def __init__(self, cfg):
             super().__init__()
             self.cfg = cfg
 
@@ -170,7 +180,7 @@ def make_module(cfg):
                 o = explicit_bhsd(q, k, v, x.get("mask"), allowed, x.get("keep"), c)
             return from_bhsd(o, c["out_layout"])
 
-    return Attention().eval()
+    return Attention
 
 
 def explicit_bhsd(q, k, v, mask, allowed, keep, c):
@@ -474,7 +484,8 @@ def repro_snippet(variant: str) -> str:
     parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
     parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
     parts.append(_KEEP_SNIPPET)
-    for f in (to_bhsd, unpack_qkv, from_bhsd, make_module, explicit_bhsd, build, call, relax_to_bshd, relax_unpack,
+    parts.append("_MODULE_CLASS = []")
+    for f in (to_bhsd, unpack_qkv, from_bhsd, make_module, _attention_class, explicit_bhsd, build, call, relax_to_bshd, relax_unpack,
               relax_from_bshd, build_relax, call_relax, config, arguments):
         parts.append(inspect.getsource(f))
     parts.append('''
