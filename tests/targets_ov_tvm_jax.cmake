@@ -6,6 +6,8 @@
 set(af_ovtj_python ${PROJECT_SOURCE_DIR}/.venv/bin/python)
 if(NOT EXISTS ${af_ovtj_python})
   message(STATUS "openvino/tvm/jax target tests skipped: ${af_ovtj_python} is missing (run scripts/setup.sh)")
+elseif(NOT EXISTS ${PROJECT_SOURCE_DIR}/python/attnfuzz/worker.py)
+  message(STATUS "openvino/tvm/jax target tests skipped: the Python kit (python/attnfuzz) is missing")
 else()
   foreach(spec
       "openvino:openvino/sdpa openvino/explicit openvino/sdpa_nosnippets"
