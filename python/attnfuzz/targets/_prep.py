@@ -126,6 +126,20 @@ def scale_factors(case):
     return s, 1.0, 1.0
 
 
+SCORE_BYTES_LIMIT = 1 << 30
+
+
+def check_score_budget(case, limit=SCORE_BYTES_LIMIT):
+    """Raises attnfuzz.worker.Unsupported when the float32 scores [B, Hq, Sq, Sk] that these
+    graphs materialize (explicit softmax, XLA's dot_product_attention, host masks) would
+    take more than limit bytes: the tensors fit the case budget, the scores need not."""
+    n = 4 * case.batch * case.q_heads * case.q_len * case.kv_len
+    if n > limit:
+        from attnfuzz.worker import Unsupported
+        raise Unsupported("the scores [B, Hq, Sq, Sk] would take %.1f GiB (limit %.1f GiB)"
+                          % (n / 2.0 ** 30, limit / 2.0 ** 30))
+
+
 class LRU:
     """A small least-recently-used cache of compiled artifacts, keyed by case.key(...)."""
 

@@ -360,6 +360,7 @@ class Target:
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
+        _prep.check_score_budget(case)
         if self.variant != "explicit":
             if case.v_head_dim != case.head_dim:
                 raise Unsupported("jax.nn.dot_product_attention needs V's head dim equal to K's")

@@ -385,6 +385,7 @@ class Target:
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
+        _prep.check_score_budget(case)
         if self.variant != "explicit":
             if case.softcap > 0:
                 raise Unsupported("ScaledDotProductAttention has no softcap")

@@ -444,6 +444,7 @@ class Target:
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
+        _prep.check_score_budget(case)
         if case.dtype == "bf16":
             raise Unsupported("tvm's PyTorch frontend has no bfloat16")
         if self.variant != "explicit":
