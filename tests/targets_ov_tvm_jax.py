@@ -380,6 +380,31 @@ def check_cache(R, tname, target, dtype):
                                % (tname, rate, n, getattr(res, "compile_s", None)))
 
 
+def check_snippet(R, name, mod, variant):
+    """repro_snippet's attention(case, q, k, v, ...) runs standalone on one packed causal case
+    with a mask and matches the reference."""
+    ns = {}
+    try:
+        exec(compile(mod.repro_snippet(variant), "<repro %s>" % name, "exec"), ns)
+    except Exception as e:  # noqa: BLE001
+        R.fail("%s repro_snippet: %s: %s" % (name, type(e).__name__, e))
+        return
+    dt = mod.caps_for(variant)["dtypes"][0]
+    c = _case(layout="qkv_bs3hd", dtype=dt, q_len=8, kv_len=8, causal=True, bool_mask=_amask(full_dims="bqk"))
+    q, k, v, arrays = inputs_for(c, 5)
+    cs = Case(c, testing.derived(c))
+    cs.qkv = arrays["qkv"]
+    try:
+        out = ns["attention"](cs, arrays["q"], arrays["k"], arrays["v"], bool_mask=arrays.get("bool_mask"))
+        out = layouts.to_bhsd(np.asarray(out), "bshd", cs.q_heads, cs.v_head_dim)
+        ref = reference.attention(cs, q, k, v, bool_mask=arrays.get("bool_mask"))
+        rows = None if name in ODD_ROWS else mod.caps_for(variant)["conventions"].get("masked_rows", "zero")
+        check_close("repro_snippet", out, ref, v, dt, dead_rows(cs, None, arrays.get("bool_mask")), rows)
+        R.ok("%s repro_snippet runs standalone and matches" % name)
+    except Exception as e:  # noqa: BLE001
+        R.fail("%s repro_snippet: %s: %s" % (name, type(e).__name__, e))
+
+
 def check_protocol(R, stack, variant):
     """The variant as a worker process: hello declares it, a run frame of a packed GQA-free
     causal case comes back right, bye ends it with status 0."""
@@ -571,12 +596,7 @@ def main(argv):
         if not ok:
             R.skip("%s: %s" % (name, why))
             continue
-        snippet = mod.repro_snippet(variant)
-        try:
-            compile(snippet, "<repro %s>" % name, "exec")
-            R.ok("%s repro_snippet compiles" % name)
-        except SyntaxError as e:
-            R.fail("%s repro_snippet: %s" % (name, e))
+        check_snippet(R, name, mod, variant)
         test_variant(R, stack, variant, mod)
         if stack not in round_tripped:     # one worker process per stack: the serve path is shared
             round_tripped.add(stack)
