@@ -1,0 +1,20 @@
+"""JAX: jax.jit(jax.nn.dot_product_attention) on float16 inputs fails to compile on a CPU:
+"The precision 'F16_F16_F32' is not supported by dot_general on CPU". The eager call works:
+_dot_product_attention_core asks for the F16_F16_F32 dot algorithm inside a try/except that
+falls back to the default precision, but under jit the refusal comes at lowering, after the
+except has been passed. (Known as "nn.dot_product_attention does not support float16 on
+the CPU": keras-team/keras-hub#2354 works around it.)
+
+Run: python repro_dpa_f16_jit_cpu.py   (jax 0.10.2 on a CPU, numpy)
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+q = jnp.asarray(np.random.default_rng(0).standard_normal((1, 4, 2, 8)), dtype=jnp.float16)  # [B, T, N, H]
+print("eager:", jax.nn.dot_product_attention(q, q, q).dtype)
+try:
+    out = jax.jit(lambda a: jax.nn.dot_product_attention(a, a, a, implementation="xla"))(q)
+    print("jit:", out.dtype, "ok")
+except Exception as e:  # noqa: BLE001
+    print("BUG: jit fails:", str(e).strip().splitlines()[-1])

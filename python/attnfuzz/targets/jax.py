@@ -1,0 +1,445 @@
+"""JAX attention as users write it: a jitted function fed Q, K, V (or the packed QKV buffer)
+in the case's PHYSICAL layout; it moves them to jax.nn.dot_product_attention's BTNH (= bshd)
+layout inside the jit, so the transposes are part of what XLA compiles.
+
+Variants (`python -m attnfuzz.targets.jax VARIANT`, `--backend target:jax/VARIANT`):
+  xla       jax.nn.dot_product_attention(implementation="xla")
+  explicit  jnp under jit: einsum, scale at the case's placement, softcap, masks, softmax in
+            float32 (the Hugging Face habit), dropout by the counter RNG's keep mask, einsum
+  cudnn     jax.nn.dot_product_attention(implementation="cudnn"): needs a CUDA GPU
+
+Masks (xla, cudnn): the additive mask goes to `bias` as sent (its own dtype, 2-D or 4-D),
+the boolean mask to `mask`. A structural mask whose diagonal offset is 0 for every draw
+(top-left, explicit 0, bottom-right with Sq == Sk) uses the native arguments: is_causal,
+local_window_size (an unbounded side becomes Sq + Sk), key_value_seq_lengths; any other
+diagonal is a boolean [B, 1, Sq, Sk] input combined with `mask`, as user code does.
+
+Measured on jax 0.10.2 CPU: implementation "xla" replaces masked logits (mask, is_causal,
+window, seq lengths) by -0.7 * finfo.max rather than -inf, so a row that these mask
+entirely gets the mean of V over all keys (DESIGN.md wants 0; there is no convention for
+it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` gives NaN.
+Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
+Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
+-0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
+attention over all keys; it takes a right window only as 0 or under plain causal, and a
+window only for Sq <= Sk (other windows go in the boolean mask here), and wants bias and
+mask at full Sq x Sk (broadcast here). The explicit function gives NaN for fully masked
+rows (softmax of all -inf).
+dot_product_attention needs V's head dim equal to K's (no cap dv).
+
+Precision: x64 stays off. f32 matmuls run under jax.default_matmul_precision("highest")
+unless the case allows TF32 ("default"). On a CPU both are f32; on an H100 "default" runs
+f32 matmuls in TF32 (measured: 6.5e-4 off float64 on a unit-scale case, 5.4e-7 at
+"highest"), so an f32 case that forbids TF32 must not be left at jax's default.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import time
+
+import numpy as np
+
+from attnfuzz.targets import _prep
+
+NAME = "jax"
+
+VARIANTS = {
+    "xla": "jax.nn.dot_product_attention(implementation='xla') under jit, inputs in the physical layout",
+    "explicit": "jnp under jit: einsum / scale / softcap / masks / f32 softmax / dropout / einsum",
+    "cudnn": "jax.nn.dot_product_attention(implementation='cudnn') under jit (CUDA GPU only)",
+}
+
+
+def available(variant: str) -> tuple:
+    if variant not in VARIANTS:
+        return False, "unknown variant %r (known: %s)" % (variant, ", ".join(VARIANTS))
+    try:
+        import jax
+    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
+        return False, "jax does not import: %s: %s" % (type(e).__name__, e)
+    if variant == "cudnn":
+        try:
+            gpus = jax.devices("gpu")
+        except Exception as e:  # noqa: BLE001 - no GPU backend at all
+            return False, "cudnn needs a CUDA GPU; jax has none (%s)" % (str(e).splitlines()[0] if str(e) else type(e).__name__)
+        if not gpus:
+            return False, "cudnn needs a CUDA GPU; jax sees none"
+    return True, ""
+
+
+# ---------------------------------------------------------------------------------------
+# The model code: only jax, numpy and math from here to the end of the section (repro_snippet
+# copies it into a standalone repro.py).
+# ---------------------------------------------------------------------------------------
+
+def to_btnh(x, layout, heads, dim):
+    """One unpacked physical tensor -> [B, S, H, D] (BTNH), the layout
+    jax.nn.dot_product_attention takes."""
+    import jax.numpy as jnp
+    if layout == "bshd":
+        return x
+    if layout == "bhsd":
+        return jnp.transpose(x, (0, 2, 1, 3))
+    if layout == "sbhd":
+        return jnp.transpose(x, (1, 0, 2, 3))
+    if layout == "bsd":
+        b, s, _ = x.shape
+        return jnp.reshape(x, (b, s, heads, dim))
+    if layout == "channels_first":
+        b, _, s = x.shape
+        return jnp.transpose(jnp.reshape(x, (b, heads, dim, s)), (0, 3, 1, 2))
+    raise ValueError("to_btnh: %r is not an unpacked layout" % (layout,))
+
+
+def unpack_btnh(qkv, layout, heads, dim):
+    """A packed QKV buffer -> q, k, v as [B, S, H, D], the way models split it."""
+    import jax.numpy as jnp
+    if layout == "qkv_bs3hd":          # [B, S, 3, H, D]
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    if layout == "qkv_bsh3d":          # [B, S, H, 3, D]: Q, K, V of each head adjacent
+        return qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
+    if layout == "qkv_channels_first":  # [B, 3*H*D, S]: qkv.reshape(b, 3c, -1).chunk(3, dim=1)
+        q, k, v = jnp.split(qkv, 3, axis=1)
+        return tuple(to_btnh(t, "channels_first", heads, dim) for t in (q, k, v))
+    raise ValueError("unpack_btnh: %r is not a packed layout" % (layout,))
+
+
+def from_btnh(o, layout):
+    """The [B, S, H, Dv] output -> the model's output layout."""
+    import jax.numpy as jnp
+    if layout == "bshd":
+        return o
+    if layout == "bhsd":
+        return jnp.transpose(o, (0, 2, 1, 3))
+    if layout == "sbhd":
+        return jnp.transpose(o, (1, 0, 2, 3))
+    b, s, h, dv = o.shape
+    if layout == "bsd":
+        return jnp.reshape(o, (b, s, h * dv))
+    if layout == "channels_first":
+        return jnp.reshape(jnp.transpose(o, (0, 2, 3, 1)), (b, h * dv, s))
+    raise ValueError("from_btnh: %r is not an output layout" % (layout,))
+
+
+def full_qk(m, sq, sk):
+    """A 2-D or 4-D mask as 4-D [B', H', Sq, Sk]: broadcast over the query and key dims."""
+    import jax.numpy as jnp
+    if m is None:
+        return None
+    m = jnp.reshape(m, (1,) * (4 - m.ndim) + tuple(m.shape))
+    return jnp.broadcast_to(m, (m.shape[0], m.shape[1], sq, sk))
+
+
+def make_fn(cfg):
+    """The attention function of one structure, jitted. Arguments (in order): q, k, v (or
+    qkv), then the inputs cfg names: bias (the additive mask), mask (bool), struct (bool
+    [B, 1, Sq, Sk]), kv_len (int32 [B]), keep (bool [B, Hq, Sq, Sk])."""
+    import jax
+    import jax.numpy as jnp
+
+    lay = cfg["layouts"]
+    hq, hkv, d, dv = cfg["hq"], cfg["hkv"], cfg["d"], cfg["dv"]
+    names = cfg["inputs"]
+
+    def fn(*args):
+        if cfg["packed"]:
+            q, k, v = unpack_btnh(args[0], lay["q"], hq, d)
+            rest = args[1:]
+        else:
+            q = to_btnh(args[0], lay["q"], hq, d)
+            k = to_btnh(args[1], lay["k"], hkv, d)
+            v = to_btnh(args[2], lay["v"], hkv, dv)
+            rest = args[3:]
+        a = dict(zip(names, rest))
+        bias, mask, struct = a.get("bias"), a.get("mask"), a.get("struct")
+        if struct is not None:
+            mask = struct if mask is None else jnp.logical_and(mask, struct)
+        if cfg["implementation"] == "cudnn":
+            # cudnn wants the bias (and the mask it becomes) at full Sq x Sk ("Bias must have
+            # same seq length as QKV"); xla broadcasts them
+            bias, mask = full_qk(bias, q.shape[1], k.shape[1]), full_qk(mask, q.shape[1], k.shape[1])
+        if cfg["kind"] == "sdpa":
+            o = jax.nn.dot_product_attention(
+                q, k, v, bias=bias, mask=mask, scale=cfg["scale_arg"], is_causal=cfg["is_causal"],
+                key_value_seq_lengths=a.get("kv_len"), local_window_size=cfg["window_arg"],
+                implementation=cfg["implementation"])
+        else:
+            o = explicit_btnh(q, k, v, bias, mask, a.get("keep"), cfg)
+        return from_btnh(o, cfg["out_layout"])
+
+    return jax.jit(fn)
+
+
+def explicit_btnh(q, k, v, bias, mask, keep, cfg):
+    """The unfused attention on [B, S, H, D] tensors: matmuls in the case dtype, scores,
+    masks and softmax in float32, P cast back to the case dtype."""
+    import jax
+    import jax.numpy as jnp
+    dt = q.dtype
+    hq, hkv = cfg["hq"], cfg["hkv"]
+    if hq != hkv:                      # GQA: query head h reads kv head h // (hq / hkv)
+        k = jnp.repeat(k, hq // hkv, axis=2)
+        v = jnp.repeat(v, hq // hkv, axis=2)
+    s_scores, s_q, s_k = cfg["scale_factors"]
+    if s_q != 1.0:
+        q = (q * jnp.asarray(s_q, dt)).astype(dt)
+    if s_k != 1.0:
+        k = (k * jnp.asarray(s_k, dt)).astype(dt)
+    s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    if s_scores != 1.0:
+        s = s * jnp.float32(s_scores)
+    if cfg["softcap"] > 0:
+        c = jnp.float32(cfg["softcap"])
+        s = c * jnp.tanh(s / c)
+    if bias is not None:
+        s = s + bias.astype(jnp.float32)
+    allowed = mask
+    if cfg["is_causal"]:               # offset-0 diagonal, built in the graph
+        sq, sk = s.shape[-2], s.shape[-1]
+        tri = jnp.tril(jnp.ones((sq, sk), dtype=bool))
+        allowed = tri if allowed is None else jnp.logical_and(allowed, tri)
+    if allowed is not None:
+        s = jnp.where(allowed, s, -jnp.inf)
+    p = jax.nn.softmax(s, axis=-1)
+    if keep is not None:
+        p = jnp.where(keep, p * jnp.float32(cfg["dropout_scale"]), jnp.float32(0))
+    o = jnp.einsum("bhqk,bkhd->bqhd", p.astype(dt), v)
+    return o
+
+
+def config(case, mask, bool_mask, variant):
+    """The static structure of one case (what a recompile depends on) as plain values."""
+    lay = dict(case.layouts)
+    left, right = case.window
+    native = _offset_zero_always(case)
+    inputs = []
+    if mask is not None:
+        inputs.append("bias")
+    if bool_mask is not None:
+        inputs.append("mask")
+    if variant == "explicit":
+        # the explicit graph builds only an offset-0 causal triangle itself; everything
+        # else structural is the host's boolean input
+        is_causal = bool(case.causal) and native and case.key_padding is None and left < 0 and right < 0
+        struct = _has_structural(case) and not is_causal
+        window_arg = None
+    else:
+        big = case.q_len + case.kv_len
+        window_arg = None
+        if native and (left >= 0 or right >= 0):
+            window_arg = (left if left >= 0 else big, right if right >= 0 else big)
+            # cudnn takes a right window only as 0 or under plain causal (it raises otherwise):
+            # then the structural masks go in the boolean mask, as a user would do
+            # and only for Sq <= Sk ("Sliding window attention is only supported with
+            # max_s_q <= max_s_kv")
+            plain_causal = bool(case.causal) and case.key_padding is None
+            if variant == "cudnn" and (not (window_arg[1] == 0 or plain_causal) or case.q_len > case.kv_len):
+                window_arg = None
+                native = False
+        is_causal = bool(case.causal) and native
+        struct = _has_structural(case) and not native
+    if struct:
+        inputs.append("struct")
+    if native and variant != "explicit" and case.key_padding is not None:
+        inputs.append("kv_len")
+    if variant == "explicit" and case.dropout_p > 0:
+        inputs.append("keep")
+    return {
+        "kind": "explicit" if variant == "explicit" else "sdpa",
+        "implementation": "cudnn" if variant == "cudnn" else "xla",
+        "layouts": lay, "packed": case.packed, "out_layout": _OUT_LAYOUT[lay["q"]],
+        "hq": case.q_heads, "hkv": case.kv_heads, "d": case.head_dim, "dv": case.v_head_dim,
+        "scale_arg": float(case.scale) if case.scale_given else None,
+        "scale_factors": _scale_factors(case), "softcap": float(case.softcap),
+        "is_causal": is_causal, "window_arg": window_arg, "inputs": inputs,
+        "dropout_scale": 0.0 if case.dropout_p >= 1.0 else 1.0 / (1.0 - case.dropout_p),
+        "precision": "default" if (case.allow_tf32 and case.dtype == "f32") else "highest",
+        "device": "gpu" if variant == "cudnn" else None,     # None: jax's default device
+    }
+
+
+def arguments(case, q, k, v, mask, bool_mask, cfg):
+    """The numpy arguments of the jitted function, in order."""
+    import numpy as np
+    if case.packed:
+        args = [np.ascontiguousarray(case.qkv)]
+    else:
+        args = [np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)]
+    for n in cfg["inputs"]:
+        if n == "bias":
+            args.append(np.ascontiguousarray(mask))
+        elif n == "mask":
+            args.append(np.ascontiguousarray(bool_mask))
+        elif n == "struct":
+            args.append(_structural_allowed(case))
+        elif n == "kv_len":
+            args.append(np.asarray(case.key_padding, dtype=np.int32))
+        elif n == "keep":
+            args.append(_keep_mask(case))
+    return args
+
+
+def call(fn, args, cfg):
+    """Runs the jitted function; the output as numpy."""
+    import jax
+    import numpy as np
+    dev = jax.devices(cfg["device"])[0] if cfg["device"] else jax.devices()[0]
+    with jax.default_matmul_precision(cfg["precision"]), jax.default_device(dev):
+        out = fn(*args)
+        out.block_until_ready()
+    return np.asarray(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Host code shared with the other graph targets; the snippet inlines these.
+# ---------------------------------------------------------------------------------------
+
+_OUT_LAYOUT = _prep.OUT_LAYOUT
+_offset_zero_always = _prep.offset_zero_always
+_has_structural = _prep.has_structural
+_structural_allowed = _prep.structural_allowed
+_scale_factors = _prep.scale_factors
+_keep_mask = _prep.keep_mask
+
+
+def _has_gpu() -> bool:
+    try:
+        import jax
+        return bool(jax.devices("gpu"))
+    except Exception:  # noqa: BLE001 - no GPU backend
+        return False
+
+
+def caps_for(variant: str) -> dict:
+    """The hello fields of a variant."""
+    conv = {"causal": ["top_left", "bottom_right", "bottom_right_valid", "explicit"],
+            "masked_values": "ieee", "dropout": "none"}
+    base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
+            "strided", "mask_dtype", "tf32"]
+    limits = {"max_bytes": 64 << 20}
+    dtypes = ["f32", "f16", "bf16"]
+    if variant == "explicit":
+        caps = base + ["dv", "softcap"]
+        conv["masked_rows"] = "nan"
+        if _prep.have_counter_rng():
+            caps.append("dropout")
+            conv["dropout"] = "counter"
+    elif variant == "xla":
+        # jit of dot_product_attention on f16 fails to compile on a CPU: its F16_F16_F32 dot
+        # algorithm is refused at lowering, where its own try/except fallback does not reach
+        # (known: keras-team/keras-hub#2354); f16 only where a GPU runs it
+        caps = base
+        if not _has_gpu():
+            caps = [c for c in base if c != "f16"]
+            dtypes = ["f32", "bf16"]
+    else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
+        caps = [c for c in base if c != "f32"]
+        dtypes = ["f16", "bf16"]
+        limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
+    return {"caps": caps, "layouts": list(_prep.ALL_LAYOUTS), "dtypes": dtypes, "limits": limits,
+            "conventions": conv,
+            "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
+
+
+def _structure_key(case, mask, bool_mask):
+    """The cache key: case.key's structural fields without strides (inputs are made dense),
+    plus the shapes and dtypes of the masks as sent."""
+    def shp(x):
+        return None if x is None else (tuple(x.shape), str(x.dtype))
+    return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
+            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
+
+
+class Target:
+    """One variant: a cache of jitted functions keyed by structure."""
+
+    def __init__(self, variant: str):
+        self.variant = variant
+        self.cache = _prep.LRU(64)
+
+    def run(self, case, q, k, v, mask=None, bool_mask=None):
+        from attnfuzz.worker import Result, Unsupported
+        _prep.check_score_budget(case)
+        if self.variant != "explicit":
+            if case.v_head_dim != case.head_dim:
+                raise Unsupported("jax.nn.dot_product_attention needs V's head dim equal to K's")
+            if case.softcap > 0:
+                raise Unsupported("jax.nn.dot_product_attention has no softcap")
+            if case.dropout_p > 0:
+                raise Unsupported("jax.nn.dot_product_attention has no dropout")
+        elif case.dropout_p > 0 and not _prep.have_counter_rng():
+            raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
+        key = _structure_key(case, mask, bool_mask)
+        ent = self.cache.get(key)
+        t0 = time.perf_counter()
+        compile_s = 0.0
+        if ent is None:
+            cfg = config(case, mask, bool_mask, self.variant)
+            ent = self.cache.put(key, (make_fn(cfg), cfg, [True]))
+        fn, cfg, first = ent
+        args = arguments(case, q, k, v, mask, bool_mask, cfg)
+        out = call(fn, args, cfg)
+        t1 = time.perf_counter()
+        if first[0]:                   # jit compiles on the first call of a structure
+            first[0] = False
+            compile_s = t1 - t0
+        return Result(out, layout=cfg["out_layout"], compile_s=compile_s, run_s=0.0 if compile_s else t1 - t0)
+
+
+def repro_snippet(variant: str) -> str:
+    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None) with jax and
+    numpy only; returns the output in the case's output layout (see OUT_LAYOUT)."""
+    if variant not in VARIANTS:
+        raise ValueError("unknown variant %r" % (variant,))
+    parts = ["import math", "import numpy as np", "import jax", "import jax.numpy as jnp", "",
+             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_prep.OUT_LAYOUT,), ""]
+    for f in (_prep.offset_zero_always, _prep.has_structural, _prep.structural_allowed, _prep.scale_factors):
+        parts.append(inspect.getsource(f))
+    parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
+    parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
+    parts.append(_KEEP_SNIPPET)
+    for f in (to_btnh, unpack_btnh, from_btnh, full_qk, make_fn, explicit_btnh, config, arguments, call):
+        parts.append(inspect.getsource(f))
+    parts.append('''
+def attention(case, q, k, v, mask=None, bool_mask=None):
+    """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
+    cfg = config(case, mask, bool_mask, VARIANT)
+    fn = make_fn(cfg)
+    return call(fn, arguments(case, q, k, v, mask, bool_mask, cfg), cfg)
+''')
+    return "\n".join(parts)
+
+
+_KEEP_SNIPPET = '''
+def _keep_mask(case):
+    """The dropout keep mask bool [B, Hq, Sq, Sk]: attnfuzz.rng.dropout_keep (Philox, DESIGN.md
+    section 2) when attnfuzz is importable; the repro needs it only for dropout cases."""
+    from attnfuzz import rng
+    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
+'''
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] not in VARIANTS:
+        sys.stderr.write("usage: python -m attnfuzz.targets.jax VARIANT (one of: %s)\n" % ", ".join(VARIANTS))
+        return 2
+    variant = argv[0]
+    ok, why = available(variant)
+    if not ok:
+        sys.stderr.write("attnfuzz.targets.jax: %s is unavailable: %s\n" % (variant, why))
+        return 3
+    # a worker shares the GPU with whatever else runs: no 75% preallocation
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+    jax.config.update("jax_enable_x64", False)
+    from attnfuzz.worker import serve
+    t = Target(variant)
+    return serve(t.run, name=NAME, version=jax.__version__, variant=variant, **caps_for(variant))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,464 @@
+"""OpenVINO attention as users build it: a small ov.Model (opset13 graph building) that takes
+Q, K, V (or the packed QKV buffer) in the case's PHYSICAL layout and does the layout handling
+itself (Transpose, the bsd / channels-first head split by Reshape, Gather / Split of a packed
+buffer), compiled for the CPU plugin.
+
+Variants (`python -m attnfuzz.targets.openvino VARIANT`, `--backend target:openvino/VARIANT`):
+  sdpa      opset13 ScaledDotProductAttention
+  explicit  MatMul / Multiply / Add / Select / Softmax / MatMul: scores and softmax in f32
+            (Convert), the matmuls in the case dtype, dropout by the counter RNG's keep mask
+  sdpa_nosnippets  the sdpa model compiled with SNIPPETS_MODE=DISABLE
+
+On the CPU plugin both sdpa and explicit compile to one Snippets "Subgraph" (the MHA
+tokenizer takes the decomposed SDPA and the explicit pattern alike), so they share a
+kernel; with snippets disabled the same SDPA model runs as separate MatMul / Eltwise /
+Softmax nodes: a genuinely different path to pair with.
+
+Precision: every compile sets INFERENCE_PRECISION_HINT explicitly: "f32" for f32 cases (the
+CPU plugin defaults to bf16 on AVX512_BF16 / AMX CPUs, which would silently compute an f32
+case in bf16), "f16" / "bf16" for f16 / bf16 cases. The plugin may refuse a hint the CPU
+cannot run natively (an f16 hint without AVX512_FP16 / AMX_FP16 falls back to f32; a bf16
+hint is honoured, emulated where the CPU lacks AVX512_BF16); `run` reports the precision
+in effect in nothing but the result's accuracy, so the self-test pins it.
+
+Masks (sdpa): one attention_mask input. The boolean mask and the structural mask (a bool
+[B, 1, Sq, Sk] input computed on the host for causal on any diagonal, key padding, window)
+combine with LogicalAnd; with an additive mask they become Select(allowed, mask, -inf). The
+op's `causal` attribute (top-left; the spec ignores attention_mask when it is set) is used
+when a top-left causal mask is the only mask. GQA: an Hkv = 1 key broadcasts natively
+(numpy rules of the spec); Hkv > 1 repeats K and V per group (Unsqueeze / Broadcast /
+Reshape, the `repeat_kv` of model code). The spec wants the mask and the scale in Q's type:
+no mask_dtype, and the scale is rounded to the case dtype.
+
+Conventions, measured with openvino 2026.4 CPU: ScaledDotProductAttention gives NaN for a
+fully masked row and lets 0 * NaN through from masked keys (masked_values "ieee"); so does
+the explicit graph (Softmax of an all -inf row is NaN).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import time
+
+import numpy as np
+
+from attnfuzz.targets import _prep
+
+NAME = "openvino"
+
+VARIANTS = {
+    "sdpa": "opset13 ScaledDotProductAttention in an ov.Model fed the physical layout (CPU plugin)",
+    "explicit": "MatMul / Multiply / Add / Select / Softmax / MatMul ov.Model (CPU plugin)",
+    "sdpa_nosnippets": "the sdpa model compiled with SNIPPETS_MODE=DISABLE (oneDNN MatMul + Softmax nodes)",
+}
+
+
+def available(variant: str) -> tuple:
+    if variant not in VARIANTS:
+        return False, "unknown variant %r (known: %s)" % (variant, ", ".join(VARIANTS))
+    try:
+        import openvino as ov
+        import openvino.opset13  # noqa: F401
+        devices = ov.Core().available_devices
+    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
+        return False, "openvino does not import: %s: %s" % (type(e).__name__, e)
+    if "CPU" not in devices:
+        return False, "openvino has no CPU device (devices: %s)" % ", ".join(devices)
+    return True, ""
+
+
+# ---------------------------------------------------------------------------------------
+# The model code: only openvino, numpy and math from here to the end of the section
+# (repro_snippet copies it into a standalone repro.py).
+# ---------------------------------------------------------------------------------------
+
+_OV_TYPES = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
+
+
+def _const(value, dtype):
+    """A constant of the case dtype (bf16 built by Convert from f32)."""
+    import openvino.opset13 as ops
+    value = np.asarray(value, dtype=np.float32)
+    if dtype == "f32":
+        return ops.constant(value)
+    return ops.convert(ops.constant(value), _OV_TYPES[dtype])
+
+
+def _type(name):
+    """An ov.Type by its name ("f32", "f16", "bf16", "boolean")."""
+    import openvino as ov
+    return getattr(ov.Type, name)
+
+
+def _i64(values):
+    import openvino.opset13 as ops
+    return ops.constant(np.asarray(values, dtype=np.int64))
+
+
+def to_bhsd(x, layout, heads, dim, shape):
+    """One unpacked physical tensor (node x of physical shape `shape`) -> [B, H, S, D]."""
+    import openvino.opset13 as ops
+    if layout == "bhsd":
+        return x
+    if layout == "bshd":
+        return ops.transpose(x, _i64([0, 2, 1, 3]))
+    if layout == "sbhd":
+        return ops.transpose(x, _i64([1, 2, 0, 3]))
+    if layout == "bsd":
+        b, s, _ = shape
+        return ops.transpose(ops.reshape(x, _i64([b, s, heads, dim]), False), _i64([0, 2, 1, 3]))
+    if layout == "channels_first":
+        b, _, s = shape
+        return ops.transpose(ops.reshape(x, _i64([b, heads, dim, s]), False), _i64([0, 1, 3, 2]))
+    raise ValueError("to_bhsd: %r is not an unpacked layout" % (layout,))
+
+
+def unpack_qkv(qkv, layout, heads, dim, shape):
+    """A packed QKV buffer -> q, k, v as [B, H, S, D] nodes, the way models split it."""
+    import openvino.opset13 as ops
+    if layout == "qkv_bs3hd":          # [B, S, 3, H, D]
+        b, s = shape[0], shape[1]
+        parts = [ops.gather(qkv, _i64(i), _i64(2)) for i in range(3)]
+        return tuple(to_bhsd(p, "bshd", heads, dim, (b, s, heads, dim)) for p in parts)
+    if layout == "qkv_bsh3d":          # [B, S, H, 3, D]: Q, K, V of each head adjacent
+        b, s = shape[0], shape[1]
+        parts = [ops.gather(qkv, _i64(i), _i64(3)) for i in range(3)]
+        return tuple(to_bhsd(p, "bshd", heads, dim, (b, s, heads, dim)) for p in parts)
+    if layout == "qkv_channels_first":  # [B, 3*H*D, S], chunk(3, dim=1)
+        b, _, s = shape
+        parts = ops.split(qkv, _i64(1), 3).outputs()
+        return tuple(to_bhsd(p, "channels_first", heads, dim, (b, heads * dim, s)) for p in parts)
+    raise ValueError("unpack_qkv: %r is not a packed layout" % (layout,))
+
+
+def from_bhsd(o, layout, b, h, s, dv):
+    """The [B, H, S, Dv] output node -> the model's output layout."""
+    import openvino.opset13 as ops
+    if layout == "bhsd":
+        return o
+    if layout == "bshd":
+        return ops.transpose(o, _i64([0, 2, 1, 3]))
+    if layout == "sbhd":
+        return ops.transpose(o, _i64([2, 0, 1, 3]))
+    if layout == "bsd":
+        return ops.reshape(ops.transpose(o, _i64([0, 2, 1, 3])), _i64([b, s, h * dv]), False)
+    if layout == "channels_first":
+        return ops.reshape(ops.transpose(o, _i64([0, 1, 3, 2])), _i64([b, h * dv, s]), False)
+    raise ValueError("from_bhsd: %r is not an output layout" % (layout,))
+
+
+def repeat_kv(x, b, hkv, group, s, d):
+    """[B, Hkv, S, D] -> [B, Hkv*group, S, D], each kv head repeated for its query heads."""
+    import openvino.opset13 as ops
+    x = ops.unsqueeze(x, _i64([2]))
+    x = ops.broadcast(x, _i64([b, hkv, group, s, d]))
+    return ops.reshape(x, _i64([b, hkv * group, s, d]), False)
+
+
+def build_model(cfg):
+    """The ov.Model of one structure. Parameters, in order: q, k, v (or qkv), then those cfg
+    names: mask (additive, as sent), bool_mask (as sent), struct (bool [B, 1, Sq, Sk]), keep
+    (bool [B, Hq, Sq, Sk])."""
+    import openvino as ov
+    import openvino.opset13 as ops
+    dt = cfg["dtype"]
+    et = _OV_TYPES[dt]
+    b, hq, hkv, sq, sk, d, dv = cfg["shape"]
+    params = []
+    if cfg["packed"]:
+        qkv = ops.parameter(cfg["phys"]["qkv"], _type(et), name="qkv")
+        params.append(qkv)
+        q, k, v = unpack_qkv(qkv, cfg["layouts"]["q"], hq, d, cfg["phys"]["qkv"])
+    else:
+        nodes = {}
+        for n, heads, dim in (("q", hq, d), ("k", hkv, d), ("v", hkv, dv)):
+            p = ops.parameter(cfg["phys"][n], _type(et), name=n)
+            params.append(p)
+            nodes[n] = to_bhsd(p, cfg["layouts"][n], heads, dim, cfg["phys"][n])
+        q, k, v = nodes["q"], nodes["k"], nodes["v"]
+    extra = {}
+    for n in cfg["inputs"]:
+        shape, t = cfg["phys"][n]
+        p = ops.parameter(shape, _type(t), name=n)
+        params.append(p)
+        extra[n] = p
+    group = hq // hkv
+    if cfg["kind"] == "sdpa":
+        if group > 1 and hkv > 1:
+            k = repeat_kv(k, b, hkv, group, sk, d)
+            v = repeat_kv(v, b, hkv, group, sk, dv)
+        allowed = None
+        for n in ("bool_mask", "struct"):
+            if n in extra:
+                allowed = extra[n] if allowed is None else ops.logical_and(allowed, extra[n])
+        mask = extra.get("mask")
+        if mask is not None and allowed is not None:
+            mask = ops.select(allowed, mask, _const(float("-inf"), dt))
+        elif mask is None:
+            mask = allowed
+        args = [q, k, v]
+        if mask is not None:
+            args.append(mask)
+        if cfg["scale_arg"] is not None:
+            if mask is None:
+                args.append(_const(np.zeros((1, 1)), dt))   # scale is input 5: a zero mask first
+            args.append(_const(cfg["scale_arg"], dt))
+        o = ops.scaled_dot_product_attention(*args, causal=cfg["is_causal"])
+    else:
+        if group > 1:
+            k = repeat_kv(k, b, hkv, group, sk, d)
+            v = repeat_kv(v, b, hkv, group, sk, dv)
+        s_scores, s_q, s_k = cfg["scale_factors"]
+        if s_q != 1.0:
+            q = ops.multiply(q, _const(s_q, dt))
+        if s_k != 1.0:
+            k = ops.multiply(k, _const(s_k, dt))
+        s = ops.matmul(q, k, False, True)
+        if dt != "f32":
+            s = ops.convert(s, "f32")
+        if s_scores != 1.0:
+            s = ops.multiply(s, _const(s_scores, "f32"))
+        if cfg["softcap"] > 0:
+            c = _const(cfg["softcap"], "f32")
+            s = ops.multiply(ops.tanh(ops.divide(s, c)), c)
+        if "mask" in extra:
+            m = extra["mask"]
+            s = ops.add(s, m if cfg["mask_dtype"] == "f32" else ops.convert(m, "f32"))
+        for n in ("bool_mask", "struct"):
+            if n in extra:
+                s = ops.select(extra[n], s, _const(float("-inf"), "f32"))
+        if cfg["is_causal"]:
+            tri = ops.constant(np.tril(np.ones((sq, sk), dtype=bool)))
+            s = ops.select(tri, s, _const(float("-inf"), "f32"))
+        p = ops.softmax(s, -1)
+        if "keep" in extra:
+            p = ops.select(extra["keep"], ops.multiply(p, _const(cfg["dropout_scale"], "f32")), _const(0.0, "f32"))
+        if dt != "f32":
+            p = ops.convert(p, _OV_TYPES[dt])
+        o = ops.matmul(p, v, False, False)
+    out = from_bhsd(o, cfg["out_layout"], b, hq, sq, dv)
+    return ov.Model([out], params, "attention")
+
+
+def compile_model(cfg):
+    """The compiled model and one infer request; the inference precision is set explicitly."""
+    import openvino as ov
+    core = ov.Core()
+    model = build_model(cfg)
+    conf = {"INFERENCE_PRECISION_HINT": cfg["precision"], "NUM_STREAMS": "1"}
+    if cfg["no_snippets"]:
+        conf["SNIPPETS_MODE"] = "DISABLE"
+    compiled = core.compile_model(model, "CPU", conf)
+    return compiled, compiled.create_infer_request()
+
+
+def ov_tensor(x):
+    """A numpy array as an ov.Tensor; bf16 (ml_dtypes) by its bits: infer() given an
+    ml_dtypes.bfloat16 array does not read it as bf16."""
+    import openvino as ov
+    x = np.ascontiguousarray(x)
+    if x.dtype.name == "bfloat16":
+        return ov.Tensor(x.view(np.uint16), ov.Shape(list(x.shape)), ov.Type.bf16)
+    return ov.Tensor(x)
+
+
+def infer(request, arrays, dtype):
+    """Runs the request on the arrays; the output as numpy in the case dtype."""
+    for i, a in enumerate(arrays):
+        request.set_input_tensor(i, ov_tensor(a))
+    request.infer()
+    t = request.get_output_tensor(0)
+    if dtype == "bf16":
+        import ml_dtypes
+        return np.array(t.data.view(np.uint16).view(ml_dtypes.bfloat16))
+    return np.array(t.data)
+
+
+def config(case, mask, bool_mask, variant):
+    """The static structure of one case as plain values."""
+    lay = dict(case.layouts)
+    B, Hq, Hkv, Sq, Sk, D, Dv = (case.batch, case.q_heads, case.kv_heads, case.q_len, case.kv_len,
+                                 case.head_dim, case.v_head_dim)
+    phys = {}
+    if case.packed:
+        phys["qkv"] = tuple(case.qkv.shape)
+    else:
+        for n, h, s, dim in (("q", Hq, Sq, D), ("k", Hkv, Sk, D), ("v", Hkv, Sk, Dv)):
+            phys[n] = _phys_shape(lay[n], B, h, s, dim)
+    left, right = case.window
+    only_causal = (bool(case.causal) and _offset_zero_always(case) and case.key_padding is None
+                   and left < 0 and right < 0)
+    inputs = []
+    if mask is not None:
+        inputs.append("mask")
+        phys["mask"] = (tuple(mask.shape), _OV_TYPES[case.amask.get("dtype", "f32")])
+    if bool_mask is not None:
+        inputs.append("bool_mask")
+        phys["bool_mask"] = (tuple(bool_mask.shape), "boolean")
+    if variant == "explicit":
+        is_causal = only_causal
+    else:
+        is_causal = only_causal and mask is None and bool_mask is None
+    if _has_structural(case) and not is_causal:
+        inputs.append("struct")
+        phys["struct"] = ((B, 1, Sq, Sk), "boolean")
+    if variant == "explicit" and case.dropout_p > 0:
+        inputs.append("keep")
+        phys["keep"] = ((B, Hq, Sq, Sk), "boolean")
+    return {
+        "kind": "explicit" if variant == "explicit" else "sdpa", "no_snippets": variant.endswith("_nosnippets"),
+        "dtype": case.dtype, "shape": (B, Hq, Hkv, Sq, Sk, D, Dv), "phys": phys,
+        "layouts": lay, "packed": case.packed, "out_layout": _OUT_LAYOUT[lay["q"]], "inputs": inputs,
+        "scale_arg": float(case.scale) if case.scale_given else None,
+        "scale_factors": _scale_factors(case), "softcap": float(case.softcap), "is_causal": is_causal,
+        "mask_dtype": case.amask.get("dtype", "f32") if case.amask else None,
+        "dropout_scale": 0.0 if case.dropout_p >= 1.0 else 1.0 / (1.0 - case.dropout_p),
+        "precision": case.dtype,
+    }
+
+
+def _phys_shape(layout, B, H, S, D):
+    return {"bhsd": (B, H, S, D), "bshd": (B, S, H, D), "sbhd": (S, B, H, D), "bsd": (B, S, H * D),
+            "channels_first": (B, H * D, S)}[layout]
+
+
+def arguments(case, q, k, v, mask, bool_mask, cfg):
+    """The model's input arrays, in order."""
+    if case.packed:
+        args = [np.ascontiguousarray(case.qkv)]
+    else:
+        args = [np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)]
+    for n in cfg["inputs"]:
+        if n == "mask":
+            args.append(np.ascontiguousarray(mask))
+        elif n == "bool_mask":
+            args.append(np.ascontiguousarray(bool_mask))
+        elif n == "struct":
+            args.append(_structural_allowed(case))
+        elif n == "keep":
+            args.append(_keep_mask(case))
+    return args
+
+
+# ---------------------------------------------------------------------------------------
+# Host code shared with the other graph targets; the snippet inlines these.
+# ---------------------------------------------------------------------------------------
+
+_OUT_LAYOUT = _prep.OUT_LAYOUT
+_offset_zero_always = _prep.offset_zero_always
+_has_structural = _prep.has_structural
+_structural_allowed = _prep.structural_allowed
+_scale_factors = _prep.scale_factors
+_keep_mask = _prep.keep_mask
+
+
+def caps_for(variant: str) -> dict:
+    """The hello fields of a variant."""
+    conv = {"causal": ["top_left", "bottom_right", "bottom_right_valid", "explicit"], "masked_rows": "nan",
+            "masked_values": "ieee", "dropout": "none"}
+    caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding", "window",
+            "strided", "tf32"]
+    if variant == "explicit":
+        caps += ["softcap", "mask_dtype"]
+        if _prep.have_counter_rng():
+            caps.append("dropout")
+            conv["dropout"] = "counter"
+    return {"caps": caps, "layouts": list(_prep.ALL_LAYOUTS), "dtypes": ["f32", "f16", "bf16"],
+            "limits": {"max_bytes": 64 << 20}, "conventions": conv,
+            "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
+
+
+def _structure_key(case, mask, bool_mask):
+    def shp(x):
+        return None if x is None else (tuple(x.shape), str(x.dtype))
+    return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
+            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
+
+
+class Target:
+    """One variant: a cache of compiled models and their infer requests keyed by structure."""
+
+    def __init__(self, variant: str):
+        self.variant = variant
+        self.cache = _prep.LRU(64)
+
+    def run(self, case, q, k, v, mask=None, bool_mask=None):
+        from attnfuzz.worker import Result, Unsupported
+        _prep.check_score_budget(case)
+        if self.variant != "explicit":
+            if case.softcap > 0:
+                raise Unsupported("ScaledDotProductAttention has no softcap")
+            if case.dropout_p > 0:
+                raise Unsupported("ScaledDotProductAttention has no dropout")
+            if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
+                raise Unsupported("ScaledDotProductAttention wants the mask in Q's type")
+        elif case.dropout_p > 0 and not _prep.have_counter_rng():
+            raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
+        key = _structure_key(case, mask, bool_mask)
+        ent = self.cache.get(key)
+        compile_s = 0.0
+        if ent is None:
+            t0 = time.perf_counter()
+            cfg = config(case, mask, bool_mask, self.variant)
+            compiled, request = compile_model(cfg)
+            compile_s = time.perf_counter() - t0
+            ent = self.cache.put(key, (compiled, request, cfg))
+        _, request, cfg = ent
+        t1 = time.perf_counter()
+        out = infer(request, arguments(case, q, k, v, mask, bool_mask, cfg), case.dtype)
+        return Result(out, layout=cfg["out_layout"], compile_s=compile_s, run_s=time.perf_counter() - t1)
+
+
+def repro_snippet(variant: str) -> str:
+    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None) with openvino
+    and numpy only; returns the output in the case's output layout (see _OUT_LAYOUT)."""
+    if variant not in VARIANTS:
+        raise ValueError("unknown variant %r" % (variant,))
+    parts = ["import math", "import numpy as np", "import openvino as ov", "import openvino.opset13 as ops", "",
+             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_prep.OUT_LAYOUT,),
+             "_OV_TYPES = %r" % (_OV_TYPES,), ""]
+    for f in (_prep.offset_zero_always, _prep.has_structural, _prep.structural_allowed, _prep.scale_factors):
+        parts.append(inspect.getsource(f))
+    parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
+    parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
+    parts.append(_KEEP_SNIPPET)
+    for f in (_const, _type, _i64, to_bhsd, unpack_qkv, from_bhsd, repeat_kv, build_model, compile_model, ov_tensor, infer,
+              config, _phys_shape, arguments):
+        parts.append(inspect.getsource(f))
+    parts.append('''
+def attention(case, q, k, v, mask=None, bool_mask=None):
+    """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
+    cfg = config(case, mask, bool_mask, VARIANT)
+    compiled, request = compile_model(cfg)
+    return infer(request, arguments(case, q, k, v, mask, bool_mask, cfg), case.dtype)
+''')
+    return "\n".join(parts)
+
+
+_KEEP_SNIPPET = '''
+def _keep_mask(case):
+    """The dropout keep mask bool [B, Hq, Sq, Sk] (attnfuzz.rng.dropout_keep, Philox)."""
+    from attnfuzz import rng
+    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
+'''
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0] not in VARIANTS:
+        sys.stderr.write("usage: python -m attnfuzz.targets.openvino VARIANT (one of: %s)\n" % ", ".join(VARIANTS))
+        return 2
+    variant = argv[0]
+    ok, why = available(variant)
+    if not ok:
+        sys.stderr.write("attnfuzz.targets.openvino: %s is unavailable: %s\n" % (variant, why))
+        return 3
+    import openvino as ov
+    from attnfuzz.worker import serve
+    t = Target(variant)
+    return serve(t.run, name=NAME, version=ov.__version__, variant=variant, **caps_for(variant))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
