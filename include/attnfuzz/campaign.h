@@ -41,6 +41,7 @@ typedef struct af_campaign_opts {
     const char *stats_path;   /* optional JSON stats */
     uint64_t max_findings;    /* stop after this many unique signatures; 0 = no limit */
     double max_flops;         /* cap per generated case; 0 = default 2e7 */
+    bool tiny;                /* every dimension 1 (benchmarks of per-case overhead) */
     bool quiet;               /* no status lines */
     bool no_minimize;         /* store raw findings (signature of the case as found) */
     unsigned minimize_execs;  /* budget per new finding; 0 = 400 */

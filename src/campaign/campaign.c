@@ -151,6 +151,8 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
 /* --- the pool of cases to mutate --------------------------------------------------- */
 
 #define AF_POOL_MAX 512
+#define AF_DRAW_TRIES 64       /* draws per case while no backend would run it */
+#define AF_COMPILE_SHARE 0.5   /* compile time above this share of the wall: reuse structures */
 
 typedef struct af_pool {
     af_case cases[AF_POOL_MAX];
@@ -273,6 +275,41 @@ static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *
 
 /* --- one process --------------------------------------------------------------------- */
 
+/* Every dimension 1 (--tiny): the cost of a case is then the pipeline's and the
+ * backends' own overhead. */
+static void af_case_tiny(af_case *c, size_t budget) {
+    c->batch = c->q_heads = c->kv_heads = c->q_len = c->kv_len = c->head_dim = c->v_head_dim = 1;
+    af_case_repair(c, budget);
+}
+
+/* The next case of the strategy. The generator's draws are redrawn (up to
+ * AF_DRAW_TRIES times) while no backend would run them: a target that declares few
+ * capabilities, or refused a feature often enough to have learned it (worker.h), gets
+ * cases it runs instead of skipped ones. */
+static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t n, af_rng *rng, const af_exec *x,
+                             double max_flops, af_case *c) {
+    for (int tries = 0;; tries++) {
+        uint32_t pick = af_rng_below(rng, 10);
+        if (o->strategy == AF_STRATEGY_GRID) {
+            af_grid_case(c, n, rng, o->exec.budget);
+        } else if (o->strategy == AF_STRATEGY_BYTES) {
+            af_bytes_case(c, rng, o->exec.budget);
+        } else if (pool->n > 0 && pick < 3) {
+            *c = pool->cases[af_rng_below(rng, (uint32_t)pool->n)];
+            af_case_mutate(c, rng, o->exec.budget);
+        } else if (pool->n > 1 && pick == 3) {
+            af_case_crossover(&pool->cases[af_rng_below(rng, (uint32_t)pool->n)],
+                              &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
+        } else {
+            af_case_generate(c, rng, o->exec.budget, max_flops);
+        }
+        if (o->strategy != AF_STRATEGY_GENERATOR) break;
+        af_case_cap_flops(c, max_flops, o->exec.budget);
+        if (o->tiny) af_case_tiny(c, o->exec.budget);
+        if (tries + 1 >= AF_DRAW_TRIES || af_exec_would_run(x, c)) break;
+    }
+}
+
 static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats *s, bool status, af_error *err) {
     af_exec *x = af_exec_create(&o->exec, err);
     if (!x) return err ? err->code : AF_ERR_INVALID;
@@ -294,6 +331,13 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     char last[256] = "";
     double last_time = 0;
     bool tty = status && isatty(STDERR_FILENO);
+    /* compile-aware scheduling: while the backends' compiling takes more than
+     * AF_COMPILE_SHARE of this process's time, the next case keeps the structure (the
+     * fields of the compile key) of the last one that compiled and draws new values */
+    uint32_t key = af_exec_compile_key(x);
+    af_case structure;
+    bool have_structure = false;
+    double compiled = 0.0; /* seconds, this process */
 
     while (st == AF_OK && !af_campaign_stop) {
         double now = af_now();
@@ -303,25 +347,28 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         if (o->max_findings && s->n_sigs >= o->max_findings) break;
 
         af_case c;
-        uint32_t pick = af_rng_below(&rng, 10);
-        if (o->strategy == AF_STRATEGY_GRID) {
-            af_grid_case(&c, s->execs, &rng, o->exec.budget);
-        } else if (o->strategy == AF_STRATEGY_BYTES) {
-            af_bytes_case(&c, &rng, o->exec.budget);
-        } else if (pool->n > 0 && pick < 3) {
-            c = pool->cases[af_rng_below(&rng, (uint32_t)pool->n)];
-            af_case_mutate(&c, &rng, o->exec.budget);
-        } else if (pool->n > 1 && pick == 3) {
-            af_case_crossover(&pool->cases[af_rng_below(&rng, (uint32_t)pool->n)],
-                              &pool->cases[af_rng_below(&rng, (uint32_t)pool->n)], &c, &rng, o->exec.budget);
+        bool reuse = key && have_structure && compiled > AF_COMPILE_SHARE * s->elapsed;
+        if (reuse) {
+            c = structure;
+            af_case_revalue(&c, &rng, key, o->exec.budget);
         } else {
-            af_case_generate(&c, &rng, o->exec.budget, max_flops);
+            af_campaign_draw(o, pool, s->execs, &rng, x, max_flops, &c);
         }
-        if (o->strategy == AF_STRATEGY_GENERATOR) af_case_cap_flops(&c, max_flops, o->exec.budget);
 
         st = af_exec_run_case(x, &c, err);
         if (st != AF_OK) break;
         s->execs++;
+        double cs = af_exec_compile_seconds(x);
+        compiled += cs;
+        s->compile_seconds += cs;
+        if (cs > 0) {
+            structure = c;
+            have_structure = true;
+        } else if (reuse) {
+            bool ran = false;
+            for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
+            if (!ran) have_structure = false; /* refused after all: draw anew */
+        }
 
         /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */
         double worst = 0.0;

@@ -48,6 +48,7 @@ struct af_exec {
     af_finding findings[AF_EXEC_MAX_CHECKS];
     size_t nfind;
     bool has_expected;
+    double compile_s; /* seconds the backends spent compiling */
 };
 
 void af_exec_config_default(af_exec_config *cfg) {
@@ -247,6 +248,7 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
     x->c = *c;
     x->nbytes = af_case_encode(c, x->bytes, sizeof x->bytes);
     x->nfind = 0;
+    x->compile_s = 0;
     AF_TRY(af_oracle_prepare(x->oracle, t, err));
 
     for (size_t k = 0; k < x->nbe; k++) {
@@ -260,6 +262,8 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
         if (!x->out[k].data) return AF_ERR_NOMEM;
         af_error berr;
         x->st[k] = af_backend_run(x->be[k], t, &x->out[k], &berr);
+        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+        if (e) x->compile_s += e->compile_s >= 0 ? e->compile_s : e->new_key ? e->wall_s : 0.0;
         /* out of memory, or a worker that can no longer be started: not a finding */
         if (x->st[k] == AF_ERR_NOMEM || x->st[k] == AF_ERR_IO) return af_error_set(err, x->st[k], "%s", berr.msg);
         if (x->st[k] == AF_ERR_UNSUPPORTED) { /* the backend declined after all: not run */
@@ -407,6 +411,17 @@ bool af_exec_would_run(const af_exec *x, const af_case *c) {
         if (af_backend_supports(x->be[k], c, NULL, 0)) return true;
     return false;
 }
+
+uint32_t af_exec_compile_key(const af_exec *x) {
+    uint32_t key = 0;
+    for (size_t k = 0; k < x->nbe; k++) {
+        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+        if (e) key |= e->compile_key;
+    }
+    return key;
+}
+
+double af_exec_compile_seconds(const af_exec *x) { return x->compile_s; }
 
 size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
 const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }

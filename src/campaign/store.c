@@ -8,6 +8,10 @@
 #include "attnfuzz/mem.h"
 #include "attnfuzz/minimize.h"
 
+/* Minimizing one new finding takes at most this long (besides minimize_execs): a target
+ * compiling every new shape for a second would spend minutes on 400 steps. */
+#define AF_MINIMIZE_SECONDS 60.0
+
 /* --- the signature table -------------------------------------------------------------- */
 
 af_signature_entry *af_store_find(af_campaign_stats *s, uint64_t sig) {
@@ -138,7 +142,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         if (!known) {
             af_case small = ran;
             unsigned spent = 0;
-            st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, &spent, err);
+            st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, AF_MINIMIZE_SECONDS, &spent, err);
             if (st_ != AF_OK) break;
             s->minimize_execs += spent;
             x_holds_ran = false;
