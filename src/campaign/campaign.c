@@ -85,6 +85,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON *j = cJSON_CreateObject();
     AF_RETURN_ERROR_IF(!j, err, AF_ERR_NOMEM, "out of memory");
     cJSON_AddNumberToObject(j, "execs", (double)s->execs);
+    cJSON_AddNumberToObject(j, "skipped", (double)s->skipped);
     cJSON_AddNumberToObject(j, "elapsed", s->elapsed);
     cJSON_AddNumberToObject(j, "execs_per_sec", s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
     cJSON_AddNumberToObject(j, "findings_total", (double)s->findings_total);
@@ -364,10 +365,12 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         if (cs > 0) {
             structure = c;
             have_structure = true;
-        } else if (reuse) {
-            bool ran = false;
-            for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
-            if (!ran) have_structure = false; /* refused after all: draw anew */
+        }
+        bool ran = false;
+        for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
+        if (!ran) {
+            s->skipped++;
+            have_structure &= !reuse; /* refused after all: draw anew */
         }
 
         /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */
@@ -431,6 +434,8 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     if (!j) return;
     const cJSON *e = cJSON_GetObjectItem(j, "execs");
     if (cJSON_IsNumber(e)) *execs += (uint64_t)e->valuedouble;
+    const cJSON *sk = cJSON_GetObjectItem(j, "skipped");
+    if (cJSON_IsNumber(sk)) s->skipped += (uint64_t)sk->valuedouble;
     const cJSON *sigs = cJSON_GetObjectItem(j, "signatures"), *it;
     cJSON_ArrayForEach(it, sigs) {
         const cJSON *sg = cJSON_GetObjectItem(it, "signature"), *kd = cJSON_GetObjectItem(it, "kind");

@@ -155,8 +155,12 @@ int af_cmd_fuzz(int argc, char **argv) {
         fprintf(stderr, "attnfuzz fuzz: %s\n", err.msg);
         rc = 2;
     } else {
-        fprintf(stderr, "attnfuzz: %llu execs in %.1fs (%.0f/s), %zu unique findings%s\n",
-                (unsigned long long)stats.execs, stats.elapsed,
+        char skipped[96] = "";
+        if (stats.skipped)
+            snprintf(skipped, sizeof skipped, " (%llu of them skipped: no backend runs those cases)",
+                     (unsigned long long)stats.skipped);
+        fprintf(stderr, "attnfuzz: %llu execs%s in %.1fs (%.0f/s), %zu unique findings%s\n",
+                (unsigned long long)stats.execs, skipped, stats.elapsed,
                 stats.elapsed > 0 ? (double)stats.execs / stats.elapsed : 0.0, stats.n_sigs,
                 af_campaign_interrupted() ? ", interrupted" : "");
         for (size_t i = 0; i < stats.n_sigs; i++) {

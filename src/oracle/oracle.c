@@ -253,12 +253,13 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                     continue;
                 }
                 bool leak = leak_b ? leak_b[eb] != 0 : o->leak[ea] != 0;
-                if (co == 1 && masked && cw != 1) {
-                    m->n_masked_row_nan++;
-                } else if (co == 1 && leak) {
+                if (co == 1 && leak) {
                     /* NaN only through a key of weight 0 (0 * Inf, 0 * NaN): IEEE
-                     * arithmetic, a legitimate choice, not a nan_mismatch */
+                     * arithmetic, a legitimate choice, not a nan_mismatch; in a fully
+                     * masked row too (a safe softmax's zeros times a NaN value) */
                     m->n_masked_value_leak++;
+                } else if (co == 1 && masked && cw != 1) {
+                    m->n_masked_row_nan++;
                 } else if (co == 1 || cw == 1) {
                     m->n_nan++;
                 } else {
