@@ -11,9 +11,10 @@
 #      compiled ones (cuda_compile, cuda_compile_sdpa, cuda_flex, jax/cudnn), each a
 #      process per job with its own worker per variant (one CUDA context each);
 #   4. optionally measures execs/s per variant (--bench S: tiny cases, then the default
-#      distribution, S seconds each, --jobs processes);
+#      distribution, S seconds each, --bench-jobs processes (default --jobs), the variants
+#      of --bench-variants (default all));
 #   5. runs both campaigns side by side for --time seconds (2/3 of the jobs to the eager
-#      one), resuming from --corpus (default corpus/findings/torch-cuda) and the crashes
+#      one), resuming from --corpus (default corpus/findings/torch-cuda/bundles) and the crashes
 #      directory, then replays every bundle once more on the GPU (attnfuzz regress).
 # Everything it writes goes under --out (default $OUT when set, else gpu-out/):
 # crashes/, stats-eager.json, stats-compiled.json, bench.tsv, regress.log, junit.xml,
@@ -27,18 +28,21 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 time_s=600 bench=0 jobs=$(nproc 2>/dev/null || echo 4) variants="" out=${OUT:-gpu-out} corpus="" replay=0
+bench_jobs="" bench_variants=""
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --time) time_s=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
+    --bench-jobs) bench_jobs=$2; shift 2 ;;
+    --bench-variants) bench_variants=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --corpus) corpus=$2; shift 2 ;;
     --replay) replay=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -98,22 +102,24 @@ for v in "${vlist[@]}"; do
 done
 log "variants: ${vlist[*]}"
 
-stat_line() { # stats.json -> "execs execs/s compile%"
+stat_line() { # stats.json jobs -> "cases run, run/s, skipped, compile share"
   "$py" -c 'import json, sys
-s = json.load(open(sys.argv[1])); e = s.get("elapsed") or 1
-print("%d\t%.0f\t%.0f%%" % (s.get("execs", 0), s.get("execs_per_sec", 0), 100 * s.get("compile_seconds", 0) / (e * int(sys.argv[2]))))' "$1" "$2" 2>/dev/null || printf '-\t-\t-'
+s = json.load(open(sys.argv[1])); e = s.get("elapsed") or 1; ran = s.get("execs", 0) - s.get("skipped", 0)
+print("%d\t%.0f\t%d\t%.0f%%" % (ran, ran / e, s.get("skipped", 0), 100 * s.get("compile_seconds", 0) / (e * int(sys.argv[2]))))' "$1" "$2" 2>/dev/null || printf -- '-\t-\t-\t-'
 }
 
 # 4. throughput per variant
 if [ "$bench" != 0 ]; then
-  printf 'variant\tcases\texecs\texecs/s\tcompile\n' >"$out/bench.tsv"
-  for v in "${vlist[@]}"; do
+  bj=${bench_jobs:-$jobs}
+  IFS=, read -r -a blist <<<"${bench_variants:-$variants}"
+  printf 'variant\tcases\tjobs\tran\tran/s\tskipped\tcompile\n' >"$out/bench.tsv"
+  for v in "${blist[@]}"; do
     for dist in tiny default; do
       flags=(); [ $dist = tiny ] && flags=(--tiny)
       st=$out/bench-${v//\//_}-$dist.json
-      "$af" fuzz --backend "target:$v" --jobs "$jobs" --time "$bench" --quiet --crashes "$out/crashes" \
+      "$af" fuzz --backend "target:$v" --jobs "$bj" --time "$bench" --quiet --crashes "$out/crashes" \
         --stats "$st" "${flags[@]}" >/dev/null 2>>"$out/bench.log" || true
-      printf '%s\t%s\t%s\n' "$v" "$dist" "$(stat_line "$st" "$jobs")" >>"$out/bench.tsv"
+      printf '%s\t%s\t%s\t%s\n' "$v" "$dist" "$bj" "$(stat_line "$st" "$bj")" >>"$out/bench.tsv"
     done
   done
   column -t -s $'\t' "$out/bench.tsv" | tee -a "$out/summary.txt"
@@ -121,7 +127,7 @@ fi
 
 # 5. the campaigns, then every bundle replayed once more
 if [ "$time_s" != 0 ]; then
-  [ -z "$corpus" ] && [ -d corpus/findings/torch-cuda ] && corpus=corpus/findings/torch-cuda
+  [ -z "$corpus" ] && [ -d corpus/findings/torch-cuda/bundles ] && corpus=corpus/findings/torch-cuda/bundles
   cargs=(--time "$time_s" --crashes "$out/crashes")
   [ -n "$corpus" ] && cargs+=(--corpus "$corpus")
   je=$(( ${#compiled[@]} ? (2 * jobs + 2) / 3 : jobs )) jc=$(( jobs - je ))
@@ -147,5 +153,5 @@ fi
 if [ "$replay" = 1 ] && compgen -G "$out/crashes/*-*" >/dev/null; then
   rc=0
   "$af" regress --junit "$out/junit.xml" "$out/crashes" >"$out/regress.log" 2>&1 || rc=$?
-  log "replayed $(ls -d "$out"/crashes/*-*/ | wc -l) bundles on the GPU (regress exit $rc): $(grep -c ' same' "$out/regress.log" || true) same, $(grep -c ' fixed' "$out/regress.log" || true) fixed, $(grep -c 'REGRESSED' "$out/regress.log" || true) regressed"
+  log "replayed $(ls -d "$out"/crashes/*-*/ | wc -l) bundles on the GPU (regress exit $rc): $(grep -c '^same' "$out/regress.log" || true) same, $(grep -c '^fixed' "$out/regress.log" || true) fixed, $(grep -c '^REGRESSED' "$out/regress.log" || true) regressed"
 fi
