@@ -102,17 +102,22 @@ for v in "${vlist[@]}"; do
 done
 log "variants: ${vlist[*]}"
 
-stat_line() { # stats.json jobs -> "cases run, run/s, skipped, compile share"
+# stats.json jobs -> cases run, run/s over the wall time (worker start-up included), run/s
+# summed over the jobs from each one's first case, cases skipped (no variant runs them),
+# compile share
+stat_line() {
   "$py" -c 'import json, sys
-s = json.load(open(sys.argv[1])); e = s.get("elapsed") or 1; ran = s.get("execs", 0) - s.get("skipped", 0)
-print("%d\t%.0f\t%d\t%.0f%%" % (ran, ran / e, s.get("skipped", 0), 100 * s.get("compile_seconds", 0) / (e * int(sys.argv[2]))))' "$1" "$2" 2>/dev/null || printf -- '-\t-\t-\t-'
+s = json.load(open(sys.argv[1])); e = s.get("elapsed") or 1; x = s.get("execs", 0) or 1
+ran = s.get("execs", 0) - s.get("skipped", 0); jr = s.get("execs_per_sec_jobs", 0) * ran / x
+print("%d\t%.0f\t%.0f\t%d\t%.0f%%" % (ran, ran / e, jr, s.get("skipped", 0), 100 * s.get("compile_seconds", 0) / (e * int(sys.argv[2]))))' "$1" "$2" 2>/dev/null || printf -- '-\t-\t-\t-\t-'
 }
+table() { if command -v column >/dev/null; then column -t -s $'\t' "$1"; else cat "$1"; fi; }
 
 # 4. throughput per variant
 if [ "$bench" != 0 ]; then
   bj=${bench_jobs:-$jobs}
   IFS=, read -r -a blist <<<"${bench_variants:-$variants}"
-  printf 'variant\tcases\tjobs\tran\tran/s\tskipped\tcompile\n' >"$out/bench.tsv"
+  printf 'variant\tcases\tjobs\tran\tran/s\tran/s(jobs)\tskipped\tcompile\n' >"$out/bench.tsv"
   for v in "${blist[@]}"; do
     for dist in tiny default; do
       flags=(); [ $dist = tiny ] && flags=(--tiny)
@@ -122,7 +127,7 @@ if [ "$bench" != 0 ]; then
       printf '%s\t%s\t%s\t%s\n' "$v" "$dist" "$bj" "$(stat_line "$st" "$bj")" >>"$out/bench.tsv"
     done
   done
-  column -t -s $'\t' "$out/bench.tsv" | tee -a "$out/summary.txt"
+  table "$out/bench.tsv" | tee -a "$out/summary.txt"
 fi
 
 # 5. the campaigns, then every bundle replayed once more

@@ -87,6 +87,8 @@ typedef struct af_job_death {
 typedef struct af_campaign_stats {
     uint64_t execs;
     uint64_t skipped;  /* of execs: cases no backend ran (unsupported by all of them) */
+    double jobs_rate;  /* --jobs: the sum of each job's own execs/s, from its first case (its
+                          backends' start-up, e.g. a worker importing a stack, excluded) */
     double elapsed;
     uint64_t findings_total;                /* executions with a finding, counting repeats */
     uint64_t unique_by_kind[AF_KIND_COUNT];

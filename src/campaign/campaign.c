@@ -88,6 +88,8 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON_AddNumberToObject(j, "skipped", (double)s->skipped);
     cJSON_AddNumberToObject(j, "elapsed", s->elapsed);
     cJSON_AddNumberToObject(j, "execs_per_sec", s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
+    cJSON_AddNumberToObject(j, "execs_per_sec_jobs",
+                            s->jobs_rate > 0 ? s->jobs_rate : s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
     cJSON_AddNumberToObject(j, "findings_total", (double)s->findings_total);
     cJSON_AddNumberToObject(j, "unique_signatures", (double)s->n_sigs);
     cJSON_AddNumberToObject(j, "write_errors", (double)s->write_errors);
@@ -424,7 +426,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
 /* Adds the signatures of a job's stats file into s (counts summed) and its executions to
  * *execs. A file not written yet (or being replaced) adds nothing. */
-static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs) {
+static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs, bool current) {
     char *text = NULL;
     size_t len = 0;
     /* our own children's files: generous, but still bounded */
@@ -436,6 +438,8 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     if (cJSON_IsNumber(e)) *execs += (uint64_t)e->valuedouble;
     const cJSON *sk = cJSON_GetObjectItem(j, "skipped");
     if (cJSON_IsNumber(sk)) s->skipped += (uint64_t)sk->valuedouble;
+    const cJSON *rate = cJSON_GetObjectItem(j, "execs_per_sec");
+    if (current && cJSON_IsNumber(rate)) s->jobs_rate += rate->valuedouble; /* a live child's */
     const cJSON *sigs = cJSON_GetObjectItem(j, "signatures"), *it;
     cJSON_ArrayForEach(it, sigs) {
         const cJSON *sg = cJSON_GetObjectItem(it, "signature"), *kd = cJSON_GetObjectItem(it, "kind");
@@ -528,7 +532,7 @@ static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, u
             char path[512];
             af_job_path(path, sizeof path, dir, k, g);
             uint64_t e = 0;
-            af_merge_job(s, path, &e);
+            af_merge_job(s, path, &e, g == jobs[k].gen);
             execs += e;
             if (g < jobs[k].gen) before += e;
         }
