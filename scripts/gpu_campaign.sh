@@ -13,8 +13,9 @@
 #   4. optionally measures execs/s per variant (--bench S: tiny cases, then the default
 #      distribution, S seconds each, --bench-jobs processes (default --jobs), the variants
 #      of --bench-variants (default all));
-#   5. runs both campaigns side by side for --time seconds (2/3 of the jobs to the eager
-#      one), resuming from --corpus (default corpus/findings/torch-cuda/bundles) and the crashes
+#   5. runs both campaigns side by side for --time seconds (--eager-jobs, default 6, and
+#      --compiled-jobs, default 3, processes: each holds a CUDA context per variant, and 75
+#      of them exhausted an 80 GB H100), resuming from --corpus (default corpus/findings/torch-cuda/bundles) and the crashes
 #      directory, then replays every bundle once more on the GPU (attnfuzz regress).
 # Everything it writes goes under --out (default $OUT when set, else gpu-out/):
 # crashes/, stats-eager.json, stats-compiled.json, bench.tsv, regress.log, junit.xml,
@@ -28,13 +29,15 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 time_s=600 bench=0 jobs=$(nproc 2>/dev/null || echo 4) variants="" out=${OUT:-gpu-out} corpus="" replay=0
-bench_jobs="" bench_variants=""
+bench_jobs="" bench_variants="" eager_jobs=6 compiled_jobs=3
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --time) time_s=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --bench-jobs) bench_jobs=$2; shift 2 ;;
+    --eager-jobs) eager_jobs=$2; shift 2 ;;
+    --compiled-jobs) compiled_jobs=$2; shift 2 ;;
     --bench-variants) bench_variants=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
@@ -42,7 +45,7 @@ while [ $# -gt 0 ]; do
     --corpus) corpus=$2; shift 2 ;;
     --replay) replay=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -135,8 +138,7 @@ if [ "$time_s" != 0 ]; then
   [ -z "$corpus" ] && [ -d corpus/findings/torch-cuda/bundles ] && corpus=corpus/findings/torch-cuda/bundles
   cargs=(--time "$time_s" --crashes "$out/crashes")
   [ -n "$corpus" ] && cargs+=(--corpus "$corpus")
-  je=$(( ${#compiled[@]} ? (2 * jobs + 2) / 3 : jobs )) jc=$(( jobs - je ))
-  [ "$jc" -lt 1 ] && jc=1
+  je=$eager_jobs jc=$compiled_jobs
   pids=()
   if [ ${#eager[@]} -gt 0 ]; then
     "$af" fuzz "${eager[@]}" --jobs "$je" --stats "$out/stats-eager.json" "${cargs[@]}" "${extra[@]}" \

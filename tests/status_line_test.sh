@@ -10,7 +10,7 @@ command -v script >/dev/null || { echo "SKIP: no script(1)"; exit 77; }
 rm -rf "$W"; mkdir -p "$W"
 script -qec "$AF fuzz --backend mutant:causal_top_left --time 3 --crashes $W/tty" /dev/null >"$W/tty.out" 2>&1
 cr=$(printf '\r'); esc=$(printf '\033')
-grep -q "${cr}${esc}\[K0:0[0-9]/0:03  [0-9]* execs/s  [0-9]* finding" "$W/tty.out" || fail "no updating line on a terminal"
+grep -q "${cr}${esc}\[K0:0[0-9]/0:03  [0-9]* execs/s  compile [0-9]*%  [0-9]* finding" "$W/tty.out" || fail "no updating line on a terminal"
 grep -q "compile [0-9]*%" "$W/tty.out" || fail "no compile share"
 grep -q "${cr}${esc}\[KDONE 0:0[0-9]/0:03" "$W/tty.out" || fail "no DONE line"
 grep -q "diverge [0-9]" "$W/tty.out" || fail "no findings by kind"

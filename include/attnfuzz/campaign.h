@@ -73,6 +73,9 @@ typedef struct af_signature_entry {
  * then exits 2). */
 #define AF_JOB_MAX_RESTARTS 3
 #define AF_JOB_MIN_LIFE 1.0
+/* Seconds past --time after which the parent sends its children SIGINT, then SIGKILL. */
+#define AF_JOB_LATE_STOP 10.0
+#define AF_JOB_LATE_KILL 120.0
 #define AF_JOB_MAX_DEATHS 64 /* deaths recorded one by one; more are only counted */
 
 typedef struct af_job_death {

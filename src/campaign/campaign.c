@@ -242,7 +242,7 @@ static void af_clock_text(double t, char *buf, size_t cap) {
  *   #1234  execs/s: 410  unique: 2 (diverge 2)  elapsed: 3s  last: ...
  * On a terminal one line rewritten in place (cut to the terminal's width so it never
  * wraps), a newline only with "DONE":
- *   0:42/1:00  410 execs/s  2 findings (diverge 2)  compile 0%  last: ...
+ *   0:42/1:00  410 execs/s  compile 0%  2 findings (diverge 2)  last: ...
  * ("DONE 1:00/1:00 ..." at the end, then a newline; "-" for the total without --time).
  * The compile share is the time targets spent compiling (compile_seconds, summed over
  * jobs) over the time the jobs ran. */
@@ -266,9 +266,9 @@ static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *
     if (o->seconds > 0) af_clock_text(o->seconds, total, sizeof total);
     unsigned jobs = o->jobs > 1 ? o->jobs : 1;
     double share = elapsed > 0 ? 100.0 * s->compile_seconds / (elapsed * jobs) : 0.0;
-    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  %zu finding%s%s%s%s  compile %.0f%%%s%s%s", tag,
-                     tag[0] ? " " : "", now, total, rate, s->n_sigs, s->n_sigs == 1 ? "" : "s", kinds[0] ? " (" : "",
-                     kinds, kinds[0] ? ")" : "", share, died, last[0] ? "  last: " : "", last);
+    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  compile %.0f%%  %zu finding%s%s%s%s%s%s%s", tag,
+                     tag[0] ? " " : "", now, total, rate, share, s->n_sigs, s->n_sigs == 1 ? "" : "s",
+                     kinds[0] ? " (" : "", kinds, kinds[0] ? ")" : "", died, last[0] ? "  last: " : "", last);
     struct winsize ws;
     size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? (size_t)ws.ws_col - 1 : 79;
     if (n > 0 && (size_t)n > width && width < sizeof line) line[width] = 0;
@@ -324,7 +324,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     af_rng rng;
     af_rng_init(&rng, o->seed, 0x43414d50u);
     af_store_opts so = {.crashes_dir = o->crashes_dir, .no_minimize = o->no_minimize,
-                         .minimize_execs = o->minimize_execs};
+                         .minimize_execs = o->minimize_execs, .deadline = o->seconds > 0 ? af_now() + o->seconds : 0};
     af_store *store = af_store_create(&so, err);
     af_status st = store ? AF_OK : AF_ERR_NOMEM;
     if (st == AF_OK && o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
@@ -564,7 +564,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
     }
     bool tty = !o->quiet && isatty(STDERR_FILENO);
     unsigned running = n;
-    bool failed = false, stopping = false, stop_sent = false;
+    bool failed = false, stopping = false, stop_sent = false, kill_sent = false;
     af_status status = AF_OK;
     double last_status = start;
     while (running > 0) {
@@ -576,10 +576,22 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
         /* no restarts once the campaign is ending: stopped, out of time or findings */
         stopping |= af_campaign_stop || (o->seconds > 0 && now - start >= o->seconds) ||
                     (o->max_findings && s->n_sigs >= o->max_findings);
-        if (af_campaign_stop && !stop_sent) {
+        /* a child past the time limit (a long compile or hung worker in flight) is asked to
+         * stop, then killed: its findings are on disk as found (bundles are atomic) */
+        double late = o->seconds > 0 ? now - start - o->seconds : -1.0;
+        if ((af_campaign_stop || late >= AF_JOB_LATE_STOP) && !stop_sent) {
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
             stop_sent = true;
+        }
+        if (late >= AF_JOB_LATE_KILL && !kill_sent) {
+            for (unsigned k = 0; k < n; k++)
+                if (jobs[k].pid > 0) {
+                    fprintf(stderr, "attnfuzz: job %u (pid %ld) still running %.0fs after the time limit: killed\n", k,
+                            (long)jobs[k].pid, late);
+                    kill(jobs[k].pid, SIGKILL);
+                }
+            kill_sent = true;
         }
         for (unsigned k = 0; k < n; k++) {
             int ws;
@@ -588,7 +600,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
             jobs[k].pid = 0;
             running--;
             bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-            if (clean) continue;
+            if (clean || kill_sent) continue; /* killed for the time limit: not a death */
             failed = true;
             double lived = now - jobs[k].started;
             /* a bundle it was writing is a temporary directory nobody else will remove */
