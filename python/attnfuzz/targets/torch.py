@@ -206,6 +206,9 @@ class _Base:
                 to_bhsd(v, self.layouts[2], self.hkv, self.dv))
 
 
+# GPU memory a CUDA worker keeps cached between cases (see main).
+_CUDA_KEEP_BYTES = 1 << 30
+
 # Messages of the CUDA kernels' own input checks (raised after dispatch chose the kernel,
 # cleanly, the CUDA context intact): the case is unsupported by that kernel, not a bug.
 _KERNEL_CHECKS = {
@@ -777,6 +780,12 @@ def main(argv=None) -> int:
                     sys.stderr.flush()
                     os._exit(70)
                 raise
+            finally:
+                # Many workers share one GPU (a campaign's jobs times its variants): what
+                # PyTorch's caching allocator keeps after a big case is given back, so that
+                # a restarted worker still finds room for its CUDA context.
+                if torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
+                    torch.cuda.empty_cache()
     serve(run, name=NAME, version=torch.__version__, caps=h["caps"], layouts=h["layouts"],
           variant=variant, dtypes=h["dtypes"], limits=h["limits"] or None,
           conventions=h["conventions"], compile_key=h["compile_key"])
