@@ -94,10 +94,12 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
 
 void af_oracle_waive(af_oracle *o, af_kind kind, bool on) {
     if (kind == AF_KIND_MASKED_ROW_NAN) o->opts.waive_masked_row_nan = on;
+    if (kind == AF_KIND_MASKED_VALUE_LEAK) o->opts.waive_masked_value_leak = on;
 }
 
 bool af_oracle_waived(const af_oracle *o, af_kind kind) {
-    return kind == AF_KIND_MASKED_ROW_NAN && o->opts.waive_masked_row_nan;
+    return (kind == AF_KIND_MASKED_ROW_NAN && o->opts.waive_masked_row_nan) ||
+           (kind == AF_KIND_MASKED_VALUE_LEAK && o->opts.waive_masked_value_leak);
 }
 
 af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err) {
