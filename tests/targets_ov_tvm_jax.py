@@ -34,7 +34,7 @@ TARGETS = ["openvino/sdpa", "openvino/explicit", "openvino/sdpa_nosnippets", "tv
 # bias (the row is plain attention over every key).
 ODD_ROWS = {"jax/xla": "mean", "jax/cudnn": "unmasked"}
 
-# Real stack bugs the fuzzer found (docs/findings-ov-tvm-jax.md): cases needing one of
+# Real stack bugs the fuzzer found (docs/findings.md): cases needing one of
 # these caps must still come out wrong on that variant ("xfail"); a pass means the stack
 # changed: update the finding and this table.
 KNOWN_BUGS = {

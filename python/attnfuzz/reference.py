@@ -11,8 +11,10 @@ rules as the C oracle (src/backends/ref.c):
    2^-1022 flush to 0, as the C kernels do.
 6. dropout p: kept weights (rng.dropout_keep, or the keep-mask given) are divided by
    1 - p, dropped ones are exactly 0, NaN or not; p = 1 keeps nothing.
-7. out[i] = sum over live keys j of P[i][j] * v[j]: a masked key contributes nothing,
-   not 0 * NaN; a live key's weight meets its value row in IEEE arithmetic.
+7. out[i] = sum over the keys j of nonzero weight of P[i][j] * v[j]: a key of weight
+   exactly 0 (masked by any mask, an additive -inf, a score of -inf, an exp flushed to
+   0, dropped) contributes nothing, not 0 * NaN (DESIGN.md section 2 rule 5); a key of
+   nonzero weight (NaN included) meets its value row in IEEE arithmetic.
 """
 
 import numpy as np
@@ -98,7 +100,7 @@ def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
             if keep is None:
                 keep = rng.dropout_keep(case.dropout_seed, p, B, Hq, Sq, Sk, i0)
             w = np.where(keep, w / (1.0 - p) if p < 1.0 else 0.0, 0.0)
-        # 7. P V over the live keys; V's non-finite entries added for live keys only
+        # 7. P V; V's non-finite entries added back for the keys of nonzero weight only
         vf = v if allfin else np.where(fin, v, 0.0)
         out = np.matmul(w.reshape(B, Hkv, g * Sq, Sk), vf).reshape(B, Hq, Sq, Dv)
         if not allfin:
@@ -106,10 +108,9 @@ def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
             vb = np.where(fin[:, :, jb, :], 0.0, v[:, :, jb, :])          # [B, Hkv, nb, Dv]
             vb = np.repeat(vb, g, axis=1)[:, :, None, :, :]                 # [B, Hq, 1, nb, Dv]
             wb = w[..., jb][..., None]                                      # [B, Hq, Sq, nb, 1]
-            contrib = wb * vb
-            if live is not None:
-                lv = np.broadcast_to(live, (B, Hq, Sq, Sk))[..., jb][..., None]
-                contrib = np.where(lv, contrib, 0.0)
+            # weight exactly 0 (masked, additive -inf, a score of -inf, an exp flushed
+            # to 0, dropped): nothing, whatever V holds (0 * NaN counts as 0; rule 5)
+            contrib = np.where(wb != 0.0, wb * vb, 0.0)
             out = out + contrib.sum(axis=3)
         # a fully masked row (no NaN, every live score -inf) gives 0
         dead = m == -np.inf

@@ -159,6 +159,24 @@ class Rules(unittest.TestCase):
         # an infinite score: NaN weights
         self.assertRow(run(one(1, 2), [[[[1.0]]]], vrows([0.0, INF]), vrows([1.0, 2.0])), [NAN])
 
+    def test_zero_weight_keys_do_not_leak(self):
+        # DESIGN.md section 2 rule 5: every key of weight exactly 0 is excluded, whatever V holds
+        one_q = [[[[1.0]]]]
+        # an additive -inf
+        c = one(1, 2, additive_mask={"full_dims": "qk", "rank": 2})
+        self.assertRow(run(c, one_q, vrows([0.0, 1.0]), vrows([2.0, NAN]), mask=np.array([[0.0, -INF]])), [2.0])
+        self.assertRow(run(c, one_q, vrows([0.0, 1.0]), vrows([2.0, -INF]), mask=np.array([[0.0, -INF]])), [2.0])
+        # a score of -inf (an infinite key against a positive query)
+        self.assertRow(run(one(1, 2), one_q, vrows([0.0, -INF]), vrows([2.0, INF])), [2.0])
+        # an exp that underflows to 0
+        self.assertRow(run(one(1, 2, scale=1.0), one_q, vrows([0.0, -2000.0]), vrows([2.0, NAN])), [2.0])
+        # a dropped key (seed 0, p = 0.5: keep F T T T)
+        c = one(1, 4, dropout_p=0.5, dropout_seed=0)
+        out = run(c, [[[[0.0]]]], np.zeros((1, 1, 4, 1)), vrows([NAN, 10.0, 100.0, 1000.0]))
+        self.assertRow(out, [(10.0 + 100.0 + 1000.0) / 4 / 0.5])
+        # a key of nonzero weight still meets its value in IEEE arithmetic
+        self.assertRow(run(one(1, 2), one_q, vrows([0.0, 0.0]), vrows([2.0, INF])), [INF])
+
     def test_dropout(self):
         # seed 0, p = 0.5: keep (b, h, i) = 0, j = 0..3 is F T T T (test_rng); equal weights 1/4
         c = one(1, 4, dropout_p=0.5, dropout_seed=0)

@@ -6,7 +6,11 @@ except has been passed. (Known as "nn.dot_product_attention does not support flo
 the CPU": keras-team/keras-hub#2354 works around it.)
 
 Run: python repro_dpa_f16_jit_cpu.py   (jax 0.10.2 on a CPU, numpy)
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,5 +20,8 @@ print("eager:", jax.nn.dot_product_attention(q, q, q).dtype)
 try:
     out = jax.jit(lambda a: jax.nn.dot_product_attention(a, a, a, implementation="xla"))(q)
     print("jit:", out.dtype, "ok")
+    print("FIXED: jit of dot_product_attention compiles for float16")
+    sys.exit(0)
 except Exception as e:  # noqa: BLE001
     print("BUG: jit fails:", str(e).strip().splitlines()[-1])
+    sys.exit(1)

@@ -4,7 +4,11 @@ ov.Tensor(array.view(np.uint16), shape, ov.Type.bf16) give the right answer. The
 a bf16 model comes back as a float16 numpy array holding bf16 bits.
 
 Run: python repro_bf16_numpy_input.py   (openvino 2026.4, ml_dtypes, numpy)
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import ml_dtypes
 import numpy as np
 import openvino as ov
@@ -25,4 +29,8 @@ bits = r.get_output_tensor(0).data.view(np.uint16).view(ml_dtypes.bfloat16)
 print("ov.Tensor(bf16 bits)  ->", bits.ravel())
 print("expected              ->", (x.astype(np.float32) * 2).ravel())
 ok = np.array_equal(np.asarray(direct).view(np.uint16).view(ml_dtypes.bfloat16).astype(np.float32), x.astype(np.float32) * 2)
-print("ok" if ok else "BUG: the ml_dtypes.bfloat16 input was misread")
+if not ok:
+    print("BUG: the ml_dtypes.bfloat16 input was misread")
+    sys.exit(1)
+print("FIXED: infer() reads an ml_dtypes.bfloat16 array right")
+sys.exit(0)

@@ -4,7 +4,11 @@ q_sequence_length (between attn_mask and Q)". The ONNX spec asks only that attn_
 broadcastable to (batch, q_num_heads, q_sequence_length, total_sequence_length), and the
 onnx reference implementation (onnx.reference) runs these shapes.
 Found by attnfuzz (target:ort/attention, masks with a broadcast query dim); onnxruntime 1.32.0.
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
@@ -21,6 +25,7 @@ def model(mask_shape):
     return m
 
 
+bug = False
 rng = np.random.default_rng(0)
 feeds = {c: rng.standard_normal((1, 2, 3, 4)).astype(np.float32) for c in "QKV"}
 for shape in ([1, 1, 3, 3], [1, 1, 1, 3], [1, 3], [1, 1, 3, 1]):
@@ -31,4 +36,11 @@ for shape in ([1, 1, 3, 3], [1, 1, 1, 3], [1, 3], [1, 1, 3, 1]):
         out = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
         print(shape, "ok, max |ort - onnx.reference| =", float(np.abs(out - ref).max()))
     except Exception as e:  # noqa: BLE001
-        print(shape, "BUG: ORT refuses a broadcastable mask:", str(e).split("was false.")[-1].strip()[:90])
+        print(shape, "refused:", str(e).split("was false.")[-1].strip()[:90])
+        bug = True
+
+if bug:
+    print("BUG: ORT refuses an attn_mask that broadcasts over the query or key dim")
+    sys.exit(1)
+print("FIXED: ORT takes every broadcastable attn_mask")
+sys.exit(0)

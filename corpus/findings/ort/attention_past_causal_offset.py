@@ -5,7 +5,11 @@ onnx/onnx#8068; onnx.reference in onnx 1.23) says: query i attends key j iff
 j <= i + past_sequence_length. The two agree when new kv_len == q_len (ordinary decoding).
 Found by attnfuzz (target:ort/attention, an explicit causal diagonal given as the past
 length); onnxruntime 1.32.0. Related: onnxruntime#29020 / #29050 (the no-past case, fixed).
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
@@ -42,3 +46,9 @@ def attend(offset):             # float64 attention with the causal diagonal at 
 print("max |ort - onnx.reference|           =", float(np.abs(out - spec).max()))
 print("max |ort - diagonal at past length|  =", float(np.abs(out - attend(PAST)).max()))
 print("max |ort - diagonal at total - q_len| =", float(np.abs(out - attend(PAST + NEW - SQ)).max()))
+
+if not np.allclose(out, spec, atol=1e-5):
+    print("BUG: with past_key and is_causal=1 ORT puts the diagonal at total_kv - q_len, not at the past length")
+    sys.exit(1)
+print("FIXED: ORT follows the spec (diagonal at the past length)")
+sys.exit(0)

@@ -4,7 +4,11 @@ InductorError LoweringException AssertionError: All the buffers in the score and
 subgraph should be in kernel_group.args.input_buffers. Eager flex_attention runs.
 Found by attnfuzz (target:torch/flex, an additive mask whose dtype differs from Q's);
 torch 2.15.0 CPU.
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import numpy as np
 import torch
 from torch.nn.attention.flex_attention import flex_attention
@@ -27,6 +31,13 @@ def attention(q, k, v, mask):
 eager = attention(q, k, v, mask)
 try:
     out = torch.compile(attention, fullgraph=True)(q, k, v, mask)
-    print("compiled ran; max |compiled - eager| =", (out - eager).abs().max().item())
+    err = (out - eager).abs().max().item()
+    print("compiled ran; max |compiled - eager| =", err)
+    if not err < 1e-4:
+        print("BUG: compiled flex_attention runs but differs from eager")
+        sys.exit(1)
+    print("FIXED: compiled flex_attention runs and matches eager")
+    sys.exit(0)
 except Exception as e:  # noqa: BLE001
     print("BUG: compiled flex_attention raised", type(e).__name__, str(e).splitlines()[0][:200])
+    sys.exit(1)

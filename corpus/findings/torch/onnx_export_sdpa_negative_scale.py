@@ -4,7 +4,11 @@ negative `scale` (legal in PyTorch: q @ k^T * scale) the exported model computes
 negative number and returns NaN everywhere, while eager PyTorch returns finite values.
 Found by attnfuzz (target:ort/exported_sdpa with a negative case scale; the graph mirrors
 torch/onnx/_internal/torchscript_exporter/symbolic_opset14.py). torch 2.15.0, onnxruntime 1.32.0.
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import io
 import warnings
 
@@ -31,3 +35,11 @@ eager = Attention()(q, k, v).numpy()
 print("eager finite:", bool(np.isfinite(eager).all()), " exported all NaN:", bool(np.isnan(out).all()))
 if np.isnan(out).all() and np.isfinite(eager).all():
     print("BUG: the exported graph takes Sqrt of a negative scale")
+    sys.exit(1)
+err = float(np.abs(out - eager).max())
+print("max |exported - eager| =", err)
+if not err < 1e-4:
+    print("BUG: the exported graph differs from eager for a negative scale")
+    sys.exit(1)
+print("FIXED: the exported graph matches eager for a negative scale")
+sys.exit(0)

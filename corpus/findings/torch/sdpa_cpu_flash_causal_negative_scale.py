@@ -4,7 +4,11 @@ is_causal are right. The causal -inf apparently meets the scale after masking
 (-inf * negative = +inf), as the math path did before pytorch PR #105202.
 Found by attnfuzz (target:torch/sdpa_flash, negative case scale with a causal mask);
 torch 2.15.0 CPU, f32/f16/bf16.
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -21,8 +25,16 @@ def reference(q, k, v, scale):       # float64 numpy, causal top-left
     return (p / p.sum(-1, keepdims=True)) @ v[0, 0].double().numpy()
 
 
+bug = False
 for scale in (0.3, -0.3):
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)[0, 0].numpy()
     err = np.abs(out - reference(q, k, v, scale))
     print(f"scale {scale:+}: NaN {int(np.isnan(out).sum())} of {out.size}, max err {np.nanmax(err) if np.isfinite(err).any() else float('nan'):.3g}")
+    bug |= not err.max() < 1e-4
+
+if bug:
+    print("BUG: the CPU flash kernel with is_causal=True is wrong (NaN) for a negative scale")
+    sys.exit(1)
+print("FIXED: the CPU flash kernel with is_causal=True is right for both scales")
+sys.exit(0)

@@ -11,7 +11,11 @@ subnormal and lose precision). Masked scores should be -inf, or left out of the 
 Here Sq = Sk = 4 and q . k = -200 for every pair: row i attends to keys 0..i with equal
 scores, so the exact output is the mean of V's first i+1 rows: [0, 0.5, 1, 1.5].
 Run: python repro_attention_causal_underflow.py   (torch, apache-tvm 0.27, numpy)
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -36,4 +40,8 @@ out = vm["main"](*(tvm.runtime.tensor(x.numpy()) for x in (q, k, v)))[0].numpy()
 want = M()(q, k, v).numpy()
 print("tvm  ", out.ravel())
 print("torch", want.ravel())
-print("BUG: wrong rows" if not np.allclose(out, want, equal_nan=False) else "ok")
+if not np.allclose(out, want, equal_nan=False):
+    print("BUG: wrong rows")
+    sys.exit(1)
+print("FIXED: the causal rows match torch")
+sys.exit(0)

@@ -6,7 +6,11 @@ and the TOPI legalization (_te_attention) reshapes K and V to [B*Hq, S, D] as if
 Hq heads, reading past the end of their buffers for Hkv < Hq.
 
 Run: python repro_sdpa_gqa_dropped.py   (torch, apache-tvm 0.27, numpy)
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -29,4 +33,8 @@ vm = relax.VirtualMachine(relax.build(mod, target="llvm"), tvm.cpu())
 out = vm["main"](*(tvm.runtime.tensor(x.numpy()) for x in (q, k, v)))[0].numpy()
 want = M()(q, k, v).numpy()
 print("max |tvm - torch| =", np.abs(out - want).max())
-print("BUG: GQA output wrong" if not np.allclose(out, want, atol=1e-5) else "ok")
+if not np.allclose(out, want, atol=1e-5):
+    print("BUG: GQA output wrong")
+    sys.exit(1)
+print("FIXED: the GQA output matches torch")
+sys.exit(0)

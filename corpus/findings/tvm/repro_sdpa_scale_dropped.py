@@ -4,7 +4,11 @@ from_exported_program(run_ep_decomposition=False) ignores `scale`: the importer
 R.nn.attention without it, so the default 1/sqrt(D) is used. The output is silently wrong.
 
 Run: python repro_sdpa_scale_dropped.py   (torch, apache-tvm 0.27, numpy)
+
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed.
 """
+import sys
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -27,4 +31,8 @@ want = M()(q, k, v).numpy()
 default = F.scaled_dot_product_attention(q, k, v).numpy()
 print("max |tvm - torch(scale=0.3)|  =", np.abs(out - want).max())
 print("max |tvm - torch(default scale)| =", np.abs(out - default).max())
-print("BUG: scale ignored" if not np.allclose(out, want, atol=1e-5) else "ok")
+if not np.allclose(out, want, atol=1e-5):
+    print("BUG: scale ignored")
+    sys.exit(1)
+print("FIXED: the scale is honoured")
+sys.exit(0)

@@ -1,9 +1,17 @@
-"""Helpers shared by the real targets (torch, ort, tensorrt).
+"""Host-side preparation shared by the real targets (torch, ort, tensorrt, openvino, tvm,
+jax): the user code around an attention call, not the part under test.
 
-Everything here is the kind of code a user writes around an attention call: the
-structural mask (causal / key padding / sliding window on the diagonal
-d(b, i) = i + offset(b), DESIGN.md section 2) as a boolean array, the output layout that
-goes with an input layout, and a small bounded cache for compiled artifacts.
+- the structural mask (causal / key padding / sliding window on the diagonal
+  d(b, i) = i + offset(b), DESIGN.md section 2) as a boolean input, and whether a stack's
+  native "causal from the top-left" flag can express a case (plain_causal for one case,
+  offset_zero_always for every value draw of a compile key);
+- the output layout that goes with an input layout, and a model output's [B, H, S, Dv] view;
+- span_view, to rebuild a strided numpy view in a framework (torch takes strided views);
+  the graph compilers (openvino, tvm, jax) take dense tensors, and the graph each builds
+  does the layout handling itself (transposes, the bsd head split, the packed-QKV slices);
+- the explicit graphs' scale placement, the counter RNG's dropout keep mask, a budget on
+  materialized scores;
+- a small bounded cache (LRU) of compiled artifacts (modules, sessions, engines).
 """
 
 from __future__ import annotations
@@ -12,22 +20,14 @@ import collections
 
 import numpy as np
 
-# The output layout of a model whose inputs come in layout L: a packed QKV model returns
-# its output unpacked in the same family.
-OUT_LAYOUT = {
-    "bhsd": "bhsd",
-    "bshd": "bshd",
-    "sbhd": "sbhd",
-    "bsd": "bsd",
-    "channels_first": "channels_first",
-    "qkv_bs3hd": "bshd",
-    "qkv_bsh3d": "bshd",
-    "qkv_channels_first": "channels_first",
-}
-
 PACKED = ("qkv_bs3hd", "qkv_bsh3d", "qkv_channels_first")
-ALL_LAYOUTS = ["bhsd", "bshd", "sbhd", "bsd", "channels_first",
-               "qkv_bs3hd", "qkv_bsh3d", "qkv_channels_first"]
+UNPACKED = ("bhsd", "bshd", "sbhd", "bsd", "channels_first")
+ALL_LAYOUTS = list(UNPACKED + PACKED)
+
+# The output layout of a model whose Q comes in layout L: a packed QKV model returns its
+# output unpacked in the same family.
+OUT_LAYOUT = {"bhsd": "bhsd", "bshd": "bshd", "sbhd": "sbhd", "bsd": "bsd", "channels_first": "channels_first",
+              "qkv_bs3hd": "bshd", "qkv_bsh3d": "bshd", "qkv_channels_first": "channels_first"}
 
 
 def has_structural(case) -> bool:
@@ -70,6 +70,20 @@ def plain_causal(case) -> bool:
             and all(int(o) == 0 for o in case.diag_offset))
 
 
+def offset_zero_always(case) -> bool:
+    """True when the diagonal offset is 0 for every row of every value draw of this compile
+    key: top-left, an explicit offset 0, or bottom-right with Sq == Sk. (bottom_right_valid
+    depends on the key padding values, which change between draws.)"""
+    d = case.diagonal
+    if d == "top_left":
+        return True
+    if d == "explicit":
+        return case.diagonal_offset == 0
+    if d == "bottom_right":
+        return case.q_len == case.kv_len
+    return False
+
+
 def output_bhsd(o, layout, heads, v_head_dim):
     """A model's output in one of the five unpacked layouts -> its [B, H, S, Dv] view."""
     o = np.asarray(o)
@@ -104,8 +118,59 @@ def span_view(x: np.ndarray) -> tuple:
     return flat, shape, tuple(s // item for s in strides)
 
 
+def keep_mask(case):
+    """The counter RNG's dropout keep mask, bool [B, Hq, Sq, Sk] (DESIGN.md section 2)."""
+    from attnfuzz import rng
+    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
+
+
+def have_counter_rng() -> bool:
+    """True when attnfuzz.rng (the counter dropout rule) imports: an explicit graph then
+    takes the keep mask as an input and declares dropout "counter"."""
+    try:
+        from attnfuzz import rng  # noqa: F401
+    except Exception:  # noqa: BLE001 - any failure means no counter dropout
+        return False
+    return hasattr(rng, "dropout_keep")
+
+
+def dropout_scale(p: float) -> float:
+    """1/(1-p) for kept weights; 0 when p = 1 (every weight dropped)."""
+    return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+
+
+def scale_factors(case):
+    """(on_scores, on_q, on_k): the factors an explicit graph applies at the case's placement
+    (equal products in exact arithmetic)."""
+    s = float(case.scale)
+    pl = case.placement
+    if pl == "q":
+        return 1.0, s, 1.0
+    if pl == "k":
+        return 1.0, 1.0, s
+    if pl == "sqrt_qk":
+        r = float(np.sqrt(abs(s)))
+        return 1.0, r, (r if s >= 0 else -r)
+    return s, 1.0, 1.0
+
+
+SCORE_BYTES_LIMIT = 1 << 30
+
+
+def check_score_budget(case, limit=SCORE_BYTES_LIMIT):
+    """Raises attnfuzz.worker.Unsupported when the float32 scores [B, Hq, Sq, Sk] that these
+    graphs materialize (explicit softmax, XLA's dot_product_attention, host masks) would
+    take more than limit bytes: the tensors fit the case budget, the scores need not."""
+    n = 4 * case.batch * case.q_heads * case.q_len * case.kv_len
+    if n > limit:
+        from attnfuzz.worker import Unsupported
+        raise Unsupported("the scores [B, Hq, Sq, Sk] would take %.1f GiB (limit %.1f GiB)"
+                          % (n / 2.0 ** 30, limit / 2.0 ** 30))
+
+
 class LRU:
-    """A small least-recently-used cache for compiled artifacts (modules, sessions, engines)."""
+    """A small least-recently-used cache of compiled artifacts (modules, sessions, engines),
+    keyed by case.key(...)."""
 
     def __init__(self, capacity: int = 64):
         self.capacity = capacity

@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from attnfuzz.targets import _prep
+from attnfuzz.targets import _common
 
 NAME = "jax"
 
@@ -297,12 +297,12 @@ def call(fn, args, cfg):
 # Host code shared with the other graph targets; the snippet inlines these.
 # ---------------------------------------------------------------------------------------
 
-_OUT_LAYOUT = _prep.OUT_LAYOUT
-_offset_zero_always = _prep.offset_zero_always
-_has_structural = _prep.has_structural
-_structural_allowed = _prep.structural_allowed
-_scale_factors = _prep.scale_factors
-_keep_mask = _prep.keep_mask
+_OUT_LAYOUT = _common.OUT_LAYOUT
+_offset_zero_always = _common.offset_zero_always
+_has_structural = _common.has_structural
+_structural_allowed = _common.structural_allowed
+_scale_factors = _common.scale_factors
+_keep_mask = _common.keep_mask
 
 
 def _has_gpu() -> bool:
@@ -324,7 +324,7 @@ def caps_for(variant: str) -> dict:
     if variant == "explicit":
         caps = base + ["dv", "softcap"]
         conv["masked_rows"] = "nan"
-        if _prep.have_counter_rng():
+        if _common.have_counter_rng():
             caps.append("dropout")
             conv["dropout"] = "counter"
     elif variant == "xla":
@@ -339,7 +339,7 @@ def caps_for(variant: str) -> dict:
         caps = [c for c in base if c != "f32"]
         dtypes = ["f16", "bf16"]
         limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
-    return {"caps": caps, "layouts": list(_prep.ALL_LAYOUTS), "dtypes": dtypes, "limits": limits,
+    return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": dtypes, "limits": limits,
             "conventions": conv,
             "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
 
@@ -358,11 +358,11 @@ class Target:
 
     def __init__(self, variant: str):
         self.variant = variant
-        self.cache = _prep.LRU(64)
+        self.cache = _common.LRU(64)
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
-        _prep.check_score_budget(case)
+        _common.check_score_budget(case)
         if self.variant != "explicit":
             if case.v_head_dim != case.head_dim:
                 raise Unsupported("jax.nn.dot_product_attention needs V's head dim equal to K's")
@@ -370,7 +370,7 @@ class Target:
                 raise Unsupported("jax.nn.dot_product_attention has no softcap")
             if case.dropout_p > 0:
                 raise Unsupported("jax.nn.dot_product_attention has no dropout")
-        elif case.dropout_p > 0 and not _prep.have_counter_rng():
+        elif case.dropout_p > 0 and not _common.have_counter_rng():
             raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
         key = _structure_key(case, mask, bool_mask)
         ent = self.cache.get(key)
@@ -395,8 +395,8 @@ def repro_snippet(variant: str) -> str:
     if variant not in VARIANTS:
         raise ValueError("unknown variant %r" % (variant,))
     parts = ["import math", "import numpy as np", "import jax", "import jax.numpy as jnp", "",
-             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_prep.OUT_LAYOUT,), ""]
-    for f in (_prep.offset_zero_always, _prep.has_structural, _prep.structural_allowed, _prep.scale_factors):
+             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_common.OUT_LAYOUT,), ""]
+    for f in (_common.offset_zero_always, _common.has_structural, _common.structural_allowed, _common.scale_factors):
         parts.append(inspect.getsource(f))
     parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
     parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")

@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from attnfuzz.targets import _prep
+from attnfuzz.targets import _common
 
 NAME = "openvino"
 
@@ -345,12 +345,12 @@ def arguments(case, q, k, v, mask, bool_mask, cfg):
 # Host code shared with the other graph targets; the snippet inlines these.
 # ---------------------------------------------------------------------------------------
 
-_OUT_LAYOUT = _prep.OUT_LAYOUT
-_offset_zero_always = _prep.offset_zero_always
-_has_structural = _prep.has_structural
-_structural_allowed = _prep.structural_allowed
-_scale_factors = _prep.scale_factors
-_keep_mask = _prep.keep_mask
+_OUT_LAYOUT = _common.OUT_LAYOUT
+_offset_zero_always = _common.offset_zero_always
+_has_structural = _common.has_structural
+_structural_allowed = _common.structural_allowed
+_scale_factors = _common.scale_factors
+_keep_mask = _common.keep_mask
 
 
 def caps_for(variant: str) -> dict:
@@ -361,10 +361,10 @@ def caps_for(variant: str) -> dict:
             "strided", "tf32"]
     if variant == "explicit":
         caps += ["softcap", "mask_dtype"]
-        if _prep.have_counter_rng():
+        if _common.have_counter_rng():
             caps.append("dropout")
             conv["dropout"] = "counter"
-    return {"caps": caps, "layouts": list(_prep.ALL_LAYOUTS), "dtypes": ["f32", "f16", "bf16"],
+    return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": ["f32", "f16", "bf16"],
             "limits": {"max_bytes": 64 << 20}, "conventions": conv,
             "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
 
@@ -381,11 +381,11 @@ class Target:
 
     def __init__(self, variant: str):
         self.variant = variant
-        self.cache = _prep.LRU(64)
+        self.cache = _common.LRU(64)
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
-        _prep.check_score_budget(case)
+        _common.check_score_budget(case)
         if self.variant != "explicit":
             if case.softcap > 0:
                 raise Unsupported("ScaledDotProductAttention has no softcap")
@@ -393,7 +393,7 @@ class Target:
                 raise Unsupported("ScaledDotProductAttention has no dropout")
             if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
                 raise Unsupported("ScaledDotProductAttention wants the mask in Q's type")
-        elif case.dropout_p > 0 and not _prep.have_counter_rng():
+        elif case.dropout_p > 0 and not _common.have_counter_rng():
             raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
         key = _structure_key(case, mask, bool_mask)
         ent = self.cache.get(key)
@@ -416,9 +416,9 @@ def repro_snippet(variant: str) -> str:
     if variant not in VARIANTS:
         raise ValueError("unknown variant %r" % (variant,))
     parts = ["import math", "import numpy as np", "import openvino as ov", "import openvino.opset13 as ops", "",
-             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_prep.OUT_LAYOUT,),
+             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_common.OUT_LAYOUT,),
              "_OV_TYPES = %r" % (_OV_TYPES,), ""]
-    for f in (_prep.offset_zero_always, _prep.has_structural, _prep.structural_allowed, _prep.scale_factors):
+    for f in (_common.offset_zero_always, _common.has_structural, _common.structural_allowed, _common.scale_factors):
         parts.append(inspect.getsource(f))
     parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
     parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")

@@ -26,7 +26,7 @@ or key dim is refused: "The bias should have 4 dimensions", "The key sequence le
 bias sequence length should be the same"); is_causal maps to causal_mask
 "TopLeft". The importer drops SDPA's `scale` and `enable_gqa` arguments without a word (the
 variants still declare scale and GQA: a user passes them, and a wrong answer there is a
-finding, docs/findings-ov-tvm-jax.md). No dropout (the importer asserts dropout_p == 0).
+finding, docs/findings.md). No dropout (the importer asserts dropout_p == 0).
 
 Conventions, measured: torch_sdpa (R.nn.attention) gives NaN for a fully masked row and
 lets 0 * NaN through from masked keys; torch_sdpa_decomp gives 0 there (torch's
@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from attnfuzz.targets import _prep
+from attnfuzz.targets import _common
 
 NAME = "tvm"
 
@@ -402,12 +402,12 @@ def arguments(case, q, k, v, mask, bool_mask, cfg):
 # Host code shared with the other graph targets; the snippet inlines these.
 # ---------------------------------------------------------------------------------------
 
-_OUT_LAYOUT = _prep.OUT_LAYOUT
-_offset_zero_always = _prep.offset_zero_always
-_has_structural = _prep.has_structural
-_structural_allowed = _prep.structural_allowed
-_scale_factors = _prep.scale_factors
-_keep_mask = _prep.keep_mask
+_OUT_LAYOUT = _common.OUT_LAYOUT
+_offset_zero_always = _common.offset_zero_always
+_has_structural = _common.has_structural
+_structural_allowed = _common.structural_allowed
+_scale_factors = _common.scale_factors
+_keep_mask = _common.keep_mask
 
 
 def caps_for(variant: str) -> dict:
@@ -420,10 +420,10 @@ def caps_for(variant: str) -> dict:
         conv["masked_rows"] = "zero"
     if variant == "explicit":
         caps += ["softcap", "mask_dtype"]
-        if _prep.have_counter_rng():
+        if _common.have_counter_rng():
             caps.append("dropout")
             conv["dropout"] = "counter"
-    return {"caps": caps, "layouts": list(_prep.ALL_LAYOUTS), "dtypes": ["f32", "f16"],
+    return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": ["f32", "f16"],
             "limits": {"max_bytes": 64 << 20}, "conventions": conv,
             "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
 
@@ -440,11 +440,11 @@ class Target:
 
     def __init__(self, variant: str):
         self.variant = variant
-        self.cache = _prep.LRU(32)
+        self.cache = _common.LRU(32)
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
-        _prep.check_score_budget(case)
+        _common.check_score_budget(case)
         if case.dtype == "bf16":
             raise Unsupported("tvm's PyTorch frontend has no bfloat16")
         if self.variant != "explicit":
@@ -454,7 +454,7 @@ class Target:
                 raise Unsupported("tvm's SDPA importer asserts dropout_p == 0")
             if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
                 raise Unsupported("R.nn.attention adds the bias in Q's dtype")
-        elif case.dropout_p > 0 and not _prep.have_counter_rng():
+        elif case.dropout_p > 0 and not _common.have_counter_rng():
             raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
         key = _structure_key(case, mask, bool_mask)
         ent = self.cache.get(key)
@@ -479,8 +479,8 @@ def repro_snippet(variant: str) -> str:
     if variant not in VARIANTS:
         raise ValueError("unknown variant %r" % (variant,))
     parts = ["import math", "import numpy as np", "import torch", "import tvm", "from tvm import relax", "",
-             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_prep.OUT_LAYOUT,), ""]
-    for f in (_prep.offset_zero_always, _prep.has_structural, _prep.structural_allowed, _prep.scale_factors):
+             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_common.OUT_LAYOUT,), ""]
+    for f in (_common.offset_zero_always, _common.has_structural, _common.structural_allowed, _common.scale_factors):
         parts.append(inspect.getsource(f))
     parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
     parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
