@@ -441,6 +441,10 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
                     }
                     for (size_t j = 0; j < Sk; j++) {
                         double wgt = live[j] ? s[j] / sum : 0.0; /* masked keys stay 0 */
+                        /* an infinite score makes the sum NaN: NaN weights on every key the
+                         * masks leave live, a -inf score or additive -inf included (as the
+                         * reference), so a kept one makes the row NaN */
+                        if (isnan(sum) && slive[j]) wgt = NAN;
                         if (p > 0.0) wgt = kp[j] ? wgt / (1.0 - p) : 0.0;
                         if (wgt == 0.0) continue; /* a zero-weight key contributes nothing */
                         for (size_t e = 0; e < Dv; e++)
