@@ -10,3 +10,21 @@ target_compile_options(frame_worker PRIVATE ${AF_WARNINGS} -Wno-missing-prototyp
 target_link_libraries(frame_worker PRIVATE PkgConfig::CJSON)
 add_dependencies(test_worker_proto frame_worker c_worker)
 set_tests_properties(test_worker_proto PROPERTIES LABELS "unit;sanitize;worker")
+
+# Campaigns through the worker backend (tests/worker_campaign_test.py): faulty workers give
+# their documented kinds with the stderr tail in each bundle and the campaign goes on; a
+# worker dying at start is exit 2; wrong workers are found and replay; c_worker is clean.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
+  set(AF_WORKER_SCENARIOS crash exit hang garbage shape error die wrong_c clean)
+  if(EXISTS "${AF_VENV_PYTHON}" AND af_venv_deps EQUAL 0) # tests/python.cmake: it imports numpy
+    list(APPEND AF_WORKER_SCENARIOS wrong_numpy)
+  endif()
+  foreach(s ${AF_WORKER_SCENARIOS})
+    add_test(NAME worker_campaign_${s}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/worker_campaign_test.py ${s}
+                     $<TARGET_FILE:attnfuzz> $<TARGET_FILE:c_worker> ${AF_VENV_PYTHON})
+    set_tests_properties(worker_campaign_${s} PROPERTIES LABELS "worker" TIMEOUT 300
+      ENVIRONMENT "${AF_BLAS_ENV}")
+  endforeach()
+endif()
