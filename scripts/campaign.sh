@@ -1,12 +1,70 @@
 #!/usr/bin/env bash
-# The main job: set up (apt packages, build) and run a fuzz campaign on the built-in
-# backends - the pair explicit,fused and every relation on both - on all cores.
-#   scripts/campaign.sh                     10 minutes, findings in crashes/
-#   scripts/campaign.sh --time 28800        overnight
-# Any `attnfuzz fuzz` option may be added; later ones override the defaults.
+# The main job: set up (apt packages, the project's .venv, build) and run a fuzz campaign
+# on the built-in backends - the pair explicit,fused and every relation on both - on all
+# cores.
+#   scripts/campaign.sh                        10 minutes, findings in crashes/
+#   scripts/campaign.sh --time 28800           overnight
+#   scripts/campaign.sh --targets cpu          also every real CPU target that installed
+#   scripts/campaign.sh --targets torch,ort    ... or those stacks only
+# With --targets, each stack runs as a campaign of its own over all its variants (one
+# process per stack, next to the built-ins' campaign, all for the same --time), writing
+# to the same crashes/ with stats in crashes/stats-STACK.json. Any other `attnfuzz fuzz`
+# option is passed to every campaign; later ones override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+targets=""
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --targets) targets="${2:?--targets needs cpu or a comma-separated list of stacks}"; shift 2 ;;
+    --targets=*) targets="${1#--targets=}"; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+
 scripts/setup.sh
 mkdir -p crashes
-exec build/attnfuzz fuzz --jobs "$(nproc 2>/dev/null || echo 2)" --time 600 \
-  --crashes crashes --stats crashes/stats.json "$@"
+jobs="$(nproc 2>/dev/null || echo 2)"
+if [ -z "$targets" ]; then
+  exec build/attnfuzz fuzz --jobs "$jobs" --time 600 --crashes crashes --stats crashes/stats.json "${args[@]}"
+fi
+
+# target:STACK/VARIANT per line, for the CPU variants that are available here
+variants="$(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python - "$targets" <<'EOF'
+import json, subprocess, sys
+want = sys.argv[1]
+out = subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--list"], capture_output=True, text=True).stdout
+for t in json.loads(out):
+    stack, variant = t["target"].split("/", 1)
+    gpu = variant.startswith("cuda") or variant == "cudnn" or stack == "tensorrt"
+    if stack == "numpy_ref" or gpu and want == "cpu":
+        continue
+    if want not in ("cpu", "all") and stack not in want.split(","):
+        continue
+    if t["available"]:
+        print("target:" + t["target"])
+    else:
+        print("skipped target:%s: %s" % (t["target"], t["reason"]), file=sys.stderr)
+EOF
+)"
+[ -n "$variants" ] || { echo "campaign.sh: no real target available for --targets $targets" >&2; exit 2; }
+
+pids=()
+build/attnfuzz fuzz --jobs 1 --time 600 --crashes crashes --stats crashes/stats.json --quiet "${args[@]}" &
+pids+=($!)
+for stack in $(echo "$variants" | sed 's|target:\([^/]*\)/.*|\1|' | sort -u); do
+  backends=()
+  for v in $(echo "$variants" | grep "^target:$stack/"); do backends+=(--backend "$v"); done
+  echo "campaign.sh: $stack: ${backends[*]}" >&2
+  build/attnfuzz fuzz "${backends[@]}" --time 600 --crashes crashes --stats "crashes/stats-$stack.json" --quiet \
+    "${args[@]}" &
+  pids+=($!)
+done
+trap 'kill -INT "${pids[@]}" 2>/dev/null' INT TERM
+rc=0
+for p in "${pids[@]}"; do
+  wait "$p" || { r=$?; [ "$r" -gt "$rc" ] && rc=$r; }
+done
+echo "campaign.sh: findings in crashes/ (attnfuzz report crashes -o report/)" >&2
+exit "$rc"

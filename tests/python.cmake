@@ -28,3 +28,11 @@ if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
   set_tests_properties(python_numpy_ref_campaign PROPERTIES LABELS "python" TIMEOUT 1200 SKIP_RETURN_CODE 77
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
 endif()
+
+# The README's worker example, as printed there (tests/readme_worker_test.sh).
+if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON})
+  add_test(NAME readme_worker COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/readme_worker_test.sh $<TARGET_FILE:attnfuzz>
+           ${AF_VENV_PYTHON} ${CMAKE_CURRENT_BINARY_DIR}/readme-worker)
+  set_tests_properties(readme_worker PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
+endif()

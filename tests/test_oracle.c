@@ -508,7 +508,8 @@ static void fill_zero_weight(const af_case_tensors *t) {
                 af_view_set(&t->qv, b, h, i, 0, 1.0);
                 for (size_t j = 0; j < c->kv_len; j++) {
                     if (c->amask.present) af_view_set(&t->am, b, h, i, j, j == 3 && zw_mode == 1 ? -DINF : 0.25);
-                    if (c->bmask.present) af_view_set(&t->bm, b, h, i, j, j == 3 && zw_mode == 2 ? 0.0 : 1.0);
+                    if (c->bmask.present)
+                        af_view_set(&t->bm, b, h, i, j, (j == 3 && zw_mode >= 2) || (i == 0 && zw_mode == 3) ? 0.0 : 1.0);
                 }
             }
         for (size_t g = 0; g < c->kv_heads; g++) {
@@ -595,6 +596,30 @@ static void test_zero_weight_keys(void **state) {
         run_backend(&b, "fused", AF_KIND_OK);
         bench_close(&b);
     }
+}
+
+/* A fully masked row (mode 3: query row 0 masked by the boolean mask) holds only
+ * zero-weight keys: NaN there through a poisoned value (a safe softmax's 0 times NaN)
+ * is a masked_value_leak; NaN in a column no value poisons is masked_row_nan. */
+static void test_masked_row_leak(void **state) {
+    (void)state;
+    af_case c;
+    zero_weight_case(&c, 2);
+    zw_mode = 3;
+    bench b;
+    bench_open(&b, &c, fill_zero_weight);
+    size_t dv = c.v_head_dim;
+    const uint8_t *rows = af_oracle_masked_rows(b.o);
+    assert_int_equal(rows[0], 1);
+    assert_int_equal(rows[1], 0);
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    for (size_t d = 0; d < dv; d++) assert_true(b.ref[d] == 0.0);
+    expect(&b, false, AF_KIND_OK, "zeros in the fully masked row");
+    b.f[ZW_COL_NAN3] = NAN; /* row 0: 0 * V[3][1] = NaN */
+    expect(&b, false, AF_KIND_MASKED_VALUE_LEAK, "a poisoned value through a fully masked row");
+    b.f[ZW_COL_CLEAN] = NAN;
+    expect(&b, false, AF_KIND_MASKED_ROW_NAN, "NaN in a clean column of a fully masked row");
+    bench_close(&b);
 }
 
 /* Pairs on a case whose zero-weight keys got new non-finite values (relation
@@ -708,7 +733,7 @@ int main(void) {
         cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
         cmocka_unit_test(test_tolerance_f32),    cmocka_unit_test(test_tolerance_low_precision),
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
-        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
+        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

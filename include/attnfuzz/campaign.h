@@ -41,6 +41,7 @@ typedef struct af_campaign_opts {
     const char *stats_path;   /* optional JSON stats */
     uint64_t max_findings;    /* stop after this many unique signatures; 0 = no limit */
     double max_flops;         /* cap per generated case; 0 = default 2e7 */
+    bool tiny;                /* every dimension 1 (benchmarks of per-case overhead) */
     bool quiet;               /* no status lines */
     bool no_minimize;         /* store raw findings (signature of the case as found) */
     unsigned minimize_execs;  /* budget per new finding; 0 = 400 */
@@ -72,6 +73,9 @@ typedef struct af_signature_entry {
  * then exits 2). */
 #define AF_JOB_MAX_RESTARTS 3
 #define AF_JOB_MIN_LIFE 1.0
+/* Seconds past --time after which the parent sends its children SIGINT, then SIGKILL. */
+#define AF_JOB_LATE_STOP 10.0
+#define AF_JOB_LATE_KILL 120.0
 #define AF_JOB_MAX_DEATHS 64 /* deaths recorded one by one; more are only counted */
 
 typedef struct af_job_death {
@@ -85,6 +89,9 @@ typedef struct af_job_death {
 
 typedef struct af_campaign_stats {
     uint64_t execs;
+    uint64_t skipped;  /* of execs: cases no backend ran (unsupported by all of them) */
+    double jobs_rate;  /* --jobs: the sum of each job's own execs/s, from its first case (its
+                          backends' start-up, e.g. a worker importing a stack, excluded) */
     double elapsed;
     uint64_t findings_total;                /* executions with a finding, counting repeats */
     uint64_t unique_by_kind[AF_KIND_COUNT];

@@ -88,6 +88,13 @@ af_backend *af_exec_backend_at(const af_exec *x, size_t i);
 /* Would any check run on case c (does some backend support it)? Cheap: no backend runs. */
 bool af_exec_would_run(const af_exec *x, const af_case *c);
 
+/* Compile-aware scheduling (worker.h): the union of the compile keys (AF_KEY_*) of the
+ * backends that compile, 0 when none does; and the seconds the backends of the last
+ * execution spent compiling: what each worker reported, or, for a worker that reports no
+ * timings, the whole wall time of a run on a compile key new to it (an upper bound). */
+uint32_t af_exec_compile_key(const af_exec *x);
+double af_exec_compile_seconds(const af_exec *x);
+
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h). */
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len,
                                af_error *err);

@@ -27,6 +27,9 @@ typedef struct af_store_opts {
     const char *crashes_dir; /* where bundles go (created if missing) */
     bool no_minimize;        /* sign and store findings as found */
     unsigned minimize_execs; /* budget per new raw signature; 0 = 400 */
+    double deadline;         /* CLOCK_MONOTONIC seconds; minimizing stops there and findings
+                                after it are stored as found (0 = none): a campaign with a
+                                time limit ends on time */
 } af_store_opts;
 
 typedef struct af_store af_store;

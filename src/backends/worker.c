@@ -281,13 +281,32 @@ static const char *af_worker_tail(af_worker *w) {
 
 /* The last line of stderr (at most 200 bytes) for a one-line message; the whole tail goes
  * into bundles as stderr.txt. */
+/* One line of a worker's stderr for a message: the last that names an exception
+ * ("...Error: ..."; a Python exception's hints may follow it), else the last line. */
 static void af_worker_tail_brief(af_worker *w, char *buf, size_t len) {
     const char *t = af_worker_tail(w);
     size_t n = strlen(t);
     while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == ' ' || t[n - 1] == '\r')) n--;
-    size_t from = n;
-    while (from > 0 && t[from - 1] != '\n' && n - from < 200) from--;
-    snprintf(buf, len, "%.*s", (int)(n - from), t + from);
+    size_t end = n, pick_from = SIZE_MAX, pick_end = 0;
+    while (end > 0) {
+        size_t from = end;
+        while (from > 0 && t[from - 1] != '\n') from--;
+        if (pick_from == SIZE_MAX) { /* the last line, unless an exception line comes before */
+            pick_from = from;
+            pick_end = end;
+        }
+        const char *hit = memmem(t + from, end - from, "Error: ", 7);
+        if (!hit) hit = memmem(t + from, end - from, "Exception: ", 11);
+        if (hit) {
+            pick_from = from;
+            pick_end = end;
+            break;
+        }
+        end = from > 0 ? from - 1 : 0;
+    }
+    if (pick_from == SIZE_MAX) pick_from = pick_end = 0;
+    if (pick_end - pick_from > 300) pick_end = pick_from + 300;
+    snprintf(buf, len, "%.*s", (int)(pick_end - pick_from), t + pick_from);
 }
 
 /* --- the process ------------------------------------------------------------------------- */

@@ -85,8 +85,11 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON *j = cJSON_CreateObject();
     AF_RETURN_ERROR_IF(!j, err, AF_ERR_NOMEM, "out of memory");
     cJSON_AddNumberToObject(j, "execs", (double)s->execs);
+    cJSON_AddNumberToObject(j, "skipped", (double)s->skipped);
     cJSON_AddNumberToObject(j, "elapsed", s->elapsed);
     cJSON_AddNumberToObject(j, "execs_per_sec", s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
+    cJSON_AddNumberToObject(j, "execs_per_sec_jobs",
+                            s->jobs_rate > 0 ? s->jobs_rate : s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
     cJSON_AddNumberToObject(j, "findings_total", (double)s->findings_total);
     cJSON_AddNumberToObject(j, "unique_signatures", (double)s->n_sigs);
     cJSON_AddNumberToObject(j, "write_errors", (double)s->write_errors);
@@ -151,6 +154,8 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
 /* --- the pool of cases to mutate --------------------------------------------------- */
 
 #define AF_POOL_MAX 512
+#define AF_DRAW_TRIES 64       /* draws per case while no backend would run it */
+#define AF_COMPILE_SHARE 0.5   /* compile time above this share of the wall: reuse structures */
 
 typedef struct af_pool {
     af_case cases[AF_POOL_MAX];
@@ -237,7 +242,7 @@ static void af_clock_text(double t, char *buf, size_t cap) {
  *   #1234  execs/s: 410  unique: 2 (diverge 2)  elapsed: 3s  last: ...
  * On a terminal one line rewritten in place (cut to the terminal's width so it never
  * wraps), a newline only with "DONE":
- *   0:42/1:00  410 execs/s  2 findings (diverge 2)  compile 0%  last: ...
+ *   0:42/1:00  410 execs/s  compile 0%  2 findings (diverge 2)  last: ...
  * ("DONE 1:00/1:00 ..." at the end, then a newline; "-" for the total without --time).
  * The compile share is the time targets spent compiling (compile_seconds, summed over
  * jobs) over the time the jobs ran. */
@@ -261,9 +266,9 @@ static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *
     if (o->seconds > 0) af_clock_text(o->seconds, total, sizeof total);
     unsigned jobs = o->jobs > 1 ? o->jobs : 1;
     double share = elapsed > 0 ? 100.0 * s->compile_seconds / (elapsed * jobs) : 0.0;
-    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  %zu finding%s%s%s%s  compile %.0f%%%s%s%s", tag,
-                     tag[0] ? " " : "", now, total, rate, s->n_sigs, s->n_sigs == 1 ? "" : "s", kinds[0] ? " (" : "",
-                     kinds, kinds[0] ? ")" : "", share, died, last[0] ? "  last: " : "", last);
+    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  compile %.0f%%  %zu finding%s%s%s%s%s%s%s", tag,
+                     tag[0] ? " " : "", now, total, rate, share, s->n_sigs, s->n_sigs == 1 ? "" : "s",
+                     kinds[0] ? " (" : "", kinds, kinds[0] ? ")" : "", died, last[0] ? "  last: " : "", last);
     struct winsize ws;
     size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? (size_t)ws.ws_col - 1 : 79;
     if (n > 0 && (size_t)n > width && width < sizeof line) line[width] = 0;
@@ -272,6 +277,41 @@ static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *
 }
 
 /* --- one process --------------------------------------------------------------------- */
+
+/* Every dimension 1 (--tiny): the cost of a case is then the pipeline's and the
+ * backends' own overhead. */
+static void af_case_tiny(af_case *c, size_t budget) {
+    c->batch = c->q_heads = c->kv_heads = c->q_len = c->kv_len = c->head_dim = c->v_head_dim = 1;
+    af_case_repair(c, budget);
+}
+
+/* The next case of the strategy. The generator's draws are redrawn (up to
+ * AF_DRAW_TRIES times) while no backend would run them: a target that declares few
+ * capabilities, or refused a feature often enough to have learned it (worker.h), gets
+ * cases it runs instead of skipped ones. */
+static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t n, af_rng *rng, const af_exec *x,
+                             double max_flops, af_case *c) {
+    for (int tries = 0;; tries++) {
+        uint32_t pick = af_rng_below(rng, 10);
+        if (o->strategy == AF_STRATEGY_GRID) {
+            af_grid_case(c, n, rng, o->exec.budget);
+        } else if (o->strategy == AF_STRATEGY_BYTES) {
+            af_bytes_case(c, rng, o->exec.budget);
+        } else if (pool->n > 0 && pick < 3) {
+            *c = pool->cases[af_rng_below(rng, (uint32_t)pool->n)];
+            af_case_mutate(c, rng, o->exec.budget);
+        } else if (pool->n > 1 && pick == 3) {
+            af_case_crossover(&pool->cases[af_rng_below(rng, (uint32_t)pool->n)],
+                              &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
+        } else {
+            af_case_generate(c, rng, o->exec.budget, max_flops);
+        }
+        if (o->strategy != AF_STRATEGY_GENERATOR) break;
+        af_case_cap_flops(c, max_flops, o->exec.budget);
+        if (o->tiny) af_case_tiny(c, o->exec.budget);
+        if (tries + 1 >= AF_DRAW_TRIES || af_exec_would_run(x, c)) break;
+    }
+}
 
 static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats *s, bool status, af_error *err) {
     af_exec *x = af_exec_create(&o->exec, err);
@@ -284,7 +324,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     af_rng rng;
     af_rng_init(&rng, o->seed, 0x43414d50u);
     af_store_opts so = {.crashes_dir = o->crashes_dir, .no_minimize = o->no_minimize,
-                         .minimize_execs = o->minimize_execs};
+                         .minimize_execs = o->minimize_execs, .deadline = o->seconds > 0 ? af_now() + o->seconds : 0};
     af_store *store = af_store_create(&so, err);
     af_status st = store ? AF_OK : AF_ERR_NOMEM;
     if (st == AF_OK && o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
@@ -294,6 +334,13 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     char last[256] = "";
     double last_time = 0;
     bool tty = status && isatty(STDERR_FILENO);
+    /* compile-aware scheduling: while the backends' compiling takes more than
+     * AF_COMPILE_SHARE of this process's time, the next case keeps the structure (the
+     * fields of the compile key) of the last one that compiled and draws new values */
+    uint32_t key = af_exec_compile_key(x);
+    af_case structure;
+    bool have_structure = false;
+    double compiled = 0.0; /* seconds, this process */
 
     while (st == AF_OK && !af_campaign_stop) {
         double now = af_now();
@@ -303,25 +350,30 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         if (o->max_findings && s->n_sigs >= o->max_findings) break;
 
         af_case c;
-        uint32_t pick = af_rng_below(&rng, 10);
-        if (o->strategy == AF_STRATEGY_GRID) {
-            af_grid_case(&c, s->execs, &rng, o->exec.budget);
-        } else if (o->strategy == AF_STRATEGY_BYTES) {
-            af_bytes_case(&c, &rng, o->exec.budget);
-        } else if (pool->n > 0 && pick < 3) {
-            c = pool->cases[af_rng_below(&rng, (uint32_t)pool->n)];
-            af_case_mutate(&c, &rng, o->exec.budget);
-        } else if (pool->n > 1 && pick == 3) {
-            af_case_crossover(&pool->cases[af_rng_below(&rng, (uint32_t)pool->n)],
-                              &pool->cases[af_rng_below(&rng, (uint32_t)pool->n)], &c, &rng, o->exec.budget);
+        bool reuse = key && have_structure && compiled > AF_COMPILE_SHARE * s->elapsed;
+        if (reuse) {
+            c = structure;
+            af_case_revalue(&c, &rng, key, o->exec.budget);
         } else {
-            af_case_generate(&c, &rng, o->exec.budget, max_flops);
+            af_campaign_draw(o, pool, s->execs, &rng, x, max_flops, &c);
         }
-        if (o->strategy == AF_STRATEGY_GENERATOR) af_case_cap_flops(&c, max_flops, o->exec.budget);
 
         st = af_exec_run_case(x, &c, err);
         if (st != AF_OK) break;
         s->execs++;
+        double cs = af_exec_compile_seconds(x);
+        compiled += cs;
+        s->compile_seconds += cs;
+        if (cs > 0) {
+            structure = c;
+            have_structure = true;
+        }
+        bool ran = false;
+        for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
+        if (!ran) {
+            s->skipped++;
+            have_structure &= !reuse; /* refused after all: draw anew */
+        }
 
         /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */
         double worst = 0.0;
@@ -374,7 +426,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
 /* Adds the signatures of a job's stats file into s (counts summed) and its executions to
  * *execs. A file not written yet (or being replaced) adds nothing. */
-static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs) {
+static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs, bool current) {
     char *text = NULL;
     size_t len = 0;
     /* our own children's files: generous, but still bounded */
@@ -384,6 +436,10 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     if (!j) return;
     const cJSON *e = cJSON_GetObjectItem(j, "execs");
     if (cJSON_IsNumber(e)) *execs += (uint64_t)e->valuedouble;
+    const cJSON *sk = cJSON_GetObjectItem(j, "skipped");
+    if (cJSON_IsNumber(sk)) s->skipped += (uint64_t)sk->valuedouble;
+    const cJSON *rate = cJSON_GetObjectItem(j, "execs_per_sec");
+    if (current && cJSON_IsNumber(rate)) s->jobs_rate += rate->valuedouble; /* a live child's */
     const cJSON *sigs = cJSON_GetObjectItem(j, "signatures"), *it;
     cJSON_ArrayForEach(it, sigs) {
         const cJSON *sg = cJSON_GetObjectItem(it, "signature"), *kd = cJSON_GetObjectItem(it, "kind");
@@ -476,7 +532,7 @@ static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, u
             char path[512];
             af_job_path(path, sizeof path, dir, k, g);
             uint64_t e = 0;
-            af_merge_job(s, path, &e);
+            af_merge_job(s, path, &e, g == jobs[k].gen);
             execs += e;
             if (g < jobs[k].gen) before += e;
         }
@@ -508,7 +564,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
     }
     bool tty = !o->quiet && isatty(STDERR_FILENO);
     unsigned running = n;
-    bool failed = false, stopping = false, stop_sent = false;
+    bool failed = false, stopping = false, stop_sent = false, kill_sent = false;
     af_status status = AF_OK;
     double last_status = start;
     while (running > 0) {
@@ -520,10 +576,22 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
         /* no restarts once the campaign is ending: stopped, out of time or findings */
         stopping |= af_campaign_stop || (o->seconds > 0 && now - start >= o->seconds) ||
                     (o->max_findings && s->n_sigs >= o->max_findings);
-        if (af_campaign_stop && !stop_sent) {
+        /* a child past the time limit (a long compile or hung worker in flight) is asked to
+         * stop, then killed: its findings are on disk as found (bundles are atomic) */
+        double late = o->seconds > 0 ? now - start - o->seconds : -1.0;
+        if ((af_campaign_stop || late >= AF_JOB_LATE_STOP) && !stop_sent) {
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
             stop_sent = true;
+        }
+        if (late >= AF_JOB_LATE_KILL && !kill_sent) {
+            for (unsigned k = 0; k < n; k++)
+                if (jobs[k].pid > 0) {
+                    fprintf(stderr, "attnfuzz: job %u (pid %ld) still running %.0fs after the time limit: killed\n", k,
+                            (long)jobs[k].pid, late);
+                    kill(jobs[k].pid, SIGKILL);
+                }
+            kill_sent = true;
         }
         for (unsigned k = 0; k < n; k++) {
             int ws;
@@ -532,7 +600,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
             jobs[k].pid = 0;
             running--;
             bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
-            if (clean) continue;
+            if (clean || kill_sent) continue; /* killed for the time limit: not a death */
             failed = true;
             double lived = now - jobs[k].started;
             /* a bundle it was writing is a temporary directory nobody else will remove */

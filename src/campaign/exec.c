@@ -48,6 +48,7 @@ struct af_exec {
     af_finding findings[AF_EXEC_MAX_CHECKS];
     size_t nfind;
     bool has_expected;
+    double compile_s; /* seconds the backends spent compiling */
 };
 
 void af_exec_config_default(af_exec_config *cfg) {
@@ -205,15 +206,18 @@ static af_relation af_exec_sampled_relation(const af_exec *x, const af_case *c, 
 static af_oracle *af_exec_oracle_for(af_exec *x, size_t k) { return x->use_keep[k] ? x->keep_oracle[k] : x->oracle; }
 
 /* Compares backend k's output with o, waiving what the backend declared as its
- * convention (a worker whose fully masked rows are NaN by design). */
+ * convention: fully masked rows NaN by design (masked_rows "nan"), IEEE 0 * NaN through
+ * zero-weight keys (masked_values "ieee"). */
 static af_status af_exec_compare(af_exec *x, size_t k, af_oracle *o, const af_tensor *out, af_result *res,
                                  af_error *err) {
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-    if (!e || !e->waive_masked_row_nan) return af_oracle_compare(o, out, res, err);
-    bool was = af_oracle_waived(o, AF_KIND_MASKED_ROW_NAN);
-    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, true);
+    if (!e || (!e->waive_masked_row_nan && !e->waive_masked_value_leak)) return af_oracle_compare(o, out, res, err);
+    bool row_was = af_oracle_waived(o, AF_KIND_MASKED_ROW_NAN), leak_was = af_oracle_waived(o, AF_KIND_MASKED_VALUE_LEAK);
+    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, row_was || e->waive_masked_row_nan);
+    af_oracle_waive(o, AF_KIND_MASKED_VALUE_LEAK, leak_was || e->waive_masked_value_leak);
     af_status st = af_oracle_compare(o, out, res, err);
-    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, was);
+    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, row_was);
+    af_oracle_waive(o, AF_KIND_MASKED_VALUE_LEAK, leak_was);
     return st;
 }
 
@@ -247,6 +251,7 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
     x->c = *c;
     x->nbytes = af_case_encode(c, x->bytes, sizeof x->bytes);
     x->nfind = 0;
+    x->compile_s = 0;
     AF_TRY(af_oracle_prepare(x->oracle, t, err));
 
     for (size_t k = 0; k < x->nbe; k++) {
@@ -260,6 +265,8 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
         if (!x->out[k].data) return AF_ERR_NOMEM;
         af_error berr;
         x->st[k] = af_backend_run(x->be[k], t, &x->out[k], &berr);
+        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+        if (e) x->compile_s += e->compile_s >= 0 ? e->compile_s : e->new_key ? e->wall_s : 0.0;
         /* out of memory, or a worker that can no longer be started: not a finding */
         if (x->st[k] == AF_ERR_NOMEM || x->st[k] == AF_ERR_IO) return af_error_set(err, x->st[k], "%s", berr.msg);
         if (x->st[k] == AF_ERR_UNSUPPORTED) { /* the backend declined after all: not run */
@@ -407,6 +414,17 @@ bool af_exec_would_run(const af_exec *x, const af_case *c) {
         if (af_backend_supports(x->be[k], c, NULL, 0)) return true;
     return false;
 }
+
+uint32_t af_exec_compile_key(const af_exec *x) {
+    uint32_t key = 0;
+    for (size_t k = 0; k < x->nbe; k++) {
+        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+        if (e) key |= e->compile_key;
+    }
+    return key;
+}
+
+double af_exec_compile_seconds(const af_exec *x) { return x->compile_s; }
 
 size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
 const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }

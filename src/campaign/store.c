@@ -2,11 +2,17 @@
  * campaign loop and the fuzz harnesses. */
 #include "attnfuzz/store.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "attnfuzz/mem.h"
 #include "attnfuzz/minimize.h"
+
+/* Minimizing one new finding takes at most this long (besides minimize_execs): a target
+ * compiling every new shape for a second would spend minutes on 400 steps. */
+#define AF_MINIMIZE_SECONDS 60.0
 
 /* --- the signature table -------------------------------------------------------------- */
 
@@ -133,12 +139,15 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         uint64_t sig = f->signature;
         /* a dead or hung worker is stored as found: each minimizing step could cost a
          * restart or a whole timeout */
-        bool raw = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double left = o->deadline > 0 ? o->deadline - ((double)now.tv_sec + 1e-9 * (double)now.tv_nsec) : HUGE_VAL;
+        bool raw = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT || left <= 0;
         bool known = raw || af_alias_get(&st->aliases, f->signature, &sig);
         if (!known) {
             af_case small = ran;
             unsigned spent = 0;
-            st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, &spent, err);
+            st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, fmin(AF_MINIMIZE_SECONDS, left), &spent, err);
             if (st_ != AF_OK) break;
             s->minimize_execs += spent;
             x_holds_ran = false;

@@ -31,6 +31,7 @@ static void af_fuzz_usage(FILE *f) {
             "  --max-findings N    stop after N unique findings\n"
             "  --budget MIB        tensor memory per case (default 64)\n"
             "  --max-flops F       cap on the flops of one generated case (default 2e7)\n"
+            "  --tiny              every dimension 1 (measures per-case overhead)\n"
             "  --waive masked_row_nan   do not report NaN in fully masked rows\n"
             "  --waive masked_value_leak  do not report NaN that only a zero-weight key's\n"
             "                      non-finite value causes (0 * Inf, 0 * NaN)\n"
@@ -62,7 +63,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
-    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN };
+    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
@@ -77,6 +78,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"quiet", no_argument, 0, O_QUIET},
         {"strategy", required_argument, 0, O_STRAT},
         {"no-minimize", no_argument, 0, O_NOMIN},
+        {"tiny", no_argument, 0, O_TINY},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -114,6 +116,7 @@ int af_cmd_fuzz(int argc, char **argv) {
             break;
         case O_QUIET: o.quiet = true; break;
         case O_NOMIN: o.no_minimize = true; break;
+        case O_TINY: o.tiny = true; break;
         case O_STRAT: {
             int k = 0;
             while (k < AF_STRATEGY_COUNT && strcmp(optarg, af_strategy_names[k]) != 0) k++;
@@ -152,8 +155,12 @@ int af_cmd_fuzz(int argc, char **argv) {
         fprintf(stderr, "attnfuzz fuzz: %s\n", err.msg);
         rc = 2;
     } else {
-        fprintf(stderr, "attnfuzz: %llu execs in %.1fs (%.0f/s), %zu unique findings%s\n",
-                (unsigned long long)stats.execs, stats.elapsed,
+        char skipped[96] = "";
+        if (stats.skipped)
+            snprintf(skipped, sizeof skipped, " (%llu of them skipped: no backend runs those cases)",
+                     (unsigned long long)stats.skipped);
+        fprintf(stderr, "attnfuzz: %llu execs%s in %.1fs (%.0f/s), %zu unique findings%s\n",
+                (unsigned long long)stats.execs, skipped, stats.elapsed,
                 stats.elapsed > 0 ? (double)stats.execs / stats.elapsed : 0.0, stats.n_sigs,
                 af_campaign_interrupted() ? ", interrupted" : "");
         for (size_t i = 0; i < stats.n_sigs; i++) {

@@ -225,6 +225,37 @@ static double af_now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The executor of the last bundle, kept while the next bundle records the same checks: a
+ * corpus of one target's bundles then starts its worker once, not once per bundle (a
+ * Python stack takes seconds to import). */
+static struct {
+    af_exec *x;
+    char key[4096];
+} af_regress_cache;
+
+static void af_regress_key(const af_exec_config *c, char *key, size_t cap) {
+    size_t n = 0;
+    int w = snprintf(key, cap, "%zu %d %zu %g %g %g %d %d %a|", c->budget, c->sample_relations, c->n_backends,
+                     c->worker.timeout, c->worker.compile_timeout, c->worker.unsupported_learn,
+                     c->oracle.waive_masked_row_nan, c->oracle.waive_masked_value_leak, c->oracle.fudge);
+    n = w > 0 ? (size_t)w : 0;
+    for (int d = 0; d < AF_CASE_DTYPE_COUNT && n < cap; d++)
+        n += (size_t)snprintf(key + n, cap - n, "%a %a|", c->oracle.floor_atol[d], c->oracle.floor_rtol[d]);
+    for (size_t i = 0; i < c->n_backends && n < cap; i++) n += (size_t)snprintf(key + n, cap - n, "%s|", c->backends[i]);
+    for (size_t i = 0; i < c->n_pairs && n < cap; i++) n += (size_t)snprintf(key + n, cap - n, "p%s|", c->pairs[i]);
+    for (int r = 0; r < AF_REL_COUNT && n < cap; r++) n += (size_t)snprintf(key + n, cap - n, "%d", c->relations[r]);
+}
+
+static af_exec *af_regress_exec(const af_exec_config *cfg, af_error *err) {
+    char key[sizeof af_regress_cache.key];
+    af_regress_key(cfg, key, sizeof key);
+    if (af_regress_cache.x && strcmp(key, af_regress_cache.key) == 0) return af_regress_cache.x;
+    af_exec_destroy(af_regress_cache.x);
+    af_regress_cache.x = af_exec_create(cfg, err);
+    snprintf(af_regress_cache.key, sizeof af_regress_cache.key, "%s", key);
+    return af_regress_cache.x;
+}
+
 static int af_regress_bundle(const char *dir, const char *name, af_exec_config base, bool strict,
                              const af_waive *waive, af_regress_counts *n, af_junit_case *jc) {
     af_error err = {0};
@@ -240,7 +271,7 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
     }
     char names[AF_EXEC_MAX_BACKENDS][AF_BACKEND_NAME_MAX];
     af_cli_config_from_bundle(b, &base, names);
-    af_exec *x = af_exec_create(&base, &err);
+    af_exec *x = af_regress_exec(&base, &err);
     int rc = 0;
     if (!x || af_exec_run_bundle(x, b, &err) != AF_OK) {
         fprintf(stderr, "attnfuzz regress: %s: %s\n", dir, err.msg);
@@ -300,7 +331,6 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
             }
         }
     }
-    af_exec_destroy(x);
     af_bundle_free(b);
     return rc;
 }
@@ -411,5 +441,7 @@ int af_cmd_regress(int argc, char **argv) {
         af_free(j.cases);
     }
     af_free(waive.entries);
+    af_exec_destroy(af_regress_cache.x);
+    af_regress_cache.x = NULL;
     return rc;
 }
