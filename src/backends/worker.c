@@ -691,6 +691,10 @@ static bool af_worker_key_note(af_worker *w, uint64_t key) {
 /* A fault: the child is dead or killed; err gets "kind: what happened" with the stderr. */
 static af_status af_worker_fault(af_worker *w, af_status code, const char *what, af_error *err) {
     w->faults++;
+    /* no compiled structure came of this run: it reports 0 s compiling, so that the time a
+     * hang or crash took (on a new compile key, its wall time would otherwise count as
+     * compiling) does not make compile-aware scheduling keep the structure that faulted */
+    w->ext.compile_s = 0.0;
     char brief[400];
     af_worker_tail_brief(w, brief, sizeof brief);
     w->ext.stderr_tail = af_worker_tail(w);

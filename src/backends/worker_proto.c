@@ -25,12 +25,22 @@ af_status af_wp_split(const uint8_t *body, size_t n, void **header, const uint8_
     const char *end = NULL;
     cJSON *h = cJSON_ParseWithLengthOpts((const char *)body, lim, &end, false);
     if (!h) {
+        if (n > lim) {
+            /* cut at the limit, a header fails where the cut value began (the opening quote
+             * of a long string), not at the cut: parse the whole body to tell a long
+             * header from a bad one (error path only) */
+            const char *full_end = NULL;
+            cJSON *whole = cJSON_ParseWithLengthOpts((const char *)body, n, &full_end, false);
+            const char *where = whole ? full_end : cJSON_GetErrorPtr();
+            cJSON_Delete(whole);
+            if (whole || (where && where >= (const char *)body + lim - 1 && where <= (const char *)body + n))
+                return af_error_set(err, AF_ERR_FORMAT, "frame header over %zu bytes", AF_WP_MAX_HEADER);
+            lim = n;
+        }
         const char *where = cJSON_GetErrorPtr();
         size_t at = where && where >= (const char *)body && where <= (const char *)body + lim
                         ? (size_t)(where - (const char *)body)
                         : 0;
-        if (n > AF_WP_MAX_HEADER && at >= AF_WP_MAX_HEADER - 1)
-            return af_error_set(err, AF_ERR_FORMAT, "frame header over %zu bytes", AF_WP_MAX_HEADER);
         return af_error_set(err, AF_ERR_FORMAT, "frame header is not valid JSON (at byte %zu of %zu)", at, n);
     }
     if (!cJSON_IsObject(h)) {

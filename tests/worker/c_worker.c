@@ -373,9 +373,9 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
     size_t keep_n = opt.keep_mask && p > 0.0 ? B * Hq * Sq * Sk : 0;
     uint8_t *outb = calloc(B * Hq * osq * Dv * es + keep_n + 1, 1);
     double *s = malloc((Sk + 1) * sizeof *s), *acc = malloc((Dv + 1) * sizeof *acc);
-    uint8_t *live = malloc(Sk + 1), *kp = malloc(Sk + 1);
+    uint8_t *live = malloc(Sk + 1), *kp = malloc(Sk + 1), *slive = malloc(Sk + 1);
     uint8_t *keepout = outb + B * Hq * osq * Dv * es;
-    if (!outb || !s || !acc || !live || !kp) {
+    if (!outb || !s || !acc || !live || !kp || !slive) {
         fprintf(stderr, "c_worker: out of memory\n");
         exit(1);
     }
@@ -395,6 +395,7 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
                     if (wl >= 0 && (long)j < d - wl) ok = 0;
                     if (wr >= 0 && (long)j > d + wr) ok = 0;
                     if (has_bm && mask_at(&bm, b, h, i, j) == 0.0) ok = 0;
+                    slive[j] = (uint8_t)ok; /* live by the structural and boolean masks */
                     double x = 0.0;
                     if (ok) {
                         for (size_t e = 0; e < D; e++)
@@ -421,8 +422,11 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
                     if (keep_n) keepout[((b * Hq + h) * Sq + i) * Sk + j] = kp[j];
                 }
                 for (size_t e = 0; e < Dv; e++) acc[e] = 0.0;
+                /* a NaN row has NaN weights on every key the structural and boolean masks
+                 * leave live, an additive -inf or a -inf score included (as the reference):
+                 * the row is NaN unless dropout drops all of those */
                 int any_kept_live = 0;
-                for (size_t j = 0; j < Sk; j++) any_kept_live |= live[j] && kp[j];
+                for (size_t j = 0; j < Sk; j++) any_kept_live |= slive[j] && kp[j];
                 if (nan_row) {
                     double fill = p > 0.0 && !any_kept_live ? 0.0 : NAN;
                     for (size_t e = 0; e < Dv; e++) acc[e] = fill;
@@ -437,6 +441,10 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
                     }
                     for (size_t j = 0; j < Sk; j++) {
                         double wgt = live[j] ? s[j] / sum : 0.0; /* masked keys stay 0 */
+                        /* an infinite score makes the sum NaN: NaN weights on every key the
+                         * masks leave live, a -inf score or additive -inf included (as the
+                         * reference), so a kept one makes the row NaN */
+                        if (isnan(sum) && slive[j]) wgt = NAN;
                         if (p > 0.0) wgt = kp[j] ? wgt / (1.0 - p) : 0.0;
                         if (wgt == 0.0) continue; /* a zero-weight key contributes nothing */
                         for (size_t e = 0; e < Dv; e++)
@@ -475,7 +483,7 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
     snprintf(hdr + n, sizeof hdr - (size_t)n, "],\"timings\":{\"compile_s\":%.6f,\"run_s\":%.6f}}", compile_s, run_s);
     write_frame(hdr, outb, B * Hq * osq * Dv * es + keep_n);
     (void)on;
-    free(outb), free(s), free(acc), free(live), free(kp);
+    free(outb), free(s), free(acc), free(live), free(kp), free(slive);
     return 0;
 }
 

@@ -1,0 +1,581 @@
+/* test_worker_proto.c - the worker protocol (docs/worker-protocol.md) against hand-written
+ * frames: hello and result frames parsed in-process (each malformed frame refused with the
+ * reason), run frames encoded and read back through their own tensor entries, and the
+ * whole path through a child process (tests/worker/frame_worker.c), where every broken
+ * frame is AF_ERR_BACKEND "protocol: ...", the worker's stderr is kept, and the next case
+ * runs in a restarted worker. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnfuzz/backend.h"
+#include "attnfuzz/case.h"
+#include "attnfuzz/tensor.h"
+#include "attnfuzz/worker.h"
+#include "backends/worker_proto.h"
+
+/* --- frames by hand ------------------------------------------------------------------------ */
+
+static uint8_t body[(1u << 20) + 4096];
+
+/* A frame body: header, newline, then payload (plen bytes). Returns its length. */
+static size_t make_body(const char *header, const void *payload, size_t plen) {
+    size_t hl = strlen(header);
+    assert_true(hl + 1 + plen <= sizeof body);
+    memcpy(body, header, hl);
+    body[hl] = '\n';
+    if (plen) memcpy(body + hl + 1, payload, plen);
+    return hl + 1 + plen;
+}
+
+/* The case of the result tests: B 1, Hq 2, Sq 3, Dv 2 (so out is [1, 2, 3, 2]). */
+static af_case small_case(void) {
+    af_case c;
+    af_case_default(&c);
+    c.q_heads = c.kv_heads = 2;
+    c.q_len = 3;
+    c.kv_len = 4;
+    c.head_dim = c.v_head_dim = 2;
+    af_error err;
+    assert_int_equal(af_case_validate(&c, 0, &err), AF_OK);
+    return c;
+}
+
+static void expect_format(af_status st, const af_error *err, const char *needle) {
+    if (st != AF_ERR_FORMAT || !strstr(err->msg, needle))
+        fail_msg("want AF_ERR_FORMAT \"...%s...\", got status %d \"%s\"", needle, (int)st, st ? err->msg : "");
+}
+
+/* --- hello ------------------------------------------------------------------------------------ */
+
+static void test_hello_full(void **state) {
+    (void)state;
+    const char *h = "{\"type\":\"hello\",\"protocol\":1,\"name\":\"t\",\"version\":\"2\",\"variant\":\"v\","
+                    "\"caps\":[\"f32\",\"causal\"],\"layouts\":[\"bshd\",\"qkv_bs3hd\"],\"dtypes\":[\"f16\"],"
+                    "\"limits\":{\"max_head_dim\":128,\"head_dim_multiple\":8},"
+                    "\"conventions\":{\"causal\":[\"top_left\"],\"masked_rows\":\"nan\",\"dropout\":\"none\","
+                    "\"masked_values\":\"ieee\"},\"compile_key\":[\"shapes\",\"dtype\"]}";
+    af_wp_hello hello;
+    af_error err;
+    size_t n = make_body(h, NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_string_equal(hello.name, "t");
+    assert_string_equal(hello.variant, "v");
+    assert_int_equal(hello.caps, AF_CAP_F32 | AF_CAP_CAUSAL);
+    assert_int_equal(hello.layouts, (1u << AF_LAYOUT_BSHD) | (1u << AF_LAYOUT_QKV_BS3HD));
+    assert_int_equal(hello.dtypes, 1u << AF_F16);
+    assert_int_equal(hello.max_head_dim, 128);
+    assert_int_equal(hello.head_dim_multiple, 8);
+    assert_int_equal(hello.max_seq, 0);
+    assert_int_equal(hello.diagonals, 1u << AF_DIAG_TOP_LEFT);
+    assert_true(hello.masked_rows_nan);
+    assert_true(hello.masked_values_ieee);
+    assert_int_equal(hello.dropout, AF_WP_DROPOUT_NONE);
+    assert_int_equal(hello.compile_key, AF_KEY_SHAPES | AF_KEY_DTYPE);
+}
+
+static void test_hello_defaults(void **state) {
+    (void)state;
+    af_wp_hello hello;
+    af_error err;
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"dropout\"],\"layouts\":[\"bhsd\"]}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.caps, AF_CAP_DROPOUT);
+    assert_int_equal(hello.dtypes, 7u); /* f32, f16, bf16 */
+    assert_int_equal(hello.compile_key, AF_KEY_ALL);
+    assert_int_equal(hello.diagonals, (1u << AF_DIAG_COUNT) - 1);
+    assert_false(hello.masked_rows_nan);
+    assert_int_equal(hello.dropout, AF_WP_DROPOUT_COUNTER);
+    assert_non_null(strstr(hello.conventions, "\"masked_rows\":\"zero\""));
+}
+
+static void test_hello_malformed(void **state) {
+    (void)state;
+    static const struct {
+        const char *header;
+        const char *needle;
+    } bad[] = {
+        {"{\"type\":\"hello\",\"protocol\":2,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", "protocol 2"},
+        {"{\"type\":\"hello\",\"name\":\"m\",\"caps\":[],\"layouts\":[]}", "protocol"},
+        {"{\"type\":\"result\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", "expected a hello"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"caps\":[],\"layouts\":[]}", "no name"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"warp\"],\"layouts\":[]}", "unknown capability"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[\"nchw\"]}", "unknown layout"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],\"dtypes\":[\"f64\"]}",
+         "unknown dtype"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],\"limits\":{\"max_seq\":-1}}",
+         "limits.max_seq"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"masked_rows\":\"one\"}}",
+         "masked_rows"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],\"compile_key\":[\"values\"]}",
+         "unknown compile_key field"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":\"f32\",\"layouts\":[]}", "array of names"},
+        {"[1, 2]", "not a JSON object"},
+        {"{\"type\":\"hello\"", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        af_wp_hello hello;
+        af_error err = {0};
+        size_t n = make_body(bad[i].header, NULL, 0);
+        expect_format(af_wp_parse_hello(body, n, &hello, &err), &err, bad[i].needle);
+    }
+    /* a hello with payload bytes */
+    af_wp_hello hello;
+    af_error err = {0};
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", "xy", 2);
+    expect_format(af_wp_parse_hello(body, n, &hello, &err), &err, "payload");
+}
+
+/* --- result --------------------------------------------------------------------------------- */
+
+static const char *const result_fmt =
+    "{\"type\":\"result\",\"id\":%s,\"status\":\"%s\",\"layout\":\"%s\",\"tensors\":[{\"name\":\"out\",\"dtype\":"
+    "\"%s\",\"shape\":[%s],\"strides\":[%s],\"offset\":%s}%s]%s}";
+
+/* A result header from its variable parts. */
+static const char *result_header(const char *id, const char *status, const char *layout, const char *dtype,
+                                 const char *shape, const char *strides, const char *offset,
+                                 const char *more_tensors, const char *more) {
+    static char h[2048];
+    snprintf(h, sizeof h, result_fmt, id, status, layout, dtype, shape, strides, offset, more_tensors, more);
+    return h;
+}
+
+static void test_result_ok_bhsd(void **state) {
+    (void)state;
+    af_case c = small_case();
+    float vals[12];
+    for (int e = 0; e < 12; e++) vals[e] = (float)e + 0.5f;
+    size_t n = make_body(result_header("7", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "",
+                                       ",\"timings\":{\"compile_s\":0.25,\"run_s\":0.001}"),
+                         vals, sizeof vals);
+    af_wp_result r;
+    const uint8_t *payload;
+    af_error err;
+    assert_int_equal(af_wp_parse_result(body, n, 7, &c, NULL, &r, &payload, &err), AF_OK);
+    assert_int_equal(r.status, AF_WP_OK);
+    assert_int_equal(r.layout, AF_LAYOUT_BHSD);
+    assert_true(r.compile_s == 0.25);
+    assert_true(r.run_s == 0.001);
+    double dst[12];
+    af_tensor t;
+    size_t ne[4] = {1, 2, 3, 2};
+    af_tensor_contiguous(&t, AF_F64, 4, ne);
+    t.data = dst;
+    af_wp_copy_out(&r, payload, &c, &t);
+    for (int e = 0; e < 12; e++) assert_true(dst[e] == (double)e + 0.5);
+}
+
+/* The f16 bits of x, a non-negative value that f16 holds exactly (normal or 0). */
+static uint16_t f16_exact(float x) {
+    if (x == 0.0f) return 0;
+    int e;
+    float m = frexpf(x, &e); /* x = m 2^e, m in [0.5, 1) */
+    return (uint16_t)((unsigned)(e - 1 + 15) << 10 | (unsigned)((m * 2.0f - 1.0f) * 1024.0f));
+}
+
+/* out in bshd [B, S, H, D], f16, at byte offset 6 with padded rows: element (b, h, i, d)
+ * holds 10 * h + i + d / 4 (exact in f16); the copy must give it in [B, Hq, Sq, Dv] order. */
+static void test_result_ok_bshd_f16_strided(void **state) {
+    (void)state;
+    af_case c = small_case();
+    /* strides (bytes): d 2, h 6 (one pad element after each head's 2 values), s 12, b 36 */
+    uint16_t buf[3 + 18];
+    memset(buf, 0xff, sizeof buf); /* pad: NaN, must not be read */
+    for (size_t h = 0; h < 2; h++)
+        for (size_t i = 0; i < 3; i++)
+            for (size_t d = 0; d < 2; d++) {
+                float x = 10.0f * (float)h + (float)i + (float)d / 4.0f;
+                buf[3 + i * 6 + h * 3 + d] = f16_exact(x);
+            }
+    size_t n = make_body(result_header("1", "ok", "bshd", "f16", "1,3,2,2", "36,12,6,2", "6", "", ""), buf,
+                         sizeof buf - 2); /* the last pad element is not needed */
+    af_wp_result r;
+    const uint8_t *payload;
+    af_error err;
+    assert_int_equal(af_wp_parse_result(body, n, 1, &c, NULL, &r, &payload, &err), AF_OK);
+    assert_int_equal(r.layout, AF_LAYOUT_BSHD);
+    float dst[12];
+    af_tensor t;
+    size_t ne[4] = {1, 2, 3, 2};
+    af_tensor_contiguous(&t, AF_F32, 4, ne);
+    t.data = dst;
+    af_wp_copy_out(&r, payload, &c, &t);
+    for (size_t h = 0; h < 2; h++)
+        for (size_t i = 0; i < 3; i++)
+            for (size_t d = 0; d < 2; d++)
+                assert_true(dst[(h * 3 + i) * 2 + d] == 10.0f * (float)h + (float)i + (float)d / 4.0f);
+}
+
+static void test_result_unsupported_and_error(void **state) {
+    (void)state;
+    af_case c = small_case();
+    af_wp_result r;
+    const uint8_t *payload;
+    af_error err;
+    size_t n = make_body("{\"type\":\"result\",\"id\":3,\"status\":\"unsupported\",\"reason\":\"no GQA\"}", NULL, 0);
+    assert_int_equal(af_wp_parse_result(body, n, 3, &c, NULL, &r, &payload, &err), AF_OK);
+    assert_int_equal(r.status, AF_WP_UNSUPPORTED);
+    assert_string_equal(r.message, "no GQA");
+    n = make_body("{\"type\":\"result\",\"id\":3,\"status\":\"error\",\"message\":\"RuntimeError: x\"}", NULL, 0);
+    assert_int_equal(af_wp_parse_result(body, n, 3, &c, NULL, &r, &payload, &err), AF_OK);
+    assert_int_equal(r.status, AF_WP_ERROR);
+    assert_string_equal(r.message, "RuntimeError: x");
+}
+
+static void test_result_malformed(void **state) {
+    (void)state;
+    af_case c = small_case();
+    uint8_t zeros[256] = {0};
+    static const struct {
+        const char *id, *status, *layout, *dtype, *shape, *strides, *offset, *more;
+        size_t plen;
+        const char *needle;
+    } bad[] = {
+        /* the one good frame, then one fault each */
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 48, NULL},
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 47, "outside the payload"},
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "4", "", 48, "outside the payload"},
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 52, "larger than its tensors need"},
+        {"5", "maybe", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 48, "unknown status"},
+        {"6", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 48, "result for id"},
+        {"\"5\"", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 48, "result for id"},
+        {"5", "ok", "bhsd", "f32", "1,2,4,2", "64,32,8,4", "0", "", 64, "out has shape [1,2,4,2]"},
+        {"5", "ok", "bhsd", "f32", "1,2,3", "24,8,4", "0", "", 20, "out has shape [1,2,3]"},
+        {"5", "ok", "bshd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 48, "out has shape"},
+        {"5", "ok", "qkv_bs3hd", "f32", "1,2,3,2", "48,24,8,4", "0", "", 48, "layout qkv_bs3hd"},
+        {"5", "ok", "bhsd", "bool", "1,2,3,2", "12,6,2,1", "0", "", 12, "not a float dtype"},
+        {"5", "ok", "bhsd", "f8", "1,2,3,2", "48,24,8,4", "0", "", 48, "unknown dtype"},
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8", "0", "", 48, "4 dims but 3 strides"},
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,-24,8,4", "0", "", 48, "non-negative"},
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0.5", "", 48, "offset"},
+        /* a second tensor whose byte extent, 2^32 * 2^32 + 1, is 1 in 64-bit size_t arithmetic */
+        {"5", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0",
+         ",{\"name\":\"junk\",\"dtype\":\"bool\",\"shape\":[4294967297],\"strides\":[4294967296]}",
+         48, "tensor junk: elements up to byte"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        af_wp_result r;
+        const uint8_t *payload;
+        af_error err = {0};
+        size_t n = make_body(result_header(bad[i].id, bad[i].status, bad[i].layout, bad[i].dtype, bad[i].shape,
+                                           bad[i].strides, bad[i].offset, bad[i].more, ""),
+                             zeros, bad[i].plen);
+        af_status st = af_wp_parse_result(body, n, 5, &c, NULL, &r, &payload, &err);
+        if (!bad[i].needle) {
+            if (st != AF_OK) fail_msg("frame %zu: %s", i, err.msg);
+            continue;
+        }
+        expect_format(st, &err, bad[i].needle);
+    }
+    /* no tensor out, no tensors, no status, bad JSON, no newline, another type */
+    static const struct {
+        const char *header;
+        const char *needle;
+    } raw[] = {
+        {"{\"type\":\"result\",\"id\":5,\"status\":\"ok\",\"tensors\":[]}", "without tensor out"},
+        {"{\"type\":\"result\",\"id\":5,\"status\":\"ok\"}", "without a tensors array"},
+        {"{\"type\":\"result\",\"id\":5}", "without a status"},
+        {"{\"type\":\"result\",\"id\":,\"status\":\"ok\"}", "not valid JSON"},
+        {"{\"type\":\"hello\",\"id\":5,\"status\":\"ok\"}", "expected a result frame"},
+        {"this is not JSON {", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+        af_wp_result r;
+        const uint8_t *payload;
+        af_error err = {0};
+        size_t n = make_body(raw[i].header, NULL, 0);
+        expect_format(af_wp_parse_result(body, n, 5, &c, NULL, &r, &payload, &err), &err, raw[i].needle);
+    }
+    af_wp_result r;
+    const uint8_t *payload;
+    af_error err = {0};
+    const char *h = "{\"type\":\"result\",\"id\":5,\"status\":\"ok\",\"tensors\":[]}";
+    memcpy(body, h, strlen(h)); /* no newline after the header */
+    expect_format(af_wp_parse_result(body, strlen(h), 5, &c, NULL, &r, &payload, &err), &err, "newline");
+}
+
+/* A header over 1 MiB is refused as such, whatever follows. */
+static void test_result_header_over_limit(void **state) {
+    (void)state;
+    af_case c = small_case();
+    size_t n = (1u << 20) + 100;
+    const char *open = "{\"type\":\"result\",\"id\":5,\"pad\":\"";
+    memcpy(body, open, strlen(open));
+    memset(body + strlen(open), 'x', n - strlen(open));
+    memcpy(body + n - 3, "\"}\n", 3);
+    af_wp_result r;
+    const uint8_t *payload;
+    af_error err = {0};
+    expect_format(af_wp_parse_result(body, n, 5, &c, NULL, &r, &payload, &err), &err, "over 1048576 bytes");
+}
+
+/* Dropout: the keep mask is checked for shape, and required under conventions.dropout
+ * "keep_mask". */
+static void test_result_keep_mask(void **state) {
+    (void)state;
+    af_case c = small_case();
+    c.dropout_p = 0.5;
+    af_wp_hello h;
+    memset(&h, 0, sizeof h);
+    h.dropout = AF_WP_DROPOUT_KEEP_MASK;
+    uint8_t pay[48 + 24];
+    memset(pay, 0, sizeof pay);
+    for (size_t e = 0; e < 24; e++) pay[48 + e] = (uint8_t)(e % 3 == 0);
+    af_wp_result r;
+    const uint8_t *payload;
+    af_error err = {0};
+    size_t n = make_body(result_header("2", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", ""), pay, 48);
+    expect_format(af_wp_parse_result(body, n, 2, &c, &h, &r, &payload, &err), &err, "no dropout_keep");
+    const char *with_keep =
+        "{\"type\":\"result\",\"id\":2,\"status\":\"ok\",\"tensors\":[{\"name\":\"out\",\"dtype\":\"f32\","
+        "\"shape\":[1,2,3,2],\"strides\":[48,24,8,4],\"offset\":0},{\"name\":\"dropout_keep\",\"dtype\":\"bool\","
+        "\"shape\":[1,2,3,%d],\"strides\":[%d,%d,%d,1],\"offset\":48}]}";
+    char hdr[512];
+    snprintf(hdr, sizeof hdr, with_keep, 3, 18, 9, 3); /* Sk is 4 */
+    n = make_body(hdr, pay, 48 + 18);
+    expect_format(af_wp_parse_result(body, n, 2, &c, &h, &r, &payload, &err), &err, "dropout_keep is not");
+    snprintf(hdr, sizeof hdr, with_keep, 4, 24, 12, 4);
+    n = make_body(hdr, pay, sizeof pay);
+    assert_int_equal(af_wp_parse_result(body, n, 2, &c, &h, &r, &payload, &err), AF_OK);
+    assert_true(r.has_keep);
+    uint8_t keep[24];
+    af_wp_copy_keep(&r, payload, &c, keep);
+    for (size_t e = 0; e < 24; e++) assert_int_equal(keep[e], e % 3 == 0);
+}
+
+/* --- run frames ------------------------------------------------------------------------------ */
+
+static double payload_get(const uint8_t *p, const af_wp_tensor *t, const size_t idx[4]) {
+    size_t off = t->offset;
+    for (int k = 0; k < 4; k++) off += idx[k] * t->nb[k];
+    float f;
+    memcpy(&f, p + off, 4);
+    return (double)f;
+}
+
+/* Encodes the run frame of case c, then reads q, k, v back through the entries the header
+ * declares (physical order perm maps canonical (b, h, s, d) to the entry's dims) and
+ * compares every element with the case's own views. */
+static void check_run_frame(const af_case *c, const int perm[4], int want_entries, const char *first_name) {
+    af_inputs *in = af_inputs_create();
+    af_error err;
+    assert_int_equal(af_inputs_generate(in, c, &err), AF_OK);
+    const af_case_tensors *t = af_inputs_get(in);
+    af_wp_buf hdr = {0};
+    af_wp_part parts[AF_WP_MAX_PARTS];
+    size_t np = 0;
+    assert_int_equal(af_wp_encode_run(&hdr, 41, t, parts, &np, &err), AF_OK);
+    size_t total = hdr.len - 4;
+    for (size_t k = 0; k < np; k++) total += parts[k].len;
+    const uint8_t *len = (const uint8_t *)hdr.data;
+    assert_int_equal((size_t)len[0] | (size_t)len[1] << 8 | (size_t)len[2] << 16 | (size_t)len[3] << 24, total);
+    uint8_t *frame = malloc(total);
+    assert_non_null(frame);
+    memcpy(frame, hdr.data + 4, hdr.len - 4);
+    size_t at = hdr.len - 4;
+    for (size_t k = 0; k < np; k++) memcpy(frame + at, parts[k].data, parts[k].len), at += parts[k].len;
+
+    void *hv;
+    const uint8_t *payload;
+    size_t plen;
+    assert_int_equal(af_wp_split(frame, total, &hv, &payload, &plen, &err), AF_OK);
+    cJSON *j = hv;
+    assert_string_equal(cJSON_GetObjectItem(j, "type")->valuestring, "run");
+    assert_int_equal((int)cJSON_GetObjectItem(j, "id")->valuedouble, 41);
+    af_case back;
+    assert_int_equal(af_case_from_cjson(&back, cJSON_GetObjectItem(j, "case"), &err), AF_OK);
+    assert_true(af_case_equal(&back, c));
+    const cJSON *der = cJSON_GetObjectItem(j, "derived");
+    assert_true(cJSON_GetObjectItem(der, "scale")->valuedouble == af_case_scale(c));
+    const cJSON *ts = cJSON_GetObjectItem(j, "tensors");
+    assert_int_equal(cJSON_GetArraySize(ts), want_entries);
+    assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(ts, 0), "name")->valuestring, first_name);
+    size_t need = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, ts) {
+        af_wp_tensor wt;
+        if (af_wp_tensor_parse(e, plen, &wt, &err) != AF_OK) fail_msg("%s", err.msg);
+        if (wt.end > need) need = wt.end;
+        const af_view *v = NULL;
+        if (!strcmp(wt.name, "q")) v = &t->qv;
+        if (!strcmp(wt.name, "k")) v = &t->kv;
+        if (!strcmp(wt.name, "v")) v = &t->vv;
+        if (!v) continue;
+        assert_int_equal(wt.ndim, 4);
+        for (size_t b = 0; b < v->ne[0]; b++)
+            for (size_t h = 0; h < v->ne[1]; h++)
+                for (size_t s = 0; s < v->ne[2]; s++)
+                    for (size_t d = 0; d < v->ne[3]; d++) {
+                        size_t canon[4] = {b, h, s, d}, idx[4];
+                        for (int k = 0; k < 4; k++) idx[k] = canon[perm[k]];
+                        double want = af_view_get(v, b, h, s, d), got = payload_get(payload, &wt, idx);
+                        if (!(want == got || (isnan(want) && isnan(got))))
+                            fail_msg("%s[%zu,%zu,%zu,%zu]: %g in the frame, %g in the case", wt.name, b, h, s, d,
+                                     got, want);
+                    }
+    }
+    assert_int_equal(need, plen); /* the payload is exactly the tensors */
+    cJSON_Delete(j);
+    free(frame);
+    af_wp_buf_free(&hdr);
+    af_inputs_destroy(in);
+}
+
+static void test_run_frame_bhsd(void **state) {
+    (void)state;
+    af_case c = small_case();
+    c.kv_heads = 1; /* GQA: k and v have one head */
+    c.v_head_dim = 3;
+    af_error err;
+    assert_int_equal(af_case_validate(&c, 0, &err), AF_OK);
+    const int perm[4] = {0, 1, 2, 3};
+    check_run_frame(&c, perm, 3, "q");
+}
+
+static void test_run_frame_packed(void **state) {
+    (void)state;
+    af_case c = small_case();
+    c.kv_len = c.q_len; /* packed QKV: one buffer */
+    for (int w = 0; w < AF_QKV_COUNT; w++) c.t[w].layout = AF_LAYOUT_QKV_BS3HD;
+    af_error err;
+    assert_int_equal(af_case_validate(&c, 0, &err), AF_OK);
+    const int perm[4] = {0, 2, 1, 3}; /* views are [B, S, H, D] */
+    check_run_frame(&c, perm, 4, "qkv");
+}
+
+/* --- the process path ------------------------------------------------------------------------ */
+
+static char bindir[4096];
+
+static af_backend *open_frame_worker(const char *mode) {
+    char spec[4200];
+    snprintf(spec, sizeof spec, "worker:%s/tests/frame_worker %s", bindir, mode);
+    af_backend *be = NULL;
+    af_error err;
+    if (af_backend_open(spec, &be, &err) != AF_OK) fail_msg("open %s: %s", spec, err.msg);
+    return be;
+}
+
+/* Runs the 1 x 1 x S x 1 case; returns the status, err the message. */
+static af_status run_case(af_backend *be, uint32_t q_len, af_error *err) {
+    af_case c;
+    af_case_default(&c);
+    c.q_len = q_len;
+    af_inputs *in = af_inputs_create();
+    assert_int_equal(af_inputs_generate(in, &c, err), AF_OK);
+    af_tensor out;
+    af_backend_out_shape(be, &c, &out);
+    double mem[8];
+    out.data = mem;
+    af_status st = af_backend_run(be, af_inputs_get(in), &out, err);
+    af_inputs_destroy(in);
+    return st;
+}
+
+static void test_process_malformed(void **state) {
+    (void)state;
+    static const struct {
+        const char *mode, *needle;
+    } modes[] = {
+        {"short", "outside the payload"},
+        {"badjson", "not valid JSON"},
+        {"nonewline", "not followed by a newline"},
+        {"status", "unknown status \"maybe\""},
+        {"shape", "out has shape [1,1,3,1]"},
+        {"id", "result for id"},
+        {"dtype", "not a float dtype"},
+        {"extra", "larger than its tensors need"},
+        {"noout", "without tensor out"},
+        {"huge", "frame of 4294967280 bytes"},
+        {"empty", "empty frame"},
+        {"hello", "expected a result frame"},
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        af_backend *be = open_frame_worker(modes[i].mode);
+        af_error err = {0};
+        if (run_case(be, 1, &err) != AF_OK) fail_msg("%s: a good case failed: %s", modes[i].mode, err.msg);
+        af_status st = run_case(be, 2, &err);
+        char want[300];
+        snprintf(want, sizeof want, "%s: protocol: ", af_backend_name(be));
+        if (st != AF_ERR_BACKEND || strncmp(err.msg, want, strlen(want)) != 0 || !strstr(err.msg, modes[i].needle))
+            fail_msg("%s: want AF_ERR_BACKEND \"%s...%s...\", got %d \"%s\"", modes[i].mode, want, modes[i].needle,
+                     (int)st, err.msg);
+        const af_backend_ext *ext = af_backend_ext_of(be);
+        assert_non_null(strstr(ext->stderr_tail, "frame_worker: run request"));
+        assert_int_equal(ext->restarts, 0);
+        /* the next case runs in a new process */
+        if (run_case(be, 1, &err) != AF_OK) fail_msg("%s: after the fault: %s", modes[i].mode, err.msg);
+        assert_int_equal(af_backend_ext_of(be)->restarts, 1);
+        af_backend_close(be);
+    }
+}
+
+static void test_process_truncated_is_crash(void **state) {
+    (void)state;
+    af_backend *be = open_frame_worker("truncated");
+    af_error err = {0};
+    af_status st = run_case(be, 2, &err);
+    if (st != AF_ERR_CRASH || !strstr(err.msg, "crash: ") || !strstr(err.msg, "inside a frame"))
+        fail_msg("want AF_ERR_CRASH ... inside a frame, got %d \"%s\"", (int)st, err.msg);
+    assert_int_equal(run_case(be, 1, &err), AF_OK);
+    af_backend_close(be);
+}
+
+static void test_process_control(void **state) {
+    (void)state;
+    af_backend *be = open_frame_worker("ok");
+    af_error err = {0};
+    for (uint32_t s = 1; s <= 4; s++)
+        if (run_case(be, s, &err) != AF_OK) fail_msg("q_len %u: %s", s, err.msg);
+    assert_int_equal(af_backend_ext_of(be)->restarts, 0);
+    assert_int_equal(af_backend_ext_of(be)->runs, 4);
+    af_backend_close(be);
+}
+
+/* A worker that cannot start is AF_ERR_INVALID from open, its stderr and exit status in
+ * the message. */
+static void test_process_dies_at_start(void **state) {
+    (void)state;
+    char spec[4200];
+    snprintf(spec, sizeof spec, "worker:%s/tests/c_worker --fault die", bindir);
+    af_backend *be = NULL;
+    af_error err = {0};
+    af_status st = af_backend_open(spec, &be, &err);
+    assert_null(be);
+    if (st != AF_ERR_INVALID || !strstr(err.msg, "status 3") || !strstr(err.msg, "the device is not there"))
+        fail_msg("want AF_ERR_INVALID with exit status 3 and stderr, got %d \"%s\"", (int)st, err.msg);
+}
+
+int main(void) {
+    const char *b = getenv("AF_BINARY_DIR");
+    snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hello_full),
+        cmocka_unit_test(test_hello_defaults),
+        cmocka_unit_test(test_hello_malformed),
+        cmocka_unit_test(test_result_ok_bhsd),
+        cmocka_unit_test(test_result_ok_bshd_f16_strided),
+        cmocka_unit_test(test_result_unsupported_and_error),
+        cmocka_unit_test(test_result_malformed),
+        cmocka_unit_test(test_result_header_over_limit),
+        cmocka_unit_test(test_result_keep_mask),
+        cmocka_unit_test(test_run_frame_bhsd),
+        cmocka_unit_test(test_run_frame_packed),
+        cmocka_unit_test(test_process_control),
+        cmocka_unit_test(test_process_malformed),
+        cmocka_unit_test(test_process_truncated_is_crash),
+        cmocka_unit_test(test_process_dies_at_start),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Campaigns through the worker backend (docs/worker-protocol.md), end to end:
+
+    worker_campaign_test.py SCENARIO ATTNFUZZ C_WORKER [PYTHON]
+
+crash, exit, hang, garbage, shape, error: c_worker --fault KIND on some cases. Each
+  finding has the documented kind (crash / timeout / error, "protocol:" for broken
+  frames), its case is one the fault was meant for (the restarted worker does not blame
+  the next case), its stderr.txt holds the worker's own line about that case, the
+  campaign runs every execution it was asked for (--stats) with most cases ok, and a
+  crash bundle replays as a crash.
+die: a worker that exits before its hello: exit 2 with its stderr, no bundle.
+wrong_c, wrong_numpy: a deliberately wrong worker (c_worker --bug scale,
+  tests/worker_wrong_numpy.py run by PYTHON) is found, its bundle replays with exit 1
+  (a fresh worker) and with exit 0 against the correct c_worker.
+clean: the correct c_worker over 3000 generated cases, and 500 each with its other
+  conventions (output in the case dtype, its own dropout keep mask).
+clean_masked_rows_nan: 500 cases with NaN fully masked rows (declared, so waived).
+
+Standard library only; exit 0 pass, 1 fail.
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+FAULT_MOD = 7  # c_worker faults where (q_len + kv_len + head_dim) % FAULT_MOD == 0
+
+# scenario -> (kind of every finding, text in its error message, extra fuzz options)
+FAULTS = {
+    "crash": ("crash", "crash: the worker was killed by signal 6", []),
+    "exit": ("crash", "crash: the worker exited with status 0", []),
+    "hang": ("timeout", "timeout: no answer within 0.4 s", ["--timeout", "0.2", "--compile-timeout", "0.2"]),
+    "garbage": ("error", "protocol: frame header is not valid JSON", []),
+    "shape": ("error", "protocol: out has shape", []),
+    "error": ("error", "RuntimeError: failing on purpose", []),
+}
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, file=sys.stderr)
+    return cond
+
+
+def run(cmd, **kw):
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    p.elapsed = time.monotonic() - t0
+    return p
+
+
+def bundles(d):
+    out = []
+    for case_json in sorted(glob.glob(os.path.join(d, "*", "case.json"))):
+        with open(case_json) as f:
+            out.append((os.path.dirname(case_json), json.load(f)))
+    return out
+
+
+def fault_campaign(attnfuzz, c_worker, fault, tmp):
+    kind, message, extra = FAULTS[fault]
+    runs = 150
+    spec = f"worker:{c_worker} --fault {fault} --fault-mod {FAULT_MOD}"
+    crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", str(runs), "--seed", "1", "--crashes", crashes,
+             "--stats", stats, "--quiet", "--no-minimize"] + extra)
+    check(p.returncode == 1, f"{fault}: exit {p.returncode}, want 1 (findings): {p.stderr[-500:]}")
+    with open(stats) as f:
+        st = json.load(f)
+    check(st["execs"] == runs, f"{fault}: {st['execs']} execs, want all {runs}")
+    n = st["findings_total"]
+    check(2 <= n <= runs // 3, f"{fault}: {n} findings in {runs} execs (want some, and most cases ok)")
+    firsts = sorted(s["first_exec"] for s in st["signatures"])
+    check(len(firsts) >= 2 and firsts[-1] > firsts[0], f"{fault}: no finding after the first fault: {firsts}")
+    check(all(s["kind"] == kind for s in st["signatures"]), f"{fault}: kinds {[s['kind'] for s in st['signatures']]}")
+    check(st["findings_per_kind"][kind] >= 2, f"{fault}: findings_per_kind {st['findings_per_kind']}")
+    if fault == "hang":  # each hang is killed at its limit, not later
+        check(p.elapsed < 1.0 * n + 10.0, f"hang: {p.elapsed:.1f} s for {n} timeouts of 0.4 s")
+    found = bundles(crashes)
+    check(len(found) == st["unique_signatures"], f"{fault}: {len(found)} bundles, {st['unique_signatures']} signatures")
+    for path, b in found:
+        c = b["case"]
+        name = os.path.basename(path)
+        check(b["kind"] == kind, f"{fault}: {name} has kind {b['kind']}")
+        err = b["backends"][0].get("error") or ""
+        check(message in err, f"{fault}: {name} error {err[:200]!r} lacks {message!r}")
+        check((c["q_len"] + c["kv_len"] + c["head_dim"]) % FAULT_MOD == 0,
+              f"{fault}: {name} blames a case the worker did not fault on "
+              f"(q_len {c['q_len']}, kv_len {c['kv_len']}, head_dim {c['head_dim']})")
+        tail_path = os.path.join(path, "stderr.txt")
+        if not check(os.path.exists(tail_path), f"{fault}: {name} has no stderr.txt"):
+            continue
+        with open(tail_path, errors="replace") as f:
+            tail = f.read()
+        lines = re.findall(r"fault (\w+) on purpose \(q_len (\d+), kv_len (\d+), head_dim (\d+)\)", tail)
+        want = (fault, str(c["q_len"]), str(c["kv_len"]), str(c["head_dim"]))
+        check(lines and lines[-1] == want, f"{fault}: {name} stderr.txt ends {lines[-1:]} , want {want}")
+        check(len(tail.encode()) <= 4096, f"{fault}: {name} stderr.txt over 4 KiB")
+    if kind == "crash" and found:
+        r = run([attnfuzz, "replay", found[0][0]])
+        check(r.returncode == 1 and "crash" in r.stdout + r.stderr,
+              f"{fault}: replay exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+
+
+def die(attnfuzz, c_worker, tmp):
+    crashes = os.path.join(tmp, "crashes")
+    p = run([attnfuzz, "fuzz", "--backend", f"worker:{c_worker} --fault die", "--runs", "10", "--crashes", crashes])
+    check(p.returncode == 2, f"die: exit {p.returncode}, want 2")
+    check("the device is not there (on purpose)" in p.stderr, f"die: its stderr is not shown: {p.stderr[-300:]!r}")
+    check("status 3" in p.stderr, f"die: the exit status is not shown: {p.stderr[-300:]!r}")
+    check(not bundles(crashes), "die: a bundle was written")
+
+
+def wrong(attnfuzz, c_worker, spec, tmp, name):
+    crashes = os.path.join(tmp, "crashes")
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", "3000", "--seed", "3", "--crashes", crashes,
+             "--max-findings", "1", "--quiet"])
+    check(p.returncode == 1, f"{name}: exit {p.returncode}, want 1: {p.stderr[-300:]}")
+    found = bundles(crashes)
+    if not check(len(found) == 1, f"{name}: {len(found)} bundles, want 1"):
+        return
+    path, b = found[0]
+    check(b["kind"] == "diverge", f"{name}: kind {b['kind']}, want diverge")
+    check(b["backends"][0]["name"] == spec, f"{name}: bundle backend {b['backends'][0]['name']}")
+    r = run([attnfuzz, "replay", path])
+    check(r.returncode == 1 and "diverge" in r.stdout, f"{name}: replay exit {r.returncode}: {r.stdout[-300:]}")
+    r = run([attnfuzz, "replay", "--backend", f"worker:{c_worker}", path])
+    check(r.returncode == 0, f"{name}: the correct worker fails the bundle: {r.stdout[-300:]}")
+
+
+def clean(attnfuzz, c_worker, tmp, variants=(("", 3000), ("--out-dtype case", 500), ("--dropout keep_mask", 500))):
+    for i, (opts, runs) in enumerate(variants):
+        crashes, stats = os.path.join(tmp, f"crashes{i}"), os.path.join(tmp, f"stats{i}.json")
+        spec = f"worker:{c_worker} {opts}".strip()
+        p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", str(runs), "--seed", str(11 + i), "--crashes",
+                 crashes, "--stats", stats, "--quiet"])
+        with open(stats) as f:
+            st = json.load(f)
+        check(p.returncode == 0 and st["findings_total"] == 0,
+              f"clean {opts or '(default)'}: exit {p.returncode}, {st['findings_total']} findings: "
+              f"{[b['kind'] + ' ' + os.path.basename(d) for d, b in bundles(crashes)][:5]}")
+        check(st["execs"] == runs, f"clean {opts}: {st['execs']} execs, want {runs}")
+
+
+def main():
+    if len(sys.argv) < 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    scenario, attnfuzz, c_worker = sys.argv[1], os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3])
+    python = sys.argv[4] if len(sys.argv) > 4 else sys.executable
+    here = os.path.dirname(os.path.abspath(__file__))
+    with tempfile.TemporaryDirectory(prefix="af_worker_") as tmp:
+        if scenario in FAULTS:
+            fault_campaign(attnfuzz, c_worker, scenario, tmp)
+        elif scenario == "die":
+            die(attnfuzz, c_worker, tmp)
+        elif scenario == "wrong_c":
+            wrong(attnfuzz, c_worker, f"worker:{c_worker} --bug scale", tmp, scenario)
+        elif scenario == "wrong_numpy":
+            wrong(attnfuzz, c_worker, f"worker:{python} {os.path.join(here, 'worker_wrong_numpy.py')}", tmp, scenario)
+        elif scenario == "clean":
+            clean(attnfuzz, c_worker, tmp)
+        elif scenario == "clean_masked_rows_nan":
+            clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))
+        else:
+            print(f"unknown scenario {scenario}", file=sys.stderr)
+            return 2
+    print(f"{scenario}: {'FAIL' if failures else 'ok'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
