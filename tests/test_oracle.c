@@ -597,6 +597,47 @@ static void test_zero_weight_keys(void **state) {
     }
 }
 
+/* A fully masked row (row 0: every key false in the boolean mask) whose keys hold an Inf
+ * in V column 0: an IEEE P @ V gives NaN there (0 * Inf). Undeclared it is a
+ * masked_row_nan; a backend declaring masked_values "ieee" (af_oracle_waive of
+ * AF_KIND_MASKED_VALUE_LEAK) gets it waived, but not a NaN in a column with finite V. */
+static void fill_masked_row_inf_v(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++) {
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->bm, b, h, i, j, i == 0 ? 0.0 : 1.0);
+        for (size_t g = 0; g < c->kv_heads; g++) af_view_set(&t->vv, b, g, 2, 0, DINF);
+    }
+}
+
+static void test_masked_row_ieee_leak(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.bmask.present = true;
+    c.bmask.dims = AF_MDIM_ALL;
+    c.bmask.dtype = AF_BOOL;
+    bench b;
+    bench_open(&b, &c, fill_masked_row_inf_v);
+    size_t dv = c.v_head_dim, sq = c.q_len;
+    /* rows are (b, h, i) with i fastest: row r is fully masked when r % Sq == 0 */
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (e / dv) % sq == 0 && e % dv == 0 ? NAN : (float)b.ref[e];
+    expect(&b, false, AF_KIND_MASKED_ROW_NAN, "0 * Inf in a fully masked row, undeclared");
+    assert_false(af_oracle_waived(b.o, AF_KIND_MASKED_VALUE_LEAK));
+    af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, true);
+    assert_true(af_oracle_waived(b.o, AF_KIND_MASKED_VALUE_LEAK));
+    expect(&b, false, AF_KIND_OK, "0 * Inf in a fully masked row, masked_values ieee");
+    b.f[1] = NAN; /* row 0, column 1: its V is finite, so the NaN is no 0 * Inf */
+    expect(&b, false, AF_KIND_MASKED_ROW_NAN, "NaN in a fully masked row's finite column");
+    af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, false);
+    af_oracle_waive(b.o, AF_KIND_MASKED_ROW_NAN, true);
+    expect(&b, false, AF_KIND_OK, "NaN rows declared (masked_rows nan)");
+    af_oracle_waive(b.o, AF_KIND_MASKED_ROW_NAN, false);
+    bench_close(&b);
+}
+
 /* Pairs on a case whose zero-weight keys got new non-finite values (relation
  * masked_values): new NaN there is a leak where the caller flags it, else a mismatch. */
 static void test_pair_leak(void **state) {
@@ -708,7 +749,7 @@ int main(void) {
         cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
         cmocka_unit_test(test_tolerance_f32),    cmocka_unit_test(test_tolerance_low_precision),
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
-        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
+        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

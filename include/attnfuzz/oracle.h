@@ -97,7 +97,8 @@ typedef struct af_oracle af_oracle;
 af_oracle *af_oracle_create(const af_oracle_opts *opts); /* NULL opts: defaults; NULL on OOM */
 void af_oracle_destroy(af_oracle *o);                    /* NULL does nothing */
 
-/* Waives (on) or stops waiving a waivable kind (AF_KIND_MASKED_ROW_NAN) for the following
+/* Waives (on) or stops waiving a waivable kind (AF_KIND_MASKED_ROW_NAN,
+ * AF_KIND_MASKED_VALUE_LEAK) for the following
  * comparisons: a backend that declares that convention is compared with it waived. Other
  * kinds are not waivable and are ignored. af_oracle_waived says whether it is waived. */
 void af_oracle_waive(af_oracle *o, af_kind kind, bool on);

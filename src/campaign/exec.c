@@ -206,15 +206,19 @@ static af_relation af_exec_sampled_relation(const af_exec *x, const af_case *c, 
 static af_oracle *af_exec_oracle_for(af_exec *x, size_t k) { return x->use_keep[k] ? x->keep_oracle[k] : x->oracle; }
 
 /* Compares backend k's output with o, waiving what the backend declared as its
- * convention (a worker whose fully masked rows are NaN by design). */
+ * conventions (a worker whose fully masked rows are NaN by design, or whose P @ V lets
+ * 0 * Inf through from zero-weight keys: masked_rows "nan", masked_values "ieee"). */
 static af_status af_exec_compare(af_exec *x, size_t k, af_oracle *o, const af_tensor *out, af_result *res,
                                  af_error *err) {
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-    if (!e || !e->waive_masked_row_nan) return af_oracle_compare(o, out, res, err);
-    bool was = af_oracle_waived(o, AF_KIND_MASKED_ROW_NAN);
-    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, true);
+    if (!e || (!e->waive_masked_row_nan && !e->waive_masked_value_leak)) return af_oracle_compare(o, out, res, err);
+    bool was_row = af_oracle_waived(o, AF_KIND_MASKED_ROW_NAN);
+    bool was_leak = af_oracle_waived(o, AF_KIND_MASKED_VALUE_LEAK);
+    if (e->waive_masked_row_nan) af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, true);
+    if (e->waive_masked_value_leak) af_oracle_waive(o, AF_KIND_MASKED_VALUE_LEAK, true);
     af_status st = af_oracle_compare(o, out, res, err);
-    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, was);
+    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, was_row);
+    af_oracle_waive(o, AF_KIND_MASKED_VALUE_LEAK, was_leak);
     return st;
 }
 
