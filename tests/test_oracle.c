@@ -509,7 +509,7 @@ static void fill_zero_weight(const af_case_tensors *t) {
                 for (size_t j = 0; j < c->kv_len; j++) {
                     if (c->amask.present) af_view_set(&t->am, b, h, i, j, j == 3 && zw_mode == 1 ? -DINF : 0.25);
                     if (c->bmask.present)
-                        af_view_set(&t->bm, b, h, i, j, (j == 3 && zw_mode >= 2) || (i == 0 && zw_mode == 3) ? 0.0 : 1.0);
+                        af_view_set(&t->bm, b, h, i, j, (j == 3 && zw_mode >= 2) ? 0.0 : 1.0);
                 }
             }
         for (size_t g = 0; g < c->kv_heads; g++) {
@@ -598,27 +598,44 @@ static void test_zero_weight_keys(void **state) {
     }
 }
 
-/* A fully masked row (mode 3: query row 0 masked by the boolean mask) holds only
- * zero-weight keys: NaN there through a poisoned value (a safe softmax's 0 times NaN)
- * is a masked_value_leak; NaN in a column no value poisons is masked_row_nan. */
-static void test_masked_row_leak(void **state) {
+/* A fully masked row (row 0: every key false in the boolean mask) whose keys hold an Inf
+ * in V column 0: an IEEE P @ V gives NaN there (0 * Inf). Undeclared it is a
+ * masked_row_nan; a backend declaring masked_values "ieee" (af_oracle_waive of
+ * AF_KIND_MASKED_VALUE_LEAK) gets it waived, but not a NaN in a column with finite V. */
+static void fill_masked_row_inf_v(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++) {
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->bm, b, h, i, j, i == 0 ? 0.0 : 1.0);
+        for (size_t g = 0; g < c->kv_heads; g++) af_view_set(&t->vv, b, g, 2, 0, DINF);
+    }
+}
+
+static void test_masked_row_ieee_leak(void **state) {
     (void)state;
     af_case c;
-    zero_weight_case(&c, 2);
-    zw_mode = 3;
+    tame(&c, AF_F32);
+    c.bmask.present = true;
+    c.bmask.dims = AF_MDIM_ALL;
+    c.bmask.dtype = AF_BOOL;
     bench b;
-    bench_open(&b, &c, fill_zero_weight);
-    size_t dv = c.v_head_dim;
-    const uint8_t *rows = af_oracle_masked_rows(b.o);
-    assert_int_equal(rows[0], 1);
-    assert_int_equal(rows[1], 0);
-    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
-    for (size_t d = 0; d < dv; d++) assert_true(b.ref[d] == 0.0);
-    expect(&b, false, AF_KIND_OK, "zeros in the fully masked row");
-    b.f[ZW_COL_NAN3] = NAN; /* row 0: 0 * V[3][1] = NaN */
-    expect(&b, false, AF_KIND_MASKED_VALUE_LEAK, "a poisoned value through a fully masked row");
-    b.f[ZW_COL_CLEAN] = NAN;
-    expect(&b, false, AF_KIND_MASKED_ROW_NAN, "NaN in a clean column of a fully masked row");
+    bench_open(&b, &c, fill_masked_row_inf_v);
+    size_t dv = c.v_head_dim, sq = c.q_len;
+    /* rows are (b, h, i) with i fastest: row r is fully masked when r % Sq == 0 */
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (e / dv) % sq == 0 && e % dv == 0 ? NAN : (float)b.ref[e];
+    expect(&b, false, AF_KIND_MASKED_ROW_NAN, "0 * Inf in a fully masked row, undeclared");
+    assert_false(af_oracle_waived(b.o, AF_KIND_MASKED_VALUE_LEAK));
+    af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, true);
+    assert_true(af_oracle_waived(b.o, AF_KIND_MASKED_VALUE_LEAK));
+    expect(&b, false, AF_KIND_OK, "0 * Inf in a fully masked row, masked_values ieee");
+    b.f[1] = NAN; /* row 0, column 1: its V is finite, so the NaN is no 0 * Inf */
+    expect(&b, false, AF_KIND_MASKED_ROW_NAN, "NaN in a fully masked row's finite column");
+    af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, false);
+    af_oracle_waive(b.o, AF_KIND_MASKED_ROW_NAN, true);
+    expect(&b, false, AF_KIND_OK, "NaN rows declared (masked_rows nan)");
+    af_oracle_waive(b.o, AF_KIND_MASKED_ROW_NAN, false);
     bench_close(&b);
 }
 
@@ -733,7 +750,7 @@ int main(void) {
         cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
         cmocka_unit_test(test_tolerance_f32),    cmocka_unit_test(test_tolerance_low_precision),
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
-        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
+        cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -306,10 +306,11 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         }
                         uint8_t *lk = opts->leak ? opts->leak + ((b * Hq + h) * Sq + i) * Dv : NULL;
                         if (lk) memset(lk, 0, Dv);
-                        /* in a fully masked row every key has weight 0 */
                         for (size_t n = 0; n < nbad && rowst[r] != AF_ROW_NAN; n++) {
                             size_t j = bad[n];
-                            if (rowst[r] == AF_ROW_MASKED || (rowst[r] != AF_ROW_ALL_LIVE && !lv[j]) || s[j] == 0.0) {
+                            /* a fully masked row gives every key weight 0: its non-finite
+                             * V entries are flagged too (0 * Inf in an IEEE P @ V) */
+                            if (special_row || (rowst[r] != AF_ROW_ALL_LIVE && !lv[j]) || s[j] == 0.0) {
                                 /* weight 0: nothing, whatever V holds (0 * NaN counts as 0) */
                                 if (lk)
                                     for (size_t d = 0; d < Dv; d++) if (!isfinite(saved[n * Dv + d])) lk[d] = 1;

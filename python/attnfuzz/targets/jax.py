@@ -17,7 +17,8 @@ diagonal is a boolean [B, 1, Sq, Sk] input combined with `mask`, as user code do
 Measured on jax 0.10.2 CPU: implementation "xla" replaces masked logits (mask, is_causal,
 window, seq lengths) by -0.7 * finfo.max rather than -inf, so a row that these mask
 entirely gets the mean of V over all keys (DESIGN.md wants 0; there is no convention for
-it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` gives NaN.
+it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` gives NaN
+(declared: masked_rows "nan").
 Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
 Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
 -0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
@@ -328,6 +329,11 @@ def caps_for(variant: str) -> dict:
             caps.append("dropout")
             conv["dropout"] = "counter"
     elif variant == "xla":
+        # A row masked entirely by -inf in `bias` is NaN (the bias is added as is, softmax of
+        # all -inf): declared. Rows masked through `mask` / is_causal / windows / seq lengths
+        # get the mean of V instead (-0.7 * finfo.max); no convention says that, they stay
+        # `diverge` findings.
+        conv["masked_rows"] = "nan"
         # jit of dot_product_attention on f16 fails to compile on a CPU: its F16_F16_F32 dot
         # algorithm is refused at lowering, where its own try/except fallback does not reach
         # (known: keras-team/keras-hub#2354); f16 only where a GPU runs it
