@@ -27,9 +27,4 @@ if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
     set_tests_properties(worker_campaign_${s} PROPERTIES LABELS "worker" TIMEOUT 300
       ENVIRONMENT "${AF_BLAS_ENV}")
   endforeach()
-  # Disabled: since c4d1862 the oracle classifies NaN in a fully masked row as
-  # masked_value_leak before masked_row_nan when a masked key's V is non-finite, so a worker
-  # declaring masked_rows "nan" gets leak findings for its declared NaN rows (seed 14:
-  # 8 of 24 NaN rows). Enable once af_oracle_pass lets a waived masked_row_nan take those.
-  set_tests_properties(worker_campaign_clean_masked_rows_nan PROPERTIES DISABLED TRUE)
 endif()
