@@ -305,9 +305,9 @@ KNOWN = {
         "wrong", "", "corpus/findings/torch/sdpa_cpu_flash_causal_negative_scale.py"),
     ("torch", "cuda_sdpa_efficient", "strided: perm q, stride-0 k, padded v"): (
         "raise", "misaligned address",
-        "corpus/findings/torch/sdpa_cuda_efficient_padded_value_misaligned.py"),
+        "corpus/findings/torch-cuda/sdpa_cuda_efficient_padded_value_misaligned.py"),
     ("torch", "cuda_sdpa_cudnn", "f32 mask with f16 q, [B,1,Sq,Sk]"): (
-        "wrong", "", "corpus/findings/torch/sdpa_cudnn_mask_dtype_and_masked_rows.py"),
+        "wrong", "", "corpus/findings/torch-cuda/sdpa_cudnn_mask_dtype_and_masked_rows.py"),
     ("ort", "exported_sdpa", "causal, negative scale"): (
         "wrong", "", "corpus/findings/torch/onnx_export_sdpa_negative_scale.py"),
 }

@@ -4,13 +4,20 @@ not a multiple of 8 half-precision elements (here V = buf[..., :8] of a [..., 15
 dispatcher accepts the view (the last dimension is contiguous); the kernel should decline it
 or copy it, as the memory-efficient kernel does for K ("not correctly aligned"). Found by
 attnfuzz (target:torch/cuda_sdpa_flash, padded rows, f16 and bf16, 17 crash bundles).
-The same class as the memory-efficient kernel's fault (../torch/sdpa_cuda_efficient_padded_value_misaligned.py).
+The same class as the memory-efficient kernel's fault (sdpa_cuda_efficient_padded_value_misaligned.py).
 
-Exit 1 while the bug is present (prints the error), 0 when fixed. Runs the kernel in a child
-process: the fault kills the CUDA context.
+Runs the kernel in a child process: the fault kills the CUDA context.
+Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
+fixed, 77 with a SKIP line where it cannot run (no CUDA GPU).
 """
 import subprocess
 import sys
+
+import torch
+
+if not torch.cuda.is_available():
+    print("SKIP: needs a CUDA GPU")
+    sys.exit(77)
 
 CHILD = r'''
 import torch, torch.nn.functional as F
@@ -32,4 +39,9 @@ if p.returncode != 0:
     print("BUG:", lines[-1] if lines else p.stderr[-400:])
     sys.exit(1)
 print(p.stdout.strip())
+err = float(p.stdout.split()[-1])
+if not err < 5e-2:
+    print("BUG: the flash kernel is wrong for padded rows")
+    sys.exit(1)
+print("FIXED: the flash kernel runs right on padded rows")
 sys.exit(0)
