@@ -20,7 +20,8 @@ static void af_minimize_usage(FILE *f) {
             "\n"
             "  --crashes DIR     where the minimized bundle goes (default crashes/)\n"
             "  --max-execs N     executions to spend (default 400)\n"
-            "  --backend NAME, --pair A,B, --relation NAME, --budget MIB as for replay\n"
+            "  --backend NAME, --pair A,B, --relation NAME, --budget MIB, --timeout S,\n"
+            "  --compile-timeout S as for replay\n"
             "\n"
             "exit: 1 a minimized finding was written, 0 the input does not fail, 2 error\n");
 }

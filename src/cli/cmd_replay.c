@@ -22,6 +22,7 @@ static void af_replay_usage(FILE *f) {
             "  --backend NAME   run NAME instead (repeatable); also --pair A,B, --relation NAME\n"
             "  --budget MIB     tensor memory per case (default 64; raise for big bundles)\n"
             "  --waive masked_row_nan, --waive masked_value_leak\n"
+            "  --timeout S, --compile-timeout S   a worker's limits, as for fuzz\n"
             "  -q, --quiet      print only failing checks\n"
             "\n"
             "exit: 0 all clean, 1 something still fails, 2 usage error or unreadable input\n");
