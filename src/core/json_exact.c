@@ -9,6 +9,10 @@ cJSON *af_json_double(double x) {
     if (isnan(x)) return cJSON_CreateString("nan");
     if (isinf(x)) return cJSON_CreateString(x > 0 ? "inf" : "-inf");
     char buf[40];
+    if (x == trunc(x) && fabs(x) < 1e15) { /* an integer (most case fields): exact as such */
+        snprintf(buf, sizeof buf, "%.0f", x);
+        return cJSON_CreateRaw(buf);
+    }
     for (int digits = 15; digits <= 17; digits++) {
         snprintf(buf, sizeof buf, "%.*g", digits, x);
         if (strtod(buf, NULL) == x) break;
