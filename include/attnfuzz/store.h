@@ -3,7 +3,9 @@
  *
  * For each finding of an execution: the first time its raw signature shows, the case is
  * minimized (minimize.h) and the finding is signed on the minimized case; later repeats
- * of that raw signature map straight to the same signature. A signature seen for the
+ * of that raw signature map straight to the same signature. A NaN/Inf finding whose case
+ * holds planted non-finite values is signed on its finite twin (the case without them)
+ * when that fails the same check too: the planted values only changed how the bug looks. A signature seen for the
  * first time is written as a bundle named <kind>-<signature> (an existing bundle of that
  * name, stored by another process or an earlier run, is left as it is); repeats are
  * counted, not stored. A bundle that could not be written (a full disk) is retried when

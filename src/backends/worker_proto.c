@@ -448,6 +448,15 @@ static void af_wp_put(af_wp_buf *b, const char *s, size_t n) {
     b->len += n;
 }
 
+/* ",%zu" / "%zu" without printf (every entry of every run frame has a dozen) */
+static void af_wp_put_uint(af_wp_buf *b, bool comma, unsigned long long u) {
+    char tmp[24];
+    int n = sizeof tmp;
+    do tmp[--n] = (char)('0' + u % 10); while ((u /= 10) != 0);
+    if (comma) tmp[--n] = ',';
+    af_wp_put(b, tmp + n, sizeof tmp - (size_t)n);
+}
+
 static void af_wp_printf(af_wp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void af_wp_printf(af_wp_buf *b, const char *fmt, ...) {
     char tmp[512];
@@ -472,10 +481,12 @@ static void af_wp_printf(af_wp_buf *b, const char *fmt, ...) {
 static void af_wp_entry(af_wp_buf *b, bool first, const char *name, af_dtype dt, int nd, const size_t *ne,
                         const size_t *nb, size_t off) {
     af_wp_printf(b, "%s{\"name\":\"%s\",\"dtype\":\"%s\",\"shape\":[", first ? "" : ",", name, af_dtype_names[dt]);
-    for (int k = 0; k < nd; k++) af_wp_printf(b, "%s%zu", k ? "," : "", ne[k]);
+    for (int k = 0; k < nd; k++) af_wp_put_uint(b, k > 0, ne[k]);
     af_wp_put(b, "],\"strides\":[", 13);
-    for (int k = 0; k < nd; k++) af_wp_printf(b, "%s%zu", k ? "," : "", nb[k]);
-    af_wp_printf(b, "],\"offset\":%zu}", off);
+    for (int k = 0; k < nd; k++) af_wp_put_uint(b, k > 0, nb[k]);
+    af_wp_put(b, "],\"offset\":", 11);
+    af_wp_put_uint(b, false, off);
+    af_wp_put(b, "}", 1);
 }
 
 /* The per-tensor view of q, k or v inside a packed buffer t (ne/nb of the view, byte
@@ -527,7 +538,7 @@ af_status af_wp_encode_run(af_wp_buf *hdr, uint64_t id, const af_case_tensors *t
     af_wp_printf(hdr, ",\"derived\":{\"scale\":%.17g,\"diag_offset\":[", af_case_scale(c));
     for (uint32_t b = 0; b < c->batch; b++) af_wp_printf(hdr, "%s%d", b ? "," : "", (int)af_case_diag_offset(c, b));
     af_wp_put(hdr, "],\"valid_keys\":[", 16);
-    for (uint32_t b = 0; b < c->batch; b++) af_wp_printf(hdr, "%s%u", b ? "," : "", af_case_valid_keys(c, b));
+    for (uint32_t b = 0; b < c->batch; b++) af_wp_put_uint(hdr, b > 0, af_case_valid_keys(c, b));
     af_wp_put(hdr, "]},\"tensors\":[", 14);
 
     size_t np = 0, off = 0;

@@ -96,6 +96,38 @@ static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val) {
     return true;
 }
 
+/* --- the finite twin ----------------------------------------------------------------- */
+
+static bool af_store_numeric_kind(af_kind k) {
+    return k == AF_KIND_NAN_MISMATCH || k == AF_KIND_INF_MISMATCH || k == AF_KIND_MASKED_ROW_NAN ||
+           k == AF_KIND_MASKED_VALUE_LEAK || k == AF_KIND_DIVERGE;
+}
+
+/* A NaN/Inf finding on a case with planted non-finite values (specials) whose finite
+ * twin (the same case without them) fails the same check too is the twin's finding: the
+ * bug shows without the planted values, which only change how it looks (a wrong causal
+ * diagonal gives a diverge, and a NaN or an Inf wherever a planted value falls under the
+ * wrong mask: one bug, one bundle). Then *c becomes the twin, minimized for its own kind,
+ * and x holds its execution; otherwise *c is unchanged and x holds *c's execution again. */
+static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs,
+                                      double max_seconds, unsigned *spent, af_error *err) {
+    bool special = false;
+    for (int t = 0; t < AF_QKV_COUNT; t++) special |= c->t[t].special != AF_SPECIAL_NONE;
+    if (!special || kind == AF_KIND_DIVERGE || !af_store_numeric_kind(kind)) return AF_OK;
+    af_case twin = *c;
+    for (int t = 0; t < AF_QKV_COUNT; t++) twin.t[t].special = AF_SPECIAL_NONE;
+    af_status st = af_exec_run_case(x, &twin, err);
+    if (st != AF_OK) return st;
+    (*spent)++;
+    const af_finding *f = af_exec_finding_for(x, check);
+    if (!f || !af_store_numeric_kind(f->kind)) return af_exec_run_case(x, c, err);
+    unsigned more = 0;
+    st = af_minimize(x, check, f->kind, &twin, max_execs, max_seconds, &more, err);
+    *spent += more;
+    if (st == AF_OK) *c = twin;
+    return st;
+}
+
 /* --- the store -------------------------------------------------------------------------- */
 
 struct af_store {
@@ -137,6 +169,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
     for (size_t i = 0; i < nf && st_ == AF_OK; i++) {
         const af_finding *f = &found[i];
         uint64_t sig = f->signature;
+        af_kind kind = f->kind; /* of the signed finding: a finite twin's may differ */
         /* a dead or hung worker is stored as found: each minimizing step could cost a
          * restart or a whole timeout */
         struct timespec now;
@@ -148,11 +181,15 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
             af_case small = ran;
             unsigned spent = 0;
             st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, fmin(AF_MINIMIZE_SECONDS, left), &spent, err);
+            if (st_ == AF_OK)
+                st_ = af_store_finite_twin(x, f->check, f->kind, &small, o->minimize_execs,
+                                           fmin(AF_MINIMIZE_SECONDS, left), &spent, err);
             if (st_ != AF_OK) break;
             s->minimize_execs += spent;
             x_holds_ran = false;
             const af_finding *fm = af_exec_finding_for(x, f->check);
             sig = fm ? fm->signature : f->signature;
+            if (fm) kind = fm->kind;
             if (!af_alias_put(&st->aliases, f->signature, sig)) {
                 st_ = af_error_set(err, AF_ERR_NOMEM, "out of memory");
                 break;
@@ -171,7 +208,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
                 continue;
             }
         } else {
-            e = af_store_add(s, sig, f->kind, f->who, err);
+            e = af_store_add(s, sig, kind, f->who, err);
             if (!e) {
                 st_ = AF_ERR_NOMEM;
                 break;
@@ -197,7 +234,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         af_status ws = af_exec_write_bundle_as(x, fi, sig, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
         if (ws == AF_ERR_EXISTS) {
             e->stored_elsewhere = true;
-            af_bundle_name(f->kind, sig, e->bundle, sizeof e->bundle);
+            af_bundle_name(e->kind, sig, e->bundle, sizeof e->bundle);
         } else if (ws != AF_OK) {
             /* the finding is not lost: its input goes to stderr and to the stats, and
              * the bundle is written when the signature recurs and the disk has room */

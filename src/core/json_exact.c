@@ -5,16 +5,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Decimal digits of an integer of magnitude below 2^63 into buf (no printf: this runs
+ * for every field of every case a worker is sent). */
+static void af_json_integer(char *buf, double x) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = (unsigned long long)fabs(x);
+    do tmp[n++] = (char)('0' + u % 10); while ((u /= 10) != 0);
+    char *p = buf;
+    if (signbit(x)) *p++ = '-'; /* -0 stays -0 */
+    while (n) *p++ = tmp[--n];
+    *p = '\0';
+}
+
 cJSON *af_json_double(double x) {
     if (isnan(x)) return cJSON_CreateString("nan");
     if (isinf(x)) return cJSON_CreateString(x > 0 ? "inf" : "-inf");
     char buf[40];
     if (x == trunc(x) && fabs(x) < 1e15) { /* an integer (most case fields): exact as such */
-        snprintf(buf, sizeof buf, "%.0f", x);
+        af_json_integer(buf, x);
         return cJSON_CreateRaw(buf);
     }
-    for (int digits = 15; digits <= 17; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, x);
+    static const char *const fmts[] = {"%.15g", "%.16g", "%.17g"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(buf, sizeof buf, fmts[i], x);
         if (strtod(buf, NULL) == x) break;
     }
     return cJSON_CreateRaw(buf);
