@@ -441,6 +441,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
     bool have_len = false;
     af_status st = AF_OK;
     bool epipe = false;
+    bool ready = true; /* try writing (and reading) before the first poll */
     while (nparts > 0 && part < nparts && parts[part].len == 0) part++;
     for (;;) {
         double left = deadline - af_worker_now();
@@ -453,13 +454,19 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
         if (part < nparts) pf[np] = (struct pollfd){w->fd_in, POLLOUT, 0}, ii = np++;
         pf[np] = (struct pollfd){w->fd_out, POLLIN, 0}, io = np++;
         if (w->fd_err >= 0) pf[np] = (struct pollfd){w->fd_err, POLLIN, 0}, ie = np++;
-        int ms = left > 1e6 ? 1000000000 : (int)ceil(left * 1000.0);
-        int pr = poll(pf, (nfds_t)np, ms);
-        if (pr < 0) {
-            if (errno == EINTR) continue;
-            st = af_error_set(err, AF_ERR_IO, "poll: %s", strerror(errno));
-            break;
+        if (ready) {
+            /* the last step moved bytes: try the next one before paying for a poll (both
+             * ends are non-blocking; EAGAIN sends us to poll) */
+            for (int k = 0; k < np; k++) pf[k].revents = k == ie ? 0 : pf[k].events;
+        } else {
+            int ms = left > 1e6 ? 1000000000 : (int)ceil(left * 1000.0);
+            if (poll(pf, (nfds_t)np, ms) < 0) {
+                if (errno == EINTR) continue;
+                st = af_error_set(err, AF_ERR_IO, "poll: %s", strerror(errno));
+                break;
+            }
         }
+        ready = false;
         if (ie >= 0 && pf[ie].revents) af_worker_drain_err(w);
         if (ii >= 0 && pf[ii].revents) {
             struct iovec iov[AF_WP_MAX_PARTS + 1];
@@ -471,12 +478,15 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
                 niov++;
             }
             ssize_t wr = writev(w->fd_in, iov, niov);
-            if (wr < 0) {
-                if (errno == EAGAIN || errno == EINTR) continue;
+            if (wr < 0 && errno == EAGAIN) {
+                wr = 0;
+            } else if (wr < 0) {
+                if (errno == EINTR) continue;
                 epipe = errno == EPIPE;
                 st = af_error_set(err, AF_ERR_CRASH, "the worker stopped reading (%s)", strerror(errno));
                 break;
             }
+            ready = wr > 0;
             size_t left_w = (size_t)wr;
             while (part < nparts && left_w >= parts[part].len - part_off) {
                 left_w -= parts[part].len - part_off;
@@ -489,7 +499,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
             uint8_t *dst = have_len ? w->rbuf + got : lenbuf + got;
             ssize_t r = read(w->fd_out, dst, need - got);
             if (r < 0) {
-                if (errno == EAGAIN || errno == EINTR) continue;
+                if (errno == EAGAIN || errno == EINTR) continue; /* ready says whether to poll */
                 st = af_error_set(err, AF_ERR_CRASH, "reading its stdout: %s", strerror(errno));
                 break;
             }
@@ -499,6 +509,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
                 break;
             }
             got += (size_t)r;
+            ready = true;
             if (got < need) continue;
             if (!have_len) {
                 size_t n = (size_t)lenbuf[0] | (size_t)lenbuf[1] << 8 | (size_t)lenbuf[2] << 16 | (size_t)lenbuf[3] << 24;
