@@ -110,6 +110,25 @@ def fault_campaign(attnfuzz, c_worker, fault, tmp):
               f"{fault}: replay exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
 
 
+def flaky(attnfuzz, c_worker, tmp):
+    """A target that fails a case once and passes it when sent again: the finding is
+    counted and its input kept (stats and stderr), the campaign goes on, exit 1."""
+    crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
+    spec = f"worker:{c_worker} --fault error --fault-run 5"
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", "60", "--seed", "1", "--crashes", crashes,
+             "--stats", stats, "--quiet"])
+    check(p.returncode == 1, f"flaky: exit {p.returncode}, want 1 (a finding): {p.stderr[-500:]}")
+    check("did not fail again when re-run" in p.stderr, f"flaky: no message on stderr: {p.stderr[-500:]!r}")
+    with open(stats) as f:
+        st = json.load(f)
+    check(st["execs"] == 60 and st["findings_total"] == 1 and st["write_errors"] == 0,
+          f"flaky: execs {st['execs']}, findings {st['findings_total']}, write_errors {st['write_errors']}")
+    sig = st["signatures"][0] if st["signatures"] else {}
+    check(sig.get("kind") == "error" and re.fullmatch(r"[0-9a-f]{8,}", sig.get("input_hex", "") or ""),
+          f"flaky: the finding's input is not kept: {sig}")
+    check(not bundles(crashes), "flaky: a bundle was written for a case that passes")
+
+
 def die(attnfuzz, c_worker, tmp):
     crashes = os.path.join(tmp, "crashes")
     p = run([attnfuzz, "fuzz", "--backend", f"worker:{c_worker} --fault die", "--runs", "10", "--crashes", crashes])
@@ -160,6 +179,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="af_worker_") as tmp:
         if scenario in FAULTS:
             fault_campaign(attnfuzz, c_worker, scenario, tmp)
+        elif scenario == "flaky":
+            flaky(attnfuzz, c_worker, tmp)
         elif scenario == "die":
             die(attnfuzz, c_worker, tmp)
         elif scenario == "wrong_c":

@@ -59,6 +59,8 @@ typedef struct af_signature_entry {
     char bundle[512];        /* bundle directory, "" if it could not be written (yet) */
     char input_hex[2 * AF_CASE_ENCODED_MAX + 1]; /* the input, when the bundle is missing */
     bool stored_elsewhere;   /* another process had stored it already */
+    bool write_failed;       /* counted in write_errors: its bundle could not be written
+                                (a finding that did not fail again is not: no write error) */
 } af_signature_entry;
 
 /* --jobs N supervision. The parent looks at its children once a second. A child that dies

@@ -96,6 +96,13 @@ static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val) {
     return true;
 }
 
+/* Index of x's finding for check, SIZE_MAX when that check passed. */
+static size_t af_store_failing(const af_exec *x, size_t check) {
+    for (size_t k = 0; k < af_exec_finding_count(x); k++)
+        if (af_exec_finding(x, k)->check == check) return k;
+    return SIZE_MAX;
+}
+
 /* --- the finite twin ----------------------------------------------------------------- */
 
 static bool af_store_numeric_kind(af_kind k) {
@@ -226,19 +233,33 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
             x_holds_ran = true;
             if (st_ != AF_OK) break;
         }
-        size_t fi = SIZE_MAX;
-        for (size_t k = 0; k < af_exec_finding_count(x); k++)
-            if (af_exec_finding(x, k)->check == f->check) fi = k;
-        if (fi == SIZE_MAX) continue; /* cannot happen: the case failed this check */
+        size_t fi = af_store_failing(x, f->check);
+        if (fi == SIZE_MAX && !x_holds_ran) {
+            /* minimizing lost it (a flaky target: the first step did not fail again) */
+            af_case again = ran;
+            st_ = af_exec_run_case(x, &again, err);
+            x_holds_ran = true;
+            if (st_ != AF_OK) break;
+            fi = af_store_failing(x, f->check);
+        }
         af_error werr;
-        af_status ws = af_exec_write_bundle_as(x, fi, sig, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
+        af_status ws = AF_OK;
+        if (fi == SIZE_MAX) {
+            ws = af_error_set(&werr, AF_ERR_INVALID, "it did not fail again when re-run (a flaky target)");
+        } else {
+            ws = af_exec_write_bundle_as(x, fi, sig, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
+        }
         if (ws == AF_ERR_EXISTS) {
             e->stored_elsewhere = true;
             af_bundle_name(e->kind, sig, e->bundle, sizeof e->bundle);
         } else if (ws != AF_OK) {
             /* the finding is not lost: its input goes to stderr and to the stats, and
-             * the bundle is written when the signature recurs and the disk has room */
-            s->write_errors += e->count == 1;
+             * the bundle is written when the signature recurs (and the disk has room, or
+             * the target fails again) */
+            if (fi != SIZE_MAX && !e->write_failed) {
+                e->write_failed = true;
+                s->write_errors++;
+            }
             e->bundle[0] = 0;
             event.failed = true;
             const uint8_t *bytes;
@@ -250,7 +271,8 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
                         af_kind_names[f->kind], f->who, werr.msg, e->input_hex);
         } else {
             event.stored = true;
-            if (e->count > 1) s->write_errors--; /* stored on a retry */
+            if (e->write_failed) s->write_errors--; /* stored on a retry */
+            e->write_failed = false;
         }
         if (ev) ev[nev] = event;
         nev++;

@@ -3,7 +3,8 @@
  * counter-RNG dropout), and, on request, the faults and bugs the tests need.
  *
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
- *            [--dropout keep_mask] [--bug scale] [--fault KIND] [--fault-mod N] [--name NAME]
+ *            [--dropout keep_mask] [--bug scale] [--fault KIND] [--fault-mod N] [--fault-run N]
+ *            [--name NAME]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -11,6 +12,8 @@
  *                     crash (abort), hang (sleep forever), garbage (a frame that is not JSON),
  *                     shape (an out of the wrong shape), error (status error), exit (exit 0
  *                     without answering); die: exit 3 before the hello
+ * --fault-run N       fault on the N-th run request only, whatever its case (a flaky target:
+ *                     the same case passes when sent again)
  *
  * Only cJSON and libm: the frames are read and written here, not through attnfuzz. */
 #include <cjson/cJSON.h>
@@ -27,11 +30,19 @@ typedef struct cw_opts {
     const char *out_dtype; /* f32, f64, case */
     int masked_rows_nan, keep_mask, bug_scale;
     const char *fault;
-    long fault_mod;
+    long fault_mod, fault_run;
     const char *name;
 } cw_opts;
 
-static cw_opts opt = {0.0, "f32", 0, 0, 0, NULL, 3, "c_worker"};
+static cw_opts opt = {0.0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker"};
+static long runs_seen; /* run requests so far */
+
+/* Whether --fault applies to this run request. */
+static int faults_here(size_t Sq, size_t Sk, size_t D) {
+    if (!opt.fault) return 0;
+    if (opt.fault_run > 0) return runs_seen == opt.fault_run;
+    return (Sq + Sk + D) % (size_t)opt.fault_mod == 0;
+}
 
 /* --- frames ------------------------------------------------------------------------------ */
 
@@ -316,7 +327,9 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
     const size_t Dv = (size_t)num(c, "v_head_dim", (double)D);
     const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItem(c, "dtype"));
 
-    if (opt.fault && (Sq + Sk + D) % (size_t)opt.fault_mod == 0) {
+    runs_seen++;
+    int fault = faults_here(Sq, Sk, D);
+    if (fault) {
         fprintf(stderr, "c_worker: fault %s on purpose (q_len %zu, kv_len %zu, head_dim %zu)\n", opt.fault, Sq, Sk, D);
         fflush(stderr);
         if (!strcmp(opt.fault, "crash")) abort();
@@ -368,7 +381,7 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
     if (!strcmp(opt.out_dtype, "case")) odt = dtype_of(dtype);
     size_t es = odt == DT_F64 ? 8 : odt == DT_F32 ? 4 : 2;
     size_t on = B * Hq * Sq * Dv;
-    int wrong_shape = opt.fault && !strcmp(opt.fault, "shape") && (Sq + Sk + D) % (size_t)opt.fault_mod == 0;
+    int wrong_shape = fault && !strcmp(opt.fault, "shape");
     size_t osq = wrong_shape ? Sq + 1 : Sq;
     size_t keep_n = opt.keep_mask && p > 0.0 ? B * Hq * Sq * Sk : 0;
     uint8_t *outb = calloc(B * Hq * osq * Dv * es + keep_n + 1, 1);
@@ -497,6 +510,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--bug") && v) opt.bug_scale = !strcmp(v, "scale"), i++;
         else if (!strcmp(a, "--fault") && v) opt.fault = v, i++;
         else if (!strcmp(a, "--fault-mod") && v) opt.fault_mod = atol(v) > 0 ? atol(v) : 3, i++;
+        else if (!strcmp(a, "--fault-run") && v) opt.fault_run = atol(v), i++;
         else if (!strcmp(a, "--name") && v) opt.name = v, i++;
         else {
             fprintf(stderr, "c_worker: unknown option %s\n", a);

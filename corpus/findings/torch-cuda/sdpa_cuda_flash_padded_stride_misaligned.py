@@ -35,7 +35,8 @@ print("max error", (out.double() - ref).abs().max().item())
 '''
 p = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
 if p.returncode != 0:
-    lines = [l for l in p.stderr.splitlines() if "Error" in l or "error" in l]
+    lines = ([l for l in p.stderr.splitlines() if "Error:" in l]
+             or [l for l in p.stderr.splitlines() if "error" in l.lower()])
     print("BUG:", lines[-1] if lines else p.stderr[-400:])
     sys.exit(1)
 print(p.stdout.strip())
