@@ -18,7 +18,7 @@
 #      of them exhausted an 80 GB H100), resuming from --corpus (default corpus/findings/torch-cuda/bundles) and the crashes
 #      directory, then replays every bundle once more on the GPU (attnfuzz regress).
 # Everything it writes goes under --out (default $OUT when set, else gpu-out/):
-# crashes/, stats-eager.json, stats-compiled.json, bench.tsv, regress.log, junit.xml,
+# crashes/, stats-eager.json, stats-compiled.json, bench/ (bench.tsv), regress.log, junit.xml,
 # summary.txt.
 #   scripts/gpu_campaign.sh --time 540
 #   scripts/gpu_campaign.sh --bench 10 --time 0          # throughput table only
@@ -114,23 +114,13 @@ s = json.load(open(sys.argv[1])); e = s.get("elapsed") or 1; x = s.get("execs", 
 ran = s.get("execs", 0) - s.get("skipped", 0); jr = s.get("execs_per_sec_jobs", 0) * ran / x
 print("%d\t%.0f\t%.0f\t%d\t%.0f%%" % (ran, ran / e, jr, s.get("skipped", 0), 100 * s.get("compile_seconds", 0) / (e * int(sys.argv[2]))))' "$1" "$2" 2>/dev/null || printf -- '-\t-\t-\t-\t-'
 }
-table() { if command -v column >/dev/null; then column -t -s $'\t' "$1"; else cat "$1"; fi; }
 
-# 4. throughput per variant
+# 4. throughput per variant (scripts/bench_targets.sh: tiny cases, then the default
+# distribution, --bench seconds each)
 if [ "$bench" != 0 ]; then
-  bj=${bench_jobs:-$jobs}
   IFS=, read -r -a blist <<<"${bench_variants:-$variants}"
-  printf 'variant\tcases\tjobs\tran\tran/s\tran/s(jobs)\tskipped\tcompile\n' >"$out/bench.tsv"
-  for v in "${blist[@]}"; do
-    for dist in tiny default; do
-      flags=(); [ $dist = tiny ] && flags=(--tiny)
-      st=$out/bench-${v//\//_}-$dist.json
-      "$af" fuzz --backend "target:$v" --jobs "$bj" --time "$bench" --quiet --crashes "$out/crashes" \
-        --stats "$st" "${flags[@]}" >/dev/null 2>>"$out/bench.log" || true
-      printf '%s\t%s\t%s\t%s\n' "$v" "$dist" "$bj" "$(stat_line "$st" "$bj")" >>"$out/bench.tsv"
-    done
-  done
-  table "$out/bench.tsv" | tee -a "$out/summary.txt"
+  ATTNFUZZ_BIN=$af scripts/bench_targets.sh --tiny "$bench" --default "$bench" --jobs "${bench_jobs:-$jobs}" \
+    --out "$out/bench" "${blist[@]}" 2>>"$out/bench.log" | tee -a "$out/summary.txt"
 fi
 
 # 5. the campaigns, then every bundle replayed once more

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# bench_targets.sh - execs/s of real target variants through attnfuzz, one table: for each
+# variant a campaign on 1x1x1x1 cases (--tiny) and one on the default distribution, with
+# the rate over the wall time (worker start-up included), the rate per job from its first
+# case (start-up excluded: one job is attnfuzz and its worker taking turns, about one core),
+# executions per CPU-second (attnfuzz and its workers, start-up included), the cases no
+# variant could run (skipped) and the share of time spent compiling. Then the targets of
+# the "Real targets on CPU" issue with PASS/FAIL: the torch eager variants at least 1,000
+# execs/s per core on tiny cases; every compiled variant (ort, openvino, tvm, jax,
+# torch.compile, flex) at least 20 execs/s per core on the default distribution; and, on a
+# GPU, the eager CUDA variants together at least 1,000 execs/s on tiny cases.
+#
+#   scripts/bench_targets.sh [--tiny S] [--default S] [--jobs N] [--out DIR] [VARIANT...]
+#
+#   --tiny S      seconds of the tiny campaign per variant (default 10; 0 skips it)
+#   --default S   seconds of the default-distribution campaign (default 120, the issue's
+#                 "2-minute campaign"; 0 skips it)
+#   --jobs N      attnfuzz --jobs (default 1: the per-core figures)
+#   --out DIR     where bench.tsv, the stats and the logs go (default a temporary directory)
+#   VARIANT       STACK/VARIANT (default: every variant `python -m attnfuzz.targets --list`
+#                 says is available here, numpy_ref excepted)
+# e.g.  scripts/bench_targets.sh --tiny 10 --default 120 torch/sdpa_math ort/attention
+# Environment: ATTNFUZZ_BIN (default build/attnfuzz), ATTNFUZZ_PYTHON (default .venv/bin/python).
+# scripts/gpu_campaign.sh --bench runs it for the CUDA variants.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+tiny=10 dflt=120 jobs=1 out=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --tiny) tiny=$2; shift 2 ;;
+    --default) dflt=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -*) echo "bench_targets.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+af=${ATTNFUZZ_BIN:-$repo/build/attnfuzz}
+py=${ATTNFUZZ_PYTHON:-$repo/.venv/bin/python}
+[ -x "$af" ] || { echo "bench_targets.sh: $af not found (scripts/setup.sh builds it)" >&2; exit 2; }
+[ -x "$py" ] || py=$(command -v python3)
+[ -x /usr/bin/time ] || { echo "bench_targets.sh: needs GNU time (/usr/bin/time)" >&2; exit 2; }
+export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+if [ -z "$out" ]; then out=$(mktemp -d); fi
+mkdir -p "$out"
+
+variants=("$@")
+if [ ${#variants[@]} -eq 0 ]; then
+  mapfile -t variants < <("$py" -m attnfuzz.targets --list | "$py" -c '
+import json, sys
+for r in json.load(sys.stdin):
+    if r["available"] and not r["target"].startswith("numpy_ref"):
+        print(r["target"])
+    elif not r["available"]:
+        print("bench_targets.sh: %s unavailable: %s" % (r["target"], r["reason"]), file=sys.stderr)
+')
+fi
+[ ${#variants[@]} -gt 0 ] || { echo "bench_targets.sh: no target variant to measure" >&2; exit 2; }
+
+rows=$out/rows
+: >"$rows"
+for v in "${variants[@]}"; do
+  for dist in tiny default; do
+    secs=$([ $dist = tiny ] && echo "$tiny" || echo "$dflt")
+    [ "$secs" != 0 ] || continue
+    flags=(); [ $dist = tiny ] && flags=(--tiny)
+    st=$out/stats-${v//\//_}-$dist.json
+    rm -rf "$out/crashes-tmp"
+    /usr/bin/time -f "%e %U %S" -o "$out/time" "$af" fuzz --backend "target:$v" --jobs "$jobs" --time "$secs" \
+      --no-minimize --quiet --crashes "$out/crashes-tmp" --stats "$st" "${flags[@]}" \
+      >/dev/null 2>>"$out/bench.log" || true
+    echo "$v $dist $st $(cat "$out/time" | tail -1)" >>"$rows"
+    echo "bench_targets.sh: $v $dist done" >&2
+  done
+done
+rm -rf "$out/crashes-tmp"
+
+"$py" - "$rows" "$jobs" "$tiny" "$dflt" "$out/bench.tsv" <<'EOF'
+import json, os, sys
+rows, jobs, tiny, dflt, tsv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+EAGER = {"torch/sdpa_math", "torch/sdpa_flash", "torch/explicit"}
+COMPILED = ("ort/", "openvino/", "tvm/", "jax/xla", "jax/explicit", "torch/compile", "torch/compile_sdpa", "torch/flex")
+CUDA_EAGER = {"torch/cuda_sdpa_math", "torch/cuda_sdpa_flash", "torch/cuda_sdpa_efficient", "torch/cuda_sdpa_cudnn",
+              "torch/cuda_explicit"}
+table, verdicts, cuda = [], [], {}
+for line in open(rows):
+    v, dist, st, wall, user, system = line.split()
+    if not os.path.exists(st):
+        table.append([v, dist, "-", "-", "-", "-", "-", "-", "failed (see bench.log)"])
+        continue
+    s = json.load(open(st))
+    el = s.get("elapsed") or 1.0
+    ran = s.get("execs", 0) - s.get("skipped", 0)
+    frac = ran / s["execs"] if s.get("execs") else 0.0
+    per_job = s.get("execs_per_sec_jobs", 0.0) * frac / jobs  # start-up excluded
+    cpu = float(user) + float(system)
+    per_cpu = ran / cpu if cpu > 0 else 0.0
+    compile_share = 100.0 * s.get("compile_seconds", 0.0) / (el * jobs)
+    table.append([v, dist, str(ran), "%.0f" % (ran / el), "%.1f" % per_job, "%.1f" % per_cpu,
+                  str(s.get("skipped", 0)), "%.0f%%" % compile_share, ""])
+    if dist == "tiny" and v in EAGER:
+        verdicts.append(("%s: %.0f execs/s per core on tiny cases (target 1,000)" % (v, per_job), per_job >= 1000))
+    if dist == "tiny" and v in CUDA_EAGER:
+        cuda[v] = per_job * jobs
+    if dist == "default" and v.startswith(COMPILED):
+        verdicts.append(("%s: %.1f execs/s per core over %s s of the default distribution (target 20)"
+                         % (v, per_job, dflt), per_job >= 20))
+if cuda:
+    total = sum(cuda.values())
+    verdicts.append(("the eager CUDA variants together (%s): %.0f execs/s on tiny cases with %d jobs each (target 1,000)"
+                     % (", ".join(sorted(cuda)), total, jobs), total >= 1000))
+head = ["variant", "cases", "ran", "ran/s", "ran/s per job", "ran/CPU-s", "skipped", "compile", ""]
+with open(tsv, "w") as f:
+    for r in [head] + table:
+        f.write("\t".join(r).rstrip("\t") + "\n")
+w = [max(len(r[i]) for r in [head] + table) for i in range(len(head))]
+for r in [head] + table:
+    print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+print("\n(ran/s: over the wall time, worker start-up included; per job: from each job's first case;"
+      " CPU-s: attnfuzz and its workers, start-up included; %d job(s))\n" % jobs)
+for text, ok in verdicts:
+    print("%s  %s" % ("PASS" if ok else "FAIL", text))
+EOF
+echo "bench_targets.sh: results in $out (bench.tsv, stats-*.json, bench.log)" >&2
