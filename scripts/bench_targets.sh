@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench_targets.sh - execs/s of real target variants through attnfuzz, one table: for each
 # variant a campaign on 1x1x1x1 cases (--tiny) and one on the default distribution, with
-# the rate over the wall time (worker start-up included), the rate per job from its first
-# case (start-up excluded: one job is attnfuzz and its worker taking turns, about one core),
-# executions per CPU-second (attnfuzz and its workers, start-up included), the cases no
-# variant could run (skipped) and the share of time spent compiling. Then the targets of
+# the rate over the campaign's time (from its first case: starting the workers excluded),
+# the rate per job (with --jobs N, each job's own rate summed, divided by N; one job is
+# attnfuzz and its worker taking turns, about one core), executions per CPU-second (attnfuzz
+# and its workers, start-up included), the cases no variant could run (skipped) and the
+# share of time spent compiling. Then the targets of
 # the "Real targets on CPU" issue with PASS/FAIL: the torch eager variants at least 1,000
 # execs/s per core on tiny cases; every compiled variant (ort, openvino, tvm, jax,
 # torch.compile, flex) at least 20 execs/s per core on the default distribution; and, on a
@@ -118,8 +119,8 @@ with open(tsv, "w") as f:
 w = [max(len(r[i]) for r in [head] + table) for i in range(len(head))]
 for r in [head] + table:
     print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
-print("\n(ran/s: over the wall time, worker start-up included; per job: from each job's first case;"
-      " CPU-s: attnfuzz and its workers, start-up included; %d job(s))\n" % jobs)
+print("\n(ran/s: over the campaign's time, from its first case; per job: each job's own rate, summed and"
+      " divided by the %d job(s); CPU-s: attnfuzz and its workers, start-up included)\n" % jobs)
 for text, ok in verdicts:
     print("%s  %s" % ("PASS" if ok else "FAIL", text))
 EOF
