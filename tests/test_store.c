@@ -5,7 +5,9 @@
  *   - the same case again, and larger cases with other incidental features (batch, heads,
  *     f16, another layout), are counted under that signature, not stored;
  *   - without minimization the f16 case signs differently (so the check above could
- *     fail), and its bundle holds the case as found. */
+ *     fail), and its bundle holds the case as found;
+ *   - a NaN on a planted value that the wrong diagonal unmasks is signed on the finite
+ *     twin: the plain case's diverge. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -150,10 +152,53 @@ static void test_one_bug_one_bundle(void **state) {
     af_exec_destroy(x);
 }
 
+/* A NaN found on planted non-finite values whose case fails without them too is signed
+ * on that finite twin: the same signature and kind as the plain case's finding. */
+static void test_finite_twin(void **state) {
+    (void)state;
+    af_error err = {0};
+    af_exec *x = mutant_exec();
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev;
+    uint64_t sigs[2];
+    af_kind kinds[2];
+    for (int with_nan = 0; with_nan < 2; with_nan++) {
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/twin%d", af_tmp, with_nan);
+        af_store_opts o = {.crashes_dir = dir};
+        af_store *st = af_store_create(&o, &err);
+        assert_non_null(st);
+        af_campaign_stats s;
+        memset(&s, 0, sizeof s);
+        af_case c = diverging_case(1, 1, AF_F32, AF_LAYOUT_BHSD);
+        if (with_nan) {
+            c.t[AF_K].special = AF_SPECIAL_NAN_LIVE;
+            af_case_repair(&c, 0);
+            assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+            assert_true(af_exec_finding_count(x) > 0);
+            assert_int_not_equal(af_exec_finding(x, 0)->kind, AF_KIND_DIVERGE); /* the NaN shows first */
+        }
+        run_and_store(x, st, &s, c, ev, &nev);
+        assert_true(ev[0].stored);
+        sigs[with_nan] = s.sigs[ev[0].entry].signature;
+        kinds[with_nan] = s.sigs[ev[0].entry].kind;
+        af_bundle *b;
+        assert_int_equal(af_bundle_read(s.sigs[ev[0].entry].bundle, &b, &err), AF_OK);
+        for (int t = 0; t < AF_QKV_COUNT; t++) assert_int_equal(af_bundle_case(b)->t[t].special, AF_SPECIAL_NONE);
+        af_bundle_free(b);
+        af_campaign_stats_free(&s);
+        af_store_destroy(st);
+    }
+    assert_int_equal(kinds[0], AF_KIND_DIVERGE);
+    assert_int_equal(kinds[1], AF_KIND_DIVERGE);
+    assert_true(sigs[0] == sigs[1]);
+    af_exec_destroy(x);
+}
+
 int main(void) {
     snprintf(af_tmp, sizeof af_tmp, "/tmp/attnfuzz-test-store-XXXXXX");
     if (!mkdtemp(af_tmp)) return 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", af_tmp);
