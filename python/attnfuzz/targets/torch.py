@@ -228,9 +228,12 @@ def make_modules():
         def __init__(self, cfg):
             super().__init__()
             self._setup(cfg)
-            self.scale = cfg["scale_arg"]          # None: SDPA's default 1/sqrt(D)
+            self.values(cfg)
             self.is_causal = cfg["is_causal"]
             self.gqa = self.hq != self.hkv
+
+        def values(self, cfg):
+            self.scale = cfg["scale_arg"]          # None: SDPA's default 1/sqrt(D)
 
         def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
             q, k, v = self._inputs(q, k, v)
@@ -249,10 +252,13 @@ def make_modules():
         def __init__(self, cfg):
             super().__init__()
             self._setup(cfg)
-            self.scale = cfg["scale"]
+            self.values(cfg)
             self.placement = cfg["placement"]
-            self.softcap = cfg["softcap"]
             self.is_causal = cfg["is_causal"]
+
+        def values(self, cfg):
+            self.scale = cfg["scale"]
+            self.softcap = cfg["softcap"]
             self.dropout_p = cfg["dropout_p"]
 
         def forward(self, q, k, v, add=None, bool_mask=None, struct=None, keep=None):
@@ -455,6 +461,10 @@ def _select_sdpa(target):
     _SDPA_SELECTED["target"] = target
 
 
+# The fields of _config an eager module takes per case (its values(cfg)), not at build.
+_VALUE_FIELDS = ("scale", "scale_arg", "softcap", "dropout_p")
+
+
 class _Target:
     def __init__(self, variant: str):
         import torch
@@ -568,9 +578,13 @@ class _Target:
         else:
             key = None
         cfg = _config(case, self.base, self.cuda)
-        ck = (key, tuple(sorted((k, v) for k, v in cfg.items())))
+        # an eager module is reused for every case of its structure, its values (scale,
+        # softcap, dropout) set per case; a compiled one bakes them in, so they are in its key
+        ck = (key, tuple(sorted((k, v) for k, v in cfg.items() if self.compiled or k not in _VALUE_FIELDS)))
         mod = self.cache.get(ck)
         if mod is not None:
+            if not self.compiled:
+                mod.values(cfg)
             return mod, cfg, False
         if self.compiled and len(self.cache) >= self.cache.capacity:
             import torch._dynamo
