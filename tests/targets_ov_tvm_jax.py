@@ -305,17 +305,26 @@ def test_variant(R, stack, variant, mod):
 
 
 def check_ov_precision(R, tname, target):
-    """Every compiled model computes at its case's precision: INFERENCE_PRECISION_HINT is f32
-    for f32 cases (the CPU plugin's default is bf16 on AVX512_BF16 / AMX CPUs)."""
-    seen = 0
+    """Every compiled model computes at its case's precision, read back from the compiled
+    model: f32 cases at f32 (the CPU plugin's default is bf16 on AVX512_BF16 / AMX CPUs), bf16
+    at bf16, f16 at f16 where the CPU runs f16 natively and at f32 elsewhere, never at the
+    bf16 default the plugin keeps when it ignores an f16 hint."""
+    import openvino as ov
+    caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    want = {"f32": "f32", "bf16": "bf16" if "BF16" in caps else "f32", "f16": "f16" if "FP16" in caps else "f32"}
+    names = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+    seen = {}
     for compiled, _, cfg in list(target.cache._d.values()):
         hint = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
-        if cfg["dtype"] == "f32":
-            seen += 1
-            if "float32" not in hint and "f32" not in hint:
-                R.fail("%s: an f32 model compiled with INFERENCE_PRECISION_HINT %s" % (tname, hint))
-                return
-    (R.ok if seen else R.fail)("%s: %d f32 models compiled at f32 precision" % (tname, seen))
+        w = want[cfg["dtype"]]
+        seen[cfg["dtype"]] = seen.get(cfg["dtype"], 0) + 1
+        if "'%s'" % names[w] not in hint:
+            R.fail("%s: a %s model compiled with INFERENCE_PRECISION_HINT %s, want %s"
+                   % (tname, cfg["dtype"], hint, names[w]))
+            return
+    (R.ok if seen.get("f32") and seen.get("f16") else R.fail)(
+        "%s: models compiled at their precision (%s; CPU capabilities %s)"
+        % (tname, ", ".join("%d %s at %s" % (n, d, want[d]) for d, n in sorted(seen.items())), " ".join(caps)))
 
 
 def check_conventions(R, tname, target, hello):

@@ -14,12 +14,15 @@ tokenizer takes the decomposed SDPA and the explicit pattern alike), so they sha
 kernel; with snippets disabled the same SDPA model runs as separate MatMul / Eltwise /
 Softmax nodes: a genuinely different path to pair with.
 
-Precision: every compile sets INFERENCE_PRECISION_HINT explicitly: "f32" for f32 cases (the
-CPU plugin defaults to bf16 on AVX512_BF16 / AMX CPUs, which would silently compute an f32
-case in bf16), "f16" / "bf16" for f16 / bf16 cases. The plugin may refuse a hint the CPU
-cannot run natively (an f16 hint without AVX512_FP16 / AMX_FP16 falls back to f32; a bf16
-hint is honoured, emulated where the CPU lacks AVX512_BF16); `run` reports the precision
-in effect in nothing but the result's accuracy, so the self-test pins it.
+Precision: every compile sets INFERENCE_PRECISION_HINT explicitly (inference_precision):
+"f32" for f32 cases (the CPU plugin defaults to bf16 on AVX512_BF16 / AMX CPUs, which would
+silently compute an f32 case in bf16), "bf16" for bf16 cases, "f16" for f16 cases where the
+CPU lists FP16 in OPTIMIZATION_CAPABILITIES, and "f32" for f16 cases elsewhere: the plugin
+ignores an f16 hint it cannot run natively and keeps its default, which on an AVX512_BF16
+CPU is bf16 (the compiled model then reports INFERENCE_PRECISION_HINT bf16), so an f16 case
+would be computed with bf16's 8-bit mantissa, 10x the f16 error (measured with openvino
+2026.4: 0.021 off where f16 arithmetic gives 0.0024). The self-test pins the precision in
+effect for every dtype.
 
 Masks (sdpa): one attention_mask input. The boolean mask and the structural mask (a bool
 [B, 1, Sq, Sk] input computed on the host for causal on any diagonal, key padding, window)
@@ -241,12 +244,21 @@ def build_model(cfg):
     return ov.Model([out], params, "attention")
 
 
+def inference_precision(core, dtype):
+    """The INFERENCE_PRECISION_HINT for a case dtype: the dtype itself, except f16 on a CPU
+    without native f16 (no FP16 in OPTIMIZATION_CAPABILITIES), where the plugin would keep
+    its own default (bf16 on AVX512_BF16 CPUs) instead: f32 there."""
+    if dtype == "f16" and "FP16" not in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        return "f32"
+    return dtype
+
+
 def compile_model(cfg):
     """The compiled model and one infer request; the inference precision is set explicitly."""
     import openvino as ov
     core = ov.Core()
     model = build_model(cfg)
-    conf = {"INFERENCE_PRECISION_HINT": cfg["precision"], "NUM_STREAMS": "1"}
+    conf = {"INFERENCE_PRECISION_HINT": inference_precision(core, cfg["precision"]), "NUM_STREAMS": "1"}
     if cfg["no_snippets"]:
         conf["SNIPPETS_MODE"] = "DISABLE"
     compiled = core.compile_model(model, "CPU", conf)
@@ -423,7 +435,8 @@ def repro_snippet(variant: str) -> str:
     parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
     parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
     parts.append(_KEEP_SNIPPET)
-    for f in (_const, _type, _i64, to_bhsd, unpack_qkv, from_bhsd, repeat_kv, build_model, compile_model, ov_tensor, infer,
+    for f in (_const, _type, _i64, to_bhsd, unpack_qkv, from_bhsd, repeat_kv, build_model, inference_precision, compile_model,
+              ov_tensor, infer,
               config, _phys_shape, arguments):
         parts.append(inspect.getsource(f))
     parts.append('''
