@@ -16,6 +16,9 @@ wrong_c, wrong_numpy: a deliberately wrong worker (c_worker --bug scale,
 clean: the correct c_worker over 3000 generated cases, and 500 each with its other
   conventions (output in the case dtype, its own dropout keep mask).
 clean_masked_rows_nan: 500 cases with NaN fully masked rows (declared, so waived).
+bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
+  --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
+  (exit 77) where this process may run on one CPU only.
 
 Standard library only; exit 0 pass, 1 fail.
 """
@@ -169,6 +172,31 @@ def clean(attnfuzz, c_worker, tmp, variants=(("", 3000), ("--out-dtype case", 50
         check(st["execs"] == runs, f"clean {opts}: {st['execs']} execs, want {runs}")
 
 
+def bind(attnfuzz, c_worker, tmp):
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        print("bind: one CPU here, nothing to bind")
+        sys.exit(77)
+
+    def workers(jobs, *opts):
+        rec = os.path.join(tmp, f"affinity-{jobs}-{len(opts)}")
+        spec = f"worker:{c_worker} --affinity-file {rec}"
+        p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", "400", "--jobs", str(jobs), "--crashes",
+                 os.path.join(tmp, "crashes"), "--quiet", *opts])
+        check(p.returncode == 0, f"bind: --jobs {jobs} {' '.join(opts)}: exit {p.returncode}: {p.stderr[-300:]}")
+        with open(rec) as f:
+            return [frozenset(int(c) for c in line.split()[1].split(",")) for line in f if line.strip()]
+
+    one = workers(1)
+    check(len(one) == 1 and len(one[0]) == 1 and one[0] <= set(allowed), f"bind: --jobs 1 worker may run on {one}")
+    two = workers(2)
+    check(len(two) == 2 and all(len(s) == 1 for s in two) and two[0] != two[1],
+          f"bind: --jobs 2 workers may run on {[sorted(s) for s in two]}, want two distinct single CPUs")
+    free = workers(2, "--no-bind")
+    check(len(free) == 2 and all(s == set(allowed) for s in free),
+          f"bind: --no-bind workers may run on {[sorted(s) for s in free]}, want {allowed}")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -189,6 +217,8 @@ def main():
             wrong(attnfuzz, c_worker, f"worker:{python} {os.path.join(here, 'worker_wrong_numpy.py')}", tmp, scenario)
         elif scenario == "clean":
             clean(attnfuzz, c_worker, tmp)
+        elif scenario == "bind":
+            bind(attnfuzz, c_worker, tmp)
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))
         else:

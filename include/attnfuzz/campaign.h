@@ -45,6 +45,7 @@ typedef struct af_campaign_opts {
     bool quiet;               /* no status lines */
     bool no_minimize;         /* store raw findings (signature of the case as found) */
     unsigned minimize_execs;  /* budget per new finding; 0 = 400 */
+    bool no_bind;             /* do not bind each job (and its workers) to one CPU */
 } af_campaign_opts;
 
 void af_campaign_opts_default(af_campaign_opts *o);

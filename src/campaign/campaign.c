@@ -8,13 +8,20 @@
  * processes run with different seeds and the same crashes directory (bundle names are
  * signatures and writes are atomic renames, so two processes finding the same bug leave
  * one bundle); the parent aggregates their stats files once a second, and restarts a
- * child that dies (campaign.h: AF_JOB_MAX_RESTARTS). */
+ * child that dies (campaign.h: AF_JOB_MAX_RESTARTS).
+ *
+ * Each job is bound to one CPU, its worker processes with it (they inherit the mask), as
+ * AFL++ binds each instance to a core: a job and its worker take turns (a run frame out,
+ * a result back) and never compute at the same time, and a wake-up on the CPU that just
+ * went to sleep is far cheaper than one on another CPU (scripts/bench_worker.sh measures
+ * both). --no-bind leaves scheduling to the kernel. */
 #include "attnfuzz/campaign.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +73,29 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->crashes_dir = "crashes";
     o->seed = 1;
     o->jobs = 1;
+}
+
+/* The CPU for job k: the k-th (modulo their count) of the CPUs this process may run on,
+ * or -1 when there is only one (nothing to choose) or the set cannot be read. */
+static int af_job_cpu(unsigned k) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+    int count = CPU_COUNT(&set);
+    if (count <= 1) return -1;
+    unsigned want = k % (unsigned)count;
+    for (size_t c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set) && want-- == 0) return (int)c;
+    return -1;
+}
+
+/* Binds this process (and the workers it starts later) to cpu; -1 or a failure leaves it
+ * unbound, which only costs speed. */
+static void af_bind_cpu(int cpu) {
+    if (cpu < 0) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET((size_t)cpu, &set);
+    (void)sched_setaffinity(0, sizeof set, &set);
 }
 
 static double af_now(void) {
@@ -493,6 +523,7 @@ static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsign
     pid_t pid = fork();
     AF_RETURN_ERROR_IF(pid < 0, err, AF_ERR_IO, "fork: %s", strerror(errno));
     if (pid == 0) {
+        if (!o->no_bind) af_bind_cpu(af_job_cpu(k));
         co.stats_path = path;
         af_campaign_stats cs;
         memset(&cs, 0, sizeof cs);
@@ -666,6 +697,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
 
 af_status af_campaign_run(const af_campaign_opts *o, af_campaign_stats *s, af_error *err) {
     memset(s, 0, sizeof *s);
+    if (o->jobs <= 1 && !o->no_bind && af_job_cpu(0) >= 0) af_bind_cpu(sched_getcpu());
     af_status st = o->jobs > 1 ? af_campaign_jobs(o, s, err) : af_campaign_single(o, s, !o->quiet, err);
     if (o->stats_path) {
         af_error serr;

@@ -27,6 +27,8 @@ static void af_fuzz_usage(FILE *f) {
             "  --corpus DIR        inputs or bundles to start from and mutate\n"
             "  --jobs N            N processes sharing the crashes directory; one that dies\n"
             "                      (e.g. OOM-killed) is restarted; exit 2 if they kept dying\n"
+            "  --no-bind           do not bind each job and its workers to one CPU (default:\n"
+            "                      job k on the k-th allowed CPU; one job on the CPU it starts on)\n"
             "  --stats FILE        write JSON stats (execs, execs/s, findings, signatures)\n"
             "  --max-findings N    stop after N unique findings\n"
             "  --budget MIB        tensor memory per case (default 64)\n"
@@ -67,7 +69,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
-    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY };
+    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
@@ -83,6 +85,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"strategy", required_argument, 0, O_STRAT},
         {"no-minimize", no_argument, 0, O_NOMIN},
         {"tiny", no_argument, 0, O_TINY},
+        {"no-bind", no_argument, 0, O_NOBIND},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -121,6 +124,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         case O_QUIET: o.quiet = true; break;
         case O_NOMIN: o.no_minimize = true; break;
         case O_TINY: o.tiny = true; break;
+        case O_NOBIND: o.no_bind = true; break;
         case O_STRAT: {
             int k = 0;
             while (k < AF_STRATEGY_COUNT && strcmp(optarg, af_strategy_names[k]) != 0) k++;

@@ -4,7 +4,7 @@
  *
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
  *            [--dropout keep_mask] [--bug scale] [--fault KIND] [--fault-mod N] [--fault-run N]
- *            [--name NAME]
+ *            [--name NAME] [--affinity-file PATH]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -14,10 +14,12 @@
  *                     without answering); die: exit 3 before the hello
  * --fault-run N       fault on the N-th run request only, whatever its case (a flaky target:
  *                     the same case passes when sent again)
+ * --affinity-file P   append "PID CPU,CPU,..." (the CPUs this worker may run on) to P at start
  *
  * Only cJSON and libm: the frames are read and written here, not through attnfuzz. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,9 +34,10 @@ typedef struct cw_opts {
     const char *fault;
     long fault_mod, fault_run;
     const char *name;
+    const char *affinity_file;
 } cw_opts;
 
-static cw_opts opt = {0.0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker"};
+static cw_opts opt = {0.0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL};
 static long runs_seen; /* run requests so far */
 
 /* Whether --fault applies to this run request. */
@@ -512,6 +515,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--fault-mod") && v) opt.fault_mod = atol(v) > 0 ? atol(v) : 3, i++;
         else if (!strcmp(a, "--fault-run") && v) opt.fault_run = atol(v), i++;
         else if (!strcmp(a, "--name") && v) opt.name = v, i++;
+        else if (!strcmp(a, "--affinity-file") && v) opt.affinity_file = v, i++;
         else {
             fprintf(stderr, "c_worker: unknown option %s\n", a);
             return 2;
@@ -520,6 +524,19 @@ int main(int argc, char **argv) {
     if (opt.fault && !strcmp(opt.fault, "die")) {
         fprintf(stderr, "c_worker: cannot start: the device is not there (on purpose)\n");
         return 3;
+    }
+    if (opt.affinity_file) {
+        cpu_set_t set;
+        FILE *f = fopen(opt.affinity_file, "a");
+        if (!f || sched_getaffinity(0, sizeof set, &set) != 0) {
+            fprintf(stderr, "c_worker: %s: cannot record the affinity\n", opt.affinity_file);
+            return 3;
+        }
+        fprintf(f, "%ld ", (long)getpid());
+        for (size_t c = 0, first = 1; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set)) fprintf(f, "%s%zu", first ? "" : ",", c), first = 0;
+        fprintf(f, "\n");
+        fclose(f);
     }
     char hello[2048];
     snprintf(hello, sizeof hello,
