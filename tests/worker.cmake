@@ -27,4 +27,6 @@ if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
     set_tests_properties(worker_campaign_${s} PROPERTIES LABELS "worker" TIMEOUT 300
       ENVIRONMENT "${AF_BLAS_ENV}" SKIP_RETURN_CODE 77)
   endforeach()
+  # it counts the CPUs other campaigns hold: not beside other tests
+  set_tests_properties(worker_campaign_bind PROPERTIES RUN_SERIAL TRUE)
 endif()

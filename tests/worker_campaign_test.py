@@ -172,10 +172,29 @@ def clean(attnfuzz, c_worker, tmp, variants=(("", 3000), ("--out-dtype case", 50
         check(st["execs"] == runs, f"clean {opts}: {st['execs']} execs, want {runs}")
 
 
+def free_cpus(allowed):
+    """The allowed CPUs no other process is bound to alone (kernel threads aside): what
+    attnfuzz chooses from (src/campaign/cpu_bind.c), computed here independently."""
+    taken = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                st = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+        except OSError:
+            continue
+        cl = st.get("Cpus_allowed_list", "").strip()
+        if st.get("PPid", "").strip() != "2" and pid != "2" and cl.isdigit():
+            taken.add(int(cl))
+    return sorted(set(allowed) - taken)
+
+
 def bind(attnfuzz, c_worker, tmp):
     allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        print("bind: one CPU here, nothing to bind")
+    free = free_cpus(allowed)
+    if len(free) < 2:
+        print(f"bind: {len(free)} free CPU(s) of {allowed} here, nothing to bind")
         sys.exit(77)
 
     def workers(jobs, *opts):
@@ -188,13 +207,49 @@ def bind(attnfuzz, c_worker, tmp):
             return [frozenset(int(c) for c in line.split()[1].split(",")) for line in f if line.strip()]
 
     one = workers(1)
-    check(len(one) == 1 and len(one[0]) == 1 and one[0] <= set(allowed), f"bind: --jobs 1 worker may run on {one}")
+    check(len(one) == 1 and len(one[0]) == 1 and one[0] <= set(free), f"bind: --jobs 1 worker may run on {one}")
     two = workers(2)
-    check(len(two) == 2 and all(len(s) == 1 for s in two) and two[0] != two[1],
-          f"bind: --jobs 2 workers may run on {[sorted(s) for s in two]}, want two distinct single CPUs")
-    free = workers(2, "--no-bind")
-    check(len(free) == 2 and all(s == set(allowed) for s in free),
-          f"bind: --no-bind workers may run on {[sorted(s) for s in free]}, want {allowed}")
+    check(len(two) == 2 and all(len(s) == 1 and s <= set(free) for s in two) and two[0] != two[1],
+          f"bind: --jobs 2 workers may run on {[sorted(s) for s in two]}, want two distinct CPUs of {free}")
+    unbound = workers(2, "--no-bind")
+    check(len(unbound) == 2 and all(s == set(allowed) for s in unbound),
+          f"bind: --no-bind workers may run on {[sorted(s) for s in unbound]}, want {allowed}")
+
+    # campaigns started one right after the other take distinct free CPUs (this does not
+    # catch truly simultaneous starts, which the lock in cpu_bind.c orders); once every CPU
+    # is taken, the next one is not bound
+    if len(free) > 4:
+        return
+
+    def start(i, *limit):
+        rec = os.path.join(tmp, f"side-{i}")
+        return rec, subprocess.Popen(
+            [attnfuzz, "fuzz", "--backend", f"worker:{c_worker} --affinity-file {rec}", "--crashes",
+             os.path.join(tmp, f"crashes-side-{i}"), "--quiet", *limit],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def cpus_of(rec):
+        t0 = time.monotonic()
+        while not (os.path.exists(rec) and open(rec).read().endswith("\n")) and time.monotonic() - t0 < 10:
+            time.sleep(0.02)
+        with open(rec) as f:
+            return frozenset(int(c) for c in f.read().split()[1].split(","))
+
+    side = [start(i, "--time", "30") for i in range(len(free))]
+    try:
+        seen = [cpus_of(rec) for rec, _ in side]
+        rec, last = start(len(free), "--runs", "100")
+        seen.append(cpus_of(rec))
+        last.wait()
+    finally:
+        for _, p in side:
+            p.terminate()
+            p.wait()
+    check(all(len(s) == 1 and s <= set(free) for s in seen[:-1]) and len(set(seen[:-1])) == len(free),
+          f"bind: {len(free)} campaigns side by side run on {[sorted(s) for s in seen[:-1]]}, "
+          f"want distinct CPUs of {free}")
+    check(seen[-1] == set(allowed), f"bind: with every CPU taken, a campaign's worker may run on "
+                                    f"{sorted(seen[-1])}, want all of {allowed} (not bound)")
 
 
 def main():

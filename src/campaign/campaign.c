@@ -8,20 +8,14 @@
  * processes run with different seeds and the same crashes directory (bundle names are
  * signatures and writes are atomic renames, so two processes finding the same bug leave
  * one bundle); the parent aggregates their stats files once a second, and restarts a
- * child that dies (campaign.h: AF_JOB_MAX_RESTARTS).
- *
- * Each job is bound to one CPU, its worker processes with it (they inherit the mask), as
- * AFL++ binds each instance to a core: a job and its worker take turns (a run frame out,
- * a result back) and never compute at the same time, and a wake-up on the CPU that just
- * went to sleep is far cheaper than one on another CPU (scripts/bench_worker.sh measures
- * both). --no-bind leaves scheduling to the kernel. */
+ * child that dies (campaign.h: AF_JOB_MAX_RESTARTS). Each job is bound to one CPU with its
+ * workers (cpu_bind.h) unless --no-bind. */
 #include "attnfuzz/campaign.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +29,7 @@
 #include "attnfuzz/mem.h"
 #include "attnfuzz/store.h"
 #include "attnfuzz/rng.h"
+#include "cpu_bind.h"
 #include "fileio.h"
 
 static volatile sig_atomic_t af_campaign_stop;
@@ -73,29 +68,6 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->crashes_dir = "crashes";
     o->seed = 1;
     o->jobs = 1;
-}
-
-/* The CPU for job k: the k-th (modulo their count) of the CPUs this process may run on,
- * or -1 when there is only one (nothing to choose) or the set cannot be read. */
-static int af_job_cpu(unsigned k) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
-    int count = CPU_COUNT(&set);
-    if (count <= 1) return -1;
-    unsigned want = k % (unsigned)count;
-    for (size_t c = 0; c < CPU_SETSIZE; c++)
-        if (CPU_ISSET(c, &set) && want-- == 0) return (int)c;
-    return -1;
-}
-
-/* Binds this process (and the workers it starts later) to cpu; -1 or a failure leaves it
- * unbound, which only costs speed. */
-static void af_bind_cpu(int cpu) {
-    if (cpu < 0) return;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET((size_t)cpu, &set);
-    (void)sched_setaffinity(0, sizeof set, &set);
 }
 
 static double af_now(void) {
@@ -500,6 +472,7 @@ typedef struct af_job {
     double started;     /* when the current child started */
     uint64_t execs_before; /* executions of its earlier children (a --runs budget is per slot) */
     bool gave_up;
+    int cpu;            /* the CPU its children are bound to, -1 for none */
 } af_job;
 
 #define AF_JOBS_MAX 256
@@ -511,7 +484,7 @@ static void af_job_path(char *buf, size_t len, const char *dir, unsigned k, unsi
 /* Starts the child of slot k (generation job->gen). Its seed stream is new for every
  * generation: a restarted child does not replay what killed the last one. */
 static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsigned k, af_job *job, double start,
-                              af_error *err) {
+                              int bind_lock, af_error *err) {
     af_campaign_opts co = *o;
     co.jobs = 1;
     co.seed = o->seed + 0x9e3779b9ull * (k + 1) + 0xbf58476d1ce4e5b9ull * job->gen;
@@ -523,7 +496,8 @@ static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsign
     pid_t pid = fork();
     AF_RETURN_ERROR_IF(pid < 0, err, AF_ERR_IO, "fork: %s", strerror(errno));
     if (pid == 0) {
-        if (!o->no_bind) af_bind_cpu(af_job_cpu(k));
+        af_cpu_bind_unlock(bind_lock); /* the parent's: a child holding it would hold the lock */
+        af_cpu_bind(0, job->cpu);       /* before any worker starts (the parent does it too) */
         co.stats_path = path;
         af_campaign_stats cs;
         memset(&cs, 0, sizeof cs);
@@ -533,6 +507,7 @@ static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsign
         af_campaign_stats_write(&cs, &co, path, NULL);
         _exit(st == AF_OK ? 0 : 2);
     }
+    af_cpu_bind(pid, job->cpu); /* seen in /proc before the binding lock is let go */
     job->pid = pid;
     job->started = af_now();
     return AF_OK;
@@ -583,16 +558,22 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
     unsigned n = o->jobs > AF_JOBS_MAX ? AF_JOBS_MAX : o->jobs;
     af_job jobs[AF_JOBS_MAX];
     memset(jobs, 0, sizeof jobs);
+    int cpus[AF_JOBS_MAX];
+    int lock = o->no_bind ? -1 : af_cpu_bind_lock();
+    size_t ncpu = o->no_bind ? 0 : af_cpu_bind_choose(cpus, AF_JOBS_MAX);
+    for (unsigned k = 0; k < n; k++) jobs[k].cpu = ncpu ? cpus[k % ncpu] : -1;
     double start = af_now();
     for (unsigned k = 0; k < n; k++) {
-        af_status st = af_job_start(o, dir, k, &jobs[k], start, err);
+        af_status st = af_job_start(o, dir, k, &jobs[k], start, lock, err);
         if (st != AF_OK) {
             for (unsigned q = 0; q < k; q++) kill(jobs[q].pid, SIGINT);
             for (unsigned q = 0; q < k; q++) waitpid(jobs[q].pid, NULL, 0);
+            af_cpu_bind_unlock(lock);
             af_jobs_cleanup(dir);
             return st;
         }
     }
+    af_cpu_bind_unlock(lock); /* every child is bound, visibly to other campaigns */
     bool tty = !o->quiet && isatty(STDERR_FILENO);
     unsigned running = n;
     bool failed = false, stopping = false, stop_sent = false, kill_sent = false;
@@ -651,7 +632,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
                 af_error serr;
                 if (o->runs && jobs[k].execs_before >= o->runs) {
                     why = "; its --runs are done";
-                } else if (af_job_start(o, dir, k, &jobs[k], start, &serr) != AF_OK) {
+                } else if (af_job_start(o, dir, k, &jobs[k], start, -1, &serr) != AF_OK) {
                     snprintf(serr_msg, sizeof serr_msg, "; cannot restart it: %s", serr.msg);
                     why = serr_msg;
                     give_up = true;
@@ -697,7 +678,11 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
 
 af_status af_campaign_run(const af_campaign_opts *o, af_campaign_stats *s, af_error *err) {
     memset(s, 0, sizeof *s);
-    if (o->jobs <= 1 && !o->no_bind && af_job_cpu(0) >= 0) af_bind_cpu(sched_getcpu());
+    if (o->jobs <= 1 && !o->no_bind) {
+        int cpu, lock = af_cpu_bind_lock();
+        if (af_cpu_bind_choose(&cpu, 1) == 1) af_cpu_bind(0, cpu);
+        af_cpu_bind_unlock(lock);
+    }
     af_status st = o->jobs > 1 ? af_campaign_jobs(o, s, err) : af_campaign_single(o, s, !o->quiet, err);
     if (o->stats_path) {
         af_error serr;
