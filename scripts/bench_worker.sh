@@ -2,7 +2,8 @@
 # bench_worker.sh - what the worker protocol costs, in one table: execs/s of the built-in
 # explicit backend in-process, of the C worker (tests/worker/c_worker.c) and of the
 # numpy_ref Python worker, each on 1x1x1x1 cases (--tiny) and on the default distribution;
-# the protocol's cost per execution (C worker minus in-process); and a C worker that
+# the protocol's cost per execution (C worker minus in-process; and with --no-bind, the job
+# and its worker free to run on different CPUs); and a C worker that
 # "compiles" for 0.5 s on each new compile_key (execs/s and the share of time compiling).
 #
 #   scripts/bench_worker.sh [SECONDS]       (each campaign runs SECONDS, default 5)
@@ -52,6 +53,7 @@ run explicit_tiny explicit --tiny
 run explicit_default explicit
 run c_worker_tiny "worker:$CW" --tiny
 run c_worker_default "worker:$CW"
+run c_worker_nobind "worker:$CW" --tiny --no-bind
 run numpy_ref_tiny "$NUMPY_REF" --tiny
 run numpy_ref_default "$NUMPY_REF"
 run c_worker_compile "worker:$CW --compile-sleep 0.5"
@@ -89,6 +91,9 @@ print(f"| {'c_worker --compile-sleep 0.5':<34} | {'default':<7} | {r['execs']:>7
 print()
 proto_tiny = rows["c_worker_tiny"]["us"] - rows["explicit_tiny"]["us"]
 print(f"protocol cost per execution (C worker minus in-process, tiny cases): {proto_tiny:.1f} us")
+nb = rows["c_worker_nobind"]
+print(f"  with --no-bind (the job and its worker on any CPU): {nb['us'] - rows['explicit_tiny']['us']:.1f} us "
+      f"({nb['rate']:.0f} execs/s): the difference is waking a process on another CPU")
 print("  (on the default distribution the difference is mostly c_worker's naive float64 loops against the")
 print("  explicit backend's BLAS, not the protocol)")
 print(f"simulated compiler: {r['compile_s']:.1f} s of {r['elapsed']:.1f} s compiling "
