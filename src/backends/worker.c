@@ -29,6 +29,7 @@
 #include "attnfuzz/worker.h"
 #include "backends.h"
 #include "worker_proto.h"
+#include "clock.h"
 
 #define AF_WORKER_KEYS 4096      /* compile keys remembered per process (then forgotten) */
 #define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
@@ -67,12 +68,6 @@ typedef struct af_worker {
 
     af_backend_ext ext;
 } af_worker;
-
-static double af_worker_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void af_worker_sleep(double s) {
     if (s <= 0) return;
@@ -345,10 +340,10 @@ static void af_worker_kill(af_worker *w) {
 /* After the child closed its stdout: waits up to grace seconds for it to end (draining
  * stderr), kills it otherwise; how it ended goes into how. */
 static void af_worker_reap(af_worker *w, double grace, char *how, size_t len) {
-    double end = af_worker_now() + grace;
+    double end = af_now() + grace;
     int status = 0;
     pid_t r = 0;
-    while ((r = waitpid(w->pid, &status, WNOHANG)) == 0 && af_worker_now() < end) {
+    while ((r = waitpid(w->pid, &status, WNOHANG)) == 0 && af_now() < end) {
         af_worker_drain_err(w);
         af_worker_sleep(0.002);
     }
@@ -444,7 +439,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
     bool ready = true; /* try writing (and reading) before the first poll */
     while (nparts > 0 && part < nparts && parts[part].len == 0) part++;
     for (;;) {
-        double left = deadline - af_worker_now();
+        double left = deadline - af_now();
         if (left <= 0) {
             st = af_error_set(err, AF_ERR_TIMEOUT, "no answer in time");
             break;
@@ -576,7 +571,7 @@ static void af_worker_stop(af_worker *w) {
  * with its stderr. */
 static af_status af_worker_start(af_worker *w, af_error *err) {
     AF_TRY(af_worker_spawn(w, err));
-    double deadline = af_worker_now() + w->opts.timeout + w->opts.compile_timeout;
+    double deadline = af_now() + w->opts.timeout + w->opts.compile_timeout;
     af_error xerr;
     af_status st = af_worker_exchange(w, NULL, 0, AF_WP_MAX_HEADER, deadline, &xerr);
     char brief[400];
@@ -728,13 +723,13 @@ static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor
     parts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
     bool fresh = af_worker_key_note(w, af_case_key_hash(c, w->hello.compile_key));
     w->ext.new_key = fresh;
-    double t0 = af_worker_now();
+    double t0 = af_now();
     double limit = w->opts.timeout + (fresh ? w->opts.compile_timeout : 0.0);
     size_t outb = (size_t)c->batch * c->q_heads * c->q_len * c->v_head_dim * 8;
     size_t keepb = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len;
     af_error xerr;
     af_status st = af_worker_exchange(w, parts, np + 1, AF_WP_MAX_HEADER + outb + keepb + 4096, t0 + limit, &xerr);
-    w->ext.wall_s = af_worker_now() - t0;
+    w->ext.wall_s = af_now() - t0;
     char what[700];
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) {
         af_worker_kill(w);

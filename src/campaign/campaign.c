@@ -31,6 +31,7 @@
 #include "attnfuzz/rng.h"
 #include "cpu_bind.h"
 #include "fileio.h"
+#include "clock.h"
 
 static volatile sig_atomic_t af_campaign_stop;
 
@@ -68,12 +69,6 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->crashes_dir = "crashes";
     o->seed = 1;
     o->jobs = 1;
-}
-
-static double af_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 void af_campaign_stats_free(af_campaign_stats *s) {

@@ -1,5 +1,6 @@
 /* minimize.c - greedy simplification of failing cases (see minimize.h). */
 #include "attnfuzz/minimize.h"
+#include "clock.h"
 
 #include <math.h>
 #include <string.h>
@@ -93,19 +94,13 @@ static unsigned af_reseeds(unsigned k) { return k >= 24 && k <= 36 ? 8u : 6u; }
 /* Passes of plain simplifications until one changes nothing, then one pass that also
  * tries redrawn values for each simplification that lost the finding; repeated while
  * that pass changes something. */
-static double af_minimize_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs, double max_seconds,
                       unsigned *execs, af_error *err) {
     if (max_execs == 0) max_execs = 400;
     unsigned spent = 0;
     bool changed = true, reseed = false;
-    double deadline = max_seconds > 0 ? af_minimize_now() + max_seconds : HUGE_VAL;
-    while (spent < max_execs && af_minimize_now() < deadline) {
+    double deadline = max_seconds > 0 ? af_now() + max_seconds : HUGE_VAL;
+    while (spent < max_execs && af_now() < deadline) {
         changed = false;
         for (unsigned k = 0; k < AF_SIMPLIFY_COUNT && spent < max_execs; k++) {
             af_case cand;
@@ -113,7 +108,7 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsign
             /* never a costlier case: kv_len = q_len on a 15000 x 3 case is a 15000^2 one */
             if (af_case_flops(&cand) > af_case_flops(c)) continue;
             unsigned attempts = reseed ? af_reseeds(k) : 0;
-            if (af_minimize_now() >= deadline) break;
+            if (af_now() >= deadline) break;
             for (unsigned attempt = 0; attempt <= attempts && spent < max_execs; attempt++) {
                 af_case trial = cand;
                 if (attempt) af_reseed(&trial, k, attempt);

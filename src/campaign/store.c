@@ -5,10 +5,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "attnfuzz/mem.h"
 #include "attnfuzz/minimize.h"
+#include "clock.h"
 
 /* Minimizing one new finding takes at most this long (besides minimize_execs): a target
  * compiling every new shape for a second would spend minutes on 400 steps. */
@@ -179,9 +179,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         af_kind kind = f->kind; /* of the signed finding: a finite twin's may differ */
         /* a dead or hung worker is stored as found: each minimizing step could cost a
          * restart or a whole timeout */
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double left = o->deadline > 0 ? o->deadline - ((double)now.tv_sec + 1e-9 * (double)now.tv_nsec) : HUGE_VAL;
+        double left = o->deadline > 0 ? o->deadline - af_now() : HUGE_VAL;
         bool raw = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT || left <= 0;
         bool known = raw || af_alias_get(&st->aliases, f->signature, &sig);
         if (!known) {

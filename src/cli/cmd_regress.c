@@ -20,6 +20,7 @@
 #include "attnfuzz/exec.h"
 #include "attnfuzz/mem.h"
 #include "cli.h"
+#include "core/clock.h"
 
 static void af_regress_usage(FILE *f) {
     fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--budget MIB] DIR...\n"
@@ -219,12 +220,6 @@ typedef struct af_regress_counts {
     int same, fixed, regr, waived;
 } af_regress_counts;
 
-static double af_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* The executor of the last bundle, kept while the next bundle records the same checks: a
  * corpus of one target's bundles then starts its worker once, not once per bundle (a
  * Python stack takes seconds to import). */
@@ -381,7 +376,7 @@ int af_cmd_regress(int argc, char **argv) {
     int rc = 0, bundles = 0;
     af_regress_counts n = {0};
     af_junit j = {0};
-    double start = af_now_s();
+    double start = af_now();
     for (int a = optind; a < argc; a++) {
         struct dirent **ents;
         int ne = scandir(argv[a], &ents, NULL, alphasort);
@@ -417,9 +412,9 @@ int af_cmd_regress(int argc, char **argv) {
                         snprintf(jc->classname, sizeof jc->classname, "attnfuzz.regress.%s", argv[a]);
                     }
                 }
-                double t0 = af_now_s();
+                double t0 = af_now();
                 int r = af_regress_bundle(path, name, cfg, strict, &waive, &n, jc);
-                if (jc) jc->seconds = af_now_s() - t0;
+                if (jc) jc->seconds = af_now() - t0;
                 bundles++;
                 if (r > rc) rc = r;
             }
@@ -430,7 +425,7 @@ int af_cmd_regress(int argc, char **argv) {
     printf("%d bundles: %d checks same, %d fixed, %d regressed, %d waived\n", bundles, n.same, n.fixed, n.regr,
            n.waived);
     if (junit) {
-        if (af_junit_write(&j, junit, af_now_s() - start) != 0) {
+        if (af_junit_write(&j, junit, af_now() - start) != 0) {
             fprintf(stderr, "attnfuzz regress: --junit %s: cannot write: %s\n", junit, strerror(errno));
             rc = 2;
         }
