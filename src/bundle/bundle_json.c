@@ -20,18 +20,18 @@
 /* --- writing ------------------------------------------------------------------------------ */
 
 /* JSON building: cJSON reports allocation failure by returning NULL; note it once. */
-typedef struct af_jw {
+typedef struct af_bj {
     bool ok;
-} af_jw;
+} af_bj;
 
-static void af_jw_item(af_jw *w, cJSON *o, const char *key, cJSON *item) {
+static void af_bj_item(af_bj *w, cJSON *o, const char *key, cJSON *item) {
     if (!item || !o || !cJSON_AddItemToObject(o, key, item)) {
         cJSON_Delete(item);
         w->ok = false;
     }
 }
 
-static void af_jw_push(af_jw *w, cJSON *arr, cJSON *item) {
+static void af_bj_push(af_bj *w, cJSON *arr, cJSON *item) {
     if (!item || !arr || !cJSON_AddItemToArray(arr, item)) {
         cJSON_Delete(item);
         w->ok = false;
@@ -39,91 +39,91 @@ static void af_jw_push(af_jw *w, cJSON *arr, cJSON *item) {
 }
 
 /* A count: exact as an integer (cJSON would print counts above 2^31 as doubles). */
-static cJSON *af_jw_count(size_t n) {
+static cJSON *af_bj_count(size_t n) {
     char buf[32];
     snprintf(buf, sizeof buf, "%zu", n);
     return cJSON_CreateRaw(buf);
 }
 
-static cJSON *af_jw_string(const char *s) { return s ? cJSON_CreateString(s) : cJSON_CreateNull(); }
+static cJSON *af_bj_string(const char *s) { return s ? cJSON_CreateString(s) : cJSON_CreateNull(); }
 
-static cJSON *af_jw_metrics(af_jw *w, const af_metrics *m) {
+static cJSON *af_bj_metrics(af_bj *w, const af_metrics *m) {
     cJSON *o = cJSON_CreateObject();
-    af_jw_item(w, o, "max_abs", af_json_double(m->max_abs));
-    af_jw_item(w, o, "max_rel", af_json_double(m->max_rel));
-    af_jw_item(w, o, "rel_fro", af_json_double(m->rel_fro));
-    af_jw_item(w, o, "worst_ratio", af_json_double(m->worst_ratio));
+    af_bj_item(w, o, "max_abs", af_json_double(m->max_abs));
+    af_bj_item(w, o, "max_rel", af_json_double(m->max_rel));
+    af_bj_item(w, o, "rel_fro", af_json_double(m->rel_fro));
+    af_bj_item(w, o, "worst_ratio", af_json_double(m->worst_ratio));
     cJSON *idx = cJSON_CreateArray();
-    for (int d = 0; d < 4; d++) af_jw_push(w, idx, af_jw_count(m->worst[d]));
-    af_jw_item(w, o, "worst_index", idx);
-    af_jw_item(w, o, "worst_out", af_json_double(m->worst_out));
-    af_jw_item(w, o, "worst_ref", af_json_double(m->worst_ref));
-    af_jw_item(w, o, "n_nan", af_jw_count(m->n_nan));
-    af_jw_item(w, o, "n_inf", af_jw_count(m->n_inf));
-    af_jw_item(w, o, "n_masked_row_nan", af_jw_count(m->n_masked_row_nan));
-    af_jw_item(w, o, "n_masked_value_leak", af_jw_count(m->n_masked_value_leak));
-    af_jw_item(w, o, "n_diverge", af_jw_count(m->n_diverge));
-    af_jw_item(w, o, "n_unstable", af_jw_count(m->n_unstable));
+    for (int d = 0; d < 4; d++) af_bj_push(w, idx, af_bj_count(m->worst[d]));
+    af_bj_item(w, o, "worst_index", idx);
+    af_bj_item(w, o, "worst_out", af_json_double(m->worst_out));
+    af_bj_item(w, o, "worst_ref", af_json_double(m->worst_ref));
+    af_bj_item(w, o, "n_nan", af_bj_count(m->n_nan));
+    af_bj_item(w, o, "n_inf", af_bj_count(m->n_inf));
+    af_bj_item(w, o, "n_masked_row_nan", af_bj_count(m->n_masked_row_nan));
+    af_bj_item(w, o, "n_masked_value_leak", af_bj_count(m->n_masked_value_leak));
+    af_bj_item(w, o, "n_diverge", af_bj_count(m->n_diverge));
+    af_bj_item(w, o, "n_unstable", af_bj_count(m->n_unstable));
     return o;
 }
 
 
 char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n_files, char *const *out_files,
                            char *const *err_files, const char *bundle_path, cJSON *extra, size_t *len) {
-    af_jw w = {true};
+    af_bj w = {true};
     cJSON *root = cJSON_CreateObject();
     char buf[512];
-    af_jw_item(&w, root, "format", cJSON_CreateString(AF_BUNDLE_FORMAT));
-    af_jw_item(&w, root, "version", cJSON_CreateNumber(AF_BUNDLE_VERSION));
-    af_jw_item(&w, root, "tool", cJSON_CreateString("attnfuzz"));
-    af_jw_item(&w, root, "kind",
+    af_bj_item(&w, root, "format", cJSON_CreateString(AF_BUNDLE_FORMAT));
+    af_bj_item(&w, root, "version", cJSON_CreateNumber(AF_BUNDLE_VERSION));
+    af_bj_item(&w, root, "tool", cJSON_CreateString("attnfuzz"));
+    af_bj_item(&w, root, "kind",
                cJSON_CreateString((unsigned)s->kind < AF_KIND_COUNT ? af_kind_names[s->kind] : "unknown"));
     snprintf(buf, sizeof buf, "%016llx", (unsigned long long)s->signature);
-    af_jw_item(&w, root, "signature", cJSON_CreateString(buf));
-    af_jw_item(&w, root, "who", cJSON_CreateString(s->who ? s->who : ""));
-    af_jw_item(&w, root, "relation", af_jw_string(s->relation));
+    af_bj_item(&w, root, "signature", cJSON_CreateString(buf));
+    af_bj_item(&w, root, "who", cJSON_CreateString(s->who ? s->who : ""));
+    af_bj_item(&w, root, "relation", af_bj_string(s->relation));
     cJSON *case_obj = af_case_to_cjson(s->c); /* numbers already exact */
-    af_jw_item(&w, root, "case", case_obj);
+    af_bj_item(&w, root, "case", case_obj);
     af_case_features_str(s->c, buf, sizeof buf);
-    af_jw_item(&w, root, "features", cJSON_CreateString(buf));
+    af_bj_item(&w, root, "features", cJSON_CreateString(buf));
     cJSON *tol = cJSON_CreateObject();
-    af_jw_item(&w, tol, "atol", af_json_double(s->tol.atol));
-    af_jw_item(&w, tol, "rtol", af_json_double(s->tol.rtol));
-    af_jw_item(&w, tol, "fudge", af_json_double(s->tol.fudge));
-    af_jw_item(&w, tol, "honest", cJSON_CreateBool(s->tol.honest));
-    af_jw_item(&w, root, "tolerance", tol);
+    af_bj_item(&w, tol, "atol", af_json_double(s->tol.atol));
+    af_bj_item(&w, tol, "rtol", af_json_double(s->tol.rtol));
+    af_bj_item(&w, tol, "fudge", af_json_double(s->tol.fudge));
+    af_bj_item(&w, tol, "honest", cJSON_CreateBool(s->tol.honest));
+    af_bj_item(&w, root, "tolerance", tol);
     cJSON *bes = cJSON_CreateArray();
     for (size_t i = 0; i < s->n_outputs; i++) {
         const af_bundle_output *o = &s->outputs[i];
         cJSON *be = cJSON_CreateObject();
-        af_jw_item(&w, be, "name", cJSON_CreateString(o->backend ? o->backend : ""));
-        af_jw_item(&w, be, "version", af_jw_string(o->version));
+        af_bj_item(&w, be, "name", cJSON_CreateString(o->backend ? o->backend : ""));
+        af_bj_item(&w, be, "version", af_bj_string(o->version));
         af_kind k = o->result.kind;
-        af_jw_item(&w, be, "verdict", cJSON_CreateString((unsigned)k < AF_KIND_COUNT ? af_kind_names[k] : "unknown"));
-        af_jw_item(&w, be, "error", af_jw_string(o->error));
-        af_jw_item(&w, be, "metrics", af_jw_metrics(&w, &o->result.m));
-        af_jw_item(&w, be, "output", af_jw_string(out_files[i]));
-        if (o->describe) af_jw_item(&w, be, "worker", cJSON_CreateString(o->describe));
+        af_bj_item(&w, be, "verdict", cJSON_CreateString((unsigned)k < AF_KIND_COUNT ? af_kind_names[k] : "unknown"));
+        af_bj_item(&w, be, "error", af_bj_string(o->error));
+        af_bj_item(&w, be, "metrics", af_bj_metrics(&w, &o->result.m));
+        af_bj_item(&w, be, "output", af_bj_string(out_files[i]));
+        if (o->describe) af_bj_item(&w, be, "worker", cJSON_CreateString(o->describe));
         if (o->conventions) {
             cJSON *conv = cJSON_Parse(o->conventions);
-            af_jw_item(&w, be, "conventions", conv ? conv : cJSON_CreateString(o->conventions));
+            af_bj_item(&w, be, "conventions", conv ? conv : cJSON_CreateString(o->conventions));
         }
-        if (err_files[i]) af_jw_item(&w, be, "stderr", cJSON_CreateString(err_files[i]));
-        af_jw_push(&w, bes, be);
+        if (err_files[i]) af_bj_item(&w, be, "stderr", cJSON_CreateString(err_files[i]));
+        af_bj_push(&w, bes, be);
     }
-    af_jw_item(&w, root, "backends", bes);
+    af_bj_item(&w, root, "backends", bes);
     if (s->replay_cmd) {
-        af_jw_item(&w, root, "replay", cJSON_CreateString(s->replay_cmd));
+        af_bj_item(&w, root, "replay", cJSON_CreateString(s->replay_cmd));
     } else {
         char replay[PATH_MAX + 32];
         snprintf(replay, sizeof replay, "attnfuzz replay %s", bundle_path);
-        af_jw_item(&w, root, "replay", cJSON_CreateString(replay));
+        af_bj_item(&w, root, "replay", cJSON_CreateString(replay));
     }
     cJSON *list = cJSON_CreateArray();
-    af_jw_push(&w, list, cJSON_CreateString("case.json"));
-    for (size_t i = 0; i < n_files; i++) af_jw_push(&w, list, cJSON_CreateString(files[i]));
-    af_jw_item(&w, root, "files", list);
-    if (extra) af_jw_item(&w, root, "extra", extra);
+    af_bj_push(&w, list, cJSON_CreateString("case.json"));
+    for (size_t i = 0; i < n_files; i++) af_bj_push(&w, list, cJSON_CreateString(files[i]));
+    af_bj_item(&w, root, "files", list);
+    if (extra) af_bj_item(&w, root, "extra", extra);
     char *text = w.ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return NULL;

@@ -1,7 +1,8 @@
 /* case_json.c - a case as JSON (the "case" object of case.json; see docs/case-json.md).
  *
- * Writing uses names for every enum and round-trips exactly (numbers are printed with the
- * fewest digits that read back as the same double: json_exact.h). Reading accepts what other tools write: missing
+ * Writing (one writer, af_case_write_json: the cJSON forms parse its text) uses names for
+ * every enum and round-trips exactly (numbers are printed with the fewest digits that read
+ * back as the same double: json_exact.h). Reading accepts what other tools write: missing
  * optional fields take their defaults, numbers may be given for seeds as strings. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -10,98 +11,114 @@
 #include <string.h>
 
 #include "attnfuzz/case.h"
+#include "case_json.h"
 #include "json_exact.h"
 
 /* --- writing --------------------------------------------------------------------- */
 
-static void af_json_u64(cJSON *o, const char *key, uint64_t v) {
+static void af_case_json_u64(af_jw *w, uint64_t v) {
     if (v <= (1ull << 53)) {
-        cJSON_AddNumberToObject(o, key, (double)v);
-    } else {
+        af_jw_uint(w, v);
+    } else { /* beyond a double's integers: a decimal string */
         char buf[32];
         snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
-        cJSON_AddStringToObject(o, key, buf);
+        af_jw_string(w, buf);
     }
 }
 
-static void af_json_dims(char *buf, uint8_t dims) {
+static void af_case_json_mask(af_jw *w, const char *key, const af_mask_spec *m, bool additive) {
+    af_jw_key(w, key);
+    if (!m->present) {
+        af_jw_null(w);
+        return;
+    }
+    char dims[8];
     const char *letters = "bhqk";
     size_t n = 0;
     for (int d = 0; d < 4; d++)
-        if (dims & (1u << d)) buf[n++] = letters[d];
-    buf[n] = 0;
-}
-
-static cJSON *af_mask_to_cjson(const af_mask_spec *m, bool additive) {
-    if (!m->present) return cJSON_CreateNull();
-    cJSON *o = cJSON_CreateObject();
-    char dims[8];
-    af_json_dims(dims, m->dims);
-    cJSON_AddStringToObject(o, "full_dims", dims);
-    cJSON_AddNumberToObject(o, "rank", m->rank2 ? 2 : 4);
-    cJSON_AddBoolToObject(o, "expanded", m->expanded);
-    if (additive) cJSON_AddStringToObject(o, "dtype", af_dtype_names[m->dtype]);
-    cJSON_AddStringToObject(o, "pattern", af_mask_pattern_names[m->pattern]);
-    cJSON_AddNumberToObject(o, "density", m->density);
+        if (m->dims & (1u << d)) dims[n++] = letters[d];
+    dims[n] = 0;
+    af_jw_begin(w, '{');
+    af_jw_key(w, "full_dims"), af_jw_string(w, dims);
+    af_jw_key(w, "rank"), af_jw_uint(w, m->rank2 ? 2 : 4);
+    af_jw_key(w, "expanded"), af_jw_bool(w, m->expanded);
+    if (additive) af_jw_key(w, "dtype"), af_jw_string(w, af_dtype_names[m->dtype]);
+    af_jw_key(w, "pattern"), af_jw_string(w, af_mask_pattern_names[m->pattern]);
+    af_jw_key(w, "density"), af_jw_uint(w, m->density);
     if (additive) {
-        cJSON_AddStringToObject(o, "fill", af_mask_fill_names[m->fill]);
-        cJSON_AddNumberToObject(o, "log10_magnitude", m->mag_q4 / 4.0);
-        cJSON_AddBoolToObject(o, "live_zero", m->live_zero);
+        af_jw_key(w, "fill"), af_jw_string(w, af_mask_fill_names[m->fill]);
+        af_jw_key(w, "log10_magnitude"), af_jw_double(w, m->mag_q4 / 4.0);
+        af_jw_key(w, "live_zero"), af_jw_bool(w, m->live_zero);
     }
-    cJSON_AddNumberToObject(o, "seed", m->seed);
-    return o;
+    af_jw_key(w, "seed"), af_jw_uint(w, m->seed);
+    af_jw_end(w, '}');
 }
 
-static cJSON *af_tensor_to_cjson(const af_tensor_spec *t) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "layout", af_layout_names[t->layout]);
-    cJSON_AddNumberToObject(o, "perm", t->perm);
-    cJSON_AddNumberToObject(o, "pad", t->pad);
-    cJSON_AddStringToObject(o, "broadcast", af_bcast_names[t->bcast]);
-    cJSON_AddStringToObject(o, "dist", af_dist_names[t->dist]);
-    cJSON_AddNumberToObject(o, "log10_magnitude", t->mag_q4 / 4.0);
-    cJSON_AddStringToObject(o, "special", af_special_names[t->special]);
-    cJSON_AddNumberToObject(o, "seed", t->seed);
-    return o;
+static void af_case_json_tensor(af_jw *w, const char *key, const af_tensor_spec *t) {
+    af_jw_key(w, key);
+    af_jw_begin(w, '{');
+    af_jw_key(w, "layout"), af_jw_string(w, af_layout_names[t->layout]);
+    af_jw_key(w, "perm"), af_jw_uint(w, t->perm);
+    af_jw_key(w, "pad"), af_jw_uint(w, t->pad);
+    af_jw_key(w, "broadcast"), af_jw_string(w, af_bcast_names[t->bcast]);
+    af_jw_key(w, "dist"), af_jw_string(w, af_dist_names[t->dist]);
+    af_jw_key(w, "log10_magnitude"), af_jw_double(w, t->mag_q4 / 4.0);
+    af_jw_key(w, "special"), af_jw_string(w, af_special_names[t->special]);
+    af_jw_key(w, "seed"), af_jw_uint(w, t->seed);
+    af_jw_end(w, '}');
+}
+
+void af_case_write_json(af_jw *w, const af_case *c) {
+    af_jw_begin(w, '{');
+    af_jw_key(w, "batch"), af_jw_uint(w, c->batch);
+    af_jw_key(w, "q_heads"), af_jw_uint(w, c->q_heads);
+    af_jw_key(w, "kv_heads"), af_jw_uint(w, c->kv_heads);
+    af_jw_key(w, "q_len"), af_jw_uint(w, c->q_len);
+    af_jw_key(w, "kv_len"), af_jw_uint(w, c->kv_len);
+    af_jw_key(w, "head_dim"), af_jw_uint(w, c->head_dim);
+    af_jw_key(w, "v_head_dim"), af_jw_uint(w, c->v_head_dim);
+    af_jw_key(w, "dtype"), af_jw_string(w, af_dtype_names[c->dtype]);
+    af_jw_key(w, "allow_tf32"), af_jw_bool(w, c->allow_tf32);
+    af_jw_key(w, "scale");
+    if (c->scale_set) {
+        af_jw_double(w, c->scale);
+    } else {
+        af_jw_null(w);
+    }
+    af_jw_key(w, "scale_placement"), af_jw_string(w, af_placement_names[c->placement]);
+    af_jw_key(w, "softcap"), af_jw_double(w, c->softcap);
+    af_jw_key(w, "causal"), af_jw_bool(w, c->causal);
+    af_jw_key(w, "diagonal"), af_jw_string(w, af_diag_names[c->diag]);
+    af_jw_key(w, "diagonal_offset"), af_jw_int(w, c->diag_offset);
+    af_jw_key(w, "key_padding");
+    if (c->key_padding) {
+        af_jw_begin(w, '[');
+        for (uint32_t b = 0; b < c->batch; b++) af_jw_uint(w, c->kv_valid[b]);
+        af_jw_end(w, ']');
+    } else {
+        af_jw_null(w);
+    }
+    af_jw_key(w, "window");
+    af_jw_begin(w, '[');
+    af_jw_int(w, c->window_left);
+    af_jw_int(w, c->window_right);
+    af_jw_end(w, ']');
+    af_case_json_mask(w, "additive_mask", &c->amask, true);
+    af_case_json_mask(w, "bool_mask", &c->bmask, false);
+    af_jw_key(w, "dropout_p"), af_jw_double(w, c->dropout_p);
+    af_jw_key(w, "dropout_seed"), af_case_json_u64(w, c->dropout_seed);
+    for (int t = 0; t < AF_QKV_COUNT; t++) af_case_json_tensor(w, af_tensor_names[t], &c->t[t]);
+    af_jw_end(w, '}');
 }
 
 void *af_case_to_cjson(const af_case *c) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return NULL;
-    cJSON_AddNumberToObject(o, "batch", c->batch);
-    cJSON_AddNumberToObject(o, "q_heads", c->q_heads);
-    cJSON_AddNumberToObject(o, "kv_heads", c->kv_heads);
-    cJSON_AddNumberToObject(o, "q_len", c->q_len);
-    cJSON_AddNumberToObject(o, "kv_len", c->kv_len);
-    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(o, "v_head_dim", c->v_head_dim);
-    cJSON_AddStringToObject(o, "dtype", af_dtype_names[c->dtype]);
-    cJSON_AddBoolToObject(o, "allow_tf32", c->allow_tf32);
-    if (c->scale_set) {
-        cJSON_AddNumberToObject(o, "scale", c->scale);
-    } else {
-        cJSON_AddNullToObject(o, "scale");
-    }
-    cJSON_AddStringToObject(o, "scale_placement", af_placement_names[c->placement]);
-    cJSON_AddNumberToObject(o, "softcap", c->softcap);
-    cJSON_AddBoolToObject(o, "causal", c->causal);
-    cJSON_AddStringToObject(o, "diagonal", af_diag_names[c->diag]);
-    cJSON_AddNumberToObject(o, "diagonal_offset", c->diag_offset);
-    if (c->key_padding) {
-        cJSON *arr = cJSON_AddArrayToObject(o, "key_padding");
-        for (uint32_t b = 0; b < c->batch; b++) cJSON_AddItemToArray(arr, cJSON_CreateNumber(c->kv_valid[b]));
-    } else {
-        cJSON_AddNullToObject(o, "key_padding");
-    }
-    cJSON *win = cJSON_AddArrayToObject(o, "window");
-    cJSON_AddItemToArray(win, cJSON_CreateNumber(c->window_left));
-    cJSON_AddItemToArray(win, cJSON_CreateNumber(c->window_right));
-    cJSON_AddItemToObject(o, "additive_mask", af_mask_to_cjson(&c->amask, true));
-    cJSON_AddItemToObject(o, "bool_mask", af_mask_to_cjson(&c->bmask, false));
-    cJSON_AddNumberToObject(o, "dropout_p", c->dropout_p);
-    af_json_u64(o, "dropout_seed", c->dropout_seed);
-    for (int t = 0; t < AF_QKV_COUNT; t++) cJSON_AddItemToObject(o, af_tensor_names[t], af_tensor_to_cjson(&c->t[t]));
-    if (!af_json_exact_numbers(o->child)) {
+    af_jw w = {0};
+    af_case_write_json(&w, c);
+    af_jw_raw(&w, "", 1); /* the NUL */
+    cJSON *o = w.failed ? NULL : cJSON_ParseWithLength(w.data, w.len);
+    af_jw_free(&w);
+    /* cJSON would print the parsed doubles with 15 digits: keep them exact */
+    if (o && !af_json_exact_numbers(o->child)) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -5,32 +5,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Decimal digits of an integer of magnitude below 2^63 into buf (no printf: this runs
- * for every field of every case a worker is sent). */
-static void af_json_integer(char *buf, double x) {
+/* Decimal digits of u into buf, after a '-' when neg; returns the length (no printf: this
+ * runs for every field of every case a worker is sent). */
+static size_t af_json_digits(char *buf, bool neg, unsigned long long u) {
     char tmp[24];
-    int n = 0;
-    unsigned long long u = (unsigned long long)fabs(x);
+    size_t n = 0, k = 0;
     do tmp[n++] = (char)('0' + u % 10); while ((u /= 10) != 0);
-    char *p = buf;
-    if (signbit(x)) *p++ = '-'; /* -0 stays -0 */
-    while (n) *p++ = tmp[--n];
-    *p = '\0';
+    if (neg) buf[k++] = '-';
+    while (n) buf[k++] = tmp[--n];
+    buf[k] = '\0';
+    return k;
+}
+
+size_t af_json_format(char *buf, double x) {
+    double a = fabs(x);
+    if (x == trunc(x) && a < 1e15) /* an integer (most case fields): exact as such */
+        return af_json_digits(buf, signbit(x), (unsigned long long)a);
+    if (a < 0x1p30 && a * 16.0 == trunc(a * 16.0)) {
+        /* a multiple of 1/16 (log10 magnitudes are quarters): integer part, a point and
+         * at most four exact decimals, as %.15g would print it (at most 14 digits) */
+        double ip = trunc(a);
+        size_t k = af_json_digits(buf, signbit(x), (unsigned long long)ip);
+        unsigned frac = (unsigned)((a - ip) * 16.0) * 625u; /* ten-thousandths, exact */
+        buf[k++] = '.';
+        for (unsigned div = 1000; frac; div /= 10) {
+            buf[k++] = (char)('0' + frac / div);
+            frac %= div;
+        }
+        buf[k] = '\0';
+        return k;
+    }
+    static const char *const fmts[] = {"%.15g", "%.16g", "%.17g"};
+    int w = 0;
+    for (int i = 0; i < 3; i++) {
+        w = snprintf(buf, AF_JSON_NUMBER_MAX, fmts[i], x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    return w > 0 ? (size_t)w : 0;
 }
 
 cJSON *af_json_double(double x) {
     if (isnan(x)) return cJSON_CreateString("nan");
     if (isinf(x)) return cJSON_CreateString(x > 0 ? "inf" : "-inf");
-    char buf[40];
-    if (x == trunc(x) && fabs(x) < 1e15) { /* an integer (most case fields): exact as such */
-        af_json_integer(buf, x);
-        return cJSON_CreateRaw(buf);
-    }
-    static const char *const fmts[] = {"%.15g", "%.16g", "%.17g"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(buf, sizeof buf, fmts[i], x);
-        if (strtod(buf, NULL) == x) break;
-    }
+    char buf[AF_JSON_NUMBER_MAX];
+    af_json_format(buf, x);
     return cJSON_CreateRaw(buf);
 }
 
@@ -52,4 +70,3 @@ bool af_json_exact_numbers(cJSON *item) {
     }
     return true;
 }
-

@@ -9,7 +9,14 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stddef.h>
 
+#define AF_JSON_NUMBER_MAX 40 /* room for any number af_json_format writes, NUL included */
+
+/* A finite double as JSON number text in buf (AF_JSON_NUMBER_MAX bytes): the shortest of
+ * %.15g, %.16g, %.17g that reads back as x; integers below 1e15 as plain digits (-0 as
+ * "-0"). Returns the text's length. x must be finite (JSON has no Inf or NaN). */
+size_t af_json_format(char *buf, double x);
 /* A double as raw JSON text: a number when finite, else the string "inf", "-inf" or
  * "nan" (JSON has no such numbers; cJSON would print null). NULL on allocation failure. */
 cJSON *af_json_double(double x);
