@@ -1,8 +1,10 @@
 # Out-of-process targets (docs/worker-protocol.md): a C worker, faulty workers, and tests
 # of the worker backend against them.
-add_executable(c_worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/c_worker.c)
+# c_worker reads its JSON with the library's dependency-free reader, compiled in, not linked.
+add_executable(c_worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/c_worker.c ${PROJECT_SOURCE_DIR}/src/core/json_scan.c)
+target_include_directories(c_worker PRIVATE ${PROJECT_SOURCE_DIR}/src/core)
 target_compile_options(c_worker PRIVATE ${AF_WARNINGS} -Wno-missing-prototypes -Wno-double-promotion)
-target_link_libraries(c_worker PRIVATE PkgConfig::CJSON m)
+target_link_libraries(c_worker PRIVATE m)
 
 # A worker that answers with hand-written broken frames (tests/test_worker_proto.c).
 add_executable(frame_worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/frame_worker.c)

@@ -49,10 +49,11 @@ typedef struct af_worker {
 
     char ring[AF_WORKER_STDERR_TAIL]; /* the last bytes of stderr, circular */
     size_t ring_pos, ring_len;
+    bool tail_stale; /* the ring changed since tail was made */
     char tail[AF_WORKER_STDERR_TAIL + 1];
 
-    af_wp_buf hdr;
-    uint8_t *rbuf;
+    af_jw hdr;
+    uint8_t *rbuf; /* the last frame read: its length (4 bytes), then rlen bytes of body */
     size_t rcap, rlen;
     uint8_t *keep;
     size_t keep_cap;
@@ -243,6 +244,7 @@ static void af_worker_ring_put(af_worker *w, const char *s, size_t n) {
         w->ring_pos = (w->ring_pos + 1) % sizeof w->ring;
     }
     w->ring_len = w->ring_len + n > sizeof w->ring ? sizeof w->ring : w->ring_len + n;
+    w->tail_stale = n > 0;
 }
 
 /* Reads what stderr holds now (non-blocking); closes it at end of file. */
@@ -263,8 +265,11 @@ static void af_worker_drain_err(af_worker *w) {
     }
 }
 
-/* The ring as text, in order, NUL-terminated. */
+/* The ring as text, in order, NUL-terminated (made again only when the ring changed: every
+ * answered run hands it on). */
 static const char *af_worker_tail(af_worker *w) {
+    if (!w->tail_stale) return w->tail;
+    w->tail_stale = false;
     size_t start = (w->ring_pos + sizeof w->ring - w->ring_len) % sizeof w->ring;
     for (size_t i = 0; i < w->ring_len; i++) {
         char ch = w->ring[(start + i) % sizeof w->ring];
@@ -408,12 +413,14 @@ static af_status af_worker_spawn(af_worker *w, af_error *err) {
     return AF_OK;
 }
 
+/* Room for n bytes in rbuf (what it holds is kept). */
 static bool af_worker_rbuf(af_worker *w, size_t n) {
     if (n <= w->rcap) return true;
     size_t cap = w->rcap ? w->rcap : 1 << 16;
     while (cap < n) cap *= 2;
     uint8_t *b = af_malloc(cap);
     if (!b) return false;
+    if (w->rcap) memcpy(b, w->rbuf, w->rcap);
     af_free(w->rbuf);
     w->rbuf = b;
     w->rcap = cap;
@@ -422,7 +429,11 @@ static bool af_worker_rbuf(af_worker *w, size_t n) {
 
 /* Writes the frame hdr + parts (may be empty) and reads one frame into w->rbuf (w->rlen
  * bytes after the length), within deadline. AF_ERR_CRASH: the child closed its end;
- * AF_ERR_TIMEOUT: the deadline passed; AF_ERR_FORMAT: a frame longer than max_frame. */
+ * AF_ERR_TIMEOUT: the deadline passed; AF_ERR_FORMAT: a frame longer than max_frame, or
+ * bytes after it (a worker answers each request with exactly one frame).
+ *
+ * System calls per exchange, when the request fits the pipe and the answer comes in one
+ * piece: a writev, a poll, one read for length and body together. */
 static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_t nparts, size_t max_frame,
                                     double deadline, af_error *err) {
     /* SIGPIPE stays blocked while we write: a dead reader is EPIPE, handled as a crash */
@@ -431,13 +442,15 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
     size_t part = 0, part_off = 0;
-    uint8_t lenbuf[4];
-    size_t got = 0, need = 4; /* first the length, then the body */
-    bool have_len = false;
+    size_t got = 0, need = 4; /* bytes in rbuf; what the frame needs (its length, then all of it) */
     af_status st = AF_OK;
     bool epipe = false;
-    bool ready = true; /* try writing (and reading) before the first poll */
+    bool try_write = true, try_read = false; /* the last step moved bytes: try the next before polling */
     while (nparts > 0 && part < nparts && parts[part].len == 0) part++;
+    if (!af_worker_rbuf(w, 4)) {
+        pthread_sigmask(SIG_SETMASK, &old_set, NULL);
+        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    }
     for (;;) {
         double left = deadline - af_now();
         if (left <= 0) {
@@ -449,10 +462,12 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
         if (part < nparts) pf[np] = (struct pollfd){w->fd_in, POLLOUT, 0}, ii = np++;
         pf[np] = (struct pollfd){w->fd_out, POLLIN, 0}, io = np++;
         if (w->fd_err >= 0) pf[np] = (struct pollfd){w->fd_err, POLLIN, 0}, ie = np++;
-        if (ready) {
-            /* the last step moved bytes: try the next one before paying for a poll (both
-             * ends are non-blocking; EAGAIN sends us to poll) */
-            for (int k = 0; k < np; k++) pf[k].revents = k == ie ? 0 : pf[k].events;
+        if (try_write || try_read) {
+            /* both ends are non-blocking; EAGAIN sends us to poll. After the whole request
+             * is written, the answer cannot be there yet: poll */
+            for (int k = 0; k < np; k++) pf[k].revents = 0;
+            if (ii >= 0 && try_write) pf[ii].revents = POLLOUT;
+            if (try_read) pf[io].revents = POLLIN;
         } else {
             int ms = left > 1e6 ? 1000000000 : (int)ceil(left * 1000.0);
             if (poll(pf, (nfds_t)np, ms) < 0) {
@@ -461,7 +476,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
                 break;
             }
         }
-        ready = false;
+        try_write = try_read = false;
         if (ie >= 0 && pf[ie].revents) af_worker_drain_err(w);
         if (ii >= 0 && pf[ii].revents) {
             struct iovec iov[AF_WP_MAX_PARTS + 1];
@@ -481,7 +496,6 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
                 st = af_error_set(err, AF_ERR_CRASH, "the worker stopped reading (%s)", strerror(errno));
                 break;
             }
-            ready = wr > 0;
             size_t left_w = (size_t)wr;
             while (part < nparts && left_w >= parts[part].len - part_off) {
                 left_w -= parts[part].len - part_off;
@@ -489,48 +503,51 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
                 part_off = 0;
             }
             if (part < nparts) part_off += left_w;
+            try_write = wr > 0 && part < nparts;
         }
         if (pf[io].revents) {
-            uint8_t *dst = have_len ? w->rbuf + got : lenbuf + got;
-            ssize_t r = read(w->fd_out, dst, need - got);
+            /* as much as the buffer holds: length and body in one read when they fit */
+            ssize_t r = read(w->fd_out, w->rbuf + got, w->rcap - got);
             if (r < 0) {
-                if (errno == EAGAIN || errno == EINTR) continue; /* ready says whether to poll */
+                if (errno == EAGAIN || errno == EINTR) continue;
                 st = af_error_set(err, AF_ERR_CRASH, "reading its stdout: %s", strerror(errno));
                 break;
             }
             if (r == 0) {
-                st = af_error_set(err, AF_ERR_CRASH, "%s",
-                                  got || have_len ? "its stdout ended inside a frame" : "its stdout ended");
+                st = af_error_set(err, AF_ERR_CRASH, "%s", got ? "its stdout ended inside a frame" : "its stdout ended");
                 break;
             }
             got += (size_t)r;
-            ready = true;
-            if (got < need) continue;
-            if (!have_len) {
-                size_t n = (size_t)lenbuf[0] | (size_t)lenbuf[1] << 8 | (size_t)lenbuf[2] << 16 | (size_t)lenbuf[3] << 24;
+            try_read = true;
+            if (need == 4 && got >= 4) {
+                const uint8_t *lb = w->rbuf;
+                size_t n = (size_t)lb[0] | (size_t)lb[1] << 8 | (size_t)lb[2] << 16 | (size_t)lb[3] << 24;
                 if (n > max_frame) {
                     st = af_error_set(err, AF_ERR_FORMAT, "frame of %zu bytes (at most %zu expected)", n, max_frame);
                     break;
                 }
-                if (!af_worker_rbuf(w, n + 1)) {
-                    st = af_error_set(err, AF_ERR_NOMEM, "out of memory for a frame of %zu bytes", n);
-                    break;
-                }
-                have_len = true;
-                got = 0;
-                need = n;
                 if (n == 0) {
                     st = af_error_set(err, AF_ERR_FORMAT, "empty frame");
                     break;
                 }
-                continue;
+                if (!af_worker_rbuf(w, 4 + n + 1)) {
+                    st = af_error_set(err, AF_ERR_NOMEM, "out of memory for a frame of %zu bytes", n);
+                    break;
+                }
+                need = 4 + n;
+            }
+            if (got < need) continue;
+            if (got > need) {
+                st = af_error_set(err, AF_ERR_FORMAT, "%zu bytes after its frame (one frame answers one request)",
+                                  got - need);
+                break;
             }
             if (part < nparts) {
                 /* an answer before the whole request was read: it cannot be about it */
                 st = af_error_set(err, AF_ERR_FORMAT, "answered before reading the whole request");
                 break;
             }
-            w->rlen = need;
+            w->rlen = need - 4;
             break;
         }
     }
@@ -577,7 +594,7 @@ static af_status af_worker_start(af_worker *w, af_error *err) {
     char brief[400];
     if (st == AF_OK) {
         af_wp_hello h;
-        st = af_wp_parse_hello(w->rbuf, w->rlen, &h, &xerr);
+        st = af_wp_parse_hello(w->rbuf + 4, w->rlen, &h, &xerr);
         if (st == AF_OK) {
             w->hello = h;
             return AF_OK;
@@ -749,13 +766,14 @@ static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor
     }
     const uint8_t *payload = NULL;
     af_wp_result r;
-    if (st == AF_OK) st = af_wp_parse_result(w->rbuf, w->rlen, id, c, &w->hello, &r, &payload, &xerr);
+    if (st == AF_OK) st = af_wp_parse_result(w->rbuf + 4, w->rlen, id, c, &w->hello, &r, &payload, &xerr);
     if (st != AF_OK) {
         af_worker_kill(w);
         snprintf(what, sizeof what, "protocol: %s", xerr.msg);
         return af_worker_fault(w, AF_ERR_BACKEND, what, err);
     }
-    af_worker_drain_err(w);
+    /* stderr written before the answer was read with it (poll reports both); what comes
+     * after, with the next exchange or the next fault */
     w->ext.stderr_tail = af_worker_tail(w);
     w->faults = 0;
     w->ext.compile_s = r.compile_s;
@@ -795,7 +813,7 @@ static void af_worker_destroy(void *state) {
     af_worker_stop(w);
     af_worker_kill(w);
     af_worker_argv_free(w->argv, w->pythonpath);
-    af_wp_buf_free(&w->hdr);
+    af_jw_free(&w->hdr);
     af_free(w->rbuf);
     af_free(w->keep);
     af_free(w);

@@ -2,14 +2,13 @@
  * docs/worker-protocol.md). Nothing here touches a process or a file descriptor. */
 #include "worker_proto.h"
 
-#include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attnfuzz/mem.h"
+#include "case_json.h"
 
 /* {"type":"bye"} and the newline, after its length (15, little-endian) */
 const uint8_t af_wp_bye[AF_WP_BYE_LEN] = {15, 0, 0, 0, '{', '"', 't', 'y', 'p', 'e', '"', ':',
@@ -18,92 +17,98 @@ _Static_assert(AF_WP_BYE_LEN == 4 + 16, "bye frame size");
 
 /* --- splitting and tensor entries -------------------------------------------------------- */
 
-af_status af_wp_split(const uint8_t *body, size_t n, void **header, const uint8_t **payload, size_t *payload_len,
+void af_wp_header_free(af_wp_header *h) {
+    if (!h) return;
+    af_free(h->heap);
+    h->heap = NULL;
+    h->tok = NULL;
+}
+
+af_status af_wp_split(const uint8_t *body, size_t n, af_wp_header *h, const uint8_t **payload, size_t *payload_len,
                       af_error *err) {
-    *header = NULL;
-    size_t lim = n < AF_WP_MAX_HEADER ? n : AF_WP_MAX_HEADER;
-    const char *end = NULL;
-    cJSON *h = cJSON_ParseWithLengthOpts((const char *)body, lim, &end, false);
-    if (!h) {
-        if (n > lim) {
-            /* cut at the limit, a header fails where the cut value began (the opening quote
-             * of a long string), not at the cut: parse the whole body to tell a long
-             * header from a bad one (error path only) */
-            const char *full_end = NULL;
-            cJSON *whole = cJSON_ParseWithLengthOpts((const char *)body, n, &full_end, false);
-            const char *where = whole ? full_end : cJSON_GetErrorPtr();
-            cJSON_Delete(whole);
-            if (whole || (where && where >= (const char *)body + lim - 1 && where <= (const char *)body + n))
-                return af_error_set(err, AF_ERR_FORMAT, "frame header over %zu bytes", AF_WP_MAX_HEADER);
-            lim = n;
-        }
-        const char *where = cJSON_GetErrorPtr();
-        size_t at = where && where >= (const char *)body && where <= (const char *)body + lim
-                        ? (size_t)(where - (const char *)body)
-                        : 0;
-        return af_error_set(err, AF_ERR_FORMAT, "frame header is not valid JSON (at byte %zu of %zu)", at, n);
+    const char *text = (const char *)body;
+    h->text = text;
+    h->heap = NULL;
+    h->tok = h->local;
+    size_t lim = n < AF_WP_MAX_HEADER ? n : AF_WP_MAX_HEADER, used = 0;
+    size_t cap = sizeof h->local / sizeof h->local[0];
+    long nt = af_js_parse(text, lim, h->local, cap, &used);
+    if (nt > (long)cap) { /* a header of many values: room for all of its tokens */
+        h->heap = af_malloc((size_t)nt * sizeof *h->heap);
+        AF_RETURN_ERROR_IF(!h->heap, err, AF_ERR_NOMEM, "out of memory for a header of %ld values", nt);
+        h->tok = h->heap;
+        nt = af_js_parse(text, lim, h->heap, (size_t)nt, &used);
     }
-    if (!cJSON_IsObject(h)) {
-        cJSON_Delete(h);
-        return af_error_set(err, AF_ERR_FORMAT, "frame header is not a JSON object");
+    if (nt < 0) {
+        /* the text ran out at the limit: a header too long, not a bad one */
+        AF_RETURN_ERROR_IF(n > lim && used >= lim, err, AF_ERR_FORMAT, "frame header over %zu bytes",
+                           AF_WP_MAX_HEADER);
+        return af_error_set(err, AF_ERR_FORMAT, "frame header is not valid JSON (at byte %zu of %zu)", used, n);
     }
-    size_t hlen = (size_t)(end - (const char *)body);
-    if (hlen >= n || body[hlen] != '\n') {
-        cJSON_Delete(h);
-        return af_error_set(err, AF_ERR_FORMAT, "frame header is not followed by a newline (byte %zu of %zu)", hlen, n);
-    }
-    *header = h;
-    *payload = body + hlen + 1;
-    *payload_len = n - hlen - 1;
+    AF_RETURN_ERROR_IF(h->tok[0].type != AF_JS_OBJECT, err, AF_ERR_FORMAT, "frame header is not a JSON object");
+    AF_RETURN_ERROR_IF(used >= n || body[used] != '\n', err, AF_ERR_FORMAT,
+                       "frame header is not followed by a newline (byte %zu of %zu)", used, n);
+    *payload = body + used + 1;
+    *payload_len = n - used - 1;
     return AF_OK;
 }
 
-/* A JSON number that is a non-negative integer below 2^53 (exact in a double). */
-static bool af_wp_uint(const cJSON *x, size_t *v) {
-    if (!cJSON_IsNumber(x)) return false;
-    double d = x->valuedouble;
+/* Member key of object token obj of h (-1 when absent), and its kinds. */
+static long af_wp_get(const af_wp_header *h, long obj, const char *key) { return af_js_get(h->text, h->tok, obj, key); }
+static bool af_wp_type(const af_wp_header *h, long i, af_js_type t) { return i >= 0 && h->tok[i].type == t; }
+/* Absent or null. */
+static bool af_wp_none(const af_wp_header *h, long i) { return i < 0 || h->tok[i].type == AF_JS_NULL; }
+
+/* A number token that is a non-negative integer below 2^53 (exact in a double). */
+static bool af_wp_uint(const af_wp_header *h, long i, size_t *v) {
+    double d;
+    if (!af_js_number(h->text, h->tok, i, &d)) return false;
     if (!(d >= 0.0) || d > 9007199254740992.0 || d != floor(d)) return false;
     *v = (size_t)d;
     return true;
 }
 
-af_status af_wp_tensor_parse(const void *entry, size_t payload_len, af_wp_tensor *t, af_error *err) {
-    const cJSON *e = entry;
+/* String token i into buf (empty when i is not a string). */
+static void af_wp_str(const af_wp_header *h, long i, char *buf, size_t len) {
+    if (!af_js_string(h->text, h->tok, i, buf, len)) buf[0] = 0;
+}
+
+af_status af_wp_tensor_parse(const af_wp_header *h, long e, size_t payload_len, af_wp_tensor *t, af_error *err) {
     memset(t, 0, sizeof *t);
-    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-    AF_RETURN_ERROR_IF(!cJSON_IsObject(e) || !cJSON_IsString(name), err, AF_ERR_FORMAT, "tensor entry without a name");
-    snprintf(t->name, sizeof t->name, "%s", name->valuestring);
+    long name = af_wp_get(h, e, "name");
+    AF_RETURN_ERROR_IF(!af_wp_type(h, e, AF_JS_OBJECT) || !af_wp_type(h, name, AF_JS_STRING), err, AF_ERR_FORMAT,
+                       "tensor entry without a name");
+    af_wp_str(h, name, t->name, sizeof t->name);
     const char *nm = t->name;
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-    int d = cJSON_IsString(dt) ? af_dtype_from_name(dt->valuestring) : -1;
-    AF_RETURN_ERROR_IF(d < 0, err, AF_ERR_FORMAT, "tensor %s: unknown dtype %s", nm,
-                       cJSON_IsString(dt) ? dt->valuestring : "(missing)");
+    long dt = af_wp_get(h, e, "dtype");
+    char dts[16] = "(missing)";
+    if (af_wp_type(h, dt, AF_JS_STRING)) af_wp_str(h, dt, dts, sizeof dts);
+    int d = af_wp_type(h, dt, AF_JS_STRING) ? af_dtype_from_name(dts) : -1;
+    AF_RETURN_ERROR_IF(d < 0, err, AF_ERR_FORMAT, "tensor %s: unknown dtype %s", nm, dts);
     t->dtype = (af_dtype)d;
-    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
-    const cJSON *strides = cJSON_GetObjectItemCaseSensitive(e, "strides");
-    AF_RETURN_ERROR_IF(!cJSON_IsArray(shape) || !cJSON_IsArray(strides), err, AF_ERR_FORMAT,
+    long shape = af_wp_get(h, e, "shape"), strides = af_wp_get(h, e, "strides");
+    AF_RETURN_ERROR_IF(!af_wp_type(h, shape, AF_JS_ARRAY) || !af_wp_type(h, strides, AF_JS_ARRAY), err, AF_ERR_FORMAT,
                        "tensor %s: shape and strides must be arrays", nm);
-    int nd = cJSON_GetArraySize(shape);
-    AF_RETURN_ERROR_IF(nd > AF_MAX_DIMS, err, AF_ERR_FORMAT, "tensor %s: %d dims (at most %d)", nm, nd, AF_MAX_DIMS);
-    AF_RETURN_ERROR_IF(cJSON_GetArraySize(strides) != nd, err, AF_ERR_FORMAT, "tensor %s: %d dims but %d strides",
-                       nm, nd, cJSON_GetArraySize(strides));
-    t->ndim = nd;
-    for (int k = 0; k < nd; k++) {
-        AF_RETURN_ERROR_IF(!af_wp_uint(cJSON_GetArrayItem(shape, k), &t->ne[k]) ||
-                               !af_wp_uint(cJSON_GetArrayItem(strides, k), &t->nb[k]),
+    uint32_t nd = h->tok[shape].size, ns = h->tok[strides].size;
+    AF_RETURN_ERROR_IF(nd > AF_MAX_DIMS, err, AF_ERR_FORMAT, "tensor %s: %u dims (at most %d)", nm, nd, AF_MAX_DIMS);
+    AF_RETURN_ERROR_IF(ns != nd, err, AF_ERR_FORMAT, "tensor %s: %u dims but %u strides", nm, nd, ns);
+    t->ndim = (int)nd;
+    for (uint32_t k = 0; k < nd; k++) {
+        AF_RETURN_ERROR_IF(!af_wp_uint(h, af_js_item(h->tok, shape, k), &t->ne[k]) ||
+                               !af_wp_uint(h, af_js_item(h->tok, strides, k), &t->nb[k]),
                            err, AF_ERR_FORMAT, "tensor %s: shape and strides must be non-negative integers", nm);
     }
-    const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "offset");
+    long off = af_wp_get(h, e, "offset");
     t->offset = 0;
-    AF_RETURN_ERROR_IF(off && !af_wp_uint(off, &t->offset), err, AF_ERR_FORMAT,
+    AF_RETURN_ERROR_IF(off >= 0 && !af_wp_uint(h, off, &t->offset), err, AF_ERR_FORMAT,
                        "tensor %s: offset must be a non-negative integer", nm);
     /* the last byte an element touches, in exact arithmetic (no size_t wrap) */
     bool empty = false;
-    for (int k = 0; k < nd; k++) empty |= t->ne[k] == 0;
+    for (int k = 0; k < t->ndim; k++) empty |= t->ne[k] == 0;
     double end = (double)t->offset;
     if (!empty) {
         end += (double)af_dtype_size(t->dtype);
-        for (int k = 0; k < nd; k++) end += (double)(t->ne[k] - 1) * (double)t->nb[k];
+        for (int k = 0; k < t->ndim; k++) end += (double)(t->ne[k] - 1) * (double)t->nb[k];
     }
     AF_RETURN_ERROR_IF(end > (double)payload_len, err, AF_ERR_FORMAT,
                        "tensor %s: elements up to byte %.0f lie outside the payload of %zu bytes", nm, end, payload_len);
@@ -119,131 +124,135 @@ static int af_wp_name_index(const char *s, const char *const *names, int n) {
     return -1;
 }
 
-static void af_wp_str(const cJSON *o, const char *key, char *buf, size_t len) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
-    snprintf(buf, len, "%s", cJSON_IsString(x) ? x->valuestring : "");
-}
-
-/* Names of a string array as bits of the table names[0..n). */
-static af_status af_wp_name_bits(const cJSON *arr, const char *what, const char *const *names, int n, uint32_t *bits,
-                                 af_error *err) {
-    AF_RETURN_ERROR_IF(!cJSON_IsArray(arr), err, AF_ERR_FORMAT, "hello: %s must be an array of names", what);
+/* Names of a string array token as bits of the table names[0..n). */
+static af_status af_wp_name_bits(const af_wp_header *h, long arr, const char *what, const char *const *names, int n,
+                                 uint32_t *bits, af_error *err) {
+    AF_RETURN_ERROR_IF(!af_wp_type(h, arr, AF_JS_ARRAY), err, AF_ERR_FORMAT, "hello: %s must be an array of names",
+                       what);
     *bits = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, arr) {
-        AF_RETURN_ERROR_IF(!cJSON_IsString(it), err, AF_ERR_FORMAT, "hello: %s must be an array of names", what);
-        int i = af_wp_name_index(it->valuestring, names, n);
-        AF_RETURN_ERROR_IF(i < 0, err, AF_ERR_FORMAT, "hello: unknown %s \"%s\"", what, it->valuestring);
+    for (uint32_t k = 0; k < h->tok[arr].size; k++) {
+        long it = af_js_item(h->tok, arr, k);
+        AF_RETURN_ERROR_IF(!af_wp_type(h, it, AF_JS_STRING), err, AF_ERR_FORMAT, "hello: %s must be an array of names",
+                           what);
+        char name[64];
+        af_wp_str(h, it, name, sizeof name);
+        int i = af_wp_name_index(name, names, n);
+        AF_RETURN_ERROR_IF(i < 0, err, AF_ERR_FORMAT, "hello: unknown %s \"%s\"", what, name);
         *bits |= 1u << i;
     }
     return AF_OK;
 }
 
+/* Member key of object conv, a string among choices[0..n) (choices[0] when absent): its
+ * index, -1 when it is something else. */
+static int af_wp_choice(const af_wp_header *h, long conv, const char *key, const char *const *choices, int n) {
+    long x = af_wp_get(h, conv, key);
+    if (x < 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (af_js_is(h->text, h->tok, x, choices[i])) return i;
+    return -1;
+}
+
 static const char *const af_wp_float_names[3] = {"f32", "f16", "bf16"}; /* af_dtype order */
 static const char *const af_wp_unpacked[5] = {"bhsd", "bshd", "sbhd", "bsd", "channels_first"};
+static const char *const af_wp_masked_rows[2] = {"zero", "nan"};
+static const char *const af_wp_masked_values[2] = {"exclude", "ieee"};
+static const char *const af_wp_dropout[3] = {"counter", "keep_mask", "none"}; /* AF_WP_DROPOUT_* order */
 
-af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *h, af_error *err) {
-    _Static_assert(AF_F32 == 0 && AF_F16 == 1 && AF_BF16 == 2, "af_wp_float_names follows af_dtype");
-    memset(h, 0, sizeof *h);
-    void *hv;
-    const uint8_t *payload;
-    size_t plen;
-    AF_TRY(af_wp_split(body, n, &hv, &payload, &plen, err));
-    cJSON *j = hv;
-    af_status st = AF_OK;
+/* In the parsers below: fail with a message, or with what a call returned. */
 #define AF_WP_FAIL(...)                                                                                                \
     do {                                                                                                               \
         st = af_error_set(err, AF_ERR_FORMAT, __VA_ARGS__);                                                            \
         goto done;                                                                                                     \
     } while (0)
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-    if (!cJSON_IsString(type) || strcmp(type->valuestring, "hello") != 0)
-        AF_WP_FAIL("expected a hello frame, got type %s", cJSON_IsString(type) ? type->valuestring : "(missing)");
+#define AF_WP_TRY(call)                                                                                                \
+    do {                                                                                                               \
+        if ((st = (call)) != AF_OK) goto done;                                                                         \
+    } while (0)
+
+/* "type" of header h is want; else the error names what came. */
+static af_status af_wp_expect_type(const af_wp_header *h, const char *want, af_error *err) {
+    long type = af_wp_get(h, 0, "type");
+    if (af_js_is(h->text, h->tok, type, want)) return AF_OK;
+    char got[64] = "(missing)";
+    if (af_wp_type(h, type, AF_JS_STRING)) af_wp_str(h, type, got, sizeof got);
+    return af_error_set(err, AF_ERR_FORMAT, "expected a %s frame, got type %s", want, got);
+}
+
+af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_error *err) {
+    _Static_assert(AF_F32 == 0 && AF_F16 == 1 && AF_BF16 == 2, "af_wp_float_names follows af_dtype");
+    _Static_assert(AF_WP_DROPOUT_COUNTER == 0 && AF_WP_DROPOUT_KEEP_MASK == 1 && AF_WP_DROPOUT_NONE == 2,
+                   "af_wp_dropout follows the enum");
+    memset(hl, 0, sizeof *hl);
+    af_wp_header hh;
+    const af_wp_header *h = &hh;
+    const uint8_t *payload;
+    size_t plen;
+    af_status st = af_wp_split(body, n, &hh, &payload, &plen, err);
+    if (st != AF_OK) goto done;
+    AF_WP_TRY(af_wp_expect_type(h, "hello", err));
     if (plen) AF_WP_FAIL("hello: %zu payload bytes (a hello has none)", plen);
-    const cJSON *proto = cJSON_GetObjectItemCaseSensitive(j, "protocol");
-    if (!cJSON_IsNumber(proto) || proto->valuedouble != AF_WORKER_PROTOCOL)
-        AF_WP_FAIL("hello: protocol %g, this attnfuzz speaks %d", cJSON_IsNumber(proto) ? proto->valuedouble : -1.0,
-                   AF_WORKER_PROTOCOL);
-    af_wp_str(j, "name", h->name, sizeof h->name);
-    if (!h->name[0]) AF_WP_FAIL("hello: no name");
-    af_wp_str(j, "version", h->version, sizeof h->version);
-    af_wp_str(j, "variant", h->variant, sizeof h->variant);
-    if ((st = af_wp_name_bits(cJSON_GetObjectItemCaseSensitive(j, "caps"), "capability", af_cap_names, 17, &h->caps,
-                              err)) != AF_OK)
-        goto done;
-    if ((st = af_wp_name_bits(cJSON_GetObjectItemCaseSensitive(j, "layouts"), "layout", af_layout_names,
-                              AF_LAYOUT_COUNT, &h->layouts, err)) != AF_OK)
-        goto done;
-    const cJSON *dts = cJSON_GetObjectItemCaseSensitive(j, "dtypes");
-    h->dtypes = 7;
-    if (dts && (st = af_wp_name_bits(dts, "dtype", af_wp_float_names, 3, &h->dtypes, err)) != AF_OK) goto done;
-    const cJSON *lim = cJSON_GetObjectItemCaseSensitive(j, "limits");
-    if (lim && !cJSON_IsObject(lim) && !cJSON_IsNull(lim)) AF_WP_FAIL("hello: limits must be an object");
+    double proto = -1.0;
+    if (!af_js_number(h->text, h->tok, af_wp_get(h, 0, "protocol"), &proto) || proto != AF_WORKER_PROTOCOL)
+        AF_WP_FAIL("hello: protocol %g, this attnfuzz speaks %d", proto, AF_WORKER_PROTOCOL);
+    af_wp_str(h, af_wp_get(h, 0, "name"), hl->name, sizeof hl->name);
+    if (!hl->name[0]) AF_WP_FAIL("hello: no name");
+    af_wp_str(h, af_wp_get(h, 0, "version"), hl->version, sizeof hl->version);
+    af_wp_str(h, af_wp_get(h, 0, "variant"), hl->variant, sizeof hl->variant);
+    AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "caps"), "capability", af_cap_names, 17, &hl->caps, err));
+    AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "layouts"), "layout", af_layout_names, AF_LAYOUT_COUNT, &hl->layouts,
+                              err));
+    long dts = af_wp_get(h, 0, "dtypes");
+    hl->dtypes = 7;
+    if (dts >= 0) AF_WP_TRY(af_wp_name_bits(h, dts, "dtype", af_wp_float_names, 3, &hl->dtypes, err));
+    long lim = af_wp_get(h, 0, "limits");
+    if (!af_wp_none(h, lim) && !af_wp_type(h, lim, AF_JS_OBJECT)) AF_WP_FAIL("hello: limits must be an object");
     static const char *const lim_names[6] = {"max_head_dim", "head_dim_multiple", "max_seq",
                                              "max_batch",    "max_heads",         "max_bytes"};
-    uint64_t *lim_vals[6] = {&h->max_head_dim, &h->head_dim_multiple, &h->max_seq,
-                             &h->max_batch,    &h->max_heads,         &h->max_bytes};
-    for (int i = 0; i < 6 && cJSON_IsObject(lim); i++) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(lim, lim_names[i]);
+    uint64_t *lim_vals[6] = {&hl->max_head_dim, &hl->head_dim_multiple, &hl->max_seq,
+                             &hl->max_batch,    &hl->max_heads,         &hl->max_bytes};
+    for (int i = 0; i < 6 && af_wp_type(h, lim, AF_JS_OBJECT); i++) {
+        long x = af_wp_get(h, lim, lim_names[i]);
         size_t v = 0;
-        if (x && !cJSON_IsNull(x) && !af_wp_uint(x, &v)) AF_WP_FAIL("hello: limits.%s must be a non-negative integer", lim_names[i]);
+        if (!af_wp_none(h, x) && !af_wp_uint(h, x, &v))
+            AF_WP_FAIL("hello: limits.%s must be a non-negative integer", lim_names[i]);
         *lim_vals[i] = v;
     }
-    const cJSON *conv = cJSON_GetObjectItemCaseSensitive(j, "conventions");
-    if (conv && !cJSON_IsObject(conv) && !cJSON_IsNull(conv)) AF_WP_FAIL("hello: conventions must be an object");
-    h->diagonals = (1u << AF_DIAG_COUNT) - 1;
-    const cJSON *cc = cJSON_IsObject(conv) ? cJSON_GetObjectItemCaseSensitive(conv, "causal") : NULL;
-    if (cc && (st = af_wp_name_bits(cc, "causal diagonal", af_diag_names, AF_DIAG_COUNT, &h->diagonals, err)) != AF_OK)
-        goto done;
-    const char *mr = "zero", *mv = "exclude", *dr = "counter";
-    if (cJSON_IsObject(conv)) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(conv, "masked_rows");
-        if (x) {
-            if (!cJSON_IsString(x) || (strcmp(x->valuestring, "zero") != 0 && strcmp(x->valuestring, "nan") != 0))
-                AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\" or \"nan\"");
-            mr = x->valuestring;
-        }
-        x = cJSON_GetObjectItemCaseSensitive(conv, "masked_values");
-        if (x) {
-            if (!cJSON_IsString(x) || (strcmp(x->valuestring, "exclude") != 0 && strcmp(x->valuestring, "ieee") != 0))
-                AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
-            mv = x->valuestring;
-        }
-        x = cJSON_GetObjectItemCaseSensitive(conv, "dropout");
-        if (x) {
-            if (!cJSON_IsString(x) || (strcmp(x->valuestring, "counter") != 0 &&
-                                       strcmp(x->valuestring, "keep_mask") != 0 && strcmp(x->valuestring, "none") != 0))
-                AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
-            dr = x->valuestring;
-        }
-    }
-    h->masked_rows_nan = strcmp(mr, "nan") == 0;
-    h->masked_values_ieee = strcmp(mv, "ieee") == 0;
-    h->dropout = strcmp(dr, "keep_mask") == 0 ? AF_WP_DROPOUT_KEEP_MASK
-                 : strcmp(dr, "none") == 0    ? AF_WP_DROPOUT_NONE
-                                              : AF_WP_DROPOUT_COUNTER;
-    if (h->dropout == AF_WP_DROPOUT_NONE) h->caps &= ~(uint32_t)AF_CAP_DROPOUT;
-    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(j, "compile_key");
-    h->compile_key = AF_KEY_ALL;
-    if (ck && !cJSON_IsNull(ck) &&
-        (st = af_wp_name_bits(ck, "compile_key field", af_key_names, AF_KEY_COUNT_, &h->compile_key, err)) != AF_OK)
-        goto done;
+    long conv = af_wp_get(h, 0, "conventions");
+    if (!af_wp_none(h, conv) && !af_wp_type(h, conv, AF_JS_OBJECT)) AF_WP_FAIL("hello: conventions must be an object");
+    if (!af_wp_type(h, conv, AF_JS_OBJECT)) conv = -1;
+    hl->diagonals = (1u << AF_DIAG_COUNT) - 1;
+    long cc = af_wp_get(h, conv, "causal");
+    if (cc >= 0) AF_WP_TRY(af_wp_name_bits(h, cc, "causal diagonal", af_diag_names, AF_DIAG_COUNT, &hl->diagonals, err));
+    int mr = af_wp_choice(h, conv, "masked_rows", af_wp_masked_rows, 2);
+    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\" or \"nan\"");
+    int mv = af_wp_choice(h, conv, "masked_values", af_wp_masked_values, 2);
+    if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
+    int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
+    if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
+    hl->masked_rows_nan = mr == 1;
+    hl->masked_values_ieee = mv == 1;
+    hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
+    if (hl->dropout == AF_WP_DROPOUT_NONE) hl->caps &= ~(uint32_t)AF_CAP_DROPOUT;
+    long ck = af_wp_get(h, 0, "compile_key");
+    hl->compile_key = AF_KEY_ALL;
+    if (!af_wp_none(h, ck))
+        AF_WP_TRY(af_wp_name_bits(h, ck, "compile_key field", af_key_names, AF_KEY_COUNT_, &hl->compile_key, err));
     /* the conventions in effect, defaults included, for listings and bundles */
     {
         char diags[160] = "";
         size_t k = 0;
         for (int d = 0; d < AF_DIAG_COUNT; d++) {
-            if (!(h->diagonals & (1u << d))) continue;
+            if (!(hl->diagonals & (1u << d))) continue;
             int w = snprintf(diags + k, sizeof diags - k, "%s\"%s\"", k ? "," : "", af_diag_names[d]);
             if (w > 0) k += (size_t)w;
         }
-        snprintf(h->conventions, sizeof h->conventions,
-                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\"}", diags, mr, dr,
-                 mv);
+        snprintf(hl->conventions, sizeof hl->conventions,
+                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\"}", diags,
+                 af_wp_masked_rows[mr], af_wp_dropout[dr], af_wp_masked_values[mv]);
     }
 done:
-#undef AF_WP_FAIL
-    cJSON_Delete(j);
+    af_wp_header_free(&hh);
     return st;
 }
 
@@ -254,56 +263,60 @@ static int af_wp_out_shape(af_layout l, const af_case *c, size_t ne[AF_MAX_DIMS]
     return af_layout_shape(l, c->batch, c->q_heads, c->q_len, c->v_head_dim, ne);
 }
 
-af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const af_case *c, const af_wp_hello *h,
+af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const af_case *c, const af_wp_hello *hl,
                              af_wp_result *r, const uint8_t **payload, af_error *err) {
     memset(r, 0, sizeof *r);
     r->compile_s = r->run_s = -1.0;
     r->layout = AF_LAYOUT_BHSD;
-    void *hv;
+    af_wp_header hh;
+    const af_wp_header *h = &hh;
     size_t plen;
-    AF_TRY(af_wp_split(body, n, &hv, payload, &plen, err));
-    cJSON *j = hv;
-    af_status st = AF_OK;
-#define AF_WP_FAIL(...)                                                                                                \
-    do {                                                                                                               \
-        st = af_error_set(err, AF_ERR_FORMAT, __VA_ARGS__);                                                            \
-        goto done;                                                                                                     \
-    } while (0)
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-    if (!cJSON_IsString(type) || strcmp(type->valuestring, "result") != 0)
-        AF_WP_FAIL("expected a result frame, got type %s", cJSON_IsString(type) ? type->valuestring : "(missing)");
-    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
+    af_status st = af_wp_split(body, n, &hh, payload, &plen, err);
+    if (st != AF_OK) goto done;
+    AF_WP_TRY(af_wp_expect_type(h, "result", err));
+    long jid = af_wp_get(h, 0, "id");
     size_t got_id;
-    if (!af_wp_uint(jid, &got_id) || got_id != id)
-        AF_WP_FAIL("result for id %s, the request was %llu",
-                   cJSON_IsNumber(jid) ? "another" : "(missing)", (unsigned long long)id);
-    const cJSON *status = cJSON_GetObjectItemCaseSensitive(j, "status");
-    if (!cJSON_IsString(status)) AF_WP_FAIL("result without a status");
-    const char *s = status->valuestring;
-    if (strcmp(s, "unsupported") == 0 || strcmp(s, "error") == 0) {
-        r->status = s[0] == 'u' ? AF_WP_UNSUPPORTED : AF_WP_ERROR;
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, r->status == AF_WP_UNSUPPORTED ? "reason" : "message");
-        snprintf(r->message, sizeof r->message, "%s", cJSON_IsString(m) ? m->valuestring : "(no message)");
+    if (!af_wp_uint(h, jid, &got_id) || got_id != id)
+        AF_WP_FAIL("result for id %s, the request was %llu", af_wp_type(h, jid, AF_JS_NUMBER) ? "another" : "(missing)",
+                   (unsigned long long)id);
+    long status = af_wp_get(h, 0, "status");
+    if (!af_wp_type(h, status, AF_JS_STRING)) AF_WP_FAIL("result without a status");
+    bool unsup = af_js_is(h->text, h->tok, status, "unsupported");
+    if (unsup || af_js_is(h->text, h->tok, status, "error")) {
+        r->status = unsup ? AF_WP_UNSUPPORTED : AF_WP_ERROR;
+        long m = af_wp_get(h, 0, unsup ? "reason" : "message");
+        if (af_wp_type(h, m, AF_JS_STRING)) {
+            af_wp_str(h, m, r->message, sizeof r->message);
+        } else {
+            snprintf(r->message, sizeof r->message, "(no message)");
+        }
         goto done;
     }
-    if (strcmp(s, "ok") != 0) AF_WP_FAIL("unknown status \"%.64s\" (ok, unsupported, error)", s);
+    if (!af_js_is(h->text, h->tok, status, "ok")) {
+        char s[65];
+        af_wp_str(h, status, s, sizeof s);
+        AF_WP_FAIL("unknown status \"%s\" (ok, unsupported, error)", s);
+    }
     r->status = AF_WP_OK;
-    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
-    if (lay && !cJSON_IsNull(lay)) {
-        int l = cJSON_IsString(lay) ? af_wp_name_index(lay->valuestring, af_wp_unpacked, 5) : -1;
-        if (l < 0)
-            AF_WP_FAIL("result: layout %s is not one of bhsd, bshd, sbhd, bsd, channels_first",
-                       cJSON_IsString(lay) ? lay->valuestring : "(not a string)");
+    long lay = af_wp_get(h, 0, "layout");
+    if (!af_wp_none(h, lay)) {
+        int l = -1;
+        for (int k = 0; k < 5 && l < 0; k++)
+            if (af_js_is(h->text, h->tok, lay, af_wp_unpacked[k])) l = k;
+        if (l < 0) {
+            char s[65] = "(not a string)";
+            if (af_wp_type(h, lay, AF_JS_STRING)) af_wp_str(h, lay, s, sizeof s);
+            AF_WP_FAIL("result: layout %s is not one of bhsd, bshd, sbhd, bsd, channels_first", s);
+        }
         r->layout = (af_layout)l;
     }
-    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(j, "tensors");
-    if (!cJSON_IsArray(tensors)) AF_WP_FAIL("result ok without a tensors array");
+    long tensors = af_wp_get(h, 0, "tensors");
+    if (!af_wp_type(h, tensors, AF_JS_ARRAY)) AF_WP_FAIL("result ok without a tensors array");
     bool has_out = false;
     size_t need = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, tensors) {
+    for (uint32_t k = 0; k < h->tok[tensors].size; k++) {
         af_wp_tensor t;
-        if ((st = af_wp_tensor_parse(it, plen, &t, err)) != AF_OK) goto done;
+        AF_WP_TRY(af_wp_tensor_parse(h, af_js_item(h->tok, tensors, k), plen, &t, err));
         if (t.end > need) need = t.end;
         if (strcmp(t.name, "out") == 0) {
             r->out = t;
@@ -340,19 +353,19 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
         bool ok = r->keep.dtype == AF_BOOL && r->keep.ndim == 4;
         for (int k = 0; ok && k < 4; k++) ok = r->keep.ne[k] == kw[k];
         if (!ok) AF_WP_FAIL("dropout_keep is not a bool [%zu,%zu,%zu,%zu] tensor", kw[0], kw[1], kw[2], kw[3]);
-    } else if (h && h->dropout == AF_WP_DROPOUT_KEEP_MASK && c->dropout_p > 0.0) {
+    } else if (hl && hl->dropout == AF_WP_DROPOUT_KEEP_MASK && c->dropout_p > 0.0) {
         AF_WP_FAIL("no dropout_keep, but conventions.dropout is keep_mask and the case has dropout %g", c->dropout_p);
     }
-    const cJSON *tim = cJSON_GetObjectItemCaseSensitive(j, "timings");
-    if (cJSON_IsObject(tim)) {
-        const cJSON *cs = cJSON_GetObjectItemCaseSensitive(tim, "compile_s");
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(tim, "run_s");
-        if (cJSON_IsNumber(cs) && cs->valuedouble >= 0.0) r->compile_s = cs->valuedouble;
-        if (cJSON_IsNumber(rs) && rs->valuedouble >= 0.0) r->run_s = rs->valuedouble;
+    long tim = af_wp_get(h, 0, "timings");
+    if (af_wp_type(h, tim, AF_JS_OBJECT)) {
+        double v;
+        if (af_js_number(h->text, h->tok, af_wp_get(h, tim, "compile_s"), &v) && v >= 0.0) r->compile_s = v;
+        if (af_js_number(h->text, h->tok, af_wp_get(h, tim, "run_s"), &v) && v >= 0.0) r->run_s = v;
     }
 done:
 #undef AF_WP_FAIL
-    cJSON_Delete(j);
+#undef AF_WP_TRY
+    af_wp_header_free(&hh);
     return st;
 }
 
@@ -420,73 +433,20 @@ void af_wp_copy_keep(const af_wp_result *r, const uint8_t *payload, const af_cas
 
 /* --- run requests ------------------------------------------------------------------------ */
 
-void af_wp_buf_free(af_wp_buf *b) {
-    if (!b) return;
-    af_free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-static void af_wp_reserve(af_wp_buf *b, size_t extra) {
-    if (b->failed || b->len + extra <= b->cap) return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra) cap *= 2;
-    char *n = af_malloc(cap);
-    if (!n) {
-        b->failed = true;
-        return;
-    }
-    if (b->len) memcpy(n, b->data, b->len);
-    af_free(b->data);
-    b->data = n;
-    b->cap = cap;
-}
-
-static void af_wp_put(af_wp_buf *b, const char *s, size_t n) {
-    af_wp_reserve(b, n);
-    if (b->failed) return;
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-}
-
-/* ",%zu" / "%zu" without printf (every entry of every run frame has a dozen) */
-static void af_wp_put_uint(af_wp_buf *b, bool comma, unsigned long long u) {
-    char tmp[24];
-    int n = sizeof tmp;
-    do tmp[--n] = (char)('0' + u % 10); while ((u /= 10) != 0);
-    if (comma) tmp[--n] = ',';
-    af_wp_put(b, tmp + n, sizeof tmp - (size_t)n);
-}
-
-static void af_wp_printf(af_wp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void af_wp_printf(af_wp_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int w = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (w < 0) return;
-    if ((size_t)w < sizeof tmp) {
-        af_wp_put(b, tmp, (size_t)w);
-        return;
-    }
-    af_wp_reserve(b, (size_t)w + 1);
-    if (b->failed) return;
-    va_start(ap, fmt);
-    vsnprintf(b->data + b->len, (size_t)w + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)w;
-}
-
 /* One tensor entry: shape ne[0..nd) with byte strides nb at byte offset off. */
-static void af_wp_entry(af_wp_buf *b, bool first, const char *name, af_dtype dt, int nd, const size_t *ne,
-                        const size_t *nb, size_t off) {
-    af_wp_printf(b, "%s{\"name\":\"%s\",\"dtype\":\"%s\",\"shape\":[", first ? "" : ",", name, af_dtype_names[dt]);
-    for (int k = 0; k < nd; k++) af_wp_put_uint(b, k > 0, ne[k]);
-    af_wp_put(b, "],\"strides\":[", 13);
-    for (int k = 0; k < nd; k++) af_wp_put_uint(b, k > 0, nb[k]);
-    af_wp_put(b, "],\"offset\":", 11);
-    af_wp_put_uint(b, false, off);
-    af_wp_put(b, "}", 1);
+static void af_wp_entry(af_jw *w, const char *name, af_dtype dt, int nd, const size_t *ne, const size_t *nb,
+                        size_t off) {
+    af_jw_begin(w, '{');
+    af_jw_key(w, "name"), af_jw_string(w, name);
+    af_jw_key(w, "dtype"), af_jw_string(w, af_dtype_names[dt]);
+    af_jw_key(w, "shape"), af_jw_begin(w, '[');
+    for (int k = 0; k < nd; k++) af_jw_uint(w, ne[k]);
+    af_jw_end(w, ']');
+    af_jw_key(w, "strides"), af_jw_begin(w, '[');
+    for (int k = 0; k < nd; k++) af_jw_uint(w, nb[k]);
+    af_jw_end(w, ']');
+    af_jw_key(w, "offset"), af_jw_uint(w, off);
+    af_jw_end(w, '}');
 }
 
 /* The per-tensor view of q, k or v inside a packed buffer t (ne/nb of the view, byte
@@ -521,36 +481,36 @@ static int af_wp_packed_view(af_layout l, const af_tensor *t, int w, size_t H, s
     return 0;
 }
 
-af_status af_wp_encode_run(af_wp_buf *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
+af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
                            size_t *nparts, af_error *err) {
     const af_case *c = t->c;
-    hdr->len = 0;
-    hdr->failed = false;
-    af_wp_put(hdr, "\0\0\0\0", 4); /* the length, filled in last */
-    af_wp_printf(hdr, "{\"type\":\"run\",\"id\":%llu,\"case\":", (unsigned long long)id);
-    cJSON *cj = af_case_to_cjson(c);
-    AF_RETURN_ERROR_IF(!cj, err, AF_ERR_NOMEM, "out of memory");
-    char *ctext = cJSON_PrintUnformatted(cj);
-    cJSON_Delete(cj);
-    AF_RETURN_ERROR_IF(!ctext, err, AF_ERR_NOMEM, "out of memory");
-    af_wp_put(hdr, ctext, strlen(ctext));
-    free(ctext);
-    af_wp_printf(hdr, ",\"derived\":{\"scale\":%.17g,\"diag_offset\":[", af_case_scale(c));
-    for (uint32_t b = 0; b < c->batch; b++) af_wp_printf(hdr, "%s%d", b ? "," : "", (int)af_case_diag_offset(c, b));
-    af_wp_put(hdr, "],\"valid_keys\":[", 16);
-    for (uint32_t b = 0; b < c->batch; b++) af_wp_put_uint(hdr, b > 0, af_case_valid_keys(c, b));
-    af_wp_put(hdr, "]},\"tensors\":[", 14);
+    af_jw_reset(hdr);
+    af_jw_raw(hdr, "\0\0\0\0", 4); /* the length, filled in last */
+    af_jw_begin(hdr, '{');
+    af_jw_key(hdr, "type"), af_jw_string(hdr, "run");
+    af_jw_key(hdr, "id"), af_jw_uint(hdr, id);
+    af_jw_key(hdr, "case"), af_case_write_json(hdr, c);
+    af_jw_key(hdr, "derived"), af_jw_begin(hdr, '{');
+    af_jw_key(hdr, "scale"), af_jw_double(hdr, af_case_scale(c));
+    af_jw_key(hdr, "diag_offset"), af_jw_begin(hdr, '[');
+    for (uint32_t b = 0; b < c->batch; b++) af_jw_int(hdr, af_case_diag_offset(c, b));
+    af_jw_end(hdr, ']');
+    af_jw_key(hdr, "valid_keys"), af_jw_begin(hdr, '[');
+    for (uint32_t b = 0; b < c->batch; b++) af_jw_uint(hdr, af_case_valid_keys(c, b));
+    af_jw_end(hdr, ']');
+    af_jw_end(hdr, '}');
+    af_jw_key(hdr, "tensors"), af_jw_begin(hdr, '[');
 
     size_t np = 0, off = 0;
     size_t ne[AF_MAX_DIMS], nb[AF_MAX_DIMS];
     if (af_case_is_packed(c)) {
         af_layout l = c->t[AF_Q].layout;
         size_t span = af_tensor_span(&t->q);
-        af_wp_entry(hdr, true, "qkv", t->q.dtype, t->q.ndim, t->q.ne, t->q.nb, 0);
+        af_wp_entry(hdr, "qkv", t->q.dtype, t->q.ndim, t->q.ne, t->q.nb, 0);
         for (int w = 0; w < AF_QKV_COUNT; w++) {
             size_t voff;
             int nd = af_wp_packed_view(l, &t->q, w, c->q_heads, c->head_dim, ne, nb, &voff);
-            af_wp_entry(hdr, false, af_tensor_names[w], t->q.dtype, nd, ne, nb, voff);
+            af_wp_entry(hdr, af_tensor_names[w], t->q.dtype, nd, ne, nb, voff);
         }
         parts[np++] = (af_wp_part){t->q.data, span};
         off = span;
@@ -558,7 +518,7 @@ af_status af_wp_encode_run(af_wp_buf *hdr, uint64_t id, const af_case_tensors *t
         const af_tensor *qkv[3] = {&t->q, &t->k, &t->v};
         for (int w = 0; w < AF_QKV_COUNT; w++) {
             size_t span = af_tensor_span(qkv[w]);
-            af_wp_entry(hdr, w == 0, af_tensor_names[w], qkv[w]->dtype, qkv[w]->ndim, qkv[w]->ne, qkv[w]->nb, off);
+            af_wp_entry(hdr, af_tensor_names[w], qkv[w]->dtype, qkv[w]->ndim, qkv[w]->ne, qkv[w]->nb, off);
             parts[np++] = (af_wp_part){qkv[w]->data, span};
             off += span;
         }
@@ -569,11 +529,13 @@ af_status af_wp_encode_run(af_wp_buf *hdr, uint64_t id, const af_case_tensors *t
     for (int m = 0; m < 2; m++) {
         if (!ms[m]->present) continue;
         size_t span = af_tensor_span(mt[m]);
-        af_wp_entry(hdr, false, mnames[m], mt[m]->dtype, mt[m]->ndim, mt[m]->ne, mt[m]->nb, off);
+        af_wp_entry(hdr, mnames[m], mt[m]->dtype, mt[m]->ndim, mt[m]->ne, mt[m]->nb, off);
         parts[np++] = (af_wp_part){mt[m]->data, span};
         off += span;
     }
-    af_wp_put(hdr, "]}\n", 3);
+    af_jw_end(hdr, ']');
+    af_jw_end(hdr, '}');
+    af_jw_raw(hdr, "\n", 1);
     AF_RETURN_ERROR_IF(hdr->failed, err, AF_ERR_NOMEM, "out of memory");
     size_t total = hdr->len - 4 + off;
     AF_RETURN_ERROR_IF(total > 0xffffffffu, err, AF_ERR_INVALID, "run frame of %zu bytes is over 4 GiB", total);

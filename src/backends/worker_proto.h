@@ -13,6 +13,8 @@
 #include "attnfuzz/case.h"
 #include "attnfuzz/tensor.h"
 #include "attnfuzz/worker.h"
+#include "json_scan.h"
+#include "json_write.h"
 
 #define AF_WP_MAX_HEADER ((size_t)1 << 20) /* a reader refuses a header over 1 MiB */
 #define AF_WP_MAX_PARTS 8                    /* payload pieces of a run frame */
@@ -56,16 +58,27 @@ typedef struct af_wp_result {
     double compile_s, run_s; /* -1 when not given */
 } af_wp_result;
 
-/* Splits a frame body (the N bytes after the length) into the header object and the
- * payload; the caller cJSON_Delete's *header. AF_ERR_FORMAT: no JSON object followed by
- * a newline within the first 1 MiB, or bad JSON. */
-af_status af_wp_split(const uint8_t *body, size_t n, void **header, const uint8_t **payload, size_t *payload_len,
+/* A frame's header as tokens (json_scan.h), checked as JSON: in `local` when they fit,
+ * else in `heap` (af_wp_header_free releases it). */
+typedef struct af_wp_header {
+    const char *text;   /* the header's text (inside the frame body) */
+    const af_js_tok *tok; /* tok[0] is the header object */
+    af_js_tok *heap;
+    af_js_tok local[128];
+} af_wp_header;
+void af_wp_header_free(af_wp_header *h);
+
+/* Splits a frame body (the N bytes after the length) into the header and the payload;
+ * the caller af_wp_header_free's *h (also after an error). AF_ERR_FORMAT: no JSON object
+ * followed by a newline within the first 1 MiB, or bad JSON. */
+af_status af_wp_split(const uint8_t *body, size_t n, af_wp_header *h, const uint8_t **payload, size_t *payload_len,
                       af_error *err);
 
-/* Checks one tensor entry (a cJSON object) against a payload of payload_len bytes:
- * known dtype, as many strides as dims, non-negative integers, every element inside the
- * payload. AF_ERR_FORMAT names the tensor and the problem. */
-af_status af_wp_tensor_parse(const void *entry, size_t payload_len, af_wp_tensor *t, af_error *err);
+/* Checks the tensor entry at token `entry` of header h against a payload of payload_len
+ * bytes: an object with a name, a known dtype, as many strides as dims, non-negative
+ * integers, every element inside the payload. AF_ERR_FORMAT names the tensor and the
+ * problem. */
+af_status af_wp_tensor_parse(const af_wp_header *h, long entry, size_t payload_len, af_wp_tensor *t, af_error *err);
 
 /* Checks a hello body. AF_ERR_FORMAT names what is wrong (not a hello, wrong protocol,
  * unknown capability, layout, dtype, convention or compile_key field). */
@@ -85,14 +98,6 @@ void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case
 /* Copies a checked keep mask into keep ([B, Hq, Sq, Sk] bytes, 1 = kept). */
 void af_wp_copy_keep(const af_wp_result *r, const uint8_t *payload, const af_case *c, uint8_t *keep);
 
-/* A growable text buffer for headers. */
-typedef struct af_wp_buf {
-    char *data;
-    size_t len, cap;
-    bool failed; /* an allocation failed */
-} af_wp_buf;
-void af_wp_buf_free(af_wp_buf *b);
-
 /* A payload piece of a run frame: bytes that already live in the case's tensors. */
 typedef struct af_wp_part {
     const void *data;
@@ -103,7 +108,7 @@ typedef struct af_wp_part {
  * header and the newline; parts the payload pieces (each tensor buffer once: a packed
  * buffer travels once with three views, stride-0 dims are not expanded). The frame is
  * hdr then the parts in order. AF_ERR_NOMEM, or AF_ERR_INVALID for a frame over 4 GiB. */
-af_status af_wp_encode_run(af_wp_buf *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
+af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
                            size_t *nparts, af_error *err);
 
 /* The bye frame (length included) and its size. */

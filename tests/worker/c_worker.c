@@ -16,8 +16,10 @@
  *                     the same case passes when sent again)
  * --affinity-file P   append "PID CPU,CPU,..." (the CPUs this worker may run on) to P at start
  *
- * Only cJSON and libm: the frames are read and written here, not through attnfuzz. */
-#include <cjson/cJSON.h>
+ * Only libm and src/core/json_scan.c (a JSON reader that depends on the C library alone):
+ * the frames are read and written here, not through attnfuzz. A header is read in place
+ * as tokens and answers are written with snprintf: nothing is allocated per request but
+ * the output, so the protocol's cost is what bench_worker.sh measures, not a JSON tree's. */
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>
@@ -26,6 +28,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "json_scan.h"
 
 typedef struct cw_opts {
     double compile_sleep;
@@ -191,19 +195,39 @@ typedef struct cw_tensor {
     const uint8_t *data;
 } cw_tensor;
 
-static int get_tensor(const cJSON *tensors, const char *name, const uint8_t *payload, cw_tensor *t) {
-    const cJSON *e;
-    cJSON_ArrayForEach(e, tensors) {
-        const cJSON *nm = cJSON_GetObjectItem(e, "name");
-        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, name)) continue;
-        t->dt = dtype_of(cJSON_GetStringValue(cJSON_GetObjectItem(e, "dtype")));
-        const cJSON *sh = cJSON_GetObjectItem(e, "shape"), *st = cJSON_GetObjectItem(e, "strides");
-        t->nd = cJSON_GetArraySize(sh);
+/* --- the request header, read in place ---------------------------------------------------- */
+
+static const char *J;   /* the header text */
+static af_js_tok *T;    /* its tokens */
+static size_t t_cap;
+
+static long get(long obj, const char *key) { return af_js_get(J, T, obj, key); }
+
+static double num(long obj, const char *key, double dflt) {
+    double v;
+    return af_js_number(J, T, get(obj, key), &v) ? v : dflt;
+}
+
+static double item_num(long arr, uint32_t i) {
+    double v = 0.0;
+    af_js_number(J, T, af_js_item(T, arr, i), &v);
+    return v;
+}
+
+static int get_tensor(long tensors, const char *name, const uint8_t *payload, cw_tensor *t) {
+    for (uint32_t i = 0; tensors >= 0 && i < T[tensors].size; i++) {
+        long e = af_js_item(T, tensors, i);
+        if (!af_js_is(J, T, get(e, "name"), name)) continue;
+        char dt[8] = "";
+        af_js_string(J, T, get(e, "dtype"), dt, sizeof dt);
+        t->dt = dtype_of(dt);
+        long sh = get(e, "shape"), st = get(e, "strides");
+        t->nd = sh >= 0 ? (int)T[sh].size : 0;
         for (int k = 0; k < t->nd && k < 5; k++) {
-            t->ne[k] = (size_t)cJSON_GetArrayItem(sh, k)->valuedouble;
-            t->nb[k] = (size_t)cJSON_GetArrayItem(st, k)->valuedouble;
+            t->ne[k] = (size_t)item_num(sh, (uint32_t)k);
+            t->nb[k] = (size_t)item_num(st, (uint32_t)k);
         }
-        t->data = payload + (size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "offset"));
+        t->data = payload + (size_t)num(e, "offset", 0.0);
         return 1;
     }
     return 0;
@@ -238,49 +262,41 @@ static double mask_at(const cw_tensor *m, size_t b, size_t h, size_t i, size_t j
 
 /* --- the case -------------------------------------------------------------------------------- */
 
-static double num(const cJSON *o, const char *k, double dflt) {
-    const cJSON *x = cJSON_GetObjectItem(o, k);
-    return cJSON_IsNumber(x) ? x->valuedouble : dflt;
+static const char *layout_of(long c, const char *t) {
+    static char l[32];
+    if (!af_js_string(J, T, get(get(c, t), "layout"), l, sizeof l)) return "bhsd";
+    return l;
 }
 
-static const char *layout_of(const cJSON *c, const char *t) {
-    const char *l = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c, t), "layout"));
-    return l ? l : "bhsd";
+/* Hashes the text of member key of obj (absent: nothing). */
+static unsigned long hash_member(unsigned long h, long obj, const char *key) {
+    long v = get(obj, key);
+    for (uint32_t p = v >= 0 ? T[v].start : 0; v >= 0 && p < T[v].end; p++) h = h * 33u ^ (unsigned char)J[p];
+    return h;
 }
 
 /* A compile key: the structure fields (shapes, dtype, layouts, masks, causal) as text. */
-static unsigned long compile_key(const cJSON *c) {
+static unsigned long compile_key(long c) {
     static const char *const fields[] = {"batch", "q_heads", "kv_heads", "q_len", "kv_len", "head_dim",
                                          "v_head_dim", "dtype", "allow_tf32", "causal", "diagonal", "window", NULL};
     unsigned long h = 5381;
-    for (int f = 0; fields[f]; f++) {
-        char *s = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, fields[f]));
-        for (char *p = s; p && *p; p++) h = h * 33u ^ (unsigned char)*p;
-        free(s);
-    }
+    for (int f = 0; fields[f]; f++) h = hash_member(h, c, fields[f]);
     const char *ts[3] = {"q", "k", "v"};
     for (int t = 0; t < 3; t++) {
-        const cJSON *o = cJSON_GetObjectItem(c, ts[t]);
         const char *keys[4] = {"layout", "perm", "pad", "broadcast"};
-        for (int k = 0; k < 4; k++) {
-            char *s = cJSON_PrintUnformatted(cJSON_GetObjectItem(o, keys[k]));
-            for (char *p = s; p && *p; p++) h = h * 33u ^ (unsigned char)*p;
-            free(s);
-        }
+        for (int k = 0; k < 4; k++) h = hash_member(h, get(c, ts[t]), keys[k]);
     }
     const char *ms[2] = {"additive_mask", "bool_mask"};
     for (int m = 0; m < 2; m++) {
-        const cJSON *o = cJSON_GetObjectItem(c, ms[m]);
-        h = h * 33u ^ (unsigned long)cJSON_IsObject(o);
-        if (!cJSON_IsObject(o)) continue;
+        long o = get(c, ms[m]);
+        int is_obj = o >= 0 && T[o].type == AF_JS_OBJECT;
+        h = h * 33u ^ (unsigned long)is_obj;
+        if (!is_obj) continue;
         const char *keys[4] = {"full_dims", "rank", "expanded", "dtype"};
-        for (int k = 0; k < 4; k++) {
-            char *s = cJSON_PrintUnformatted(cJSON_GetObjectItem(o, keys[k]));
-            for (char *p = s; p && *p; p++) h = h * 33u ^ (unsigned char)*p;
-            free(s);
-        }
+        for (int k = 0; k < 4; k++) h = hash_member(h, o, keys[k]);
     }
-    h = h * 33u ^ (unsigned long)!cJSON_IsNull(cJSON_GetObjectItem(c, "key_padding"));
+    long kp = get(c, "key_padding");
+    h = h * 33u ^ (unsigned long)(kp >= 0 && T[kp].type != AF_JS_NULL);
     return h;
 }
 
@@ -307,28 +323,25 @@ static uint64_t xorshift(void) {
     return xorshift_state = x;
 }
 
+/* msg needs no JSON escaping (the messages here are fixed text) */
 static void answer_error(double id, const char *status, const char *key, const char *msg) {
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "type", "result");
-    cJSON_AddNumberToObject(r, "id", id);
-    cJSON_AddStringToObject(r, "status", status);
-    cJSON_AddStringToObject(r, key, msg);
-    char *s = cJSON_PrintUnformatted(r);
-    write_frame(s, NULL, 0);
-    free(s);
-    cJSON_Delete(r);
+    char hdr[512];
+    snprintf(hdr, sizeof hdr, "{\"type\":\"result\",\"id\":%.0f,\"status\":\"%s\",\"%s\":\"%s\"}", id, status, key,
+             msg);
+    write_frame(hdr, NULL, 0);
 }
 
 /* Runs one request; returns 0 to go on. */
-static int serve_run(const cJSON *req, const uint8_t *payload) {
+static int serve_run(long req, const uint8_t *payload) {
     double id = num(req, "id", 0);
-    const cJSON *c = cJSON_GetObjectItem(req, "case"), *der = cJSON_GetObjectItem(req, "derived");
-    const cJSON *tensors = cJSON_GetObjectItem(req, "tensors");
+    long c = get(req, "case"), der = get(req, "derived");
+    long tensors = get(req, "tensors");
     const size_t B = (size_t)num(c, "batch", 1), Hq = (size_t)num(c, "q_heads", 1);
     const size_t Hkv = (size_t)num(c, "kv_heads", (double)Hq), Sq = (size_t)num(c, "q_len", 1);
     const size_t Sk = (size_t)num(c, "kv_len", (double)Sq), D = (size_t)num(c, "head_dim", 1);
     const size_t Dv = (size_t)num(c, "v_head_dim", (double)D);
-    const char *dtype = cJSON_GetStringValue(cJSON_GetObjectItem(c, "dtype"));
+    char dtype[8] = "";
+    af_js_string(J, T, get(c, "dtype"), dtype, sizeof dtype);
 
     runs_seen++;
     int fault = faults_here(Sq, Sk, D);
@@ -371,14 +384,17 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
     double scale = num(der, "scale", 1.0 / sqrt((double)D));
     if (opt.bug_scale) scale = 1.0 / sqrt((double)D);
     double softcap = num(c, "softcap", 0.0);
-    int causal = cJSON_IsTrue(cJSON_GetObjectItem(c, "causal"));
-    const cJSON *win = cJSON_GetObjectItem(c, "window");
-    long wl = cJSON_IsArray(win) ? (long)cJSON_GetArrayItem(win, 0)->valuedouble : -1;
-    long wr = cJSON_IsArray(win) ? (long)cJSON_GetArrayItem(win, 1)->valuedouble : -1;
-    const cJSON *diag = cJSON_GetObjectItem(der, "diag_offset"), *valid = cJSON_GetObjectItem(der, "valid_keys");
+    long causal_t = get(c, "causal");
+    int causal = causal_t >= 0 && T[causal_t].type == AF_JS_TRUE;
+    long win = get(c, "window");
+    int has_win = win >= 0 && T[win].type == AF_JS_ARRAY;
+    long wl = has_win ? (long)item_num(win, 0) : -1;
+    long wr = has_win ? (long)item_num(win, 1) : -1;
+    long diag = get(der, "diag_offset"), valid = get(der, "valid_keys");
     double p = num(c, "dropout_p", 0.0);
-    const cJSON *ds = cJSON_GetObjectItem(c, "dropout_seed");
-    uint64_t seed = cJSON_IsString(ds) ? strtoull(ds->valuestring, NULL, 0) : (uint64_t)num(c, "dropout_seed", 0);
+    char seed_s[32];
+    uint64_t seed = af_js_string(J, T, get(c, "dropout_seed"), seed_s, sizeof seed_s) ? strtoull(seed_s, NULL, 0)
+                                                                                     : (uint64_t)num(c, "dropout_seed", 0);
 
     cw_dtype odt = !strcmp(opt.out_dtype, "f64") ? DT_F64 : DT_F32;
     if (!strcmp(opt.out_dtype, "case")) odt = dtype_of(dtype);
@@ -397,8 +413,8 @@ static int serve_run(const cJSON *req, const uint8_t *payload) {
     }
     size_t group = Hq / (Hkv ? Hkv : 1);
     for (size_t b = 0; b < B; b++) {
-        long off = (long)cJSON_GetArrayItem(diag, (int)b)->valuedouble;
-        long nvalid = (long)cJSON_GetArrayItem(valid, (int)b)->valuedouble;
+        long off = (long)item_num(diag, (uint32_t)b);
+        long nvalid = (long)item_num(valid, (uint32_t)b);
         for (size_t h = 0; h < Hq; h++) {
             size_t g = h / group;
             for (size_t i = 0; i < Sq; i++) {
@@ -553,18 +569,23 @@ int main(int argc, char **argv) {
     for (;;) {
         long n = read_frame();
         if (n < 0) return 0;
-        const char *end = NULL;
-        cJSON *h = cJSON_ParseWithLengthOpts((const char *)rbuf, (size_t)n, &end, 0);
-        if (!h || !end || *end != '\n') {
+        size_t used = 0;
+        long nt = af_js_parse((const char *)rbuf, (size_t)n, T, t_cap, &used);
+        if (nt > (long)t_cap) {
+            t_cap = (size_t)nt;
+            T = realloc(T, t_cap * sizeof *T);
+            if (!T) {
+                fprintf(stderr, "c_worker: out of memory\n");
+                return 1;
+            }
+            nt = af_js_parse((const char *)rbuf, (size_t)n, T, t_cap, &used);
+        }
+        if (nt < 0 || T[0].type != AF_JS_OBJECT || used >= (size_t)n || rbuf[used] != '\n') {
             fprintf(stderr, "c_worker: a frame without a JSON header\n");
             return 1;
         }
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(h, "type"));
-        if (type && !strcmp(type, "bye")) {
-            cJSON_Delete(h);
-            return 0;
-        }
-        if (type && !strcmp(type, "run")) serve_run(h, (const uint8_t *)end + 1);
-        cJSON_Delete(h);
+        J = (const char *)rbuf;
+        if (af_js_is(J, T, get(0, "type"), "bye")) return 0;
+        if (af_js_is(J, T, get(0, "type"), "run")) serve_run(0, rbuf + used + 1);
     }
 }

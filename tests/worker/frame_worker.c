@@ -49,6 +49,8 @@ static void fw_len(size_t n) {
     fwrite(len, 1, 4, stdout);
 }
 
+static int fw_hold; /* fw_frame leaves the frame in stdout's buffer */
+
 /* A frame: header, a newline unless nl is 0, then plen zero bytes. */
 static void fw_frame(const char *header, int nl, size_t plen) {
     size_t hl = strlen(header);
@@ -56,7 +58,7 @@ static void fw_frame(const char *header, int nl, size_t plen) {
     fwrite(header, 1, hl, stdout);
     if (nl) fputc('\n', stdout);
     for (size_t i = 0; i < plen; i++) fputc(0, stdout);
-    fflush(stdout);
+    if (!fw_hold) fflush(stdout);
 }
 
 static const char fw_hello[] =
@@ -117,7 +119,11 @@ static void fw_answer(const char *mode, const cJSON *req) {
              "{\"type\":\"result\",\"id\":%llu,\"status\":\"%s\",\"tensors\":[{\"name\":\"out\",\"dtype\":\"%s\","
              "\"shape\":[%zu,%zu,%zu,%zu],\"strides\":[%zu,%zu,%zu,%zu],\"offset\":0}]}",
              id, status, dtype, B, H, rows, D, H * rows * D * es, rows * D * es, D * es, es);
+    /* twice: the answer two times in one write (atomic below PIPE_BUF: read together) */
+    fw_hold = strcmp(m, "twice") == 0;
     fw_frame(hdr, strcmp(m, "nonewline") != 0, strcmp(m, "nonewline") == 0 ? 0 : plen);
+    fw_hold = 0;
+    if (strcmp(m, "twice") == 0) fw_frame(hdr, 1, plen);
 }
 
 int main(int argc, char **argv) {
