@@ -130,8 +130,8 @@ static af_status af_wp_name_bits(const af_wp_header *h, long arr, const char *wh
     AF_RETURN_ERROR_IF(!af_wp_type(h, arr, AF_JS_ARRAY), err, AF_ERR_FORMAT, "hello: %s must be an array of names",
                        what);
     *bits = 0;
-    for (uint32_t k = 0; k < h->tok[arr].size; k++) {
-        long it = af_js_item(h->tok, arr, k);
+    long it = af_js_item(h->tok, arr, 0);
+    for (uint32_t k = 0; k < h->tok[arr].size; k++, it = h->tok[it].next) {
         AF_RETURN_ERROR_IF(!af_wp_type(h, it, AF_JS_STRING), err, AF_ERR_FORMAT, "hello: %s must be an array of names",
                            what);
         char name[64];
@@ -314,9 +314,11 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
     if (!af_wp_type(h, tensors, AF_JS_ARRAY)) AF_WP_FAIL("result ok without a tensors array");
     bool has_out = false;
     size_t need = 0;
-    for (uint32_t k = 0; k < h->tok[tensors].size; k++) {
+    /* element by element along the tokens (a worker may send many: no quadratic walk) */
+    long e = af_js_item(h->tok, tensors, 0);
+    for (uint32_t k = 0; k < h->tok[tensors].size; k++, e = h->tok[e].next) {
         af_wp_tensor t;
-        AF_WP_TRY(af_wp_tensor_parse(h, af_js_item(h->tok, tensors, k), plen, &t, err));
+        AF_WP_TRY(af_wp_tensor_parse(h, e, plen, &t, err));
         if (t.end > need) need = t.end;
         if (strcmp(t.name, "out") == 0) {
             r->out = t;

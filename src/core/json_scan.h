@@ -51,7 +51,8 @@ long af_js_parse(const char *text, size_t n, af_js_tok *toks, size_t cap, size_t
 /* The value of member key in object token obj, -1 when absent or obj is not an object
  * (the first of duplicate keys wins, as in cJSON). Every token must have been written. */
 long af_js_get(const char *text, const af_js_tok *toks, long obj, const char *key);
-/* The i-th element of array token arr, -1 when out of range. */
+/* The i-th element of array token arr, -1 when out of range (i steps: to visit every
+ * element, start at af_js_item(toks, arr, 0) and step with toks[k].next). */
 long af_js_item(const af_js_tok *toks, long arr, uint32_t i);
 
 /* Whether token i is the string s (escapes decoded). */

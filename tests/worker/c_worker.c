@@ -215,8 +215,8 @@ static double item_num(long arr, uint32_t i) {
 }
 
 static int get_tensor(long tensors, const char *name, const uint8_t *payload, cw_tensor *t) {
-    for (uint32_t i = 0; tensors >= 0 && i < T[tensors].size; i++) {
-        long e = af_js_item(T, tensors, i);
+    long e = af_js_item(T, tensors, 0);
+    for (uint32_t i = 0; e >= 0 && i < T[tensors].size; i++, e = (long)T[e].next) {
         if (!af_js_is(J, T, get(e, "name"), name)) continue;
         char dt[8] = "";
         af_js_string(J, T, get(e, "dtype"), dt, sizeof dt);
