@@ -244,7 +244,7 @@ static void af_worker_ring_put(af_worker *w, const char *s, size_t n) {
         w->ring_pos = (w->ring_pos + 1) % sizeof w->ring;
     }
     w->ring_len = w->ring_len + n > sizeof w->ring ? sizeof w->ring : w->ring_len + n;
-    w->tail_stale = n > 0;
+    w->tail_stale |= n > 0;
 }
 
 /* Reads what stderr holds now (non-blocking); closes it at end of file. */

@@ -118,9 +118,10 @@ af_status af_wp_tensor_parse(const af_wp_header *h, long e, size_t payload_len, 
 
 /* --- hello ----------------------------------------------------------------------------- */
 
-static int af_wp_name_index(const char *s, const char *const *names, int n) {
-    for (int i = 0; i < n; i++)
-        if (names[i] && strcmp(s, names[i]) == 0) return i;
+/* Which of names[0..n) string token i is (escapes decoded), -1 for none or not a string. */
+static int af_wp_which(const af_wp_header *h, long i, const char *const *names, int n) {
+    for (int k = 0; k < n; k++)
+        if (names[k] && af_js_is(h->text, h->tok, i, names[k])) return k;
     return -1;
 }
 
@@ -134,10 +135,12 @@ static af_status af_wp_name_bits(const af_wp_header *h, long arr, const char *wh
     for (uint32_t k = 0; k < h->tok[arr].size; k++, it = h->tok[it].next) {
         AF_RETURN_ERROR_IF(!af_wp_type(h, it, AF_JS_STRING), err, AF_ERR_FORMAT, "hello: %s must be an array of names",
                            what);
-        char name[64];
-        af_wp_str(h, it, name, sizeof name);
-        int i = af_wp_name_index(name, names, n);
-        AF_RETURN_ERROR_IF(i < 0, err, AF_ERR_FORMAT, "hello: unknown %s \"%s\"", what, name);
+        int i = af_wp_which(h, it, names, n);
+        if (i < 0) {
+            char name[64];
+            af_wp_str(h, it, name, sizeof name);
+            return af_error_set(err, AF_ERR_FORMAT, "hello: unknown %s \"%s\"", what, name);
+        }
         *bits |= 1u << i;
     }
     return AF_OK;
@@ -147,10 +150,7 @@ static af_status af_wp_name_bits(const af_wp_header *h, long arr, const char *wh
  * index, -1 when it is something else. */
 static int af_wp_choice(const af_wp_header *h, long conv, const char *key, const char *const *choices, int n) {
     long x = af_wp_get(h, conv, key);
-    if (x < 0) return 0;
-    for (int i = 0; i < n; i++)
-        if (af_js_is(h->text, h->tok, x, choices[i])) return i;
-    return -1;
+    return x < 0 ? 0 : af_wp_which(h, x, choices, n);
 }
 
 static const char *const af_wp_float_names[3] = {"f32", "f16", "bf16"}; /* af_dtype order */
@@ -300,9 +300,7 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
     r->status = AF_WP_OK;
     long lay = af_wp_get(h, 0, "layout");
     if (!af_wp_none(h, lay)) {
-        int l = -1;
-        for (int k = 0; k < 5 && l < 0; k++)
-            if (af_js_is(h->text, h->tok, lay, af_wp_unpacked[k])) l = k;
+        int l = af_wp_which(h, lay, af_wp_unpacked, 5);
         if (l < 0) {
             char s[65] = "(not a string)";
             if (af_wp_type(h, lay, AF_JS_STRING)) af_wp_str(h, lay, s, sizeof s);

@@ -20,8 +20,8 @@ static void af_case_json_u64(af_jw *w, uint64_t v) {
     if (v <= (1ull << 53)) {
         af_jw_uint(w, v);
     } else { /* beyond a double's integers: a decimal string */
-        char buf[32];
-        snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+        char buf[24];
+        af_json_integer(buf, false, v);
         af_jw_string(w, buf);
     }
 }

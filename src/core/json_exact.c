@@ -5,9 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Decimal digits of u into buf, after a '-' when neg; returns the length (no printf: this
- * runs for every field of every case a worker is sent). */
-static size_t af_json_digits(char *buf, bool neg, unsigned long long u) {
+/* No printf: this runs for every field of every case a worker is sent. */
+size_t af_json_integer(char *buf, bool neg, unsigned long long u) {
     char tmp[24];
     size_t n = 0, k = 0;
     do tmp[n++] = (char)('0' + u % 10); while ((u /= 10) != 0);
@@ -20,12 +19,12 @@ static size_t af_json_digits(char *buf, bool neg, unsigned long long u) {
 size_t af_json_format(char *buf, double x) {
     double a = fabs(x);
     if (x == trunc(x) && a < 1e15) /* an integer (most case fields): exact as such */
-        return af_json_digits(buf, signbit(x), (unsigned long long)a);
+        return af_json_integer(buf, signbit(x), (unsigned long long)a);
     if (a < 0x1p30 && a * 16.0 == trunc(a * 16.0)) {
         /* a multiple of 1/16 (log10 magnitudes are quarters): integer part, a point and
          * at most four exact decimals, as %.15g would print it (at most 14 digits) */
         double ip = trunc(a);
-        size_t k = af_json_digits(buf, signbit(x), (unsigned long long)ip);
+        size_t k = af_json_integer(buf, signbit(x), (unsigned long long)ip);
         unsigned frac = (unsigned)((a - ip) * 16.0) * 625u; /* ten-thousandths, exact */
         buf[k++] = '.';
         for (unsigned div = 1000; frac; div /= 10) {

@@ -13,6 +13,9 @@
 
 #define AF_JSON_NUMBER_MAX 40 /* room for any number af_json_format writes, NUL included */
 
+/* The decimal digits of u into buf (24 bytes), after a '-' when neg; NUL-terminated.
+ * Returns the text's length. */
+size_t af_json_integer(char *buf, bool neg, unsigned long long u);
 /* A finite double as JSON number text in buf (AF_JSON_NUMBER_MAX bytes): the shortest of
  * %.15g, %.16g, %.17g that reads back as x; integers below 1e15 as plain digits (-0 as
  * "-0"). Returns the text's length. x must be finite (JSON has no Inf or NaN). */

@@ -80,19 +80,13 @@ static void af_jw_value(af_jw *w, const char *s, size_t n) {
 }
 
 void af_jw_uint(af_jw *w, uint64_t v) {
-    char tmp[24];
-    size_t n = sizeof tmp;
-    do tmp[--n] = (char)('0' + v % 10); while ((v /= 10) != 0);
-    af_jw_value(w, tmp + n, sizeof tmp - n);
+    char buf[24];
+    af_jw_value(w, buf, af_json_integer(buf, false, v));
 }
 
 void af_jw_int(af_jw *w, int64_t v) {
-    char tmp[24];
-    size_t n = sizeof tmp;
-    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-    do tmp[--n] = (char)('0' + u % 10); while ((u /= 10) != 0);
-    if (v < 0) tmp[--n] = '-';
-    af_jw_value(w, tmp + n, sizeof tmp - n);
+    char buf[24];
+    af_jw_value(w, buf, af_json_integer(buf, v < 0, v < 0 ? 0 - (uint64_t)v : (uint64_t)v));
 }
 
 void af_jw_double(af_jw *w, double x) {

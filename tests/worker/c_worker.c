@@ -271,7 +271,8 @@ static const char *layout_of(long c, const char *t) {
 /* Hashes the text of member key of obj (absent: nothing). */
 static unsigned long hash_member(unsigned long h, long obj, const char *key) {
     long v = get(obj, key);
-    for (uint32_t p = v >= 0 ? T[v].start : 0; v >= 0 && p < T[v].end; p++) h = h * 33u ^ (unsigned char)J[p];
+    if (v < 0) return h;
+    for (uint32_t p = T[v].start; p < T[v].end; p++) h = h * 33u ^ (unsigned char)J[p];
     return h;
 }
 
