@@ -5,6 +5,7 @@
 #   tests/cli_test.sh BUILD_DIR
 set -uo pipefail
 AF="$1/attnfuzz"
+SRC=$(cd "$(dirname "$0")/.." && pwd)
 T=$(mktemp -d /tmp/af_cli_XXXXXX)
 trap 'rm -rf "$T"' EXIT
 pass=0
@@ -157,6 +158,13 @@ timeout 10 "$AF" replay "$T/huge.bin" >/dev/null 2>"$T/err"; rc=$?
 mkdir -p "$T/corp" && mv "$T/fifo.bin" "$T/huge.bin" "$T/corp/" && cp "$T/zeros.bin" "$T/corp/"
 timeout 30 "$AF" fuzz --runs 20 --corpus "$T/corp" --crashes "$T/corpc" --quiet >/dev/null 2>"$T/err"; rc=$?
 [ "$rc" -eq 0 ] && grep -q "skipped .*fifo.bin" "$T/err" && grep -q "skipped .*huge.bin" "$T/err" && ok "--corpus skips what it cannot read" || bad "--corpus with a FIFO and a huge file: exit $rc"
+# the seeds of --corpus run as they are first: one run with a bundle of a rare mutant's
+# finding as the corpus finds it again; one run without does not
+mkdir -p "$T/seed1" && cp -r "$SRC/corpus/regress/nan_mismatch-0edffbf9ae9e209c" "$T/seed1/"
+"$AF" fuzz --backend mutant:packed_fp16_overflow --runs 1 --corpus "$T/seed1" --crashes "$T/seedc" --quiet --no-minimize >/dev/null 2>&1; rc=$?
+[ "$rc" -eq 1 ] && [ -d "$T/seedc/nan_mismatch-0edffbf9ae9e209c" ] && ok "--corpus seeds run first" || bad "--corpus seed not run first: exit $rc, $(ls "$T/seedc" 2>/dev/null)"
+"$AF" fuzz --backend mutant:packed_fp16_overflow --runs 1 --crashes "$T/seedn" --quiet --no-minimize >/dev/null 2>&1; rc=$?
+[ "$rc" -eq 0 ] && ok "one generated run does not find it (the check above can fail)" || bad "one generated run found a finding: exit $rc"
 mkdir -p "$T/bigcase"
 echo '{"case": {"batch": 8, "q_heads": 16, "kv_heads": 16, "q_len": 65536, "kv_len": 65536, "head_dim": 256, "v_head_dim": 256}}' >"$T/bigcase/case.json"
 timeout 10 "$AF" replay "$T/bigcase" >/dev/null 2>"$T/err"; rc=$?

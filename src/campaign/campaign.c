@@ -325,6 +325,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     af_store *store = af_store_create(&so, err);
     af_status st = store ? AF_OK : AF_ERR_NOMEM;
     if (st == AF_OK && o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
+    /* the seeds run once as they are before any is mutated (as libFuzzer and AFL++ run
+     * their input corpus first): a seed that fails fails at once, a bundle kept as a seed
+     * is checked again */
+    size_t seeds = pool->n, seeds_run = 0;
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
     double start = af_now(), last_status = start, last_stats = start;
     bool new_sig = false; /* a signature not yet in the stats file a --jobs parent reads */
@@ -348,7 +352,9 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
         af_case c;
         bool reuse = key && have_structure && compiled > AF_COMPILE_SHARE * s->elapsed;
-        if (reuse) {
+        if (seeds_run < seeds) {
+            c = pool->cases[seeds_run++];
+        } else if (reuse) {
             c = structure;
             af_case_revalue(&c, &rng, key, o->exec.budget);
         } else {
@@ -378,7 +384,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             if (af_exec_check_ran(x, i) && af_exec_check_result(x, i)->m.worst_ratio > worst)
                 worst = af_exec_check_result(x, i)->m.worst_ratio;
         uint64_t bucket = worst > 0 ? (uint64_t)(fmin(log2(worst) + 40.0, 63.0)) : 0;
-        if (af_pool_note(pool, af_case_features(&c) * 64 + bucket)) af_pool_add(pool, &c, &rng);
+        if (seeds_run >= seeds && af_pool_note(pool, af_case_features(&c) * 64 + bucket)) af_pool_add(pool, &c, &rng);
 
         size_t nf = af_exec_finding_count(x);
         if (nf) s->findings_total++;
