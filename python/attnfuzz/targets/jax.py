@@ -434,12 +434,15 @@ def main(argv=None) -> int:
         sys.stderr.write("usage: python -m attnfuzz.targets.jax VARIANT (one of: %s)\n" % ", ".join(VARIANTS))
         return 2
     variant = argv[0]
+    # a worker shares the GPU with whatever else runs: no 75% preallocation. Set before
+    # anything touches a jax backend (available() lists the GPUs for cudnn), or it is too
+    # late: four cudnn workers then ran each other, and a torch campaign beside them, out
+    # of memory
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     ok, why = available(variant)
     if not ok:
         sys.stderr.write("attnfuzz.targets.jax: %s is unavailable: %s\n" % (variant, why))
         return 3
-    # a worker shares the GPU with whatever else runs: no 75% preallocation
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
     jax.config.update("jax_enable_x64", False)
     from attnfuzz.worker import serve
