@@ -16,7 +16,8 @@
 #   5. runs both campaigns side by side for --time seconds (--eager-jobs, default 6, and
 #      --compiled-jobs, default 3, processes: each holds a CUDA context per variant, and 75
 #      of them exhausted an 80 GB H100), resuming from --corpus (default corpus/findings/torch-cuda/bundles) and the crashes
-#      directory, then replays every bundle once more on the GPU (attnfuzz regress).
+#      directory, then replays every bundle once more on the GPU (attnfuzz regress), and
+#      the GPU bugs' bundles of corpus/findings/*-cuda/bundles with regress --strict.
 # Everything it writes goes under --out (default $OUT when set, else gpu-out/):
 # crashes/, stats-eager.json, stats-compiled.json, bench/ (bench.tsv), regress.log, junit.xml,
 # summary.txt.
@@ -146,6 +147,13 @@ if [ "$time_s" != 0 ]; then
     tail -n 25 "$out/campaign-$g.log" | grep -v '^#' >>"$out/summary.txt" || true
   done
   replay=1
+fi
+# the GPU bugs' bundles in corpus/findings (<stack>-cuda/bundles; ctest's regress_findings
+# replays the CPU ones): each must still fail as recorded
+if [ "$replay" = 1 ] && compgen -G "corpus/findings/*-cuda/bundles" >/dev/null; then
+  rc=0
+  "$af" regress --strict corpus/findings/*-cuda/bundles >"$out/regress-findings.log" 2>&1 || rc=$?
+  log "corpus/findings GPU bundles replayed (regress --strict exit $rc): $(tail -n 1 "$out/regress-findings.log")"
 fi
 if [ "$replay" = 1 ] && compgen -G "$out/crashes/*-*" >/dev/null; then
   rc=0

@@ -21,7 +21,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINDINGS = os.path.join(ROOT, "corpus", "findings")
 # the module whose presence a stack's repros need
-STACK_MODULE = {"torch": "torch", "torch-cuda": "torch", "ort": "onnxruntime", "openvino": "openvino", "tvm": "tvm", "jax": "jax",
+STACK_MODULE = {"torch": "torch", "torch-cuda": "torch", "jax-cuda": "jax", "ort": "onnxruntime", "openvino": "openvino", "tvm": "tvm", "jax": "jax",
                 "tensorrt": "tensorrt"}
 
 

@@ -31,10 +31,10 @@ elseif(TARGET attnfuzz)
   set_tests_properties(findings_repros PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1"
     SKIP_RETURN_CODE 77 LABELS "python;findings" TIMEOUT 1200)
   # regress_findings replays the campaigns' bundles of real stack bugs (every
-  # corpus/findings/<stack>/bundles but torch-cuda's, which need a GPU: scripts/gpu_campaign.sh
+  # corpus/findings/<stack>/bundles but the GPU ones, <stack>-cuda/bundles: scripts/gpu_campaign.sh
   # replays those) and fails when one is fixed or changed kind (--strict)
   file(GLOB af_findings_bundles LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/corpus/findings/*/bundles)
-  list(FILTER af_findings_bundles EXCLUDE REGEX "/torch-cuda/")
+  list(FILTER af_findings_bundles EXCLUDE REGEX "-cuda/bundles$")
   add_test(NAME regress_findings COMMAND attnfuzz regress --strict ${af_findings_bundles})
   set_tests_properties(regress_findings PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}"
     LABELS "python;findings" TIMEOUT 600)

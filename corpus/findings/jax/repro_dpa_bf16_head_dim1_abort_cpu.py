@@ -9,6 +9,8 @@ Run: python repro_dpa_bf16_head_dim1_abort_cpu.py   (jax 0.10.2 on a CPU)
 Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
 fixed. The call runs in a child process: the abort takes its process down.
 """
+import os
+os.environ["JAX_PLATFORMS"] = "cpu"  # an XLA:CPU bug: on a GPU machine jax would run on the GPU
 import subprocess
 import sys
 

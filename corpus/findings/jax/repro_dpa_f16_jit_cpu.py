@@ -10,6 +10,8 @@ Run: python repro_dpa_f16_jit_cpu.py   (jax 0.10.2 on a CPU, numpy)
 Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
 fixed.
 """
+import os
+os.environ["JAX_PLATFORMS"] = "cpu"  # an XLA:CPU bug: on a GPU machine jax would run on the GPU
 import sys
 import jax
 import jax.numpy as jnp
