@@ -10,7 +10,17 @@ buffer, docs/worker-protocol.md):
 | bsd                             | [B, S, H*D]    | x[b, s, h*D + d]             |
 | channels_first, qkv_channels_first | [B, H*D, S] | x[b, h*D + d, s]             |
 
-to_bhsd never copies: splitting one axis in two is always a view, whatever its stride."""
+to_bhsd never copies: splitting one axis in two is always a view, whatever its stride.
+
+The physical tensors attnfuzz sends (physical_inputs, strided_empty) follow the C
+library's stride rule (src/core/layout.c, af_strides_for): a tensor spec's perm is a
+Lehmer code giving the memory order of the layout's dims (0 = row major), pad adds
+elements after each innermost row (the padding holds NaN), broadcast makes the batch or
+heads dim stride 0.
+
+This module imports numpy and math only: repro scripts copy its source (attnfuzz.repro)."""
+
+import math
 
 import numpy as np
 
@@ -20,6 +30,11 @@ ALL = UNPACKED + PACKED
 
 # packed layouts: the per-tensor view has the shape of this unpacked layout
 PER_TENSOR = {"qkv_bs3hd": "bshd", "qkv_bsh3d": "bshd", "qkv_channels_first": "channels_first"}
+
+# The output layout of a model whose Q comes in layout L: a packed QKV model returns its
+# output unpacked in the same family.
+OUT_LAYOUT = {"bhsd": "bhsd", "bshd": "bshd", "sbhd": "sbhd", "bsd": "bsd", "channels_first": "channels_first",
+              "qkv_bs3hd": "bshd", "qkv_bsh3d": "bshd", "qkv_channels_first": "channels_first"}
 
 
 def to_bhsd(x, layout, heads, head_dim):
@@ -90,3 +105,131 @@ def case_inputs_bhsd(case, q, k, v):
 def as_float64(x):
     """x as float64 (bf16 and f16 values are exact)."""
     return np.asarray(x, dtype=np.float64)
+
+
+# --- physical tensors as attnfuzz sends them ---------------------------------------------
+
+def physical_shape(layout, B, H, S, D):
+    """The physical shape of one tensor (packed layouts: the whole buffer)."""
+    if layout == "qkv_bs3hd":
+        return (B, S, 3, H, D)
+    if layout == "qkv_bsh3d":
+        return (B, S, H, 3, D)
+    if layout == "qkv_channels_first":
+        return (B, 3 * H * D, S)
+    return out_shape(layout, B, H, S, D)
+
+
+def batch_head_dims(layout):
+    """(index of the batch dim, index of the heads dim or -1 when folded) in the physical
+    shape."""
+    return {"bhsd": (0, 1), "bshd": (0, 2), "sbhd": (1, 2), "bsd": (0, -1), "channels_first": (0, -1),
+            "qkv_bs3hd": (0, 3), "qkv_bsh3d": (0, 2), "qkv_channels_first": (0, -1)}[layout]
+
+
+def lehmer_order(perm, ndim):
+    """Memory order of the dims (outermost first) for Lehmer code perm (0 = row major)."""
+    avail = list(range(ndim))
+    order = []
+    perm %= math.factorial(ndim)
+    for pos in range(ndim):
+        f = math.factorial(ndim - 1 - pos)
+        idx, perm = divmod(perm, f)
+        order.append(avail.pop(idx))
+    return order
+
+
+def strided_empty(shape, dtype, perm=0, pad=0, bcast_dims=(), fill=np.nan):
+    """An array of shape whose strides follow (perm, pad, broadcast dims), over a fresh
+    buffer filled with fill (the padding keeps it)."""
+    dt = np.dtype(dtype)
+    order = lehmer_order(perm, len(shape))
+    strides = [0] * len(shape)
+    stride = dt.itemsize
+    innermost = True
+    for d in reversed(order):
+        if d in bcast_dims:
+            strides[d] = 0
+            continue
+        strides[d] = stride
+        stride *= shape[d] + (pad if innermost else 0)
+        innermost = False
+    span = dt.itemsize + sum((n - 1) * s for n, s in zip(shape, strides))
+    buf = np.full(span // dt.itemsize + 1, fill, dtype=dt)
+    return np.ndarray(tuple(shape), dt, buffer=buf, offset=0, strides=tuple(strides))
+
+
+def broadcast_dims(layout, broadcast):
+    """The physical dims a tensor spec's broadcast ("none", "batch", "heads") makes stride 0."""
+    bd, hd = batch_head_dims(layout)
+    if broadcast == "batch" and bd >= 0:
+        return (bd,)
+    if broadcast == "heads" and hd >= 0:
+        return (hd,)
+    return ()
+
+
+def physical_inputs(case, q, k, v, mask=None, bool_mask=None, dtype_of=None):
+    """{name: array} as attnfuzz sends them: q, k, v (and qkv for packed layouts) in the
+    case's layouts and strides from canonical q [B, Hq, Sq, D], k, v; mask / bool_mask
+    (given [B', Hq', Sq', Sk'] or 2-D, e.g. a bundle's 4-D arrays) in the rank, shape,
+    dtype and stride-0 form of the case's mask specs. case: an attnfuzz.case.Case.
+    dtype_of(name) gives the numpy dtype of "f32", "f16", "bf16" (default: numpy's, and
+    ml_dtypes for bf16, imported only then)."""
+    dtype_of = dtype_of or _dtype_of
+    dt = dtype_of(case.dtype)
+    B = case.batch
+    out = {}
+    dims = {"q": (case.q_heads, case.q_len, case.head_dim), "k": (case.kv_heads, case.kv_len, case.head_dim),
+            "v": (case.kv_heads, case.kv_len, case.v_head_dim)}
+    canon = {"q": q, "k": k, "v": v}
+    specs = case.specs
+    if case.packed:
+        s = specs["q"]
+        lay = s["layout"]
+        H, S, D = dims["q"]
+        qkv = strided_empty(physical_shape(lay, B, H, S, D), dt, s["perm"], s["pad"],
+                            broadcast_dims(lay, s["broadcast"]))
+        out["qkv"] = qkv
+        for w, n in enumerate(("q", "k", "v")):
+            if lay == "qkv_bs3hd":
+                view = qkv[:, :, w]
+            elif lay == "qkv_bsh3d":
+                view = qkv[:, :, :, w]
+            else:
+                view = qkv[:, w * H * D:(w + 1) * H * D, :]
+            to_bhsd(view, lay, H, D)[...] = np.asarray(canon[n]).astype(dt)
+            out[n] = view
+    else:
+        for n in ("q", "k", "v"):
+            s = specs[n]
+            H, S, D = dims[n]
+            x = strided_empty(physical_shape(s["layout"], B, H, S, D), dt, s["perm"], s["pad"],
+                              broadcast_dims(s["layout"], s["broadcast"]))
+            to_bhsd(x, s["layout"], H, D)[...] = np.asarray(canon[n]).astype(dt)
+            out[n] = x
+    full = (B, case.q_heads, case.q_len, case.kv_len)
+    for name, spec, m in (("mask", case.amask, mask), ("bool_mask", case.bmask, bool_mask)):
+        if spec is None or m is None:
+            continue
+        mdt = np.bool_ if name == "bool_mask" else dtype_of(spec.get("dtype", "f32"))
+        fd = spec.get("full_dims", "qk")
+        m = np.asarray(m)
+        m = m.reshape((1,) * (4 - m.ndim) + m.shape)
+        small = tuple(f if letter in fd else 1 for f, letter in zip(full, "bhqk"))
+        m = np.broadcast_to(m, full)[tuple(slice(0, n) for n in small)]
+        if spec.get("rank", 4) == 2:
+            arr = np.ascontiguousarray(m.reshape(small[2], small[3]).astype(mdt))
+        elif spec.get("expanded"):
+            arr = np.broadcast_to(np.ascontiguousarray(m.astype(mdt)), full)  # stride 0 on the broadcast dims
+        else:
+            arr = np.ascontiguousarray(m.astype(mdt))
+        out[name] = arr
+    return out
+
+
+def _dtype_of(name):
+    if name == "bf16":
+        import ml_dtypes  # numpy has no bfloat16
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype({"f32": np.float32, "f16": np.float16, "f64": np.float64, "bool": np.bool_}[name])
