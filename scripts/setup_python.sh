@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The project's Python environment, .venv/, with the pinned versions of
-# python/requirements.txt (numpy, ml_dtypes, zstandard and the real targets' stacks:
-# torch, onnx, onnxruntime, openvino, apache-tvm, jax) on Debian's python3.
+# The project's Python environment, .venv/, on Debian's python3, with pinned versions: the
+# kit's own (python/requirements.txt: numpy, ml_dtypes, zstandard) and those every real
+# target's stack declares (`pip` in python/attnfuzz/targets/STACK.py: torch, onnx,
+# onnxruntime, openvino, apache-tvm, jax), as `python -m attnfuzz.targets --requirements`
+# lists them.
 #
 # Installed once, reused: the environment is built in a cache directory named for the
 # requirements' hash ($ATTNFUZZ_CACHE, default ~/.cache/attnfuzz/venv-<hash>) and .venv
@@ -13,15 +15,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-req=python/requirements.txt
 py=/usr/bin/python3
 [ -x "$py" ] || py=$(command -v python3)
+req=$(mktemp)
+trap 'rm -f "$req"' EXIT
+PYTHONPATH=python "$py" -m attnfuzz.targets --requirements python/requirements.txt >"$req" \
+    || { echo "setup_python: the stacks' declarations do not read (python -m attnfuzz.targets --requirements)" >&2; exit 2; }
 hash=$( (cat "$req"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
 marker=.attnfuzz-requirements-$hash
 
 install_into() { # DIR
     local dir=$1 t0=$SECONDS
-    echo "setup_python: installing $req into $dir (first time: about 3 GB)"
+    echo "setup_python: installing $(wc -l <"$req") pinned packages into $dir (first time: about 3 GB)"
     [ -x "$dir/bin/python" ] || "$py" -m venv "$dir"
     "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
     touch "$dir/$marker"

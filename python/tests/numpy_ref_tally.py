@@ -12,16 +12,16 @@ from attnfuzz.targets import numpy_ref
 _tally = open(os.environ["AF_LAYOUT_TALLY"], "a", buffering=1)
 
 
-def run(case, q, k, v, mask=None, bool_mask=None):
-    s = case.specs
-    _tally.write("%s %s %s\n" % (s["q"]["layout"], s["k"]["layout"], s["v"]["layout"]))
-    return numpy_ref.run(case, q, k, v, mask=mask, bool_mask=bool_mask)
+class Tally(numpy_ref.Target):
+    """numpy_ref's target, writing each case's layouts to the tally first."""
+
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        s = case.specs
+        _tally.write("%s %s %s\n" % (s["q"]["layout"], s["k"]["layout"], s["v"]["layout"]))
+        return super().execute(art, case, q, k, v, mask, bool_mask)
 
 
 if __name__ == "__main__":
-    from attnfuzz.worker import serve
-    import numpy as np
+    from attnfuzz.targets import _base
 
-    sys.exit(serve(run, name="numpy_ref", version=np.__version__, variant="float64", caps=numpy_ref.CAPS,
-                   layouts=list(numpy_ref.layouts.ALL), dtypes=["f32", "f16", "bf16"],
-                   conventions=numpy_ref.CONVENTIONS, compile_key=[]))
+    sys.exit(_base.main(numpy_ref.STACK, Tally, ["float64"]))

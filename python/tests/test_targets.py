@@ -1,79 +1,262 @@
-"""python -m attnfuzz.targets --list: every known stack listed; a module that is missing,
-fails to import, or whose available() raises is listed as unavailable with the reason."""
+"""The target contract (attnfuzz.targets._base) and the stack registry
+(attnfuzz.targets, python -m attnfuzz.targets): stacks discovered from the package, broken
+modules listed with the reason, the WHERE filters, requirements from the declarations, and
+Target.run's shared steps (cache by structure, compile timing, refusals, dtype and score
+budget checks) on a small fake stack."""
 
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import _util
+import numpy as np
 
 import attnfuzz.targets as targets
-from attnfuzz.targets import numpy_ref
+from attnfuzz.case import Case
+from attnfuzz.targets import _base, numpy_ref
+from attnfuzz.worker import Result, Unsupported
 
 BROKEN = "raise RuntimeError('no GPU here')\n"
-WOBBLY = '''VARIANTS = {"a": "first", "b": "second"}
-def available(variant):
+NO_STACK = "VARIANTS = {'a': 'an old-style module'}\n"
+WOBBLY = '''from attnfuzz.targets import _base
+def _probe(variant):
     if variant == "b":
         raise OSError("driver missing")
     print("noise from an import")
-    return True, ""
+    return None
+STACK = _base.Stack("zz_wobbly", imports=("math",), probe=_probe, pip=("wobbly==1.0", "numpy==2.4.6"),
+                    variants=(_base.Variant("a", "first"), _base.Variant("b", "second", gpu=True, compiled=True)))
 '''
 
 
-class ListTargets(unittest.TestCase):
-    def test_cli(self):
-        env = dict(os.environ, PYTHONPATH=_util.PYDIR)
-        p = subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--list"], env=env, capture_output=True,
+def _env():
+    return dict(os.environ, PYTHONPATH=_util.PYDIR)
+
+
+class Registry(unittest.TestCase):
+    def test_discovered_stacks(self):
+        names = targets.stack_names()
+        for stack in ("numpy_ref", "torch", "ort", "openvino", "tvm", "jax", "tensorrt"):
+            self.assertIn(stack, names)
+        self.assertFalse([n for n in names if n.startswith("_")])     # helpers are not stacks
+        for st in targets.declared():
+            self.assertNotIn("error", st, st)
+            self.assertTrue(st["variants"], st)
+
+    def test_cli_list(self):
+        p = subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--list"], env=_env(), capture_output=True,
                            timeout=600)
         self.assertEqual(p.returncode, 0, p.stderr)
         rows = json.loads(p.stdout)
-        names = [r["target"].split("/")[0] for r in rows]
-        for stack in targets.STACKS:
-            self.assertIn(stack, names)
+        self.assertEqual({r["target"].split("/")[0] for r in rows}, set(targets.stack_names()))
         for r in rows:
-            self.assertEqual(set(r), {"target", "available", "reason", "summary"})
+            self.assertEqual(set(r), {"target", "available", "reason", "summary", "gpu", "compiled", "smoke",
+                                      "reference"})
             if not r["available"]:
                 self.assertTrue(r["reason"], r)
-        self.assertIn({"target": "numpy_ref/float64", "available": True, "reason": "",
-                       "summary": numpy_ref.VARIANTS["float64"]}, rows)
-        p = subprocess.run([sys.executable, "-m", "attnfuzz.targets"], env=env, capture_output=True)
+        self.assertIn({"target": "numpy_ref/float64", "available": True, "reason": "", "gpu": False,
+                       "compiled": False, "smoke": True, "reference": True,
+                       "summary": numpy_ref.STACK.variants["float64"].summary}, rows)
+        p = subprocess.run([sys.executable, "-m", "attnfuzz.targets"], env=_env(), capture_output=True)
         self.assertEqual(p.returncode, 2)
+
+    def test_cli_names_filters(self):
+        def names(*where):
+            p = subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--names"] + list(where), env=_env(),
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return p.stdout.split()
+        every = names()
+        cpu, gpu = names("cpu"), names("gpu")
+        self.assertEqual(sorted(cpu + gpu), sorted(every))
+        self.assertIn("torch/cuda_sdpa_flash", gpu)
+        self.assertIn("jax/cudnn", gpu)
+        self.assertNotIn("torch/cuda_sdpa_flash", cpu)
+        self.assertIn("numpy_ref/float64", cpu)
+        self.assertNotIn("numpy_ref/float64", names("cpu", "campaign"))
+        self.assertEqual(names("torch", "cpu", "eager"), ["torch/sdpa_math", "torch/sdpa_flash", "torch/explicit"])
+        self.assertEqual(set(names("ort", "jax", "compiled", "cpu")),
+                         {"ort/attention", "ort/explicit", "ort/explicit_noopt", "ort/exported_sdpa", "jax/xla",
+                          "jax/explicit"})
+        self.assertNotIn("torch/flex", names("smoke"))
+
+    def test_requirements_from_declarations(self):
+        with tempfile.TemporaryDirectory() as d:
+            base = os.path.join(d, "req.txt")
+            with open(base, "w") as f:
+                f.write("# the kit\nnumpy==2.4.6\n\nzstandard==0.25.0\n")
+            lines = targets.requirements(base)
+        self.assertEqual(lines[:2], ["numpy==2.4.6", "zstandard==0.25.0"])
+        self.assertEqual(len(lines), len(set(lines)))
+        for st in targets.declared():
+            for pin in st["pip"]:
+                self.assertIn(pin, lines)
+        self.assertIn("torch==2.15.0", lines)
 
     def test_broken_modules(self):
         with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "zz_broken.py"), "w") as f:
-                f.write(BROKEN)
-            with open(os.path.join(d, "zz_wobbly.py"), "w") as f:
-                f.write(WOBBLY)
+            for name, src in (("zz_broken", BROKEN), ("zz_nostack", NO_STACK), ("zz_wobbly", WOBBLY)):
+                with open(os.path.join(d, name + ".py"), "w") as f:
+                    f.write(src)
             targets.__path__.append(d)
             try:
-                rows = targets.list_targets(["zz_missing", "zz_broken", "zz_wobbly"])
+                self.assertIn("zz_wobbly", targets.stack_names())
+                rows = targets.list_targets(["zz_missing", "zz_broken", "zz_nostack", "zz_wobbly"])
+                declared = targets.declared(["zz_broken", "zz_wobbly"])
+                self.assertEqual(targets.requirements(os.devnull)[-2:], ["wobbly==1.0", "numpy==2.4.6"])
             finally:
                 targets.__path__.remove(d)
+                for name in ("zz_broken", "zz_nostack", "zz_wobbly"):
+                    sys.modules.pop("attnfuzz.targets." + name, None)
         self.assertEqual(rows[0]["target"], "zz_missing")
         self.assertFalse(rows[0]["available"])
         self.assertIn("ModuleNotFoundError", rows[0]["reason"])
         self.assertEqual((rows[1]["target"], rows[1]["available"]), ("zz_broken", False))
         self.assertIn("RuntimeError: no GPU here", rows[1]["reason"])
-        self.assertEqual(rows[2], {"target": "zz_wobbly/a", "available": True, "reason": "", "summary": "first"})
-        self.assertEqual((rows[3]["target"], rows[3]["available"]), ("zz_wobbly/b", False))
-        self.assertIn("OSError: driver missing", rows[3]["reason"])
+        self.assertIn("declares no STACK", rows[2]["reason"])
+        self.assertEqual(rows[3], {"target": "zz_wobbly/a", "available": True, "reason": "", "summary": "first",
+                                   "gpu": False, "compiled": False, "smoke": True, "reference": False})
+        self.assertEqual((rows[4]["target"], rows[4]["available"], rows[4]["gpu"]), ("zz_wobbly/b", False, True))
+        self.assertIn("OSError: driver missing", rows[4]["reason"])
+        self.assertIn("RuntimeError: no GPU here", declared[0]["error"])
+        self.assertEqual([v["variant"] for v in declared[1]["variants"]], ["a", "b"])
 
     def test_numpy_ref_module(self):
-        self.assertEqual(numpy_ref.available("float64"), (True, ""))
-        self.assertFalse(numpy_ref.available("nope")[0])
+        self.assertEqual(numpy_ref.STACK.available("float64"), (True, ""))
+        self.assertFalse(numpy_ref.STACK.available("nope")[0])
         ns = {}
         exec(compile(numpy_ref.repro_snippet("float64"), "repro", "exec"), ns)
         self.assertTrue(callable(ns["attention"]))
-        env = dict(os.environ, PYTHONPATH=_util.PYDIR)
-        p = subprocess.run([sys.executable, "-m", "attnfuzz.targets.numpy_ref", "nope"], env=env,
-                           capture_output=True, stdin=subprocess.DEVNULL)
-        self.assertEqual(p.returncode, 2)
-        self.assertEqual(p.stdout, b"")
-        self.assertIn(b"unknown variant", p.stderr)
+        for argv in (["nope"], ["float64", "extra"]):
+            p = subprocess.run([sys.executable, "-m", "attnfuzz.targets.numpy_ref"] + argv, env=_env(),
+                               capture_output=True, stdin=subprocess.DEVNULL)
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(p.stdout, b"")
+            self.assertIn(b"unknown variant", p.stderr)
+
+
+# -- the contract on a fake stack ---------------------------------------------------------------
+
+FAKE = _base.Stack("fake", imports=("numpy",), variants=(
+    _base.Variant("eager", "numpy, nothing to compile"),
+    _base.Variant("jit", "a compiler that compiles on the first call", compiled=True),
+    _base.Variant("aot", "a compiler that builds ahead", compiled=True)))
+
+
+class FakeTarget(_base.Target):
+    STACK = FAKE
+    REFUSALS = ("shape not supported",)
+    BUILD_S = 0.05
+
+    def __init__(self, variant):
+        super().__init__(variant)
+        self.LAZY_COMPILE = variant == "jit"
+        self.builds = 0
+        self.first_calls = set()
+
+    def declare(self):
+        return {"caps": ["f32", "f16", "gqa"]}
+
+    def refuse(self, case, mask, bool_mask):
+        if case.q_len == 3:
+            raise Unsupported("q_len 3 is not run")
+
+    def build(self, case, q, k, v, mask, bool_mask):
+        self.builds += 1
+        if self.variant == "aot":
+            time.sleep(self.BUILD_S)
+        return ("artifact", self.builds)
+
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        if case.q_len == 5:
+            raise RuntimeError("the stack says: shape not supported for q_len 5\nmore detail")
+        if case.q_len == 6:
+            raise ValueError("a real failure")
+        if self.variant == "jit" and art not in self.first_calls:
+            self.first_calls.add(art)
+            time.sleep(self.BUILD_S)
+        return np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim))
+
+
+def _case(**kw):
+    c = {"batch": 1, "q_heads": 1, "q_len": 2, "kv_len": 2, "head_dim": 4, "dtype": "f32"}
+    c.update(kw)
+    return Case(c)
+
+
+def _run(t, **kw):
+    c = _case(**kw)
+    z = np.zeros(1)
+    return t.run(c, z, z, z)
+
+
+class Contract(unittest.TestCase):
+    def test_hello_defaults(self):
+        h = FakeTarget("eager").hello()
+        self.assertEqual(h["dtypes"], ["f32", "f16"])
+        self.assertEqual(len(h["layouts"]), 8)
+        self.assertEqual(h["conventions"], _base.DEFAULT_CONVENTIONS)
+        self.assertEqual(h["compile_key"], [])
+        self.assertEqual(FakeTarget("aot").hello()["compile_key"],
+                         ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"])
+
+    def test_compiled_cache_and_timing(self):
+        t = FakeTarget("aot")
+        r1 = _run(t)
+        self.assertIsInstance(r1, Result)
+        self.assertGreaterEqual(r1.compile_s, FakeTarget.BUILD_S)
+        r2 = _run(t)                                   # same structure: no build
+        self.assertEqual((t.builds, r2.compile_s), (1, 0.0))
+        self.assertLess(r2.run_s, FakeTarget.BUILD_S)
+        _run(t, q_len=4, kv_len=4)                     # another structure: another build
+        self.assertEqual(t.builds, 2)
+
+    def test_lazy_compile_counts_the_first_call(self):
+        t = FakeTarget("jit")
+        r1 = _run(t)
+        self.assertGreaterEqual(r1.compile_s, FakeTarget.BUILD_S)
+        self.assertEqual(r1.run_s, 0.0)
+        r2 = _run(t)
+        self.assertEqual(r2.compile_s, 0.0)
+        self.assertLess(r2.run_s, FakeTarget.BUILD_S)
+
+    def test_eager_reports_no_compile(self):
+        t = FakeTarget("eager")
+        self.assertEqual(_run(t).compile_s, 0.0)
+        self.assertEqual(t.builds, 2 - 1)              # built, not cached (no structure key)
+        _run(t)
+        self.assertEqual(t.builds, 2)
+
+    def test_refusals(self):
+        t = FakeTarget("aot")
+        with self.assertRaisesRegex(Unsupported, "q_len 3 is not run"):
+            _run(t, q_len=3, kv_len=3)
+        with self.assertRaises(Unsupported) as e:
+            _run(t, q_len=5, kv_len=5)
+        self.assertEqual(str(e.exception), "fake: the stack says: shape not supported for q_len 5")
+        with self.assertRaisesRegex(ValueError, "a real failure"):
+            _run(t, q_len=6, kv_len=6)
+        with self.assertRaisesRegex(Unsupported, "dtype bf16"):
+            _run(t, dtype="bf16")
+        with self.assertRaisesRegex(Unsupported, "scores"):
+            _run(t, batch=64, q_heads=64, q_len=512, kv_len=512)
+
+    def test_keep_mask(self):
+        self.assertIsNone(_base.keep_mask(_case()))
+        self.assertFalse(_base.keep_mask(_case(dropout_p=1.0)).any())
+        k = _base.keep_mask(_case(dropout_p=0.5, dropout_seed=3, q_len=64, kv_len=64))
+        self.assertEqual(k.shape, (1, 1, 64, 64))
+        self.assertTrue(0.4 < k.mean() < 0.6)
+
+    def test_main_exit_codes(self):
+        self.assertEqual(_base.main(FAKE, FakeTarget, ["nope"]), 2)
+        self.assertEqual(_base.main(FAKE, FakeTarget, []), 2)            # no default variant
+        missing = _base.Stack("fake2", imports=("no_such_module_here",), variants=(_base.Variant("a", "a"),))
+        self.assertEqual(_base.main(missing, FakeTarget, ["a"]), 3)
 
 
 if __name__ == "__main__":

@@ -1,51 +1,119 @@
 """Real targets: one worker module per stack, each runnable as
-`python -m attnfuzz.targets.STACK VARIANT` (docs/worker-protocol.md).
+`python -m attnfuzz.targets.STACK VARIANT` (docs/worker-protocol.md), each following the
+contract of attnfuzz.targets._base (docs/adding-a-target.md).
 
-Each module has VARIANTS (variant -> one-line summary), available(variant) -> (bool,
-reason) that imports its stack lazily and never raises, main(argv) and
-repro_snippet(variant). list_targets() (and `python -m attnfuzz.targets --list`) reports
-every variant of every known stack; a module that is missing or fails to import is listed
-as unavailable with the reason, never an exception."""
+The stacks are discovered, never listed by hand: every module of this package whose name
+does not start with "_" is a stack and declares STACK (a _base.Stack). Everything that
+needs the list of stacks and variants reads it from here, through the command line of
+__main__.py: the CMake test loop, scripts/campaign.sh, bench_targets.sh, gpu_campaign.sh,
+tests/findings_repros.py and the set-up's requirements.
+
+declared() imports the stack modules only (they import their stack lazily), so it is fast
+and works where no stack is installed; list_targets() also asks each variant whether it
+can run here, which imports the stacks. Neither raises for a broken module: it is listed
+with the reason."""
 
 import contextlib
 import importlib
+import pkgutil
 import sys
 
-STACKS = ("numpy_ref", "torch", "ort", "openvino", "tvm", "jax", "tensorrt")
+from attnfuzz.targets._base import describe
 
 
-def _reason(e):
-    msg = str(e).strip().splitlines()
-    return "%s: %s" % (type(e).__name__, msg[0] if msg else "")
+def stack_names():
+    """The stack modules of this package, sorted (helpers start with "_")."""
+    names = {m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")}
+    return sorted(names)
 
 
-def list_targets(stacks=STACKS):
-    """[{"target": "STACK/VARIANT", "available": bool, "reason": str, "summary": str}, ...]
-    What the stacks print while importing goes to stderr."""
+def load(stack):
+    """(module, None) or (None, reason) for a stack module."""
+    try:
+        mod = importlib.import_module("attnfuzz.targets." + stack)
+        if not hasattr(mod, "STACK"):
+            return None, "module attnfuzz.targets.%s declares no STACK" % stack
+        return mod, None
+    except BaseException as e:  # noqa: BLE001 - a broken module is listed, never fatal
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return None, "module attnfuzz.targets.%s: %s" % (stack, describe(e))
+
+
+def declared(stacks=None):
+    """[Stack.as_dict() | {"stack": name, "error": reason}, ...] for every stack module."""
+    out = []
+    for name in stacks or stack_names():
+        mod, why = load(name)
+        out.append(mod.STACK.as_dict() if mod else {"stack": name, "error": why})
+    return out
+
+
+def list_targets(stacks=None):
+    """[{"target": "STACK/VARIANT", "available": bool, "reason": str, "summary": str,
+    "gpu": bool, "compiled": bool, "smoke": bool, "reference": bool}, ...]. What the stacks print while
+    importing goes to stderr."""
     with contextlib.redirect_stdout(sys.stderr):
-        return _list(stacks)
+        return _list(stacks or stack_names())
 
 
 def _list(stacks):
     rows = []
     for stack in stacks:
-        try:
-            mod = importlib.import_module("attnfuzz.targets." + stack)
-            variants = dict(getattr(mod, "VARIANTS"))
-        except BaseException as e:  # noqa: BLE001 - a broken module is listed, never fatal
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            rows.append({"target": stack, "available": False,
-                         "reason": "module attnfuzz.targets.%s: %s" % (stack, _reason(e)), "summary": ""})
+        mod, why = load(stack)
+        if mod is None:
+            rows.append({"target": stack, "available": False, "reason": why, "summary": "", "gpu": False,
+                         "compiled": False, "smoke": False, "reference": False})
             continue
-        for variant, summary in variants.items():
-            try:
-                ok, reason = mod.available(variant)
-                ok, reason = bool(ok), str(reason or "")
-            except BaseException as e:  # noqa: BLE001
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                ok, reason = False, "available() raised %s" % _reason(e)
-            rows.append({"target": "%s/%s" % (stack, variant), "available": ok, "reason": reason,
-                         "summary": str(summary)})
+        st = mod.STACK
+        for v in st.variants.values():
+            ok, reason = st.available(v.name)
+            rows.append({"target": "%s/%s" % (st.name, v.name), "available": ok, "reason": reason,
+                         "summary": v.summary, "gpu": v.gpu, "compiled": v.compiled, "smoke": v.smoke,
+                         "reference": st.reference})
     return rows
+
+
+def select(rows, where):
+    """The rows (list_targets or flattened declared()) that match every word of where:
+    cpu, gpu, eager, compiled, smoke, available, campaign (not a reference), or a stack
+    name (several stack names: any of them)."""
+    words = set(where)
+    stacks = {w for w in words if w not in ("cpu", "gpu", "eager", "compiled", "smoke", "available", "campaign")}
+
+    def ok(r):
+        stack = r["target"].split("/", 1)[0]
+        return (("cpu" not in words or not r["gpu"]) and ("gpu" not in words or r["gpu"])
+                and ("eager" not in words or not r["compiled"]) and ("compiled" not in words or r["compiled"])
+                and ("smoke" not in words or r.get("smoke", True))
+                and ("available" not in words or r.get("available", True))
+                and ("campaign" not in words or not r["reference"])
+                and (not stacks or stack in stacks))
+    return [r for r in rows if ok(r)]
+
+
+def declared_rows(stacks=None):
+    """declared() flattened to list_targets()'s rows, without asking availability."""
+    rows = []
+    for st in declared(stacks):
+        for v in st.get("variants", ()):
+            rows.append({"target": "%s/%s" % (st["stack"], v["variant"]), "summary": v["summary"], "gpu": v["gpu"],
+                         "compiled": v["compiled"], "reference": st["reference"], "quick": v["quick"],
+                         "smoke": v["smoke"]})
+    return rows
+
+
+def requirements(base):
+    """The pinned requirements: base's lines (a requirements file's path) then every
+    stack's pip pins, each once, in order."""
+    lines, seen = [], set()
+    with open(base) as f:
+        extra = [ln.strip() for ln in f]
+    for st in declared():
+        extra += st.get("pip", [])
+    for ln in extra:
+        if ln and not ln.startswith("#") and ln not in seen:
+            seen.add(ln)
+            lines.append(ln)
+    return lines
+

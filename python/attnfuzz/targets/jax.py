@@ -36,39 +36,33 @@ f32 matmuls in TF32 (measured: 6.5e-4 off float64 on a unit-scale case, 5.4e-7 a
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
-import time
 
 import numpy as np
 
-from attnfuzz.targets import _common
+from attnfuzz import layouts, masks
+from attnfuzz.targets import _base, _common
 
-NAME = "jax"
-
-VARIANTS = {
-    "xla": "jax.nn.dot_product_attention(implementation='xla') under jit, inputs in the physical layout",
-    "explicit": "jnp under jit: einsum / scale / softcap / masks / f32 softmax / dropout / einsum",
-    "cudnn": "jax.nn.dot_product_attention(implementation='cudnn') under jit (CUDA GPU only)",
-}
-
-
-def available(variant: str) -> tuple:
-    if variant not in VARIANTS:
-        return False, "unknown variant %r (known: %s)" % (variant, ", ".join(VARIANTS))
+def _probe(variant):
+    if variant != "cudnn":
+        return None
+    import jax
     try:
-        import jax
-    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
-        return False, "jax does not import: %s: %s" % (type(e).__name__, e)
-    if variant == "cudnn":
-        try:
-            gpus = jax.devices("gpu")
-        except Exception as e:  # noqa: BLE001 - no GPU backend at all
-            return False, "cudnn needs a CUDA GPU; jax has none (%s)" % (str(e).splitlines()[0] if str(e) else type(e).__name__)
-        if not gpus:
-            return False, "cudnn needs a CUDA GPU; jax sees none"
-    return True, ""
+        gpus = jax.devices("gpu")
+    except Exception as e:  # noqa: BLE001 - no GPU backend at all
+        return "cudnn needs a CUDA GPU; jax has none (%s)" % _base.describe(e)
+    return None if gpus else "cudnn needs a CUDA GPU; jax sees none"
+
+
+_V = _base.Variant
+STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2"), probe=_probe, variants=(
+    _V("xla", "jax.nn.dot_product_attention(implementation='xla') under jit, inputs in the physical layout",
+       compiled=True),
+    _V("explicit", "jnp under jit: einsum / scale / softcap / masks / f32 softmax / dropout / einsum", compiled=True),
+    _V("cudnn", "jax.nn.dot_product_attention(implementation='cudnn') under jit (CUDA GPU only)", gpu=True,
+       compiled=True),
+))
 
 
 # ---------------------------------------------------------------------------------------
@@ -215,7 +209,7 @@ def config(case, mask, bool_mask, variant):
     """The static structure of one case (what a recompile depends on) as plain values."""
     lay = dict(case.layouts)
     left, right = case.window
-    native = _offset_zero_always(case)
+    native = _common.offset_zero_always(case)
     inputs = []
     if mask is not None:
         inputs.append("bias")
@@ -225,7 +219,7 @@ def config(case, mask, bool_mask, variant):
         # the explicit graph builds only an offset-0 causal triangle itself; everything
         # else structural is the host's boolean input
         is_causal = bool(case.causal) and native and case.key_padding is None and left < 0 and right < 0
-        struct = _has_structural(case) and not is_causal
+        struct = masks.has_structural(case) and not is_causal
         window_arg = None
     else:
         big = case.q_len + case.kv_len
@@ -241,7 +235,7 @@ def config(case, mask, bool_mask, variant):
                 window_arg = None
                 native = False
         is_causal = bool(case.causal) and native
-        struct = _has_structural(case) and not native
+        struct = masks.has_structural(case) and not native
     if struct:
         inputs.append("struct")
     if native and variant != "explicit" and case.key_padding is not None:
@@ -251,18 +245,18 @@ def config(case, mask, bool_mask, variant):
     return {
         "kind": "explicit" if variant == "explicit" else "sdpa",
         "implementation": "cudnn" if variant == "cudnn" else "xla",
-        "layouts": lay, "packed": case.packed, "out_layout": _OUT_LAYOUT[lay["q"]],
+        "layouts": lay, "packed": case.packed, "out_layout": _common.OUT_LAYOUT[lay["q"]],
         "hq": case.q_heads, "hkv": case.kv_heads, "d": case.head_dim, "dv": case.v_head_dim,
         "scale_arg": float(case.scale) if case.scale_given else None,
-        "scale_factors": _scale_factors(case), "softcap": float(case.softcap),
+        "scale_factors": _common.scale_factors(case), "softcap": float(case.softcap),
         "is_causal": is_causal, "window_arg": window_arg, "inputs": inputs,
-        "dropout_scale": 0.0 if case.dropout_p >= 1.0 else 1.0 / (1.0 - case.dropout_p),
+        "dropout_scale": _common.dropout_scale(case.dropout_p),
         "precision": "default" if (case.allow_tf32 and case.dtype == "f32") else "highest",
         "device": "gpu" if variant == "cudnn" else None,     # None: jax's default device
     }
 
 
-def arguments(case, q, k, v, mask, bool_mask, cfg):
+def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
     """The numpy arguments of the jitted function, in order."""
     import numpy as np
     if case.packed:
@@ -275,11 +269,11 @@ def arguments(case, q, k, v, mask, bool_mask, cfg):
         elif n == "mask":
             args.append(np.ascontiguousarray(bool_mask))
         elif n == "struct":
-            args.append(_structural_allowed(case))
+            args.append(_common.structural_allowed(case))
         elif n == "kv_len":
             args.append(np.asarray(case.key_padding, dtype=np.int32))
         elif n == "keep":
-            args.append(_keep_mask(case))
+            args.append(np.ascontiguousarray(keep))
     return args
 
 
@@ -294,18 +288,6 @@ def call(fn, args, cfg):
     return np.asarray(out)
 
 
-# ---------------------------------------------------------------------------------------
-# Host code shared with the other graph targets; the snippet inlines these.
-# ---------------------------------------------------------------------------------------
-
-_OUT_LAYOUT = _common.OUT_LAYOUT
-_offset_zero_always = _common.offset_zero_always
-_has_structural = _common.has_structural
-_structural_allowed = _common.structural_allowed
-_scale_factors = _common.scale_factors
-_keep_mask = _common.keep_mask
-
-
 def _has_gpu() -> bool:
     try:
         import jax
@@ -314,61 +296,36 @@ def _has_gpu() -> bool:
         return False
 
 
-def caps_for(variant: str) -> dict:
-    """The hello fields of a variant."""
-    conv = {"causal": ["top_left", "bottom_right", "bottom_right_valid", "explicit"],
-            "masked_values": "ieee", "dropout": "none"}
-    base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
-            "strided", "mask_dtype", "tf32"]
-    limits = {"max_bytes": 64 << 20}
-    dtypes = ["f32", "f16", "bf16"]
-    if variant == "explicit":
-        caps = base + ["dv", "softcap"]
-        conv["masked_rows"] = "nan"
-        if _common.have_counter_rng():
-            caps.append("dropout")
-            conv["dropout"] = "counter"
-    elif variant == "xla":
-        # A row masked entirely by -inf in `bias` is NaN (the bias is added as is, softmax of
-        # all -inf): declared. Rows masked through `mask` / is_causal / windows / seq lengths
-        # get the mean of V instead (-0.7 * finfo.max); no convention says that, they stay
-        # `diverge` findings.
-        conv["masked_rows"] = "nan"
-        # jit of dot_product_attention on f16 fails to compile on a CPU: its F16_F16_F32 dot
-        # algorithm is refused at lowering, where its own try/except fallback does not reach
-        # (known: keras-team/keras-hub#2354); f16 only where a GPU runs it
-        caps = base
-        if not _has_gpu():
-            caps = [c for c in base if c != "f16"]
-            dtypes = ["f32", "bf16"]
-    else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
-        caps = [c for c in base if c != "f32"]
-        dtypes = ["f16", "bf16"]
-        limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
-    return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": dtypes, "limits": limits,
-            "conventions": conv,
-            "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
-
-
-def _structure_key(case, mask, bool_mask):
-    """The cache key: case.key's structural fields without strides (inputs are made dense),
-    plus the shapes and dtypes of the masks as sent."""
-    def shp(x):
-        return None if x is None else (tuple(x.shape), str(x.dtype))
-    return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
-            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
-
-
-class Target:
+class Target(_base.Target):
     """One variant: a cache of jitted functions keyed by structure."""
+    STACK = STACK
+    LAZY_COMPILE = True           # jit compiles on the first call of a structure
 
-    def __init__(self, variant: str):
-        self.variant = variant
-        self.cache = _common.LRU(64)
+    def declare(self) -> dict:
+        conv = {"masked_values": "ieee"}
+        base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
+                "strided", "mask_dtype", "tf32"]
+        limits = {"max_bytes": 64 << 20}
+        if self.variant == "explicit":
+            caps = base + ["dv", "softcap", "dropout"]
+            conv.update(masked_rows="nan", dropout="counter")
+        elif self.variant == "xla":
+            # A row masked entirely by -inf in `bias` is NaN (the bias is added as is, softmax of
+            # all -inf): declared. Rows masked through `mask` / is_causal / windows / seq lengths
+            # get the mean of V instead (-0.7 * finfo.max); no convention says that, they stay
+            # `diverge` findings.
+            conv["masked_rows"] = "nan"
+            # jit of dot_product_attention on f16 fails to compile on a CPU: its F16_F16_F32 dot
+            # algorithm is refused at lowering, where its own try/except fallback does not reach
+            # (known: keras-team/keras-hub#2354); f16 only where a GPU runs it
+            caps = base if _has_gpu() else [c for c in base if c != "f16"]
+        else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
+            caps = [c for c in base if c != "f32"]
+            limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
+        return {"caps": caps, "limits": limits, "conventions": conv}
 
-    def run(self, case, q, k, v, mask=None, bool_mask=None):
-        from attnfuzz.worker import Result, Unsupported
-        _common.check_score_budget(case)
+    def refuse(self, case, mask, bool_mask):
+        from attnfuzz.worker import Unsupported
         if self.variant != "explicit":
             if case.v_head_dim != case.head_dim:
                 raise Unsupported("jax.nn.dot_product_attention needs V's head dim equal to K's")
@@ -376,78 +333,44 @@ class Target:
                 raise Unsupported("jax.nn.dot_product_attention has no softcap")
             if case.dropout_p > 0:
                 raise Unsupported("jax.nn.dot_product_attention has no dropout")
-        elif case.dropout_p > 0 and not _common.have_counter_rng():
-            raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
-        key = _structure_key(case, mask, bool_mask)
-        ent = self.cache.get(key)
-        t0 = time.perf_counter()
-        compile_s = 0.0
-        if ent is None:
-            cfg = config(case, mask, bool_mask, self.variant)
-            ent = self.cache.put(key, (make_fn(cfg), cfg, [True]))
-        fn, cfg, first = ent
-        args = arguments(case, q, k, v, mask, bool_mask, cfg)
-        out = call(fn, args, cfg)
-        t1 = time.perf_counter()
-        if first[0]:                   # jit compiles on the first call of a structure
-            first[0] = False
-            compile_s = t1 - t0
-        return Result(out, layout=cfg["out_layout"], compile_s=compile_s, run_s=0.0 if compile_s else t1 - t0)
+
+    def build(self, case, q, k, v, mask, bool_mask):
+        cfg = config(case, mask, bool_mask, self.variant)
+        return make_fn(cfg), cfg
+
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        from attnfuzz.worker import Result
+        fn, cfg = art
+        out = call(fn, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), cfg)
+        return Result(out, layout=cfg["out_layout"])
 
 
 def repro_snippet(variant: str) -> str:
-    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None) with jax and
-    numpy only; returns the output in the case's output layout (see OUT_LAYOUT)."""
-    if variant not in VARIANTS:
-        raise ValueError("unknown variant %r" % (variant,))
-    parts = ["import math", "import numpy as np", "import jax", "import jax.numpy as jnp", "",
-             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_common.OUT_LAYOUT,), ""]
-    for f in (_common.offset_zero_always, _common.has_structural, _common.structural_allowed, _common.scale_factors):
-        parts.append(inspect.getsource(f))
-    parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
-    parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
-    parts.append(_KEEP_SNIPPET)
-    for f in (to_btnh, unpack_btnh, from_btnh, full_qk, make_fn, explicit_btnh, config, arguments, call):
-        parts.append(inspect.getsource(f))
-    parts.append('''
-def attention(case, q, k, v, mask=None, bool_mask=None):
+    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None, keep=None)
+    with jax and numpy only; returns the output as [B, Hq, Sq, Dv]."""
+    STACK.variant(variant)
+    return _common.snippet(
+        ["import jax", "import jax.numpy as jnp"],
+        (to_btnh, unpack_btnh, from_btnh, full_qk, make_fn, explicit_btnh, config, arguments, call),
+        consts={"VARIANT": variant}, tail='''
+
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
     cfg = config(case, mask, bool_mask, VARIANT)
-    fn = make_fn(cfg)
-    return call(fn, arguments(case, q, k, v, mask, bool_mask, cfg), cfg)
+    out = call(make_fn(cfg), arguments(case, q, k, v, mask, bool_mask, keep, cfg), cfg)
+    return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
 ''')
-    return "\n".join(parts)
-
-
-_KEEP_SNIPPET = '''
-def _keep_mask(case):
-    """The dropout keep mask bool [B, Hq, Sq, Sk]: attnfuzz.rng.dropout_keep (Philox, DESIGN.md
-    section 2) when attnfuzz is importable; the repro needs it only for dropout cases."""
-    from attnfuzz import rng
-    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
-'''
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0] not in VARIANTS:
-        sys.stderr.write("usage: python -m attnfuzz.targets.jax VARIANT (one of: %s)\n" % ", ".join(VARIANTS))
-        return 2
-    variant = argv[0]
     # a worker shares the GPU with whatever else runs: no 75% preallocation. Set before
     # anything touches a jax backend (available() lists the GPUs for cudnn), or it is too
     # late: four cudnn workers then ran each other, and a torch campaign beside them, out
     # of memory
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    ok, why = available(variant)
-    if not ok:
-        sys.stderr.write("attnfuzz.targets.jax: %s is unavailable: %s\n" % (variant, why))
-        return 3
     import jax
     jax.config.update("jax_enable_x64", False)
-    from attnfuzz.worker import serve
-    t = Target(variant)
-    return serve(t.run, name=NAME, version=jax.__version__, variant=variant, **caps_for(variant))
+    return _base.main(STACK, Target, argv)
 
 
 if __name__ == "__main__":

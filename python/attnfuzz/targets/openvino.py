@@ -40,35 +40,28 @@ the explicit graph (Softmax of an all -inf row is NaN).
 
 from __future__ import annotations
 
-import inspect
 import sys
-import time
 
 import numpy as np
 
-from attnfuzz.targets import _common
+from attnfuzz import layouts, masks
+from attnfuzz.targets import _base, _common
 
-NAME = "openvino"
-
-VARIANTS = {
-    "sdpa": "opset13 ScaledDotProductAttention in an ov.Model fed the physical layout (CPU plugin)",
-    "explicit": "MatMul / Multiply / Add / Select / Softmax / MatMul ov.Model (CPU plugin)",
-    "sdpa_nosnippets": "the sdpa model compiled with SNIPPETS_MODE=DISABLE (oneDNN MatMul + Softmax nodes)",
-}
+def _probe(variant):
+    import openvino as ov
+    devices = ov.Core().available_devices
+    return None if "CPU" in devices else "openvino has no CPU device (devices: %s)" % ", ".join(devices)
 
 
-def available(variant: str) -> tuple:
-    if variant not in VARIANTS:
-        return False, "unknown variant %r (known: %s)" % (variant, ", ".join(VARIANTS))
-    try:
-        import openvino as ov
-        import openvino.opset13  # noqa: F401
-        devices = ov.Core().available_devices
-    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
-        return False, "openvino does not import: %s: %s" % (type(e).__name__, e)
-    if "CPU" not in devices:
-        return False, "openvino has no CPU device (devices: %s)" % ", ".join(devices)
-    return True, ""
+_V = _base.Variant
+STACK = _base.Stack("openvino", imports=("openvino", "openvino.opset13"), pip=("openvino==2026.4.1",),
+                    version_of="openvino", probe=_probe, variants=(
+    _V("sdpa", "opset13 ScaledDotProductAttention in an ov.Model fed the physical layout (CPU plugin)",
+       compiled=True),
+    _V("explicit", "MatMul / Multiply / Add / Select / Softmax / MatMul ov.Model (CPU plugin)", compiled=True),
+    _V("sdpa_nosnippets", "the sdpa model compiled with SNIPPETS_MODE=DISABLE (oneDNN MatMul + Softmax nodes)",
+       compiled=True),
+))
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,9 +290,9 @@ def config(case, mask, bool_mask, variant):
         phys["qkv"] = tuple(case.qkv.shape)
     else:
         for n, h, s, dim in (("q", Hq, Sq, D), ("k", Hkv, Sk, D), ("v", Hkv, Sk, Dv)):
-            phys[n] = _phys_shape(lay[n], B, h, s, dim)
+            phys[n] = layouts.out_shape(lay[n], B, h, s, dim)
     left, right = case.window
-    only_causal = (bool(case.causal) and _offset_zero_always(case) and case.key_padding is None
+    only_causal = (bool(case.causal) and _common.offset_zero_always(case) and case.key_padding is None
                    and left < 0 and right < 0)
     inputs = []
     if mask is not None:
@@ -312,7 +305,7 @@ def config(case, mask, bool_mask, variant):
         is_causal = only_causal
     else:
         is_causal = only_causal and mask is None and bool_mask is None
-    if _has_structural(case) and not is_causal:
+    if masks.has_structural(case) and not is_causal:
         inputs.append("struct")
         phys["struct"] = ((B, 1, Sq, Sk), "boolean")
     if variant == "explicit" and case.dropout_p > 0:
@@ -321,21 +314,16 @@ def config(case, mask, bool_mask, variant):
     return {
         "kind": "explicit" if variant == "explicit" else "sdpa", "no_snippets": variant.endswith("_nosnippets"),
         "dtype": case.dtype, "shape": (B, Hq, Hkv, Sq, Sk, D, Dv), "phys": phys,
-        "layouts": lay, "packed": case.packed, "out_layout": _OUT_LAYOUT[lay["q"]], "inputs": inputs,
+        "layouts": lay, "packed": case.packed, "out_layout": _common.OUT_LAYOUT[lay["q"]], "inputs": inputs,
         "scale_arg": float(case.scale) if case.scale_given else None,
-        "scale_factors": _scale_factors(case), "softcap": float(case.softcap), "is_causal": is_causal,
+        "scale_factors": _common.scale_factors(case), "softcap": float(case.softcap), "is_causal": is_causal,
         "mask_dtype": case.amask.get("dtype", "f32") if case.amask else None,
-        "dropout_scale": 0.0 if case.dropout_p >= 1.0 else 1.0 / (1.0 - case.dropout_p),
+        "dropout_scale": _common.dropout_scale(case.dropout_p),
         "precision": case.dtype,
     }
 
 
-def _phys_shape(layout, B, H, S, D):
-    return {"bhsd": (B, H, S, D), "bshd": (B, S, H, D), "sbhd": (S, B, H, D), "bsd": (B, S, H * D),
-            "channels_first": (B, H * D, S)}[layout]
-
-
-def arguments(case, q, k, v, mask, bool_mask, cfg):
+def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
     """The model's input arrays, in order."""
     if case.packed:
         args = [np.ascontiguousarray(case.qkv)]
@@ -347,57 +335,27 @@ def arguments(case, q, k, v, mask, bool_mask, cfg):
         elif n == "bool_mask":
             args.append(np.ascontiguousarray(bool_mask))
         elif n == "struct":
-            args.append(_structural_allowed(case))
+            args.append(_common.structural_allowed(case))
         elif n == "keep":
-            args.append(_keep_mask(case))
+            args.append(np.ascontiguousarray(keep))
     return args
 
 
-# ---------------------------------------------------------------------------------------
-# Host code shared with the other graph targets; the snippet inlines these.
-# ---------------------------------------------------------------------------------------
-
-_OUT_LAYOUT = _common.OUT_LAYOUT
-_offset_zero_always = _common.offset_zero_always
-_has_structural = _common.has_structural
-_structural_allowed = _common.structural_allowed
-_scale_factors = _common.scale_factors
-_keep_mask = _common.keep_mask
-
-
-def caps_for(variant: str) -> dict:
-    """The hello fields of a variant."""
-    conv = {"causal": ["top_left", "bottom_right", "bottom_right_valid", "explicit"], "masked_rows": "nan",
-            "masked_values": "ieee", "dropout": "none"}
-    caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding", "window",
-            "strided", "tf32"]
-    if variant == "explicit":
-        caps += ["softcap", "mask_dtype"]
-        if _common.have_counter_rng():
-            caps.append("dropout")
-            conv["dropout"] = "counter"
-    return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": ["f32", "f16", "bf16"],
-            "limits": {"max_bytes": 64 << 20}, "conventions": conv,
-            "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
-
-
-def _structure_key(case, mask, bool_mask):
-    def shp(x):
-        return None if x is None else (tuple(x.shape), str(x.dtype))
-    return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
-            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
-
-
-class Target:
+class Target(_base.Target):
     """One variant: a cache of compiled models and their infer requests keyed by structure."""
+    STACK = STACK
 
-    def __init__(self, variant: str):
-        self.variant = variant
-        self.cache = _common.LRU(64)
+    def declare(self) -> dict:
+        caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding",
+                "window", "strided", "tf32"]
+        conv = {"masked_rows": "nan", "masked_values": "ieee"}
+        if self.variant == "explicit":
+            caps += ["softcap", "mask_dtype", "dropout"]
+            conv["dropout"] = "counter"
+        return {"caps": caps, "limits": {"max_bytes": 64 << 20}, "conventions": conv}
 
-    def run(self, case, q, k, v, mask=None, bool_mask=None):
-        from attnfuzz.worker import Result, Unsupported
-        _common.check_score_budget(case)
+    def refuse(self, case, mask, bool_mask):
+        from attnfuzz.worker import Unsupported
         if self.variant != "explicit":
             if case.softcap > 0:
                 raise Unsupported("ScaledDotProductAttention has no softcap")
@@ -405,73 +363,59 @@ class Target:
                 raise Unsupported("ScaledDotProductAttention has no dropout")
             if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
                 raise Unsupported("ScaledDotProductAttention wants the mask in Q's type")
-        elif case.dropout_p > 0 and not _common.have_counter_rng():
-            raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
-        key = _structure_key(case, mask, bool_mask)
-        ent = self.cache.get(key)
-        compile_s = 0.0
-        if ent is None:
-            t0 = time.perf_counter()
-            cfg = config(case, mask, bool_mask, self.variant)
-            compiled, request = compile_model(cfg)
-            compile_s = time.perf_counter() - t0
-            ent = self.cache.put(key, (compiled, request, cfg))
-        _, request, cfg = ent
-        t1 = time.perf_counter()
-        out = infer(request, arguments(case, q, k, v, mask, bool_mask, cfg), case.dtype)
-        return Result(out, layout=cfg["out_layout"], compile_s=compile_s, run_s=time.perf_counter() - t1)
+
+    def build(self, case, q, k, v, mask, bool_mask):
+        cfg = config(case, mask, bool_mask, self.variant)
+        compiled, request = compile_model(cfg)
+        return compiled, request, cfg
+
+    def self_check(self):
+        """[(ok, message)]: every model compiled so far computes at its case's precision,
+        read back from the compiled model: f32 cases at f32 (the CPU plugin's default is
+        bf16 on AVX512_BF16 / AMX CPUs), bf16 at bf16, f16 at f16 where the CPU runs f16
+        natively and at f32 elsewhere, never at the bf16 default the plugin keeps when it
+        ignores an f16 hint."""
+        import openvino as ov
+        caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        want = {"f32": "f32", "bf16": "bf16" if "BF16" in caps else "f32", "f16": "f16" if "FP16" in caps else "f32"}
+        names = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+        seen = {}
+        for compiled, _, cfg in self.cache.values():
+            hint = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+            w = want[cfg["dtype"]]
+            seen[cfg["dtype"]] = seen.get(cfg["dtype"], 0) + 1
+            if "'%s'" % names[w] not in hint:
+                return [(False, "a %s model compiled with INFERENCE_PRECISION_HINT %s, want %s"
+                         % (cfg["dtype"], hint, names[w]))]
+        return [(bool(seen.get("f32") and seen.get("f16")),
+                 "models compiled at their precision (%s; CPU capabilities %s)"
+                 % (", ".join("%d %s at %s" % (n, d, want[d]) for d, n in sorted(seen.items())), " ".join(caps)))]
+
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        from attnfuzz.worker import Result
+        _, request, cfg = art
+        out = infer(request, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), case.dtype)
+        return Result(out, layout=cfg["out_layout"])
 
 
 def repro_snippet(variant: str) -> str:
-    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None) with openvino
-    and numpy only; returns the output in the case's output layout (see _OUT_LAYOUT)."""
-    if variant not in VARIANTS:
-        raise ValueError("unknown variant %r" % (variant,))
-    parts = ["import math", "import numpy as np", "import openvino as ov", "import openvino.opset13 as ops", "",
-             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_common.OUT_LAYOUT,),
-             "_OV_TYPES = %r" % (_OV_TYPES,), ""]
-    for f in (_common.offset_zero_always, _common.has_structural, _common.structural_allowed, _common.scale_factors):
-        parts.append(inspect.getsource(f))
-    parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
-    parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
-    parts.append(_KEEP_SNIPPET)
-    for f in (_const, _type, _i64, to_bhsd, unpack_qkv, from_bhsd, repeat_kv, build_model, inference_precision, compile_model,
-              ov_tensor, infer,
-              config, _phys_shape, arguments):
-        parts.append(inspect.getsource(f))
-    parts.append('''
-def attention(case, q, k, v, mask=None, bool_mask=None):
+    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None, keep=None)
+    with openvino and numpy only; returns the output as [B, Hq, Sq, Dv]."""
+    STACK.variant(variant)
+    return _common.snippet(
+        ["import openvino as ov", "import openvino.opset13 as ops"],
+        (_const, _type, _i64, to_bhsd, unpack_qkv, from_bhsd, repeat_kv, build_model, inference_precision,
+         compile_model, ov_tensor, infer, config, arguments),
+        consts={"VARIANT": variant, "_OV_TYPES": _OV_TYPES}, tail='''
+
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
     cfg = config(case, mask, bool_mask, VARIANT)
     compiled, request = compile_model(cfg)
-    return infer(request, arguments(case, q, k, v, mask, bool_mask, cfg), case.dtype)
+    out = infer(request, arguments(case, q, k, v, mask, bool_mask, keep, cfg), case.dtype)
+    return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
 ''')
-    return "\n".join(parts)
-
-
-_KEEP_SNIPPET = '''
-def _keep_mask(case):
-    """The dropout keep mask bool [B, Hq, Sq, Sk] (attnfuzz.rng.dropout_keep, Philox)."""
-    from attnfuzz import rng
-    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
-'''
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0] not in VARIANTS:
-        sys.stderr.write("usage: python -m attnfuzz.targets.openvino VARIANT (one of: %s)\n" % ", ".join(VARIANTS))
-        return 2
-    variant = argv[0]
-    ok, why = available(variant)
-    if not ok:
-        sys.stderr.write("attnfuzz.targets.openvino: %s is unavailable: %s\n" % (variant, why))
-        return 3
-    import openvino as ov
-    from attnfuzz.worker import serve
-    t = Target(variant)
-    return serve(t.run, name=NAME, version=ov.__version__, variant=variant, **caps_for(variant))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_base.main(STACK, Target))

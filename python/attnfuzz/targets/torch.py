@@ -38,42 +38,23 @@ way PyTorch's tests do (dropout "keep_mask"; the flash path exists but is not de
 debug mask disagreed with its output on one case); the other SDPA and flex variants
 declare no dropout. Kernel declines ("No available kernel", the
 memory-efficient kernel's alignment and bias-dtype checks, FlexAttention's NYI shapes) are
-answered `unsupported` with PyTorch's reason. A CUDA device fault (a sticky error such as
-"misaligned address") ends the worker, so attnfuzz records a crash and restarts it.
+answered `unsupported` with PyTorch's reason, on every path (the dropout one included). A
+CUDA device fault (a sticky error such as "misaligned address") ends the worker, so
+attnfuzz records a crash and restarts it.
 """
 
 from __future__ import annotations
 
 import math
+import shutil
 import sys
-import time
 import warnings
 
 import numpy as np
 
-from attnfuzz.targets import _common
-
-NAME = "torch"
-
-_CPU = {
-    "sdpa_math": "F.scaled_dot_product_attention, math kernel (CPU)",
-    "sdpa_flash": "F.scaled_dot_product_attention, flash kernel (CPU; D == Dv)",
-    "explicit": "eager nn.Module: matmul / scale / softcap / masks / softmax / dropout / matmul (CPU)",
-    "compile": "torch.compile (Inductor) of the explicit module (CPU)",
-    "compile_sdpa": "torch.compile (Inductor) of the SDPA module (CPU)",
-    "flex": "FlexAttention, compiled; structural and boolean masks as a block mask (CPU)",
-}
-_CUDA = {
-    "cuda_sdpa_math": "F.scaled_dot_product_attention, math kernel (CUDA)",
-    "cuda_sdpa_flash": "F.scaled_dot_product_attention, flash kernel (CUDA)",
-    "cuda_sdpa_efficient": "F.scaled_dot_product_attention, memory-efficient kernel (CUDA)",
-    "cuda_sdpa_cudnn": "F.scaled_dot_product_attention, cuDNN kernel (CUDA)",
-    "cuda_explicit": "eager explicit module (CUDA)",
-    "cuda_compile": "torch.compile of the explicit module (CUDA)",
-    "cuda_compile_sdpa": "torch.compile of the SDPA module (CUDA)",
-    "cuda_flex": "FlexAttention, compiled (CUDA)",
-}
-VARIANTS = {**_CPU, **_CUDA}
+from attnfuzz import masks
+from attnfuzz.targets import _base, _common, _torch_layouts
+from attnfuzz.targets._torch_layouts import from_bhsd, to_bhsd, to_numpy, to_torch, unpack_qkv
 
 # The module kind and SDPA backend of each variant (without the cuda_ prefix).
 _KIND = {
@@ -88,87 +69,54 @@ _KIND = {
 }
 
 
-def _base(variant: str) -> tuple:
+def _base_of(variant: str) -> tuple:
     cuda = variant.startswith("cuda_")
     return (variant[5:] if cuda else variant), cuda
 
 
-def available(variant: str) -> tuple:
-    if variant not in VARIANTS:
-        return False, f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})"
-    try:
-        import torch
-    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
-        return False, f"torch does not import: {type(e).__name__}: {e}"
-    base, cuda = _base(variant)
+def _probe(variant):
+    """Why a variant cannot run here (None: it can), torch imported."""
+    import torch
+    base, cuda = _base_of(variant)
     if cuda and not torch.cuda.is_available():
-        return False, "torch sees no CUDA device"
+        return "torch sees no CUDA device"
     if base == "flex":
         try:
             import torch.nn.attention.flex_attention  # noqa: F401
         except Exception as e:  # noqa: BLE001
-            return False, f"torch.nn.attention.flex_attention does not import: {e}"
-    if base in ("compile", "compile_sdpa", "flex") and not cuda:
-        import shutil
-        if not (shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
-            return False, "Inductor on CPU needs a C++ compiler (c++, g++ or clang++) on PATH"
-    return True, ""
+            return "torch.nn.attention.flex_attention does not import: %s" % e
+    if _KIND[base][1] == "compile" and not cuda and not (
+            shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
+        return "Inductor on CPU needs a C++ compiler (c++, g++ or clang++) on PATH"
+    return None
+
+
+_V = _base.Variant
+STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_probe, variants=(
+    _V("sdpa_math", "F.scaled_dot_product_attention, math kernel (CPU)"),
+    _V("sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CPU; D == Dv)"),
+    _V("explicit", "eager nn.Module: matmul / scale / softcap / masks / softmax / dropout / matmul (CPU)"),
+    _V("compile", "torch.compile (Inductor) of the explicit module (CPU)", compiled=True, quick=True,
+       smoke=False),
+    _V("compile_sdpa", "torch.compile (Inductor) of the SDPA module (CPU)", compiled=True, quick=True,
+       smoke=False),
+    _V("flex", "FlexAttention, compiled; structural and boolean masks as a block mask (CPU)", compiled=True,
+       quick=True, smoke=False),
+    _V("cuda_sdpa_math", "F.scaled_dot_product_attention, math kernel (CUDA)", gpu=True),
+    _V("cuda_sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CUDA)", gpu=True),
+    _V("cuda_sdpa_efficient", "F.scaled_dot_product_attention, memory-efficient kernel (CUDA)", gpu=True),
+    _V("cuda_sdpa_cudnn", "F.scaled_dot_product_attention, cuDNN kernel (CUDA)", gpu=True),
+    _V("cuda_explicit", "eager explicit module (CUDA)", gpu=True),
+    _V("cuda_compile", "torch.compile of the explicit module (CUDA)", gpu=True, compiled=True, quick=True),
+    _V("cuda_compile_sdpa", "torch.compile of the SDPA module (CUDA)", gpu=True, compiled=True, quick=True),
+    _V("cuda_flex", "FlexAttention, compiled (CUDA)", gpu=True, compiled=True, quick=True),
+))
 
 
 # ---------------------------------------------------------------------------------------
 # The model code. Everything from here to the end of the Modules section uses only torch,
 # numpy and math: repro_snippet() copies it verbatim into a standalone repro.py.
 # ---------------------------------------------------------------------------------------
-
-def to_bhsd(x, layout, heads, dim):
-    """One unpacked physical tensor -> its [B, H, S, D] view (channel h*D + d for bsd and
-    channels_first)."""
-    if layout == "bhsd":
-        return x
-    if layout == "bshd":
-        return x.transpose(1, 2)
-    if layout == "sbhd":
-        return x.permute(1, 2, 0, 3)
-    if layout == "bsd":
-        b, s, _ = x.shape
-        return x.reshape(b, s, heads, dim).transpose(1, 2)
-    if layout == "channels_first":
-        b, _, s = x.shape
-        return x.reshape(b, heads, dim, s).transpose(2, 3)
-    raise ValueError(f"to_bhsd: layout {layout!r} is not an unpacked layout")
-
-
-def unpack_qkv(qkv, layout, heads, dim):
-    """A packed QKV buffer -> q, k, v as [B, H, S, D] views, the way models split it."""
-    if layout == "qkv_bs3hd":        # [B, S, 3, H, D]
-        q, k, v = qkv.unbind(2)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if layout == "qkv_bsh3d":        # [B, S, H, 3, D]: Q, K, V of each head adjacent (MHAv2)
-        q, k, v = qkv.unbind(3)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if layout == "qkv_channels_first":  # [B, 3*H*D, S]: the UNet attention block
-        b = qkv.shape[0]
-        c = heads * dim
-        q, k, v = qkv.reshape(b, 3 * c, -1).chunk(3, dim=1)
-        return tuple(t.reshape(b, heads, dim, -1).transpose(2, 3) for t in (q, k, v))
-    raise ValueError(f"unpack_qkv: layout {layout!r} is not a packed layout")
-
-
-def from_bhsd(o, layout):
-    """The [B, H, S, Dv] output -> the model's output layout."""
-    if layout == "bhsd":
-        return o
-    if layout == "bshd":
-        return o.transpose(1, 2)
-    if layout == "sbhd":
-        return o.permute(2, 0, 1, 3)
-    b, h, s, dv = o.shape
-    if layout == "bsd":
-        return o.transpose(1, 2).reshape(b, s, h * dv)
-    if layout == "channels_first":
-        return o.transpose(2, 3).reshape(b, h * dv, s)
-    raise ValueError(f"from_bhsd: layout {layout!r} is not an output layout")
-
 
 def combine_masks(add, keep_mask, struct, dtype):
     """One SDPA attn_mask from the additive mask, the boolean mask and the structural mask
@@ -204,17 +152,6 @@ class _Base:
         return (to_bhsd(q, self.layouts[0], self.hq, self.d),
                 to_bhsd(k, self.layouts[1], self.hkv, self.d),
                 to_bhsd(v, self.layouts[2], self.hkv, self.dv))
-
-
-# GPU memory a CUDA worker keeps cached between cases (see main).
-_CUDA_KEEP_BYTES = 1 << 30
-
-# Messages of the CUDA kernels' own input checks (raised after dispatch chose the kernel,
-# cleanly, the CUDA context intact): the case is unsupported by that kernel, not a bug.
-_KERNEL_CHECKS = {
-    "EFFICIENT_ATTENTION": ("is not correctly aligned", "invalid dtype for bias", "cutlassF: no kernel found"),
-    "FLASH_ATTENTION": ("must have contiguous last dimension",),
-}
 
 
 def make_modules():
@@ -367,44 +304,22 @@ def struct_input(case, cfg):
     return _common.structural_allowed(case)
 
 
-def to_torch(x, device="cpu"):
-    """A numpy view (any non-negative strides, stride-0 dims included) -> a torch tensor
-    with the same shape and element strides, on `device`, without copying on CPU."""
-    import torch
-    if x.flags.c_contiguous and x.dtype.name != "bfloat16":
-        t = torch.from_numpy(x)
-        return t if device == "cpu" else t.to(device)
-    item = x.itemsize
-    shape = tuple(int(n) for n in x.shape)
-    strides = tuple(int(s) // item for s in x.strides)
-    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if 0 not in shape else 0
-    flat = np.lib.stride_tricks.as_strided(x, shape=(span,), strides=(item,))
-    if x.dtype == np.bool_:
-        t = torch.from_numpy(flat)
-    elif x.dtype.name == "bfloat16":
-        t = torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16)
-    else:
-        t = torch.from_numpy(flat)
-    if device != "cpu":
-        t = t.to(device)
-    return t.as_strided(shape, strides)
-
-
-def to_numpy(t):
-    """A torch tensor -> a contiguous numpy array (bfloat16 as ml_dtypes.bfloat16)."""
-    import torch
-    t = t.detach().to("cpu").contiguous()
-    if t.dtype == torch.bfloat16:
-        import ml_dtypes
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
 
 
 # ---------------------------------------------------------------------------------------
 # The worker side: declarations, caching, the run function.
 # ---------------------------------------------------------------------------------------
 
-_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+# GPU memory a CUDA worker keeps cached between cases (see main).
+_CUDA_KEEP_BYTES = 1 << 30
+
+# Messages of the CUDA kernels' own input checks (raised after dispatch chose the kernel,
+# cleanly, the CUDA context intact): the case is unsupported by that kernel, not a bug.
+_KERNEL_CHECKS = {
+    "EFFICIENT_ATTENTION": ("is not correctly aligned", "invalid dtype for bias", "cutlassF: no kernel found"),
+    "FLASH_ATTENTION": ("must have contiguous last dimension",),
+}
+
 
 
 def _config(case, base: str, cuda: bool) -> dict:
@@ -432,12 +347,29 @@ def _config(case, base: str, cuda: bool) -> dict:
         "placement": case.placement,
         "softcap": float(case.softcap),
         "is_causal": is_causal,
-        "struct": _common.has_structural(case) and not is_causal,
+        "struct": masks.has_structural(case) and not is_causal,
         "flex_causal": bool(case.causal) if kind == "flex" else False,
         "flex_window": tuple(case.window) if kind == "flex" else (-1, -1),
         "flex_padding": case.key_padding is not None if kind == "flex" else False,
         "dropout_p": float(case.dropout_p),
     }
+
+
+def _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev):
+    """The module's arguments: q, k, v (or the packed buffer), the masks as sent, the
+    structural input, and for the explicit module the keep mask."""
+    import torch
+    if case.packed:
+        args = [to_torch(case.qkv, dev), None, None]
+    else:
+        args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
+    args.append(None if mask is None else to_torch(mask, dev))
+    args.append(None if bool_mask is None else to_torch(bool_mask, dev))
+    struct = struct_input(case, cfg)
+    args.append(None if struct is None else torch.from_numpy(struct).to(dev))
+    if cfg["kind"] == "explicit":
+        args.append(None if keep is None else torch.from_numpy(np.ascontiguousarray(keep)).to(dev))
+    return args
 
 
 _SDPA_SELECTED = {"target": None, "ctx": None}
@@ -465,19 +397,20 @@ def _select_sdpa(target):
 _VALUE_FIELDS = ("scale", "scale_arg", "softcap", "dropout_p")
 
 
-class _Target:
+class Target(_base.Target):
+    STACK = STACK
+    LAZY_COMPILE = True          # torch.compile compiles on the first call
+
     def __init__(self, variant: str):
         import torch
         self.torch = torch
-        self.variant = variant
-        self.base, self.cuda = _base(variant)
+        self.base, self.cuda = _base_of(variant)
         self.kind, self.backend = _KIND[self.base]
         self.device = "cuda" if self.cuda else "cpu"
         self.compiled = self.backend == "compile"
+        self.CACHE_SIZE = 32 if self.compiled else 256
+        super().__init__(variant)
         torch.set_num_threads(1)
-        warnings.filterwarnings("ignore", message=".*non-writable.*")
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"attnfuzz\.targets\.torch")
         if self.compiled:
             import torch._dynamo as dynamo
             # One code object serves every cached module: without this, the ninth structure
@@ -489,7 +422,6 @@ class _Target:
                 if hasattr(dynamo.config, name):
                     setattr(dynamo.config, name, value)
         self.SDPAModule, self.ExplicitModule, self.FlexModule = make_modules()
-        self.cache = _common.LRU(32 if self.compiled else 256)
         self.sdpa_ctx = None
         if self.kind == "sdpa" and self.backend not in (None, "compile"):
             from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -500,16 +432,18 @@ class _Target:
                        else ["f32", "f16", "bf16"])
 
     # -- declarations ------------------------------------------------------------------
-    def hello(self) -> dict:
+    def declare(self) -> dict:
         caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal",
                 "padding", "window", "strided", "mask_dtype"]
-        conventions = {"causal": ["top_left", "bottom_right", "bottom_right_valid", "explicit"],
-                       "masked_rows": "zero", "dropout": "none", "masked_values": "exclude"}
+        conventions = {}
         if self.kind == "explicit":
             caps += ["softcap", "dropout"]
             conventions.update(masked_rows="nan", masked_values="ieee", dropout="counter")
         if self.kind == "flex":
+            # the block mask gives masked keys of a partly masked block weight 0, and P @ V
+            # runs over them: 0 * NaN leaks (measured by the self-test on torch 2.15 CPU)
             caps.append("softcap")
+            conventions["masked_values"] = "ieee"
         if self.kind == "sdpa":
             # Whether P @ V runs over masked keys too, so that a NaN in a masked value row
             # leaks (pytorch#101967): measured per kernel at start where one is forced, known
@@ -525,130 +459,120 @@ class _Target:
             conventions["masked_rows"] = "nan"
         if self.cuda:
             caps.append("tf32")
-        if self.compiled:
-            compile_key = ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]
-        else:
-            compile_key = []
-        limits = {}
-        if self.base == "sdpa_flash" and self.cuda:
-            limits = {"max_head_dim": 256}
-        return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": self.dtypes,
-                "limits": limits, "conventions": conventions, "compile_key": compile_key}
+        limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
+        return {"caps": caps, "dtypes": self.dtypes, "limits": limits, "conventions": conventions}
+
+    def _probe_sdpa(self, **kw):
+        """The forced kernel's output on a tiny probe, or None when it refuses it."""
+        torch = self.torch
+        try:
+            with torch.no_grad(), self.sdpa_ctx():
+                o = torch.nn.functional.scaled_dot_product_attention(**kw)
+            if self.cuda:
+                torch.cuda.synchronize()
+            return o
+        except RuntimeError:
+            return None
+
+    def _probe_tensors(self):
+        torch = self.torch
+        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtypes[0]]
+        return (torch.ones(1, 1, 2, 16, dtype=dt, device=self.device),
+                torch.ones(1, 1, 2, 16, dtype=dt, device=self.device))
 
     def _masked_rows_nan(self) -> bool:
         """Measured, not assumed (it changed between PyTorch versions): does this kernel
         give NaN for a fully masked row?"""
-        torch = self.torch
-        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtypes[0]]
-        q = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
-        m = torch.tensor([[True, True], [False, False]], device=self.device)
-        try:
-            with torch.no_grad(), self.sdpa_ctx():
-                o = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
-        except RuntimeError:
-            return False
-        return bool(torch.isnan(o[0, 0, 1]).any())
+        q, _ = self._probe_tensors()
+        m = self.torch.tensor([[True, True], [False, False]], device=self.device)
+        o = self._probe_sdpa(query=q, key=q, value=q, attn_mask=m)
+        return o is not None and bool(self.torch.isnan(o[0, 0, 1]).any())
 
     def _masked_values_leak(self) -> bool:
         """Measured: does a NaN in the value row of a masked key reach the output? Key 1 is
         masked for query 0 by a boolean mask and, for kernels that take no mask, by a
         top-left causal mask."""
-        torch = self.torch
-        dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtypes[0]]
-        q = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
-        v = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
+        q, v = self._probe_tensors()
         v[0, 0, 1] = float("nan")
-        m = torch.tensor([[True, False], [True, True]], device=self.device)
+        m = self.torch.tensor([[True, False], [True, True]], device=self.device)
         leaked = False
         for kw in ({"attn_mask": m}, {"is_causal": True}):
-            try:
-                with torch.no_grad(), self.sdpa_ctx():
-                    o = torch.nn.functional.scaled_dot_product_attention(q, q, v, **kw)
-                if self.cuda:
-                    torch.cuda.synchronize()
-            except RuntimeError:
-                continue
-            leaked |= bool(torch.isnan(o[0, 0, 0]).any())
+            o = self._probe_sdpa(query=q, key=q, value=v, **kw)
+            leaked |= o is not None and bool(self.torch.isnan(o[0, 0, 0]).any())
         return leaked
 
     # -- running -----------------------------------------------------------------------
-    def _module(self, case):
-        if self.compiled:
-            key = case.key("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
-        else:
-            key = None
-        cfg = _config(case, self.base, self.cuda)
+    def refuse(self, case, mask, bool_mask):
+        from attnfuzz.worker import Unsupported
+        if self.base == "sdpa_flash" and case.head_dim != case.v_head_dim:
+            raise Unsupported("the flash kernel needs head_dim == v_head_dim")
+        if self.kind == "sdpa" and case.dropout_p >= 1.0 and self.cuda:
+            raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
+
+    def structure(self, case, mask, bool_mask):
         # an eager module is reused for every case of its structure, its values (scale,
         # softcap, dropout) set per case; a compiled one bakes them in, so they are in its key
-        ck = (key, tuple(sorted((k, v) for k, v in cfg.items() if self.compiled or k not in _VALUE_FIELDS)))
-        mod = self.cache.get(ck)
-        if mod is not None:
-            if not self.compiled:
-                mod.values(cfg)
-            return mod, cfg, False
+        cfg = _config(case, self.base, self.cuda)
+        key = (case.key("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
+               if self.compiled else None)
+        return key, tuple(sorted((k, v) for k, v in cfg.items() if self.compiled or k not in _VALUE_FIELDS))
+
+    def build(self, case, q, k, v, mask, bool_mask):
         if self.compiled and len(self.cache) >= self.cache.capacity:
             import torch._dynamo
             torch._dynamo.reset()          # drop every guard set with the evicted modules
-            self.cache = _common.LRU(self.cache.capacity)
+            self.cache.clear()
+        cfg = _config(case, self.base, self.cuda)
         cls = {"sdpa": self.SDPAModule, "explicit": self.ExplicitModule, "flex": self.FlexModule}[self.kind]
         mod = cls(cfg).to(self.device).eval()
         if self.compiled:
             mod = self.torch.compile(mod, dynamic=False, fullgraph=True)
-        self.cache.put(ck, mod)
-        return mod, cfg, True
+        return mod
 
-    def run(self, case, q, k, v, mask=None, bool_mask=None):
-        from attnfuzz.worker import Result, Unsupported
+    def execute(self, mod, case, q, k, v, mask, bool_mask):
+        from attnfuzz.worker import Result
         torch = self.torch
-        if case.dtype not in self.dtypes:
-            raise Unsupported(f"dtype {case.dtype}")
-        if self.base == "sdpa_flash" and case.head_dim != case.v_head_dim:
-            raise Unsupported("the flash kernel needs head_dim == v_head_dim")
         if self.cuda:
             torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
             torch.backends.cudnn.allow_tf32 = bool(case.allow_tf32)
-        mod, cfg, fresh = self._module(case)
-        dev = self.device
-        if case.packed:
-            args = [to_torch(case.qkv, dev), None, None]
-        else:
-            args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
-        args.append(None if mask is None else to_torch(mask, dev))
-        args.append(None if bool_mask is None else to_torch(bool_mask, dev))
-        struct = struct_input(case, cfg)
-        args.append(None if struct is None else torch.from_numpy(struct).to(dev))
-        keep_np = None
-        if self.kind == "explicit":
-            if 0.0 < case.dropout_p < 1.0:
-                from attnfuzz.rng import dropout_keep
-                keep_np = dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads,
-                                       case.q_len, case.kv_len)
-                args.append(torch.from_numpy(np.ascontiguousarray(keep_np)).to(dev))
-            else:
-                args.append(None)
-        if self.kind == "sdpa" and case.dropout_p > 0.0:
-            return self._run_sdpa_dropout(case, mod, cfg, args)
-        _select_sdpa(self)
-        t0 = time.perf_counter()
+        cfg = _config(case, self.base, self.cuda)
+        if not self.compiled:
+            mod.values(cfg)
+        keep = _base.keep_mask(case) if (self.kind == "explicit" and 0.0 < case.dropout_p < 1.0) else None
+        args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, self.device)
         try:
+            if self.kind == "sdpa" and case.dropout_p > 0.0:
+                return self._run_sdpa_dropout(case, mod, cfg, args)
+            _select_sdpa(self)
             out = mod(*args)
             if self.cuda:
                 torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001
-            msg = str(e)
-            if "No available kernel" in msg:
+            return Result(to_numpy(out), layout=cfg["out_layout"])
+        except RuntimeError as e:
+            if "No available kernel" in str(e):
+                from attnfuzz.worker import Unsupported
                 raise Unsupported(f"{self.backend} declines the case: {self._why(mod, args)}") from None
-            if self.cuda and any(m in msg for m in _KERNEL_CHECKS.get(self.backend, ())):
-                # The kernel's own input checks, run after dispatch chose it: a clean refusal.
-                raise Unsupported(f"{self.backend}: {msg.splitlines()[0]}") from None
-            if self.kind == "flex" and "NotImplementedError: NYI" in msg:
-                # FlexAttention's documented not-yet-implemented shapes (e.g. D < 16 on CUDA).
-                raise Unsupported("flex_attention: " + msg.split("NYI:", 1)[1].splitlines()[0].strip()) from None
             raise
-        dt = time.perf_counter() - t0
-        return Result(to_numpy(out), layout=cfg["out_layout"],
-                      compile_s=dt if (fresh and self.compiled) else 0.0,
-                      run_s=None if (fresh and self.compiled) else dt)
+        finally:
+            # Many workers share one GPU: what PyTorch's caching allocator keeps after a
+            # big case is given back, so that a restarted worker still finds room for its
+            # CUDA context.
+            if self.cuda and torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
+                torch.cuda.empty_cache()
+
+    def refusal(self, exc):
+        msg = str(exc)
+        if self.cuda and any(m in msg for m in _KERNEL_CHECKS.get(self.backend, ())):
+            # The kernel's own input checks, run after dispatch chose it: a clean refusal.
+            return f"{self.backend}: {msg.splitlines()[0]}"
+        if self.kind == "flex" and "NotImplementedError: NYI" in msg:
+            # FlexAttention's documented not-yet-implemented shapes (e.g. D < 16 on CUDA).
+            return "flex_attention: " + msg.split("NYI:", 1)[1].splitlines()[0].strip()
+        return None
+
+    def fatal(self, exc):
+        # A device fault leaves the CUDA context unusable: every later case would fail.
+        return self.cuda and ("CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError")
 
     def _why(self, mod, args) -> str:
         """The warnings PyTorch gives for a declined kernel, as the unsupported reason."""
@@ -664,17 +588,15 @@ class _Target:
                    if "kernel not used because" not in str(x.message)]
         return "; ".join(reasons)[:400] or "no reason given"
 
-
     def _run_sdpa_dropout(self, case, mod, cfg, args):
         """CUDA flash / memory-efficient SDPA with dropout: the kernel's own Philox RNG, its
         keep mask extracted the way PyTorch's tests do (test_transformers.py): the flash
         op's debug mask (negative = dropped), or _fill_mem_eff_dropout_mask_ replaying the
-        efficient kernel's uniforms from its seed and offset (kept where u > p). The op is called directly (F.sdpa returns no
-        mask); inputs go through the module's layout code first."""
+        efficient kernel's uniforms from its seed and offset (kept where u > p). The op is
+        called directly (F.sdpa returns no mask); inputs go through the module's layout code
+        first."""
         from attnfuzz.worker import Result, Unsupported
         torch = self.torch
-        if case.dropout_p >= 1.0:
-            raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
         q, k, v = mod._inputs(*args[:3])
         if cfg["hq"] != cfg["hkv"]:
             rep = cfg["hq"] // cfg["hkv"]
@@ -684,7 +606,6 @@ class _Target:
         add, bmask, struct = args[3], args[4], args[5]
         p = float(case.dropout_p)
         B, H, Sq, Sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-        t0 = time.perf_counter()
         with torch.no_grad():
             if self.backend == "FLASH_ATTENTION":
                 if add is not None or bmask is not None or struct is not None:
@@ -713,46 +634,27 @@ class _Target:
                 m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
                 keep = m > p
             torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
         out = from_bhsd(out, cfg["out_layout"])
-        return Result(to_numpy(out), layout=cfg["out_layout"], dropout_keep=to_numpy(keep),
-                      compile_s=0.0, run_s=dt)
-
-
-def make_target(variant: str) -> _Target:
-    """The variant's declarations (hello()) and run function, for tests and tools."""
-    return _Target(variant)
+        return Result(to_numpy(out), layout=cfg["out_layout"], dropout_keep=to_numpy(keep))
 
 
 def repro_snippet(variant: str) -> str:
-    """Standalone source: `attention(case, q, k, v, mask=None, bool_mask=None)` with torch and
-    numpy only (the same module code the worker runs, on the same physical inputs)."""
-    import inspect
-    base, cuda = _base(variant)
+    """Standalone source: `attention(case, q, k, v, mask=None, bool_mask=None, keep=None)`
+    with torch and numpy only (the same module code the worker runs, on the same physical
+    inputs); returns the output as [B, Hq, Sq, Dv]."""
+    base, cuda = _base_of(variant)
     kind, backend = _KIND[base]
-    parts = ["import math", "import numpy as np", "import torch", "",
-             inspect.getsource(_common.has_structural),
-             inspect.getsource(_common.plain_causal),
-             inspect.getsource(_common.structural_allowed),
-             inspect.getsource(_common.output_bhsd)]
-    parts.append("OUT_LAYOUT = " + repr(_common.OUT_LAYOUT) + "\n")
-    for f in (to_bhsd, unpack_qkv, from_bhsd, combine_masks, struct_input, to_torch, to_numpy, _config):
-        parts.append(inspect.getsource(f))
-    parts.append(inspect.getsource(_Base))
-    parts.append(inspect.getsource(make_modules))
-    parts.append("_KIND = " + repr(_KIND) + "\n")
-    parts.append(f"""
-class _common:                      # the few helpers the model code calls by this name
-    OUT_LAYOUT = OUT_LAYOUT
-    plain_causal = staticmethod(plain_causal)
-    has_structural = staticmethod(has_structural)
-    structural_allowed = staticmethod(structural_allowed)
-
+    sdpa_backend = backend if kind == "sdpa" and backend not in (None, "compile") else None
+    return _common.snippet(
+        ["import torch"],
+        _torch_layouts.FUNCTIONS + (combine_masks, struct_input, _config, _arguments, _Base, make_modules),
+        consts={"_KIND": _KIND},
+        tail=f'''
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    \"\"\"{variant}: q, k, v (and masks) as numpy arrays in the case's physical layout;
+    """{variant}: q, k, v (and masks) as numpy arrays in the case's physical layout;
     `keep` is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout. Returns the
-    output as [B, Hq, Sq, Dv].\"\"\"
+    output as [B, Hq, Sq, Dv]."""
     dev = {"'cuda'" if cuda else "'cpu'"}
     if dev == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
@@ -763,69 +665,18 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     mod = cls(cfg).to(dev).eval()
     if {backend == 'compile'!r}:
         mod = torch.compile(mod, dynamic=False, fullgraph=True)
-    if case.packed:
-        args = [to_torch(case.qkv, dev), None, None]
-    else:
-        args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
-    args.append(None if mask is None else to_torch(mask, dev))
-    args.append(None if bool_mask is None else to_torch(bool_mask, dev))
-    struct = struct_input(case, cfg)
-    args.append(None if struct is None else torch.from_numpy(struct).to(dev))
-    if {kind == 'explicit'!r}:
-        args.append(None if keep is None else torch.from_numpy(np.ascontiguousarray(keep)).to(dev))
+    args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev)
+    kernel = {sdpa_backend!r}      # the SDPA kernel this variant forces, if any
     with torch.no_grad():
-        if {backend!r} not in ('None', 'compile') and {kind == 'sdpa'!r}:
+        if kernel is not None:
             from torch.nn.attention import SDPBackend, sdpa_kernel
-            with sdpa_kernel([getattr(SDPBackend, {backend!r})]):
+            with sdpa_kernel([getattr(SDPBackend, kernel)]):
                 out = mod(*args)
         else:
             out = mod(*args)
-    return output_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
-""")
-    return "\n".join(parts)
-
-
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in VARIANTS:
-        print(f"attnfuzz.targets.torch: unknown variant {argv[0] if argv else '(none)'!r}; "
-              f"known: {', '.join(VARIANTS)}", file=sys.stderr)
-        return 2
-    variant = argv[0]
-    ok, why = available(variant)
-    if not ok:
-        print(f"attnfuzz.targets.torch: {variant} is unavailable: {why}", file=sys.stderr)
-        return 3
-    import torch
-    from attnfuzz.worker import serve
-    t = _Target(variant)
-    h = t.hello()
-    run = t.run
-    if t.cuda:
-        def run(*a, **kw):
-            try:
-                return t.run(*a, **kw)
-            except Exception as e:  # noqa: BLE001
-                if "CUDA error" in str(e) or type(e).__name__ == "AcceleratorError":
-                    # A device fault leaves the CUDA context unusable: every later case would
-                    # fail. Die now, so attnfuzz records this case as a crash and restarts us.
-                    import os
-                    import traceback
-                    traceback.print_exc()
-                    sys.stderr.flush()
-                    os._exit(70)
-                raise
-            finally:
-                # Many workers share one GPU (a campaign's jobs times its variants): what
-                # PyTorch's caching allocator keeps after a big case is given back, so that
-                # a restarted worker still finds room for its CUDA context.
-                if torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
-                    torch.cuda.empty_cache()
-    serve(run, name=NAME, version=torch.__version__, caps=h["caps"], layouts=h["layouts"],
-          variant=variant, dtypes=h["dtypes"], limits=h["limits"] or None,
-          conventions=h["conventions"], compile_key=h["compile_key"])
-    return 0
+    return layouts.to_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
+''')
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_base.main(STACK, Target))

@@ -36,94 +36,41 @@ softmax gives NaN rows.
 
 from __future__ import annotations
 
-import inspect
 import sys
-import time
 
 import numpy as np
 
-from attnfuzz.targets import _common
+from attnfuzz import layouts, masks
+from attnfuzz.targets import _base, _common, _torch_layouts
+from attnfuzz.targets._torch_layouts import from_bhsd, to_bhsd, unpack_qkv
 
-NAME = "tvm"
-
-VARIANTS = {
-    "torch_sdpa": "torch SDPA module -> torch.export -> from_exported_program (R.nn.attention) -> llvm",
-    "torch_sdpa_decomp": "torch SDPA module -> torch.export -> from_exported_program (decomposed) -> llvm",
-    "explicit": "explicit torch attention module -> torch.export -> from_exported_program -> llvm",
-    "relax_attention": "R.nn.attention written in Relax (BlockBuilder), BSHD, causal_mask/bias/scale -> llvm",
-}
-
-
-def available(variant: str) -> tuple:
-    if variant not in VARIANTS:
-        return False, "unknown variant %r (known: %s)" % (variant, ", ".join(VARIANTS))
+def _probe(variant):
+    import tvm
     try:
-        import tvm
-        from tvm import relax  # noqa: F401
-    except Exception as e:  # noqa: BLE001 - any import failure means unavailable
-        return False, "tvm does not import: %s: %s" % (type(e).__name__, e)
-    try:
-        import torch  # noqa: F401
         from tvm.relax.frontend.torch import from_exported_program  # noqa: F401
     except Exception as e:  # noqa: BLE001
-        return False, "tvm's PyTorch frontend does not import: %s: %s" % (type(e).__name__, e)
-    if not tvm.runtime.enabled("llvm"):
-        return False, "this tvm build has no llvm target"
-    return True, ""
+        return "tvm's PyTorch frontend does not import: %s" % _base.describe(e)
+    return None if tvm.runtime.enabled("llvm") else "this tvm build has no llvm target"
+
+
+_V = _base.Variant
+STACK = _base.Stack("tvm", imports=("tvm", "tvm.relax"), pip=("apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.15.post2"),
+                    version_of="tvm", probe=_probe, variants=(
+    _V("torch_sdpa", "torch SDPA module -> torch.export -> from_exported_program (R.nn.attention) -> llvm",
+       compiled=True, needs=("torch",), quick=True),
+    _V("torch_sdpa_decomp", "torch SDPA module -> torch.export -> from_exported_program (decomposed) -> llvm",
+       compiled=True, needs=("torch",), quick=True, smoke=False),
+    _V("explicit", "explicit torch attention module -> torch.export -> from_exported_program -> llvm",
+       compiled=True, needs=("torch",), quick=True, smoke=False),
+    _V("relax_attention", "R.nn.attention written in Relax (BlockBuilder), BSHD, causal_mask/bias/scale -> llvm",
+       compiled=True, quick=True),
+))
 
 
 # ---------------------------------------------------------------------------------------
 # The model code: only torch, tvm, numpy and math from here to the end of the section
 # (repro_snippet copies it into a standalone repro.py).
 # ---------------------------------------------------------------------------------------
-
-def to_bhsd(x, layout, heads, dim):
-    """One unpacked physical tensor -> its [B, H, S, D] view."""
-    if layout == "bhsd":
-        return x
-    if layout == "bshd":
-        return x.transpose(1, 2)
-    if layout == "sbhd":
-        return x.permute(1, 2, 0, 3)
-    if layout == "bsd":
-        b, s, _ = x.shape
-        return x.reshape(b, s, heads, dim).transpose(1, 2)
-    if layout == "channels_first":
-        b, _, s = x.shape
-        return x.reshape(b, heads, dim, s).transpose(2, 3)
-    raise ValueError("to_bhsd: %r is not an unpacked layout" % (layout,))
-
-
-def unpack_qkv(qkv, layout, heads, dim):
-    """A packed QKV buffer -> q, k, v as [B, H, S, D] views, the way models split it."""
-    if layout == "qkv_bs3hd":          # [B, S, 3, H, D]
-        q, k, v = qkv.unbind(2)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if layout == "qkv_bsh3d":          # [B, S, H, 3, D]: Q, K, V of each head adjacent
-        q, k, v = qkv.unbind(3)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if layout == "qkv_channels_first":  # [B, 3*H*D, S]: the UNet attention block
-        b = qkv.shape[0]
-        q, k, v = qkv.reshape(b, 3 * heads * dim, -1).chunk(3, dim=1)
-        return tuple(t.reshape(b, heads, dim, -1).transpose(2, 3) for t in (q, k, v))
-    raise ValueError("unpack_qkv: %r is not a packed layout" % (layout,))
-
-
-def from_bhsd(o, layout):
-    """The [B, H, S, Dv] output -> the model's output layout."""
-    if layout == "bhsd":
-        return o
-    if layout == "bshd":
-        return o.transpose(1, 2)
-    if layout == "sbhd":
-        return o.permute(2, 0, 1, 3)
-    b, h, s, dv = o.shape
-    if layout == "bsd":
-        return o.transpose(1, 2).reshape(b, s, h * dv)
-    if layout == "channels_first":
-        return o.transpose(2, 3).reshape(b, h * dv, s)
-    raise ValueError("from_bhsd: %r is not an output layout" % (layout,))
-
 
 _MODULE_CLASS = []
 
@@ -344,7 +291,7 @@ def config(case, mask, bool_mask, variant):
     """The static structure of one case as plain values."""
     lay = dict(case.layouts)
     left, right = case.window
-    only_causal = (bool(case.causal) and _offset_zero_always(case) and case.key_padding is None
+    only_causal = (bool(case.causal) and _common.offset_zero_always(case) and case.key_padding is None
                    and left < 0 and right < 0)
     inputs = []
     if mask is not None:
@@ -356,12 +303,12 @@ def config(case, mask, bool_mask, variant):
     if variant == "relax_attention":
         # the op's own causal masks, beside any bias; the rest of the structure in the bias
         plain = bool(case.causal) and case.key_padding is None and left < 0 and right < 0
-        if plain and _offset_zero_always(case):
+        if plain and _common.offset_zero_always(case):
             causal_mask = "TopLeft"
         elif plain and case.diagonal == "bottom_right" and case.q_len <= case.kv_len:
             causal_mask = "BottomRight"
         is_causal = causal_mask is not None
-    if _has_structural(case) and not is_causal:
+    if masks.has_structural(case) and not is_causal:
         inputs.append("struct")
     if variant == "explicit" and case.dropout_p > 0:
         inputs.append("keep")
@@ -370,15 +317,15 @@ def config(case, mask, bool_mask, variant):
         "decompose": variant != "torch_sdpa", "causal_mask": causal_mask,
         "shape": (case.batch, case.q_heads, case.kv_heads, case.q_len, case.kv_len, case.head_dim, case.v_head_dim),
         "names": (["qkv"] if case.packed else ["q", "k", "v"]) + inputs,
-        "layouts": lay, "packed": case.packed, "out_layout": _OUT_LAYOUT[lay["q"]],
+        "layouts": lay, "packed": case.packed, "out_layout": _common.OUT_LAYOUT[lay["q"]],
         "hq": case.q_heads, "hkv": case.kv_heads, "d": case.head_dim, "dv": case.v_head_dim,
         "scale_arg": float(case.scale) if case.scale_given else None,
-        "scale_factors": _scale_factors(case), "softcap": float(case.softcap), "is_causal": is_causal,
-        "inputs": inputs, "dropout_scale": 0.0 if case.dropout_p >= 1.0 else 1.0 / (1.0 - case.dropout_p),
+        "scale_factors": _common.scale_factors(case), "softcap": float(case.softcap), "is_causal": is_causal,
+        "inputs": inputs, "dropout_scale": _common.dropout_scale(case.dropout_p),
     }
 
 
-def arguments(case, q, k, v, mask, bool_mask, cfg):
+def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
     """The module's input arrays, in order."""
     if case.packed:
         args = [np.ascontiguousarray(case.qkv)]
@@ -392,61 +339,31 @@ def arguments(case, q, k, v, mask, bool_mask, cfg):
         elif n == "bool_mask":
             args.append(np.ascontiguousarray(bool_mask))
         elif n == "struct":
-            args.append(_structural_allowed(case))
+            args.append(_common.structural_allowed(case))
         elif n == "keep":
-            args.append(_keep_mask(case))
+            args.append(np.ascontiguousarray(keep))
     return args
 
 
-# ---------------------------------------------------------------------------------------
-# Host code shared with the other graph targets; the snippet inlines these.
-# ---------------------------------------------------------------------------------------
-
-_OUT_LAYOUT = _common.OUT_LAYOUT
-_offset_zero_always = _common.offset_zero_always
-_has_structural = _common.has_structural
-_structural_allowed = _common.structural_allowed
-_scale_factors = _common.scale_factors
-_keep_mask = _common.keep_mask
-
-
-def caps_for(variant: str) -> dict:
-    """The hello fields of a variant."""
-    conv = {"causal": ["top_left", "bottom_right", "bottom_right_valid", "explicit"], "masked_rows": "nan",
-            "masked_values": "ieee", "dropout": "none"}
-    caps = ["f32", "f16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding", "window",
-            "strided", "tf32"]
-    if variant == "torch_sdpa_decomp":
-        conv["masked_rows"] = "zero"
-    if variant == "explicit":
-        caps += ["softcap", "mask_dtype"]
-        if _common.have_counter_rng():
-            caps.append("dropout")
-            conv["dropout"] = "counter"
-    return {"caps": caps, "layouts": list(_common.ALL_LAYOUTS), "dtypes": ["f32", "f16"],
-            "limits": {"max_bytes": 64 << 20}, "conventions": conv,
-            "compile_key": ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"]}
-
-
-def _structure_key(case, mask, bool_mask):
-    def shp(x):
-        return None if x is None else (tuple(x.shape), str(x.dtype))
-    return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
-            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
-
-
-class Target:
+class Target(_base.Target):
     """One variant: a cache of built Relax VM functions keyed by structure."""
+    STACK = STACK
+    CACHE_SIZE = 32
 
-    def __init__(self, variant: str):
-        self.variant = variant
-        self.cache = _common.LRU(32)
+    def declare(self) -> dict:
+        caps = ["f32", "f16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding", "window",
+                "strided", "tf32"]
+        conv = {"masked_rows": "nan", "masked_values": "ieee"}
+        if self.variant == "torch_sdpa_decomp":
+            conv["masked_rows"] = "zero"
+        if self.variant == "explicit":
+            caps += ["softcap", "mask_dtype", "dropout"]
+            conv["dropout"] = "counter"
+        # tvm's PyTorch frontend has no bfloat16
+        return {"caps": caps, "dtypes": ["f32", "f16"], "limits": {"max_bytes": 64 << 20}, "conventions": conv}
 
-    def run(self, case, q, k, v, mask=None, bool_mask=None):
-        from attnfuzz.worker import Result, Unsupported
-        _common.check_score_budget(case)
-        if case.dtype == "bf16":
-            raise Unsupported("tvm's PyTorch frontend has no bfloat16")
+    def refuse(self, case, mask, bool_mask):
+        from attnfuzz.worker import Unsupported
         if self.variant != "explicit":
             if case.softcap > 0:
                 raise Unsupported("this attention op has no softcap")
@@ -454,76 +371,38 @@ class Target:
                 raise Unsupported("tvm's SDPA importer asserts dropout_p == 0")
             if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
                 raise Unsupported("R.nn.attention adds the bias in Q's dtype")
-        elif case.dropout_p > 0 and not _common.have_counter_rng():
-            raise Unsupported("dropout needs attnfuzz.rng (the counter keep mask)")
-        key = _structure_key(case, mask, bool_mask)
-        ent = self.cache.get(key)
-        compile_s = 0.0
-        if ent is None:
-            t0 = time.perf_counter()
-            cfg = config(case, mask, bool_mask, self.variant)
-            example = arguments(case, q, k, v, mask, bool_mask, cfg)
-            fn = build_relax(cfg, example) if cfg["kind"] == "relax" else build(cfg, example)
-            compile_s = time.perf_counter() - t0
-            ent = self.cache.put(key, (fn, cfg))
-        fn, cfg = ent
-        t1 = time.perf_counter()
-        args = arguments(case, q, k, v, mask, bool_mask, cfg)
+
+    def build(self, case, q, k, v, mask, bool_mask):
+        cfg = config(case, mask, bool_mask, self.variant)
+        example = arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg)
+        return (build_relax(cfg, example) if cfg["kind"] == "relax" else build(cfg, example)), cfg
+
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        from attnfuzz.worker import Result
+        fn, cfg = art
+        args = arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg)
         out = call_relax(fn, args) if cfg["kind"] == "relax" else call(fn, args)
-        return Result(out, layout=cfg["out_layout"], compile_s=compile_s, run_s=time.perf_counter() - t1)
+        return Result(out, layout=cfg["out_layout"])
 
 
 def repro_snippet(variant: str) -> str:
-    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None) with torch,
-    tvm and numpy only; returns the output in the case's output layout (see _OUT_LAYOUT)."""
-    if variant not in VARIANTS:
-        raise ValueError("unknown variant %r" % (variant,))
-    parts = ["import math", "import numpy as np", "import torch", "import tvm", "from tvm import relax", "",
-             "VARIANT = %r" % variant, "_OUT_LAYOUT = %r" % (_common.OUT_LAYOUT,), ""]
-    for f in (_common.offset_zero_always, _common.has_structural, _common.structural_allowed, _common.scale_factors):
-        parts.append(inspect.getsource(f))
-    parts.append("_offset_zero_always, _has_structural = offset_zero_always, has_structural")
-    parts.append("_structural_allowed, _scale_factors = structural_allowed, scale_factors")
-    parts.append(_KEEP_SNIPPET)
-    parts.append("_MODULE_CLASS = []")
-    for f in (to_bhsd, unpack_qkv, from_bhsd, make_module, _attention_class, explicit_bhsd, build, call, relax_to_bshd, relax_unpack,
-              relax_from_bshd, build_relax, call_relax, config, arguments):
-        parts.append(inspect.getsource(f))
-    parts.append('''
-def attention(case, q, k, v, mask=None, bool_mask=None):
+    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None, keep=None)
+    with torch, tvm and numpy only; returns the output as [B, Hq, Sq, Dv]."""
+    STACK.variant(variant)
+    return _common.snippet(
+        ["import torch", "import tvm", "from tvm import relax"],
+        _torch_layouts.FUNCTIONS + (make_module, _attention_class, explicit_bhsd, build, call, relax_to_bshd,
+                                    relax_unpack, relax_from_bshd, build_relax, call_relax, config, arguments),
+        consts={"VARIANT": variant, "_MODULE_CLASS": []}, tail='''
+
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
     cfg = config(case, mask, bool_mask, VARIANT)
-    args = arguments(case, q, k, v, mask, bool_mask, cfg)
-    if cfg["kind"] == "relax":
-        return call_relax(build_relax(cfg, args), args)
-    return call(build(cfg, args), args)
+    args = arguments(case, q, k, v, mask, bool_mask, keep, cfg)
+    out = call_relax(build_relax(cfg, args), args) if cfg["kind"] == "relax" else call(build(cfg, args), args)
+    return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
 ''')
-    return "\n".join(parts)
-
-
-_KEEP_SNIPPET = '''
-def _keep_mask(case):
-    """The dropout keep mask bool [B, Hq, Sq, Sk] (attnfuzz.rng.dropout_keep, Philox)."""
-    from attnfuzz import rng
-    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
-'''
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0] not in VARIANTS:
-        sys.stderr.write("usage: python -m attnfuzz.targets.tvm VARIANT (one of: %s)\n" % ", ".join(VARIANTS))
-        return 2
-    variant = argv[0]
-    ok, why = available(variant)
-    if not ok:
-        sys.stderr.write("attnfuzz.targets.tvm: %s is unavailable: %s\n" % (variant, why))
-        return 3
-    import tvm
-    from attnfuzz.worker import serve
-    t = Target(variant)
-    return serve(t.run, name=NAME, version=tvm.__version__, variant=variant, **caps_for(variant))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_base.main(STACK, Target))

@@ -30,10 +30,10 @@ import math
 
 import numpy as np
 
+from attnfuzz import layouts, masks
 from attnfuzz.targets import _common
 
 ONNX_DTYPE = {"f32": 1, "f16": 10, "bf16": 16, "bool": 9, "i64": 7}   # TensorProto enums
-_NP = {"f32": np.float32, "f16": np.float16}
 
 # Physical (unpacked) layout -> canonical [B, H, S, D] as (reshape to, transpose perm).
 def _layout_ops(layout, B, H, S, D):
@@ -48,13 +48,6 @@ def _layout_ops(layout, B, H, S, D):
     if layout == "channels_first":
         return [B, H, D, S], [0, 1, 3, 2]
     raise ValueError(f"onnx_graphs: layout {layout!r} is not an unpacked layout")
-
-
-def physical_shape(layout, B, H, S, D):
-    return {"bhsd": [B, H, S, D], "bshd": [B, S, H, D], "sbhd": [S, B, H, D],
-            "bsd": [B, S, H * D], "channels_first": [B, H * D, S],
-            "qkv_bs3hd": [B, S, 3, H, D], "qkv_bsh3d": [B, S, H, 3, D],
-            "qkv_channels_first": [B, 3 * H * D, S]}[layout]
 
 
 class _G:
@@ -186,11 +179,11 @@ def build(spec: dict):
 
     # Inputs in their physical layouts.
     if spec["packed"]:
-        qkv = g.input("qkv", dt, physical_shape(lq, B, Hq, Sq, D))
+        qkv = g.input("qkv", dt, layouts.physical_shape(lq, B, Hq, Sq, D))
     else:
-        q_in = g.input("q", dt, physical_shape(lq, B, Hq, Sq, D))
-        k_in = g.input("k", dt, physical_shape(lk, B, Hkv, Sk, D))
-        v_in = g.input("v", dt, physical_shape(lv, B, Hkv, Sk, Dv))
+        q_in = g.input("q", dt, layouts.physical_shape(lq, B, Hq, Sq, D))
+        k_in = g.input("k", dt, layouts.physical_shape(lk, B, Hkv, Sk, D))
+        v_in = g.input("v", dt, layouts.physical_shape(lv, B, Hkv, Sk, Dv))
     mask = bmask = struct = keep = nonpad = None
     if spec.get("amask"):
         shape, mdt = spec["amask"]
@@ -462,7 +455,7 @@ def graph_spec(case, kind: str, opset: int = 0) -> dict:
         spec["amask"] = (None, case.amask.get("dtype") or "f32")
     if case.bmask is not None:
         spec["bmask"] = None
-    if not _common.has_structural(case):
+    if not masks.has_structural(case):
         return spec
     left, right = case.window
     window = left >= 0 or right >= 0
@@ -508,22 +501,33 @@ def feeds_spec(spec, mask, bool_mask):
     return s
 
 
-def standalone_source() -> str:
-    """This module's code (and the _common helpers it calls) as standalone Python source
-    needing only numpy and onnx: the start of a target's repro_snippet()."""
+def feeds(case, spec, q, k, v, mask, bool_mask, keep):
+    """The graph's inputs as contiguous numpy arrays (ONNX takes no strides: strided cases
+    are accepted and the graph sees their values): q, k, v or the packed qkv, the masks as
+    sent, the host's structural mask, the key lengths, the dropout keep mask."""
+    f = {"qkv": case.qkv} if case.packed else {"q": q, "k": k, "v": v}
+    if mask is not None:
+        f["mask"] = mask
+    if bool_mask is not None:
+        f["bool_mask"] = bool_mask
+    if spec["struct"]:
+        f["struct"] = _common.structural_allowed(case)
+    if spec["nonpad"]:
+        f["nonpad"] = np.asarray(case.key_padding, dtype=np.int64)
+    if spec["dropout"] > 0:
+        f["keep"] = keep if spec["dropout"] < 1 else np.zeros(
+            (case.batch, case.q_heads, case.q_len, case.kv_len), bool)
+    return {n: np.ascontiguousarray(x) for n, x in f.items()}
+
+
+def model_objects():
+    """This module's functions and classes in source order (what a repro copies)."""
     import inspect
     import sys
-    body = inspect.getsource(sys.modules[__name__]).split('"""', 2)[2]
-    body = body.replace("from attnfuzz.targets import _common\n", "").replace(
-        "from __future__ import annotations\n", "")
-    body = body[:body.index("def standalone_source()")]
-    helpers = "\n".join(inspect.getsource(f) for f in (
-        _common.has_structural, _common.plain_causal, _common.structural_allowed,
-        _common.output_bhsd))
-    shim = ("\nclass _common:\n"
-            "    OUT_LAYOUT = " + repr(_common.OUT_LAYOUT) + "\n"
-            "    has_structural = staticmethod(has_structural)\n"
-            "    plain_causal = staticmethod(plain_causal)\n"
-            "    structural_allowed = staticmethod(structural_allowed)\n\n")
-    return "import math\nimport numpy as np\n\n" + helpers + shim + body + \
-        "\nOUT_LAYOUT = _common.OUT_LAYOUT\n"
+    mod = sys.modules[__name__]
+    objs = [o for o in vars(mod).values()
+            if (inspect.isfunction(o) or inspect.isclass(o)) and o.__module__ == __name__ and o is not model_objects]
+    return sorted(objs, key=lambda o: inspect.getsourcelines(o)[1])
+
+
+CONSTS = {"ONNX_DTYPE": ONNX_DTYPE}

@@ -1,0 +1,375 @@
+"""The target contract: what every stack module under attnfuzz/targets declares and how its
+variants run as workers (docs/adding-a-target.md walks through a new one).
+
+A stack module (any module of this package whose name does not start with "_") holds
+
+    STACK = Stack("mystack", imports=("mylib",), pip=("mylib==1.2",), version_of="mylib",
+                  variants=(Variant("fast", "mylib.attention, fused kernel"),
+                            Variant("compiled", "mylib.compile of ...", compiled=True),
+                            Variant("cuda", "... on a CUDA device", gpu=True)))
+
+    class Target(_base.Target):
+        STACK = STACK
+        def declare(self): ...                 # caps, dtypes, conventions, limits
+        def execute(self, art, case, q, k, v, mask, bool_mask): ...   # -> output or Result
+        # compiled stacks also: build(...) (timed as compile), structure(...) (the cache key)
+
+    def repro_snippet(variant): ...            # standalone source for repro scripts
+
+    if __name__ == "__main__":
+        sys.exit(_base.main(STACK, Target))
+
+Declarations (Stack, Variant) are plain data, read without importing the stack: the
+package lists them (`python -m attnfuzz.targets --declared`) for the CMake test loop, the
+campaign and benchmark scripts and the set-up (which installs every stack's `pip` pins).
+The Target base class holds what every stack shares: the hello fields' defaults, the
+compiled-artifact cache keyed by structure with compile timing, the score budget, the
+dropout keep-mask, the mapping of a stack's refusals to `unsupported`, and main().
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import sys
+import time
+import warnings
+
+from attnfuzz import rng
+from attnfuzz.case import KEY_FIELDS
+from attnfuzz.layouts import ALL as ALL_LAYOUTS
+
+# Every causal alignment (docs/design.md section 2): what a target implements unless it
+# declares fewer.
+CAUSAL_ALL = ("top_left", "bottom_right", "bottom_right_valid", "explicit")
+
+# The conventions a target follows unless it declares otherwise: the reference's own.
+DEFAULT_CONVENTIONS = {"causal": list(CAUSAL_ALL), "masked_rows": "zero", "dropout": "none",
+                       "masked_values": "exclude"}
+
+# The float32 scores [B, Hq, Sq, Sk] a target may materialize (explicit graphs, host
+# masks, XLA's dot_product_attention): a case needing more is unsupported, not an OOM.
+SCORE_BYTES_LIMIT = 1 << 30
+
+
+class Variant:
+    """One variant of a stack, as declared.
+
+    name      the VARIANT of target:STACK/VARIANT
+    summary   one line: what runs
+    gpu       needs a CUDA device (never drawn, tested or smoke-run without one)
+    compiled  compiles per structure (slow first case of a compile key): campaigns and
+              benchmarks group these apart from eager kernels
+    needs     modules this variant imports beyond the stack's own (e.g. torch for an
+              exporter-built ONNX graph)
+    quick     the self-test runs its quick case subset (compiles that take seconds)
+    smoke     part of CI's few-second smoke campaign of its stack (False where one compile
+              alone would not fit: the self-test covers those)
+    """
+
+    __slots__ = ("name", "summary", "gpu", "compiled", "needs", "quick", "smoke")
+
+    def __init__(self, name, summary, gpu=False, compiled=False, needs=(), quick=False, smoke=True):
+        self.name, self.summary = str(name), str(summary)
+        self.gpu, self.compiled, self.quick, self.smoke = bool(gpu), bool(compiled), bool(quick), bool(smoke)
+        self.needs = tuple(needs)
+
+    def as_dict(self):
+        return {"variant": self.name, "summary": self.summary, "gpu": self.gpu, "compiled": self.compiled,
+                "needs": list(self.needs), "quick": self.quick, "smoke": self.smoke}
+
+
+class Stack:
+    """A stack: its name (the STACK of target:STACK/VARIANT), the modules that must import
+    for it to run, the pinned PyPI requirements the set-up installs for it, the module
+    whose __version__ the hello reports, its variants, and optionally probe(variant) ->
+    None or the reason a variant cannot run here (a GPU missing, a compiler missing), called
+    only after the imports succeeded. reference=True marks a second oracle (numpy_ref):
+    tested and smoke-run, never part of a stack campaign. default: the variant a worker runs
+    when none is named (None: one must be named)."""
+
+    __slots__ = ("name", "imports", "pip", "version_of", "variants", "probe", "reference", "default")
+
+    def __init__(self, name, imports, variants, pip=(), version_of=None, probe=None, reference=False,
+                 default=None):
+        self.name = str(name)
+        self.imports = tuple(imports)
+        self.pip = tuple(pip)
+        self.version_of = version_of or (self.imports[0] if self.imports else None)
+        self.variants = {v.name: v for v in variants}
+        self.probe = probe
+        self.reference = bool(reference)
+        self.default = default
+
+    def variant(self, name):
+        """The Variant named name; KeyError (with the known names) for another."""
+        try:
+            return self.variants[name]
+        except KeyError:
+            raise KeyError("%s: unknown variant %r (known: %s)" % (self.name, name, ", ".join(self.variants))) from None
+
+    def available(self, variant):
+        """(True, "") when the variant can run here, else (False, why). Imports the stack;
+        never raises."""
+        if variant not in self.variants:
+            return False, "unknown variant %r (known: %s)" % (variant, ", ".join(self.variants))
+        for mod in self.imports + self.variants[variant].needs:
+            try:
+                importlib.import_module(mod)
+            except BaseException as e:  # noqa: BLE001 - any import failure means unavailable
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                return False, "%s does not import: %s" % (mod, describe(e))
+        if self.probe is not None:
+            try:
+                why = self.probe(variant)
+            except BaseException as e:  # noqa: BLE001
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                why = "probe raised %s" % describe(e)
+            if why:
+                return False, str(why)
+        return True, ""
+
+    def version(self):
+        if not self.version_of:
+            return "0"
+        return str(getattr(importlib.import_module(self.version_of), "__version__", "0"))
+
+    def as_dict(self):
+        return {"stack": self.name, "imports": list(self.imports), "pip": list(self.pip),
+                "reference": self.reference, "variants": [v.as_dict() for v in self.variants.values()]}
+
+
+def describe(e):
+    """An exception as one line: "Type: first line of the message"."""
+    msg = str(e).strip().splitlines()
+    return "%s: %s" % (type(e).__name__, msg[0] if msg else "")
+
+
+class LRU:
+    """A small least-recently-used cache of compiled artifacts (modules, sessions, engines)."""
+
+    def __init__(self, capacity=64):
+        self.capacity = capacity
+        self._d = collections.OrderedDict()
+
+    def get(self, key):
+        v = self._d.get(key)
+        if v is not None:
+            self._d.move_to_end(key)
+        return v
+
+    def put(self, key, value):
+        self._d[key] = value
+        self._d.move_to_end(key)
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+        return value
+
+    def values(self):
+        return list(self._d.values())
+
+    def clear(self):
+        self._d.clear()
+
+    def __len__(self):
+        return len(self._d)
+
+
+def keep_mask(case):
+    """The counter RNG's dropout keep mask, bool [B, Hq, Sq, Sk] (docs/design.md section 2):
+    None without dropout, all False for p >= 1."""
+    if not case.dropout_p > 0:
+        return None
+    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
+
+
+def check_score_budget(case, limit=SCORE_BYTES_LIMIT):
+    """Raises Unsupported when the float32 scores [B, Hq, Sq, Sk] would take more than limit
+    bytes: the tensors fit the case budget, the scores need not."""
+    n = 4 * case.batch * case.q_heads * case.q_len * case.kv_len
+    if n > limit:
+        from attnfuzz.worker import Unsupported
+        raise Unsupported("the scores [B, Hq, Sq, Sk] would take %.1f GiB (limit %.1f GiB)"
+                          % (n / 2.0 ** 30, limit / 2.0 ** 30))
+
+
+def dense_structure(case, mask, bool_mask):
+    """The structure a graph built from dense inputs depends on: the compile_key fields
+    but the strides (inputs are made contiguous), plus the shapes and dtypes of the masks
+    as sent."""
+    def shp(x):
+        return None if x is None else (tuple(x.shape), str(x.dtype))
+    return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
+            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
+
+
+class Target:
+    """One variant of a stack as its worker runs it (the base of every stack's Target).
+
+    Subclasses set STACK and implement declare() and execute(); those that compile per
+    structure implement build() too, and may override structure(). run() is what the
+    worker kit calls:
+
+      1. refuse(case, mask, bool_mask) raises Unsupported for cases the variant does not
+         run (beyond what its hello keeps away); the score budget is checked first;
+      2. structure(case, mask, bool_mask) is the cache key (None: nothing is cached);
+      3. build(case, q, k, v, mask, bool_mask) makes the artifact for a new structure,
+         timed as compile time for a compiled variant (with LAZY_COMPILE, the artifact's
+         first execute is too: jit compiles on its first call);
+      4. execute(artifact, case, q, k, v, mask, bool_mask) runs one case and returns the
+         output [B, Hq, Sq, Dv] or a worker.Result (another layout, a keep mask);
+      5. an exception whose message refusal() recognizes (REFUSALS: substrings of the
+         stack's own "this case is not supported" errors) becomes Unsupported with the
+         stack's reason; any other is an error finding.
+    """
+
+    STACK: Stack = None
+    CACHE_SIZE = 64
+    LAZY_COMPILE = False
+    REFUSALS: tuple = ()
+    SCORE_BUDGET = True
+
+    def __init__(self, variant):
+        self.variant = variant
+        self.decl = self.STACK.variant(variant)
+        self.cache = LRU(self.CACHE_SIZE)
+        self._hello = None
+
+    # -- declarations ------------------------------------------------------------------
+    def declare(self):
+        """The variant's hello fields: a dict with "caps" (AF_CAP_* names) and any of
+        "dtypes" (default the float caps), "layouts" (default all eight), "limits",
+        "conventions" (merged over DEFAULT_CONVENTIONS) and "compile_key" (default every
+        field for a compiled variant, none for an eager one)."""
+        raise NotImplementedError
+
+    def hello(self):
+        """The complete hello fields (what serve() sends), computed once."""
+        if self._hello is None:
+            d = dict(self.declare())
+            caps = list(d["caps"])
+            conv = dict(DEFAULT_CONVENTIONS)
+            conv.update(d.get("conventions") or {})
+            self._hello = {
+                "caps": caps,
+                "layouts": list(d.get("layouts") or ALL_LAYOUTS),
+                "dtypes": list(d.get("dtypes") or [x for x in ("f32", "f16", "bf16") if x in caps]),
+                "limits": dict(d.get("limits") or {}),
+                "conventions": conv,
+                "compile_key": list(d["compile_key"] if "compile_key" in d
+                                    else (KEY_FIELDS if self.decl.compiled else ())),
+            }
+        return self._hello
+
+    # -- one case ----------------------------------------------------------------------
+    def refuse(self, case, mask, bool_mask):
+        """Raise worker.Unsupported for a case this variant does not run."""
+
+    def structure(self, case, mask, bool_mask):
+        """The cache key of the artifact a case needs; None when nothing is built."""
+        return dense_structure(case, mask, bool_mask) if self.decl.compiled else None
+
+    def build(self, case, q, k, v, mask, bool_mask):
+        """The artifact for a new structure (a compiled graph, a session, a module)."""
+        return None
+
+    def execute(self, artifact, case, q, k, v, mask, bool_mask):
+        raise NotImplementedError
+
+    def refusal(self, exc):
+        """The unsupported reason when exc is the stack refusing the case, else None."""
+        msg = str(exc)
+        for pattern in self.REFUSALS:
+            if pattern in msg:
+                return "%s: %s" % (self.STACK.name, msg.strip().splitlines()[0][:300])
+        return None
+
+    def fatal(self, exc):
+        """True when exc leaves the process unable to run another case (a CUDA context
+        lost): main() then exits, attnfuzz records a crash and restarts the worker."""
+        return False
+
+    def run(self, case, q, k, v, mask=None, bool_mask=None):
+        from attnfuzz.worker import Result, Unsupported
+        if case.dtype not in self.hello()["dtypes"]:
+            raise Unsupported("dtype %s" % case.dtype)
+        if self.SCORE_BUDGET:
+            check_score_budget(case)
+        self.refuse(case, mask, bool_mask)
+        key = self.structure(case, mask, bool_mask)
+        compile_s = 0.0
+        try:
+            art = self.cache.get(key) if key is not None else None
+            fresh = art is None
+            if fresh:
+                t0 = time.perf_counter()
+                art = self.build(case, q, k, v, mask, bool_mask)
+                compile_s = time.perf_counter() - t0
+                if key is not None:
+                    self.cache.put(key, art)
+            t0 = time.perf_counter()
+            res = self.execute(art, case, q, k, v, mask, bool_mask)
+            run_s = time.perf_counter() - t0
+        except Unsupported:
+            raise
+        except Exception as e:  # noqa: BLE001 - a refusal becomes unsupported, the rest propagates
+            why = self.refusal(e)
+            if why:
+                raise Unsupported(why) from None
+            raise
+        if not isinstance(res, Result):
+            res = Result(res)
+        if not self.decl.compiled:          # an eager module's construction is no compile
+            compile_s, run_s = 0.0, run_s + compile_s
+        elif fresh and self.LAZY_COMPILE:   # jit: the first call compiles
+            compile_s, run_s = compile_s + run_s, 0.0
+        res.compile_s = compile_s
+        res.run_s = run_s
+        return res
+
+
+def _quiet_warnings():
+    """The stacks' warnings about inputs we send on purpose (non-writable numpy views,
+    kernels declining, deprecations) would fill every bundle's stderr tail."""
+    for category in (UserWarning, DeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category)
+
+
+def main(stack, target_cls, argv=None):
+    """`python -m attnfuzz.targets.STACK [VARIANT]`: serves one variant (the stack's default
+    when none is named) as a worker. Exit 2 for an unknown variant (or none), 3 when it cannot run here (the reason on stderr), 0
+    after bye."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv and stack.default:
+        argv = [stack.default]
+    if len(argv) != 1 or argv[0] not in stack.variants:
+        sys.stderr.write("usage: python -m attnfuzz.targets.%s VARIANT; unknown variant %r (known: %s)\n"
+                         % (stack.name, argv[0] if argv else "(none)", ", ".join(stack.variants)))
+        return 2
+    variant = argv[0]
+    ok, why = stack.available(variant)
+    if not ok:
+        sys.stderr.write("attnfuzz.targets.%s: %s is unavailable: %s\n" % (stack.name, variant, why))
+        return 3
+    _quiet_warnings()
+    from attnfuzz.worker import serve
+    target = target_cls(variant)
+    h = target.hello()
+
+    def run(*a, **kw):
+        try:
+            return target.run(*a, **kw)
+        except Exception as e:  # noqa: BLE001
+            if target.fatal(e):
+                import os
+                import traceback
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(70)
+            raise
+
+    return serve(run, name=stack.name, version=stack.version(), variant=variant, caps=h["caps"],
+                 layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
+                 conventions=h["conventions"], compile_key=h["compile_key"])

@@ -1,0 +1,89 @@
+"""The physical layouts as torch views, and numpy <-> torch without copies: the model code
+the torch and tvm targets share (both build torch nn.Modules fed the physical layout).
+Only torch, numpy and math: repro snippets copy these functions verbatim."""
+
+import numpy as np
+
+
+def to_bhsd(x, layout, heads, dim):
+    """One unpacked physical tensor -> its [B, H, S, D] view (channel h*D + d for bsd and
+    channels_first)."""
+    if layout == "bhsd":
+        return x
+    if layout == "bshd":
+        return x.transpose(1, 2)
+    if layout == "sbhd":
+        return x.permute(1, 2, 0, 3)
+    if layout == "bsd":
+        b, s, _ = x.shape
+        return x.reshape(b, s, heads, dim).transpose(1, 2)
+    if layout == "channels_first":
+        b, _, s = x.shape
+        return x.reshape(b, heads, dim, s).transpose(2, 3)
+    raise ValueError(f"to_bhsd: layout {layout!r} is not an unpacked layout")
+
+
+def unpack_qkv(qkv, layout, heads, dim):
+    """A packed QKV buffer -> q, k, v as [B, H, S, D] views, the way models split it."""
+    if layout == "qkv_bs3hd":        # [B, S, 3, H, D]
+        q, k, v = qkv.unbind(2)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if layout == "qkv_bsh3d":        # [B, S, H, 3, D]: Q, K, V of each head adjacent (MHAv2)
+        q, k, v = qkv.unbind(3)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if layout == "qkv_channels_first":  # [B, 3*H*D, S]: the UNet attention block
+        b = qkv.shape[0]
+        c = heads * dim
+        q, k, v = qkv.reshape(b, 3 * c, -1).chunk(3, dim=1)
+        return tuple(t.reshape(b, heads, dim, -1).transpose(2, 3) for t in (q, k, v))
+    raise ValueError(f"unpack_qkv: layout {layout!r} is not a packed layout")
+
+
+def from_bhsd(o, layout):
+    """The [B, H, S, Dv] output -> the model's output layout."""
+    if layout == "bhsd":
+        return o
+    if layout == "bshd":
+        return o.transpose(1, 2)
+    if layout == "sbhd":
+        return o.permute(2, 0, 1, 3)
+    b, h, s, dv = o.shape
+    if layout == "bsd":
+        return o.transpose(1, 2).reshape(b, s, h * dv)
+    if layout == "channels_first":
+        return o.transpose(2, 3).reshape(b, h * dv, s)
+    raise ValueError(f"from_bhsd: layout {layout!r} is not an output layout")
+
+
+def to_torch(x, device="cpu"):
+    """A numpy view (any non-negative strides, stride-0 dims included) -> a torch tensor
+    with the same shape and element strides, on `device`, without copying on CPU."""
+    import torch
+    if x.flags.c_contiguous and x.dtype.name != "bfloat16":
+        t = torch.from_numpy(x)
+        return t if device == "cpu" else t.to(device)
+    item = x.itemsize
+    shape = tuple(int(n) for n in x.shape)
+    strides = tuple(int(s) // item for s in x.strides)
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if 0 not in shape else 0
+    flat = np.lib.stride_tricks.as_strided(x, shape=(span,), strides=(item,))
+    if x.dtype.name == "bfloat16":
+        t = torch.from_numpy(flat.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(flat)
+    if device != "cpu":
+        t = t.to(device)
+    return t.as_strided(shape, strides)
+
+
+def to_numpy(t):
+    """A torch tensor -> a contiguous numpy array (bfloat16 as ml_dtypes.bfloat16)."""
+    import torch
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+FUNCTIONS = (to_bhsd, unpack_qkv, from_bhsd, to_torch, to_numpy)
