@@ -20,9 +20,18 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINDINGS = os.path.join(ROOT, "corpus", "findings")
-# the module whose presence a stack's repros need
-STACK_MODULE = {"torch": "torch", "torch-cuda": "torch", "jax-cuda": "jax", "ort": "onnxruntime", "openvino": "openvino", "tvm": "tvm", "jax": "jax",
-                "tensorrt": "tensorrt"}
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+
+def stack_modules():
+    """{findings directory: the modules its repros need}: corpus/findings/<stack> and
+    <stack>-cuda need what the stack's declaration imports (attnfuzz.targets)."""
+    from attnfuzz import targets
+    out = {}
+    for st in targets.declared():
+        need = st.get("imports", [st["stack"]])
+        out[st["stack"]] = out[st["stack"] + "-cuda"] = need
+    return out
 
 
 def run_one(path, timeout):
@@ -58,12 +67,13 @@ def main():
     a = ap.parse_args()
     stacks = a.stacks or sorted(d for d in os.listdir(FINDINGS) if os.path.isdir(os.path.join(FINDINGS, d)))
     todo = []
+    needs = stack_modules()
     for stack in stacks:
         files = sorted(f for f in os.listdir(os.path.join(FINDINGS, stack)) if f.endswith(".py"))
-        mod = STACK_MODULE.get(stack, stack)
-        if importlib.util.find_spec(mod) is None:
+        missing = [m for m in needs.get(stack, [stack]) if importlib.util.find_spec(m.split(".")[0]) is None]
+        if missing:
             for f in files:
-                print("%-62s skipped (%s does not import)" % (stack + "/" + f, mod))
+                print("%-62s skipped (%s does not import)" % (stack + "/" + f, ", ".join(missing)))
             continue
         todo += [os.path.join(FINDINGS, stack, f) for f in files]
     counts = {}

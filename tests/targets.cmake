@@ -1,27 +1,80 @@
-# The real targets (python/attnfuzz/targets: torch, ort, tensorrt), each variant's run function
-# called directly on a handful of cases against a float64 reference (tests/targets_selftest.py).
-# They need the project's Python environment (.venv, scripts/setup.sh); without it they are not
+# The real targets (python/attnfuzz/targets), every variant the stack modules declare, read
+# at configure time from `python -m attnfuzz.targets --names` (declarations only: no stack
+# is imported; a new module is picked up by the next configure, CONFIGURE_DEPENDS below):
+#   targets_<stack>_<variant>  the variant's self-test (tests/targets_selftest.py): its run
+#                              function against the float64 reference on a set of cases, its
+#                              repro snippet, conventions, cache and a worker round trip
+#   targets_unavailable        every stack's unknown-variant and cannot-run-here paths
+#   targets_smoke_<stack>      a few seconds of campaign through attnfuzz over the stack's
+#                              smoke variants; fails on a bundle of kind error or crash
+#   findings_repros            every corpus/findings/<stack>/*.py still shows its bug
+#   regress_findings           attnfuzz regress --strict over the campaigns' bundles
+# GPU variants are not registered (no GPU here: scripts/gpu_campaign.sh runs them). They need
+# the project's Python environment (.venv, scripts/setup.sh); without it they are not
 # registered. A variant whose stack does not import skips (exit 77).
 if(NOT DEFINED AF_VENV_PYTHON)   # tests/python.cmake may have set it (a cache variable)
   set(AF_VENV_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python)
 endif()
+file(GLOB af_target_modules CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/attnfuzz/targets/*.py)
+set(af_targets_env "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
 if(NOT EXISTS ${AF_VENV_PYTHON})
   message(STATUS "targets tests skipped: ${AF_VENV_PYTHON} is missing (run scripts/setup.sh)")
-else()
-  set(af_targets_script ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py)
-  set(af_targets_env "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
-  foreach(spec
-      "torch_eager:torch sdpa_math sdpa_flash explicit --protocol"
-      "torch_compile:torch compile compile_sdpa --quick"
-      "torch_flex:torch flex --quick"
-      "ort:ort attention explicit explicit_noopt exported_sdpa --protocol"
-      "unavailable:--unavailable")
-    string(REPLACE ":" ";" parts "${spec}")
-    list(GET parts 0 name)
-    list(GET parts 1 args)
-    separate_arguments(args)
-    add_test(NAME targets_${name} COMMAND ${AF_VENV_PYTHON} ${af_targets_script} ${args})
-    set_tests_properties(targets_${name} PROPERTIES ENVIRONMENT "${af_targets_env}"
-                         SKIP_RETURN_CODE 77 LABELS "python;targets" TIMEOUT 900)
-  endforeach()
+  return()
 endif()
+
+function(af_target_names out)   # af_target_names(VAR WHERE...): STACK/VARIANT list
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_SOURCE_DIR}/python
+                          ${AF_VENV_PYTHON} -m attnfuzz.targets --names ${ARGN}
+                  OUTPUT_VARIABLE names RESULT_VARIABLE rc ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "python -m attnfuzz.targets --names ${ARGN} failed: ${err}")
+  endif()
+  string(REPLACE "\n" ";" names "${names}")
+  set(${out} "${names}" PARENT_SCOPE)
+endfunction()
+
+af_target_names(af_cpu_variants cpu)
+foreach(t ${af_cpu_variants})
+  string(REPLACE "/" "_" name "${t}")
+  add_test(NAME targets_${name} COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py ${t})
+  set_tests_properties(targets_${name} PROPERTIES ENVIRONMENT "${af_targets_env}"
+                       SKIP_RETURN_CODE 77 LABELS "python;targets" TIMEOUT 900)
+endforeach()
+add_test(NAME targets_unavailable COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py --unavailable)
+set_tests_properties(targets_unavailable PROPERTIES ENVIRONMENT "${af_targets_env}"
+                     SKIP_RETURN_CODE 77 LABELS "python;targets" TIMEOUT 900)
+
+if(NOT TARGET attnfuzz)
+  return()
+endif()
+# 8 s of campaign a stack (plus imports and compiles: 15-45 s)
+af_target_names(af_smoke_variants cpu smoke campaign)
+set(af_smoke_stacks "")
+foreach(t ${af_smoke_variants})
+  string(REGEX REPLACE "/.*" "" stack "${t}")
+  list(APPEND af_smoke_stacks ${stack})
+  string(REGEX REPLACE ".*/" "" variant "${t}")
+  list(APPEND af_smoke_${stack} ${variant})
+endforeach()
+list(REMOVE_DUPLICATES af_smoke_stacks)
+foreach(stack ${af_smoke_stacks})
+  add_test(NAME targets_smoke_${stack}
+           COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/targets_smoke.py $<TARGET_FILE:attnfuzz> ${stack}
+                   ${af_smoke_${stack}} --time 8)
+  set_tests_properties(targets_smoke_${stack} PROPERTIES ENVIRONMENT "${af_targets_env}"
+                       SKIP_RETURN_CODE 77 LABELS "python;targets;smoke" TIMEOUT 300)
+endforeach()
+
+# findings_repros runs every corpus/findings/<stack>/*.py repro and fails when one no longer
+# shows its bug ("FIXED": an upgrade fixed it) or breaks (tests/findings_repros.py)
+add_test(NAME findings_repros COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/findings_repros.py --jobs 2)
+set_tests_properties(findings_repros PROPERTIES ENVIRONMENT "${af_targets_env}"
+  SKIP_RETURN_CODE 77 LABELS "python;findings" TIMEOUT 1200)
+# regress_findings replays the campaigns' bundles of real stack bugs (every
+# corpus/findings/<stack>/bundles but the GPU ones, <stack>-cuda/bundles: scripts/gpu_campaign.sh
+# replays those) and fails when one is fixed or changed kind (--strict)
+file(GLOB af_findings_bundles LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/corpus/findings/*/bundles)
+list(FILTER af_findings_bundles EXCLUDE REGEX "-cuda/bundles$")
+add_test(NAME regress_findings COMMAND attnfuzz regress --strict ${af_findings_bundles})
+set_tests_properties(regress_findings PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}"
+  LABELS "python;findings" TIMEOUT 600)

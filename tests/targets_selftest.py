@@ -1,626 +1,718 @@
-"""Self-test of real targets: each variant's run function called directly on a handful of
-cases (every layout, packed ones included, GQA, masks, causal diagonals, f16/bf16) against an
-independent float64 reference written here, plus the unavailable-stack path.
+"""Self-test of the real targets, driven by their declarations (attnfuzz.targets._base): for
+each variant, its run function called directly on a set of cases (every layout, packed
+ones included, GQA, masks of every rank and dtype, causal diagonals, key padding, windows,
+softcap, dropout, strided and stride-0 tensors, f16/bf16 where declared) against the float64
+reference (attnfuzz.reference, itself checked against an independent computation in
+python/tests/test_reference.py); its repro snippet run standalone; the conventions it
+declares (fully masked rows, NaN behind masked keys) measured; a compiled variant's cache
+reused; its own self-checks; and a worker round trip through the protocol with strided
+tensors.
 
-usage: targets_selftest.py STACK VARIANT [VARIANT...] [--quick] [--protocol]
-       targets_selftest.py --unavailable
+    targets_selftest.py STACK/VARIANT [STACK/VARIANT ...]    self-test of these variants
+    targets_selftest.py --random N SEED STACK/VARIANT ...    N random cases each vs the reference
+    targets_selftest.py --unavailable                        every stack's unavailable paths
 
-Exit 0 when every case passes, 77 (ctest's skip) when the stack does not import, 1 otherwise.
+A case a variant does not declare (caps, layouts, dtypes, limits) is not sent, as attnfuzz
+would not send it; a variant declared `quick` (compiles that take seconds) runs the quick
+subset (and one protocol case). Exit 0 when every check passed, 1 when one failed, 77 (ctest's skip) when every
+variant named is unavailable here. The last line is "N passed, N failed, N skipped".
 """
 
-from __future__ import annotations
-
 import importlib
-import math
+import json
 import os
 import subprocess
 import sys
+import time
+import traceback
 
 import numpy as np
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # jax workers share a GPU with this process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-import ml_dtypes  # noqa: E402
+from attnfuzz import dtypes, layouts, masks, protocol, reference, testing  # noqa: E402
+from attnfuzz import targets as registry  # noqa: E402
+from attnfuzz.case import Case  # noqa: E402
+from attnfuzz.worker import Result, Unsupported  # noqa: E402
 
-NP = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
-# Per-dtype tolerance on |out - ref| <= ATOL * max|V| + RTOL * |ref| (inputs N(0,1)): a few
-# units of the dtype's rounding on an output of size ~1, as PyTorch's SDPA tests use.
-TOL = {"f32": (2e-5, 2e-5), "f16": (4e-3, 4e-3), "bf16": (3e-2, 3e-2)}
+# Tolerance per dtype: |out - ref| <= ATOL * max(max|V|, 1) + RTOL * |ref| (inputs N(0,1)): a
+# few units of the dtype's rounding on an output of size ~1 (f16/bf16 outputs carry one final
+# rounding plus P rounded to the dtype before P @ V), as PyTorch's SDPA tests use.
+ATOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
+RTOL = ATOL
 
-
-# -- cases -------------------------------------------------------------------------------
-
-def tensor(layout, seed, **kw):
-    d = {"layout": layout, "perm": 0, "pad": 0, "broadcast": "none", "dist": "normal",
-         "log10_magnitude": 0, "special": "none", "seed": seed}
-    d.update(kw)
-    return d
-
-
-def base_case(**kw):
-    c = {"batch": 2, "q_heads": 2, "kv_heads": 2, "q_len": 5, "kv_len": 5, "head_dim": 8,
-         "v_head_dim": 8, "dtype": "f32", "allow_tf32": False, "scale": None,
-         "scale_placement": "scores", "softcap": 0, "causal": False, "diagonal": "top_left",
-         "diagonal_offset": 0, "key_padding": None, "window": [-1, -1], "additive_mask": None,
-         "bool_mask": None, "dropout_p": 0, "dropout_seed": 0}
-    lay = kw.pop("layout", "bhsd")
-    lays = kw.pop("layouts", (lay, lay, lay))
-    c.update(kw)
-    for i, (t, lt) in enumerate(zip("qkv", lays)):
-        c[t] = tensor(lt, 11 + i)
-    return c
-
-
-def mask_spec(full_dims="qk", rank=4, expanded=False, dtype="f32"):
-    return {"full_dims": full_dims, "rank": rank, "expanded": expanded, "dtype": dtype,
-            "pattern": "random", "density": 60, "fill": "neg_inf", "log10_magnitude": 0,
-            "live_zero": False, "seed": 5}
-
-
-def cases(quick: bool):
-    """(name, raw case, extras) — extras: 'perm' for a transposed-memory q, 'bcast' for a
-    stride-0 batch k, 'pad' for padded v rows."""
-    out = []
-    for lay in ("bhsd", "bshd", "sbhd", "bsd", "channels_first",
-                "qkv_bs3hd", "qkv_bsh3d", "qkv_channels_first"):
-        out.append((f"layout {lay}", base_case(layout=lay), ()))
-    out += [
-        ("mixed layouts, cross, dv", base_case(layouts=("sbhd", "bsd", "bshd"), q_len=3, kv_len=7,
-                                               v_head_dim=4), ()),
-        ("gqa 4/2 f16", base_case(q_heads=4, kv_heads=2, dtype="f16"), ()),
-        ("bf16 scale", base_case(dtype="bf16", scale=0.3), ()),
-        ("causal top_left sq>sk", base_case(causal=True, q_len=6, kv_len=4), ()),
-        ("causal bottom_right", base_case(causal=True, diagonal="bottom_right", q_len=3, kv_len=7), ()),
-        ("causal bottom_right_valid + padding", base_case(causal=True, diagonal="bottom_right_valid",
-                                                          q_len=3, kv_len=7, key_padding=[5, 7]), ()),
-        ("explicit diagonal + window", base_case(causal=False, diagonal="explicit", diagonal_offset=2,
-                                                 q_len=4, kv_len=8, window=[2, 1]), ()),
-        ("key padding only", base_case(key_padding=[3, 5]), ()),
-        ("additive 2-D mask", base_case(additive_mask=mask_spec(rank=2)), ()),
-        ("f32 mask with f16 q, [B,1,Sq,Sk]", base_case(dtype="f16", additive_mask=mask_spec("bqk")), ()),
-        ("bool mask [1,H,Sq,Sk] expanded + causal", base_case(bool_mask=mask_spec("hqk", expanded=True),
-                                                            causal=True), ()),
-        ("both masks, bf16 mask dtype", base_case(additive_mask=mask_spec("qk", dtype="bf16"),
-                                                  bool_mask=mask_spec("bhqk")), ()),
-        ("fully masked rows", base_case(causal=True, diagonal="explicit", diagonal_offset=-2), ()),
-        ("causal, negative scale", base_case(causal=True, scale=-0.3), ()),
-        ("head_dim 16, causal bottom_right, f16", base_case(head_dim=16, v_head_dim=16, dtype="f16",
-                                                           causal=True, diagonal="bottom_right",
-                                                           q_len=3, kv_len=7), ()),
-        ("softcap sqrt_qk placement", base_case(softcap=2.0, scale=1.5, scale_placement="sqrt_qk"), ()),
-        ("dropout", base_case(dropout_p=0.3, dropout_seed=7), ()),
-        ("dropout p=1", base_case(dropout_p=1.0, dropout_seed=7), ()),
-        ("dropout f16 causal, longer rows", base_case(dtype="f16", dropout_p=0.3, dropout_seed=9, causal=True,
-                                                      q_len=33, kv_len=33, head_dim=16, v_head_dim=16), ()),
-        ("dropout bf16 gqa, bool mask", base_case(dtype="bf16", dropout_p=0.5, dropout_seed=3, q_heads=4,
-                                                  kv_heads=2, head_dim=16, v_head_dim=16,
-                                                  bool_mask=mask_spec("bqk")), ()),
-        # Last: on CUDA's memory-efficient kernel this one faults and loses the context.
-        ("strided: perm q, stride-0 k, padded v", base_case(layout="bhsd"), ("perm", "bcast", "pad")),
-    ]
-    if quick:
-        keep = {"layout bshd", "layout bsd", "layout qkv_channels_first", "gqa 4/2 f16",
-                "head_dim 16, causal bottom_right, f16",
-                "causal bottom_right_valid + padding", "both masks, bf16 mask dtype"}
-        out = [c for c in out if c[0] in keep]
-    return out
-
-
-# -- the case object and its derived values ----------------------------------------------
-
-def derived(raw):
-    B, Sq, Sk = raw["batch"], raw["q_len"], raw["kv_len"]
-    kp = raw["key_padding"]
-    valid = list(kp) if kp is not None else [Sk] * B
-    diag = raw["diagonal"]
-    off = {"top_left": [0] * B, "bottom_right": [Sk - Sq] * B,
-           "bottom_right_valid": [x - Sq for x in valid],
-           "explicit": [raw["diagonal_offset"]] * B}[diag]
-    scale = raw["scale"] if raw["scale"] is not None else 1.0 / math.sqrt(raw["head_dim"])
-    return {"scale": scale, "diag_offset": off, "valid_keys": valid}
-
-
-def make_case(raw, qkv=None):
-    from attnfuzz.case import Case
-    try:
-        c = Case(raw, derived(raw))
-    except TypeError:
-        c = Case({"case": raw, "derived": derived(raw)})
-    if qkv is not None:
-        try:
-            c.qkv = qkv
-        except AttributeError:
-            c._qkv = qkv
-    return c
-
-
-# -- inputs --------------------------------------------------------------------------------
-
-def physical(x, layout):
-    """Canonical [B,H,S,D] -> a contiguous array in an unpacked layout."""
-    B, H, S, D = x.shape
-    if layout == "bhsd":
-        return np.ascontiguousarray(x)
-    if layout == "bshd":
-        return np.ascontiguousarray(x.transpose(0, 2, 1, 3))
-    if layout == "sbhd":
-        return np.ascontiguousarray(x.transpose(2, 0, 1, 3))
-    if layout == "bsd":
-        return np.ascontiguousarray(x.transpose(0, 2, 1, 3)).reshape(B, S, H * D)
-    if layout == "channels_first":
-        return np.ascontiguousarray(x.transpose(0, 1, 3, 2)).reshape(B, H * D, S)
-    raise ValueError(layout)
-
-
-def canonical_out(o, layout, H, Dv):
-    o = np.asarray(o)
-    if layout == "bhsd":
-        return o
-    if layout == "bshd":
-        return o.transpose(0, 2, 1, 3)
-    if layout == "sbhd":
-        return o.transpose(1, 2, 0, 3)
-    if layout == "bsd":
-        B, S, _ = o.shape
-        return o.reshape(B, S, H, Dv).transpose(0, 2, 1, 3)
-    if layout == "channels_first":
-        B, _, S = o.shape
-        return o.reshape(B, H, Dv, S).transpose(0, 1, 3, 2)
-    raise ValueError(layout)
-
-
-def draw_mask(raw, spec, kind, B, H, Sq, Sk, rng):
-    dims = [B if "b" in spec["full_dims"] else 1, H if "h" in spec["full_dims"] else 1,
-            Sq if "q" in spec["full_dims"] else 1, Sk if "k" in spec["full_dims"] else 1]
-    if kind == "add":
-        m = rng.standard_normal(dims)
-        m[rng.random(dims) < 0.25] = -np.inf
-        m = m.astype(NP[spec["dtype"]])
-    else:
-        m = rng.random(dims) >= 0.25
-    if spec["rank"] == 2:
-        return m.reshape(dims[2], dims[3])
-    if spec["expanded"]:
-        return np.broadcast_to(m, (B, H, Sq, Sk))
-    return m
-
-
-def make_inputs(raw, extras, seed=0):
-    rng = np.random.default_rng(seed)
-    B, Hq, Hkv, Sq, Sk = raw["batch"], raw["q_heads"], raw["kv_heads"], raw["q_len"], raw["kv_len"]
-    D, Dv, dt = raw["head_dim"], raw["v_head_dim"], NP[raw["dtype"]]
-    q = rng.standard_normal((B, Hq, Sq, D)).astype(dt)
-    k = rng.standard_normal((B, Hkv, Sk, D)).astype(dt)
-    v = rng.standard_normal((B, Hkv, Sk, Dv)).astype(dt)
-    if "bcast" in extras:
-        k = np.broadcast_to(k[:1], k.shape)
-    lay = raw["q"]["layout"]
-    qkv = None
-    if lay == "qkv_bs3hd":
-        qkv = np.stack([physical(t, "bshd") for t in (q, k, v)], axis=2)
-        pq, pk, pv = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-    elif lay == "qkv_bsh3d":
-        qkv = np.stack([physical(t, "bshd") for t in (q, k, v)], axis=3)
-        pq, pk, pv = qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
-    elif lay == "qkv_channels_first":
-        qkv = np.concatenate([physical(t, "channels_first") for t in (q, k, v)], axis=1)
-        c = Hq * D
-        pq, pk, pv = qkv[:, :c], qkv[:, c:2 * c], qkv[:, 2 * c:]
-    else:
-        pq = physical(q, raw["q"]["layout"])
-        pk = physical(k, raw["k"]["layout"]) if "bcast" not in extras else k
-        pv = physical(v, raw["v"]["layout"])
-        if "perm" in extras:       # bhsd shape, bshd memory order
-            pq = np.ascontiguousarray(q.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
-        if "pad" in extras:        # rows padded by 3 elements holding NaN
-            buf = np.full(pv.shape[:-1] + (pv.shape[-1] + 3,), np.nan, dtype=dt)
-            buf[..., :pv.shape[-1]] = pv
-            pv = buf[..., :pv.shape[-1]]
-    for a in (pq, pk, pv) + ((qkv,) if qkv is not None else ()):
-        if a.flags.writeable:
-            a.flags.writeable = False      # the kit's views are read-only
-    mask = bmask = None
-    if raw["additive_mask"]:
-        mask = draw_mask(raw, raw["additive_mask"], "add", B, Hq, Sq, Sk, rng)
-    if raw["bool_mask"]:
-        bmask = draw_mask(raw, raw["bool_mask"], "bool", B, Hq, Sq, Sk, rng)
-    return (q, k, v), (pq, pk, pv), qkv, mask, bmask
-
-
-# -- the independent reference ---------------------------------------------------------------
-
-def reference(raw, q, k, v, mask, bmask, keep):
-    """DESIGN.md section 2 in float64, by loops over the structural masks."""
-    d = derived(raw)
-    B, Hq, Hkv, Sq, Sk = raw["batch"], raw["q_heads"], raw["kv_heads"], raw["q_len"], raw["kv_len"]
-    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
-    rep = Hq // Hkv
-    k = np.repeat(k, rep, axis=1)
-    v = np.repeat(v, rep, axis=1)
-    s = d["scale"] * np.einsum("bhid,bhjd->bhij", q, k)
-    c = raw["softcap"]
-    if c > 0:
-        s = c * np.tanh(s / c)
-    allowed = np.ones((B, Hq, Sq, Sk), dtype=bool)
-    if mask is not None:
-        m = np.asarray(mask, dtype=np.float64)
-        s = s + (m.reshape((1, 1) + m.shape) if m.ndim == 2 else m)
-        allowed &= np.isfinite(s) | (s > 0)
-    if bmask is not None:
-        bm = np.asarray(bmask)
-        allowed &= bm.reshape((1, 1) + bm.shape) if bm.ndim == 2 else bm
-    left, right = raw["window"]
-    for b in range(B):
-        for i in range(Sq):
-            di = i + d["diag_offset"][b]
-            for j in range(Sk):
-                ok = True
-                if raw["causal"] and j > di:
-                    ok = False
-                if left >= 0 and j < di - left:
-                    ok = False
-                if right >= 0 and j > di + right:
-                    ok = False
-                if raw["key_padding"] is not None and j >= raw["key_padding"][b]:
-                    ok = False
-                if not ok:
-                    allowed[b, :, i, j] = False
-    s = np.where(allowed, s, -np.inf)
-    mx = np.max(s, axis=-1, keepdims=True)
-    dead = ~np.isfinite(mx)
-    e = np.where(allowed, np.exp(s - np.where(dead, 0, mx)), 0.0)
-    tot = e.sum(-1, keepdims=True)
-    p = np.where(dead, 0.0, e / np.where(tot == 0, 1, tot))
-    dp = raw["dropout_p"]
-    if dp >= 1:
-        p = np.zeros_like(p)
-    elif dp > 0:
-        p = np.where(keep, p / (1 - dp), 0.0)
-    live = p != 0
-    vv = np.where(np.isnan(v), 0.0, v)   # inputs here hold no NaN in live positions
-    out = np.einsum("bhij,bhjd->bhid", p, vv)
-    return out, dead[..., 0] | ~live.any(-1)
-
-
-def kit_reference(case, q, k, v, mask, bmask, keep):
-    """attnfuzz.reference's answer (None when the kit lacks it): the test's own reference
-    must agree with it, so both are checked."""
-    try:
-        from attnfuzz import reference as kit
-    except ImportError:
-        return None
-    return kit.attention(case, np.asarray(q, np.float64), np.asarray(k, np.float64),
-                         np.asarray(v, np.float64), mask, bmask, keep)
-
-
-# -- the check ------------------------------------------------------------------------------
-
-# Real stack bugs (docs/findings.md): the case must still go wrong the documented way; the
-# test then counts it as known, and says so when it starts to pass (fixed upstream).
+# Real stack bugs (docs/findings.md): the case must still go wrong the documented way ("wrong"
+# or "raise" with a message); the test says so when it starts to pass (fixed upstream). Keyed
+# by target and case label, or by target and a feature the case needs (any case needing it).
 KNOWN = {
-    ("torch", "flex", "layout bsd"): ("raise", "not enough values to unpack",
-                                      "corpus/findings/torch/flex_cpu_reshaped_query.py"),
-    ("torch", "sdpa_flash", "causal, negative scale"): (
+    ("torch/flex", "bsd additive 4-D mask + scale"): ("raise", "not enough values to unpack",
+                                                      "corpus/findings/torch/flex_cpu_reshaped_query.py"),
+    ("torch/flex", "layout bsd"): ("raise", "not enough values to unpack",
+                                   "corpus/findings/torch/flex_cpu_reshaped_query.py"),
+    ("torch/sdpa_flash", "causal, negative scale"): (
         "wrong", "", "corpus/findings/torch/sdpa_cpu_flash_causal_negative_scale.py"),
-    ("torch", "cuda_sdpa_efficient", "strided: perm q, stride-0 k, padded v"): (
-        "raise", "misaligned address",
-        "corpus/findings/torch-cuda/sdpa_cuda_efficient_padded_value_misaligned.py"),
-    ("torch", "cuda_sdpa_cudnn", "f32 mask with f16 q, [B,1,Sq,Sk]"): (
+    ("torch/cuda_sdpa_efficient", "strided: perm q, stride-0 k, padded v"): (
+        "raise", "misaligned address", "corpus/findings/torch-cuda/sdpa_cuda_efficient_padded_value_misaligned.py"),
+    ("torch/cuda_sdpa_cudnn", "f16 f32 mask"): (
         "wrong", "", "corpus/findings/torch-cuda/sdpa_cudnn_mask_dtype_and_masked_rows.py"),
-    ("ort", "exported_sdpa", "causal, negative scale"): (
+    ("ort/exported_sdpa", "causal, negative scale"): (
         "wrong", "", "corpus/findings/torch/onnx_export_sdpa_negative_scale.py"),
+    ("tvm/torch_sdpa", "gqa"): ("wrong", "", "tvm's SDPA importer drops enable_gqa (corpus/findings/tvm)"),
+    ("tvm/torch_sdpa", "scale"): ("wrong", "", "tvm's SDPA importer drops the scale (corpus/findings/tvm)"),
 }
 
-def run_variant(stack, variant, quick):
-    mod = importlib.import_module(f"attnfuzz.targets.{stack}")
-    ok, why = mod.available(variant)
-    if not ok:
-        print(f"SKIP {stack}/{variant}: {why}")
-        return None
-    from attnfuzz.worker import Result, Unsupported
-    target = mod.make_target(variant) if hasattr(mod, "make_target") else None
+# Variants whose fully masked rows follow neither declared convention: not checked row by
+# row; check_conventions pins what they do. jax "xla" replaces masked logits by
+# -0.7 * finfo.max (the row averages V over every key); jax "cudnn" adds that number as a
+# bias (the row is plain attention over every key).
+ODD_ROWS = {"jax/xla": "mean", "jax/cudnn": "unmasked"}
+
+
+# -- cases ---------------------------------------------------------------------------------
+
+def _case(**kw):
+    c = {"batch": 2, "q_heads": 4, "kv_heads": 4, "q_len": 7, "kv_len": 7, "head_dim": 16, "dtype": "f32"}
+    lay = kw.pop("layout", None)
+    c.update(kw)
+    if lay is not None:
+        c["q"] = {"layout": lay}
+        if lay not in layouts.PACKED:
+            c["k"] = {"layout": lay}
+            c["v"] = {"layout": lay}
+    return c
+
+
+def _mask(rank=4, full_dims="bhqk", dtype="f32", expanded=False):
+    return {"rank": rank, "full_dims": full_dims, "dtype": dtype, "expanded": expanded}
+
+
+CASES = [
+    ("bhsd f32", _case(layout="bhsd")),
+    ("layout bsd", _case(layout="bsd", q_len=5, kv_len=5)),
+    ("bshd cross causal top-left", _case(layout="bshd", q_len=5, kv_len=9, causal=True)),
+    ("sbhd gqa bottom-right", _case(layout="sbhd", q_heads=4, kv_heads=2, q_len=5, kv_len=9, causal=True,
+                                    diagonal="bottom_right")),
+    ("bsd additive 4-D mask + scale", _case(layout="bsd", q_len=6, kv_len=10, scale=0.3,
+                                            additive_mask=_mask(full_dims="bqk"))),
+    ("channels_first bool 2-D mask", _case(layout="channels_first", q_len=6, kv_len=6,
+                                           bool_mask=_mask(rank=2, full_dims="qk"))),
+    ("mixed layouts padding window", _case(q={"layout": "bshd"}, k={"layout": "bhsd"}, v={"layout": "sbhd"},
+                                           q_len=6, kv_len=12, key_padding=[9, 12], window=[3, 1])),
+    ("qkv_bs3hd causal", _case(layout="qkv_bs3hd", q_len=8, kv_len=8, causal=True)),
+    ("qkv_bsh3d padding bottom-right-valid", _case(layout="qkv_bsh3d", q_len=8, kv_len=8, causal=True,
+                                                   key_padding=[5, 8], diagonal="bottom_right_valid")),
+    ("qkv_channels_first additive 2-D", _case(layout="qkv_channels_first", q_len=8, kv_len=8,
+                                              additive_mask=_mask(rank=2, full_dims="qk"))),
+    ("strided stride-0 kv, gqa 4:1", _case(q={"layout": "bhsd", "perm": 5, "pad": 3},
+                                           k={"layout": "bshd", "broadcast": "batch"},
+                                           v={"layout": "bhsd", "pad": 2}, q_heads=4, kv_heads=1)),
+    ("strided: perm q, stride-0 k, padded v", _case(q={"layout": "bhsd", "perm": 2},
+                                                    k={"layout": "bhsd", "broadcast": "batch"},
+                                                    v={"layout": "bhsd", "pad": 3}, q_len=5, kv_len=5)),
+    ("dv != d explicit diagonal", _case(layout="bhsd", head_dim=16, v_head_dim=8, q_len=5, kv_len=9, causal=True,
+                                        diagonal="explicit", diagonal_offset=2)),
+    ("explicit diagonal + window", _case(layout="bhsd", diagonal="explicit", diagonal_offset=2, q_len=4, kv_len=8,
+                                         window=[2, 1])),
+    ("fully masked rows", _case(layout="bhsd", causal=True, diagonal="explicit", diagonal_offset=-2)),
+    ("causal, negative scale", _case(layout="bhsd", causal=True, scale=-0.3, q_len=5, kv_len=5)),
+    ("softcap", _case(layout="bhsd", softcap=2.0, scale=1.5)),
+    ("softcap sqrt_qk placement", _case(layout="bhsd", softcap=2.0, scale=1.5, scale_placement="sqrt_qk")),
+    ("f16 bshd causal gqa", _case(layout="bshd", dtype="f16", q_heads=4, kv_heads=2, q_len=9, kv_len=9,
+                                  causal=True)),
+    ("f16 f32 mask", _case(layout="bhsd", dtype="f16", additive_mask=_mask(full_dims="hqk", dtype="f32"))),
+    ("f16 f16 mask", _case(layout="bhsd", dtype="f16", additive_mask=_mask(full_dims="bhqk", dtype="f16"))),
+    ("both masks, bf16 mask dtype", _case(layout="bhsd", additive_mask=_mask(rank=2, full_dims="qk", dtype="bf16"),
+                                          bool_mask=_mask(full_dims="bhqk"))),
+    ("bool mask [1,H,Sq,Sk] expanded + causal", _case(layout="bhsd", causal=True,
+                                                      bool_mask=_mask(full_dims="hqk", expanded=True))),
+    ("bf16 qkv_bs3hd bool mask", _case(layout="qkv_bs3hd", dtype="bf16", q_len=8, kv_len=8,
+                                       bool_mask=_mask(full_dims="bqk"))),
+    ("dropout", _case(layout="bhsd", dropout_p=0.25, dropout_seed=12345)),
+    ("dropout p=1", _case(layout="bhsd", dropout_p=1.0, dropout_seed=7)),
+    ("dropout f16 causal, longer rows", _case(layout="bhsd", dtype="f16", dropout_p=0.3, dropout_seed=9,
+                                              causal=True, q_len=33, kv_len=33)),
+    ("dropout bf16 gqa, bool mask", _case(layout="bhsd", dtype="bf16", dropout_p=0.5, dropout_seed=3, q_heads=4,
+                                          kv_heads=2, bool_mask=_mask(full_dims="bqk"))),
+    # half-precision twins of the layout and mask cases (what f16/bf16-only kernels run)
+    ("f16 sbhd cross padding", _case(layout="sbhd", dtype="f16", q_len=6, kv_len=10, key_padding=[7, 10])),
+    ("f16 bsd 4-D mask + scale", _case(layout="bsd", dtype="f16", q_len=6, kv_len=10, scale=0.3,
+                                       additive_mask=_mask(full_dims="bqk", dtype="f16"))),
+    ("f16 qkv_channels_first causal window", _case(layout="qkv_channels_first", dtype="f16", q_len=8, kv_len=8,
+                                                   causal=True, window=[3, -1])),
+    ("f16 window both sides", _case(layout="bshd", dtype="f16", q_len=8, kv_len=8, window=[2, 1])),
+    ("bf16 mixed layouts bottom-right gqa", _case(q={"layout": "bhsd"}, k={"layout": "sbhd"}, v={"layout": "bsd"},
+                                                  dtype="bf16", q_heads=4, kv_heads=2, q_len=5, kv_len=9,
+                                                  causal=True, diagonal="bottom_right")),
+]
+
+# What a `quick` variant runs (every layout family, GQA, masks, causal diagonals, padding,
+# f16, dropout: each compile takes seconds).
+QUICK = ("sbhd gqa bottom-right", "mixed layouts padding window", "qkv_channels_first additive 2-D",
+         "f16 bshd causal gqa", "bsd additive 4-D mask + scale", "qkv_bsh3d padding bottom-right-valid",
+         "dropout")
+
+# Cases whose tensors travel over the protocol with real strides: permuted memory orders,
+# padded rows, stride-0 batch/head broadcast, packed buffers, expanded masks.
+PROTOCOL_CASES = [
+    ("strided gqa cross causal bottom_right, expanded mask",
+     _case(q={"layout": "bshd", "perm": 5, "pad": 3}, k={"layout": "bhsd", "broadcast": "batch", "perm": 2},
+           v={"layout": "bsd", "pad": 1, "perm": 1}, q_heads=4, kv_heads=2, q_len=6, kv_len=9, causal=True,
+           diagonal="bottom_right", additive_mask=_mask(full_dims="bqk", expanded=True))),
+    ("packed channels_first f16 permuted+padded, bool mask",
+     _case(q={"layout": "qkv_channels_first", "perm": 2, "pad": 1}, dtype="f16", bool_mask=_mask(full_dims="hqk"))),
+    ("packed bsh3d permuted, key padding",
+     _case(q={"layout": "qkv_bsh3d", "perm": 7}, q_heads=3, kv_heads=3, key_padding=[3, 5])),
+    ("sbhd/channels_first/bhsd, broadcast heads, 2-D bool mask",
+     _case(q={"layout": "sbhd"}, k={"layout": "channels_first", "perm": 1, "pad": 2},
+           v={"layout": "bhsd", "broadcast": "heads"}, scale=0.7, q_len=1, kv_len=4,
+           bool_mask=_mask(rank=2, full_dims="k"))),
+]
+
+
+def needs(c):
+    """(caps, Case): the caps a case needs (what attnfuzz checks before sending)."""
+    cs = Case(c)
+    caps = {cs.dtype}
+    if cs.q_heads != cs.kv_heads:
+        caps.add("gqa")
+    if cs.q_len != cs.kv_len:
+        caps.add("cross")
+    if cs.v_head_dim != cs.head_dim:
+        caps.add("dv")
+    if cs.scale_given:
+        caps.add("scale")
+    if cs.softcap > 0:
+        caps.add("softcap")
+    if cs.amask:
+        caps.add("amask")
+        if cs.amask.get("dtype", "f32") != cs.dtype:
+            caps.add("mask_dtype")
+    if cs.bmask:
+        caps.add("bmask")
+    if (cs.amask or {}).get("expanded") or (cs.bmask or {}).get("expanded"):
+        caps.add("strided")
+    if cs.causal:
+        caps.add("causal")
+    if cs.key_padding is not None:
+        caps.add("padding")
+    if cs.has_window:
+        caps.add("window")
+    if cs.dropout_p > 0:
+        caps.add("dropout")
+    s = cs.specs
+    if any(s[n]["perm"] or s[n]["pad"] or s[n]["broadcast"] != "none" for n in "qkv"):
+        caps.add("strided")
+    return caps, cs
+
+
+def sendable(c, hello):
+    """Would attnfuzz send case c to a variant that said hello?"""
+    caps, cs = needs(c)
+    conv = hello["conventions"]
+    lim = hello.get("limits", {})
+    mult = lim.get("head_dim_multiple", 1)
+    uses_diag = cs.causal or cs.has_window
+    return (caps <= set(hello["caps"]) and cs.dtype in hello["dtypes"]
+            and set(cs.layouts.values()) <= set(hello["layouts"])
+            and not (uses_diag and cs.diagonal not in conv.get("causal", ()))
+            and cs.head_dim % mult == 0 and cs.v_head_dim % mult == 0
+            and cs.head_dim <= lim.get("max_head_dim", 1 << 30))
+
+
+def inputs_for(c, seed, magnitude=1.0):
+    """Canonical float64 inputs rounded to the case dtype (equal along stride-0 dims, as one
+    copy travels), masks as [B', Hq', Sq', Sk'] in the spec's dims, and the physical arrays."""
+    cs = Case(c)
+    dt = dtypes.DTYPES[cs.dtype]
+    r = np.random.default_rng(seed)
+    B, Hq, Hkv, Sq, Sk, D, Dv = (cs.batch, cs.q_heads, cs.kv_heads, cs.q_len, cs.kv_len, cs.head_dim,
+                                 cs.v_head_dim)
+    q = (r.standard_normal((B, Hq, Sq, D)) * magnitude).astype(dt).astype(np.float64)
+    k = (r.standard_normal((B, Hkv, Sk, D)) * magnitude).astype(dt).astype(np.float64)
+    v = r.standard_normal((B, Hkv, Sk, Dv)).astype(dt).astype(np.float64)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        b = cs.specs[name]["broadcast"]
+        if b == "batch" or (cs.packed and any(cs.specs[n]["broadcast"] == "batch" for n in "qkv")):
+            x[1:] = x[:1]
+        elif b == "heads" and layouts.batch_head_dims(cs.specs[name]["layout"])[1] >= 0:
+            x[:, 1:] = x[:, :1]
+    full = (B, Hq, Sq, Sk)
+    mask = bmask = None
+    if cs.amask:
+        shape = tuple(n if letter in cs.amask.get("full_dims", "qk") else 1 for n, letter in zip(full, "bhqk"))
+        mask = (r.standard_normal(shape) * 2).astype(dtypes.DTYPES[cs.amask.get("dtype", "f32")])
+        mask[r.random(shape) < 0.2] = -np.inf
+    if cs.bmask:
+        shape = tuple(n if letter in cs.bmask.get("full_dims", "qk") else 1 for n, letter in zip(full, "bhqk"))
+        bmask = r.random(shape) > 0.3
+    arrays = testing.physical_inputs(c, q, k, v, mask=mask, bool_mask=bmask)
+    return q, k, v, arrays
+
+
+def call_run(target, c, arrays):
+    """Calls a target's run like the worker kit does: a Case with derived values and the
+    request's views, read-only. Returns (output [B, Hq, Sq, Dv], Case, Result)."""
+    cs = Case(c, testing.derived(c))
+    cs.qkv = arrays.get("qkv")
+    for a in arrays.values():
+        a.flags.writeable = False
+    res = target.run(cs, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
+                     bool_mask=arrays.get("bool_mask"))
+    if not isinstance(res, Result):
+        res = Result(res)
+    out = np.asarray(res.out)
+    want = layouts.out_shape(res.layout, cs.batch, cs.q_heads, cs.q_len, cs.v_head_dim)
+    if out.shape != want:
+        raise AssertionError("output shape %s, the %s output is %s" % (list(out.shape), res.layout, list(want)))
+    return layouts.to_bhsd(out, res.layout, cs.q_heads, cs.v_head_dim), cs, res
+
+
+def dead_rows(cs, mask, bool_mask):
+    """bool [B, Hq, Sq]: query rows every key of which is masked (structural, boolean, or
+    an additive -inf)."""
+    full = (cs.batch, cs.q_heads, cs.q_len, cs.kv_len)
+    ok = masks.live(cs, bool_mask)
+    ok = np.ones(full, dtype=bool) if ok is None else np.broadcast_to(ok, full)
+    if mask is not None:
+        ok = ok & np.broadcast_to(masks.additive_bhsd(cs, mask) != -np.inf, full)
+    return ~ok.any(axis=-1)
+
+
+def check_close(name, out, ref, v, dtype, dead=None, rows="zero"):
+    """out against ref within the dtype's tolerance; fully masked rows (dead) must follow
+    the declared convention (rows: "zero", "nan", or None: not checked)."""
+    out = np.asarray(out, dtype=np.float64)
+    if dead is not None and dead.any():
+        d = out[dead]
+        if rows == "nan" and not (np.isnan(d) | (d == 0)).all():
+            # NaN, or 0 where dropout zeroed a weight whatever the softmax gave
+            raise AssertionError("%s: a fully masked row is neither NaN nor 0 (declared nan)" % name)
+        if rows == "zero" and not (d == 0).all():
+            raise AssertionError("%s: a fully masked row is not 0: %r" % (name, d[~(d == 0)][:3]))
+        out = out.copy()
+        out[dead] = ref[dead]
+    scale = max(float(np.max(np.abs(v))), 1.0)
+    tol = ATOL[dtype] * scale + RTOL[dtype] * np.abs(ref)
+    bad = ~(np.abs(out - ref) <= tol)
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, np.abs(out - ref), -1)), out.shape)
+        raise AssertionError("%s: %d of %d elements off, worst at %s: got %r, want %r"
+                             % (name, int(bad.sum()), bad.size, list(i), out[i], ref[i]))
+
+
+def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
+    """out against the reference (the variant's own keep mask when it returns one)."""
     hello = target.hello()
-    caps = set(hello["caps"])
-    conv = hello.get("conventions") or {}
-    failures = 0
-    ran = 0
-    snippet = None
-    if not any(w in variant for w in ("compile", "flex")):
-        # repro_snippet() must be standalone (no attnfuzz import) and compute what run() does.
-        src = mod.repro_snippet(variant)
-        if "import attnfuzz" in src or "from attnfuzz" in src:
-            print(f"  FAIL {stack}/{variant}: repro_snippet imports attnfuzz")
-            failures += 1
-        snippet = {}
-        exec(compile(src, f"repro_{stack}_{variant}.py", "exec"), snippet)
-    for name, raw, extras in cases(quick):
-        need = _needed_caps(raw, extras)
-        lays = {raw[t]["layout"] for t in "qkv"}
-        causal_conv = conv.get("causal", ["top_left", "bottom_right", "bottom_right_valid", "explicit"])
-        uses_diag = raw["causal"] or raw["window"] != [-1, -1]
-        if (need - caps or lays - set(hello["layouts"]) or raw["dtype"] not in hello["dtypes"]
-                or (uses_diag and raw["diagonal"] not in causal_conv)):
+    ref = reference.attention(cs, q, k, v, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"),
+                              keep=res.dropout_keep)
+    rows = None if tname in ODD_ROWS else hello["conventions"].get("masked_rows", "zero")
+    check_close(label, out, ref, v, cs.dtype, dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask")), rows)
+
+
+class Runner:
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+
+    def ok(self, msg):
+        self.passed += 1
+        print("ok    " + msg, flush=True)
+
+    def fail(self, msg):
+        self.failed += 1
+        print("FAIL  " + msg, flush=True)
+
+    def skip(self, msg):
+        self.skipped += 1
+        print("skip  " + msg, flush=True)
+
+
+def known_bug(tname, label, caps):
+    hits = [KNOWN[(tname, x)] for x in [label] + sorted(caps) if (tname, x) in KNOWN]
+    return hits[0] if hits else None
+
+
+def test_cases(R, tname, target):
+    hello = target.hello()
+    quick = target.decl.quick
+    for i, (label, c) in enumerate(CASES):
+        if quick and label not in QUICK:
             continue
-        (q, k, v), (pq, pk, pv), qkv, mask, bmask = make_inputs(raw, extras)
-        case = make_case(raw, qkv)
-        known = KNOWN.get((stack, variant, name))
+        if not sendable(c, hello):
+            continue
+        caps, _ = needs(c)
+        known = known_bug(tname, label, caps)
+        q, k, v, arrays = inputs_for(c, 1000 + i)
         try:
-            res = target.run(case, pq, pk, pv, mask, bmask)
+            out, cs, res = call_run(target, c, arrays)
         except Unsupported as e:
-            print(f"  unsupported  {stack}/{variant}: {name}: {e}")
+            R.ok("%s %s: unsupported: %s" % (tname, label, e))
             continue
         except Exception as e:  # noqa: BLE001
-            lost = "CUDA error" in str(e)
             if known and known[0] == "raise" and known[1] in str(e):
-                print(f"  known {stack}/{variant}: {name}: raises as {known[2]} shows")
+                R.ok("%s %s: raises as %s shows" % (tname, label, known[2]))
             else:
-                print(f"  FAIL {stack}/{variant}: {name}: raised {type(e).__name__}: {str(e).splitlines()[0]}")
-                failures += 1
-            if lost:
-                print(f"  (CUDA context lost: the rest of {stack}/{variant} is not run)")
-                return failures
+                traceback.print_exc()
+                R.fail("%s %s: %s: %s" % (tname, label, type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+            if "CUDA error" in str(e):
+                R.fail("%s: CUDA context lost: the rest of its cases are not run" % tname)
+                return
             continue
-        ran += 1
-        keep = None
-        if isinstance(res, Result):
-            out, layout, keep = res.out, res.layout, res.dropout_keep
-        else:
-            out, layout = res, "bhsd"
-        if keep is None and 0 < raw["dropout_p"] < 1:
-            from attnfuzz.rng import dropout_keep
-            keep = dropout_keep(raw["dropout_seed"], raw["dropout_p"], raw["batch"], raw["q_heads"],
-                                raw["q_len"], raw["kv_len"])
-        if snippet is not None and ran <= 4 and getattr(res, "dropout_keep", None) is None:
-            s_out = snippet["attention"](case, pq, pk, pv, mask, bmask, keep)
-            mine = canonical_out(out, layout, raw["q_heads"], raw["v_head_dim"])
-            if not np.array_equal(np.asarray(s_out, np.float64), np.asarray(mine, np.float64),
-                                  equal_nan=True):
-                print(f"  FAIL {stack}/{variant}: {name}: repro_snippet's output differs from run's")
-                failures += 1
-        ref, dead = reference(raw, q, k, v, mask, bmask, keep)
-        kit_ref = kit_reference(case, q, k, v, mask, bmask, keep)
-        if kit_ref is not None and not np.allclose(kit_ref, ref, rtol=1e-9, atol=1e-12, equal_nan=True):
-            print(f"  FAIL {stack}/{variant}: {name}: attnfuzz.reference and this test's reference disagree")
-            failures += 1
-        o = canonical_out(out, layout, raw["q_heads"], raw["v_head_dim"]).astype(np.float64)
-        if o.shape != ref.shape:
-            print(f"  FAIL {stack}/{variant}: {name}: shape {o.shape} != {ref.shape}")
-            failures += 1
-            continue
-        atol, rtol = TOL[raw["dtype"]]
-        if conv.get("masked_rows") == "nan":
-            o = np.where(dead[..., None] & np.isnan(o), 0.0, o)
-        vmax = float(np.max(np.abs(np.asarray(v, dtype=np.float64))))
-        err = np.abs(o - ref)
-        bad = ~(err <= atol * vmax + rtol * np.abs(ref))
-        if known and known[0] == "wrong":
-            print(f"  known {stack}/{variant}: {name}: " + (
-                f"wrong as {known[2]} shows" if bad.any() else
-                f"now right: fixed upstream? ({known[2]})"))
-        elif known:
-            print(f"  FAIL {stack}/{variant}: {name}: ran, but {known[2]} says it raises")
-            failures += 1
-        elif bad.any():
-            idx = tuple(int(i) for i in np.argwhere(bad)[0])
-            print(f"  FAIL {stack}/{variant}: {name}: {int(bad.sum())} elements off, first {idx}: "
-                  f"out {o[idx]!r} ref {ref[idx]!r}")
-            failures += 1
-        else:
-            print(f"  ok   {stack}/{variant}: {name} (max err {float(np.nanmax(err)) if err.size else 0:.3g})")
-    if ran == 0:
-        print(f"  FAIL {stack}/{variant}: no case ran")
-        failures += 1
-    return failures
-
-
-def _needed_caps(raw, extras):
-    caps = {raw["dtype"]}
-    if raw["allow_tf32"]:
-        caps.add("tf32")
-    if raw["q_heads"] != raw["kv_heads"]:
-        caps.add("gqa")
-    if raw["q_len"] != raw["kv_len"]:
-        caps.add("cross")
-    if raw["head_dim"] != raw["v_head_dim"]:
-        caps.add("dv")
-    if raw["scale"] is not None:
-        caps.add("scale")
-    if raw["softcap"] > 0:
-        caps.add("softcap")
-    if raw["additive_mask"]:
-        caps.add("amask")
-        if raw["additive_mask"]["dtype"] != raw["dtype"]:
-            caps.add("mask_dtype")
-        if raw["additive_mask"]["expanded"]:
-            caps.add("strided")
-    if raw["bool_mask"]:
-        caps.add("bmask")
-        if raw["bool_mask"]["expanded"]:
-            caps.add("strided")
-    if raw["causal"]:
-        caps.add("causal")
-    if raw["key_padding"] is not None:
-        caps.add("padding")
-    if raw["window"] != [-1, -1]:
-        caps.add("window")
-    if raw["dropout_p"] > 0:
-        caps.add("dropout")
-    if extras:
-        caps.add("strided")
-    return caps
-
-
-def protocol_cases():
-    """Cases whose tensors travel with real strides: permuted memory orders, padded rows,
-    stride-0 batch/head broadcast, packed buffers, expanded masks."""
-    c1 = base_case(layouts=("bshd", "bhsd", "bsd"), q_heads=4, kv_heads=2, q_len=6, kv_len=9,
-                   causal=True, diagonal="bottom_right", additive_mask=mask_spec("bqk", expanded=True))
-    c1["q"].update(perm=5, pad=3)
-    c1["k"].update(broadcast="batch", perm=2)
-    c1["v"].update(pad=1, perm=1)
-    c2 = base_case(layout="qkv_channels_first", dtype="f16", bool_mask=mask_spec("hqk"))
-    c2["q"].update(perm=2, pad=1)
-    c3 = base_case(layout="qkv_bsh3d", key_padding=[3, 5], q_heads=3, kv_heads=3)
-    c3["q"].update(perm=7)
-    c4 = base_case(layouts=("sbhd", "channels_first", "bhsd"), scale=0.7, q_len=1, kv_len=4,
-                   bool_mask=mask_spec("k", rank=2))
-    c4["k"].update(perm=1, pad=2)
-    c4["v"].update(broadcast="heads")
-    return [("strided gqa cross causal bottom_right, expanded mask", c1),
-            ("packed channels_first f16 permuted+padded, bool mask", c2),
-            ("packed bsh3d permuted, key padding", c3),
-            ("sbhd/channels_first/bhsd, broadcast heads, 2-D bool mask", c4)]
-
-
-def protocol_check(stack, variant):
-    """The worker end to end: `python -m attnfuzz.targets.STACK VARIANT` over pipes, hello,
-    run frames built by attnfuzz.testing (the C side's strides), results checked against
-    the float64 reference, bye."""
-    try:
-        from attnfuzz import layouts, protocol, testing
-        from attnfuzz.case import Case
-    except ImportError as e:
-        print(f"  FAIL {stack}/{variant}: the protocol check needs the worker kit: {e}")
-        return 1
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(sys.path)
-    failures = 0
-    with testing.WorkerProcess([sys.executable, "-m", f"attnfuzz.targets.{stack}", variant], env=env) as w:
-        h = w.hello
-        if h.get("type") != "hello" or h.get("variant") != variant or not h.get("caps"):
-            print(f"  FAIL {stack}/{variant}: bad hello {h}")
-            return 1
-        for rid, (name, raw) in enumerate(protocol_cases(), start=1):
-            case = Case(raw)
-            if T_needed(raw) - set(h["caps"]) or raw["dtype"] not in h.get("dtypes", [raw["dtype"]]):
-                continue
-            rng = np.random.default_rng(rid)
-            B, Hq, Hkv, Sq, Sk = case.batch, case.q_heads, case.kv_heads, case.q_len, case.kv_len
-            q = rng.standard_normal((B, Hq, Sq, case.head_dim))
-            k = rng.standard_normal((B, Hkv, Sk, case.head_dim))
-            v = rng.standard_normal((B, Hkv, Sk, case.v_head_dim))
-            m = rng.standard_normal((B, Hq, Sq, Sk)) if case.amask else None
-            bm = rng.random((B, Hq, Sq, Sk)) > 0.3 if case.bmask else None
-            arrays = testing.physical_inputs(case, q, k, v, m, bm)
-            # The canonical values as sent (a stride-0 dim keeps one copy).
-            canon = [layouts.to_bhsd(arrays[n], case.layouts[n], hh, dd) for n, hh, dd in
-                     (("q", Hq, case.head_dim), ("k", Hkv, case.head_dim), ("v", Hkv, case.v_head_dim))]
-            header, payload = w.call(testing.run_frame(case, arrays, rid))
-            if header.get("status") == "unsupported" and header.get("id") == rid:
-                print(f"  unsupported  {stack}/{variant}: {name}: {header.get('reason')} (over the protocol)")
-                continue
-            if header.get("status") != "ok" or header.get("id") != rid:
-                print(f"  FAIL {stack}/{variant}: {name}: {header}")
-                failures += 1
-                continue
-            ent = {e["name"]: e for e in header["tensors"]}
-            out = protocol.tensor_from_entry(ent["out"], payload)
-            o = canonical_out(out, header.get("layout", "bhsd"), Hq, case.v_head_dim).astype(np.float64)
-            raw_ref = dict(raw)
-            ref, dead = reference(raw_ref, *canon, arrays.get("mask"), arrays.get("bool_mask"), None)
-            if (h.get("conventions") or {}).get("masked_rows") == "nan":
-                o = np.where(dead[..., None] & np.isnan(o), 0.0, o)
-            atol, rtol = TOL[raw["dtype"]]
-            vmax = float(np.max(np.abs(np.asarray(canon[2], np.float64))))
-            bad = ~(np.abs(o - ref) <= atol * vmax + rtol * np.abs(ref))
-            if bad.any():
-                print(f"  FAIL {stack}/{variant}: {name}: {int(bad.sum())} elements off over the protocol")
-                failures += 1
-            else:
-                print(f"  ok   {stack}/{variant}: {name} (over the protocol)")
-        w.send(testing.BYE)
-    return failures
-
-
-def T_needed(raw):
-    return _needed_caps(raw, ("strided",))
-
-
-def check_unavailable():
-    """A stack that does not import: available() is false with a reason, main exits 3."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(HERE, "..", "python") + os.pathsep + env.get("PYTHONPATH", "")
-    failures = 0
-    trt = importlib.import_module("attnfuzz.targets.tensorrt")
-    for variant in trt.VARIANTS:
-        ok, why = trt.available(variant)
         try:
-            import tensorrt  # noqa: F401
-            has = True
-        except Exception:  # noqa: BLE001
-            has = False
-        if not has and (ok or "tensorrt" not in why.lower()):
-            print(f"  FAIL tensorrt/{variant}: available() = {ok, why} without tensorrt")
-            failures += 1
-        if not has:
-            p = subprocess.run([sys.executable, "-m", "attnfuzz.targets.tensorrt", variant],
-                               env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-            if p.returncode != 3 or "tensorrt" not in p.stderr.lower() or p.stdout:
-                print(f"  FAIL tensorrt/{variant}: exit {p.returncode}, stderr {p.stderr!r}, stdout {p.stdout!r}")
-                failures += 1
+            check_result(tname, label, target, c, q, k, v, arrays, out, cs, res)
+        except AssertionError as e:
+            if known and known[0] == "wrong":
+                R.ok("%s %s: wrong as %s shows" % (tname, label, known[2]))
             else:
-                print(f"  ok   tensorrt/{variant}: exit 3: {p.stderr.strip()}")
-    # A variant name nobody knows: exit 2.
-    for stack in ("torch", "ort", "tensorrt"):
-        p = subprocess.run([sys.executable, "-m", f"attnfuzz.targets.{stack}", "no_such_variant"],
-                           env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if p.returncode != 2 or p.stdout:
-            print(f"  FAIL {stack}: unknown variant exits {p.returncode}: {p.stderr!r}")
-            failures += 1
+                R.fail("%s %s" % (tname, e))
+            continue
+        if known:
+            R.fail("%s %s: passes, but a known bug should break it (%s): fixed upstream? Update the finding and "
+                   "KNOWN" % (tname, label, known[2]))
         else:
-            print(f"  ok   {stack}: unknown variant exits 2")
-    # CUDA variants on a machine without a GPU: unavailable with a reason.
-    tm = importlib.import_module("attnfuzz.targets.torch")
-    import torch
-    if not torch.cuda.is_available():
-        for variant in tm.VARIANTS:
-            if variant.startswith("cuda_"):
-                ok, why = tm.available(variant)
-                if ok or "cuda" not in why.lower():
-                    print(f"  FAIL torch/{variant}: available() = {ok, why} without a GPU")
-                    failures += 1
-        print("  ok   torch/cuda_*: unavailable without a GPU")
-    return failures
+            R.ok("%s %s" % (tname, label))
 
+
+def check_conventions(R, tname, target):
+    """A fully masked row (bool mask row all False) must give what the variant declares, and
+    NaN behind a masked key must not leak unless it declares masked_values "ieee"."""
+    hello = target.hello()
+    conv = hello["conventions"]
+    if "bmask" not in hello["caps"]:
+        return
+    dt = "f32" if "f32" in hello["dtypes"] else hello["dtypes"][0]
+    c = _case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4, kv_len=4,
+              bool_mask=_mask(rank=2, full_dims="qk"))
+    r = np.random.default_rng(7)
+    q, k, v = (r.standard_normal((1, 2, 4, 16)).astype(dtypes.DTYPES[dt]).astype(np.float64) for _ in range(3))
+    bm = np.ones((4, 4), dtype=bool)
+    bm[2, :] = False          # query row 2 attends to nothing
+    bm[:, 1] = False          # key 1 masked for every query
+    try:
+        out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, v, bool_mask=bm))
+    except Unsupported as e:
+        R.skip("%s conventions: the probe case is unsupported: %s" % (tname, e))
+        return
+    row = out[0, :, 2, :]
+    want_rows = conv.get("masked_rows", "zero")
+    if ODD_ROWS.get(tname) == "mean":
+        msg, good = "fully masked row = mean of V over all keys", bool(np.allclose(row, v[0].mean(axis=1), atol=1e-2))
+    elif ODD_ROWS.get(tname) == "unmasked":
+        plain = reference.attention(Case(_case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4,
+                                               kv_len=4)), q, k, v)[0, :, 2, :]
+        msg, good = "fully masked row = attention over all keys", bool(np.allclose(row, plain, atol=1e-2))
+    elif want_rows == "nan":
+        # "nan" allows NaN there; 0 stays right (the exporter's bool-mask path zeroes the row)
+        msg, good = "fully masked row is NaN or 0 (declared nan)", bool(np.isnan(row).all() or (row == 0).all())
+    else:
+        msg, good = "fully masked row is 0 (declared)", bool((row == 0).all())
+    (R.ok if good else R.fail)("%s %s: got %s" % (tname, msg, row[0, :3]))
+    v[:, :, 1, :] = np.nan    # NaN behind the masked key
+    out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, v, bool_mask=bm))
+    leak = bool(np.isnan(np.delete(out[0], 2, axis=1)).any())
+    if conv.get("masked_values", "exclude") == "ieee":
+        # "ieee" allows the leak; it does not require it
+        R.ok("%s NaN behind a masked key: %s (declared ieee)" % (tname, "leaks" if leak else "no leak"))
+    else:
+        (R.fail if leak else R.ok)("%s NaN behind a masked key does not leak (declared exclude)" % tname)
+
+
+def check_cache(R, tname, target):
+    """A compiled variant: a second value draw of one structure reuses the compiled
+    artifact (compile_s 0) and runs well above 20 executions per second."""
+    if not target.decl.compiled:
+        return
+    hello = target.hello()
+    c = _case(layout="bshd", q_len=16, kv_len=16, causal=True,
+              dtype="f32" if "f32" in hello["dtypes"] else hello["dtypes"][0])
+    times = []
+    for seed in range(8):
+        q, k, v, arrays = inputs_for(c, seed)
+        t0 = time.perf_counter()
+        try:
+            _, _, res = call_run(target, c, arrays)
+        except Unsupported:
+            return
+        times.append(time.perf_counter() - t0)
+    rate = 1.0 / max(np.median(times[1:]), 1e-9)
+    good = rate >= 20 and not res.compile_s
+    (R.ok if good else R.fail)("%s compiled structure reused: %.0f execs/s, cache %d, compile_s %s"
+                               % (tname, rate, len(target.cache), res.compile_s))
+
+
+def check_snippet(R, tname, mod, target):
+    """repro_snippet's attention(case, q, k, v, ...) runs standalone (no attnfuzz import for
+    a stack under test) on a packed causal case with a bool mask and matches the reference."""
+    src = mod.repro_snippet(target.variant)
+    if not mod.STACK.reference and ("import attnfuzz" in src or "from attnfuzz" in src):
+        R.fail("%s repro_snippet imports attnfuzz" % tname)
+        return
+    hello = target.hello()
+    dt = hello["dtypes"][0]
+    for lay in ("qkv_bs3hd", "bsd"):
+        c = _case(layout=lay, dtype=dt, q_len=8, kv_len=8, causal=True, bool_mask=_mask(full_dims="bqk"))
+        if sendable(c, hello):
+            break
+    else:
+        R.skip("%s repro_snippet: neither probe case is declared" % tname)
+        return
+    q, k, v, arrays = inputs_for(c, 5)
+    cs = Case(c, testing.derived(c))
+    cs.qkv = arrays.get("qkv")
+    ns = {}
+    try:
+        exec(compile(src, "<repro %s>" % tname, "exec"), ns)
+        out = ns["attention"](cs, arrays["q"], arrays["k"], arrays["v"], bool_mask=arrays.get("bool_mask"))
+        ref = reference.attention(cs, q, k, v, bool_mask=arrays.get("bool_mask"))
+        rows = None if tname in ODD_ROWS else hello["conventions"].get("masked_rows", "zero")
+        check_close("repro_snippet", out, ref, v, dt, dead_rows(cs, None, arrays.get("bool_mask")), rows)
+        R.ok("%s repro_snippet runs standalone and matches" % tname)
+    except Exception as e:  # noqa: BLE001
+        known = known_bug(tname, "layout " + lay, ())
+        if known and known[0] == "raise" and known[1] in str(e):
+            R.ok("%s repro_snippet raises as %s shows" % (tname, known[2]))
+            return
+        traceback.print_exc()
+        R.fail("%s repro_snippet: %s: %s" % (tname, type(e).__name__, e))
+
+
+def check_protocol(R, stack, variant, target):
+    """The variant as a worker process (python -m attnfuzz.targets.STACK VARIANT): its hello
+    says what the Target declares, run frames with real strides come back right, bye ends
+    it with status 0."""
+    tname = "%s/%s" % (stack, variant)
+    hello = target.hello()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    argv = [sys.executable, "-m", "attnfuzz.targets." + stack, variant]
+    try:
+        w = testing.WorkerProcess(argv, env=env)
+    except Exception as e:  # noqa: BLE001
+        R.fail("%s worker: %s: %s" % (tname, type(e).__name__, e))
+        return
+    with w:
+        h = w.hello
+        if not (h.get("type") == "hello" and h.get("name") == stack and h.get("variant") == variant
+                and set(hello["caps"]) == set(h.get("caps", ())) and h.get("dtypes") == hello["dtypes"]):
+            R.fail("%s worker hello %r differs from the Target's declarations %r" % (tname, h, hello))
+            return
+        sent = 0
+        for rid, (label, c) in enumerate(PROTOCOL_CASES, start=1):
+            if sent and target.decl.quick:
+                break        # one compile is enough to check the worker's path
+            if not sendable(c, hello):
+                c = dict(c, dtype=hello["dtypes"][0])
+                if not sendable(c, hello):
+                    continue
+            sent += 1
+            q, k, v, arrays = inputs_for(c, 100 + rid)
+            header, payload = w.call(testing.run_frame(c, arrays, rid))
+            if header.get("id") != rid:
+                R.fail("%s worker: answered id %r to run %d" % (tname, header.get("id"), rid))
+                return
+            if header.get("status") == "unsupported":
+                R.ok("%s worker %s: unsupported: %s" % (tname, label, header.get("reason")))
+                continue
+            if header.get("status") != "ok":
+                R.fail("%s worker %s: %r" % (tname, label, header))
+                continue
+            out = protocol.tensors_from_header(header, payload)["out"]
+            cs = Case(c, testing.derived(c))
+            out = layouts.to_bhsd(out, header.get("layout", "bhsd"), cs.q_heads, cs.v_head_dim)
+            keep = protocol.tensors_from_header(header, payload).get("dropout_keep")
+            try:
+                check_result(tname, label, target, c, q, k, v, arrays, out, cs, Result(out, dropout_keep=keep))
+                R.ok("%s worker %s" % (tname, label))
+            except AssertionError as e:
+                known = known_bug(tname, label, needs(c)[0])
+                (R.ok if known and known[0] == "wrong" else R.fail)("%s worker %s" % (tname, e))
+        status = w.close()
+    if status != 0:
+        R.fail("%s worker: exit status %s after bye" % (tname, status))
+    elif not sent:
+        R.skip("%s worker: no protocol case is declared" % tname)
+
+
+def self_test(R, names):
+    for name in names:
+        stack, variant = name.split("/")
+        mod = importlib.import_module("attnfuzz.targets." + stack)
+        ok, why = mod.STACK.available(variant)
+        if not ok:
+            R.skip("%s: %s" % (name, why))
+            continue
+        t0 = time.time()
+        target = mod.Target(variant)
+        test_cases(R, name, target)
+        check_conventions(R, name, target)
+        check_cache(R, name, target)
+        for good, msg in (target.self_check() if hasattr(target, "self_check") else ()):
+            (R.ok if good else R.fail)("%s %s" % (name, msg))
+        check_snippet(R, name, mod, target)
+        check_protocol(R, stack, variant, target)
+        print("%s: %.1f s" % (name, time.time() - t0), flush=True)
+
+
+# -- random cases ----------------------------------------------------------------------------
+
+def random_case(r, hello):
+    """A random case within what hello declares (small shapes: each draw may compile)."""
+    caps, dts = set(hello["caps"]), hello["dtypes"]
+    mult = hello.get("limits", {}).get("head_dim_multiple", 1)
+    dt = str(r.choice(dts))
+    hkv = int(r.integers(1, 4))
+    hq = hkv * (int(r.integers(1, 4)) if "gqa" in caps else 1)
+    sq = int(r.integers(1, 13))
+    sk = int(r.integers(1, 13)) if "cross" in caps else sq
+
+    def dim():
+        return mult * int(r.integers(1, 4)) * (8 // mult if mult < 8 else 1)
+    d = dim()
+    dv = d if "dv" not in caps or r.random() < 0.5 else dim()
+    c = {"batch": int(r.integers(1, 4)), "q_heads": hq, "kv_heads": hkv, "q_len": sq, "kv_len": sk, "head_dim": d,
+         "v_head_dim": dv, "dtype": dt}
+    packed_ok = hq == hkv and sq == sk and d == dv
+    lays = [x for x in hello["layouts"] if packed_ok or x not in layouts.PACKED]
+    lay = str(r.choice(lays))
+    strided = "strided" in caps
+
+    def spec(layout):
+        t = {"layout": layout}
+        if strided and r.random() < 0.3:
+            t["perm"] = int(r.integers(0, 6))
+            t["pad"] = int(r.integers(0, 3))
+            if r.random() < 0.3:
+                t["broadcast"] = "batch"
+        return t
+    c["q"] = spec(lay)
+    if lay not in layouts.PACKED:
+        unp = [x for x in lays if x not in layouts.PACKED]
+        c["k"] = spec(str(r.choice(unp)) if r.random() < 0.3 else lay)
+        c["v"] = spec(str(r.choice(unp)) if r.random() < 0.3 else lay)
+    if "scale" in caps and r.random() < 0.3:
+        c["scale"] = float(r.choice([0.05, 0.1, 0.2, 0.3, -0.2]))
+        c["scale_placement"] = str(r.choice(["scores", "q", "k", "sqrt_qk"]))
+    if "softcap" in caps and r.random() < 0.2:
+        c["softcap"] = float(r.choice([1.0, 5.0, 30.0]))
+    for name, cap in (("additive_mask", "amask"), ("bool_mask", "bmask")):
+        if cap in caps and r.random() < 0.3:
+            rank = 2 if r.random() < 0.3 else 4
+            fd = "qk" if rank == 2 else "".join(x for x in "bhqk" if r.random() < 0.6)
+            m = {"rank": rank, "full_dims": fd, "expanded": bool(strided and r.random() < 0.2)}
+            if name == "additive_mask":
+                m["dtype"] = str(r.choice(["f32", "f16", "bf16"])) if "mask_dtype" in caps else dt
+            c[name] = m
+    if "causal" in caps and r.random() < 0.4:
+        c["causal"] = True
+    c["diagonal"] = str(r.choice(hello["conventions"].get("causal", ["top_left"])))
+    if c["diagonal"] == "explicit":
+        c["diagonal_offset"] = int(r.integers(-3, 4))
+    if "padding" in caps and r.random() < 0.3:
+        c["key_padding"] = [int(r.integers(0, sk + 1)) for _ in range(c["batch"])]
+    elif c["diagonal"] == "bottom_right_valid":
+        c["diagonal"] = "bottom_right"
+    if "window" in caps and r.random() < 0.25:
+        c["window"] = [int(r.integers(-1, 4)), int(r.integers(-1, 4))]
+    if "dropout" in caps and r.random() < 0.15:
+        c["dropout_p"] = float(r.choice([0.1, 0.5, 1.0]))
+        c["dropout_seed"] = int(r.integers(0, 1 << 31))
+    return c
+
+
+def random_smoke(names, n, seed):
+    """n random cases per variant against the reference; prints each mismatch and a summary."""
+    R = Runner()
+    r = np.random.default_rng(seed)
+    for name in names:
+        stack, variant = name.split("/")
+        mod = importlib.import_module("attnfuzz.targets." + stack)
+        ok, why = mod.STACK.available(variant)
+        if not ok:
+            R.skip("%s: %s" % (name, why))
+            continue
+        target = mod.Target(variant)
+        hello = target.hello()
+        t0 = time.perf_counter()
+        bad = unsup = known_bad = 0
+        for i in range(n):
+            c = random_case(r, hello)
+            # well-conditioned scores: this check has no honest-error bound
+            q, k, v, arrays = inputs_for(c, int(r.integers(1 << 31)), magnitude=10.0 ** r.uniform(-1, 0))
+            try:
+                out, cs, res = call_run(target, c, arrays)
+            except Unsupported:
+                unsup += 1
+                continue
+            except Exception as e:  # noqa: BLE001
+                bad += 1
+                print("ERROR %s %s: %s: %s" % (name, json.dumps(c), type(e).__name__, str(e).splitlines()[0][:200]))
+                continue
+            try:
+                check_result(name, "random", target, c, q, k, v, arrays, out, cs, res)
+            except AssertionError as e:
+                if known_bug(name, "", needs(c)[0]):
+                    known_bad += 1
+                    continue
+                bad += 1
+                print("DIVERGE %s %s: %s" % (name, json.dumps(c), e))
+        dt = time.perf_counter() - t0
+        (R.fail if bad else R.ok)("%s random: %d cases, %d bad, %d wrong by a known bug, %d unsupported, "
+                                  "%.1f cases/s" % (name, n, bad, known_bad, unsup, n / dt))
+    return R
+
+
+# -- stacks that cannot run here -------------------------------------------------------------
+
+def check_unavailable(R):
+    """Every stack: an unknown variant exits 2 with nothing on stdout; a variant that cannot
+    run here (its stack missing, no GPU) is unavailable with a reason and its worker exits 3
+    saying why; a GPU variant is unavailable where the stack sees no GPU."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    rows = registry.list_targets()
+    for stack in registry.stack_names():
+        p = subprocess.run([sys.executable, "-m", "attnfuzz.targets." + stack, "no_such_variant"], env=env,
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
+        good = p.returncode == 2 and not p.stdout and "no_such_variant" in p.stderr
+        (R.ok if good else R.fail)("%s: an unknown variant exits 2 (%d: %s)" % (stack, p.returncode,
+                                                                             p.stderr.strip()[-200:]))
+    tried = set()
+    for r in rows:
+        if r["available"]:
+            continue
+        if not r["reason"]:
+            R.fail("%s: unavailable without a reason" % r["target"])
+            continue
+        stack = r["target"].split("/")[0]
+        if stack in tried or "/" not in r["target"]:
+            continue
+        tried.add(stack)
+        p = subprocess.run([sys.executable, "-m", "attnfuzz.targets." + stack, r["target"].split("/")[1]], env=env,
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
+        good = p.returncode == 3 and not p.stdout and r["reason"].split(":")[0] in p.stderr
+        (R.ok if good else R.fail)("%s: unavailable here (%s); its worker exits %d: %s"
+                                   % (r["target"], r["reason"][:80], p.returncode, p.stderr.strip()[-200:]))
+
+
+# -- main ------------------------------------------------------------------------------------
 
 def main(argv):
-    quick = "--quick" in argv
-    proto = "--protocol" in argv
-    argv = [a for a in argv if a not in ("--quick", "--protocol")]
+    R = Runner()
+    t0 = time.time()
     if argv and argv[0] == "--unavailable":
-        f = check_unavailable()
-        print("FAILED" if f else "PASSED")
-        return 1 if f else 0
-    stack, variants = argv[0], argv[1:]
-    try:
-        import attnfuzz.case  # noqa: F401
-        import attnfuzz.worker  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: the worker kit is missing ({e})")
-        return 77
-    if len(variants) > 1 and any(v.startswith("cuda_") for v in variants):
-        # One process per CUDA variant: a device fault poisons the whole process.
-        rcs = [subprocess.call([sys.executable, os.path.abspath(__file__), stack, v]
-                               + (["--quick"] if quick else []) + (["--protocol"] if proto else []))
-               for v in variants]
-        if all(rc == 77 for rc in rcs):
-            return 77
-        return 1 if any(rc not in (0, 77) for rc in rcs) else 0
-    total = 0
-    skipped = 0
-    for variant in variants:
-        f = run_variant(stack, variant, quick)
-        if f is None:
-            skipped += 1
-            continue
-        total += f
-        if proto:
-            total += protocol_check(stack, variant)
-    if skipped == len(variants):
-        return 77
-    print("FAILED" if total else "PASSED")
-    return 1 if total else 0
+        check_unavailable(R)
+    elif argv and argv[0] == "--random":
+        R = random_smoke(argv[3:], int(argv[1]), int(argv[2]))
+    elif argv and all("/" in a for a in argv):
+        self_test(R, argv)
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print("time %.1f s" % (time.time() - t0))
+    print("%d passed, %d failed, %d skipped" % (R.passed, R.failed, R.skipped))
+    if R.failed:
+        return 1
+    return 77 if R.skipped and not R.passed else 0  # 77: ctest's SKIP_RETURN_CODE
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ def main():
         return 77
     variants = []
     for v in a.variants:
-        ok, why = mod.available(v)
+        ok, why = mod.STACK.available(v)
         if ok:
             variants.append(v)
         else:
