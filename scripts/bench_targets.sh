@@ -49,14 +49,7 @@ mkdir -p "$out"
 
 variants=("$@")
 if [ ${#variants[@]} -eq 0 ]; then
-  mapfile -t variants < <("$py" -m attnfuzz.targets --list | "$py" -c '
-import json, sys
-for r in json.load(sys.stdin):
-    if r["available"] and not r["target"].startswith("numpy_ref"):
-        print(r["target"])
-    elif not r["available"]:
-        print("bench_targets.sh: %s unavailable: %s" % (r["target"], r["reason"]), file=sys.stderr)
-')
+  mapfile -t variants < <("$py" -m attnfuzz.targets --names available campaign 2> >(sed 's/^/bench_targets.sh: /' >&2))
 fi
 [ ${#variants[@]} -gt 0 ] || { echo "bench_targets.sh: no target variant to measure" >&2; exit 2; }
 
@@ -81,10 +74,11 @@ rm -rf "$out/crashes-tmp"
 "$py" - "$rows" "$jobs" "$tiny" "$dflt" "$out/bench.tsv" <<'EOF'
 import json, os, sys
 rows, jobs, tiny, dflt, tsv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-EAGER = {"torch/sdpa_math", "torch/sdpa_flash", "torch/explicit"}
-COMPILED = ("ort/", "openvino/", "tvm/", "jax/xla", "jax/explicit", "torch/compile", "torch/compile_sdpa", "torch/flex")
-CUDA_EAGER = {"torch/cuda_sdpa_math", "torch/cuda_sdpa_flash", "torch/cuda_sdpa_efficient", "torch/cuda_sdpa_cudnn",
-              "torch/cuda_explicit"}
+from attnfuzz import targets
+decl = {r["target"]: r for r in targets.declared_rows()}
+EAGER = {t for t, r in decl.items() if not r["gpu"] and not r["compiled"] and not r["reference"]}
+COMPILED = {t for t, r in decl.items() if not r["gpu"] and r["compiled"]}
+CUDA_EAGER = {t for t, r in decl.items() if r["gpu"] and not r["compiled"]}
 table, verdicts, cuda = [], [], {}
 for line in open(rows):
     v, dist, st, wall, user, system = line.split()
@@ -105,7 +99,7 @@ for line in open(rows):
         verdicts.append(("%s: %.0f execs/s per core on tiny cases (target 1,000)" % (v, per_job), per_job >= 1000))
     if dist == "tiny" and v in CUDA_EAGER:
         cuda[v] = per_job * jobs
-    if dist == "default" and v.startswith(COMPILED):
+    if dist == "default" and v in COMPILED:
         verdicts.append(("%s: %.1f execs/s per core over %s s of the default distribution (target 20)"
                          % (v, per_job, dflt), per_job >= 20))
 if cuda:

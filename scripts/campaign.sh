@@ -30,32 +30,22 @@ if [ -z "$targets" ]; then
   exec build/attnfuzz fuzz --jobs "$jobs" --time 600 --crashes crashes --stats crashes/stats.json "${args[@]}"
 fi
 
-# target:STACK/VARIANT per line, for the CPU variants that are available here
-variants="$(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python - "$targets" <<'EOF'
-import json, subprocess, sys
-want = sys.argv[1]
-out = subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--list"], capture_output=True, text=True).stdout
-for t in json.loads(out):
-    stack, variant = t["target"].split("/", 1)
-    gpu = variant.startswith("cuda") or variant == "cudnn" or stack == "tensorrt"
-    if stack == "numpy_ref" or gpu and want == "cpu":
-        continue
-    if want not in ("cpu", "all") and stack not in want.split(","):
-        continue
-    if t["available"]:
-        print("target:" + t["target"])
-    else:
-        print("skipped target:%s: %s" % (t["target"], t["reason"]), file=sys.stderr)
-EOF
-)"
+# STACK/VARIANT per line: the variants available here (the stacks' declarations say which
+# need a GPU; numpy_ref, a second oracle, is no campaign)
+case $targets in
+  all) where=() ;;
+  *) IFS=, read -r -a where <<<"$targets" ;;   # cpu, or stack names
+esac
+variants="$(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python -m attnfuzz.targets \
+  --names available campaign "${where[@]}")"
 [ -n "$variants" ] || { echo "campaign.sh: no real target available for --targets $targets" >&2; exit 2; }
 
 pids=()
 build/attnfuzz fuzz --jobs 1 --time 600 --crashes crashes --stats crashes/stats.json --quiet "${args[@]}" &
 pids+=($!)
-for stack in $(echo "$variants" | sed 's|target:\([^/]*\)/.*|\1|' | sort -u); do
+for stack in $(echo "$variants" | sed 's|/.*||' | sort -u); do
   backends=()
-  for v in $(echo "$variants" | grep "^target:$stack/"); do backends+=(--backend "$v"); done
+  for v in $(echo "$variants" | grep "^$stack/"); do backends+=(--backend "target:$v"); done
   echo "campaign.sh: $stack: ${backends[*]}" >&2
   build/attnfuzz fuzz "${backends[@]}" --time 600 --crashes crashes --stats "crashes/stats-$stack.json" --quiet \
     "${args[@]}" &

@@ -81,27 +81,19 @@ export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 gpu=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0), "torch", torch.__version__)')
 log "attnfuzz $af, python $py, GPU: $gpu, jobs $jobs"
 
-# 3. the CUDA variants available here, as two groups
+# 3. the GPU variants available here (the stacks' declarations), as two groups: eager
+# kernels and compiled ones
 if [ -z "$variants" ]; then
-  variants=$("$py" -m attnfuzz.targets --list | "$py" -c '
-import json, sys
-for r in json.load(sys.stdin):
-    stack, variant = r["target"].split("/", 1)
-    cuda = variant.startswith("cuda_") or variant == "cudnn"
-    if cuda and r["available"]:
-        print(r["target"], end=",")
-    elif cuda:
-        print("unavailable: %s: %s" % (r["target"], r["reason"]), file=sys.stderr)
-' 2>>"$out/summary.txt")
-  variants=${variants%,}
+  variants=$("$py" -m attnfuzz.targets --names available gpu campaign 2>>"$out/summary.txt" | paste -sd, -)
 fi
-[ -n "$variants" ] || { echo "gpu_campaign.sh: no CUDA target variant is available here" >&2; exit 2; }
+[ -n "$variants" ] || { echo "gpu_campaign.sh: no GPU target variant is available here" >&2; exit 2; }
 IFS=, read -r -a vlist <<<"$variants"
+compiled_set=" $("$py" -m attnfuzz.targets --names compiled | tr '\n' ' ') "
 eager=() compiled=()
 for v in "${vlist[@]}"; do
-  case $v in
-    torch/cuda_sdpa_*|torch/cuda_explicit) eager+=(--backend "target:$v") ;;
-    *) compiled+=(--backend "target:$v") ;;
+  case $compiled_set in
+    *" $v "*) compiled+=(--backend "target:$v") ;;
+    *) eager+=(--backend "target:$v") ;;
   esac
 done
 log "variants: ${vlist[*]}"
