@@ -52,7 +52,7 @@ typedef struct af_backend_ext {
     bool waive_masked_row_nan;     /* conventions.masked_rows "nan": not a finding for it */
     bool waive_masked_value_leak;  /* conventions.masked_values "ieee": likewise */
     bool own_dropout;          /* conventions.dropout "keep_mask": it returns its own keep mask */
-    uint32_t compile_key;      /* AF_KEY_* bits (worker.h) */
+    uint32_t compile_key;      /* AF_KEY_* bits (case_key.h) */
     /* the last run */
     const char *stderr_tail;   /* the last 4 KiB of its stderr, NUL-terminated ("" if none) */
     const uint8_t *dropout_keep; /* [B, Hq, Sq, Sk] bytes (1 = kept) it returned, or NULL */

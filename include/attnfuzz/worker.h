@@ -4,8 +4,9 @@
  * A worker is a persistent child process speaking length-prefixed frames (a JSON header,
  * a newline, raw little-endian tensor bytes) on its stdin and stdout. It is opened as an
  * ordinary backend (backend.h); what it declared in its hello (capabilities, layouts,
- * dtypes, limits, conventions, compile_key) and what its last run left behind (stderr
- * tail, timings, keep mask) are read through af_backend_ext (backend.h).
+ * dtypes, limits, conventions, compile_key: AF_KEY_* bits of case_key.h) and what its
+ * last run left behind (stderr tail, timings, keep mask) are read through af_backend_ext
+ * (backend.h).
  *
  * Faults are findings, never the end of a run: a worker that dies while a case is in
  * flight gives AF_ERR_CRASH, one silent past the timeout is killed and gives
@@ -32,33 +33,6 @@ extern "C" {
 
 #define AF_WORKER_PROTOCOL 1
 #define AF_WORKER_STDERR_TAIL 4096 /* bytes of a worker's stderr kept for bundles */
-
-/* The compile_key vocabulary: the case fields whose change forces a recompile. */
-enum {
-    AF_KEY_SHAPES = 1u << 0,  /* B, Hq, Hkv, Sq, Sk, D, Dv */
-    AF_KEY_DTYPE = 1u << 1,   /* dtype, allow_tf32 */
-    AF_KEY_LAYOUTS = 1u << 2, /* layout, perm, pad, broadcast of q/k/v */
-    AF_KEY_MASKS = 1u << 3,   /* presence, rank, dims, dtype, expanded of each tensor mask */
-    AF_KEY_CAUSAL = 1u << 4,  /* causal, diagonal (and its explicit offset), key padding presence, window */
-    AF_KEY_SCALE = 1u << 5,   /* scale value and placement */
-    AF_KEY_SOFTCAP = 1u << 6, /* softcap value */
-    AF_KEY_DROPOUT = 1u << 7, /* dropout p */
-    AF_KEY_COUNT_ = 8,
-    AF_KEY_ALL = (1u << 8) - 1
-};
-extern const char *const af_key_names[AF_KEY_COUNT_];
-
-/* Hash of the fields of c named by key (AF_KEY_* bits): two cases with equal hashes run
- * the same compiled structure. */
-uint64_t af_case_key_hash(const af_case *c, uint32_t key);
-
-/* Redraws the fields of c outside key: value seeds and distributions, mask contents,
- * the dropout seed, key padding lengths, and the scale, softcap and dropout p values
- * when the key does not name them (a field that is off stays off, one that is on stays
- * on, so the capabilities the case needs do not change). The result is repaired within
- * budget; af_case_key_hash(c, key) is unchanged. */
-struct af_rng;
-void af_case_revalue(af_case *c, struct af_rng *rng, uint32_t key, size_t budget);
 
 /* Options of every worker an executor opens. */
 typedef struct af_worker_opts {

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attnfuzz/case_key.h"
 #include "attnfuzz/mem.h"
 #include "attnfuzz/worker.h"
 #include "backends.h"

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "attnfuzz/backend.h"
+#include "attnfuzz/case_key.h"
 #include "attnfuzz/worker.h"
 #include "cli.h"
 
