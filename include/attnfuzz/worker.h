@@ -50,16 +50,18 @@ void af_worker_opts_default(af_worker_opts *o);
  * may be NULL (defaults). */
 af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backend **out, af_error *err);
 
-/* The argv a spec runs (argv[0] the program; NULL-terminated; af_worker_argv_free it).
- * target: specs use the project's Python: <repo>/.venv/bin/python where <repo> is
- * found from the executable's path or the current directory, else $ATTNFUZZ_PYTHON,
- * else python3; *pythonpath receives the python/ directory to add to PYTHONPATH (or
- * NULL). AF_ERR_INVALID for an empty command or unbalanced quotes. */
+/* The argv a spec runs, with no shell: argv[0] the program, NULL-terminated.
+ * worker:COMMAND splits COMMAND into words as a POSIX shell would (quotes and backslashes,
+ * no expansion). target:STACK/VARIANT runs PYTHON -m attnfuzz.targets.STACK VARIANT with
+ * the project's Python: <root>/.venv/bin/python when executable, else $ATTNFUZZ_PYTHON,
+ * else python3, where <root> is the first ancestor of the executable's directory, else of
+ * the current directory, holding python/attnfuzz/__init__.py; *pythonpath then receives
+ * <root>/python, to prepend to the child's PYTHONPATH (NULL when no root was found, and
+ * for worker: specs). Both are the caller's: af_worker_argv_free them. AF_ERR_INVALID for
+ * an empty command, unbalanced quotes, a target without STACK/VARIANT or a stack name
+ * outside [a-z0-9_]; AF_ERR_NOMEM. */
 af_status af_worker_argv(const char *spec, char ***argv, char **pythonpath, af_error *err);
-void af_worker_argv_free(char **argv, char *pythonpath);
-
-/* The project's Python, as target: specs use it (see af_worker_argv); static storage. */
-const char *af_worker_python(const char **pythonpath);
+void af_worker_argv_free(char **argv, char *pythonpath); /* NULLs do nothing */
 
 #ifdef __cplusplus
 }
