@@ -160,9 +160,10 @@ int af_cmd_backends(int argc, char **argv) {
         printf("%-30s v%-3s out %-4s %s\n", vt->name, vt->version, af_dtype_names[vt->out_dtype], vt->summary);
         af_print_caps(vt);
     }
-    printf("\nplugin:PATH.so[:ARGS]          a shared library exporting the plugin ABI (include/attnfuzz/plugin.h)\n"
-           "worker:COMMAND                 an external process speaking the worker protocol (docs/worker-protocol.md)\n"
-           "target:STACK/VARIANT           a real target's worker: python -m attnfuzz.targets.STACK VARIANT\n");
+    size_t np;
+    const af_backend_prefix *pt = af_backend_prefix_table(&np);
+    printf("\n");
+    for (size_t i = 0; i < np; i++) printf("%-30s %s\n", pt[i].form, pt[i].summary);
     if (targets) af_backends_targets();
     return 0;
 }

@@ -20,6 +20,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "attnfuzz/backend.h"
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/mem.h"
 #include "attnfuzz/oracle.h"
@@ -169,9 +170,7 @@ static void af_report_stats(af_report *r, const char *path) {
 
 /* --- per finding: picture and worst elements --------------------------------------------- */
 
-static bool af_report_is_real(const char *backend) {
-    return !strncmp(backend, "worker:", 7) || !strncmp(backend, "target:", 7);
-}
+static bool af_report_is_real(const char *backend) { return af_backend_spec_kind(backend) == AF_BACKEND_WORKER; }
 
 static void af_report_draw(af_report_item *it, const char *out_dir) {
     const af_case *c = af_bundle_case(it->b);
