@@ -36,7 +36,8 @@ static void expect_words(const char *line, const char *const *want, size_t n) {
     size_t i = 0;
     for (; argv[i]; i++) {
         if (i >= n) fail_msg("split [%s]: extra word [%s]", line, argv[i]);
-        if (strcmp(argv[i], want[i]) != 0) fail_msg("split [%s]: word %zu is [%s], want [%s]", line, i, argv[i], want[i]);
+        if (strcmp(argv[i], want[i]) != 0)
+            fail_msg("split [%s]: word %zu is [%s], want [%s]", line, i, argv[i], want[i]);
     }
     assert_int_equal(i, n);
     af_free(argv);
@@ -349,6 +350,29 @@ static bool process_gone(pid_t pid) {
     return !paren || paren[1] == 0 || paren[2] == 'Z' || paren[2] == 'X';
 }
 
+/* A child that ends at once but leaves a process behind in its group: the capture ends
+ * with the child, and the leftover is killed with its group. */
+static void test_capture_leftover(void **state) {
+    (void)state;
+    char obuf[64];
+    af_proc_buf out = {obuf, sizeof obuf, 0, false};
+    int ws = -1;
+    af_error err;
+    char *sh[] = {"/bin/sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!", NULL};
+    double t0 = af_now();
+    assert_int_equal(af_proc_capture(sh, NULL, 20.0, &out, NULL, &ws, &err), AF_OK);
+    assert_true(af_now() - t0 < 10.0);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    long leftover = strtol(obuf, NULL, 10);
+    assert_true(leftover > 1);
+    bool gone = false;
+    for (int i = 0; i < 200 && !gone; i++) {
+        gone = process_gone((pid_t)leftover);
+        if (!gone) usleep(10000);
+    }
+    assert_true(gone);
+}
+
 static void test_capture_timeout(void **state) {
     (void)state;
     char obuf[64];
@@ -434,10 +458,26 @@ static void test_spawn(void **state) {
     close(in[0]);
     assert_int_equal(getpgid(pid), pid);
     assert_int_not_equal(getpgid(0), pid);
-    af_proc_kill(pid, true);
+    assert_false(af_proc_ended(pid));
+    af_proc_kill(pid, true, &ws);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
     assert_int_equal(waitpid(pid, NULL, WNOHANG), -1); /* reaped already */
     assert_int_equal(errno, ECHILD);
     close(in[1]);
+    /* a child that ended stays unreaped until killed or waited for, and keeps its status */
+    char *five[] = {"/bin/sh", "-c", "exit 5", NULL};
+    af_proc_opts_init(&o);
+    o.new_group = true;
+    assert_int_equal(af_proc_spawn(five, &o, &pid, &err), AF_OK);
+    bool ended = false;
+    for (int i = 0; i < 500 && !ended; i++) {
+        ended = af_proc_ended(pid);
+        if (!ended) usleep(2000);
+    }
+    assert_true(ended);
+    assert_true(af_proc_ended(pid)); /* still there: not reaped */
+    af_proc_kill(pid, true, &ws);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 5);
 
     char *none[] = {NULL};
     assert_int_equal(af_proc_spawn(none, &o, &pid, &err), AF_ERR_INVALID);
@@ -449,7 +489,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split),   cmocka_unit_test(test_root),
         cmocka_unit_test(test_env),     cmocka_unit_test(test_capture),
-        cmocka_unit_test(test_capture_timeout), cmocka_unit_test(test_spawn),
+        cmocka_unit_test(test_capture_leftover), cmocka_unit_test(test_capture_timeout),
+        cmocka_unit_test(test_spawn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

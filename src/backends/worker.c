@@ -218,7 +218,7 @@ static void af_worker_close_fds(af_worker *w) {
 
 /* Kills the child's process group and reaps it. */
 static void af_worker_kill(af_worker *w) {
-    af_proc_kill(w->pid, true);
+    af_proc_kill(w->pid, true, NULL);
     w->pid = 0;
     af_worker_close_fds(w);
 }
@@ -227,15 +227,15 @@ static void af_worker_kill(af_worker *w) {
  * stderr), kills it otherwise; how it ended goes into how. */
 static void af_worker_reap(af_worker *w, double grace, char *how, size_t len) {
     double end = af_now() + grace;
-    int status = 0;
-    pid_t r = 0;
-    while ((r = waitpid(w->pid, &status, WNOHANG)) == 0 && af_now() < end) {
+    bool ended;
+    while (!(ended = af_proc_ended(w->pid)) && af_now() < end) {
         af_worker_drain_err(w);
         af_worker_sleep(0.002);
     }
-    if (r == w->pid) {
+    if (ended) {
+        int status = 0;
+        af_proc_kill(w->pid, true, &status); /* anything it left behind in its group; its own status */
         af_proc_describe(status, how, len);
-        kill(-w->pid, SIGKILL); /* anything it left behind in its group */
         w->pid = 0;
         af_worker_close_fds(w);
     } else {

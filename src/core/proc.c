@@ -298,16 +298,28 @@ af_status af_proc_spawn(char *const *argv, const af_proc_opts *o, pid_t *pid, af
 af_status af_proc_wait(pid_t pid, int *wstatus, af_error *err) {
     for (;;) {
         if (waitpid(pid, wstatus, 0) == pid) return AF_OK;
-        if (errno != EINTR) return af_error_set(err, AF_ERR_IO, "waiting for process %d: %s", (int)pid, strerror(errno));
+        if (errno != EINTR)
+            return af_error_set(err, AF_ERR_IO, "waiting for process %d: %s", (int)pid, strerror(errno));
     }
 }
 
-void af_proc_kill(pid_t pid, bool group) {
+bool af_proc_ended(pid_t pid) {
+    siginfo_t si;
+    si.si_pid = 0;
+    for (;;) {
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0) return si.si_pid == pid;
+        if (errno != EINTR) return false;
+    }
+}
+
+void af_proc_kill(pid_t pid, bool group, int *wstatus) {
     if (pid <= 0) return;
     if (group) kill(-pid, SIGKILL);
     kill(pid, SIGKILL);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
     }
+    if (wstatus) *wstatus = ws;
 }
 
 void af_proc_describe(int wstatus, char *buf, size_t len) {
@@ -382,15 +394,9 @@ af_status af_proc_capture(char *const *argv, char *const *envp, double timeout, 
     bool ended = false; /* it exited (not yet reaped) */
     for (;;) {
         /* 1. read what came; 2. once both pipes are closed, reap the child; 3. or time out */
-        if (open_fds[0] < 0 && open_fds[1] < 0) {
-            /* WNOWAIT: the child stays a zombie, so its process group id cannot be reused
-             * before the group is killed below */
-            siginfo_t si;
-            si.si_pid = 0;
-            if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
-                ended = true;
-                break;
-            }
+        if (open_fds[0] < 0 && open_fds[1] < 0 && af_proc_ended(pid)) {
+            ended = true;
+            break;
         }
         double left = deadline - af_now();
         if (left <= 0) {
@@ -423,10 +429,7 @@ af_status af_proc_capture(char *const *argv, char *const *envp, double timeout, 
     }
     for (int k = 0; k < 2; k++)
         if (open_fds[k] >= 0) close(open_fds[k]);
-    if (ended) {
-        kill(-pid, SIGKILL); /* what it left behind in its group */
-        return af_proc_wait(pid, wstatus, err);
-    }
-    af_proc_kill(pid, true);
-    return st;
+    /* what it left behind in its group goes too; its own status is kept when it had ended */
+    af_proc_kill(pid, true, wstatus);
+    return ended ? AF_OK : st;
 }

@@ -107,9 +107,15 @@ af_status af_proc_spawn(char *const *argv, const af_proc_opts *o, pid_t *pid, af
  * AF_ERR_IO when pid is not a child of ours. */
 af_status af_proc_wait(pid_t pid, int *wstatus, af_error *err);
 
-/* SIGKILL to pid and, when group, to its process group (a child started with new_group),
- * then reaps pid. */
-void af_proc_kill(pid_t pid, bool group);
+/* Has child pid ended? It is left unreaped: while it is a zombie its pid, and so its
+ * process group id, cannot be taken by another process, so af_proc_kill may still signal
+ * the group safely. false while it runs (or when pid is no child of ours). */
+bool af_proc_ended(pid_t pid);
+
+/* SIGKILL to pid and, when group, to its process group (a child started with new_group:
+ * what it started goes too), then reaps pid; *wstatus (may be NULL) gets how it ended,
+ * its own exit status when it had ended before. pid <= 0 does nothing. */
+void af_proc_kill(pid_t pid, bool group, int *wstatus);
 
 /* How a child ended, in words: "exited with status 3", "was killed by signal 9 (Killed)". */
 void af_proc_describe(int wstatus, char *buf, size_t len);
