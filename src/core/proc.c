@@ -393,7 +393,7 @@ af_status af_proc_capture(char *const *argv, char *const *envp, double timeout, 
     double deadline = af_now() + timeout;
     bool ended = false; /* it exited (not yet reaped) */
     for (;;) {
-        /* 1. read what came; 2. once both pipes are closed, reap the child; 3. or time out */
+        /* 1. once both pipes are closed and the child has ended: done; 2. or time out; 3. read what came */
         if (open_fds[0] < 0 && open_fds[1] < 0 && af_proc_ended(pid)) {
             ended = true;
             break;
