@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end tests of the attnfuzz command line: exit codes of fuzz and replay, bundles
+# End-to-end tests of the attnfuzz command line: `backends` (the real targets listed by the
+# project's Python, worker commands run without a shell), exit codes of fuzz and replay, bundles
 # that replay and explain themselves, corrupt bundles named in errors, two processes
 # sharing a crashes directory, and Ctrl-C mid-campaign.
 #   tests/cli_test.sh BUILD_DIR
@@ -34,6 +35,24 @@ complete_bundles() { # dir: every bundle has its files, no temporary leftovers
 
 expect_rc 0 "$AF" backends
 grep -q "mutant:causal_top_left" "$T/out" && ok "backends lists the mutants" || bad "backends lists the mutants"
+# the real targets, listed by the project's Python (found above the executable, run without
+# a shell): with the project's .venv, the numpy reference is available
+grep -q "^real targets (target:STACK/VARIANT, run by " "$T/out" && ok "backends lists real targets" ||
+  { bad "backends lists real targets"; tail -3 "$T/out" | sed 's/^/    /'; }
+if [ -x "$SRC/.venv/bin/python" ] && "$SRC/.venv/bin/python" -c 'import numpy' 2>/dev/null; then
+  grep -Eq "^  target:numpy_ref/float64 +numpy" "$T/out" && ok "backends lists target:numpy_ref/float64 as available" ||
+    { bad "backends lists target:numpy_ref/float64 as available"; grep -A3 "^real targets" "$T/out" | sed 's/^/    /'; }
+fi
+grep -q "^worker:COMMAND " "$T/out" && grep -q "^target:STACK/VARIANT " "$T/out" && grep -q "^plugin:PATH.so" "$T/out" &&
+  ok "backends lists the prefixed forms" || bad "backends lists the prefixed forms"
+# a worker command is split into words, never given to a shell: unquoted, $(touch FILE) is
+# the two words "$(touch" and "FILE)" (the worker, a shell of the test's own, prints its
+# arguments to stderr and exits before any hello)
+expect_rc 2 "$AF" backends "worker:/bin/sh -c 'echo \"[\$0][\$1][\$2]\" >&2' \$(touch $T/shell-ran) 'a  b'"
+[ ! -e "$T/shell-ran" ] && grep -qF "[\$(touch][$T/shell-ran)][a  b]" "$T/err" && ok "a worker command runs without a shell" ||
+  { bad "a worker command runs without a shell"; sed 's/^/    /' "$T/err"; }
+expect_rc 2 "$AF" backends "worker:/bin/echo 'unclosed"
+grep -q "unbalanced quotes" "$T/err" && ok "unbalanced quotes are named" || bad "unbalanced quotes are named"
 expect_rc 2 "$AF" fuzz --backend no_such_backend --runs 1 --crashes "$T/x"
 grep -q "unknown backend" "$T/err" && ok "unknown backend is named" || bad "unknown backend is named"
 expect_rc 2 "$AF" nosuchcommand

@@ -1,7 +1,9 @@
 /* test_backends.c - the explicit and fused backends against the float64 reference
  * through the oracle on generated cases (zero findings expected), planted wrong outputs
- * (each must be classified as its kind), capabilities, and the seeded-bug mutants: each
- * found by generated cases, silent where its bug cannot show, loud where it must. */
+ * (each must be classified as its kind), capabilities, backend names (the prefix table routes
+ * plugin:, worker: and target:, anything else goes to the registry), and the seeded-bug
+ * mutants: each found by generated cases, silent where its bug cannot show, loud where it
+ * must. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 #include "attnfuzz/oracle.h"
 #include "attnfuzz/rng.h"
 #include "attnfuzz/tensor.h"
+#include "attnfuzz/worker.h"
 
 #define DNAN ((double)NAN)
 #define DINF ((double)INFINITY)
@@ -457,6 +460,76 @@ static void test_capabilities(void **state) {
     af_backend_close(be);
 }
 
+/* --- names -------------------------------------------------------------------------------- */
+
+static void test_backend_names(void **state) {
+    (void)state;
+    /* the table: three prefixes, each a word and a colon, each with its kind */
+    size_t n = 0;
+    const af_backend_prefix *t = af_backend_prefix_table(&n);
+    assert_int_equal(n, 3);
+    assert_string_equal(t[0].prefix, "plugin:");
+    assert_string_equal(t[1].prefix, "worker:");
+    assert_string_equal(t[2].prefix, "target:");
+    assert_string_equal(af_backend_kind_names[t[0].kind], "plugin");
+    assert_string_equal(af_backend_kind_names[t[1].kind], "worker");
+    assert_string_equal(af_backend_kind_names[t[2].kind], "worker");
+    for (size_t i = 0; i < n; i++) {
+        assert_non_null(t[i].open);
+        assert_int_equal(strncmp(t[i].form, t[i].prefix, strlen(t[i].prefix)), 0);
+        assert_ptr_equal(af_backend_prefix_of(t[i].form), &t[i]);
+    }
+    /* kinds from the prefix alone (case-sensitive; a prefix must be whole) */
+    assert_int_equal(af_backend_spec_kind("plugin:/x/naive.so:args"), AF_BACKEND_PLUGIN);
+    assert_int_equal(af_backend_spec_kind("worker:python3 w.py"), AF_BACKEND_WORKER);
+    assert_int_equal(af_backend_spec_kind("target:torch/sdpa_math"), AF_BACKEND_WORKER);
+    assert_int_equal(af_backend_spec_kind("explicit"), AF_BACKEND_BUILTIN);
+    assert_int_equal(af_backend_spec_kind("mutant:silent_tf32"), AF_BACKEND_BUILTIN);
+    assert_int_equal(af_backend_spec_kind("workers:x"), AF_BACKEND_BUILTIN);
+    assert_int_equal(af_backend_spec_kind("Worker:x"), AF_BACKEND_BUILTIN);
+    assert_int_equal(af_backend_spec_kind("target"), AF_BACKEND_BUILTIN);
+    assert_null(af_backend_prefix_of("fused"));
+
+    /* each prefix reaches its opener: the errors below are plugin.c's and worker.c's own */
+    af_backend *be = (af_backend *)1;
+    af_error err;
+    assert_int_equal(af_backend_open("plugin:/nonexistent/af_none.so", &be, &err), AF_ERR_INVALID);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "plugin /nonexistent/af_none.so: cannot load"));
+    assert_int_equal(af_backend_open("worker:   ", &be, &err), AF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "empty command"));
+    assert_int_equal(af_backend_open("worker:run 'unclosed", &be, &err), AF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "unbalanced quotes"));
+    assert_int_equal(af_backend_open("target:torch", &be, &err), AF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "expected target:STACK/VARIANT"));
+    assert_int_equal(af_backend_open("target:Torch/x", &be, &err), AF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "the stack name may hold only a-z, 0-9 and _"));
+    assert_int_equal(af_backend_open("worker:/nonexistent/af_worker", &be, &err), AF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "cannot run /nonexistent/af_worker"));
+    /* worker options travel through the table: a worker that never says hello is killed
+     * after timeout + compile_timeout of the options given, not the defaults (70 s) */
+    af_worker_opts wo;
+    af_worker_opts_default(&wo);
+    wo.timeout = 0.1;
+    wo.compile_timeout = 0.2;
+    assert_int_equal(af_backend_spec_open("worker:/bin/sh -c 'exec sleep 30'", &wo, &be, &err), AF_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "sent no hello within 0.3 s"));
+    assert_null(be);
+    /* anything else: the registry */
+    assert_int_equal(af_backend_spec_open("mutant:silent_tf32", &wo, &be, &err), AF_OK);
+    assert_string_equal(af_backend_name(be), "mutant:silent_tf32");
+    assert_null(af_backend_ext_of(be));
+    af_backend_close(be);
+    /* an unknown name lists the registered names and the prefixed forms */
+    assert_int_equal(af_backend_open("worker", &be, &err), AF_ERR_INVALID);
+    assert_null(be);
+    assert_non_null(strstr(err.msg, "unknown backend \"worker\""));
+    const char *want[] = {"ref", "explicit", "fused", "mutant:causal_top_left", "plugin:PATH.so[:ARGS]",
+                          "worker:COMMAND", "target:STACK/VARIANT"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(err.msg, want[i])) fail_msg("\"%s\" not in: %s", want[i], err.msg);
+}
+
 /* --- mutants ------------------------------------------------------------------------------ */
 
 static void test_mutants_found(void **state) {
@@ -636,6 +709,7 @@ int main(void) {
         cmocka_unit_test(test_planted_outputs),
         cmocka_unit_test(test_dropout_nan_rows),
         cmocka_unit_test(test_capabilities),
+        cmocka_unit_test(test_backend_names),
         cmocka_unit_test(test_mutants_hand_cases),
         cmocka_unit_test(test_mutants_found),
         cmocka_unit_test(test_generated_zero_findings),

@@ -18,6 +18,7 @@
 
 #include "attnfuzz/backend.h"
 #include "attnfuzz/case.h"
+#include "attnfuzz/case_key.h"
 #include "attnfuzz/tensor.h"
 #include "attnfuzz/worker.h"
 #include "backends/worker_proto.h"

@@ -52,7 +52,7 @@ typedef struct af_backend_ext {
     bool waive_masked_row_nan;     /* conventions.masked_rows "nan": not a finding for it */
     bool waive_masked_value_leak;  /* conventions.masked_values "ieee": likewise */
     bool own_dropout;          /* conventions.dropout "keep_mask": it returns its own keep mask */
-    uint32_t compile_key;      /* AF_KEY_* bits (worker.h) */
+    uint32_t compile_key;      /* AF_KEY_* bits (case_key.h) */
     /* the last run */
     const char *stderr_tail;   /* the last 4 KiB of its stderr, NUL-terminated ("" if none) */
     const uint8_t *dropout_keep; /* [B, Hq, Sq, Sk] bytes (1 = kept) it returned, or NULL */
@@ -89,6 +89,8 @@ typedef struct af_backend af_backend;
 /* Longest backend name kept (a worker's name is its whole command line). */
 #define AF_BACKEND_NAME_MAX 256
 
+/* --- the registry and instances (backend.c) ------------------------------------- */
+
 /* Built-in vtables (ref, explicit, fused, the mutants), for listing. */
 size_t af_backend_builtin_count(void);
 const af_backend_vtable *af_backend_builtin(size_t i);
@@ -98,11 +100,6 @@ const af_backend_vtable *af_backend_builtin(size_t i);
  * when the table is full (16) or vt has no run function. Not thread-safe. */
 af_status af_backend_register(const af_backend_vtable *vt, af_error *err);
 
-/* Opens a backend by its command-line name: "ref", "explicit", "fused",
- * "mutant:NAME", "plugin:PATH.so[:ARGS]" (plugin.h), "worker:COMMAND" and
- * "target:STACK/VARIANT" (worker.h, with default worker options). Unknown names are AF_ERR_INVALID
- * with the list of known ones; a plugin that does not load names the file and why. */
-af_status af_backend_open(const char *spec, af_backend **out, af_error *err);
 /* Wraps a vtable (for test backends and plugins); state comes from vt->create(args). */
 af_status af_backend_open_vtable(const af_backend_vtable *vt, const char *args, af_backend **out,
                                  af_error *err);
@@ -125,13 +122,53 @@ af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *o
 /* Sizes out for case c and this backend's out_dtype; allocation stays with the caller. */
 void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out);
 
-/* Limits OpenBLAS to one thread (one thread per process); called by af_backend_open. */
+/* Limits OpenBLAS to one thread (one thread per process); called when a backend opens. */
 void af_blas_single_thread(void);
 /* OpenBLAS picks its kernels when it loads; on CPUs newer than it knows it falls back
  * to generic SSE3 ("Prescott") kernels, 4-5x slower. Returns the OPENBLAS_CORETYPE to
  * set ("SkylakeX", "Haswell") when that happened and the CPU can do better, else NULL.
  * The variable only takes effect in a new process (the CLI re-executes itself). */
 const char *af_blas_better_coretype(void);
+
+/* --- backend names (backend_spec.c) --------------------------------------------- */
+
+/* What a command-line name opens, decided by its prefix alone. */
+typedef enum af_backend_kind {
+    AF_BACKEND_BUILTIN, /* no prefix of the table: a registered name (ref, explicit, fused, mutant:NAME, ...) */
+    AF_BACKEND_PLUGIN,  /* plugin:PATH.so[:ARGS]: a shared library, in-process (plugin.h) */
+    AF_BACKEND_WORKER,  /* worker:COMMAND, target:STACK/VARIANT: an external process (worker.h) */
+    AF_BACKEND_KIND_COUNT
+} af_backend_kind;
+extern const char *const af_backend_kind_names[AF_BACKEND_KIND_COUNT];
+
+struct af_worker_opts;
+/* One entry of the prefix table: names starting with prefix are opened by open (wopts:
+ * the worker options, NULL for defaults; a plugin ignores them). */
+typedef struct af_backend_prefix {
+    const char *prefix;  /* "plugin:", "worker:", "target:" */
+    const char *form;    /* the name's form, for messages and listings: "plugin:PATH.so[:ARGS]" */
+    const char *summary; /* one line for `attnfuzz backends` */
+    af_backend_kind kind;
+    af_status (*open)(const char *spec, const struct af_worker_opts *wopts, af_backend **out, af_error *err);
+} af_backend_prefix;
+
+/* The prefix table (static storage, *n entries, in matching order). */
+const af_backend_prefix *af_backend_prefix_table(size_t *n);
+/* The entry whose prefix spec starts with (case-sensitive), NULL for a registry name. */
+const af_backend_prefix *af_backend_prefix_of(const char *spec);
+/* af_backend_prefix_of(spec)'s kind, AF_BACKEND_BUILTIN when it has none. */
+af_backend_kind af_backend_spec_kind(const char *spec);
+
+/* Opens a backend by its command-line name: a name with a prefix of the table through
+ * that entry (plugin:, worker:, target:), any other name from the registry ("ref",
+ * "explicit", "fused", "mutant:NAME", registered ones). wopts: options of a worker (NULL:
+ * defaults; ignored for other kinds). An unknown name is AF_ERR_INVALID "unknown backend"
+ * listing the registered names and the prefixed forms; the errors of plugin and worker
+ * opens pass through (a plugin that does not load names the file and why; a worker that
+ * cannot start gives its stderr). */
+af_status af_backend_spec_open(const char *spec, const struct af_worker_opts *wopts, af_backend **out, af_error *err);
+/* af_backend_spec_open with default worker options. */
+af_status af_backend_open(const char *spec, af_backend **out, af_error *err);
 
 #ifdef __cplusplus
 }

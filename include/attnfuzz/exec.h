@@ -88,7 +88,7 @@ af_backend *af_exec_backend_at(const af_exec *x, size_t i);
 /* Would any check run on case c (does some backend support it)? Cheap: no backend runs. */
 bool af_exec_would_run(const af_exec *x, const af_case *c);
 
-/* Compile-aware scheduling (worker.h): the union of the compile keys (AF_KEY_*) of the
+/* Compile-aware scheduling (worker.h): the union of the compile keys (AF_KEY_*, case_key.h) of the
  * backends that compile, 0 when none does; and the seconds the backends of the last
  * execution spent compiling: what each worker reported, or, for a worker that reports no
  * timings, the whole wall time of a run on a compile key new to it (an upper bound). */

@@ -3,7 +3,10 @@
  * A physical tensor (af_tensor) is what an implementation receives: dtype, element
  * counts in the layout's own dimension order and byte strides (ggml's ne[]/nb[]). Any
  * layout is a view of the canonical [B, H, S, D] tensor; af_view is that view: four
- * byte strides over the same storage (folded dims split, packed buffers offset). */
+ * byte strides over the same storage (folded dims split, packed buffers offset).
+ *
+ * One header, four implementation files, one per section: tensors and views (tensor.c),
+ * layouts (layout.c), materialized inputs (inputs.c), mask semantics (mask.c). */
 #ifndef ATTNFUZZ_TENSOR_H
 #define ATTNFUZZ_TENSOR_H
 
@@ -18,6 +21,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* --- tensors and views (tensor.c) ----------------------------------------------- */
 
 #define AF_MAX_DIMS 5
 
@@ -52,8 +57,11 @@ size_t af_tensor_numel(const af_tensor *t);
 size_t af_tensor_span(const af_tensor *t);
 /* A contiguous tensor of the given shape (data NULL). */
 void af_tensor_contiguous(af_tensor *t, af_dtype dt, int ndim, const size_t *ne);
+/* Reads / writes one canonical element as double (writing rounds once to the dtype). */
+double af_view_get(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3);
+void af_view_set(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3, double x);
 
-/* --- layouts --------------------------------------------------------------------- */
+/* --- layouts (layout.c) --------------------------------------------------------- */
 
 /* Physical shape of layout l for one tensor of H heads, S positions, head dim D (for
  * packed layouts: the whole [B, S, 3, H, D] / [B, S, H, 3, D] / [B, 3*H*D, S] buffer).
@@ -73,7 +81,7 @@ size_t af_case_input_span(const af_case *c, af_tensor_id which);
 /* Number of memory orders available for perm (the permutations of ndim dims). */
 unsigned af_layout_perm_count(af_layout l);
 
-/* --- materialized inputs --------------------------------------------------------- */
+/* --- materialized inputs (inputs.c) --------------------------------------------- */
 
 /* The tensors of one case, as every implementation receives them. For packed layouts
  * q, k and v are the same buffer. amask/bmask are valid when c->amask.present /
@@ -105,11 +113,7 @@ af_status af_inputs_generate(af_inputs *in, const af_case *c, af_error *err);
 const af_case_tensors *af_inputs_get(const af_inputs *in);
 af_case_tensors *af_inputs_get_mut(af_inputs *in);
 
-/* Reads / writes one canonical element as double (writing rounds once to the dtype). */
-double af_view_get(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3);
-void af_view_set(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3, double x);
-
-/* --- mask semantics -------------------------------------------------------------- */
+/* --- mask semantics (mask.c) ---------------------------------------------------- */
 
 /* Keys live under the structural masks (causal, key padding, window) for query row i of
  * batch b: lo..hi inclusive, hi < lo when none. */

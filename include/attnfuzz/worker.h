@@ -4,8 +4,9 @@
  * A worker is a persistent child process speaking length-prefixed frames (a JSON header,
  * a newline, raw little-endian tensor bytes) on its stdin and stdout. It is opened as an
  * ordinary backend (backend.h); what it declared in its hello (capabilities, layouts,
- * dtypes, limits, conventions, compile_key) and what its last run left behind (stderr
- * tail, timings, keep mask) are read through af_backend_ext (backend.h).
+ * dtypes, limits, conventions, compile_key: AF_KEY_* bits of case_key.h) and what its
+ * last run left behind (stderr tail, timings, keep mask) are read through af_backend_ext
+ * (backend.h).
  *
  * Faults are findings, never the end of a run: a worker that dies while a case is in
  * flight gives AF_ERR_CRASH, one silent past the timeout is killed and gives
@@ -33,33 +34,6 @@ extern "C" {
 #define AF_WORKER_PROTOCOL 1
 #define AF_WORKER_STDERR_TAIL 4096 /* bytes of a worker's stderr kept for bundles */
 
-/* The compile_key vocabulary: the case fields whose change forces a recompile. */
-enum {
-    AF_KEY_SHAPES = 1u << 0,  /* B, Hq, Hkv, Sq, Sk, D, Dv */
-    AF_KEY_DTYPE = 1u << 1,   /* dtype, allow_tf32 */
-    AF_KEY_LAYOUTS = 1u << 2, /* layout, perm, pad, broadcast of q/k/v */
-    AF_KEY_MASKS = 1u << 3,   /* presence, rank, dims, dtype, expanded of each tensor mask */
-    AF_KEY_CAUSAL = 1u << 4,  /* causal, diagonal (and its explicit offset), key padding presence, window */
-    AF_KEY_SCALE = 1u << 5,   /* scale value and placement */
-    AF_KEY_SOFTCAP = 1u << 6, /* softcap value */
-    AF_KEY_DROPOUT = 1u << 7, /* dropout p */
-    AF_KEY_COUNT_ = 8,
-    AF_KEY_ALL = (1u << 8) - 1
-};
-extern const char *const af_key_names[AF_KEY_COUNT_];
-
-/* Hash of the fields of c named by key (AF_KEY_* bits): two cases with equal hashes run
- * the same compiled structure. */
-uint64_t af_case_key_hash(const af_case *c, uint32_t key);
-
-/* Redraws the fields of c outside key: value seeds and distributions, mask contents,
- * the dropout seed, key padding lengths, and the scale, softcap and dropout p values
- * when the key does not name them (a field that is off stays off, one that is on stays
- * on, so the capabilities the case needs do not change). The result is repaired within
- * budget; af_case_key_hash(c, key) is unchanged. */
-struct af_rng;
-void af_case_revalue(af_case *c, struct af_rng *rng, uint32_t key, size_t budget);
-
 /* Options of every worker an executor opens. */
 typedef struct af_worker_opts {
     double timeout;           /* seconds per case; 0 = default 10 */
@@ -76,16 +50,18 @@ void af_worker_opts_default(af_worker_opts *o);
  * may be NULL (defaults). */
 af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backend **out, af_error *err);
 
-/* The argv a spec runs (argv[0] the program; NULL-terminated; af_worker_argv_free it).
- * target: specs use the project's Python: <repo>/.venv/bin/python where <repo> is
- * found from the executable's path or the current directory, else $ATTNFUZZ_PYTHON,
- * else python3; *pythonpath receives the python/ directory to add to PYTHONPATH (or
- * NULL). AF_ERR_INVALID for an empty command or unbalanced quotes. */
+/* The argv a spec runs, with no shell: argv[0] the program, NULL-terminated.
+ * worker:COMMAND splits COMMAND into words as a POSIX shell would (quotes and backslashes,
+ * no expansion). target:STACK/VARIANT runs PYTHON -m attnfuzz.targets.STACK VARIANT with
+ * the project's Python: <root>/.venv/bin/python when executable, else $ATTNFUZZ_PYTHON,
+ * else python3, where <root> is the first ancestor of the executable's directory, else of
+ * the current directory, holding python/attnfuzz/__init__.py; *pythonpath then receives
+ * <root>/python, to prepend to the child's PYTHONPATH (NULL when no root was found, and
+ * for worker: specs). Both are the caller's: af_worker_argv_free them. AF_ERR_INVALID for
+ * an empty command, unbalanced quotes, a target without STACK/VARIANT or a stack name
+ * outside [a-z0-9_]; AF_ERR_NOMEM. */
 af_status af_worker_argv(const char *spec, char ***argv, char **pythonpath, af_error *err);
-void af_worker_argv_free(char **argv, char *pythonpath);
-
-/* The project's Python, as target: specs use it (see af_worker_argv); static storage. */
-const char *af_worker_python(const char **pythonpath);
+void af_worker_argv_free(char **argv, char *pythonpath); /* NULLs do nothing */
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,6 @@
-/* backend.c - the registry of built-in backends and the generic instance wrapper. */
+/* backend.c - the registry of built-in backends and the generic instance wrapper. The
+ * registry knows names only; prefixed names (plugin:, worker:, target:) are
+ * backend_spec.c's, which sits above this file, plugin.c and worker.c. */
 #include "attnfuzz/backend.h"
 
 #include <cblas.h>
@@ -6,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attnfuzz/worker.h"
 #include "backends.h"
 
 const char *const af_cap_names[17] = {
@@ -38,11 +39,16 @@ const af_backend_vtable *af_backend_builtin(size_t i) {
     return i < af_registered_count ? af_registered[i] : NULL;
 }
 
+const af_backend_vtable *af_backend_builtin_find(const char *name) {
+    for (size_t i = 0; i < af_backend_builtin_count(); i++)
+        if (strcmp(af_backend_builtin(i)->name, name) == 0) return af_backend_builtin(i);
+    return NULL;
+}
+
 af_status af_backend_register(const af_backend_vtable *vt, af_error *err) {
     AF_RETURN_ERROR_IF(!vt || !vt->run || !vt->name, err, AF_ERR_INVALID, "backend table without a name or run function");
-    for (size_t i = 0; i < af_backend_builtin_count(); i++)
-        AF_RETURN_ERROR_IF(strcmp(af_backend_builtin(i)->name, vt->name) == 0, err, AF_ERR_EXISTS,
-                           "a backend named \"%s\" exists", vt->name);
+    AF_RETURN_ERROR_IF(af_backend_builtin_find(vt->name), err, AF_ERR_EXISTS, "a backend named \"%s\" exists",
+                       vt->name);
     AF_RETURN_ERROR_IF(af_registered_count == AF_MAX_REGISTERED, err, AF_ERR_INVALID, "too many registered backends");
     af_registered[af_registered_count++] = vt;
     return AF_OK;
@@ -115,24 +121,6 @@ af_status af_backend_open_state(const af_backend_vtable *vt, void *state, af_bac
     snprintf(be->name, sizeof be->name, "%s", vt->name);
     *out = be;
     return AF_OK;
-}
-
-af_status af_backend_open(const char *spec, af_backend **out, af_error *err) {
-    *out = NULL;
-    if (strncmp(spec, "plugin:", 7) == 0) return af_plugin_open(spec, out, err);
-    if (strncmp(spec, "worker:", 7) == 0 || strncmp(spec, "target:", 7) == 0) return af_worker_open(spec, NULL, out, err);
-    for (size_t i = 0; i < af_backend_builtin_count(); i++) {
-        const af_backend_vtable *vt = af_backend_builtin(i);
-        if (strcmp(spec, vt->name) == 0) return af_backend_open_vtable(vt, NULL, out, err);
-    }
-    char known[1024];
-    size_t n = 0;
-    for (size_t i = 0; i < af_backend_builtin_count() && n < sizeof known; i++) {
-        int w = snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", af_backend_builtin(i)->name);
-        if (w < 0) break;
-        n += (size_t)w;
-    }
-    return af_error_set(err, AF_ERR_INVALID, "unknown backend \"%s\" (known: %s)", spec, known);
 }
 
 void af_backend_close(af_backend *be) {

@@ -15,6 +15,9 @@ extern const af_backend_vtable af_backend_fused;
 af_status af_scratch_state_create(const char *args, void **state, af_error *err);
 void af_scratch_state_destroy(void *state);
 
+/* backend.c: the registered backend named name (exactly), NULL when none is. */
+const af_backend_vtable *af_backend_builtin_find(const char *name);
+
 /* plugin.c: "plugin:PATH.so[:ARGS]" */
 af_status af_plugin_open(const char *spec, af_backend **out, af_error *err);
 /* backend.c: wraps a table and an already made state (destroyed by vt->destroy). */

@@ -7,10 +7,10 @@
  * into a 4 KiB ring as it comes, and at the deadline the child's process group is
  * killed. A fault (death, timeout, a frame that breaks the protocol) leaves the child
  * dead or killed; the next run starts a new one at once, and a start that fails is
- * retried after a pause that doubles from 0.1 s to 5 s. */
+ * retried after a pause that doubles from 0.1 s to 5 s. The command line, the project's
+ * Python and the child itself come from core/proc.c (no shell runs a worker). */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -18,16 +18,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "attnfuzz/case_key.h"
 #include "attnfuzz/mem.h"
 #include "attnfuzz/worker.h"
 #include "backends.h"
+#include "proc.h"
 #include "worker_proto.h"
 #include "clock.h"
 
@@ -84,117 +85,14 @@ void af_worker_opts_default(af_worker_opts *o) {
 
 /* --- the command line ------------------------------------------------------------------- */
 
-/* Splits s like a POSIX shell would split words (quotes and backslashes; no expansion). */
-static af_status af_worker_split(const char *s, char ***argv_out, af_error *err) {
-    size_t n = strlen(s);
-    char **argv = af_calloc(n / 2 + 2, sizeof *argv);
-    char *buf = af_malloc(2 * n + 2); /* each word and its NUL fit: words never grow */
-    if (!argv || !buf) {
-        af_free(argv);
-        af_free(buf);
-        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
-    }
-    size_t argc = 0, o = 0;
-    const char *p = s;
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n') p++;
-        if (!*p) break;
-        argv[argc++] = buf + o;
-        while (*p && *p != ' ' && *p != '\t' && *p != '\n') {
-            if (*p == '\'') {
-                const char *q = strchr(p + 1, '\'');
-                if (!q) goto unbalanced;
-                memcpy(buf + o, p + 1, (size_t)(q - p - 1));
-                o += (size_t)(q - p - 1);
-                p = q + 1;
-            } else if (*p == '"') {
-                p++;
-                while (*p && *p != '"') {
-                    if (*p == '\\' && p[1] && strchr("\"\\$`", p[1])) p++;
-                    buf[o++] = *p++;
-                }
-                if (*p != '"') goto unbalanced;
-                p++;
-            } else if (*p == '\\' && p[1]) {
-                buf[o++] = p[1];
-                p += 2;
-            } else {
-                buf[o++] = *p++;
-            }
-        }
-        buf[o++] = 0;
-    }
-    if (argc == 0) {
-        af_free(argv);
-        af_free(buf);
-        return af_error_set(err, AF_ERR_INVALID, "worker: empty command");
-    }
-    *argv_out = argv;
-    return AF_OK;
-unbalanced:
-    af_free(argv);
-    af_free(buf);
-    return af_error_set(err, AF_ERR_INVALID, "worker:%s: unbalanced quotes", s);
-}
-
-/* The first ancestor of dir (itself included) holding python/ and CMakeLists.txt. */
-static bool af_worker_find_repo(const char *start, char *out, size_t len) {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", start);
-    for (int up = 0; up < 6 && dir[0]; up++) {
-        char a[PATH_MAX + 32], b[PATH_MAX + 32];
-        struct stat st;
-        snprintf(a, sizeof a, "%s/python", dir);
-        snprintf(b, sizeof b, "%s/CMakeLists.txt", dir);
-        if (stat(a, &st) == 0 && S_ISDIR(st.st_mode) && access(b, R_OK) == 0) {
-            snprintf(out, len, "%s", dir);
-            return true;
-        }
-        char *slash = strrchr(dir, '/');
-        if (!slash) break;
-        if (slash == dir) {
-            dir[1] = 0;
-            if (up > 0 && strcmp(start, "/") == 0) break;
-        } else {
-            *slash = 0;
-        }
-    }
-    return false;
-}
-
-const char *af_worker_python(const char **pythonpath) {
-    static char python[PATH_MAX + 32], pypath[PATH_MAX + 16];
-    char repo[PATH_MAX] = "", exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    bool found = false;
-    if (n > 0) {
-        exe[n] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = 0;
-        found = af_worker_find_repo(exe, repo, sizeof repo);
-    }
-    char cwd[PATH_MAX];
-    if (!found && getcwd(cwd, sizeof cwd)) found = af_worker_find_repo(cwd, repo, sizeof repo);
-    if (pythonpath) {
-        snprintf(pypath, sizeof pypath, "%s/python", repo);
-        *pythonpath = found ? pypath : NULL;
-    }
-    if (found) {
-        snprintf(python, sizeof python, "%s/.venv/bin/python", repo);
-        if (access(python, X_OK) == 0) return python;
-    }
-    const char *env = getenv("ATTNFUZZ_PYTHON");
-    if (env && *env) {
-        snprintf(python, sizeof python, "%s", env);
-        return python;
-    }
-    return "python3";
-}
-
 af_status af_worker_argv(const char *spec, char ***argv, char **pythonpath, af_error *err) {
     *argv = NULL;
     *pythonpath = NULL;
-    if (strncmp(spec, "worker:", 7) == 0) return af_worker_split(spec + 7, argv, err);
+    if (strncmp(spec, "worker:", 7) == 0) {
+        af_status st = af_proc_split(spec + 7, argv, err);
+        if (st != AF_OK) af_error_prefix(err, "%s", spec);
+        return st;
+    }
     AF_RETURN_ERROR_IF(strncmp(spec, "target:", 7) != 0, err, AF_ERR_INVALID,
                        "%s: not a worker: or target: backend", spec);
     const char *stack = spec + 7, *slash = strchr(stack, '/');
@@ -203,32 +101,32 @@ af_status af_worker_argv(const char *spec, char ***argv, char **pythonpath, af_e
     for (const char *p = stack; p < slash; p++)
         AF_RETURN_ERROR_IF(!(*p == '_' || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9')), err, AF_ERR_INVALID,
                            "%s: the stack name may hold only a-z, 0-9 and _", spec);
-    const char *pp = NULL;
-    const char *py = af_worker_python(&pp);
-    size_t need = strlen(py) + 1 + 3 + strlen("attnfuzz.targets.") + (size_t)(slash - stack) + 1 + strlen(slash + 1) + 1;
-    char **a = af_calloc(5, sizeof *a);
-    char *buf = af_malloc(need);
-    char *ppath = pp ? af_malloc(strlen(pp) + 1) : NULL;
-    if (!a || !buf || (pp && !ppath)) {
+    af_proc_python py;
+    AF_TRY(af_proc_python_find(&py, err));
+    /* python -m attnfuzz.targets.STACK VARIANT, in one block as af_proc_split makes it */
+    static const char module[] = "attnfuzz.targets.";
+    size_t nstack = (size_t)(slash - stack), nvariant = strlen(slash + 1);
+    size_t text = strlen(py.exe) + 1 + 3 + sizeof module + nstack + nvariant + 1;
+    char **a = af_malloc(5 * sizeof *a + text);
+    char *ppath = py.pythonpath[0] ? af_strdup(py.pythonpath) : NULL;
+    if (!a || (py.pythonpath[0] && !ppath)) {
         af_free(a);
-        af_free(buf);
         af_free(ppath);
         return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     }
-    char *o = buf;
-    a[0] = o, o += sprintf(o, "%s", py) + 1;
+    char *o = (char *)(a + 5);
+    a[0] = o, o += sprintf(o, "%s", py.exe) + 1;
     a[1] = o, o += sprintf(o, "-m") + 1;
-    a[2] = o, o += sprintf(o, "attnfuzz.targets.%.*s", (int)(slash - stack), stack) + 1;
+    a[2] = o, o += sprintf(o, "%s%.*s", module, (int)nstack, stack) + 1;
     a[3] = o, sprintf(o, "%s", slash + 1);
-    if (pp) strcpy(ppath, pp);
+    a[4] = NULL;
     *argv = a;
     *pythonpath = ppath;
     return AF_OK;
 }
 
 void af_worker_argv_free(char **argv, char *pythonpath) {
-    if (argv) af_free(argv[0]); /* the words live in one buffer that starts at argv[0] */
-    af_free(argv);
+    af_free(argv); /* pointers and words are one block */
     af_free(pythonpath);
 }
 
@@ -279,10 +177,9 @@ static const char *af_worker_tail(af_worker *w) {
     return w->tail;
 }
 
-/* The last line of stderr (at most 200 bytes) for a one-line message; the whole tail goes
- * into bundles as stderr.txt. */
-/* One line of a worker's stderr for a message: the last that names an exception
- * ("...Error: ..."; a Python exception's hints may follow it), else the last line. */
+/* One line of a worker's stderr for a message (at most 300 bytes): the last that names an
+ * exception ("...Error: ..."; a Python exception's hints may follow it), else the last
+ * line. The whole tail goes into bundles as stderr.txt. */
 static void af_worker_tail_brief(af_worker *w, char *buf, size_t len) {
     const char *t = af_worker_tail(w);
     size_t n = strlen(t);
@@ -319,25 +216,9 @@ static void af_worker_close_fds(af_worker *w) {
     w->fd_in = w->fd_out = w->fd_err = -1;
 }
 
-/* How the child ended, as words. */
-static void af_worker_describe_status(int status, char *buf, size_t len) {
-    if (WIFEXITED(status)) {
-        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
-    } else if (WIFSIGNALED(status)) {
-        snprintf(buf, len, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
-    } else {
-        snprintf(buf, len, "ended (wait status %d)", status);
-    }
-}
-
 /* Kills the child's process group and reaps it. */
 static void af_worker_kill(af_worker *w) {
-    if (w->pid > 0) {
-        kill(-w->pid, SIGKILL);
-        kill(w->pid, SIGKILL);
-        while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR) {
-        }
-    }
+    af_proc_kill(w->pid, true, NULL);
     w->pid = 0;
     af_worker_close_fds(w);
 }
@@ -346,15 +227,15 @@ static void af_worker_kill(af_worker *w) {
  * stderr), kills it otherwise; how it ended goes into how. */
 static void af_worker_reap(af_worker *w, double grace, char *how, size_t len) {
     double end = af_now() + grace;
-    int status = 0;
-    pid_t r = 0;
-    while ((r = waitpid(w->pid, &status, WNOHANG)) == 0 && af_now() < end) {
+    bool ended;
+    while (!(ended = af_proc_ended(w->pid)) && af_now() < end) {
         af_worker_drain_err(w);
         af_worker_sleep(0.002);
     }
-    if (r == w->pid) {
-        af_worker_describe_status(status, how, len);
-        kill(-w->pid, SIGKILL); /* anything it left behind in its group */
+    if (ended) {
+        int status = 0;
+        af_proc_kill(w->pid, true, &status); /* anything it left behind in its group; its own status */
+        af_proc_describe(status, how, len);
         w->pid = 0;
         af_worker_close_fds(w);
     } else {
@@ -365,46 +246,42 @@ static void af_worker_reap(af_worker *w, double grace, char *how, size_t len) {
 
 static void af_worker_set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+/* Starts the child with its stdin, stdout and stderr on pipes, in a process group of
+ * its own (a timeout kills the whole group: a Python worker's helpers too), with
+ * PYTHONPATH prepended for target: specs. AF_ERR_INVALID when the program cannot be run,
+ * AF_ERR_IO when the system refuses. */
 static af_status af_worker_spawn(af_worker *w, af_error *err) {
-    int in[2], out[2], er[2];
-    if (pipe2(in, O_CLOEXEC) != 0) return af_error_set(err, AF_ERR_IO, "%s: pipe: %s", w->spec, strerror(errno));
-    if (pipe2(out, O_CLOEXEC) != 0) {
-        close(in[0]), close(in[1]);
-        return af_error_set(err, AF_ERR_IO, "%s: pipe: %s", w->spec, strerror(errno));
+    int fds[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}; /* stdin, stdout, stderr: read end, write end */
+    af_status st = AF_OK;
+    for (int k = 0; k < 3 && st == AF_OK; k++)
+        if (pipe2(fds[k], O_CLOEXEC) != 0) st = af_error_set(err, AF_ERR_IO, "%s: pipe: %s", w->spec, strerror(errno));
+    char **envp = NULL;
+    if (st == AF_OK && w->pythonpath) st = af_proc_env_prepend(environ, "PYTHONPATH", w->pythonpath, &envp, err);
+    pid_t pid = 0;
+    if (st == AF_OK) {
+        af_proc_opts o;
+        af_proc_opts_init(&o);
+        o.fd[0] = fds[0][0];
+        o.fd[1] = fds[1][1];
+        o.fd[2] = fds[2][1];
+        o.envp = envp;
+        o.new_group = true;
+        st = af_proc_spawn(w->argv, &o, &pid, err);
+        if (st != AF_OK) af_error_prefix(err, "%s", w->spec);
     }
-    if (pipe2(er, O_CLOEXEC) != 0) {
-        close(in[0]), close(in[1]), close(out[0]), close(out[1]);
-        return af_error_set(err, AF_ERR_IO, "%s: pipe: %s", w->spec, strerror(errno));
+    af_free(envp);
+    /* the child's ends */
+    if (fds[0][0] >= 0) close(fds[0][0]);
+    for (int k = 1; k < 3; k++)
+        if (fds[k][1] >= 0) close(fds[k][1]);
+    if (st != AF_OK) {
+        if (fds[0][1] >= 0) close(fds[0][1]);
+        for (int k = 1; k < 3; k++)
+            if (fds[k][0] >= 0) close(fds[k][0]);
+        return st;
     }
-    char envbuf[8192];
-    const char *old = getenv("PYTHONPATH");
-    if (w->pythonpath)
-        snprintf(envbuf, sizeof envbuf, "%s%s%s", w->pythonpath, old && *old ? ":" : "", old && *old ? old : "");
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(in[0]), close(in[1]), close(out[0]), close(out[1]), close(er[0]), close(er[1]);
-        return af_error_set(err, AF_ERR_IO, "%s: fork: %s", w->spec, strerror(e));
-    }
-    if (pid == 0) {
-        setpgid(0, 0); /* a timeout kills the whole group: a Python worker's helpers too */
-        dup2(in[0], 0);
-        dup2(out[1], 1);
-        dup2(er[1], 2);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        if (w->pythonpath) setenv("PYTHONPATH", envbuf, 1);
-        execvp(w->argv[0], w->argv);
-        dprintf(2, "attnfuzz: cannot run %s: %s\n", w->argv[0], strerror(errno));
-        _exit(127);
-    }
-    setpgid(pid, pid);
-    close(in[0]), close(out[1]), close(er[1]);
     w->pid = pid;
-    w->fd_in = in[1], w->fd_out = out[0], w->fd_err = er[0];
+    w->fd_in = fds[0][1], w->fd_out = fds[1][0], w->fd_err = fds[2][0];
     af_worker_set_nonblock(w->fd_in);
     af_worker_set_nonblock(w->fd_out);
     af_worker_set_nonblock(w->fd_err);

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attnfuzz/case_key.h"
 #include "attnfuzz/mem.h"
 #include "attnfuzz/store.h"
 #include "attnfuzz/rng.h"

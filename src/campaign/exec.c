@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "attnfuzz/mem.h"
-#include "attnfuzz/worker.h"
 #include "scratch.h"
 
 typedef enum af_check_type { AF_CHECK_BACKEND, AF_CHECK_PAIR, AF_CHECK_RELATION, AF_CHECK_EXPECTED } af_check_type;
@@ -75,11 +74,7 @@ static af_status af_exec_backend(af_exec *x, const char *name, size_t len, size_
         }
     AF_RETURN_ERROR_IF(x->nbe == AF_EXEC_MAX_BACKENDS, err, AF_ERR_INVALID, "too many backends (max %d)",
                        AF_EXEC_MAX_BACKENDS);
-    if (strncmp(buf, "worker:", 7) == 0 || strncmp(buf, "target:", 7) == 0) {
-        AF_TRY(af_worker_open(buf, &x->cfg.worker, &x->be[x->nbe], err));
-    } else {
-        AF_TRY(af_backend_open(buf, &x->be[x->nbe], err));
-    }
+    AF_TRY(af_backend_spec_open(buf, &x->cfg.worker, &x->be[x->nbe], err));
     memcpy(x->be_spec[x->nbe], buf, len + 1);
     *idx = x->nbe++;
     return AF_OK;

@@ -5,8 +5,10 @@
 #include <string.h>
 
 #include "attnfuzz/backend.h"
-#include "attnfuzz/worker.h"
+#include "attnfuzz/case_key.h"
+#include "attnfuzz/mem.h"
 #include "cli.h"
+#include "core/proc.h"
 
 static void af_print_caps(const af_backend_vtable *vt) {
     printf("%-30s caps:", "");
@@ -50,56 +52,77 @@ static int af_backends_describe(const char *spec) {
     return 0;
 }
 
+/* Bytes of `--list` output kept (its JSON is a few KiB), of its stderr, and how long it
+ * may take: it imports every stack, which on a cold cache takes tens of seconds. */
+#define AF_BACKENDS_LIST_MAX ((size_t)1 << 20)
+#define AF_BACKENDS_LIST_ERR_MAX ((size_t)64 << 10)
+#define AF_BACKENDS_LIST_TIMEOUT 180.0
+
+/* The last non-empty line of text (at most len - 1 bytes of it) into line. */
+static void af_backends_last_line(const char *text, char *line, size_t len) {
+    size_t end = strlen(text);
+    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ')) end--;
+    size_t from = end;
+    while (from > 0 && text[from - 1] != '\n') from--;
+    snprintf(line, len, "%.*s", (int)(end - from), text + from);
+}
+
 /* The real targets as `python -m attnfuzz.targets --list` reports them (the project's
- * Python; a stack that does not import is listed with the reason). */
+ * Python, run without a shell; a stack that does not import is listed with the reason). */
 static void af_backends_targets(void) {
-    const char *pythonpath = NULL;
-    const char *python = af_worker_python(&pythonpath);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s%s%s%s '%s' -m attnfuzz.targets --list 2>&1", pythonpath ? "PYTHONPATH='" : "",
-             pythonpath ? pythonpath : "", pythonpath ? "'" : "", pythonpath && getenv("PYTHONPATH") ? ":$PYTHONPATH" : "",
-             python);
-    FILE *p = popen(cmd, "r");
-    char *text = NULL;
-    size_t n = 0, cap = 0;
-    if (p) {
-        char buf[4096];
-        size_t got;
-        while ((got = fread(buf, 1, sizeof buf, p)) > 0) {
-            if (n + got + 1 > cap) {
-                cap = 2 * (n + got + 1);
-                char *t = realloc(text, cap);
-                if (!t) break;
-                text = t;
-            }
-            memcpy(text + n, buf, got);
-            n += got;
+    af_proc_python py;
+    af_error err;
+    char **envp = NULL;
+    char *out = af_malloc(AF_BACKENDS_LIST_MAX), *errtext = af_malloc(AF_BACKENDS_LIST_ERR_MAX);
+    char why[600] = "";
+    const char *python = "python3";
+    cJSON *list = NULL;
+    if (!out || !errtext) {
+        snprintf(why, sizeof why, "out of memory");
+    } else if (af_proc_python_find(&py, &err) != AF_OK || af_proc_python_env(&py, &envp, &err) != AF_OK) {
+        snprintf(why, sizeof why, "%s", err.msg);
+    } else {
+        python = py.exe;
+        char *argv[] = {py.exe, "-m", "attnfuzz.targets", "--list", NULL};
+        af_proc_buf ob = {out, AF_BACKENDS_LIST_MAX, 0, false}, eb = {errtext, AF_BACKENDS_LIST_ERR_MAX, 0, false};
+        int ws = 0;
+        af_status st = af_proc_capture(argv, envp, AF_BACKENDS_LIST_TIMEOUT, &ob, &eb, &ws, &err);
+        list = st == AF_OK && !ob.truncated ? cJSON_Parse(out) : NULL;
+        if (!cJSON_IsArray(list)) {
+            char how[128] = "", last[400] = "";
+            if (st == AF_OK) af_proc_describe(ws, how, sizeof how);
+            af_backends_last_line(errtext, last, sizeof last);
+            if (st != AF_OK)
+                snprintf(why, sizeof why, "%s", err.msg);
+            else if (ob.truncated)
+                snprintf(why, sizeof why, "its output is over %zu bytes", AF_BACKENDS_LIST_MAX);
+            else
+                snprintf(why, sizeof why, "it %s without a list: %.400s", how,
+                         last[0] ? last : out[0] ? out : "(no output)");
         }
-        pclose(p);
+        af_free(envp);
     }
-    if (text) text[n] = 0;
-    cJSON *list = text ? cJSON_Parse(text) : NULL;
     printf("\nreal targets (target:STACK/VARIANT, run by %s):\n", python);
     if (!cJSON_IsArray(list)) {
-        printf("  none listed: `%s -m attnfuzz.targets --list` did not answer with a list: %.400s\n", python,
-               text && text[0] ? text : "(no output)");
+        printf("  none listed: `%s -m attnfuzz.targets --list`: %s\n", python, why);
     } else {
         const cJSON *t;
         cJSON_ArrayForEach(t, list) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "target");
             const cJSON *ok = cJSON_GetObjectItemCaseSensitive(t, "available");
-            const cJSON *why = cJSON_GetObjectItemCaseSensitive(t, "reason");
+            const cJSON *reason = cJSON_GetObjectItemCaseSensitive(t, "reason");
             const cJSON *sum = cJSON_GetObjectItemCaseSensitive(t, "summary");
             char spec[160];
             snprintf(spec, sizeof spec, "target:%s", cJSON_IsString(name) ? name->valuestring : "?");
             if (cJSON_IsTrue(ok))
                 printf("  %-32s %s\n", spec, cJSON_IsString(sum) ? sum->valuestring : "");
             else
-                printf("  %-32s unavailable: %s\n", spec, cJSON_IsString(why) ? why->valuestring : "?");
+                printf("  %-32s unavailable: %s\n", spec, cJSON_IsString(reason) ? reason->valuestring : "?");
         }
     }
     cJSON_Delete(list);
-    free(text);
+    af_free(out);
+    af_free(errtext);
 }
 
 int af_cmd_backends(int argc, char **argv) {
@@ -137,9 +160,10 @@ int af_cmd_backends(int argc, char **argv) {
         printf("%-30s v%-3s out %-4s %s\n", vt->name, vt->version, af_dtype_names[vt->out_dtype], vt->summary);
         af_print_caps(vt);
     }
-    printf("\nplugin:PATH.so[:ARGS]          a shared library exporting the plugin ABI (include/attnfuzz/plugin.h)\n"
-           "worker:COMMAND                 an external process speaking the worker protocol (docs/worker-protocol.md)\n"
-           "target:STACK/VARIANT           a real target's worker: python -m attnfuzz.targets.STACK VARIANT\n");
+    size_t np;
+    const af_backend_prefix *pt = af_backend_prefix_table(&np);
+    printf("\n");
+    for (size_t i = 0; i < np; i++) printf("%-30s %s\n", pt[i].form, pt[i].summary);
     if (targets) af_backends_targets();
     return 0;
 }

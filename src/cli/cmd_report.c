@@ -7,10 +7,8 @@
  * Python. Without Python the report says so and renders the rest. */
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +20,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "attnfuzz/backend.h"
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/mem.h"
 #include "attnfuzz/oracle.h"
 #include "cli.h"
-
-extern char **environ;
+#include "core/proc.h"
 
 #define AF_REPORT_MAX 4096 /* bundles per report */
 #define AF_REPORT_WORST 5  /* worst elements listed per finding */
@@ -172,9 +170,7 @@ static void af_report_stats(af_report *r, const char *path) {
 
 /* --- per finding: picture and worst elements --------------------------------------------- */
 
-static bool af_report_is_real(const char *backend) {
-    return !strncmp(backend, "worker:", 7) || !strncmp(backend, "target:", 7);
-}
+static bool af_report_is_real(const char *backend) { return af_backend_spec_kind(backend) == AF_BACKEND_WORKER; }
 
 static void af_report_draw(af_report_item *it, const char *out_dir) {
     const af_case *c = af_bundle_case(it->b);
@@ -258,119 +254,50 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
 
 /* --- repro scripts through Python --------------------------------------------------------- */
 
-typedef struct af_python {
-    char exe[4096];
-    char pythonpath[8192];
-    bool ok;
-    char why[512];
-} af_python;
-
-static bool af_is_exec(const char *p) { return access(p, X_OK) == 0; }
-
-/* The repository root: the first parent of this executable (or of the cwd) that holds
- * python/attnfuzz/repro.py. */
-static bool af_report_root(char *root, size_t len) {
-    char buf[4096];
-    const char *starts[2] = {NULL, NULL};
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-    char exe[4096] = "", cwd[4096] = "";
-    if (n > 0) {
-        buf[n] = 0;
-        snprintf(exe, sizeof exe, "%s", buf);
-        starts[0] = exe;
-    }
-    if (getcwd(cwd, sizeof cwd)) starts[1] = cwd;
-    for (int s = 0; s < 2; s++) {
-        if (!starts[s]) continue;
-        char dir[4096];
-        snprintf(dir, sizeof dir, "%s", starts[s]);
-        for (int up = 0; up < 6; up++) {
-            char probe[4400];
-            snprintf(probe, sizeof probe, "%s/python/attnfuzz/repro.py", dir);
-            if (access(probe, R_OK) == 0) {
-                snprintf(root, len, "%s", dir);
-                return true;
-            }
-            char *slash = strrchr(dir, '/');
-            if (!slash || slash == dir) break;
-            *slash = 0;
-        }
-    }
-    return false;
-}
-
-static void af_report_python(af_python *py) {
-    char root[4096];
-    memset(py, 0, sizeof *py);
-    if (!af_report_root(root, sizeof root)) {
-        snprintf(py->why, sizeof py->why, "python/attnfuzz/repro.py not found above the attnfuzz executable or the "
-                                          "current directory");
-        return;
-    }
-    char venv[4096];
-    snprintf(venv, sizeof venv, "%.4000s/.venv/bin/python", root);
-    const char *env = getenv("ATTNFUZZ_PYTHON");
-    if (af_is_exec(venv)) {
-        snprintf(py->exe, sizeof py->exe, "%.4000s", venv);
-    } else if (env && *env) {
-        snprintf(py->exe, sizeof py->exe, "%s", env);
-    } else {
-        snprintf(py->exe, sizeof py->exe, "python3");
-    }
-    const char *old = getenv("PYTHONPATH");
-    snprintf(py->pythonpath, sizeof py->pythonpath, "PYTHONPATH=%s/python%s%s", root, old && *old ? ":" : "",
-             old ? old : "");
-    py->ok = true;
-}
-
-/* Runs PYTHON -m attnfuzz.repro BUNDLE -o OUT --search CWD; its stderr goes to errpath.
- * Returns the exit status, 127 when Python could not be started. */
-static int af_report_run_python(const af_python *py, const char *bundle, const char *out, const char *errpath) {
+/* Runs PYTHON -m attnfuzz.repro BUNDLE -o OUT --search CWD (no shell; stdin and stdout
+ * /dev/null, stderr into errpath) and waits for it; *code: its exit status, 128 when a
+ * signal ended it. AF_ERR_INVALID when Python cannot be run, AF_ERR_IO when the system
+ * refuses (as af_proc_spawn). */
+static af_status af_report_run_python(const af_proc_python *py, char **envp, const char *bundle, const char *out,
+                                      const char *errpath, int *code, af_error *err) {
     char cwd[4096] = ".";
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, ".");
     char *argv[] = {(char *)py->exe, "-m", "attnfuzz.repro", (char *)bundle, "-o", (char *)out, "--search", cwd, NULL};
-    size_t ne = 0;
-    while (environ[ne]) ne++;
-    char **envp = af_calloc(ne + 2, sizeof *envp);
-    if (!envp) return 127;
-    size_t k = 0;
-    for (size_t i = 0; i < ne; i++)
-        if (strncmp(environ[i], "PYTHONPATH=", 11) != 0) envp[k++] = environ[i];
-    envp[k++] = (char *)py->pythonpath;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    af_proc_opts o;
+    af_proc_opts_init(&o);
+    o.fd[0] = o.fd[1] = AF_PROC_DEVNULL;
+    o.err_path = errpath;
+    o.envp = envp;
     pid_t pid;
-    int rc = posix_spawnp(&pid, py->exe, &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    af_free(envp);
-    if (rc != 0) return 127;
     int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) return 127;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    AF_TRY(af_proc_spawn(argv, &o, &pid, err));
+    AF_TRY(af_proc_wait(pid, &status, err));
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    return AF_OK;
 }
 
-static void af_report_repro(af_report_item *it, const af_python *py, const char *out_dir, bool *python_missing) {
+static void af_report_repro(af_report_item *it, const af_proc_python *py, char **envp, const char *out_dir,
+                            bool *python_missing) {
     if (!it->real) return;
-    if (!py->ok || *python_missing) {
-        snprintf(it->note, sizeof it->note, "no repro script: %.400s", py->ok ? "Python unavailable" : py->why);
+    if (*python_missing) {
+        snprintf(it->note, sizeof it->note, "no repro script: Python unavailable");
         return;
     }
     char out[4400], err[4400];
     snprintf(it->repro, sizeof it->repro, "repro/%s.py", it->name);
     snprintf(out, sizeof out, "%s/%s", out_dir, it->repro);
     snprintf(err, sizeof err, "%s/repro/%s.err", out_dir, it->name);
-    int rc = af_report_run_python(py, it->dir, out, err);
-    if (rc == 0) {
+    int rc = 0;
+    af_error perr;
+    af_status st = af_report_run_python(py, envp, it->dir, out, err, &rc, &perr);
+    if (st == AF_OK && rc == 0) {
         unlink(err);
         return;
     }
     it->repro[0] = 0;
-    if (rc == 127) {
-        *python_missing = true;
-        snprintf(it->note, sizeof it->note, "no repro script: Python (%.300s) could not be started", py->exe);
+    if (st != AF_OK) {
+        *python_missing = st == AF_ERR_INVALID; /* it cannot be run: no use trying again */
+        snprintf(it->note, sizeof it->note, "no repro script: %.400s", perr.msg);
         unlink(err);
         return;
     }
@@ -649,19 +576,30 @@ int af_cmd_report(int argc, char **argv) {
     qsort(r->items, r->n, sizeof *r->items, af_report_cmp);
     for (int s = 0; s < n_stats; s++) af_report_stats(r, stats[s]);
 
-    af_python py;
-    af_report_python(&py);
+    /* the project's Python (proc.h), its PYTHONPATH in a copy of the environment */
+    af_proc_python py;
+    af_error perr;
+    char **envp = NULL;
+    char py_why[600] = "";
     bool python_missing = false, any_real = false;
+    if (af_proc_python_find(&py, &perr) != AF_OK || af_proc_python_env(&py, &envp, &perr) != AF_OK) {
+        python_missing = true;
+        snprintf(py_why, sizeof py_why, "%s", perr.msg);
+    }
     for (size_t i = 0; i < r->n; i++) {
         af_report_draw(r->items[i], out_dir);
         if (r->items[i]->real) any_real = true;
-        if (!no_repro) af_report_repro(r->items[i], &py, out_dir, &python_missing);
+        if (!no_repro) af_report_repro(r->items[i], &py, envp, out_dir, &python_missing);
     }
-    char py_note[600] = "";
-    if (any_real && !no_repro && (!py.ok || python_missing))
-        snprintf(py_note, sizeof py_note, "Python is unavailable (%.400s): no repro scripts were written; the rest of the "
+    af_free(envp);
+    if (python_missing && !py_why[0])
+        snprintf(py_why, sizeof py_why, "%.300s%s", py.exe,
+                 py.root[0] ? "" : "; no python/attnfuzz/__init__.py above the executable or the current directory");
+    char py_note[800] = "";
+    if (any_real && !no_repro && python_missing)
+        snprintf(py_note, sizeof py_note, "Python is unavailable (%.600s): no repro scripts were written; the rest of the "
                                           "report is complete.",
-                 py.ok ? py.exe : py.why);
+                 py_why);
 
     char html[4200], md[4200];
     snprintf(html, sizeof html, "%s/index.html", out_dir);

@@ -1,10 +1,11 @@
 /* case_key.c - compile keys: which fields of a case a compiled artifact depends on
- * (worker.h, docs/worker-protocol.md "compile_key"), and redrawing everything else so a
+ * (case_key.h, docs/worker-protocol.md "compile_key"), and redrawing everything else so a
  * campaign can reuse one compiled structure for many value draws. */
+#include "attnfuzz/case_key.h"
+
 #include <string.h>
 
 #include "attnfuzz/rng.h"
-#include "attnfuzz/worker.h"
 
 const char *const af_key_names[AF_KEY_COUNT_] = {"shapes", "dtype", "layouts", "masks",
                                                  "causal", "scale", "softcap", "dropout"};

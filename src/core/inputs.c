@@ -122,14 +122,6 @@ af_status af_inputs_alloc(af_inputs *in, const af_case *c, af_error *err) {
     return AF_OK;
 }
 
-double af_view_get(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3) {
-    return af_dtype_load(v->dtype, v->data, af_view_offset(v, i0, i1, i2, i3));
-}
-
-void af_view_set(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3, double x) {
-    af_dtype_store(v->dtype, (void *)(uintptr_t)v->data, af_view_offset(v, i0, i1, i2, i3), x);
-}
-
 /* --- values ---------------------------------------------------------------------- */
 
 static double af_mag(int8_t q4) { return pow(10.0, q4 / 4.0); }

@@ -130,33 +130,6 @@ size_t af_strides_for(af_tensor *t, unsigned perm, unsigned pad, uint32_t bcast_
     return af_tensor_span(t);
 }
 
-size_t af_tensor_numel(const af_tensor *t) {
-    size_t n = 1;
-    for (int k = 0; k < t->ndim; k++) n *= t->ne[k];
-    return n;
-}
-
-size_t af_tensor_span(const af_tensor *t) {
-    size_t last = 0;
-    for (int k = 0; k < t->ndim; k++) {
-        if (t->ne[k] == 0) return 0;
-        last += (t->ne[k] - 1) * t->nb[k];
-    }
-    return last + af_dtype_size(t->dtype);
-}
-
-void af_tensor_contiguous(af_tensor *t, af_dtype dt, int ndim, const size_t *ne) {
-    memset(t, 0, sizeof *t);
-    t->dtype = dt;
-    t->ndim = ndim;
-    size_t stride = af_dtype_size(dt);
-    for (int k = ndim - 1; k >= 0; k--) {
-        t->ne[k] = ne[k];
-        t->nb[k] = stride;
-        stride *= ne[k];
-    }
-}
-
 void af_case_tensor_dims(const af_case *c, af_tensor_id which, size_t *H, size_t *S, size_t *D) {
     *H = which == AF_Q ? c->q_heads : c->kv_heads;
     *S = which == AF_Q ? c->q_len : c->kv_len;
