@@ -173,39 +173,10 @@ PROTOCOL_CASES = [
 
 
 def needs(c):
-    """(caps, Case): the caps a case needs (what attnfuzz checks before sending)."""
+    """(caps, Case): the caps a case needs (Case.required_caps: what attnfuzz checks
+    before sending)."""
     cs = Case(c)
-    caps = {cs.dtype}
-    if cs.q_heads != cs.kv_heads:
-        caps.add("gqa")
-    if cs.q_len != cs.kv_len:
-        caps.add("cross")
-    if cs.v_head_dim != cs.head_dim:
-        caps.add("dv")
-    if cs.scale_given:
-        caps.add("scale")
-    if cs.softcap > 0:
-        caps.add("softcap")
-    if cs.amask:
-        caps.add("amask")
-        if cs.amask.get("dtype", "f32") != cs.dtype:
-            caps.add("mask_dtype")
-    if cs.bmask:
-        caps.add("bmask")
-    if (cs.amask or {}).get("expanded") or (cs.bmask or {}).get("expanded"):
-        caps.add("strided")
-    if cs.causal:
-        caps.add("causal")
-    if cs.key_padding is not None:
-        caps.add("padding")
-    if cs.has_window:
-        caps.add("window")
-    if cs.dropout_p > 0:
-        caps.add("dropout")
-    s = cs.specs
-    if any(s[n]["perm"] or s[n]["pad"] or s[n]["broadcast"] != "none" for n in "qkv"):
-        caps.add("strided")
-    return caps, cs
+    return cs.required_caps(), cs
 
 
 def sendable(c, hello):

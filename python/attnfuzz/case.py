@@ -6,7 +6,7 @@
 
 Attributes follow the JSON field names where they exist, with defaults applied; derived
 values (scale, diag_offset, valid_keys) come from the request's "derived" object when it
-gives them, else they are computed here by the rules of DESIGN.md section 2."""
+gives them, else they are computed here by the rules of docs/design.md section 2."""
 
 import math
 
@@ -158,6 +158,28 @@ class Case:
     @property
     def has_window(self):
         return self.window[0] >= 0 or self.window[1] >= 0
+
+    def required_caps(self):
+        """The capability names (AF_CAP_*) a backend must declare to be sent this case: the
+        rule of af_case_required_caps (src/backends/backend.c)."""
+        caps = {self.dtype}
+        if self.allow_tf32:
+            caps.add("tf32")
+        for cap, needed in (("gqa", self.q_heads != self.kv_heads), ("cross", self.q_len != self.kv_len),
+                            ("dv", self.head_dim != self.v_head_dim), ("scale", self.scale_given),
+                            ("softcap", self.softcap > 0), ("amask", self.amask is not None),
+                            ("bmask", self.bmask is not None), ("causal", self.causal),
+                            ("padding", self.key_padding is not None), ("window", self.has_window),
+                            ("dropout", self.dropout_p > 0)):
+            if needed:
+                caps.add(cap)
+        if self.amask is not None and self.amask.get("dtype", "f32") != self.dtype:
+            caps.add("mask_dtype")
+        s = self.specs
+        if (any(s[n]["perm"] or s[n]["pad"] or s[n]["broadcast"] != "none" for n in ("q", "k", "v"))
+                or any(m is not None and m.get("expanded") for m in (self.amask, self.bmask))):
+            caps.add("strided")
+        return caps
 
     # --- compile keys ---------------------------------------------------------------
 

@@ -101,6 +101,22 @@ class Keys(unittest.TestCase):
         with self.assertRaises(ValueError):
             c0.key("values")
 
+    def test_required_caps(self):
+        """The caps attnfuzz wants declared before it sends a case (af_case_required_caps)."""
+        plain = {"batch": 1, "q_heads": 2, "q_len": 3, "head_dim": 4, "dtype": "f16"}
+        self.assertEqual(Case(plain).required_caps(), {"f16"})
+        c = Case(dict(plain, kv_heads=1, kv_len=5, v_head_dim=2, scale=0.5, softcap=3.0, causal=True,
+                      key_padding=[4], window=[2, -1], dropout_p=0.1, allow_tf32=True,
+                      additive_mask={"dtype": "f32"}, bool_mask={"rank": 2}))
+        self.assertEqual(c.required_caps(), {"f16", "tf32", "gqa", "cross", "dv", "scale", "softcap", "causal",
+                                             "padding", "window", "dropout", "amask", "mask_dtype", "bmask"})
+        self.assertEqual(Case(dict(plain, additive_mask={"dtype": "f16"})).required_caps(), {"f16", "amask"})
+        for strided in ({"k": {"pad": 1}}, {"v": {"perm": 2}}, {"q": {"broadcast": "batch"}},
+                        {"bool_mask": {"expanded": True}}):
+            self.assertIn("strided", Case(dict(plain, **strided)).required_caps(), strided)
+        # a packed buffer's strides are q's: k and v carry none of their own
+        self.assertNotIn("strided", Case(dict(plain, q={"layout": "qkv_bs3hd"})).required_caps())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -242,6 +242,8 @@ class Contract(unittest.TestCase):
             _run(t, q_len=6, kv_len=6)
         with self.assertRaisesRegex(Unsupported, "dtype bf16"):
             _run(t, dtype="bf16")
+        with self.assertRaisesRegex(Unsupported, "fake/aot does not declare causal, softcap"):
+            _run(t, causal=True, softcap=2.0)
         with self.assertRaisesRegex(Unsupported, "scores"):
             _run(t, batch=64, q_heads=64, q_len=512, kv_len=512)
 

@@ -212,8 +212,10 @@ class Target:
     structure implement build() too, and may override structure(). run() is what the
     worker kit calls:
 
-      1. refuse(case, mask, bool_mask) raises Unsupported for cases the variant does not
-         run (beyond what its hello keeps away); the score budget is checked first;
+      1. a case needing a dtype or capability the hello does not declare is Unsupported
+         (attnfuzz sends none; a direct caller may), then the score budget is checked and
+         refuse(case, mask, bool_mask) raises Unsupported for the cases the variant does
+         not run though its caps allow them;
       2. structure(case, mask, bool_mask) is the cache key (None: nothing is cached);
       3. build(case, q, k, v, mask, bool_mask) makes the artifact for a new structure,
          timed as compile time for a compiled variant (with LAZY_COMPILE, the artifact's
@@ -293,8 +295,12 @@ class Target:
 
     def run(self, case, q, k, v, mask=None, bool_mask=None):
         from attnfuzz.worker import Result, Unsupported
-        if case.dtype not in self.hello()["dtypes"]:
+        h = self.hello()
+        if case.dtype not in h["dtypes"]:
             raise Unsupported("dtype %s" % case.dtype)
+        missing = case.required_caps() - set(h["caps"])
+        if missing:       # attnfuzz sends no such case; a direct caller may
+            raise Unsupported("%s/%s does not declare %s" % (self.STACK.name, self.variant, ", ".join(sorted(missing))))
         if self.SCORE_BUDGET:
             check_score_budget(case)
         self.refuse(case, mask, bool_mask)

@@ -70,6 +70,28 @@ def span_view(x: np.ndarray) -> tuple:
     return flat, shape, tuple(s // item for s in strides)
 
 
+def dense_arguments(case, q, k, v, mask, bool_mask, keep, inputs):
+    """The inputs of a graph built from dense tensors, in order, as contiguous numpy arrays:
+    q, k, v (or the packed qkv buffer), then each name of inputs: "mask" (the additive mask
+    as sent), "bool_mask" (as sent), "struct" (the structural masks, bool [B, 1, Sq, Sk]),
+    "kv_len" (int32 key lengths), "keep" (the dropout keep mask)."""
+    args = [case.qkv] if case.packed else [q, k, v]
+    for n in inputs:
+        if n == "mask":
+            args.append(mask)
+        elif n == "bool_mask":
+            args.append(bool_mask)
+        elif n == "struct":
+            args.append(structural_allowed(case))
+        elif n == "kv_len":
+            args.append(np.asarray(case.key_padding, dtype=np.int32))
+        elif n == "keep":
+            args.append(keep)
+        else:
+            raise ValueError("dense_arguments: unknown input %r" % (n,))
+    return [np.ascontiguousarray(a) for a in args]
+
+
 def dropout_scale(p: float) -> float:
     """1/(1-p) for kept weights; 0 when p = 1 (every weight dropped)."""
     return 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
@@ -93,7 +115,8 @@ def scale_factors(case):
 # What snippet() puts in every repro: the helpers above and the layout/mask code they call,
 # reachable as _common.X, masks.X and layouts.X as in the targets' own code.
 HOST = {
-    "_common": (structural_allowed, plain_causal, offset_zero_always, span_view, dropout_scale, scale_factors),
+    "_common": (structural_allowed, plain_causal, offset_zero_always, span_view, dense_arguments, dropout_scale,
+                scale_factors),
     "masks": (masks.allowed, masks.has_structural),
     "layouts": (layouts.to_bhsd, layouts.from_bhsd, layouts.out_shape, layouts.physical_shape),
 }

@@ -16,7 +16,7 @@ diagonal is a boolean [B, 1, Sq, Sk] input combined with `mask`, as user code do
 
 Measured on jax 0.10.2 CPU: implementation "xla" replaces masked logits (mask, is_causal,
 window, seq lengths) by -0.7 * finfo.max rather than -inf, so a row that these mask
-entirely gets the mean of V over all keys (DESIGN.md wants 0; there is no convention for
+entirely gets the mean of V over all keys (docs/design.md wants 0; there is no convention for
 it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` gives NaN
 (declared: masked_rows "nan").
 Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
@@ -130,8 +130,9 @@ def full_qk(m, sq, sk):
 
 def make_fn(cfg):
     """The attention function of one structure, jitted. Arguments (in order): q, k, v (or
-    qkv), then the inputs cfg names: bias (the additive mask), mask (bool), struct (bool
-    [B, 1, Sq, Sk]), kv_len (int32 [B]), keep (bool [B, Hq, Sq, Sk])."""
+    qkv), then the inputs cfg names: mask (the additive mask, jax's `bias`), bool_mask
+    (jax's `mask`), struct (bool [B, 1, Sq, Sk]), kv_len (int32 [B]), keep (bool
+    [B, Hq, Sq, Sk])."""
     import jax
     import jax.numpy as jnp
 
@@ -149,7 +150,7 @@ def make_fn(cfg):
             v = to_btnh(args[2], lay["v"], hkv, dv)
             rest = args[3:]
         a = dict(zip(names, rest))
-        bias, mask, struct = a.get("bias"), a.get("mask"), a.get("struct")
+        bias, mask, struct = a.get("mask"), a.get("bool_mask"), a.get("struct")
         if struct is not None:
             mask = struct if mask is None else jnp.logical_and(mask, struct)
         if cfg["implementation"] == "cudnn":
@@ -212,9 +213,9 @@ def config(case, mask, bool_mask, variant):
     native = _common.offset_zero_always(case)
     inputs = []
     if mask is not None:
-        inputs.append("bias")
-    if bool_mask is not None:
         inputs.append("mask")
+    if bool_mask is not None:
+        inputs.append("bool_mask")
     if variant == "explicit":
         # the explicit graph builds only an offset-0 causal triangle itself; everything
         # else structural is the host's boolean input
@@ -257,24 +258,8 @@ def config(case, mask, bool_mask, variant):
 
 
 def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
-    """The numpy arguments of the jitted function, in order."""
-    import numpy as np
-    if case.packed:
-        args = [np.ascontiguousarray(case.qkv)]
-    else:
-        args = [np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)]
-    for n in cfg["inputs"]:
-        if n == "bias":
-            args.append(np.ascontiguousarray(mask))
-        elif n == "mask":
-            args.append(np.ascontiguousarray(bool_mask))
-        elif n == "struct":
-            args.append(_common.structural_allowed(case))
-        elif n == "kv_len":
-            args.append(np.asarray(case.key_padding, dtype=np.int32))
-        elif n == "keep":
-            args.append(np.ascontiguousarray(keep))
-    return args
+    """The inputs of the jitted function, in order (_common.dense_arguments)."""
+    return _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
 
 
 def call(fn, args, cfg):
@@ -307,6 +292,8 @@ class Target(_base.Target):
                 "strided", "mask_dtype", "tf32"]
         limits = {"max_bytes": 64 << 20}
         if self.variant == "explicit":
+            # jax.nn.dot_product_attention needs V's head dim equal to K's and has no softcap
+            # and no dropout: only the explicit function takes those
             caps = base + ["dv", "softcap", "dropout"]
             conv.update(masked_rows="nan", dropout="counter")
         elif self.variant == "xla":
@@ -323,16 +310,6 @@ class Target(_base.Target):
             caps = [c for c in base if c != "f32"]
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
         return {"caps": caps, "limits": limits, "conventions": conv}
-
-    def refuse(self, case, mask, bool_mask):
-        from attnfuzz.worker import Unsupported
-        if self.variant != "explicit":
-            if case.v_head_dim != case.head_dim:
-                raise Unsupported("jax.nn.dot_product_attention needs V's head dim equal to K's")
-            if case.softcap > 0:
-                raise Unsupported("jax.nn.dot_product_attention has no softcap")
-            if case.dropout_p > 0:
-                raise Unsupported("jax.nn.dot_product_attention has no dropout")
 
     def build(self, case, q, k, v, mask, bool_mask):
         cfg = config(case, mask, bool_mask, self.variant)

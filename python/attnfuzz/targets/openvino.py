@@ -324,21 +324,8 @@ def config(case, mask, bool_mask, variant):
 
 
 def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
-    """The model's input arrays, in order."""
-    if case.packed:
-        args = [np.ascontiguousarray(case.qkv)]
-    else:
-        args = [np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)]
-    for n in cfg["inputs"]:
-        if n == "mask":
-            args.append(np.ascontiguousarray(mask))
-        elif n == "bool_mask":
-            args.append(np.ascontiguousarray(bool_mask))
-        elif n == "struct":
-            args.append(_common.structural_allowed(case))
-        elif n == "keep":
-            args.append(np.ascontiguousarray(keep))
-    return args
+    """The inputs of the model, in order (_common.dense_arguments)."""
+    return _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
 
 
 class Target(_base.Target):
@@ -350,19 +337,11 @@ class Target(_base.Target):
                 "window", "strided", "tf32"]
         conv = {"masked_rows": "nan", "masked_values": "ieee"}
         if self.variant == "explicit":
+            # ScaledDotProductAttention has no softcap and no dropout, and wants the mask in
+            # Q's type: only the explicit model takes those
             caps += ["softcap", "mask_dtype", "dropout"]
             conv["dropout"] = "counter"
         return {"caps": caps, "limits": {"max_bytes": 64 << 20}, "conventions": conv}
-
-    def refuse(self, case, mask, bool_mask):
-        from attnfuzz.worker import Unsupported
-        if self.variant != "explicit":
-            if case.softcap > 0:
-                raise Unsupported("ScaledDotProductAttention has no softcap")
-            if case.dropout_p > 0:
-                raise Unsupported("ScaledDotProductAttention has no dropout")
-            if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
-                raise Unsupported("ScaledDotProductAttention wants the mask in Q's type")
 
     def build(self, case, q, k, v, mask, bool_mask):
         cfg = config(case, mask, bool_mask, self.variant)

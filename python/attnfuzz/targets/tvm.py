@@ -326,23 +326,12 @@ def config(case, mask, bool_mask, variant):
 
 
 def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
-    """The module's input arrays, in order."""
-    if case.packed:
-        args = [np.ascontiguousarray(case.qkv)]
-    else:
-        args = [np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v)]
-    for n in cfg["inputs"]:
-        if n == "mask":
-            if mask.dtype.name == "bfloat16":   # neither torch.from_numpy nor tvm's frontend takes bf16:
-                mask = mask.astype(np.float32)  # exact in f32 (explicit only; the SDPA variants refuse it)
-            args.append(np.ascontiguousarray(mask))
-        elif n == "bool_mask":
-            args.append(np.ascontiguousarray(bool_mask))
-        elif n == "struct":
-            args.append(_common.structural_allowed(case))
-        elif n == "keep":
-            args.append(np.ascontiguousarray(keep))
-    return args
+    """The module's input arrays, in order (_common.dense_arguments); a bf16 mask as f32
+    (exact): neither torch.from_numpy nor tvm's frontend takes bf16 (explicit only; the
+    SDPA variants refuse a mask dtype other than Q's)."""
+    if mask is not None and mask.dtype.name == "bfloat16":
+        mask = mask.astype(np.float32)
+    return _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
 
 
 class Target(_base.Target):
@@ -357,20 +346,12 @@ class Target(_base.Target):
         if self.variant == "torch_sdpa_decomp":
             conv["masked_rows"] = "zero"
         if self.variant == "explicit":
+            # R.nn.attention has no softcap and adds the bias in Q's dtype; tvm's SDPA importer
+            # asserts dropout_p == 0: only the explicit module takes those
             caps += ["softcap", "mask_dtype", "dropout"]
             conv["dropout"] = "counter"
         # tvm's PyTorch frontend has no bfloat16
         return {"caps": caps, "dtypes": ["f32", "f16"], "limits": {"max_bytes": 64 << 20}, "conventions": conv}
-
-    def refuse(self, case, mask, bool_mask):
-        from attnfuzz.worker import Unsupported
-        if self.variant != "explicit":
-            if case.softcap > 0:
-                raise Unsupported("this attention op has no softcap")
-            if case.dropout_p > 0:
-                raise Unsupported("tvm's SDPA importer asserts dropout_p == 0")
-            if mask is not None and case.amask.get("dtype", "f32") != case.dtype:
-                raise Unsupported("R.nn.attention adds the bias in Q's dtype")
 
     def build(self, case, q, k, v, mask, bool_mask):
         cfg = config(case, mask, bool_mask, self.variant)
