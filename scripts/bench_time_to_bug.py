@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Time-to-bug benchmark: how many executions and seconds attnfuzz needs to find each
-seeded-bug mutant (DESIGN.md section 8, docs/mutants.md), per case strategy.
+seeded-bug mutant (docs/design.md section 8, docs/mutants.md), per case strategy.
 
 For each mutant and strategy it runs N independent campaigns (seeds 1..N, the same seeds
 for every cell), each

@@ -305,7 +305,7 @@ static void test_planted_outputs(void **state) {
     planted_free(&p);
 }
 
-/* DESIGN.md section 2, step 6: dropped weights are 0 and p = 1 gives zeros, also when
+/* docs/design.md section 2, step 6: dropped weights are 0 and p = 1 gives zeros, also when
  * the softmax row is NaN because of a +Inf score (exp(inf - inf)) or a NaN score; with
  * p = 0 such a row is NaN. Every backend must agree (hand-built, independent of ref). */
 static void test_dropout_nan_rows(void **state) {

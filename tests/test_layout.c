@@ -1,4 +1,4 @@
-/* test_layout.c - the physical layouts of DESIGN.md section 3 and the strides a tensor
+/* test_layout.c - the physical layouts of docs/design.md section 3 and the strides a tensor
  * spec gives them (perm, pad, stride-0 broadcast), checked against element offsets
  * written out by hand for each layout, and the mask tensors' broadcast storage. */
 #include <setjmp.h>
@@ -37,7 +37,7 @@ static void tensor_dims(const shape *sh, int w, size_t *H, size_t *S, size_t *D)
 }
 
 /* Element offset of canonical (b, h, s, d) of part `part` in a contiguous tensor of
- * layout l, written out per layout (DESIGN.md section 3). */
+ * layout l, written out per layout (docs/design.md section 3). */
 static size_t hand_offset(af_layout l, size_t B, size_t H, size_t S, size_t D, size_t part, size_t b, size_t h,
                           size_t s, size_t d) {
     switch (l) {

@@ -491,7 +491,7 @@ static void test_prepare_expected(void **state) {
     bench_close(&b);
 }
 
-/* --- zero-weight keys (DESIGN.md section 2 rule 5) ----------------------------------------- */
+/* --- zero-weight keys (docs/design.md section 2 rule 5) ----------------------------------------- */
 
 /* Zero-weight keys with poisoned values: key 3 by the case's mask (mode 0: none, 1: an
  * additive -inf, 2: a false in the boolean mask), key 5 by a score of -inf (K[5][0] = -Inf

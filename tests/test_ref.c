@@ -1,7 +1,7 @@
 /* test_ref.c - the float64 reference backend against hand-computed attention, one test
- * per semantic rule of DESIGN.md section 2, and against an independent mini-reference
+ * per semantic rule of docs/design.md section 2, and against an independent mini-reference
  * (mini_ref below: plain loops over the canonical views, the rules re-implemented from
- * DESIGN.md, sharing no code with ref.c or mask.c) on generated cases. */
+ * docs/design.md, sharing no code with ref.c or mask.c) on generated cases. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -188,7 +188,7 @@ static void mini_ref(const af_case_tensors *t, mini_out *mo) {
                     double acc = 0.0, aacc = 0.0, sens = 0.0;
                     for (size_t j = 0; j < Sk; j++) {
                         /* a key of weight 0 (masked, -inf, dropped, flushed) contributes
-                         * nothing, not 0 * NaN (DESIGN.md section 2 rule 5) */
+                         * nothing, not 0 * NaN (docs/design.md section 2 rule 5) */
                         if (!live[j] || w[j] == 0.0) continue;
                         double v = af_view_get(&t->vv, b, g, j, d);
                         acc += w[j] * v;
@@ -687,7 +687,7 @@ static void test_dropout(void **state) {
     assert_memory_equal(o, base, sizeof base);
 }
 
-/* Dropped weights are exactly 0 (DESIGN.md: kept weights are divided by 1 - p, p = 1
+/* Dropped weights are exactly 0 (docs/design.md: kept weights are divided by 1 - p, p = 1
  * gives zeros), also when the softmax row itself is NaN: a +Inf score (exp(inf - inf))
  * or a NaN score. With every live key dropped the output is 0; with p = 0 it is NaN. */
 static void test_dropout_nan_rows(void **state) {

@@ -1,4 +1,4 @@
-/* bundle.h - repro bundles on disk (DESIGN.md section 6) and the .npy.zst arrays in them.
+/* bundle.h - repro bundles on disk (docs/design.md section 6) and the .npy.zst arrays in them.
  *
  * A bundle is one directory per finding, named <kind>-<signature as 16 hex digits>,
  * under the crashes directory. It is written into a temporary directory beside its

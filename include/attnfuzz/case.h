@@ -1,4 +1,4 @@
-/* case.h - one attention case: what a single execution tests (DESIGN.md section 2).
+/* case.h - one attention case: what a single execution tests (docs/design.md section 2).
  *
  * Canonical view: Q [B, Hq, Sq, D], K [B, Hkv, Sk, D], V [B, Hkv, Sk, Dv], output
  * [B, Hq, Sq, Dv]. Semantics, in this order: GQA head mapping h -> h / (Hq / Hkv);
@@ -37,7 +37,7 @@ extern "C" {
 #define AF_MAG_Q4_MIN (-12)                  /* magnitudes 10^(q4/4): 1e-3 .. 1e4 */
 #define AF_MAG_Q4_MAX 16
 
-/* Physical layouts (DESIGN.md section 3). The last three are packed: one buffer. */
+/* Physical layouts (docs/design.md section 3). The last three are packed: one buffer. */
 typedef enum af_layout {
     AF_LAYOUT_BHSD,
     AF_LAYOUT_BSHD,

@@ -1,5 +1,5 @@
 /* plugin.h - the plugin ABI: an attention implementation in a shared library, run
- * in-process as `--backend plugin:PATH.so[:ARGS]` (DESIGN.md section 7).
+ * in-process as `--backend plugin:PATH.so[:ARGS]` (docs/design.md section 7).
  *
  * C only and self-contained (include it without the rest of attnfuzz). A plugin exports
  * one symbol, `attnfuzz_plugin`, a function returning its table. The table says which
@@ -29,7 +29,7 @@ extern "C" {
 /* Element types (the same numbers as af_dtype). */
 enum { AF_PLUGIN_F32 = 0, AF_PLUGIN_F16 = 1, AF_PLUGIN_BF16 = 2, AF_PLUGIN_F64 = 3, AF_PLUGIN_BOOL = 4 };
 
-/* Physical layouts of Q, K, V (the same numbers as af_layout; see DESIGN.md section 3). */
+/* Physical layouts of Q, K, V (the same numbers as af_layout; see docs/design.md section 3). */
 enum {
     AF_PLUGIN_LAYOUT_BHSD = 0,
     AF_PLUGIN_LAYOUT_BSHD = 1,
@@ -74,7 +74,7 @@ typedef struct af_plugin_tensor {
     int32_t layout;     /* Q, K, V: AF_PLUGIN_LAYOUT_*; masks and output: -1 */
 } af_plugin_tensor;
 
-/* What one execution computes (DESIGN.md section 2). */
+/* What one execution computes (docs/design.md section 2). */
 typedef struct af_plugin_case {
     uint32_t abi_version;
     int32_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;

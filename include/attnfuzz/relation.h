@@ -1,5 +1,5 @@
 /* relation.h - metamorphic relations: one backend run twice on transformed inputs that
- * must give the same answer (DESIGN.md section 4). */
+ * must give the same answer (docs/design.md section 4). */
 #ifndef ATTNFUZZ_RELATION_H
 #define ATTNFUZZ_RELATION_H
 

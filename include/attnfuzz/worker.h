@@ -1,5 +1,5 @@
 /* worker.h - out-of-process backends: `worker:COMMAND` and `target:STACK/VARIANT`
- * (DESIGN.md section 7; the bytes: docs/worker-protocol.md).
+ * (docs/design.md section 7; the bytes: docs/worker-protocol.md).
  *
  * A worker is a persistent child process speaking length-prefixed frames (a JSON header,
  * a newline, raw little-endian tensor bytes) on its stdin and stdout. It is opened as an

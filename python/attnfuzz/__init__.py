@@ -1,4 +1,4 @@
-"""attnfuzz's Python side (DESIGN.md section 7).
+"""attnfuzz's Python side (docs/design.md section 7).
 
 Modules, one per concern:
   protocol   frames of the worker protocol (docs/worker-protocol.md) and tensor entries
@@ -7,7 +7,7 @@ Modules, one per concern:
   layouts    the physical layouts as views of canonical [B, H, S, D]
   rng        Philox4x32-10 and the counter-based dropout keep rule
   masks      structural masks and the additive/boolean masks broadcast to [B, Hq, Sq, Sk]
-  reference  DESIGN.md section 2 in numpy float64
+  reference  docs/design.md section 2 in numpy float64
   worker     serve(): a worker in about twenty lines
   bundle     the repro bundle loader (numpy + zstandard only)
   targets    one worker module per real stack

@@ -1,4 +1,4 @@
-"""The physical layouts of DESIGN.md section 3 as views of canonical [B, H, S, D].
+"""The physical layouts of docs/design.md section 3 as views of canonical [B, H, S, D].
 
 Per tensor (q, k or v alone; packed layouts arrive as three per-tensor views of one
 buffer, docs/worker-protocol.md):

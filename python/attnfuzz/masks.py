@@ -1,4 +1,4 @@
-"""Which keys a query may attend to (DESIGN.md section 2, step 4).
+"""Which keys a query may attend to (docs/design.md section 2, step 4).
 
 The structural masks share one diagonal d(b, i) = i + offset(b):
   key padding  j >= valid_keys[b] is masked

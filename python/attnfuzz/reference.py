@@ -1,4 +1,4 @@
-"""DESIGN.md section 2 in numpy float64, from canonical [B, H, S, D] inputs; the same
+"""docs/design.md section 2 in numpy float64, from canonical [B, H, S, D] inputs; the same
 rules as the C oracle (src/backends/ref.c):
 
 1. GQA: query head h reads key/value head h / (Hq / Hkv).
@@ -13,7 +13,7 @@ rules as the C oracle (src/backends/ref.c):
    1 - p, dropped ones are exactly 0, NaN or not; p = 1 keeps nothing.
 7. out[i] = sum over the keys j of nonzero weight of P[i][j] * v[j]: a key of weight
    exactly 0 (masked by any mask, an additive -inf, a score of -inf, an exp flushed to
-   0, dropped) contributes nothing, not 0 * NaN (DESIGN.md section 2 rule 5); a key of
+   0, dropped) contributes nothing, not 0 * NaN (docs/design.md section 2 rule 5); a key of
    nonzero weight (NaN included) meets its value row in IEEE arithmetic.
 """
 

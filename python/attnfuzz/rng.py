@@ -1,4 +1,4 @@
-"""Philox4x32-10 and the dropout keep rule of DESIGN.md section 2, vectorized in numpy;
+"""Philox4x32-10 and the dropout keep rule of docs/design.md section 2, vectorized in numpy;
 bit for bit what src/core/rng.c computes.
 
 Philox4x32-10 (Salmon, Moraes, Dror, Shaw, SC'11; Random123): ten rounds of

@@ -1,4 +1,4 @@
-"""serve(): an attention implementation as an attnfuzz worker (DESIGN.md section 7,
+"""serve(): an attention implementation as an attnfuzz worker (docs/design.md section 7,
 docs/worker-protocol.md).
 
     from attnfuzz.worker import serve, Unsupported, Result

@@ -1,4 +1,4 @@
-"""reference.attention against hand values, one test per rule of DESIGN.md section 2, and
+"""reference.attention against hand values, one test per rule of docs/design.md section 2, and
 against a plain loop implementation on random cases with every feature."""
 
 import itertools
@@ -160,7 +160,7 @@ class Rules(unittest.TestCase):
         self.assertRow(run(one(1, 2), [[[[1.0]]]], vrows([0.0, INF]), vrows([1.0, 2.0])), [NAN])
 
     def test_zero_weight_keys_do_not_leak(self):
-        # DESIGN.md section 2 rule 5: every key of weight exactly 0 is excluded, whatever V holds
+        # docs/design.md section 2 rule 5: every key of weight exactly 0 is excluded, whatever V holds
         one_q = [[[[1.0]]]]
         # an additive -inf
         c = one(1, 2, additive_mask={"full_dims": "qk", "rank": 2})

@@ -1,5 +1,5 @@
 """Philox4x32-10 against the Random123 known-answer vectors (kat_vectors), and dropout keep
-bits derived by hand from them (DESIGN.md section 2: keep = w[j % 4] * 2^-32 >= p, counter
+bits derived by hand from them (docs/design.md section 2: keep = w[j % 4] * 2^-32 >= p, counter
 {j / 4, i, h, b}, key {seed & 0xffffffff, seed >> 32})."""
 
 import unittest

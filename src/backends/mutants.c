@@ -1,4 +1,4 @@
-/* mutants.c - seeded-bug backends (DESIGN.md section 8). Each is the float64 reference
+/* mutants.c - seeded-bug backends (docs/design.md section 8). Each is the float64 reference
  * with exactly one documented deviation modelled on a real bug, and each is invisible on
  * cases where that bug cannot show. They measure the fuzzer: how fast it finds each. */
 #include <math.h>

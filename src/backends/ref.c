@@ -11,7 +11,7 @@
  *      whose live keys are all dropped gives 0, as p = 1 does)
  *   3. O = P V with V's non-finite rows zeroed, then their contribution added back for
  *      the keys of nonzero weight only: a key of weight 0 (masked, an additive -inf, a
- *      score of -inf, dropped) must not leak 0 * NaN (DESIGN.md section 2 rule 5).
+ *      score of -inf, dropped) must not leak 0 * NaN (docs/design.md section 2 rule 5).
  *
  * In honest mode the same passes round where the explicit implementation rounds; the
  * machinery of that mode (sensitivity bound, instability flags) is in ref_honest.c. */

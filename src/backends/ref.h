@@ -33,7 +33,7 @@ typedef struct af_ref_opts {
     uint8_t *unstable;
     /* May be NULL: [B, Hq, Sq, Dv], 1 where some key of weight exactly 0 (masked, an
      * additive -inf, a score of -inf, dropped) holds a non-finite V value in that column.
-     * Such a key contributes nothing here (0 * NaN counts as 0, DESIGN.md section 2 rule
+     * Such a key contributes nothing here (0 * NaN counts as 0, docs/design.md section 2 rule
      * 5); an implementation computing 0 * Inf = NaN there is a masked_value_leak. */
     uint8_t *leak;
     /* May be NULL: [B, Hq, Sq], the largest finite |v| over the keys of nonzero weight,

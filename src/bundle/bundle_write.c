@@ -1,4 +1,4 @@
-/* bundle_write.c - writing a bundle: one directory per finding (DESIGN.md section 6).
+/* bundle_write.c - writing a bundle: one directory per finding (docs/design.md section 6).
  *
  * Every file goes into "<crashes>/.tmp-<name>-<pid>-<counter>", which is then renamed to
  * "<crashes>/<name>" in one step without replacing anything (renameat2 RENAME_NOREPLACE

@@ -2,7 +2,7 @@
  *
  * Uniform bytes through the decoder would mostly draw huge, overflowing, meaningless
  * cases. The generator instead draws each field from a distribution shaped by where
- * attention bugs live (BUGS.md): mostly tiny shapes (most bugs show at S <= 16), a tail
+ * attention bugs live (docs/design.md section 1): mostly tiny shapes (most bugs show at S <= 16), a tail
  * of awkward and large ones (odd lengths like 143 and 587, S % 128 == 64, kv_len % 32
  * == 1, head dims 21 and 203), and every rare corner - fully masked rows, finfo.min
  * masks, NaN in masked keys, bottom-right causal with Sq != Sk, stride-0 K/V, packed

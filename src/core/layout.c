@@ -1,4 +1,4 @@
-/* layout.c - the eight physical layouts of DESIGN.md section 3 as views of the canonical
+/* layout.c - the eight physical layouts of docs/design.md section 3 as views of the canonical
  * [B, H, S, D] tensor, and the strides a tensor spec (perm, pad, broadcast) gives them. */
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* mask.c - which keys a query may attend to (DESIGN.md section 2, step 4).
+/* mask.c - which keys a query may attend to (docs/design.md section 2, step 4).
  *
  * The structural masks share one diagonal d(b, i) = i + offset(b) and together leave a
  * contiguous interval of live keys: key padding cuts at kv_valid[b], causal at d, the

@@ -1,4 +1,4 @@
-/* relation.c - metamorphic relations over one backend (DESIGN.md section 4).
+/* relation.c - metamorphic relations over one backend (docs/design.md section 4).
  *
  * Each relation builds a transformed case and its tensors from the source tensors by an
  * index map (values are copied, never redrawn, so both runs see identical numbers), runs

@@ -69,7 +69,7 @@ static int naive_run(void *state, const af_plugin_case *c, const af_plugin_input
         for (int64_t h = 0; h < c->q_heads; h++)
             for (int64_t i = 0; i < c->q_len; i++) {
                 /* masked keys are excluded; a NaN score makes the row NaN, a row without a
-                 * live finite score gives 0 (DESIGN.md section 2) */
+                 * live finite score gives 0 (docs/design.md section 2) */
                 double m = -HUGE_VAL;
                 int any_nan = 0;
                 for (int64_t j = 0; j < c->kv_len; j++) {
@@ -91,7 +91,7 @@ static int naive_run(void *state, const af_plugin_case *c, const af_plugin_input
                     double acc = 0.0;
                     for (int64_t j = 0; j < c->kv_len; j++)
                         /* a key of weight 0 (masked, or a score of -inf) contributes
-                         * nothing, whatever its value (DESIGN.md section 2 rule 5) */
+                         * nothing, whatever its value (docs/design.md section 2 rule 5) */
                         if (live[j] && w[j] != 0.0) acc += w[j] * naive_get(&in->v, b, h / group, j, d);
                     double r = any_nan ? (double)NAN : m == -HUGE_VAL ? 0.0 : acc / sum;
                     o[((b * c->q_heads + h) * c->q_len + i) * c->v_head_dim + d] = (float)r;
