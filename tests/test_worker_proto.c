@@ -234,6 +234,109 @@ static void test_result_unsupported_and_error(void **state) {
     assert_string_equal(r.message, "RuntimeError: x");
 }
 
+/* A batch answer: ok (its out at payload offset 48), unsupported, error, ok again (out at
+ * 0: items may share and reorder the payload freely); then the ways a batch answer breaks. */
+static void test_result_batch(void **state) {
+    (void)state;
+    af_case c = small_case();
+    const af_case *cases[4] = {&c, &c, &c, &c};
+    uint64_t ids[4] = {10, 11, 12, 13};
+    float vals[24];
+    for (int e = 0; e < 24; e++) vals[e] = (float)e;
+    const char *hdr = "{\"type\":\"result\",\"batch\":["
+                      "{\"id\":10,\"status\":\"ok\",\"tensors\":[{\"name\":\"out\",\"dtype\":\"f32\","
+                      "\"shape\":[1,2,3,2],\"strides\":[48,24,8,4],\"offset\":48}],\"timings\":{\"run_s\":0.5}},"
+                      "{\"id\":11,\"status\":\"unsupported\",\"reason\":\"no\"},"
+                      "{\"id\":12,\"status\":\"error\",\"message\":\"E: x\"},"
+                      "{\"id\":13,\"status\":\"ok\",\"tensors\":[{\"name\":\"out\",\"dtype\":\"f32\","
+                      "\"shape\":[1,2,3,2],\"strides\":[48,24,8,4],\"offset\":0}]}]}";
+    size_t n = make_body(hdr, vals, sizeof vals);
+    af_wp_result r[4];
+    const uint8_t *payload;
+    af_error err;
+    assert_int_equal(af_wp_parse_batch(body, n, ids, cases, 4, NULL, r, &payload, &err), AF_OK);
+    assert_int_equal(r[0].status, AF_WP_OK);
+    assert_true(r[0].run_s == 0.5);
+    assert_int_equal(r[1].status, AF_WP_UNSUPPORTED);
+    assert_string_equal(r[1].message, "no");
+    assert_int_equal(r[2].status, AF_WP_ERROR);
+    assert_string_equal(r[2].message, "E: x");
+    assert_int_equal(r[3].status, AF_WP_OK);
+    float dst[12];
+    af_tensor t;
+    size_t ne[4] = {1, 2, 3, 2};
+    af_tensor_contiguous(&t, AF_F32, 4, ne);
+    t.data = dst;
+    af_wp_copy_out(&r[0], payload, &c, &t);
+    for (int e = 0; e < 12; e++) assert_true(dst[e] == (float)(12 + e));
+    af_wp_copy_out(&r[3], payload, &c, &t);
+    for (int e = 0; e < 12; e++) assert_true(dst[e] == (float)e);
+    /* three answers to four requests */
+    assert_int_equal(af_wp_parse_batch(body, n, ids, cases, 3, NULL, r, &payload, &err), AF_ERR_FORMAT);
+    expect_format(AF_ERR_FORMAT, &err, "answered with 4 results");
+    /* an item for another request */
+    uint64_t wrong[4] = {10, 11, 99, 13};
+    expect_format(af_wp_parse_batch(body, n, wrong, cases, 4, NULL, r, &payload, &err), &err, "batch item 2");
+    /* a payload larger than every item's tensors need */
+    n = make_body(hdr, vals, sizeof vals);
+    body[n] = 0;
+    expect_format(af_wp_parse_batch(body, n + 1, ids, cases, 4, NULL, r, &payload, &err), &err, "larger than");
+    /* not a batch */
+    n = make_body("{\"type\":\"result\",\"id\":10,\"status\":\"error\",\"message\":\"x\"}", NULL, 0);
+    expect_format(af_wp_parse_batch(body, n, ids, cases, 1, NULL, r, &payload, &err), &err, "without a batch array");
+}
+
+/* A batch run frame: one header, the items' tensors one after the other in the payload,
+ * each item's entries pointing at its own bytes. */
+static void test_run_frame_batch(void **state) {
+    (void)state;
+    af_case c[2] = {small_case(), small_case()};
+    c[1].t[AF_Q].seed ^= 77; /* other values, the same structure */
+    af_inputs *in[2] = {af_inputs_create(), af_inputs_create()};
+    af_error err;
+    const af_case_tensors *ts[2];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(af_inputs_generate(in[i], &c[i], &err), AF_OK);
+        ts[i] = af_inputs_get(in[i]);
+    }
+    af_jw hdr = {0};
+    af_wp_part parts[2 * AF_WP_MAX_PARTS];
+    size_t np = 0;
+    uint64_t ids[2] = {5, 6};
+    assert_int_equal(af_wp_encode_batch(&hdr, ids, ts, 2, parts, &np, &err), AF_OK);
+    assert_int_equal(np, 6); /* q, k, v of each */
+    /* the frame as the worker reads it */
+    size_t total = hdr.len - 4;
+    for (size_t k = 0; k < np; k++) total += parts[k].len;
+    uint8_t *frame = malloc(total);
+    memcpy(frame, hdr.data + 4, hdr.len - 4);
+    size_t off = hdr.len - 4;
+    for (size_t k = 0; k < np; k++) {
+        memcpy(frame + off, parts[k].data, parts[k].len);
+        off += parts[k].len;
+    }
+    cJSON *j = cJSON_ParseWithLength((const char *)frame, hdr.len - 5);
+    assert_non_null(j);
+    const cJSON *batch = cJSON_GetObjectItem(j, "batch");
+    assert_int_equal(cJSON_GetArraySize(batch), 2);
+    const uint8_t *payload = frame + hdr.len - 4;
+    for (int i = 0; i < 2; i++) {
+        const cJSON *item = cJSON_GetArrayItem(batch, i);
+        assert_int_equal((int)cJSON_GetObjectItem(item, "id")->valuedouble, (int)ids[i]);
+        const cJSON *q = cJSON_GetArrayItem(cJSON_GetObjectItem(item, "tensors"), 0);
+        size_t qoff = (size_t)cJSON_GetObjectItem(q, "offset")->valuedouble;
+        /* the first q value of this item is its own */
+        float got;
+        memcpy(&got, payload + qoff, 4);
+        assert_true(got == ((const float *)ts[i]->q.data)[0]);
+    }
+    cJSON_Delete(j);
+    free(frame);
+    af_jw_free(&hdr);
+    af_inputs_destroy(in[0]);
+    af_inputs_destroy(in[1]);
+}
+
 static void test_result_malformed(void **state) {
     (void)state;
     af_case c = small_case();
@@ -575,6 +678,8 @@ int main(void) {
         cmocka_unit_test(test_result_ok_bhsd),
         cmocka_unit_test(test_result_ok_bshd_f16_strided),
         cmocka_unit_test(test_result_unsupported_and_error),
+        cmocka_unit_test(test_result_batch),
+        cmocka_unit_test(test_run_frame_batch),
         cmocka_unit_test(test_result_malformed),
         cmocka_unit_test(test_result_header_over_limit),
         cmocka_unit_test(test_result_keep_mask),

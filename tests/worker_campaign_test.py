@@ -16,6 +16,14 @@ wrong_c, wrong_numpy: a deliberately wrong worker (c_worker --bug scale,
 clean: the correct c_worker over 3000 generated cases, and 500 each with its other
   conventions (output in the case dtype, its own dropout keep mask).
 clean_masked_rows_nan: 500 cases with NaN fully masked rows (declared, so waived).
+restart_cost: a worker that takes 0.5 s to start and crashes now and then: with spares
+  (the default) a restart after the first costs far less than a start; with --no-spare each
+  costs a start. Both figures are printed.
+batch: c_worker --batch 64 with errors and refusals on some cases, run with --batch 16:
+  every error finding is one of the cases the fault was meant for and replays alone; the
+  refused cases are skipped, not findings; the executions all happen. batch_crash: a crash
+  inside a batch frame is charged to the case that crashes (the cases are sent again one by
+  one), the campaign goes on.
 bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
   --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
   (exit 77) where this process may run on one CPU only.
@@ -252,6 +260,68 @@ def bind(attnfuzz, c_worker, tmp):
                                     f"{sorted(seen[-1])}, want all of {allowed} (not bound)")
 
 
+def stats_of(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def restart_cost(attnfuzz, c_worker, tmp):
+    start = 0.5
+    # a crash every 13 cases or so, 50 ms a case: the crashes come about 0.65 s apart, more
+    # than a start, so a spare is ready for most of them
+    spec = f"worker:{c_worker} --fault crash --fault-mod 13 --start-sleep {start} --run-sleep 0.05"
+    per = {}
+    for label, extra in (("spares", []), ("no spare", ["--no-spare"])):
+        stats = os.path.join(tmp, f"stats-{len(per)}.json")
+        p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "12", "--no-minimize", "--quiet", "--crashes",
+                 os.path.join(tmp, f"crashes-{len(per)}"), "--stats", stats, *extra])
+        check(p.returncode == 1, f"restart_cost {label}: exit {p.returncode} (want 1: crashes found): {p.stderr[-500:]}")
+        s = stats_of(stats)
+        n = s["worker_restarts"]
+        per[label] = (n, s["seconds"]["restarts"], s["execs"])
+        print(f"restart_cost: {label}: {n} restarts in {s['seconds']['restarts']:.3f} s "
+              f"({1000 * s['seconds']['restarts'] / max(n, 1):.1f} ms each; a start takes {1000 * start:.0f} ms), "
+              f"{s['execs']} executions in 12 s")
+    (ns, ts, es), (nn, tn, en) = per["spares"], per["no spare"]
+    check(ns >= 5 and nn >= 5, f"restart_cost: too few crashes to measure ({ns}, {nn})")
+    # every restart but the first (no spare started yet) and those within a start of the last
+    # take a spare that is ready: far below a start on average
+    check(ts / max(ns, 1) < 0.5 * start, f"restart_cost: {ts / max(ns, 1):.3f} s a restart with spares")
+    check(tn / max(nn, 1) >= 0.9 * start, f"restart_cost: {tn / max(nn, 1):.3f} s a restart without (want a start)")
+    check(es > en, f"restart_cost: {es} executions with spares, {en} without")
+
+
+def batch(attnfuzz, c_worker, tmp, fault):
+    mod_err, mod_uns = 7, 5
+    if fault == "crash":
+        spec = f"worker:{c_worker} --batch 64 --fault crash --fault-mod 11"
+    else:
+        spec = f"worker:{c_worker} --batch 64 --fault error --fault-mod {mod_err} --unsupported-mod {mod_uns}"
+    crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", "800", "--batch", "16", "--threads", "2", "--seed", "4",
+             "--no-minimize", "--quiet", "--crashes", crashes, "--stats", stats])
+    check(p.returncode == 1, f"batch: exit {p.returncode}: {p.stderr[-800:]}")
+    s = stats_of(stats)
+    check(s["execs"] == 800, f"batch: {s['execs']} executions of 800")
+    found = bundles(crashes)
+    want_kind = "crash" if fault == "crash" else "error"
+    mod = 11 if fault == "crash" else mod_err
+    check(len(found) >= 3, f"batch: {len(found)} bundles")
+    for d, b in found:
+        c = b["case"]
+        key = c["q_len"] + c.get("kv_len", c["q_len"]) + c["head_dim"]
+        check(b["kind"] == want_kind, f"batch: {os.path.basename(d)} is a {b['kind']}, want {want_kind}")
+        check(key % mod == 0, f"batch: {os.path.basename(d)} charged to a case the fault is not meant for "
+                              f"(q_len + kv_len + head_dim = {key})")
+    if fault != "crash":
+        check(s["skipped"] > 0, "batch: no case was refused (unsupported)")
+        d = found[0][0]
+        r = run([attnfuzz, "replay", d])
+        check(r.returncode == 1 and want_kind in r.stdout + r.stderr, f"batch: {d} does not replay alone: {r.stdout[-400:]}")
+    else:
+        check(s["worker_restarts"] >= len(found), f"batch_crash: {s['worker_restarts']} restarts for {len(found)} crashes")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -274,6 +344,12 @@ def main():
             clean(attnfuzz, c_worker, tmp)
         elif scenario == "bind":
             bind(attnfuzz, c_worker, tmp)
+        elif scenario == "restart_cost":
+            restart_cost(attnfuzz, c_worker, tmp)
+        elif scenario == "batch":
+            batch(attnfuzz, c_worker, tmp, "error")
+        elif scenario == "batch_crash":
+            batch(attnfuzz, c_worker, tmp, "crash")
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))
         else:

@@ -62,8 +62,20 @@ typedef struct af_backend_ext {
     bool new_key;              /* the run's compile key was new to this process */
     /* totals */
     uint64_t runs, restarts, unsupported;
+    double restart_s;          /* seconds spent restarting it after faults */
     const char *learned;       /* features it refused often enough to be left out, "" if none */
 } af_backend_ext;
+
+/* One case's outcome in a batch (af_backend_vtable.batch_end). */
+typedef struct af_batch_result {
+    af_status st;                 /* AF_OK, AF_ERR_UNSUPPORTED, or a finding's status (error, crash, timeout) */
+    af_error err;                 /* the message for st != AF_OK */
+    const uint8_t *dropout_keep;  /* the keep mask it returned ([B, Hq, Sq, Sk] bytes), or NULL; the
+                                     backend's until its next run or batch */
+    double compile_s, run_s;      /* as it reported them (-1: not said) */
+    double wall_s;                /* its share of the batch's wall time as seen from here */
+    bool new_key;                 /* its compile key was new to the backend's process */
+} af_batch_result;
 
 typedef struct af_backend_vtable {
     const char *name;    /* "explicit", "mutant:silent_tf32", ... */
@@ -82,6 +94,14 @@ typedef struct af_backend_vtable {
     bool (*supports)(void *state, const af_case *c, char *why, size_t why_len);
     /* Optional (external backends): see af_backend_ext. */
     const af_backend_ext *(*ext)(void *state);
+    /* Optional: batches (a worker that declared `batch`). batch_max: the most cases one
+     * batch may hold. batch_begin sends n cases of one compile key (the inputs stay alive
+     * until batch_end); other backends may run meanwhile; batch_end fills outs[i] (as run
+     * would) and res[i] for each. Both return AF_OK but for AF_ERR_NOMEM, AF_ERR_IO (the
+     * backend cannot go on) or AF_ERR_INVALID (a batch over batch_max). */
+    size_t (*batch_max)(void *state);
+    af_status (*batch_begin)(void *state, const af_case_tensors *const *in, size_t n, af_error *err);
+    af_status (*batch_end)(void *state, af_tensor *const *outs, af_batch_result *res, af_error *err);
 } af_backend_vtable;
 
 typedef struct af_backend af_backend;
@@ -118,6 +138,12 @@ uint32_t af_case_required_caps(const af_case *c);
 
 /* Runs the backend; out must be a contiguous [B, Hq, Sq, Dv] tensor of out_dtype. */
 af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err);
+
+/* Batches (see af_backend_vtable.batch_begin): the most cases one batch may hold (1 for a
+ * backend without batches), sending a batch, and collecting its answers. */
+size_t af_backend_batch_max(const af_backend *be);
+af_status af_backend_batch_begin(af_backend *be, const af_case_tensors *const *in, size_t n, af_error *err);
+af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_batch_result *res, af_error *err);
 
 /* Sizes out for case c and this backend's out_dtype; allocation stays with the caller. */
 void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out);

@@ -46,6 +46,11 @@ typedef struct af_campaign_opts {
     bool no_minimize;         /* store raw findings (signature of the case as found) */
     unsigned minimize_execs;  /* budget per new finding; 0 = 400 */
     bool no_bind;             /* do not bind each job (and its workers) to one CPU */
+    unsigned batch;           /* cases per execution batch (af_exec_run_batch); 0 or 1 = one at
+                                 a time. A worker that declared `batch` gets them in one frame */
+    unsigned threads;         /* threads for a batch's inputs and references; 0 or 1 = this one.
+                                 More than one: the job is not bound to one CPU */
+    size_t batch_bytes;       /* a batch stops growing past this many bytes of tensors; 0 = 256 MiB */
 } af_campaign_opts;
 
 void af_campaign_opts_default(af_campaign_opts *o);
@@ -109,6 +114,12 @@ typedef struct af_campaign_stats {
     af_job_death deaths[AF_JOB_MAX_DEATHS]; /* the first jobs_died of them */
     double compile_seconds;                 /* time targets spent compiling (worker backends
                                                report it; 0 when none did) */
+    /* where the time went (seconds, summed over jobs; af_exec_timing): drawing inputs, the
+     * float64 references, waiting for backends (of which the targets' own reported run time,
+     * the rest being the protocol and the worker kits), comparing, restarting workers */
+    double generate_seconds, reference_seconds, backend_seconds, target_seconds, check_seconds;
+    double restart_seconds;
+    uint64_t worker_restarts;
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);

@@ -29,6 +29,19 @@ extern "C" {
 
 #define AF_EXEC_MAX_CHECKS 64
 #define AF_EXEC_MAX_BACKENDS 16
+#define AF_EXEC_MAX_BATCH 256 /* cases one af_exec_run_batch may hold */
+
+/* Where an executor's time went, summed over its executions (wall seconds on the calling
+ * thread; the batch phases that run on helper threads count their wall time once). */
+typedef struct af_exec_timing {
+    uint64_t cases;      /* cases run (single or in batches) */
+    double generate_s;   /* drawing the inputs */
+    double reference_s;  /* the float64 references */
+    double backends_s;   /* waiting for the backends (in-process runs, worker exchanges) */
+    double target_s;     /* of which the workers reported running the cases */
+    double compile_s;    /* of which they reported compiling */
+    double checks_s;     /* comparisons and relations */
+} af_exec_timing;
 
 typedef struct af_exec_config {
     const char *backends[AF_EXEC_MAX_BACKENDS]; /* each compared with the reference */
@@ -64,6 +77,20 @@ void af_exec_destroy(af_exec *x);                                   /* NULL does
 af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_error *err);
 /* Runs a case (generated from its seeds). */
 af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err);
+/* Runs n cases at once: their inputs and float64 references on up to `threads` threads,
+ * every backend that takes batches (a worker that declared `batch`) sent its cases in one
+ * frame while the references are computed, the others case by case. Findings of each case
+ * are read after af_exec_select(x, i); af_exec_run_batch leaves case 0 selected. A later
+ * af_exec_run_case reuses case 0's slot. n <= AF_EXEC_MAX_BATCH. */
+af_status af_exec_run_batch(af_exec *x, const af_case *cases, size_t n, unsigned threads, af_error *err);
+/* Makes case i of the last batch the one the accessors below see (findings, case, input,
+ * check results, bundles). */
+af_status af_exec_select(af_exec *x, size_t i, af_error *err);
+/* The largest batch every batching backend takes (AF_EXEC_MAX_BATCH when none limits it). */
+size_t af_exec_batch_max(const af_exec *x);
+/* Where the time went, since the executor was created. */
+const af_exec_timing *af_exec_timing_of(const af_exec *x);
+
 /* Runs the inputs of a bundle (its arrays or its case's seeds); when the bundle has an
  * expected output, every backend, and the reference itself, is also compared with it
  * (who = "B~expected"). */

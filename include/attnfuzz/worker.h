@@ -41,6 +41,8 @@ typedef struct af_worker_opts {
                                  hello); 0 = default 60 */
     double unsupported_learn; /* refusals with no success after which a feature counts as a
                                  missing capability; 0 = default 20, negative = never learn */
+    bool no_spare;            /* false (the default): after a worker's first fault, a spare
+                                 process started ahead takes over at the next one */
 } af_worker_opts;
 void af_worker_opts_default(af_worker_opts *o);
 

@@ -249,3 +249,20 @@ def entries_for(arrays):
                             "strides": list(a.strides), "offset": base + ptr - lo})
         base += hi - lo
     return entries, parts
+
+
+def entries_for_items(items):
+    """Tensor entries per item, and one list of payload parts, for several items' arrays
+    (the results of a batch): entries_for on each item, its offsets moved past the items
+    before it, so every item's entries point into the one payload.
+
+    Returns (entries_per_item, parts)."""
+    per_item, parts, base = [], [], 0
+    for arrays in items:
+        entries, p = entries_for(arrays)
+        for e in entries:
+            e["offset"] += base
+        per_item.append(entries)
+        parts += p
+        base += sum(_nbytes(x) for x in p)
+    return per_item, parts

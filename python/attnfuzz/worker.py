@@ -54,7 +54,7 @@ class Result:
 
 
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-                 compile_key=None):
+                 compile_key=None, batch=None):
     """The hello frame's header serve() writes."""
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
          "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
@@ -67,6 +67,8 @@ def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=N
         h["conventions"] = dict(conventions)
     if compile_key is not None:
         h["compile_key"] = list(compile_key)
+    if batch and int(batch) > 1:
+        h["batch"] = int(batch)
     return h
 
 
@@ -81,8 +83,9 @@ def _as_output(x):
     return a
 
 
-def _run_one(fn, header, payload):
-    """The result header and payload parts for one run request."""
+def _request(header, payload):
+    """(id, case, q, k, v, mask, bool_mask) of one run request (a frame's header, or an item
+    of a batch), the views into payload."""
     rid = header.get("id")
     views = protocol.tensors_from_header(header, payload)
     case = Case(header.get("case") or {}, header.get("derived"), header.get("tensors"))
@@ -90,9 +93,11 @@ def _run_one(fn, header, payload):
     for n in ("q", "k", "v"):
         if n not in views:
             raise protocol.ProtocolError("run %s: tensor %s is missing" % (rid, n))
-    t0 = time.perf_counter()
-    res = fn(case, views["q"], views["k"], views["v"], mask=views.get("mask"), bool_mask=views.get("bool_mask"))
-    t1 = time.perf_counter()
+    return rid, case, views["q"], views["k"], views["v"], views.get("mask"), views.get("bool_mask")
+
+
+def _answer(rid, case, res, seconds):
+    """(result header without tensors, [(name, array)]) for what a run function returned."""
     if isinstance(res, Result):
         out, lay, keep, compile_s, run_s = res.out, res.layout, res.dropout_keep, res.compile_s, res.run_s
     else:
@@ -109,10 +114,66 @@ def _run_one(fn, header, payload):
         if keep.shape != kshape:
             raise ValueError("dropout_keep has shape %s, not %s" % (list(keep.shape), list(kshape)))
         arrays.append(("dropout_keep", keep.astype(np.bool_, copy=False)))
+    h = {"id": rid, "status": "ok", "layout": lay,
+         "timings": {"compile_s": float(compile_s or 0.0), "run_s": float(run_s if run_s is not None else seconds)}}
+    return h, arrays
+
+
+def _refusal(rid, e):
+    """The result header for an exception a run function raised."""
+    if isinstance(e, Unsupported):
+        return {"id": rid, "status": "unsupported", "reason": str(e)}
+    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
+    return {"id": rid, "status": "error", "message": _message(e)}
+
+
+def _run_one(fn, header, payload):
+    """The result header and payload parts for one run request."""
+    rid, case, q, k, v, mask, bool_mask = _request(header, payload)
+    t0 = time.perf_counter()
+    res = fn(case, q, k, v, mask=mask, bool_mask=bool_mask)
+    h, arrays = _answer(rid, case, res, time.perf_counter() - t0)
     entries, parts = protocol.entries_for(arrays)
-    h = {"type": "result", "id": rid, "status": "ok", "layout": lay, "tensors": entries,
-         "timings": {"compile_s": float(compile_s or 0.0), "run_s": float(run_s if run_s is not None else t1 - t0)}}
+    h.update(type="result", tensors=entries)
     return h, parts
+
+
+def _run_batch(fn, batch_fn, items, payload):
+    """The result frame (header, parts) for a batch's items: every item answered, in order,
+    a failing one with its own status; batch_fn(requests) -> [result or exception] runs
+    them all at once when given, else fn one by one."""
+    reqs = [_request(it, payload) if isinstance(it, dict) else None for it in items]
+    if any(r is None for r in reqs):
+        raise protocol.ProtocolError("a batch item is not an object")
+    t0 = time.perf_counter()
+    if batch_fn is not None:
+        outs = list(batch_fn([r[1:] for r in reqs]))
+        if len(outs) != len(reqs):
+            raise RuntimeError("run_batch answered %d of %d cases" % (len(outs), len(reqs)))
+    else:
+        outs = []
+        for r in reqs:
+            try:
+                outs.append(fn(r[1], r[2], r[3], r[4], mask=r[5], bool_mask=r[6]))
+            except Exception as e:  # noqa: BLE001 - a failing case is that item's status
+                outs.append(e)
+    per_case = (time.perf_counter() - t0) / max(1, len(reqs))
+    heads, arrays = [], []
+    for r, res in zip(reqs, outs):
+        try:
+            if isinstance(res, BaseException):
+                raise res
+            h, a = _answer(r[0], r[1], res, per_case)
+        except Exception as e:  # noqa: BLE001
+            h, a = _refusal(r[0], e), []
+        heads.append(h)
+        arrays.append(a)
+    entries, parts = protocol.entries_for_items(arrays)
+    for h, e in zip(heads, entries):
+        if h["status"] == "ok":
+            h["tensors"] = e
+    return {"type": "result", "batch": heads}, parts
 
 
 def _message(e):
@@ -132,20 +193,23 @@ def _frame_streams():
 
 
 def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-          compile_key=None, stdin=None, stdout=None):
+          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None):
     """Writes hello, then answers run frames with result frames until bye or end of input.
 
     run(case, q, k, v, mask=None, bool_mask=None): see the module's doc. dtypes defaults to
-    the float caps among f32/f16/bf16. stdin/stdout (binary streams) default to the
-    process's, with fd 1 moved so that nothing but frames reaches the real stdout.
-    Returns 0 (a process exit status)."""
+    the float caps among f32/f16/bf16. batch: the most cases a run frame may hold (declared
+    in the hello; None or 1: one case per frame); a batch is answered case by case with run,
+    or all at once by run_batch([(case, q, k, v, mask, bool_mask), ...]) -> [result or
+    exception per case] (a GPU target launches them all and synchronizes once).
+    stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
+    but frames reaches the real stdout. Returns 0 (a process exit status)."""
     if stdin is None or stdout is None:
         fin, fout = _frame_streams()
         stdin = stdin or fin
         stdout = stdout or fout
-    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key)
+    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch)
     try:
-        return _loop(run, hello, stdin, stdout)
+        return _loop(run, run_batch, hello, stdin, stdout)
     except (BrokenPipeError, KeyboardInterrupt):
         # attnfuzz went away (or the campaign was interrupted): nobody reads an answer
         return 1
@@ -155,7 +219,7 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
         return 2
 
 
-def _loop(run, hello, stdin, stdout):
+def _loop(run, run_batch, hello, stdin, stdout):
     protocol.write_frame(stdout, hello)
     reader = protocol.FrameReader(stdin)
     write = protocol.write_frame
@@ -172,15 +236,18 @@ def _loop(run, hello, stdin, stdout):
             write(stdout, {"type": "result", "id": rid, "status": "error",
                            "message": "protocol: unknown frame type %r" % (typ,)})
             continue
+        items = header.get("batch")
+        if items is not None:
+            if not isinstance(items, list):
+                raise protocol.ProtocolError("run: batch is not a list")
+            h, parts = _run_batch(run, run_batch, items, payload)
+            write(stdout, h, parts)
+            del header, payload, h, parts
+            continue
         try:
             h, parts = _run_one(run, header, payload)
-        except Unsupported as e:
-            write(stdout, {"type": "result", "id": rid, "status": "unsupported", "reason": str(e)})
-            continue
         except Exception as e:  # noqa: BLE001 - every failure of the run becomes an error result
-            traceback.print_exc(file=sys.stderr)
-            sys.stderr.flush()
-            write(stdout, {"type": "result", "id": rid, "status": "error", "message": _message(e)})
+            write(stdout, dict(_refusal(rid, e), type="result"))
             continue
         write(stdout, h, parts)
         del header, payload, h, parts  # views into the frame buffer end here

@@ -168,6 +168,43 @@ class Serve(unittest.TestCase):
         self.assertIn("ValueError: five is right out", err)
         p.stdout.close(), p.stderr.close(), p.stdin.close()
 
+    def test_batch(self):
+        """A batch frame: ok, unsupported, error and ok again, answered in one result frame,
+        each ok item's out at its own offset in the one payload."""
+        p, hello, _ = self.start()
+
+        def item(rid, d, base):
+            ents = ",".join('{"name":"%s","dtype":"f32","shape":[1,1,2,%d],"strides":[%d,%d,%d,4],"offset":%d}'
+                            % (n, d, 8 * d, 8 * d, 4 * d, base + w * 8 * d) for w, n in enumerate("qkv"))
+            return ('{"id":%d,"case":%s,"derived":{"scale":1.0,"diag_offset":[0],"valid_keys":[2]},'
+                    '"tensors":[%s]}' % (rid, CASE2 % d, ents))
+        q = struct.pack("<4f", 1, 2, 3, 4)
+        k = struct.pack("<4f", 0, 0, 0, 0)
+        v = struct.pack("<4f", 10, 20, 30, 40)
+        v2 = struct.pack("<4f", 1, 1, 1, 1)
+        z3, z5 = struct.pack("<6f", *([0.0] * 6)), struct.pack("<10f", *([0.0] * 10))
+        payload = q + k + v + z3 * 3 + z5 * 3 + q + k + v2
+        offs = [0, 48, 48 + 72, 48 + 72 + 120]
+        header = '{"type":"run","batch":[%s]}' % ",".join(
+            (item(30, 2, offs[0]), item(31, 3, offs[1]), item(32, 5, offs[2]), item(33, 2, offs[3])))
+        self.send(p, hand_frame(header, payload))
+        h, out = read_result(p.stdout)
+        self.assertEqual(h["type"], "result")
+        self.assertNotIn("id", h)
+        items = h["batch"]
+        self.assertEqual([(it["id"], it["status"]) for it in items],
+                         [(30, "ok"), (31, "unsupported"), (32, "error"), (33, "ok")])
+        self.assertEqual(items[1]["reason"], "head_dim 3 is not a multiple of 2")
+        self.assertEqual(items[2]["message"], "ValueError: five is right out")
+        for it, want in ((items[0], (12.0, 24.0, 36.0, 48.0)), (items[3], (3.0, 5.0, 7.0, 9.0))):
+            e = it["tensors"][0]
+            self.assertEqual((e["name"], e["shape"]), ("out", [1, 1, 2, 2]))
+            self.assertEqual(struct.unpack_from("<4f", out, e["offset"]), want)
+        self.assertEqual(len(out), 32)      # exactly the two outputs
+        self.send(p, hand_frame('{"type":"bye"}', b""))
+        self.assertEqual(p.wait(10), 0)
+        p.stdout.close(), p.stderr.close(), p.stdin.close()
+
     def test_packed_qkv_once(self):
         p, hello, _ = self.start()
         # qkv_bs3hd [B=1, S=2, 3, H=1, D=2], element (s, w, d) = 100 s + 10 w + d (hand-made)

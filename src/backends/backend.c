@@ -134,6 +134,18 @@ const char *af_backend_version(const af_backend *be) { return be->vt->version ? 
 const af_backend_vtable *af_backend_vt(const af_backend *be) { return be->vt; }
 const af_backend_ext *af_backend_ext_of(const af_backend *be) { return be->vt->ext ? be->vt->ext(be->state) : NULL; }
 
+size_t af_backend_batch_max(const af_backend *be) { return be->vt->batch_max ? be->vt->batch_max(be->state) : 1; }
+
+af_status af_backend_batch_begin(af_backend *be, const af_case_tensors *const *in, size_t n, af_error *err) {
+    AF_RETURN_ERROR_IF(!be->vt->batch_begin || n > af_backend_batch_max(be), err, AF_ERR_INVALID,
+                       "%s: a batch of %zu cases (it takes %zu)", be->name, n, af_backend_batch_max(be));
+    return be->vt->batch_begin(be->state, in, n, err);
+}
+
+af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_batch_result *res, af_error *err) {
+    return be->vt->batch_end(be->state, outs, res, err);
+}
+
 uint32_t af_case_required_caps(const af_case *c) {
     uint32_t caps = c->dtype == AF_F32 ? AF_CAP_F32 : c->dtype == AF_F16 ? AF_CAP_F16 : AF_CAP_BF16;
     if (c->allow_tf32) caps |= AF_CAP_TF32;

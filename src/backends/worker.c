@@ -34,7 +34,18 @@
 
 #define AF_WORKER_KEYS 4096      /* compile keys remembered per process (then forgotten) */
 #define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
+#define AF_WORKER_SPARES 2       /* processes started ahead of a fault */
 #define AF_LEARN_FEATURES (17 + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
+
+/* One child process and its pipes; its stderr kept in a ring. */
+typedef struct af_wproc {
+    pid_t pid; /* 0: not running */
+    int fd_in, fd_out, fd_err;
+    char ring[AF_WORKER_STDERR_TAIL]; /* the last bytes of stderr, circular */
+    size_t ring_pos, ring_len;
+    bool tail_stale; /* the ring changed since tail was made */
+    char tail[AF_WORKER_STDERR_TAIL + 1];
+} af_wproc;
 
 typedef struct af_worker {
     af_backend_vtable vt; /* first: the backend's table points into this allocation */
@@ -45,15 +56,26 @@ typedef struct af_worker {
     af_wp_hello hello;
     char describe[512];
 
-    pid_t pid; /* 0: not running */
-    int fd_in, fd_out, fd_err;
-
-    char ring[AF_WORKER_STDERR_TAIL]; /* the last bytes of stderr, circular */
-    size_t ring_pos, ring_len;
-    bool tail_stale; /* the ring changed since tail was made */
-    char tail[AF_WORKER_STDERR_TAIL + 1];
+    af_wproc p;     /* the process that runs cases */
+    /* after a first fault: processes started ahead, their hellos unread, the oldest taking
+     * over at the next fault (a restart then costs no start-up). Two: a batch that crashes
+     * is sent again case by case, and its culprit crashes a second time at once */
+    af_wproc spare[AF_WORKER_SPARES];
+    size_t nspare;
 
     af_jw hdr;
+    /* a batch in flight (af_worker_batch_begin .. _end): its requests and what is left to
+     * write of its frame */
+    size_t bn;
+    const af_case_tensors *bin[AF_WP_MAX_BATCH];
+    uint64_t bid[AF_WP_MAX_BATCH];
+    bool bfresh;     /* a compile key of the batch was new */
+    double bstart;
+    af_wp_part *bparts;
+    size_t bnparts, bcap;
+    af_wp_result bres[AF_WP_MAX_BATCH];
+    uint8_t *bkeep[AF_WP_MAX_BATCH]; /* per item: its keep mask, when it returned one */
+    size_t bkeep_cap[AF_WP_MAX_BATCH];
     uint8_t *rbuf; /* the last frame read: its length (4 bytes), then rlen bytes of body */
     size_t rcap, rlen;
     uint8_t *keep;
@@ -81,6 +103,7 @@ void af_worker_opts_default(af_worker_opts *o) {
     o->timeout = 10.0;
     o->compile_timeout = 60.0;
     o->unsupported_learn = 20;
+    o->no_spare = false;
 }
 
 /* --- the command line ------------------------------------------------------------------- */
@@ -132,32 +155,32 @@ void af_worker_argv_free(char **argv, char *pythonpath) {
 
 /* --- stderr -------------------------------------------------------------------------------- */
 
-static void af_worker_ring_put(af_worker *w, const char *s, size_t n) {
-    if (n >= sizeof w->ring) {
-        s += n - sizeof w->ring;
-        n = sizeof w->ring;
+static void af_worker_ring_put(af_wproc *p, const char *s, size_t n) {
+    if (n >= sizeof p->ring) {
+        s += n - sizeof p->ring;
+        n = sizeof p->ring;
     }
     for (size_t i = 0; i < n; i++) {
-        w->ring[w->ring_pos] = s[i];
-        w->ring_pos = (w->ring_pos + 1) % sizeof w->ring;
+        p->ring[p->ring_pos] = s[i];
+        p->ring_pos = (p->ring_pos + 1) % sizeof p->ring;
     }
-    w->ring_len = w->ring_len + n > sizeof w->ring ? sizeof w->ring : w->ring_len + n;
-    w->tail_stale |= n > 0;
+    p->ring_len = p->ring_len + n > sizeof p->ring ? sizeof p->ring : p->ring_len + n;
+    p->tail_stale |= n > 0;
 }
 
 /* Reads what stderr holds now (non-blocking); closes it at end of file. */
-static void af_worker_drain_err(af_worker *w) {
+static void af_worker_drain_err(af_wproc *p) {
     char buf[4096];
-    while (w->fd_err >= 0) {
-        ssize_t r = read(w->fd_err, buf, sizeof buf);
+    while (p->fd_err >= 0) {
+        ssize_t r = read(p->fd_err, buf, sizeof buf);
         if (r > 0) {
-            af_worker_ring_put(w, buf, (size_t)r);
+            af_worker_ring_put(p, buf, (size_t)r);
             continue;
         }
         if (r < 0 && errno == EINTR) continue;
         if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-            close(w->fd_err);
-            w->fd_err = -1;
+            close(p->fd_err);
+            p->fd_err = -1;
         }
         break;
     }
@@ -165,23 +188,23 @@ static void af_worker_drain_err(af_worker *w) {
 
 /* The ring as text, in order, NUL-terminated (made again only when the ring changed: every
  * answered run hands it on). */
-static const char *af_worker_tail(af_worker *w) {
-    if (!w->tail_stale) return w->tail;
-    w->tail_stale = false;
-    size_t start = (w->ring_pos + sizeof w->ring - w->ring_len) % sizeof w->ring;
-    for (size_t i = 0; i < w->ring_len; i++) {
-        char ch = w->ring[(start + i) % sizeof w->ring];
-        w->tail[i] = ch ? ch : ' ';
+static const char *af_worker_tail(af_wproc *p) {
+    if (!p->tail_stale) return p->tail;
+    p->tail_stale = false;
+    size_t start = (p->ring_pos + sizeof p->ring - p->ring_len) % sizeof p->ring;
+    for (size_t i = 0; i < p->ring_len; i++) {
+        char ch = p->ring[(start + i) % sizeof p->ring];
+        p->tail[i] = ch ? ch : ' ';
     }
-    w->tail[w->ring_len] = 0;
-    return w->tail;
+    p->tail[p->ring_len] = 0;
+    return p->tail;
 }
 
 /* One line of a worker's stderr for a message (at most 300 bytes): the last that names an
  * exception ("...Error: ..."; a Python exception's hints may follow it), else the last
  * line. The whole tail goes into bundles as stderr.txt. */
-static void af_worker_tail_brief(af_worker *w, char *buf, size_t len) {
-    const char *t = af_worker_tail(w);
+static void af_worker_tail_brief(af_wproc *p, char *buf, size_t len) {
+    const char *t = af_worker_tail(p);
     size_t n = strlen(t);
     while (n > 0 && (t[n - 1] == '\n' || t[n - 1] == ' ' || t[n - 1] == '\r')) n--;
     size_t end = n, pick_from = SIZE_MAX, pick_end = 0;
@@ -208,39 +231,39 @@ static void af_worker_tail_brief(af_worker *w, char *buf, size_t len) {
 
 /* --- the process ------------------------------------------------------------------------- */
 
-static void af_worker_close_fds(af_worker *w) {
-    if (w->fd_in >= 0) close(w->fd_in);
-    if (w->fd_out >= 0) close(w->fd_out);
-    if (w->fd_in >= 0 || w->fd_out >= 0) af_worker_drain_err(w);
-    if (w->fd_err >= 0) close(w->fd_err);
-    w->fd_in = w->fd_out = w->fd_err = -1;
+static void af_worker_close_fds(af_wproc *p) {
+    if (p->fd_in >= 0) close(p->fd_in);
+    if (p->fd_out >= 0) close(p->fd_out);
+    if (p->fd_in >= 0 || p->fd_out >= 0) af_worker_drain_err(p);
+    if (p->fd_err >= 0) close(p->fd_err);
+    p->fd_in = p->fd_out = p->fd_err = -1;
 }
 
 /* Kills the child's process group and reaps it. */
-static void af_worker_kill(af_worker *w) {
-    af_proc_kill(w->pid, true, NULL);
-    w->pid = 0;
-    af_worker_close_fds(w);
+static void af_worker_kill(af_wproc *p) {
+    af_proc_kill(p->pid, true, NULL);
+    p->pid = 0;
+    af_worker_close_fds(p);
 }
 
 /* After the child closed its stdout: waits up to grace seconds for it to end (draining
  * stderr), kills it otherwise; how it ended goes into how. */
-static void af_worker_reap(af_worker *w, double grace, char *how, size_t len) {
+static void af_worker_reap(af_wproc *p, double grace, char *how, size_t len) {
     double end = af_now() + grace;
     bool ended;
-    while (!(ended = af_proc_ended(w->pid)) && af_now() < end) {
-        af_worker_drain_err(w);
+    while (!(ended = af_proc_ended(p->pid)) && af_now() < end) {
+        af_worker_drain_err(p);
         af_worker_sleep(0.002);
     }
     if (ended) {
         int status = 0;
-        af_proc_kill(w->pid, true, &status); /* anything it left behind in its group; its own status */
+        af_proc_kill(p->pid, true, &status); /* anything it left behind in its group; its own status */
         af_proc_describe(status, how, len);
-        w->pid = 0;
-        af_worker_close_fds(w);
+        p->pid = 0;
+        af_worker_close_fds(p);
     } else {
         snprintf(how, len, "closed its stdout and was killed");
-        af_worker_kill(w);
+        af_worker_kill(p);
     }
 }
 
@@ -250,7 +273,7 @@ static void af_worker_set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETF
  * its own (a timeout kills the whole group: a Python worker's helpers too), with
  * PYTHONPATH prepended for target: specs. AF_ERR_INVALID when the program cannot be run,
  * AF_ERR_IO when the system refuses. */
-static af_status af_worker_spawn(af_worker *w, af_error *err) {
+static af_status af_worker_spawn(af_worker *w, af_wproc *p, af_error *err) {
     int fds[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}}; /* stdin, stdout, stderr: read end, write end */
     af_status st = AF_OK;
     for (int k = 0; k < 3 && st == AF_OK; k++)
@@ -280,13 +303,16 @@ static af_status af_worker_spawn(af_worker *w, af_error *err) {
             if (fds[k][0] >= 0) close(fds[k][0]);
         return st;
     }
-    w->pid = pid;
-    w->fd_in = fds[0][1], w->fd_out = fds[1][0], w->fd_err = fds[2][0];
-    af_worker_set_nonblock(w->fd_in);
-    af_worker_set_nonblock(w->fd_out);
-    af_worker_set_nonblock(w->fd_err);
-    memset(w->keys, 0, sizeof w->keys);
-    w->nkeys = 0;
+    memset(p, 0, sizeof *p);
+    p->pid = pid;
+    p->fd_in = fds[0][1], p->fd_out = fds[1][0], p->fd_err = fds[2][0];
+    af_worker_set_nonblock(p->fd_in);
+    af_worker_set_nonblock(p->fd_out);
+    af_worker_set_nonblock(p->fd_err);
+    /* a spare writes its start-up chatter while nobody reads it, and a batch of cases
+     * should fit the pipe in one write: room for both (the system may give less) */
+    (void)fcntl(p->fd_err, F_SETPIPE_SZ, 1 << 20);
+    (void)fcntl(p->fd_in, F_SETPIPE_SZ, 1 << 20);
     return AF_OK;
 }
 
@@ -302,6 +328,39 @@ static bool af_worker_rbuf(af_worker *w, size_t n) {
     w->rbuf = b;
     w->rcap = cap;
     return true;
+}
+
+/* Writes what the pipe takes now of parts[0 .. *nparts) without waiting, and leaves in
+ * parts what is still to write (moved to the front, the first piece cut where the write
+ * stopped). A failed write is left for the exchange that follows to see. */
+static void af_worker_write_some(af_worker *w, af_wp_part *parts, size_t *nparts) {
+    sigset_t pipe_set, old_set;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+    size_t part = 0;
+    while (part < *nparts) {
+        struct iovec iov[AF_WP_MAX_PARTS + 1];
+        int niov = 0;
+        for (size_t k = part; k < *nparts && niov < AF_WP_MAX_PARTS + 1; k++)
+            iov[niov++] = (struct iovec){(void *)(uintptr_t)parts[k].data, parts[k].len};
+        ssize_t wr = writev(w->p.fd_in, iov, niov);
+        if (wr <= 0) break; /* full (EAGAIN), or an error the exchange meets again */
+        size_t left = (size_t)wr;
+        while (part < *nparts && left >= parts[part].len) left -= parts[part++].len;
+        if (part < *nparts && left) {
+            parts[part].data = (const uint8_t *)parts[part].data + left;
+            parts[part].len -= left;
+        }
+    }
+    if (part) memmove(parts, parts + part, (*nparts - part) * sizeof *parts);
+    *nparts -= part;
+    if (errno == EPIPE) {
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_set, NULL);
 }
 
 /* Writes the frame hdr + parts (may be empty) and reads one frame into w->rbuf (w->rlen
@@ -336,9 +395,9 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
         }
         struct pollfd pf[3];
         int np = 0, ie = -1, io = -1, ii = -1;
-        if (part < nparts) pf[np] = (struct pollfd){w->fd_in, POLLOUT, 0}, ii = np++;
-        pf[np] = (struct pollfd){w->fd_out, POLLIN, 0}, io = np++;
-        if (w->fd_err >= 0) pf[np] = (struct pollfd){w->fd_err, POLLIN, 0}, ie = np++;
+        if (part < nparts) pf[np] = (struct pollfd){w->p.fd_in, POLLOUT, 0}, ii = np++;
+        pf[np] = (struct pollfd){w->p.fd_out, POLLIN, 0}, io = np++;
+        if (w->p.fd_err >= 0) pf[np] = (struct pollfd){w->p.fd_err, POLLIN, 0}, ie = np++;
         if (try_write || try_read) {
             /* both ends are non-blocking; EAGAIN sends us to poll. After the whole request
              * is written, the answer cannot be there yet: poll */
@@ -354,7 +413,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
             }
         }
         try_write = try_read = false;
-        if (ie >= 0 && pf[ie].revents) af_worker_drain_err(w);
+        if (ie >= 0 && pf[ie].revents) af_worker_drain_err(&w->p);
         if (ii >= 0 && pf[ii].revents) {
             struct iovec iov[AF_WP_MAX_PARTS + 1];
             int niov = 0;
@@ -364,7 +423,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
                 iov[niov].iov_len = parts[k].len - skip;
                 niov++;
             }
-            ssize_t wr = writev(w->fd_in, iov, niov);
+            ssize_t wr = writev(w->p.fd_in, iov, niov);
             if (wr < 0 && errno == EAGAIN) {
                 wr = 0;
             } else if (wr < 0) {
@@ -384,7 +443,7 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
         }
         if (pf[io].revents) {
             /* as much as the buffer holds: length and body in one read when they fit */
-            ssize_t r = read(w->fd_out, w->rbuf + got, w->rcap - got);
+            ssize_t r = read(w->p.fd_out, w->rbuf + got, w->rcap - got);
             if (r < 0) {
                 if (errno == EAGAIN || errno == EINTR) continue;
                 st = af_error_set(err, AF_ERR_CRASH, "reading its stdout: %s", strerror(errno));
@@ -440,31 +499,33 @@ static af_status af_worker_exchange(af_worker *w, const af_wp_part *parts, size_
 /* --- start, stop ---------------------------------------------------------------------------- */
 
 static void af_worker_stop(af_worker *w) {
-    if (w->pid <= 0) return;
+    if (w->p.pid <= 0) return;
     /* bye, then up to 2 s for a clean exit */
-    if (w->fd_in >= 0) {
+    if (w->p.fd_in >= 0) {
         sigset_t pipe_set, old_set;
         sigemptyset(&pipe_set);
         sigaddset(&pipe_set, SIGPIPE);
         pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
-        ssize_t wr = write(w->fd_in, af_wp_bye, AF_WP_BYE_LEN);
+        ssize_t wr = write(w->p.fd_in, af_wp_bye, AF_WP_BYE_LEN);
         if (wr < 0 && errno == EPIPE) {
             struct timespec zero = {0, 0};
             while (sigtimedwait(&pipe_set, NULL, &zero) > 0) {
             }
         }
         pthread_sigmask(SIG_SETMASK, &old_set, NULL);
-        close(w->fd_in);
-        w->fd_in = -1;
+        close(w->p.fd_in);
+        w->p.fd_in = -1;
     }
     char how[128];
-    af_worker_reap(w, 2.0, how, sizeof how);
+    af_worker_reap(&w->p, 2.0, how, sizeof how);
 }
 
-/* Starts the process and reads its hello. On failure the child is gone and err says why,
- * with its stderr. */
-static af_status af_worker_start(af_worker *w, af_error *err) {
-    AF_TRY(af_worker_spawn(w, err));
+/* Reads and checks the hello of w->p (a process just spawned, or a spare promoted). On
+ * failure the child is gone and err says why, with its stderr. A new process has compiled
+ * nothing yet: the compile keys seen are forgotten. */
+static af_status af_worker_hello(af_worker *w, af_error *err) {
+    memset(w->keys, 0, sizeof w->keys);
+    w->nkeys = 0;
     double deadline = af_now() + w->opts.timeout + w->opts.compile_timeout;
     af_error xerr;
     af_status st = af_worker_exchange(w, NULL, 0, AF_WP_MAX_HEADER, deadline, &xerr);
@@ -476,40 +537,61 @@ static af_status af_worker_start(af_worker *w, af_error *err) {
             w->hello = h;
             return AF_OK;
         }
-        af_worker_kill(w);
-        af_worker_tail_brief(w, brief, sizeof brief);
+        af_worker_kill(&w->p);
+        af_worker_tail_brief(&w->p, brief, sizeof brief);
         return af_error_set(err, AF_ERR_INVALID, "%s: bad hello: %s%s%s", w->spec, xerr.msg, brief[0] ? "; stderr: " : "",
                             brief);
     }
     char how[200] = "";
     if (st == AF_ERR_CRASH) {
         char ended[128];
-        af_worker_reap(w, 1.0, ended, sizeof ended);
+        af_worker_reap(&w->p, 1.0, ended, sizeof ended);
         snprintf(how, sizeof how, "the worker %s before its hello", ended);
     } else if (st == AF_ERR_TIMEOUT) {
-        af_worker_kill(w);
+        af_worker_kill(&w->p);
         snprintf(how, sizeof how, "the worker sent no hello within %g s (killed)", w->opts.timeout + w->opts.compile_timeout);
     } else {
-        af_worker_kill(w);
+        af_worker_kill(&w->p);
         snprintf(how, sizeof how, "the worker's first frame is not a hello: %.120s", xerr.msg);
     }
-    af_worker_tail_brief(w, brief, sizeof brief);
+    af_worker_tail_brief(&w->p, brief, sizeof brief);
     return af_error_set(err, AF_ERR_INVALID, "%s: %s%s%s", w->spec, how, brief[0] ? "; stderr: " : "", brief);
+}
+
+/* Starts the process and reads its hello. On failure the child is gone and err says why,
+ * with its stderr. */
+static af_status af_worker_start(af_worker *w, af_error *err) {
+    AF_TRY(af_worker_spawn(w, &w->p, err));
+    return af_worker_hello(w, err);
 }
 
 /* A new process after a fault. A worker that starts (sends its hello) is restarted at
  * once, whatever case killed the last one; failed starts are retried after 0.1 s,
  * doubling to 5 s; AF_ERR_IO after AF_WORKER_MAX_STARTS failed starts in a row. */
 static af_status af_worker_restart(af_worker *w, af_error *err) {
+    double t0 = af_now();
     af_error serr;
-    for (int attempt = 0; attempt < AF_WORKER_MAX_STARTS; attempt++) {
-        if (attempt > 0) af_worker_sleep(fmin(5.0, 0.1 * ldexp(1.0, attempt - 1)));
-        if (af_worker_start(w, &serr) == AF_OK) {
-            w->ext.restarts++;
-            return AF_OK;
-        }
+    af_status st = AF_ERR_IO;
+    if (w->nspare > 0) {
+        /* the oldest spare started ahead: its hello is (nearly always) waiting in its pipe */
+        w->p = w->spare[0];
+        memmove(w->spare, w->spare + 1, (w->nspare - 1) * sizeof w->spare[0]);
+        w->nspare--;
+        st = af_worker_hello(w, &serr);
     }
-    return af_error_set(err, AF_ERR_IO, "cannot restart the worker (%d attempts): %s", AF_WORKER_MAX_STARTS, serr.msg);
+    for (int attempt = 0; st != AF_OK && attempt < AF_WORKER_MAX_STARTS; attempt++) {
+        if (attempt > 0) af_worker_sleep(fmin(5.0, 0.1 * ldexp(1.0, attempt - 1)));
+        st = af_worker_start(w, &serr);
+    }
+    if (st != AF_OK)
+        return af_error_set(err, AF_ERR_IO, "cannot restart the worker (%d attempts): %s", AF_WORKER_MAX_STARTS,
+                            serr.msg);
+    w->ext.restarts++;
+    /* a worker that faulted once may fault again: from now on spares are always starting */
+    while (!w->opts.no_spare && w->nspare < AF_WORKER_SPARES && af_worker_spawn(w, &w->spare[w->nspare], &serr) == AF_OK)
+        w->nspare++;
+    w->ext.restart_s += af_now() - t0;
+    return AF_OK;
 }
 
 /* --- learning what it refuses ----------------------------------------------------------- */
@@ -596,9 +678,78 @@ static af_status af_worker_fault(af_worker *w, af_status code, const char *what,
      * compiling) does not make compile-aware scheduling keep the structure that faulted */
     w->ext.compile_s = 0.0;
     char brief[400];
-    af_worker_tail_brief(w, brief, sizeof brief);
-    w->ext.stderr_tail = af_worker_tail(w);
+    af_worker_tail_brief(&w->p, brief, sizeof brief);
+    w->ext.stderr_tail = af_worker_tail(&w->p);
     return af_error_set(err, code, "%s%s%s", what, brief[0] ? "; stderr: " : "", brief);
+}
+
+/* The answer r (checked) to the request for case c: out filled for ok, AF_ERR_UNSUPPORTED
+ * (learned from) or AF_ERR_BACKEND (an error finding) otherwise; a keep mask goes to
+ * *keep (grown to *cap). */
+static af_status af_worker_take(af_worker *w, const af_case *c, const af_wp_result *r, const uint8_t *payload,
+                                af_tensor *out, uint8_t **keep, size_t *cap, const uint8_t **keep_out, af_error *err) {
+    *keep_out = NULL;
+    if (r->status == AF_WP_UNSUPPORTED) {
+        w->ext.unsupported++;
+        af_worker_learn(w, c, false);
+        return af_error_set(err, AF_ERR_UNSUPPORTED, "unsupported: %s", r->message);
+    }
+    if (r->status == AF_WP_ERROR) return af_error_set(err, AF_ERR_BACKEND, "%s", r->message);
+    af_worker_learn(w, c, true);
+    /* F64 stays F64; f32, f16 and bf16 are written as F32 (exact) */
+    if (r->out.dtype != AF_F64) {
+        size_t ne[4] = {out->ne[0], out->ne[1], out->ne[2], out->ne[3]};
+        void *data = out->data;
+        af_tensor_contiguous(out, AF_F32, 4, ne);
+        out->data = data;
+    }
+    af_wp_copy_out(r, payload, c, out);
+    if (r->has_keep) {
+        size_t keepb = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len;
+        if (keepb > *cap) {
+            uint8_t *k = af_malloc(keepb);
+            AF_RETURN_ERROR_IF(!k, err, AF_ERR_NOMEM, "out of memory");
+            af_free(*keep);
+            *keep = k;
+            *cap = keepb;
+        }
+        af_wp_copy_keep(r, payload, c, *keep);
+        *keep_out = *keep;
+    }
+    return AF_OK;
+}
+
+/* The largest frame an answer about case c may be. */
+static size_t af_worker_answer_max(const af_case *c) {
+    size_t outb = (size_t)c->batch * c->q_heads * c->q_len * c->v_head_dim * 8;
+    size_t keepb = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len;
+    return outb + keepb + 4096;
+}
+
+/* A failed exchange (crash, timeout, a broken frame, or out of memory) as the status of the
+ * request(s) in flight; the child is dead or killed after it. */
+static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xerr, bool fresh, double limit,
+                                  af_error *err) {
+    char what[700];
+    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) {
+        af_worker_kill(&w->p);
+        return af_error_set(err, st, "%s", xerr->msg);
+    }
+    if (st == AF_ERR_CRASH) {
+        char how[128];
+        af_worker_reap(&w->p, 1.0, how, sizeof how);
+        snprintf(what, sizeof what, "crash: the worker %s while running the case (%s)", how, xerr->msg);
+        return af_worker_fault(w, AF_ERR_CRASH, what, err);
+    }
+    if (st == AF_ERR_TIMEOUT) {
+        af_worker_kill(&w->p);
+        snprintf(what, sizeof what, "timeout: no answer within %.3g s (%s); the worker was killed", limit,
+                 fresh ? "a new compile key: timeout plus the compile allowance" : "--timeout");
+        return af_worker_fault(w, AF_ERR_TIMEOUT, what, err);
+    }
+    af_worker_kill(&w->p);
+    snprintf(what, sizeof what, "protocol: %s", xerr->msg);
+    return af_worker_fault(w, AF_ERR_BACKEND, what, err);
 }
 
 static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
@@ -608,7 +759,7 @@ static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor
     w->ext.compile_s = w->ext.run_s = -1.0;
     w->ext.wall_s = 0.0;
     w->ext.new_key = false;
-    if (w->pid <= 0) AF_TRY(af_worker_restart(w, err));
+    if (w->p.pid <= 0) AF_TRY(af_worker_restart(w, err));
     w->ext.runs++;
     uint64_t id = ++w->next_id;
     af_wp_part parts[AF_WP_MAX_PARTS + 1];
@@ -619,67 +770,128 @@ static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor
     w->ext.new_key = fresh;
     double t0 = af_now();
     double limit = w->opts.timeout + (fresh ? w->opts.compile_timeout : 0.0);
-    size_t outb = (size_t)c->batch * c->q_heads * c->q_len * c->v_head_dim * 8;
-    size_t keepb = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len;
     af_error xerr;
-    af_status st = af_worker_exchange(w, parts, np + 1, AF_WP_MAX_HEADER + outb + keepb + 4096, t0 + limit, &xerr);
+    af_status st = af_worker_exchange(w, parts, np + 1, AF_WP_MAX_HEADER + af_worker_answer_max(c), t0 + limit, &xerr);
     w->ext.wall_s = af_now() - t0;
-    char what[700];
-    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) {
-        af_worker_kill(w);
-        return af_error_set(err, st, "%s", xerr.msg);
-    }
-    if (st == AF_ERR_CRASH) {
-        char how[128];
-        af_worker_reap(w, 1.0, how, sizeof how);
-        snprintf(what, sizeof what, "crash: the worker %s while running the case (%s)", how, xerr.msg);
-        return af_worker_fault(w, AF_ERR_CRASH, what, err);
-    }
-    if (st == AF_ERR_TIMEOUT) {
-        af_worker_kill(w);
-        snprintf(what, sizeof what, "timeout: no answer within %.3g s (%s); the worker was killed", limit,
-                 fresh ? "a new compile key: timeout plus the compile allowance" : "--timeout");
-        return af_worker_fault(w, AF_ERR_TIMEOUT, what, err);
-    }
     const uint8_t *payload = NULL;
     af_wp_result r;
-    if (st == AF_OK) st = af_wp_parse_result(w->rbuf + 4, w->rlen, id, c, &w->hello, &r, &payload, &xerr);
-    if (st != AF_OK) {
-        af_worker_kill(w);
-        snprintf(what, sizeof what, "protocol: %s", xerr.msg);
-        return af_worker_fault(w, AF_ERR_BACKEND, what, err);
+    if (st == AF_OK) {
+        st = af_wp_parse_result(w->rbuf + 4, w->rlen, id, c, &w->hello, &r, &payload, &xerr);
+        if (st != AF_OK) st = AF_ERR_FORMAT;
     }
+    if (st != AF_OK) return af_worker_failed(w, st, &xerr, fresh, limit, err);
     /* stderr written before the answer was read with it (poll reports both); what comes
      * after, with the next exchange or the next fault */
-    w->ext.stderr_tail = af_worker_tail(w);
+    w->ext.stderr_tail = af_worker_tail(&w->p);
     w->faults = 0;
     w->ext.compile_s = r.compile_s;
     w->ext.run_s = r.run_s;
-    if (r.status == AF_WP_UNSUPPORTED) {
-        w->ext.unsupported++;
-        af_worker_learn(w, c, false);
-        return af_error_set(err, AF_ERR_UNSUPPORTED, "unsupported: %s", r.message);
+    return af_worker_take(w, c, &r, payload, out, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
+}
+
+/* --- batches ------------------------------------------------------------------------------ */
+
+static size_t af_worker_batch_max(void *state) {
+    af_worker *w = state;
+    return w->hello.batch ? w->hello.batch : 1;
+}
+
+/* Sends the n requests of in (cases of one compile key; n <= af_worker_batch_max) as one
+ * run frame, writing what the pipe takes now; af_worker_batch_end writes the rest and
+ * reads the answer. A fault here (the worker cannot be restarted) is AF_ERR_IO. */
+static af_status af_worker_batch_begin(void *state, const af_case_tensors *const *in, size_t n, af_error *err) {
+    af_worker *w = state;
+    AF_RETURN_ERROR_IF(n == 0 || n > af_worker_batch_max(w), err, AF_ERR_INVALID, "%s: a batch of %zu cases", w->spec, n);
+    if (w->p.pid <= 0) AF_TRY(af_worker_restart(w, err));
+    if (w->bcap < n * AF_WP_MAX_PARTS + 1) {
+        af_wp_part *p = af_calloc(n * AF_WP_MAX_PARTS + 1, sizeof *p);
+        AF_RETURN_ERROR_IF(!p, err, AF_ERR_NOMEM, "out of memory");
+        af_free(w->bparts);
+        w->bparts = p;
+        w->bcap = n * AF_WP_MAX_PARTS + 1;
     }
-    if (r.status == AF_WP_ERROR) return af_error_set(err, AF_ERR_BACKEND, "%s", r.message);
-    af_worker_learn(w, c, true);
-    /* F64 stays F64; f32, f16 and bf16 are written as F32 (exact) */
-    if (r.out.dtype != AF_F64) {
-        size_t ne[4] = {out->ne[0], out->ne[1], out->ne[2], out->ne[3]};
-        void *data = out->data;
-        af_tensor_contiguous(out, AF_F32, 4, ne);
-        out->data = data;
+    w->bn = n;
+    w->bfresh = false;
+    for (size_t i = 0; i < n; i++) {
+        w->bin[i] = in[i];
+        w->bid[i] = ++w->next_id;
+        w->bfresh |= af_worker_key_note(w, af_case_key_hash(in[i]->c, w->hello.compile_key));
     }
-    af_wp_copy_out(&r, payload, c, out);
-    if (r.has_keep) {
-        if (keepb > w->keep_cap) {
-            uint8_t *k = af_malloc(keepb);
-            AF_RETURN_ERROR_IF(!k, err, AF_ERR_NOMEM, "out of memory");
-            af_free(w->keep);
-            w->keep = k;
-            w->keep_cap = keepb;
+    w->ext.runs += n;
+    size_t np = 0;
+    AF_TRY(af_wp_encode_batch(&w->hdr, w->bid, in, n, w->bparts + 1, &np, err));
+    w->bparts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
+    w->bnparts = np + 1;
+    w->bstart = af_now();
+    af_worker_write_some(w, w->bparts, &w->bnparts);
+    return AF_OK;
+}
+
+/* Reads the answer to the batch in flight into outs[i] and res[i]. A fault of the whole
+ * frame (the worker died, hung or broke the protocol) sends the cases again one by one, so
+ * that the case that killed it is the one its crash or timeout is charged to; the others
+ * get their answers. AF_ERR_NOMEM / AF_ERR_IO (no worker any more) stop the batch. */
+static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_batch_result *res, af_error *err) {
+    af_worker *w = state;
+    size_t n = w->bn;
+    w->bn = 0;
+    size_t max_frame = AF_WP_MAX_HEADER;
+    const af_case *cases[AF_WP_MAX_BATCH];
+    for (size_t i = 0; i < n; i++) {
+        cases[i] = w->bin[i]->c;
+        max_frame += af_worker_answer_max(cases[i]);
+    }
+    double limit = w->opts.timeout * (double)n + (w->bfresh ? w->opts.compile_timeout : 0.0);
+    af_error xerr;
+    af_status st = af_worker_exchange(w, w->bparts, w->bnparts, max_frame, w->bstart + limit, &xerr);
+    double wall = af_now() - w->bstart;
+    const uint8_t *payload = NULL;
+    if (st == AF_OK) {
+        st = af_wp_parse_batch(w->rbuf + 4, w->rlen, w->bid, cases, n, &w->hello, w->bres, &payload, &xerr);
+        if (st != AF_OK) st = AF_ERR_FORMAT;
+    }
+    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_worker_failed(w, st, &xerr, w->bfresh, limit, err);
+    if (st != AF_OK) {
+        /* which case was it? each alone (a restart before the first: the spare takes over) */
+        af_error ferr;
+        af_worker_failed(w, st, &xerr, w->bfresh, limit, &ferr);
+        for (size_t i = 0; i < n; i++) {
+            memset(&res[i], 0, sizeof res[i]);
+            res[i].st = af_worker_run(w, w->bin[i], outs[i], &res[i].err);
+            if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
+            res[i].compile_s = w->ext.compile_s;
+            res[i].run_s = w->ext.run_s;
+            res[i].wall_s = w->ext.wall_s;
+            res[i].new_key = w->ext.new_key;
+            res[i].dropout_keep = NULL;
+            if (w->ext.dropout_keep && res[i].st == AF_OK) {
+                /* the single runs share one keep buffer: keep this item's */
+                size_t kb = (size_t)cases[i]->batch * cases[i]->q_heads * cases[i]->q_len * cases[i]->kv_len;
+                if (kb > w->bkeep_cap[i]) {
+                    uint8_t *k = af_malloc(kb);
+                    AF_RETURN_ERROR_IF(!k, err, AF_ERR_NOMEM, "out of memory");
+                    af_free(w->bkeep[i]);
+                    w->bkeep[i] = k;
+                    w->bkeep_cap[i] = kb;
+                }
+                memcpy(w->bkeep[i], w->ext.dropout_keep, kb);
+                res[i].dropout_keep = w->bkeep[i];
+            }
         }
-        af_wp_copy_keep(&r, payload, c, w->keep);
-        w->ext.dropout_keep = w->keep;
+        return AF_OK;
+    }
+    w->ext.stderr_tail = af_worker_tail(&w->p);
+    w->faults = 0;
+    w->ext.wall_s = wall;
+    for (size_t i = 0; i < n; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        res[i].compile_s = w->bres[i].compile_s;
+        res[i].run_s = w->bres[i].run_s;
+        res[i].wall_s = wall / (double)n;
+        res[i].new_key = w->bfresh && i == 0;
+        res[i].st = af_worker_take(w, cases[i], &w->bres[i], payload, outs[i], &w->bkeep[i], &w->bkeep_cap[i],
+                                   &res[i].dropout_keep, &res[i].err);
+        if (res[i].st == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     }
     return AF_OK;
 }
@@ -687,10 +899,13 @@ static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor
 static void af_worker_destroy(void *state) {
     af_worker *w = state;
     if (!w) return;
+    for (size_t i = 0; i < w->nspare; i++) af_worker_kill(&w->spare[i]); /* never got a case: no bye */
     af_worker_stop(w);
-    af_worker_kill(w);
+    af_worker_kill(&w->p);
     af_worker_argv_free(w->argv, w->pythonpath);
     af_jw_free(&w->hdr);
+    af_free(w->bparts);
+    for (size_t i = 0; i < AF_WP_MAX_BATCH; i++) af_free(w->bkeep[i]);
     af_free(w->rbuf);
     af_free(w->keep);
     af_free(w);
@@ -701,12 +916,13 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     AF_RETURN_ERROR_IF(strlen(spec) >= sizeof ((af_worker *)0)->spec, err, AF_ERR_INVALID, "%.64s...: spec too long", spec);
     af_worker *w = af_calloc(1, sizeof *w);
     AF_RETURN_ERROR_IF(!w, err, AF_ERR_NOMEM, "out of memory");
-    w->fd_in = w->fd_out = w->fd_err = -1;
+    w->p.fd_in = w->p.fd_out = w->p.fd_err = -1;
     snprintf(w->spec, sizeof w->spec, "%s", spec);
     af_worker_opts_default(&w->opts);
     if (opts && opts->timeout > 0) w->opts.timeout = opts->timeout;
     if (opts && opts->compile_timeout > 0) w->opts.compile_timeout = opts->compile_timeout;
     if (opts && opts->unsupported_learn != 0) w->opts.unsupported_learn = opts->unsupported_learn;
+    if (opts) w->opts.no_spare = opts->no_spare;
     af_status st = af_worker_argv(spec, &w->argv, &w->pythonpath, err);
     if (st == AF_OK) st = af_worker_start(w, err);
     if (st != AF_OK) {
@@ -725,6 +941,9 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->vt.destroy = af_worker_destroy;
     w->vt.run = af_worker_run;
     w->vt.supports = af_worker_supports;
+    w->vt.batch_max = af_worker_batch_max;
+    w->vt.batch_begin = af_worker_batch_begin;
+    w->vt.batch_end = af_worker_batch_end;
     w->vt.ext = af_worker_ext;
     w->ext.describe = w->describe;
     w->ext.conventions = h->conventions;
@@ -732,7 +951,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->ext.waive_masked_value_leak = h->masked_values_ieee;
     w->ext.own_dropout = h->dropout == AF_WP_DROPOUT_KEEP_MASK;
     w->ext.compile_key = h->compile_key;
-    w->ext.stderr_tail = af_worker_tail(w);
+    w->ext.stderr_tail = af_worker_tail(&w->p);
     w->ext.learned = w->learned;
     w->ext.compile_s = w->ext.run_s = -1.0;
     st = af_backend_open_state(&w->vt, w, out, err);

@@ -234,6 +234,11 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     hl->masked_values_ieee = mv == 1;
     hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
     if (hl->dropout == AF_WP_DROPOUT_NONE) hl->caps &= ~(uint32_t)AF_CAP_DROPOUT;
+    long bt = af_wp_get(h, 0, "batch");
+    size_t batch = 1;
+    if (!af_wp_none(h, bt) && (!af_wp_uint(h, bt, &batch) || batch < 1))
+        AF_WP_FAIL("hello: batch must be a positive integer (the most cases per run frame)");
+    hl->batch = batch > AF_WP_MAX_BATCH ? AF_WP_MAX_BATCH : (uint32_t)batch;
     long ck = af_wp_get(h, 0, "compile_key");
     hl->compile_key = AF_KEY_ALL;
     if (!af_wp_none(h, ck))
@@ -263,28 +268,28 @@ static int af_wp_out_shape(af_layout l, const af_case *c, size_t ne[AF_MAX_DIMS]
     return af_layout_shape(l, c->batch, c->q_heads, c->q_len, c->v_head_dim, ne);
 }
 
-af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const af_case *c, const af_wp_hello *hl,
-                             af_wp_result *r, const uint8_t **payload, af_error *err) {
+/* One result object (token obj of h: the header itself, or an item of a batch) for
+ * request id on case c, its tensors in a payload of plen bytes; *need receives one past
+ * the last payload byte its tensors touch. */
+static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen, uint64_t id, const af_case *c,
+                                   const af_wp_hello *hl, af_wp_result *r, size_t *need_out, af_error *err) {
     memset(r, 0, sizeof *r);
     r->compile_s = r->run_s = -1.0;
     r->layout = AF_LAYOUT_BHSD;
-    af_wp_header hh;
-    const af_wp_header *h = &hh;
-    size_t plen;
-    af_status st = af_wp_split(body, n, &hh, payload, &plen, err);
-    if (st != AF_OK) goto done;
-    AF_WP_TRY(af_wp_expect_type(h, "result", err));
-    long jid = af_wp_get(h, 0, "id");
+    *need_out = 0;
+    af_status st = AF_OK;
+    AF_RETURN_ERROR_IF(!af_wp_type(h, obj, AF_JS_OBJECT), err, AF_ERR_FORMAT, "a batch result item is not an object");
+    long jid = af_wp_get(h, obj, "id");
     size_t got_id;
     if (!af_wp_uint(h, jid, &got_id) || got_id != id)
         AF_WP_FAIL("result for id %s, the request was %llu", af_wp_type(h, jid, AF_JS_NUMBER) ? "another" : "(missing)",
                    (unsigned long long)id);
-    long status = af_wp_get(h, 0, "status");
+    long status = af_wp_get(h, obj, "status");
     if (!af_wp_type(h, status, AF_JS_STRING)) AF_WP_FAIL("result without a status");
     bool unsup = af_js_is(h->text, h->tok, status, "unsupported");
     if (unsup || af_js_is(h->text, h->tok, status, "error")) {
         r->status = unsup ? AF_WP_UNSUPPORTED : AF_WP_ERROR;
-        long m = af_wp_get(h, 0, unsup ? "reason" : "message");
+        long m = af_wp_get(h, obj, unsup ? "reason" : "message");
         if (af_wp_type(h, m, AF_JS_STRING)) {
             af_wp_str(h, m, r->message, sizeof r->message);
         } else {
@@ -298,7 +303,7 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
         AF_WP_FAIL("unknown status \"%s\" (ok, unsupported, error)", s);
     }
     r->status = AF_WP_OK;
-    long lay = af_wp_get(h, 0, "layout");
+    long lay = af_wp_get(h, obj, "layout");
     if (!af_wp_none(h, lay)) {
         int l = af_wp_which(h, lay, af_wp_unpacked, 5);
         if (l < 0) {
@@ -308,7 +313,7 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
         }
         r->layout = (af_layout)l;
     }
-    long tensors = af_wp_get(h, 0, "tensors");
+    long tensors = af_wp_get(h, obj, "tensors");
     if (!af_wp_type(h, tensors, AF_JS_ARRAY)) AF_WP_FAIL("result ok without a tensors array");
     bool has_out = false;
     size_t need = 0;
@@ -327,7 +332,7 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
         }
     }
     if (!has_out) AF_WP_FAIL("result ok without tensor out");
-    if (plen > need) AF_WP_FAIL("payload of %zu bytes is larger than its tensors need (%zu)", plen, need);
+    *need_out = need;
     af_dtype od = r->out.dtype;
     if (od != AF_F32 && od != AF_F64 && od != AF_F16 && od != AF_BF16)
         AF_WP_FAIL("out has dtype %s, not a float dtype", af_dtype_names[od]);
@@ -356,7 +361,7 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
     } else if (hl && hl->dropout == AF_WP_DROPOUT_KEEP_MASK && c->dropout_p > 0.0) {
         AF_WP_FAIL("no dropout_keep, but conventions.dropout is keep_mask and the case has dropout %g", c->dropout_p);
     }
-    long tim = af_wp_get(h, 0, "timings");
+    long tim = af_wp_get(h, obj, "timings");
     if (af_wp_type(h, tim, AF_JS_OBJECT)) {
         double v;
         if (af_js_number(h->text, h->tok, af_wp_get(h, tim, "compile_s"), &v) && v >= 0.0) r->compile_s = v;
@@ -365,7 +370,45 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
 done:
 #undef AF_WP_FAIL
 #undef AF_WP_TRY
-    af_wp_header_free(&hh);
+    return st;
+}
+
+af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const af_case *c, const af_wp_hello *hl,
+                             af_wp_result *r, const uint8_t **payload, af_error *err) {
+    af_wp_header h;
+    size_t plen, need = 0;
+    af_status st = af_wp_split(body, n, &h, payload, &plen, err);
+    if (st == AF_OK) st = af_wp_expect_type(&h, "result", err);
+    if (st == AF_OK) st = af_wp_result_item(&h, 0, plen, id, c, hl, r, &need, err);
+    if (st == AF_OK && plen > need)
+        st = af_error_set(err, AF_ERR_FORMAT, "payload of %zu bytes is larger than its tensors need (%zu)", plen, need);
+    af_wp_header_free(&h);
+    return st;
+}
+
+af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, const af_case *const *cases,
+                            size_t count, const af_wp_hello *hl, af_wp_result *rs, const uint8_t **payload,
+                            af_error *err) {
+    af_wp_header h;
+    size_t plen, need = 0;
+    af_status st = af_wp_split(body, n, &h, payload, &plen, err);
+    if (st == AF_OK) st = af_wp_expect_type(&h, "result", err);
+    long batch = st == AF_OK ? af_wp_get(&h, 0, "batch") : -1;
+    if (st == AF_OK && !af_wp_type(&h, batch, AF_JS_ARRAY))
+        st = af_error_set(err, AF_ERR_FORMAT, "an answer to a batch without a batch array");
+    if (st == AF_OK && h.tok[batch].size != count)
+        st = af_error_set(err, AF_ERR_FORMAT, "a batch of %zu cases answered with %u results", count,
+                          h.tok[batch].size);
+    long it = st == AF_OK ? af_js_item(h.tok, batch, 0) : -1;
+    for (size_t i = 0; st == AF_OK && i < count; i++, it = h.tok[it].next) {
+        size_t ni = 0;
+        st = af_wp_result_item(&h, it, plen, ids[i], cases[i], hl, &rs[i], &ni, err);
+        if (st != AF_OK) af_error_prefix(err, "batch item %zu", i);
+        if (ni > need) need = ni;
+    }
+    if (st == AF_OK && plen > need)
+        st = af_error_set(err, AF_ERR_FORMAT, "payload of %zu bytes is larger than its tensors need (%zu)", plen, need);
+    af_wp_header_free(&h);
     return st;
 }
 
@@ -481,13 +524,11 @@ static int af_wp_packed_view(af_layout l, const af_tensor *t, int w, size_t H, s
     return 0;
 }
 
-af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
-                           size_t *nparts, af_error *err) {
+/* One run item: id, case, derived values and the tensor entries, their payload pieces
+ * appended to parts (*np of them so far) at byte *off of the payload. */
+static void af_wp_write_item(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part *parts, size_t *np,
+                             size_t *off) {
     const af_case *c = t->c;
-    af_jw_reset(hdr);
-    af_jw_raw(hdr, "\0\0\0\0", 4); /* the length, filled in last */
-    af_jw_begin(hdr, '{');
-    af_jw_key(hdr, "type"), af_jw_string(hdr, "run");
     af_jw_key(hdr, "id"), af_jw_uint(hdr, id);
     af_jw_key(hdr, "case"), af_case_write_json(hdr, c);
     af_jw_key(hdr, "derived"), af_jw_begin(hdr, '{');
@@ -500,27 +541,25 @@ af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af
     af_jw_end(hdr, ']');
     af_jw_end(hdr, '}');
     af_jw_key(hdr, "tensors"), af_jw_begin(hdr, '[');
-
-    size_t np = 0, off = 0;
     size_t ne[AF_MAX_DIMS], nb[AF_MAX_DIMS];
     if (af_case_is_packed(c)) {
         af_layout l = c->t[AF_Q].layout;
         size_t span = af_tensor_span(&t->q);
-        af_wp_entry(hdr, "qkv", t->q.dtype, t->q.ndim, t->q.ne, t->q.nb, 0);
+        af_wp_entry(hdr, "qkv", t->q.dtype, t->q.ndim, t->q.ne, t->q.nb, *off);
         for (int w = 0; w < AF_QKV_COUNT; w++) {
             size_t voff;
             int nd = af_wp_packed_view(l, &t->q, w, c->q_heads, c->head_dim, ne, nb, &voff);
-            af_wp_entry(hdr, af_tensor_names[w], t->q.dtype, nd, ne, nb, voff);
+            af_wp_entry(hdr, af_tensor_names[w], t->q.dtype, nd, ne, nb, *off + voff);
         }
-        parts[np++] = (af_wp_part){t->q.data, span};
-        off = span;
+        parts[(*np)++] = (af_wp_part){t->q.data, span};
+        *off += span;
     } else {
         const af_tensor *qkv[3] = {&t->q, &t->k, &t->v};
         for (int w = 0; w < AF_QKV_COUNT; w++) {
             size_t span = af_tensor_span(qkv[w]);
-            af_wp_entry(hdr, af_tensor_names[w], qkv[w]->dtype, qkv[w]->ndim, qkv[w]->ne, qkv[w]->nb, off);
-            parts[np++] = (af_wp_part){qkv[w]->data, span};
-            off += span;
+            af_wp_entry(hdr, af_tensor_names[w], qkv[w]->dtype, qkv[w]->ndim, qkv[w]->ne, qkv[w]->nb, *off);
+            parts[(*np)++] = (af_wp_part){qkv[w]->data, span};
+            *off += span;
         }
     }
     const af_mask_spec *ms[2] = {&c->amask, &c->bmask};
@@ -529,17 +568,51 @@ af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af
     for (int m = 0; m < 2; m++) {
         if (!ms[m]->present) continue;
         size_t span = af_tensor_span(mt[m]);
-        af_wp_entry(hdr, mnames[m], mt[m]->dtype, mt[m]->ndim, mt[m]->ne, mt[m]->nb, off);
-        parts[np++] = (af_wp_part){mt[m]->data, span};
-        off += span;
+        af_wp_entry(hdr, mnames[m], mt[m]->dtype, mt[m]->ndim, mt[m]->ne, mt[m]->nb, *off);
+        parts[(*np)++] = (af_wp_part){mt[m]->data, span};
+        *off += span;
+    }
+    af_jw_end(hdr, ']');
+}
+
+/* The frame's length, now that the header and the payload size are known. */
+static af_status af_wp_finish(af_jw *hdr, size_t payload, af_error *err) {
+    af_jw_raw(hdr, "\n", 1);
+    AF_RETURN_ERROR_IF(hdr->failed, err, AF_ERR_NOMEM, "out of memory");
+    size_t total = hdr->len - 4 + payload;
+    AF_RETURN_ERROR_IF(total > 0xffffffffu, err, AF_ERR_INVALID, "run frame of %zu bytes is over 4 GiB", total);
+    for (int k = 0; k < 4; k++) hdr->data[k] = (char)(uint8_t)(total >> (8 * k));
+    return AF_OK;
+}
+
+af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
+                           size_t *nparts, af_error *err) {
+    af_jw_reset(hdr);
+    af_jw_raw(hdr, "\0\0\0\0", 4); /* the length, filled in last */
+    af_jw_begin(hdr, '{');
+    af_jw_key(hdr, "type"), af_jw_string(hdr, "run");
+    size_t np = 0, off = 0;
+    af_wp_write_item(hdr, id, t, parts, &np, &off);
+    af_jw_end(hdr, '}');
+    *nparts = np;
+    return af_wp_finish(hdr, off, err);
+}
+
+af_status af_wp_encode_batch(af_jw *hdr, const uint64_t *ids, const af_case_tensors *const *ts, size_t n,
+                             af_wp_part *parts, size_t *nparts, af_error *err) {
+    af_jw_reset(hdr);
+    af_jw_raw(hdr, "\0\0\0\0", 4);
+    af_jw_begin(hdr, '{');
+    af_jw_key(hdr, "type"), af_jw_string(hdr, "run");
+    af_jw_key(hdr, "batch"), af_jw_begin(hdr, '[');
+    size_t np = 0, off = 0;
+    for (size_t i = 0; i < n; i++) {
+        af_jw_begin(hdr, '{');
+        af_wp_write_item(hdr, ids[i], ts[i], parts, &np, &off);
+        af_jw_end(hdr, '}');
     }
     af_jw_end(hdr, ']');
     af_jw_end(hdr, '}');
-    af_jw_raw(hdr, "\n", 1);
-    AF_RETURN_ERROR_IF(hdr->failed, err, AF_ERR_NOMEM, "out of memory");
-    size_t total = hdr->len - 4 + off;
-    AF_RETURN_ERROR_IF(total > 0xffffffffu, err, AF_ERR_INVALID, "run frame of %zu bytes is over 4 GiB", total);
-    for (int k = 0; k < 4; k++) hdr->data[k] = (char)(uint8_t)(total >> (8 * k));
     *nparts = np;
-    return AF_OK;
+    return af_wp_finish(hdr, off, err);
 }

@@ -18,7 +18,8 @@
 #include "json_write.h"
 
 #define AF_WP_MAX_HEADER ((size_t)1 << 20) /* a reader refuses a header over 1 MiB */
-#define AF_WP_MAX_PARTS 8                    /* payload pieces of a run frame */
+#define AF_WP_MAX_PARTS 8                    /* payload pieces of a run frame (of one case) */
+#define AF_WP_MAX_BATCH 256                  /* cases per run frame, at most */
 
 /* One tensor entry of a header, checked against the payload it points into. */
 typedef struct af_wp_tensor {
@@ -43,6 +44,7 @@ typedef struct af_wp_hello {
     bool masked_values_ieee;    /* conventions.masked_values == "ieee" */
     enum { AF_WP_DROPOUT_COUNTER, AF_WP_DROPOUT_KEEP_MASK, AF_WP_DROPOUT_NONE } dropout;
     uint32_t compile_key; /* AF_KEY_* bits; AF_KEY_ALL when not given */
+    uint32_t batch;       /* the most cases it takes in one run frame (1: no batches) */
     char conventions[512]; /* the conventions in effect as a compact JSON object */
 } af_wp_hello;
 
@@ -93,6 +95,14 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *h, af_er
 af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const af_case *c, const af_wp_hello *h,
                              af_wp_result *r, const uint8_t **payload, af_error *err);
 
+/* Checks the answer to a batch: a result frame with a `batch` array holding one result per
+ * request, in order (ids[i] for cases[i]); rs[i] as af_wp_parse_result fills it, every
+ * item's tensors in the one payload. AF_ERR_FORMAT as for one result (the message names
+ * the item), or for a count that differs from the request's. */
+af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, const af_case *const *cases,
+                            size_t count, const af_wp_hello *h, af_wp_result *rs, const uint8_t **payload,
+                            af_error *err);
+
 /* Copies a checked out tensor into dst, a contiguous [B, Hq, Sq, Dv] tensor whose dtype
  * the caller chose (F32 or F64; values converted, f16/bf16 exactly). */
 void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case *c, af_tensor *dst);
@@ -111,6 +121,12 @@ typedef struct af_wp_part {
  * hdr then the parts in order. AF_ERR_NOMEM, or AF_ERR_INVALID for a frame over 4 GiB. */
 af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
                            size_t *nparts, af_error *err);
+
+/* Encodes one run frame holding n requests (ids[i] for the tensors ts[i]: cases of one
+ * compile key, for a worker that declared batch >= n), every item's tensors in one
+ * payload; parts needs room for n * AF_WP_MAX_PARTS pieces. */
+af_status af_wp_encode_batch(af_jw *hdr, const uint64_t *ids, const af_case_tensors *const *ts, size_t n,
+                             af_wp_part *parts, size_t *nparts, af_error *err);
 
 /* The bye frame (length included) and its size. */
 extern const uint8_t af_wp_bye[4 + 16];

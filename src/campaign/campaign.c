@@ -112,6 +112,16 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
         cJSON_AddItemToArray(deaths, x);
     }
     cJSON_AddNumberToObject(j, "compile_seconds", s->compile_seconds);
+    cJSON *tm = cJSON_AddObjectToObject(j, "seconds");
+    cJSON_AddNumberToObject(tm, "generate", s->generate_seconds);
+    cJSON_AddNumberToObject(tm, "reference", s->reference_seconds);
+    cJSON_AddNumberToObject(tm, "backends", s->backend_seconds);
+    cJSON_AddNumberToObject(tm, "target", s->target_seconds);
+    cJSON_AddNumberToObject(tm, "compile", s->compile_seconds);
+    cJSON_AddNumberToObject(tm, "protocol", fmax(0.0, s->backend_seconds - s->target_seconds - s->compile_seconds));
+    cJSON_AddNumberToObject(tm, "checks", s->check_seconds);
+    cJSON_AddNumberToObject(tm, "restarts", s->restart_seconds);
+    cJSON_AddNumberToObject(j, "worker_restarts", (double)s->worker_restarts);
     cJSON *kinds = cJSON_AddObjectToObject(j, "findings_per_kind");
     for (int k = 1; k < AF_KIND_COUNT; k++) cJSON_AddNumberToObject(kinds, af_kind_names[k], (double)s->unique_by_kind[k]);
     cJSON *sigs = cJSON_AddArrayToObject(j, "signatures");
@@ -311,6 +321,24 @@ static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t 
     }
 }
 
+/* The executor's time split and its workers' restarts, into this process's stats. */
+static void af_campaign_note_timing(af_campaign_stats *s, const af_exec *x) {
+    const af_exec_timing *t = af_exec_timing_of(x);
+    s->generate_seconds = t->generate_s;
+    s->reference_seconds = t->reference_s;
+    s->backend_seconds = t->backends_s;
+    s->target_seconds = t->target_s;
+    s->check_seconds = t->checks_s;
+    s->restart_seconds = 0;
+    s->worker_restarts = 0;
+    for (size_t k = 0; k < af_exec_backend_count(x); k++) {
+        const af_backend_ext *e = af_backend_ext_of(af_exec_backend_at(x, k));
+        if (!e) continue;
+        s->restart_seconds += e->restart_s;
+        s->worker_restarts += e->restarts;
+    }
+}
+
 static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats *s, bool status, af_error *err) {
     af_exec *x = af_exec_create(&o->exec, err);
     if (!x) return err ? err->code : AF_ERR_INVALID;
@@ -344,6 +372,16 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     bool have_structure = false;
     double compiled = 0.0; /* seconds, this process */
 
+    /* batches: as many cases as every batching worker takes and --batch asks, within
+     * batch_bytes of tensors; the cases of a batch share a compile key when some backend
+     * compiles (a compiled structure then serves the whole batch) */
+    size_t bmax = o->batch > 1 ? o->batch : 1;
+    if (bmax > AF_EXEC_MAX_BATCH) bmax = AF_EXEC_MAX_BATCH;
+    if (bmax > 1 && af_exec_batch_max(x) < bmax) bmax = af_exec_batch_max(x);
+    size_t bbytes = o->batch_bytes ? o->batch_bytes : (size_t)256 << 20;
+    af_case *cases = af_calloc(bmax, sizeof *cases);
+    if (!cases) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
+
     while (st == AF_OK && !af_campaign_stop) {
         double now = af_now();
         s->elapsed = now - start;
@@ -351,59 +389,80 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         if (o->seconds > 0 && s->elapsed >= o->seconds) break;
         if (o->max_findings && s->n_sigs >= o->max_findings) break;
 
-        af_case c;
         bool reuse = key && have_structure && compiled > AF_COMPILE_SHARE * s->elapsed;
-        if (seeds_run < seeds) {
-            c = pool->cases[seeds_run++];
-        } else if (reuse) {
-            c = structure;
-            af_case_revalue(&c, &rng, key, o->exec.budget);
-        } else {
-            af_campaign_draw(o, pool, s->execs, &rng, x, max_flops, &c);
+        size_t n = 0, bytes = 0;
+        while (n < bmax && !(o->runs && s->execs + n >= o->runs)) {
+            af_case c;
+            bool seed = seeds_run < seeds;
+            if (seed) {
+                c = pool->cases[seeds_run++];
+            } else if (reuse) {
+                c = structure;
+                af_case_revalue(&c, &rng, key, o->exec.budget);
+            } else if (n > 0 && key) {
+                c = cases[0];
+                af_case_revalue(&c, &rng, key, o->exec.budget);
+            } else {
+                af_campaign_draw(o, pool, s->execs + n, &rng, x, max_flops, &c);
+            }
+            size_t cb = af_case_tensor_bytes(&c);
+            if (n > 0 && (bytes + cb > bbytes || (seed && key && af_case_key_hash(&c, key) !=
+                                                                      af_case_key_hash(&cases[0], key)))) {
+                if (seed) seeds_run--; /* the next batch runs it */
+                break;
+            }
+            cases[n++] = c;
+            bytes += cb;
         }
-
-        st = af_exec_run_case(x, &c, err);
+        st = n == 1 ? af_exec_run_case(x, &cases[0], err) : af_exec_run_batch(x, cases, n, o->threads, err);
         if (st != AF_OK) break;
-        s->execs++;
-        double cs = af_exec_compile_seconds(x);
-        compiled += cs;
-        s->compile_seconds += cs;
-        if (cs > 0) {
-            structure = c;
-            have_structure = true;
-        }
-        bool ran = false;
-        for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
-        if (!ran) {
-            s->skipped++;
-            have_structure &= !reuse; /* refused after all: draw anew */
-        }
 
-        /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */
-        double worst = 0.0;
-        for (size_t i = 0; i < af_exec_check_count(x); i++)
-            if (af_exec_check_ran(x, i) && af_exec_check_result(x, i)->m.worst_ratio > worst)
-                worst = af_exec_check_result(x, i)->m.worst_ratio;
-        uint64_t bucket = worst > 0 ? (uint64_t)(fmin(log2(worst) + 40.0, 63.0)) : 0;
-        if (seeds_run >= seeds && af_pool_note(pool, af_case_features(&c) * 64 + bucket)) af_pool_add(pool, &c, &rng);
+        for (size_t bi = 0; bi < n && st == AF_OK; bi++) {
+            const af_case *cp = &cases[bi];
+            if (n > 1) af_exec_select(x, bi, NULL);
+            s->execs++;
+            double cs = af_exec_compile_seconds(x);
+            compiled += cs;
+            s->compile_seconds += cs;
+            if (cs > 0) {
+                structure = *cp;
+                have_structure = true;
+            }
+            bool ran = false;
+            for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
+            if (!ran) {
+                s->skipped++;
+                have_structure &= !reuse; /* refused after all: draw anew */
+            }
 
-        size_t nf = af_exec_finding_count(x);
-        if (nf) s->findings_total++;
-        af_store_event ev[AF_EXEC_MAX_CHECKS];
-        size_t nev = 0;
-        st = af_store_findings(store, x, s, af_now() - start, ev, &nev, err);
-        for (size_t i = 0; i < nev; i++) {
-            const af_signature_entry *e = &s->sigs[ev[i].entry];
-            if (!ev[i].first && !ev[i].stored && !ev[i].failed) continue; /* a repeat: counted */
-            snprintf(last, sizeof last, "%s %s %016llx", af_kind_names[e->kind], e->who,
-                     (unsigned long long)e->signature);
-            last_time = s->elapsed;
-            new_sig |= ev[i].first;
-            if (status && ev[i].first) {
-                if (tty) fputs("\r\033[K", stderr); /* over the updating line */
-                fprintf(stderr, "NEW %s %s -> %s\n", af_kind_names[e->kind], e->who, e->bundle[0] ? e->bundle : "(not stored)");
+            /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */
+            double worst = 0.0;
+            for (size_t i = 0; i < af_exec_check_count(x); i++)
+                if (af_exec_check_ran(x, i) && af_exec_check_result(x, i)->m.worst_ratio > worst)
+                    worst = af_exec_check_result(x, i)->m.worst_ratio;
+            uint64_t bucket = worst > 0 ? (uint64_t)(fmin(log2(worst) + 40.0, 63.0)) : 0;
+            if (seeds_run >= seeds && af_pool_note(pool, af_case_features(cp) * 64 + bucket)) af_pool_add(pool, cp, &rng);
+
+            size_t nf = af_exec_finding_count(x);
+            if (nf) s->findings_total++;
+            af_store_event ev[AF_EXEC_MAX_CHECKS];
+            size_t nev = 0;
+            st = af_store_findings(store, x, s, af_now() - start, ev, &nev, err);
+            for (size_t i = 0; i < nev; i++) {
+                const af_signature_entry *e = &s->sigs[ev[i].entry];
+                if (!ev[i].first && !ev[i].stored && !ev[i].failed) continue; /* a repeat: counted */
+                snprintf(last, sizeof last, "%s %s %016llx", af_kind_names[e->kind], e->who,
+                         (unsigned long long)e->signature);
+                last_time = s->elapsed;
+                new_sig |= ev[i].first;
+                if (status && ev[i].first) {
+                    if (tty) fputs("\r\033[K", stderr); /* over the updating line */
+                    fprintf(stderr, "NEW %s %s -> %s\n", af_kind_names[e->kind], e->who,
+                            e->bundle[0] ? e->bundle : "(not stored)");
+                }
             }
         }
+        af_campaign_note_timing(s, x);
         if (status && now - last_status >= 1.0) {
             char tail[300];
             snprintf(tail, sizeof tail, last[0] ? "%s %.0fs ago" : "%s", last, s->elapsed - last_time);
@@ -418,6 +477,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             last_stats = now;
         }
     }
+    af_free(cases);
     s->elapsed = af_now() - start;
     if (status) af_print_status(s, o, last, "DONE", tty);
     af_free(pool);
@@ -464,6 +524,16 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     if (cJSON_IsNumber(ft)) s->findings_total += (uint64_t)ft->valuedouble;
     const cJSON *cs = cJSON_GetObjectItem(j, "compile_seconds");
     if (cJSON_IsNumber(cs)) s->compile_seconds += cs->valuedouble;
+    const cJSON *tm = cJSON_GetObjectItem(j, "seconds");
+    static const char *const tnames[] = {"generate", "reference", "backends", "target", "checks", "restarts"};
+    double *tvals[] = {&s->generate_seconds, &s->reference_seconds, &s->backend_seconds, &s->target_seconds,
+                       &s->check_seconds, &s->restart_seconds};
+    for (size_t i = 0; i < sizeof tnames / sizeof tnames[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItem(tm, tnames[i]);
+        if (cJSON_IsNumber(v)) *tvals[i] += v->valuedouble;
+    }
+    const cJSON *wr = cJSON_GetObjectItem(j, "worker_restarts");
+    if (cJSON_IsNumber(wr)) s->worker_restarts += (uint64_t)wr->valuedouble;
     cJSON_Delete(j);
 }
 

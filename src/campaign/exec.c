@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "attnfuzz/mem.h"
+#include "clock.h"
+#include "parallel.h"
 #include "scratch.h"
 
 typedef enum af_check_type { AF_CHECK_BACKEND, AF_CHECK_PAIR, AF_CHECK_RELATION, AF_CHECK_EXPECTED } af_check_type;
@@ -16,17 +18,10 @@ typedef struct af_check {
     char name[160];
 } af_check;
 
-struct af_exec {
-    af_exec_config cfg;
-    af_backend *be[AF_EXEC_MAX_BACKENDS];
-    char be_spec[AF_EXEC_MAX_BACKENDS][256]; /* as opened: a plugin or worker names itself otherwise */
-    size_t nbe;
-    af_check checks[AF_EXEC_MAX_CHECKS];
-    size_t nchecks;
-
+/* Everything one execution needs and leaves behind: a batch has one per case. */
+typedef struct af_exec_slot {
     af_inputs *in;
-    af_oracle *oracle, *exp_oracle;
-    af_relation_ctx *rel;
+    af_oracle *oracle;
     af_scratch outs; /* slot k: output of backend k */
     /* backends that drew their own dropout keep mask (worker conventions "keep_mask"): the
      * reference that follows it, on a copy of the tensors pointing at that mask */
@@ -34,7 +29,6 @@ struct af_exec {
     af_case_tensors keep_t[AF_EXEC_MAX_BACKENDS];
     bool use_keep[AF_EXEC_MAX_BACKENDS];
 
-    /* last execution */
     af_case c;
     uint8_t bytes[AF_CASE_ENCODED_MAX];
     size_t nbytes;
@@ -46,8 +40,27 @@ struct af_exec {
     af_result results[AF_EXEC_MAX_CHECKS];
     af_finding findings[AF_EXEC_MAX_CHECKS];
     size_t nfind;
-    bool has_expected;
     double compile_s; /* seconds the backends spent compiling */
+    af_status prep;   /* of preparing the slot on a helper thread */
+    af_error prep_err;
+} af_exec_slot;
+
+struct af_exec {
+    af_exec_config cfg;
+    af_backend *be[AF_EXEC_MAX_BACKENDS];
+    char be_spec[AF_EXEC_MAX_BACKENDS][256]; /* as opened: a plugin or worker names itself otherwise */
+    size_t nbe;
+    af_check checks[AF_EXEC_MAX_CHECKS];
+    size_t nchecks;
+
+    af_oracle *exp_oracle;
+    af_relation_ctx *rel;
+    af_exec_slot *slots[AF_EXEC_MAX_BATCH]; /* slot 0 serves single executions */
+    size_t nslots;
+    af_exec_slot *s; /* the execution the accessors see (af_exec_select) */
+    bool has_expected;
+    af_exec_timing timing;
+    af_batch_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
 };
 
 void af_exec_config_default(af_exec_config *cfg) {
@@ -129,6 +142,39 @@ static af_status af_exec_setup(af_exec *x, af_error *err) {
     return AF_OK;
 }
 
+static void af_exec_slot_destroy(af_exec_slot *sl) {
+    if (!sl) return;
+    for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) af_oracle_destroy(sl->keep_oracle[k]);
+    af_inputs_destroy(sl->in);
+    af_oracle_destroy(sl->oracle);
+    af_scratch_release(&sl->outs);
+    af_free(sl);
+}
+
+static af_exec_slot *af_exec_slot_create(const af_exec_config *cfg) {
+    af_exec_slot *sl = af_calloc(1, sizeof *sl);
+    if (!sl) return NULL;
+    sl->in = af_inputs_create();
+    sl->oracle = af_oracle_create(&cfg->oracle);
+    if (!sl->in || !sl->oracle) {
+        af_exec_slot_destroy(sl);
+        return NULL;
+    }
+    return sl;
+}
+
+/* Slots 0 .. n-1 exist. */
+static af_status af_exec_slots(af_exec *x, size_t n, af_error *err) {
+    AF_RETURN_ERROR_IF(n > AF_EXEC_MAX_BATCH, err, AF_ERR_INVALID, "a batch of %zu cases (at most %d)", n,
+                       AF_EXEC_MAX_BATCH);
+    while (x->nslots < n) {
+        x->slots[x->nslots] = af_exec_slot_create(&x->cfg);
+        AF_RETURN_ERROR_IF(!x->slots[x->nslots], err, AF_ERR_NOMEM, "out of memory");
+        x->nslots++;
+    }
+    return AF_OK;
+}
+
 af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
     af_exec *x = af_calloc(1, sizeof *x);
     if (!x) {
@@ -136,15 +182,14 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
         return NULL;
     }
     x->cfg = *cfg;
-    x->in = af_inputs_create();
-    x->oracle = af_oracle_create(&cfg->oracle);
     x->exp_oracle = af_oracle_create(&cfg->oracle);
     x->rel = af_relation_ctx_create();
-    if (!x->in || !x->oracle || !x->exp_oracle || !x->rel) {
+    if (!x->exp_oracle || !x->rel || af_exec_slots(x, 1, err) != AF_OK) {
         af_error_set(err, AF_ERR_NOMEM, "out of memory");
         af_exec_destroy(x);
         return NULL;
     }
+    x->s = x->slots[0];
     if (af_exec_setup(x, err) != AF_OK) {
         af_exec_destroy(x);
         return NULL;
@@ -154,15 +199,10 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
 
 void af_exec_destroy(af_exec *x) {
     if (!x) return;
-    for (size_t k = 0; k < x->nbe; k++) {
-        af_backend_close(x->be[k]);
-        af_oracle_destroy(x->keep_oracle[k]);
-    }
-    af_inputs_destroy(x->in);
-    af_oracle_destroy(x->oracle);
+    for (size_t k = 0; k < x->nbe; k++) af_backend_close(x->be[k]);
+    for (size_t i = 0; i < x->nslots; i++) af_exec_slot_destroy(x->slots[i]);
     af_oracle_destroy(x->exp_oracle);
     af_relation_ctx_destroy(x->rel);
-    af_scratch_release(&x->outs);
     af_free(x);
 }
 
@@ -181,7 +221,7 @@ static const af_result *af_worse(const af_result *a, const af_result *b) {
 
 static void af_exec_error_result(af_exec *x, size_t k, af_result *res) {
     memset(res, 0, sizeof *res);
-    res->kind = af_kind_of_status(x->st[k]);
+    res->kind = af_kind_of_status(x->s->st[k]);
 }
 
 /* The one relation a sampled execution runs on backend k: a function of the case's seeds,
@@ -198,7 +238,7 @@ static af_relation af_exec_sampled_relation(const af_exec *x, const af_case *c, 
 
 /* The oracle backend k's output is compared with: the reference, or the one following
  * the keep mask it drew. */
-static af_oracle *af_exec_oracle_for(af_exec *x, size_t k) { return x->use_keep[k] ? x->keep_oracle[k] : x->oracle; }
+static af_oracle *af_exec_oracle_for(af_exec *x, size_t k) { return x->s->use_keep[k] ? x->s->keep_oracle[k] : x->s->oracle; }
 
 /* Compares backend k's output with o, waiving what the backend declared as its
  * convention: fully masked rows NaN by design (masked_rows "nan"), IEEE 0 * NaN through
@@ -216,20 +256,21 @@ static af_status af_exec_compare(af_exec *x, size_t k, af_oracle *o, const af_te
     return st;
 }
 
-/* After backend k ran: when it returned its own dropout keep mask, prepares the reference
- * that follows it. */
-static af_status af_exec_keep_reference(af_exec *x, size_t k, const af_case_tensors *t, af_error *err) {
-    x->use_keep[k] = false;
-    const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-    if (!e || !e->dropout_keep || !(t->c->dropout_p > 0.0)) return AF_OK;
-    if (!x->keep_oracle[k]) {
-        x->keep_oracle[k] = af_oracle_create(&x->cfg.oracle);
-        AF_RETURN_ERROR_IF(!x->keep_oracle[k], err, AF_ERR_NOMEM, "out of memory");
+/* After backend k ran on the current slot: when it returned its own dropout keep mask
+ * (keep, NULL when none), prepares the reference that follows it. */
+static af_status af_exec_keep_reference(af_exec *x, size_t k, const af_case_tensors *t, const uint8_t *keep,
+                                        af_error *err) {
+    af_exec_slot *sl = x->s;
+    sl->use_keep[k] = false;
+    if (!keep || !(t->c->dropout_p > 0.0)) return AF_OK;
+    if (!sl->keep_oracle[k]) {
+        sl->keep_oracle[k] = af_oracle_create(&x->cfg.oracle);
+        AF_RETURN_ERROR_IF(!sl->keep_oracle[k], err, AF_ERR_NOMEM, "out of memory");
     }
-    x->keep_t[k] = *t;
-    x->keep_t[k].dropout_keep = e->dropout_keep;
-    AF_TRY(af_oracle_prepare(x->keep_oracle[k], &x->keep_t[k], err));
-    x->use_keep[k] = true;
+    sl->keep_t[k] = *t;
+    sl->keep_t[k].dropout_keep = keep;
+    AF_TRY(af_oracle_prepare(sl->keep_oracle[k], &sl->keep_t[k], err));
+    sl->use_keep[k] = true;
     return AF_OK;
 }
 
@@ -239,108 +280,142 @@ static bool af_exec_repeatable(const af_exec *x, size_t k, const af_case *c) {
     return !(e && e->own_dropout && c->dropout_p > 0.0);
 }
 
-/* Runs every backend and every check on the inputs in x->in. */
-static af_status af_exec_execute(af_exec *x, af_error *err) {
-    const af_case_tensors *t = af_inputs_get(x->in);
-    const af_case *c = t->c;
-    x->c = *c;
-    x->nbytes = af_case_encode(c, x->bytes, sizeof x->bytes);
-    x->nfind = 0;
-    x->compile_s = 0;
-    AF_TRY(af_oracle_prepare(x->oracle, t, err));
+/* The current slot, its inputs generated: its case and bytes, nothing found yet. */
+static void af_exec_slot_begin(af_exec_slot *sl) {
+    const af_case_tensors *t = af_inputs_get(sl->in);
+    sl->c = *t->c;
+    sl->nbytes = af_case_encode(t->c, sl->bytes, sizeof sl->bytes);
+    sl->nfind = 0;
+    sl->compile_s = 0;
+}
 
+/* Which backends support the current slot's case; their output buffers. */
+static af_status af_exec_slot_outputs(af_exec *x, af_error *err) {
+    af_exec_slot *sl = x->s;
     for (size_t k = 0; k < x->nbe; k++) {
-        x->supported[k] = af_backend_supports(x->be[k], c, NULL, 0);
-        x->use_keep[k] = false;
-        x->st[k] = AF_OK;
-        x->msg[k][0] = 0;
-        if (!x->supported[k]) continue;
-        af_backend_out_shape(x->be[k], c, &x->out[k]);
-        x->out[k].data = af_scratch_get(&x->outs, (int)k, af_tensor_span(&x->out[k]), err);
-        if (!x->out[k].data) return AF_ERR_NOMEM;
-        af_error berr;
-        x->st[k] = af_backend_run(x->be[k], t, &x->out[k], &berr);
-        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-        if (e) x->compile_s += e->compile_s >= 0 ? e->compile_s : e->new_key ? e->wall_s : 0.0;
-        /* out of memory, or a worker that can no longer be started: not a finding */
-        if (x->st[k] == AF_ERR_NOMEM || x->st[k] == AF_ERR_IO) return af_error_set(err, x->st[k], "%s", berr.msg);
-        if (x->st[k] == AF_ERR_UNSUPPORTED) { /* the backend declined after all: not run */
-            x->supported[k] = false;
-            x->st[k] = AF_OK;
-            continue;
-        }
-        if (x->st[k] != AF_OK) snprintf(x->msg[k], sizeof x->msg[k], "%s", berr.msg);
-        if (x->st[k] == AF_OK) AF_TRY(af_exec_keep_reference(x, k, t, err));
+        sl->supported[k] = af_backend_supports(x->be[k], &sl->c, NULL, 0);
+        sl->use_keep[k] = false;
+        sl->st[k] = AF_OK;
+        sl->msg[k][0] = 0;
+        if (!sl->supported[k]) continue;
+        af_backend_out_shape(x->be[k], &sl->c, &sl->out[k]);
+        sl->out[k].data = af_scratch_get(&sl->outs, (int)k, af_tensor_span(&sl->out[k]), err);
+        if (!sl->out[k].data) return AF_ERR_NOMEM;
     }
+    return AF_OK;
+}
 
+/* What backend k's run on the current slot gave: st (err's message), the keep mask it
+ * drew, the seconds it compiled. */
+static af_status af_exec_took(af_exec *x, size_t k, af_status st, const af_error *berr, const uint8_t *keep,
+                              double compile_s, af_error *err) {
+    af_exec_slot *sl = x->s;
+    sl->st[k] = st;
+    sl->compile_s += compile_s;
+    /* out of memory, or a worker that can no longer be started: not a finding */
+    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr->msg);
+    if (st == AF_ERR_UNSUPPORTED) { /* the backend declined after all: not run */
+        sl->supported[k] = false;
+        sl->st[k] = AF_OK;
+        return AF_OK;
+    }
+    if (st != AF_OK) snprintf(sl->msg[k], sizeof sl->msg[k], "%s", berr->msg);
+    if (st == AF_OK) AF_TRY(af_exec_keep_reference(x, k, af_inputs_get(sl->in), keep, err));
+    return AF_OK;
+}
+
+/* Runs backend k on the current slot, alone. */
+static af_status af_exec_run_backend(af_exec *x, size_t k, af_error *err) {
+    af_exec_slot *sl = x->s;
+    if (!sl->supported[k]) return AF_OK;
+    af_error berr;
+    double t0 = af_now();
+    af_status st = af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &berr);
+    x->timing.backends_s += af_now() - t0;
+    const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+    double compile = 0.0;
+    if (e) {
+        compile = e->compile_s >= 0 ? e->compile_s : e->new_key ? e->wall_s : 0.0;
+        if (e->run_s > 0) x->timing.target_s += e->run_s;
+    }
+    x->timing.compile_s += compile;
+    return af_exec_took(x, k, st, &berr, e ? e->dropout_keep : NULL, compile, err);
+}
+
+/* Evaluates every check on the current slot, whose backends have run. */
+static af_status af_exec_checks(af_exec *x, af_error *err) {
+    af_exec_slot *sl = x->s;
+    const af_case_tensors *t = af_inputs_get(sl->in);
+    const af_case *c = t->c;
+    double t0 = af_now();
     for (size_t i = 0; i < x->nchecks; i++) {
         const af_check *ck = &x->checks[i];
-        af_result *res = &x->results[i];
+        af_result *res = &x->s->results[i];
         memset(res, 0, sizeof *res);
-        x->check_ran[i] = false;
+        x->s->check_ran[i] = false;
         const char *message = "";
         switch (ck->type) {
         case AF_CHECK_BACKEND:
-            if (!x->supported[ck->a]) break;
-            x->check_ran[i] = true;
-            if (x->st[ck->a] != AF_OK) {
+            if (!x->s->supported[ck->a]) break;
+            x->s->check_ran[i] = true;
+            if (x->s->st[ck->a] != AF_OK) {
                 af_exec_error_result(x, ck->a, res);
-                message = x->msg[ck->a];
+                message = x->s->msg[ck->a];
             } else {
-                AF_TRY(af_exec_compare(x, ck->a, af_exec_oracle_for(x, ck->a), &x->out[ck->a], res, err));
+                AF_TRY(af_exec_compare(x, ck->a, af_exec_oracle_for(x, ck->a), &x->s->out[ck->a], res, err));
             }
             break;
         case AF_CHECK_PAIR: {
-            if (!x->supported[ck->a] || !x->supported[ck->b]) break;
-            x->check_ran[i] = true;
+            if (!x->s->supported[ck->a] || !x->s->supported[ck->b]) break;
+            x->s->check_ran[i] = true;
             af_result ra, rb;
             size_t sides[2] = {ck->a, ck->b};
             af_result *rs[2] = {&ra, &rb};
             for (int s = 0; s < 2; s++) {
-                if (x->st[sides[s]] != AF_OK) {
+                if (x->s->st[sides[s]] != AF_OK) {
                     af_exec_error_result(x, sides[s], rs[s]);
-                    message = x->msg[sides[s]];
+                    message = x->s->msg[sides[s]];
                 } else {
-                    AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->out[sides[s]], rs[s], err));
+                    AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->s->out[sides[s]], rs[s], err));
                 }
             }
             *res = *af_worse(&ra, &rb);
             break;
         }
         case AF_CHECK_RELATION: {
-            if (!x->supported[ck->a] || x->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c) ||
+            if (!x->s->supported[ck->a] || x->s->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c) ||
                 !af_exec_repeatable(x, ck->a, c))
                 break;
             if (x->cfg.sample_relations && ck->rel != af_exec_sampled_relation(x, c, ck->a)) break;
             af_error rerr;
-            af_status st = af_relation_check(ck->rel, x->be[ck->a], t, &x->out[ck->a], x->oracle, x->rel, res, &rerr);
+            af_status st = af_relation_check(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], x->s->oracle, x->rel, res, &rerr);
             if (st == AF_ERR_UNSUPPORTED) break;
             if (st != AF_OK) return af_error_set(err, st, "%s: %s", ck->name, rerr.msg);
-            x->check_ran[i] = true;
+            x->s->check_ran[i] = true;
             if (res->kind == AF_KIND_ERROR) message = rerr.msg;
             break;
         }
         case AF_CHECK_EXPECTED: {
-            x->check_ran[i] = true;
+            x->s->check_ran[i] = true;
             if (ck->a == SIZE_MAX) {
                 af_tensor ref;
                 size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
                 af_tensor_contiguous(&ref, AF_F64, 4, ne);
-                ref.data = (void *)(uintptr_t)af_oracle_ref(x->oracle);
+                ref.data = (void *)(uintptr_t)af_oracle_ref(x->s->oracle);
                 AF_TRY(af_oracle_compare(x->exp_oracle, &ref, res, err));
-            } else if (!x->supported[ck->a]) {
-                x->check_ran[i] = false;
-            } else if (x->st[ck->a] != AF_OK) {
+            } else if (!x->s->supported[ck->a]) {
+                x->s->check_ran[i] = false;
+            } else if (x->s->st[ck->a] != AF_OK) {
                 af_exec_error_result(x, ck->a, res);
-                message = x->msg[ck->a];
+                message = x->s->msg[ck->a];
             } else {
-                AF_TRY(af_exec_compare(x, ck->a, x->exp_oracle, &x->out[ck->a], res, err));
+                AF_TRY(af_exec_compare(x, ck->a, x->exp_oracle, &x->s->out[ck->a], res, err));
             }
             break;
         }
         }
-        if (x->check_ran[i] && res->kind != AF_KIND_OK) {
-            af_finding *f = &x->findings[x->nfind++];
+        if (x->s->check_ran[i] && res->kind != AF_KIND_OK) {
+            af_finding *f = &x->s->findings[x->s->nfind++];
             memset(f, 0, sizeof *f);
             f->kind = res->kind;
             f->check = i;
@@ -350,7 +425,20 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
             f->signature = af_signature(f->kind, f->who, c);
         }
     }
+    x->timing.checks_s += af_now() - t0;
     return AF_OK;
+}
+
+/* Runs every backend and every check on the inputs in the current slot. */
+static af_status af_exec_execute(af_exec *x, af_error *err) {
+    af_exec_slot *sl = x->s;
+    af_exec_slot_begin(sl);
+    double t0 = af_now();
+    AF_TRY(af_oracle_prepare(sl->oracle, af_inputs_get(sl->in), err));
+    x->timing.reference_s += af_now() - t0;
+    AF_TRY(af_exec_slot_outputs(x, err));
+    for (size_t k = 0; k < x->nbe; k++) AF_TRY(af_exec_run_backend(x, k, err));
+    return af_exec_checks(x, err);
 }
 
 /* Drops the checks against an expected output of a previous bundle. */
@@ -361,8 +449,126 @@ static void af_exec_drop_expected(af_exec *x) {
 
 af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err) {
     af_exec_drop_expected(x);
-    AF_TRY(af_inputs_generate(x->in, c, err));
+    x->s = x->slots[0];
+    double t0 = af_now();
+    AF_TRY(af_inputs_generate(x->s->in, c, err));
+    x->timing.generate_s += af_now() - t0;
+    x->timing.cases++;
     return af_exec_execute(x, err);
+}
+
+/* --- batches ----------------------------------------------------------------------------- */
+
+typedef struct af_exec_batch_ctx {
+    af_exec *x;
+    const af_case *cases;
+} af_exec_batch_ctx;
+
+/* On a helper thread: slot i's inputs (touching nothing but the slot). */
+static void af_exec_generate_one(void *arg, size_t i) {
+    af_exec_batch_ctx *b = arg;
+    af_exec_slot *sl = b->x->slots[i];
+    sl->prep = af_inputs_generate(sl->in, &b->cases[i], &sl->prep_err);
+    if (sl->prep == AF_OK) af_exec_slot_begin(sl);
+}
+
+/* On a helper thread: slot i's float64 reference. */
+static void af_exec_reference_one(void *arg, size_t i) {
+    af_exec_batch_ctx *b = arg;
+    af_exec_slot *sl = b->x->slots[i];
+    sl->prep = af_oracle_prepare(sl->oracle, af_inputs_get(sl->in), &sl->prep_err);
+}
+
+/* The first slot whose preparation failed, as the batch's error. */
+static af_status af_exec_prep_status(af_exec *x, size_t n, af_error *err) {
+    for (size_t i = 0; i < n; i++)
+        if (x->slots[i]->prep != AF_OK) return af_error_set(err, x->slots[i]->prep, "%s", x->slots[i]->prep_err.msg);
+    return AF_OK;
+}
+
+af_status af_exec_run_batch(af_exec *x, const af_case *cases, size_t n, unsigned threads, af_error *err) {
+    af_exec_drop_expected(x);
+    AF_RETURN_ERROR_IF(n == 0, err, AF_ERR_INVALID, "an empty batch");
+    AF_TRY(af_exec_slots(x, n, err));
+    af_exec_batch_ctx ctx = {x, cases};
+    /* 1. every case's inputs, on the helper threads */
+    double t0 = af_now();
+    af_parallel_for(n, threads, af_exec_generate_one, &ctx);
+    x->timing.generate_s += af_now() - t0;
+    x->timing.cases += n;
+    AF_TRY(af_exec_prep_status(x, n, err));
+    for (size_t i = 0; i < n; i++) {
+        x->s = x->slots[i];
+        AF_TRY(af_exec_slot_outputs(x, err));
+    }
+    /* 2. each backend that takes batches gets its cases now, in one frame, and works on
+     * them while the references are computed here */
+    bool begun[AF_EXEC_MAX_BACKENDS] = {false};
+    size_t idx[AF_EXEC_MAX_BACKENDS][AF_EXEC_MAX_BATCH], cnt[AF_EXEC_MAX_BACKENDS] = {0};
+    double tb = af_now();
+    for (size_t k = 0; k < x->nbe; k++) {
+        for (size_t i = 0; i < n; i++)
+            if (x->slots[i]->supported[k]) idx[k][cnt[k]++] = i;
+        if (cnt[k] < 2 || af_backend_batch_max(x->be[k]) < cnt[k]) continue;
+        const af_case_tensors *in[AF_EXEC_MAX_BATCH];
+        for (size_t j = 0; j < cnt[k]; j++) in[j] = af_inputs_get(x->slots[idx[k][j]]->in);
+        AF_TRY(af_backend_batch_begin(x->be[k], in, cnt[k], err));
+        begun[k] = true;
+    }
+    x->timing.backends_s += af_now() - tb;
+    /* 3. the references, on the helper threads */
+    t0 = af_now();
+    af_parallel_for(n, threads, af_exec_reference_one, &ctx);
+    x->timing.reference_s += af_now() - t0;
+    AF_TRY(af_exec_prep_status(x, n, err));
+    /* 4. the other backends, case by case; then the batches' answers */
+    for (size_t k = 0; k < x->nbe; k++) {
+        if (begun[k]) continue;
+        for (size_t i = 0; i < n; i++) {
+            x->s = x->slots[i];
+            AF_TRY(af_exec_run_backend(x, k, err));
+        }
+    }
+    tb = af_now();
+    for (size_t k = 0; k < x->nbe; k++) {
+        if (!begun[k]) continue;
+        af_tensor *outs[AF_EXEC_MAX_BATCH];
+        af_batch_result *res = x->bres;
+        for (size_t j = 0; j < cnt[k]; j++) outs[j] = &x->slots[idx[k][j]]->out[k];
+        AF_TRY(af_backend_batch_end(x->be[k], outs, res, err));
+        for (size_t j = 0; j < cnt[k]; j++) {
+            x->s = x->slots[idx[k][j]];
+            double compile = res[j].compile_s >= 0 ? res[j].compile_s : res[j].new_key ? res[j].wall_s : 0.0;
+            x->timing.compile_s += compile;
+            if (res[j].run_s > 0) x->timing.target_s += res[j].run_s;
+            AF_TRY(af_exec_took(x, k, res[j].st, &res[j].err, res[j].dropout_keep, compile, err));
+        }
+    }
+    x->timing.backends_s += af_now() - tb;
+    /* 5. the checks, case by case */
+    for (size_t i = 0; i < n; i++) {
+        x->s = x->slots[i];
+        AF_TRY(af_exec_checks(x, err));
+    }
+    x->s = x->slots[0];
+    return AF_OK;
+}
+
+af_status af_exec_select(af_exec *x, size_t i, af_error *err) {
+    AF_RETURN_ERROR_IF(i >= x->nslots, err, AF_ERR_INVALID, "no case %zu in the last batch", i);
+    x->s = x->slots[i];
+    return AF_OK;
+}
+
+const af_exec_timing *af_exec_timing_of(const af_exec *x) { return &x->timing; }
+
+size_t af_exec_batch_max(const af_exec *x) {
+    size_t m = AF_EXEC_MAX_BATCH;
+    for (size_t k = 0; k < x->nbe; k++) {
+        size_t b = af_backend_batch_max(x->be[k]);
+        if (b > 1 && b < m) m = b;
+    }
+    return m;
 }
 
 af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_error *err) {
@@ -373,12 +579,13 @@ af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_err
 
 af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
     af_exec_drop_expected(x);
+    x->s = x->slots[0];
     AF_TRY(af_bundle_check_budget(b, x->cfg.budget, err)); /* before anything is allocated for it */
-    AF_TRY(af_bundle_load_inputs(b, x->in, err));
+    AF_TRY(af_bundle_load_inputs(b, x->s->in, err));
     double *expected = NULL;
     AF_TRY(af_bundle_load_expected(b, &expected, err));
     if (expected) {
-        const af_case_tensors *t = af_inputs_get(x->in);
+        const af_case_tensors *t = af_inputs_get(x->s->in);
         af_status st = af_oracle_prepare_expected(x->exp_oracle, t, expected, err);
         af_free(expected);
         AF_TRY(st);
@@ -394,12 +601,12 @@ af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
     return af_exec_execute(x, err);
 }
 
-size_t af_exec_finding_count(const af_exec *x) { return x->nfind; }
-const af_finding *af_exec_finding(const af_exec *x, size_t i) { return i < x->nfind ? &x->findings[i] : NULL; }
-const af_case *af_exec_case(const af_exec *x) { return &x->c; }
+size_t af_exec_finding_count(const af_exec *x) { return x->s->nfind; }
+const af_finding *af_exec_finding(const af_exec *x, size_t i) { return i < x->s->nfind ? &x->s->findings[i] : NULL; }
+const af_case *af_exec_case(const af_exec *x) { return &x->s->c; }
 size_t af_exec_input(const af_exec *x, const uint8_t **bytes) {
-    *bytes = x->bytes;
-    return x->nbytes;
+    *bytes = x->s->bytes;
+    return x->s->nbytes;
 }
 size_t af_exec_backend_count(const af_exec *x) { return x->nbe; }
 af_backend *af_exec_backend_at(const af_exec *x, size_t i) { return i < x->nbe ? x->be[i] : NULL; }
@@ -419,20 +626,20 @@ uint32_t af_exec_compile_key(const af_exec *x) {
     return key;
 }
 
-double af_exec_compile_seconds(const af_exec *x) { return x->compile_s; }
+double af_exec_compile_seconds(const af_exec *x) { return x->s->compile_s; }
 
 size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
 const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }
-bool af_exec_check_ran(const af_exec *x, size_t i) { return x->check_ran[i]; }
-const af_result *af_exec_check_result(const af_exec *x, size_t i) { return &x->results[i]; }
+bool af_exec_check_ran(const af_exec *x, size_t i) { return x->s->check_ran[i]; }
+const af_result *af_exec_check_result(const af_exec *x, size_t i) { return &x->s->results[i]; }
 
 static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle_output *o) {
     memset(o, 0, sizeof *o);
     o->backend = af_backend_name(x->be[k]);
     o->version = af_backend_version(x->be[k]);
-    o->out = x->st[k] == AF_OK ? &x->out[k] : NULL;
+    o->out = x->s->st[k] == AF_OK ? &x->s->out[k] : NULL;
     o->result = *res;
-    o->error = x->st[k] == AF_OK ? NULL : x->msg[k];
+    o->error = x->s->st[k] == AF_OK ? NULL : x->s->msg[k];
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     if (e) {
         o->conventions = e->conventions;
@@ -442,16 +649,16 @@ static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle
 }
 
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len, af_error *err) {
-    AF_RETURN_ERROR_IF(i >= x->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
-    return af_exec_write_bundle_as(x, i, x->findings[i].signature, dir, path, path_len, err);
+    AF_RETURN_ERROR_IF(i >= x->s->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    return af_exec_write_bundle_as(x, i, x->s->findings[i].signature, dir, path, path_len, err);
 }
 
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err) {
-    AF_RETURN_ERROR_IF(i >= x->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
-    const af_finding *f = &x->findings[i];
+    AF_RETURN_ERROR_IF(i >= x->s->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    const af_finding *f = &x->s->findings[i];
     const af_check *ck = &x->checks[f->check];
-    const af_case_tensors *t = af_inputs_get(x->in);
+    const af_case_tensors *t = af_inputs_get(x->s->in);
     af_bundle_output outs[2];
     size_t nout = 0;
     char relname[200];
@@ -465,8 +672,8 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
         for (int s = 0; s < 2; s++) {
             af_result r;
             memset(&r, 0, sizeof r);
-            if (x->st[sides[s]] == AF_OK) {
-                AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->out[sides[s]], &r, err));
+            if (x->s->st[sides[s]] == AF_OK) {
+                AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->s->out[sides[s]], &r, err));
             } else {
                 af_exec_error_result(x, sides[s], &r);
             }
@@ -478,9 +685,9 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
         /* the transformed run again (deterministic), to store its output beside the original */
         af_result r;
         af_error rerr;
-        AF_TRY(af_relation_check(ck->rel, x->be[ck->a], t, &x->out[ck->a], x->oracle, x->rel, &r, &rerr));
+        AF_TRY(af_relation_check(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], x->s->oracle, x->rel, &r, &rerr));
         af_result orig;
-        AF_TRY(af_exec_compare(x, ck->a, x->oracle, &x->out[ck->a], &orig, err));
+        AF_TRY(af_exec_compare(x, ck->a, x->s->oracle, &x->s->out[ck->a], &orig, err));
         af_exec_output(x, ck->a, &orig, &outs[nout++]);
         snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
         outs[nout] = outs[0];
@@ -497,12 +704,12 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
     snprintf(replay, sizeof replay, "attnfuzz replay %s/%s", dir, name);
     af_bundle_spec spec;
     memset(&spec, 0, sizeof spec);
-    spec.c = &x->c;
-    spec.input = x->bytes;
-    spec.input_len = x->nbytes;
+    spec.c = &x->s->c;
+    spec.input = x->s->bytes;
+    spec.input_len = x->s->nbytes;
     spec.tensors = t;
     /* the reference the failing side was judged by (one following a worker's keep mask) */
-    spec.ref = af_oracle_ref(ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->oracle : af_exec_oracle_for(x, ck->a));
+    spec.ref = af_oracle_ref(ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->s->oracle : af_exec_oracle_for(x, ck->a));
     spec.kind = f->kind;
     spec.signature = signature;
     spec.who = f->who;

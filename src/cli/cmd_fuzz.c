@@ -45,6 +45,14 @@ static void af_fuzz_usage(FILE *f) {
             "  --strategy S        generator (default), or a baseline: grid, bytes\n"
             "  --no-minimize       store findings as found (default: minimize each new one\n"
             "                      first and sign the minimized case, so one bug is one bundle)\n"
+            "  --batch N           run N cases at a time (default 1): their inputs and\n"
+            "                      references on --threads threads, and a worker that declares\n"
+            "                      batches gets them in one frame (a GPU kernel's cases launched\n"
+            "                      back to back); cases of a batch share a compile key\n"
+            "  --threads N         threads for a batch's inputs and references (default 1;\n"
+            "                      more than 1: the job is not bound to one CPU)\n"
+            "  --no-spare          no spare worker process after a worker's first crash (a\n"
+            "                      spare started ahead makes each later restart cost no start-up)\n"
             "  --quiet             no status lines\n"
             "\n"
             "exit: 0 nothing found, 1 findings, 2 usage or runtime error\n");
@@ -70,7 +78,8 @@ int af_cmd_fuzz(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
-    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND };
+    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
+           O_BATCH, O_THREADS, O_NOSPARE };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
@@ -87,6 +96,9 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"no-minimize", no_argument, 0, O_NOMIN},
         {"tiny", no_argument, 0, O_TINY},
         {"no-bind", no_argument, 0, O_NOBIND},
+        {"batch", required_argument, 0, O_BATCH},
+        {"threads", required_argument, 0, O_THREADS},
+        {"no-spare", no_argument, 0, O_NOSPARE},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -126,6 +138,15 @@ int af_cmd_fuzz(int argc, char **argv) {
         case O_NOMIN: o.no_minimize = true; break;
         case O_TINY: o.tiny = true; break;
         case O_NOBIND: o.no_bind = true; break;
+        case O_BATCH:
+            if (af_parse_u64(optarg, &v) || v < 1 || v > AF_EXEC_MAX_BATCH) goto bad;
+            o.batch = (unsigned)v;
+            break;
+        case O_THREADS:
+            if (af_parse_u64(optarg, &v) || v < 1 || v > 64) goto bad;
+            o.threads = (unsigned)v;
+            break;
+        case O_NOSPARE: cfg.worker.no_spare = true; break;
         case O_STRAT: {
             int k = 0;
             while (k < AF_STRATEGY_COUNT && strcmp(optarg, af_strategy_names[k]) != 0) k++;
@@ -149,6 +170,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     af_cli_default_checks(&cfg, selected);
     cfg.sample_relations = true;
     o.exec = cfg;
+    if (o.threads > 1) o.no_bind = true; /* threads need CPUs of their own */
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -4,7 +4,7 @@
  *
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
  *            [--dropout keep_mask] [--bug scale] [--fault KIND] [--fault-mod N] [--fault-run N]
- *            [--name NAME] [--affinity-file PATH]
+ *            [--name NAME] [--affinity-file PATH] [--start-sleep S] [--batch N] [--unsupported-mod N]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -15,6 +15,10 @@
  * --fault-run N       fault on the N-th run request only, whatever its case (a flaky target:
  *                     the same case passes when sent again)
  * --affinity-file P   append "PID CPU,CPU,..." (the CPUs this worker may run on) to P at start
+ * --start-sleep S     sleep S seconds before the hello (an interpreter and a GPU context starting)
+ * --run-sleep S       sleep S seconds on every case (a slow kernel)
+ * --batch N           declare batch N and answer run frames holding a batch of cases
+ * --unsupported-mod N answer "unsupported" on cases with (q_len + kv_len + head_dim) % N == 0
  *
  * Only libm and src/core/json_scan.c (a JSON reader that depends on the C library alone):
  * the frames are read and written here, not through attnfuzz. A header is read in place
@@ -32,7 +36,8 @@
 #include "json_scan.h"
 
 typedef struct cw_opts {
-    double compile_sleep;
+    double compile_sleep, start_sleep, run_sleep;
+    long batch, unsupported_mod;
     const char *out_dtype; /* f32, f64, case */
     int masked_rows_nan, keep_mask, bug_scale;
     const char *fault;
@@ -41,7 +46,7 @@ typedef struct cw_opts {
     const char *affinity_file;
 } cw_opts;
 
-static cw_opts opt = {0.0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL};
+static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL};
 static long runs_seen; /* run requests so far */
 
 /* Whether --fault applies to this run request. */
@@ -81,6 +86,42 @@ static void write_frame(const char *header, const void *payload, size_t plen) {
     fputc('\n', stdout);
     if (plen) fwrite(payload, 1, plen, stdout);
     fflush(stdout);
+}
+
+/* The answers to a batch: its items' headers, then one payload (an item's tensor offsets
+ * count from the start of that payload: batch_base is where the current item's start). */
+static int in_batch;
+static char *bhdr;
+static size_t bhdr_len, bhdr_cap;
+static uint8_t *bpay;
+static size_t bpay_len, bpay_cap;
+
+static void grow(void **p, size_t *cap, size_t need) {
+    if (need <= *cap) return;
+    size_t c = *cap ? *cap : 4096;
+    while (c < need) c *= 2;
+    *p = realloc(*p, c);
+    if (!*p) {
+        fprintf(stderr, "c_worker: out of memory\n");
+        exit(1);
+    }
+    *cap = c;
+}
+
+/* One answer: a frame of its own, or an item of the batch being answered. */
+static void emit(const char *header, const void *payload, size_t plen) {
+    if (!in_batch) {
+        write_frame(header, payload, plen);
+        return;
+    }
+    size_t hl = strlen(header);
+    grow((void **)&bhdr, &bhdr_cap, bhdr_len + hl + 2);
+    if (bhdr_len) bhdr[bhdr_len++] = ',';
+    memcpy(bhdr + bhdr_len, header, hl + 1);
+    bhdr_len += hl;
+    grow((void **)&bpay, &bpay_cap, bpay_len + plen + 1);
+    if (plen) memcpy(bpay + bpay_len, payload, plen);
+    bpay_len += plen;
 }
 
 /* --- numbers ------------------------------------------------------------------------------- */
@@ -329,7 +370,7 @@ static void answer_error(double id, const char *status, const char *key, const c
     char hdr[512];
     snprintf(hdr, sizeof hdr, "{\"type\":\"result\",\"id\":%.0f,\"status\":\"%s\",\"%s\":\"%s\"}", id, status, key,
              msg);
-    write_frame(hdr, NULL, 0);
+    emit(hdr, NULL, 0);
 }
 
 /* Runs one request; returns 0 to go on. */
@@ -363,7 +404,16 @@ static int serve_run(long req, const uint8_t *payload) {
         }
     }
 
+    if (opt.unsupported_mod > 0 && (Sq + Sk + D) % (size_t)opt.unsupported_mod == 0) {
+        answer_error(id, "unsupported", "reason", "c_worker: declining on purpose");
+        return 0;
+    }
+
     double t0 = now_s(), compile_s = 0.0;
+    if (opt.run_sleep > 0) {
+        struct timespec ts = {(time_t)opt.run_sleep, (long)((opt.run_sleep - floor(opt.run_sleep)) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
     if (opt.compile_sleep > 0 && key_is_new(compile_key(c))) {
         struct timespec ts = {(time_t)opt.compile_sleep, (long)((opt.compile_sleep - floor(opt.compile_sleep)) * 1e9)};
         nanosleep(&ts, NULL);
@@ -503,18 +553,19 @@ static int serve_run(long req, const uint8_t *payload) {
     double run_s = now_s() - t0 - compile_s;
     static const char *const dn[] = {"f32", "f16", "bf16", "f64"};
     char hdr[1024];
+    size_t base = in_batch ? bpay_len : 0;
     int n = snprintf(hdr, sizeof hdr,
                      "{\"type\":\"result\",\"id\":%.0f,\"status\":\"ok\",\"layout\":\"bhsd\",\"tensors\":["
                      "{\"name\":\"out\",\"dtype\":\"%s\",\"shape\":[%zu,%zu,%zu,%zu],\"strides\":[%zu,%zu,%zu,%zu],"
-                     "\"offset\":0}",
-                     id, dn[odt], B, Hq, osq, Dv, Hq * osq * Dv * es, osq * Dv * es, Dv * es, es);
+                     "\"offset\":%zu}",
+                     id, dn[odt], B, Hq, osq, Dv, Hq * osq * Dv * es, osq * Dv * es, Dv * es, es, base);
     if (keep_n)
         n += snprintf(hdr + n, sizeof hdr - (size_t)n,
                       ",{\"name\":\"dropout_keep\",\"dtype\":\"bool\",\"shape\":[%zu,%zu,%zu,%zu],"
                       "\"strides\":[%zu,%zu,%zu,1],\"offset\":%zu}",
-                      B, Hq, Sq, Sk, Hq * Sq * Sk, Sq * Sk, Sk, B * Hq * osq * Dv * es);
+                      B, Hq, Sq, Sk, Hq * Sq * Sk, Sq * Sk, Sk, base + B * Hq * osq * Dv * es);
     snprintf(hdr + n, sizeof hdr - (size_t)n, "],\"timings\":{\"compile_s\":%.6f,\"run_s\":%.6f}}", compile_s, run_s);
-    write_frame(hdr, outb, B * Hq * osq * Dv * es + keep_n);
+    emit(hdr, outb, B * Hq * osq * Dv * es + keep_n);
     (void)on;
     free(outb), free(s), free(acc), free(live), free(kp), free(slive);
     return 0;
@@ -524,6 +575,10 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--compile-sleep") && v) opt.compile_sleep = atof(v), i++;
+        else if (!strcmp(a, "--start-sleep") && v) opt.start_sleep = atof(v), i++;
+        else if (!strcmp(a, "--run-sleep") && v) opt.run_sleep = atof(v), i++;
+        else if (!strcmp(a, "--batch") && v) opt.batch = atol(v), i++;
+        else if (!strcmp(a, "--unsupported-mod") && v) opt.unsupported_mod = atol(v), i++;
         else if (!strcmp(a, "--out-dtype") && v) opt.out_dtype = v, i++;
         else if (!strcmp(a, "--masked-rows") && v) opt.masked_rows_nan = !strcmp(v, "nan"), i++;
         else if (!strcmp(a, "--dropout") && v) opt.keep_mask = !strcmp(v, "keep_mask"), i++;
@@ -555,7 +610,12 @@ int main(int argc, char **argv) {
         fprintf(f, "\n");
         fclose(f);
     }
-    char hello[2048];
+    if (opt.start_sleep > 0) {
+        struct timespec ts = {(time_t)opt.start_sleep, (long)((opt.start_sleep - floor(opt.start_sleep)) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    char hello[2048], batch[64] = "";
+    if (opt.batch > 1) snprintf(batch, sizeof batch, ",\"batch\":%ld", opt.batch);
     snprintf(hello, sizeof hello,
              "{\"type\":\"hello\",\"protocol\":1,\"name\":\"%s\",\"version\":\"1.0\",\"variant\":\"%s\","
              "\"caps\":[\"f32\",\"f16\",\"bf16\",\"tf32\",\"gqa\",\"cross\",\"dv\",\"scale\",\"softcap\",\"amask\","
@@ -563,9 +623,9 @@ int main(int argc, char **argv) {
              "\"layouts\":[\"bhsd\",\"bshd\",\"sbhd\",\"bsd\",\"channels_first\",\"qkv_bs3hd\",\"qkv_bsh3d\","
              "\"qkv_channels_first\"],\"dtypes\":[\"f32\",\"f16\",\"bf16\"],"
              "\"conventions\":{\"masked_rows\":\"%s\",\"dropout\":\"%s\"},"
-             "\"compile_key\":[\"shapes\",\"dtype\",\"layouts\",\"masks\",\"causal\"]}",
+             "\"compile_key\":[\"shapes\",\"dtype\",\"layouts\",\"masks\",\"causal\"]%s}",
              opt.name, opt.bug_scale ? "bug_scale" : "naive", opt.masked_rows_nan ? "nan" : "zero",
-             opt.keep_mask ? "keep_mask" : "counter");
+             opt.keep_mask ? "keep_mask" : "counter", batch);
     write_frame(hello, NULL, 0);
     for (;;) {
         long n = read_frame();
@@ -587,6 +647,23 @@ int main(int argc, char **argv) {
         }
         J = (const char *)rbuf;
         if (af_js_is(J, T, get(0, "type"), "bye")) return 0;
-        if (af_js_is(J, T, get(0, "type"), "run")) serve_run(0, rbuf + used + 1);
+        if (!af_js_is(J, T, get(0, "type"), "run")) continue;
+        long items = get(0, "batch");
+        if (items < 0) {
+            serve_run(0, rbuf + used + 1);
+            continue;
+        }
+        /* a batch: every item answered, gathered into one frame */
+        in_batch = 1;
+        bhdr_len = bpay_len = 0;
+        long it = af_js_item(T, items, 0);
+        for (uint32_t k = 0; k < T[items].size; k++, it = T[it].next) serve_run(it, rbuf + used + 1);
+        in_batch = 0;
+        grow((void **)&bhdr, &bhdr_cap, bhdr_len + 64);
+        char *frame = malloc(bhdr_len + 64);
+        if (!frame) return 1;
+        snprintf(frame, bhdr_len + 64, "{\"type\":\"result\",\"batch\":[%s]}", bhdr_len ? bhdr : "");
+        write_frame(frame, bpay, bpay_len);
+        free(frame);
     }
 }

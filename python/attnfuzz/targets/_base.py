@@ -232,6 +232,8 @@ class Target:
     LAZY_COMPILE = False
     REFUSALS: tuple = ()
     SCORE_BUDGET = True
+    BATCH = 64         # the most cases one run frame may hold (the hello's `batch`); the
+                       # campaign sends batches only when asked (attnfuzz fuzz --batch)
 
     def __init__(self, variant):
         self.variant = variant
@@ -335,6 +337,18 @@ class Target:
         res.run_s = run_s
         return res
 
+    def run_batch(self, requests):
+        """Runs the cases of a batch frame ([(case, q, k, v, mask, bool_mask)], one compile
+        key): a Result or the exception raised, per case, in order. This one runs them one
+        by one; a GPU target overrides it to launch them all and synchronize once."""
+        out = []
+        for case, q, k, v, mask, bool_mask in requests:
+            try:
+                out.append(self.run(case, q, k, v, mask=mask, bool_mask=bool_mask))
+            except Exception as e:  # noqa: BLE001 - the case's own status
+                out.append(e)
+        return out
+
 
 def _quiet_warnings():
     """The stacks' warnings about inputs we send on purpose (non-writable numpy views,
@@ -364,18 +378,31 @@ def main(stack, target_cls, argv=None):
     target = target_cls(variant)
     h = target.hello()
 
+    def die_if_fatal(e):
+        # the process cannot run another case (a CUDA context lost): exit, so attnfuzz
+        # records this case as a crash and starts a fresh worker
+        if target.fatal(e):
+            import os
+            import traceback
+            traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(70)
+
     def run(*a, **kw):
         try:
             return target.run(*a, **kw)
         except Exception as e:  # noqa: BLE001
-            if target.fatal(e):
-                import os
-                import traceback
-                traceback.print_exc()
-                sys.stderr.flush()
-                os._exit(70)
+            die_if_fatal(e)
             raise
+
+    def run_batch(requests):
+        out = target.run_batch(requests)
+        for e in out:
+            if isinstance(e, Exception):
+                die_if_fatal(e)
+        return out
 
     return serve(run, name=stack.name, version=stack.version(), variant=variant, caps=h["caps"],
                  layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
-                 conventions=h["conventions"], compile_key=h["compile_key"])
+                 conventions=h["conventions"], compile_key=h["compile_key"],
+                 batch=target.BATCH, run_batch=run_batch if target.BATCH > 1 else None)

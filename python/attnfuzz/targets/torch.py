@@ -409,6 +409,7 @@ class Target(_base.Target):
         self.device = "cuda" if self.cuda else "cpu"
         self.compiled = self.backend == "compile"
         self.CACHE_SIZE = 32 if self.compiled else 256
+        self._deferred = False
         super().__init__(variant)
         torch.set_num_threads(1)
         if self.compiled:
@@ -545,6 +546,8 @@ class Target(_base.Target):
                 return self._run_sdpa_dropout(case, mod, cfg, args)
             _select_sdpa(self)
             out = mod(*args)
+            if self._deferred:              # a batch: copied back after one synchronize
+                return Result(out, layout=cfg["out_layout"])
             if self.cuda:
                 torch.cuda.synchronize()
             return Result(to_numpy(out), layout=cfg["out_layout"])
@@ -559,6 +562,28 @@ class Target(_base.Target):
             # CUDA context.
             if self.cuda and torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
                 torch.cuda.empty_cache()
+
+    def run_batch(self, requests):
+        """On CUDA: every case of the batch launched back to back, one synchronize, then the
+        outputs copied back (the CPU variants run them one by one). A device fault shows at
+        the synchronize: every case gets it, and main() ends the worker (fatal), so that
+        attnfuzz sends the cases again one by one and charges the crash to the right one."""
+        if not self.cuda:
+            return super().run_batch(requests)
+        torch = self.torch
+        self._deferred = True
+        try:
+            out = super().run_batch(requests)
+        finally:
+            self._deferred = False
+        try:
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 - a device fault: every case of the batch
+            return [e] * len(out)
+        for r in out:
+            if not isinstance(r, Exception):
+                r.out = to_numpy(r.out) if not isinstance(r.out, np.ndarray) else r.out
+        return out
 
     def refusal(self, exc):
         msg = str(exc)
