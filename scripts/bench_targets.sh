@@ -11,11 +11,18 @@
 # torch.compile, flex) at least 20 execs/s per core on the default distribution; and, on a
 # GPU, the eager CUDA variants together at least 1,000 execs/s on tiny cases.
 #
-#   scripts/bench_targets.sh [--tiny S] [--default S] [--jobs N] [--out DIR] [VARIANT...]
+# Then, per stack (--stock S), the campaign users run beside the raw one: the stack's
+# variants together for S seconds as scripts/campaign.sh runs them (minimization on, the
+# stack's findings bundles as the corpus, known bugs loaded) and the same with --no-minimize
+# and no corpus; the table gives both rates, their ratio (the target: at least one half),
+# and where the stock campaign's time went (stats "seconds": minimization, restarts, ...).
+#
+#   scripts/bench_targets.sh [--tiny S] [--default S] [--stock S] [--jobs N] [--out DIR] [VARIANT...]
 #
 #   --tiny S      seconds of the tiny campaign per variant (default 10; 0 skips it)
 #   --default S   seconds of the default-distribution campaign (default 120, the issue's
 #                 "2-minute campaign"; 0 skips it)
+#   --stock S     seconds of each stack's stock and raw campaigns (default 120; 0 skips them)
 #   --jobs N      attnfuzz --jobs (default 1: the per-core figures)
 #   --out DIR     where bench.tsv, the stats and the logs go (default a temporary directory)
 #   VARIANT       STACK/VARIANT (default: every variant `python -m attnfuzz.targets --list`
@@ -26,14 +33,15 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-tiny=10 dflt=120 jobs=1 out=""
+tiny=10 dflt=120 stock=120 jobs=1 out=""
 while [ $# -gt 0 ]; do
   case $1 in
     --tiny) tiny=$2; shift 2 ;;
     --default) dflt=$2; shift 2 ;;
+    --stock) stock=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     -*) echo "bench_targets.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -119,3 +127,62 @@ for text, ok in verdicts:
     print("%s  %s" % ("PASS" if ok else "FAIL", text))
 EOF
 echo "bench_targets.sh: results in $out (bench.tsv, stats-*.json, bench.log)" >&2
+
+# the stock campaign per stack, beside the raw one
+[ "$stock" != 0 ] || exit 0
+srows=$out/stock-rows
+: >"$srows"
+for stack in $(printf '%s\n' "${variants[@]}" | sed 's|/.*||' | sort -u); do
+  backends=()
+  for v in "${variants[@]}"; do [ "${v%%/*}" = "$stack" ] && backends+=(--backend "target:$v"); done
+  corpus=()
+  [ -d "corpus/findings/$stack/bundles" ] && corpus=(--corpus "corpus/findings/$stack/bundles")
+  for mode in raw stock; do
+    st=$out/stats-stack-$stack-$mode.json
+    rm -rf "$out/crashes-$stack-$mode"
+    flags=(--no-minimize)
+    [ $mode = stock ] && flags=("${corpus[@]}")
+    "$af" fuzz "${backends[@]}" --jobs "$jobs" --time "$stock" --quiet --crashes "$out/crashes-$stack-$mode" \
+      --stats "$st" "${flags[@]}" >/dev/null 2>>"$out/bench.log" || true
+    echo "bench_targets.sh: $stack $mode done" >&2
+  done
+  echo "$stack" >>"$srows"
+done
+"$py" - "$srows" "$out" "$stock" <<'EOF' | tee -a "$out/bench.tsv"
+import json, os, sys
+rows, out, secs = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def load(stack, mode):
+    try:
+        return json.load(open(os.path.join(out, "stats-stack-%s-%s.json" % (stack, mode))))
+    except (OSError, ValueError):
+        return {}
+
+
+def rate(s):
+    return (s.get("execs", 0) - s.get("skipped", 0)) / (s.get("elapsed") or 1e-9) if s else 0.0
+
+
+print("\nstock campaigns (%s s each; ran/s: cases some variant ran, per second)" % secs)
+print("  ".join(("stack", "raw ran/s", "stock ran/s", "ratio", "minimize", "restarts", "bundles", "known hits",
+                 "stock time split (s)")))
+verdicts = []
+for stack in open(rows).read().split():
+    raw, st = load(stack, "raw"), load(stack, "stock")
+    r0, r1 = rate(raw), rate(st)
+    ratio = r1 / r0 if r0 > 0 else 0.0
+    el = st.get("elapsed") or 1e-9
+    t = st.get("seconds", {})
+    mini = t.get("minimize", 0.0)
+    known = st.get("known_hits", {})
+    known = sum(known.values()) if isinstance(known, dict) else known
+    split = " ".join("%s %.0f" % (k, t.get(k, 0.0)) for k in ("generate", "reference", "protocol", "target",
+                                                               "compile", "checks", "minimize", "restarts"))
+    print("  ".join([stack, "%.1f" % r0, "%.1f" % r1, "%.2f" % ratio, "%.0f%%" % (100 * mini / el),
+                     "%.0f%%" % (100 * t.get("restarts", 0.0) / el), str(len(st.get("signatures", []))),
+                     str(known), split]))
+    verdicts.append(("%s: the stock campaign runs %.2f of the raw rate (target 0.5)" % (stack, ratio), ratio >= 0.5))
+for text, ok in verdicts:
+    print("%s  %s" % ("PASS" if ok else "FAIL", text))
+EOF

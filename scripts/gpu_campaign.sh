@@ -1,27 +1,33 @@
 #!/usr/bin/env bash
-# A campaign over the CUDA attention kernels on any Linux machine with an NVIDIA GPU and
-# the stacks installed (PyTorch with CUDA; JAX with its CUDA plugin where present),
-# needing no network. From this checkout it:
+# The campaign over the GPU targets (torch/cuda_*, jax/cudnn, tensorrt where installed) on a
+# Linux machine with NVIDIA GPUs and the stacks installed; needs no network. From this
+# checkout it:
 #   1. finds attnfuzz: $ATTNFUZZ_BIN, build/attnfuzz if it runs here, the packed build
-#      .gpu/attnfuzz-dist.tar.gz (scripts/pack_gpu.sh makes it on a machine with the
-#      build dependencies), or builds it with CMake when the libraries are here;
+#      .gpu/attnfuzz-dist.tar.gz (scripts/pack_gpu.sh), or builds it with CMake;
 #   2. puts python/ on PYTHONPATH and uses the python3 that has torch ($ATTNFUZZ_PYTHON);
-#   3. lists the CUDA target variants available here (torch/cuda_*, jax/cudnn) and splits
-#      them in two campaigns: the eager kernels (torch cuda_sdpa_*, cuda_explicit) and the
-#      compiled ones (cuda_compile, cuda_compile_sdpa, cuda_flex, jax/cudnn), each a
-#      process per job with its own worker per variant (one CUDA context each);
-#   4. optionally measures execs/s per variant (--bench S: tiny cases, then the default
-#      distribution, S seconds each, --bench-jobs processes (default --jobs), the variants
-#      of --bench-variants (default all));
-#   5. runs both campaigns side by side for --time seconds (--eager-jobs, default 6, and
-#      --compiled-jobs, default 3, processes: each holds a CUDA context per variant, and 75
-#      of them exhausted an 80 GB H100), resuming from --corpus (default corpus/findings/torch-cuda/bundles) and the crashes
-#      directory, then replays every bundle once more on the GPU (attnfuzz regress), and
-#      the GPU bugs' bundles of corpus/findings/*-cuda/bundles with regress --strict.
-# Everything it writes goes under --out (default $OUT when set, else gpu-out/):
-# crashes/, stats-eager.json, stats-compiled.json, bench/ (bench.tsv), regress.log, junit.xml,
-# summary.txt.
-#   scripts/gpu_campaign.sh --time 540
+#   3. lists the GPU variants available here (the stacks' declarations) in two groups: the
+#      eager kernels and the compiled ones;
+#   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
+#      CUDA_VISIBLE_DEVICES), one campaign of the eager group and one of the compiled group,
+#      all for --time seconds: one process per group and card (one CUDA context per
+#      variant), cases in batches (--batch: a worker launches a batch back to back and
+#      synchronizes once), the inputs and float64 references on --threads host threads
+#      (default: the cores divided among the groups), resuming from --corpus (default
+#      corpus/findings/torch-cuda/bundles) and from the crashes directory, known bugs loaded;
+#      nvidia-smi sampled once a second meanwhile;
+#   5. replays the GPU bugs' bundles (corpus/findings/*-cuda/bundles, regress --strict) and,
+#      with --replay, every bundle found (bounded in time);
+#   6. writes summary.txt: cases per second per group and card and in total, GPU busy per
+#      card, the time split (generation, reference, protocol, targets, compile,
+#      minimization, restarts) from the stats.
+# Optionally (--bench S) it first measures each variant alone (scripts/bench_targets.sh:
+# tiny cases, then the default distribution, S seconds each, --bench-jobs processes,
+# default 1).
+# Everything goes under --out (default gpu-out/): crashes/ (also packed as crashes.tar.gz,
+# one file, for machines that return few files), stats-<group>-gpu<N>.json,
+# campaign-<group>-gpu<N>.log, gpu-util.csv, bench/ (bench.tsv), regress*.log, summary.txt.
+#   scripts/gpu_campaign.sh --time 600
+#   scripts/gpu_campaign.sh --gpus 2 --time 3600 --out run1
 #   scripts/gpu_campaign.sh --bench 10 --time 0          # throughput table only
 #   scripts/gpu_campaign.sh --variants torch/cuda_sdpa_flash,torch/cuda_sdpa_math --time 600
 #   scripts/gpu_campaign.sh --time 0 --replay            # only replay what crashes/ holds
@@ -29,29 +35,30 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-time_s=600 bench=0 jobs=$(nproc 2>/dev/null || echo 4) variants="" out=${OUT:-gpu-out} corpus="" replay=0
-bench_jobs="" bench_variants="" eager_jobs=6 compiled_jobs=3
+time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads=""
+bench_variants=""
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --time) time_s=$2; shift 2 ;;
+    --gpus) gpus=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --bench-jobs) bench_jobs=$2; shift 2 ;;
-    --eager-jobs) eager_jobs=$2; shift 2 ;;
-    --compiled-jobs) compiled_jobs=$2; shift 2 ;;
     --bench-variants) bench_variants=$2; shift 2 ;;
-    --jobs) jobs=$2; shift 2 ;;
     --variants) variants=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --corpus) corpus=$2; shift 2 ;;
     --replay) replay=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+: >"$out/summary.txt"
 log() { echo "gpu_campaign: $*" | tee -a "$out/summary.txt" >&2; }
 
 # 1. attnfuzz
@@ -67,22 +74,28 @@ if [ -z "$af" ] && [ -f .gpu/attnfuzz-dist.tar.gz ]; then
 fi
 if [ -z "$af" ]; then
   log "no usable attnfuzz binary; building with CMake"
-  { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build build-gpu -j"$jobs" --target attnfuzz >/dev/null; } \
+  { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DAF_TESTS=OFF >/dev/null &&
+    cmake --build build-gpu -j"$(nproc)" --target attnfuzz >/dev/null; } \
     || { echo "gpu_campaign.sh: cannot build attnfuzz here (libcjson, libxxhash, libzstd, libopenblas, libpng needed); run scripts/pack_gpu.sh on a machine that has them and bring .gpu/" >&2; exit 2; }
   af=$repo/build-gpu/attnfuzz
 fi
 "$af" backends --no-targets >/dev/null || { echo "gpu_campaign.sh: $af does not run here" >&2; exit 2; }
 
-# 2. Python
+# 2. Python and the GPUs
 py=${ATTNFUZZ_PYTHON:-$(command -v python3)}
 export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
-"$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
-  || { echo "gpu_campaign.sh: $py has no torch with a visible CUDA device" >&2; exit 2; }
+ngpu=$("$py" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+[ "$ngpu" -gt 0 ] || { echo "gpu_campaign.sh: $py has no torch with a visible CUDA device" >&2; exit 2; }
+gpus=${gpus:-$ngpu}
+[ "$gpus" -le "$ngpu" ] || { echo "gpu_campaign.sh: --gpus $gpus, but $ngpu visible" >&2; exit 2; }
+visible=()
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then IFS=, read -r -a visible <<<"$CUDA_VISIBLE_DEVICES"; else
+  for ((g = 0; g < ngpu; g++)); do visible+=("$g"); done; fi
 gpu=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0), "torch", torch.__version__)')
-log "attnfuzz $af, python $py, GPU: $gpu, jobs $jobs"
+cores=$(nproc)
+log "attnfuzz $af, python $py, $gpus of $ngpu GPUs ($gpu), $cores cores"
 
-# 3. the GPU variants available here (the stacks' declarations), as two groups: eager
-# kernels and compiled ones
+# 3. the GPU variants available here, as two groups
 if [ -z "$variants" ]; then
   variants=$("$py" -m attnfuzz.targets --names available gpu campaign 2>>"$out/summary.txt" | paste -sd, -)
 fi
@@ -98,57 +111,89 @@ for v in "${vlist[@]}"; do
 done
 log "variants: ${vlist[*]}"
 
-# stats.json jobs -> cases run, run/s over the wall time (worker start-up included), run/s
-# summed over the jobs from each one's first case, cases skipped (no variant runs them),
-# compile share
-stat_line() {
-  "$py" -c 'import json, sys
-s = json.load(open(sys.argv[1])); e = s.get("elapsed") or 1; x = s.get("execs", 0) or 1
-ran = s.get("execs", 0) - s.get("skipped", 0); jr = s.get("execs_per_sec_jobs", 0) * ran / x
-print("%d\t%.0f\t%.0f\t%d\t%.0f%%" % (ran, ran / e, jr, s.get("skipped", 0), 100 * s.get("compile_seconds", 0) / (e * int(sys.argv[2]))))' "$1" "$2" 2>/dev/null || printf -- '-\t-\t-\t-\t-'
-}
-
-# 4. throughput per variant (scripts/bench_targets.sh: tiny cases, then the default
-# distribution, --bench seconds each)
+# the bench: each variant alone
 if [ "$bench" != 0 ]; then
   IFS=, read -r -a blist <<<"${bench_variants:-$variants}"
-  ATTNFUZZ_BIN=$af scripts/bench_targets.sh --tiny "$bench" --default "$bench" --jobs "${bench_jobs:-$jobs}" \
+  log "bench: ${#blist[@]} variants, $bench s each distribution, $bench_jobs job(s) each"
+  ATTNFUZZ_BIN=$af scripts/bench_targets.sh --tiny "$bench" --default "$bench" --jobs "$bench_jobs" \
     --out "$out/bench" "${blist[@]}" 2>>"$out/bench.log" | tee -a "$out/summary.txt"
 fi
 
-# 5. the campaigns, then every bundle replayed once more
+# 4. the campaigns: per card, the eager group and the compiled group
 if [ "$time_s" != 0 ]; then
   [ -z "$corpus" ] && [ -d corpus/findings/torch-cuda/bundles ] && corpus=corpus/findings/torch-cuda/bundles
-  cargs=(--time "$time_s" --crashes "$out/crashes")
+  groups=0
+  [ ${#eager[@]} -gt 0 ] && groups=$((groups + 1))
+  [ ${#compiled[@]} -gt 0 ] && groups=$((groups + 1))
+  th=${threads:-$(( cores / (gpus * groups) > 1 ? cores / (gpus * groups) : 1 ))}
+  cargs=(--time "$time_s" --crashes "$out/crashes" --threads "$th" --quiet)
   [ -n "$corpus" ] && cargs+=(--corpus "$corpus")
-  je=$eager_jobs jc=$compiled_jobs
+  nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
+    >"$out/gpu-util.csv" 2>/dev/null & smi=$!
   pids=()
-  if [ ${#eager[@]} -gt 0 ]; then
-    "$af" fuzz "${eager[@]}" --jobs "$je" --stats "$out/stats-eager.json" "${cargs[@]}" "${extra[@]}" \
-      2>"$out/campaign-eager.log" & pids+=($!)
-  fi
-  if [ ${#compiled[@]} -gt 0 ]; then
-    "$af" fuzz "${compiled[@]}" --jobs "$jc" --stats "$out/stats-compiled.json" "${cargs[@]}" "${extra[@]}" \
-      2>"$out/campaign-compiled.log" & pids+=($!)
-  fi
-  for p in "${pids[@]}"; do wait "$p" || true; done
-  for g in eager compiled; do
-    [ -f "$out/stats-$g.json" ] || continue
-    n=$([ $g = eager ] && echo "$je" || echo "$jc")
-    log "$g campaign ($n jobs, ${time_s}s): execs, execs/s, compile share: $(stat_line "$out/stats-$g.json" "$n")"
-    tail -n 25 "$out/campaign-$g.log" | grep -v '^#' >>"$out/summary.txt" || true
+  for ((g = 0; g < gpus; g++)); do
+    dev=${visible[$g]}
+    if [ ${#eager[@]} -gt 0 ]; then
+      CUDA_VISIBLE_DEVICES=$dev "$af" fuzz "${eager[@]}" --batch "$batch" --seed $((1 + g)) \
+        --stats "$out/stats-eager-gpu$g.json" "${cargs[@]}" "${extra[@]}" 2>"$out/campaign-eager-gpu$g.log" &
+      pids+=($!)
+    fi
+    if [ ${#compiled[@]} -gt 0 ]; then
+      CUDA_VISIBLE_DEVICES=$dev "$af" fuzz "${compiled[@]}" --batch 16 --seed $((101 + g)) \
+        --stats "$out/stats-compiled-gpu$g.json" "${cargs[@]}" "${extra[@]}" 2>"$out/campaign-compiled-gpu$g.log" &
+      pids+=($!)
+    fi
   done
-  replay=1
+  log "campaigns: ${#pids[@]} processes ($gpus card(s) x $groups group(s)), --threads $th, --batch $batch (eager) / 16 (compiled), $time_s s"
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  kill "$smi" 2>/dev/null || true
+  wait "$smi" 2>/dev/null || true
+  "$py" - "$out" "$time_s" <<'EOF' | tee -a "$out/summary.txt"
+import csv, glob, json, os, statistics, sys
+out, want = sys.argv[1], float(sys.argv[2])
+rows, total = [], {}
+for path in sorted(glob.glob(os.path.join(out, "stats-*-gpu*.json"))):
+    group, gpu = os.path.basename(path)[6:-5].rsplit("-", 1)
+    s = json.load(open(path))
+    el = s.get("elapsed") or 1e-9
+    ran = s.get("execs", 0) - s.get("skipped", 0)
+    t = s.get("seconds", {})
+    mini = s.get("minimize_seconds", 0.0)
+    busy = {k: t.get(k, 0.0) for k in ("generate", "reference", "protocol", "target", "compile", "restarts")}
+    rows.append((group, gpu, s.get("execs", 0), ran, el, ran / el, 100 * (mini + busy["restarts"]) / el, busy,
+                 sum(s.get("findings_per_kind", {}).values()), s.get("known_hits_total", 0)))
+    total[group] = total.get(group, 0.0) + ran / el
+print("%-9s %-5s %9s %9s %8s %10s %13s  %s" % ("group", "card", "cases", "ran", "seconds", "ran/s", "minim+restart", "time split (s)"))
+for g, gpu, ex, ran, el, rate, share, busy, nf, kh in rows:
+    split = " ".join("%s %.0f" % (k, v) for k, v in busy.items())
+    print("%-9s %-5s %9d %9d %8.0f %10.1f %12.1f%%  %s; bundles %d, known hits %d" % (g, gpu, ex, ran, el, rate, share, split, nf, kh))
+for g, r in sorted(total.items()):
+    print("total %s: %.1f cases/s (each case through every variant of the group)" % (g, r))
+util = {}
+try:
+    for r in csv.reader(open(os.path.join(out, "gpu-util.csv"))):
+        if len(r) >= 4:
+            util.setdefault(r[1].strip(), []).append(float(r[2]))
+except (OSError, ValueError):
+    pass
+for card, u in sorted(util.items()):
+    print("GPU %s busy: mean %.0f%%, median %.0f%% over %d samples" % (card, statistics.mean(u), statistics.median(u), len(u)))
+EOF
 fi
-# the GPU bugs' bundles in corpus/findings (<stack>-cuda/bundles; ctest's regress_findings
-# replays the CPU ones): each must still fail as recorded
-if [ "$replay" = 1 ] && compgen -G "corpus/findings/*-cuda/bundles" >/dev/null; then
+
+# 5. replays: the GPU bugs' bundles must still fail as recorded; what this run found, on request
+if compgen -G "corpus/findings/*-cuda/bundles" >/dev/null; then
   rc=0
-  "$af" regress --strict corpus/findings/*-cuda/bundles >"$out/regress-findings.log" 2>&1 || rc=$?
+  timeout 600 "$af" regress --strict corpus/findings/*-cuda/bundles >"$out/regress-findings.log" 2>&1 || rc=$?
   log "corpus/findings GPU bundles replayed (regress --strict exit $rc): $(tail -n 1 "$out/regress-findings.log")"
 fi
 if [ "$replay" = 1 ] && compgen -G "$out/crashes/*-*" >/dev/null; then
   rc=0
-  "$af" regress --junit "$out/junit.xml" "$out/crashes" >"$out/regress.log" 2>&1 || rc=$?
+  timeout "$(( time_s > 600 ? time_s / 4 : 300 ))" "$af" regress --junit "$out/junit.xml" "$out/crashes" \
+    >"$out/regress.log" 2>&1 || rc=$?
   log "replayed $(ls -d "$out"/crashes/*-*/ | wc -l) bundles on the GPU (regress exit $rc): $(grep -c '^same' "$out/regress.log" || true) same, $(grep -c '^fixed' "$out/regress.log" || true) fixed, $(grep -c '^REGRESSED' "$out/regress.log" || true) regressed"
+fi
+if [ -d "$out/crashes" ]; then
+  tar -C "$out" -czf "$out/crashes.tar.gz" crashes
+  log "bundles: $(ls "$out/crashes" | grep -c -- - || true) in $out/crashes (packed: crashes.tar.gz)"
 fi

@@ -86,6 +86,7 @@ typedef struct af_worker {
     size_t nkeys;
 
     unsigned faults; /* consecutive faults (reset by an answered run) */
+    const af_case *crash_case; /* the case in flight alone (NULL for a batch): a crash is its */
     uint32_t refused[AF_LEARN_FEATURES], accepted[AF_LEARN_FEATURES];
     uint32_t learned_caps, learned_layouts;
     char learned[256];
@@ -642,8 +643,9 @@ static bool af_worker_supports(void *state, const af_case *c, char *why, size_t 
     if ((c->causal || af_case_has_window(c)) && !(h->diagonals & (1u << c->diag)))
         AF_WHY("diagonal %s (its conventions.causal)", af_diag_names[c->diag]);
     uint32_t caps = af_case_required_caps(c) & w->learned_caps;
-    if (caps) AF_WHY("%s (refused before: learned)", af_cap_names[__builtin_ctz(caps)]);
-    if (w->learned_layouts & (1u << c->t[AF_Q].layout)) AF_WHY("layout %s (refused before: learned)", af_layout_names[c->t[AF_Q].layout]);
+    if (caps) AF_WHY("%s (refused or crashed before: learned)", af_cap_names[__builtin_ctz(caps)]);
+    if (w->learned_layouts & (1u << c->t[AF_Q].layout))
+        AF_WHY("layout %s (refused or crashed before: learned)", af_layout_names[c->t[AF_Q].layout]);
 #undef AF_WHY
     return true;
 }
@@ -738,6 +740,9 @@ static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xe
     if (st == AF_ERR_CRASH) {
         char how[128];
         af_worker_reap(&w->p, 1.0, how, sizeof how);
+        /* a class of cases that only ever crashes it is learned as a refusal is: each
+         * crash costs a restart (docs/worker-protocol.md, "unsupported") */
+        if (w->crash_case) af_worker_learn(w, w->crash_case, false);
         snprintf(what, sizeof what, "crash: the worker %s while running the case (%s)", how, xerr->msg);
         return af_worker_fault(w, AF_ERR_CRASH, what, err);
     }
@@ -773,6 +778,7 @@ static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor
     af_error xerr;
     af_status st = af_worker_exchange(w, parts, np + 1, AF_WP_MAX_HEADER + af_worker_answer_max(c), t0 + limit, &xerr);
     w->ext.wall_s = af_now() - t0;
+    w->crash_case = c;
     const uint8_t *payload = NULL;
     af_wp_result r;
     if (st == AF_OK) {
@@ -850,6 +856,7 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_bat
         st = af_wp_parse_batch(w->rbuf + 4, w->rlen, w->bid, cases, n, &w->hello, w->bres, &payload, &xerr);
         if (st != AF_OK) st = AF_ERR_FORMAT;
     }
+    w->crash_case = NULL; /* a batch's crash is charged case by case below */
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_worker_failed(w, st, &xerr, w->bfresh, limit, err);
     if (st != AF_OK) {
         /* which case was it? each alone (a restart before the first: the spare takes over) */
