@@ -109,9 +109,6 @@ CASES = [
     ("strided stride-0 kv, gqa 4:1", _case(q={"layout": "bhsd", "perm": 5, "pad": 3},
                                            k={"layout": "bshd", "broadcast": "batch"},
                                            v={"layout": "bhsd", "pad": 2}, q_heads=4, kv_heads=1)),
-    ("strided: perm q, stride-0 k, padded v", _case(q={"layout": "bhsd", "perm": 2},
-                                                    k={"layout": "bhsd", "broadcast": "batch"},
-                                                    v={"layout": "bhsd", "pad": 3}, q_len=5, kv_len=5)),
     ("dv != d explicit diagonal", _case(layout="bhsd", head_dim=16, v_head_dim=8, q_len=5, kv_len=9, causal=True,
                                         diagonal="explicit", diagonal_offset=2)),
     ("explicit diagonal + window", _case(layout="bhsd", diagonal="explicit", diagonal_offset=2, q_len=4, kv_len=8,
@@ -146,6 +143,10 @@ CASES = [
     ("bf16 mixed layouts bottom-right gqa", _case(q={"layout": "bhsd"}, k={"layout": "sbhd"}, v={"layout": "bsd"},
                                                   dtype="bf16", q_heads=4, kv_heads=2, q_len=5, kv_len=9,
                                                   causal=True, diagonal="bottom_right")),
+    # last: CUDA's memory-efficient kernel faults on it and loses the process's context
+    ("strided: perm q, stride-0 k, padded v", _case(q={"layout": "bhsd", "perm": 2},
+                                                    k={"layout": "bhsd", "broadcast": "batch"},
+                                                    v={"layout": "bhsd", "pad": 3}, q_len=5, kv_len=5)),
 ]
 
 # What a `quick` variant runs (every layout family, GQA, masks, causal diagonals, padding,
@@ -306,6 +307,7 @@ def known_bug(tname, label, caps):
 
 
 def test_cases(R, tname, target):
+    """False when the variant's process can run no more (a CUDA context lost)."""
     hello = target.hello()
     quick = target.decl.quick
     for i, (label, c) in enumerate(CASES):
@@ -328,8 +330,8 @@ def test_cases(R, tname, target):
                 traceback.print_exc()
                 R.fail("%s %s: %s: %s" % (tname, label, type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
             if "CUDA error" in str(e):
-                R.fail("%s: CUDA context lost: the rest of its cases are not run" % tname)
-                return
+                print("note  %s: the CUDA context is lost: the rest of its cases are not run" % tname)
+                return False
             continue
         try:
             check_result(tname, label, target, c, q, k, v, arrays, out, cs, res)
@@ -344,6 +346,7 @@ def test_cases(R, tname, target):
                    "KNOWN" % (tname, label, known[2]))
         else:
             R.ok("%s %s" % (tname, label))
+    return True
 
 
 def check_conventions(R, tname, target):
@@ -415,21 +418,32 @@ def check_cache(R, tname, target):
 
 def check_snippet(R, tname, mod, target):
     """repro_snippet's attention(case, q, k, v, ...) runs standalone (no attnfuzz import for
-    a stack under test) on a packed causal case with a bool mask and matches the reference."""
+    a stack under test) on a causal case the variant runs (packed with a bool mask where it
+    takes those) and matches the reference."""
     src = mod.repro_snippet(target.variant)
     if not mod.STACK.reference and ("import attnfuzz" in src or "from attnfuzz" in src):
         R.fail("%s repro_snippet imports attnfuzz" % tname)
         return
     hello = target.hello()
     dt = hello["dtypes"][0]
-    for lay in ("qkv_bs3hd", "bsd"):
-        c = _case(layout=lay, dtype=dt, q_len=8, kv_len=8, causal=True, bool_mask=_mask(full_dims="bqk"))
-        if sendable(c, hello):
-            break
+    # the first of these the variant runs (a kernel may take no mask, or no packed layout)
+    probes = [_case(layout=lay, dtype=dt, q_len=8, kv_len=8, causal=True, **extra)
+              for lay, extra in (("qkv_bs3hd", {"bool_mask": _mask(full_dims="bqk")}), ("bsd", {}), ("bhsd", {}))]
+    for c in probes:
+        if not sendable(c, hello):
+            continue
+        q, k, v, arrays = inputs_for(c, 5)
+        try:
+            call_run(target, c, arrays)
+        except Unsupported:
+            continue
+        except Exception:  # noqa: BLE001 - the snippet below shows what happens
+            pass
+        break
     else:
-        R.skip("%s repro_snippet: neither probe case is declared" % tname)
+        R.skip("%s repro_snippet: the variant runs none of the probe cases" % tname)
         return
-    q, k, v, arrays = inputs_for(c, 5)
+    lay = c["q"]["layout"]
     cs = Case(c, testing.derived(c))
     cs.qkv = arrays.get("qkv")
     ns = {}
@@ -515,7 +529,8 @@ def self_test(R, names):
             continue
         t0 = time.time()
         target = mod.Target(variant)
-        test_cases(R, name, target)
+        if not test_cases(R, name, target):
+            continue
         check_conventions(R, name, target)
         check_cache(R, name, target)
         for good, msg in (target.self_check() if hasattr(target, "self_check") else ()):

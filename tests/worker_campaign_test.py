@@ -313,6 +313,13 @@ def batch(attnfuzz, c_worker, tmp, fault):
         check(b["kind"] == want_kind, f"batch: {os.path.basename(d)} is a {b['kind']}, want {want_kind}")
         check(key % mod == 0, f"batch: {os.path.basename(d)} charged to a case the fault is not meant for "
                               f"(q_len + kv_len + head_dim = {key})")
+        if fault == "crash":
+            # the stderr of the process that case killed, not of the one that replaced it
+            line = "fault crash on purpose (q_len %d, kv_len %d, head_dim %d)" % (
+                c["q_len"], c.get("kv_len", c["q_len"]), c["head_dim"])
+            tail = os.path.join(d, "stderr.txt")
+            check(os.path.exists(tail) and line in open(tail).read(),
+                  f"batch_crash: {os.path.basename(d)}/stderr.txt lacks {line!r}")
     if fault != "crash":
         check(s["skipped"] > 0, "batch: no case was refused (unsupported)")
         d = found[0][0]

@@ -75,6 +75,8 @@ typedef struct af_batch_result {
     double compile_s, run_s;      /* as it reported them (-1: not said) */
     double wall_s;                /* its share of the batch's wall time as seen from here */
     bool new_key;                 /* its compile key was new to the backend's process */
+    const char *stderr_tail;      /* a fault's: the stderr of the process it killed (a later case of the
+                                     batch may have restarted it); NULL: the backend's current tail */
 } af_batch_result;
 
 typedef struct af_backend_vtable {

@@ -76,6 +76,7 @@ typedef struct af_worker {
     af_wp_result bres[AF_WP_MAX_BATCH];
     uint8_t *bkeep[AF_WP_MAX_BATCH]; /* per item: its keep mask, when it returned one */
     size_t bkeep_cap[AF_WP_MAX_BATCH];
+    char *btail[AF_WP_MAX_BATCH];    /* per item: the stderr of the process it faulted, when it did */
     uint8_t *rbuf; /* the last frame read: its length (4 bytes), then rlen bytes of body */
     size_t rcap, rlen;
     uint8_t *keep;
@@ -866,6 +867,15 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_bat
             memset(&res[i], 0, sizeof res[i]);
             res[i].st = af_worker_run(w, w->bin[i], outs[i], &res[i].err);
             if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
+            if (res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT ||
+                (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9))) {
+                /* the next case restarts the worker: keep this one's stderr for its bundle */
+                if (!w->btail[i]) w->btail[i] = af_malloc(AF_WORKER_STDERR_TAIL + 1);
+                if (w->btail[i]) {
+                    snprintf(w->btail[i], AF_WORKER_STDERR_TAIL + 1, "%s", w->ext.stderr_tail ? w->ext.stderr_tail : "");
+                    res[i].stderr_tail = w->btail[i];
+                }
+            }
             res[i].compile_s = w->ext.compile_s;
             res[i].run_s = w->ext.run_s;
             res[i].wall_s = w->ext.wall_s;
@@ -912,7 +922,7 @@ static void af_worker_destroy(void *state) {
     af_worker_argv_free(w->argv, w->pythonpath);
     af_jw_free(&w->hdr);
     af_free(w->bparts);
-    for (size_t i = 0; i < AF_WP_MAX_BATCH; i++) af_free(w->bkeep[i]);
+    for (size_t i = 0; i < AF_WP_MAX_BATCH; i++) af_free(w->bkeep[i]), af_free(w->btail[i]);
     af_free(w->rbuf);
     af_free(w->keep);
     af_free(w);

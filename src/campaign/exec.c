@@ -36,6 +36,7 @@ typedef struct af_exec_slot {
     bool supported[AF_EXEC_MAX_BACKENDS];
     af_status st[AF_EXEC_MAX_BACKENDS];
     char msg[AF_EXEC_MAX_BACKENDS][512];
+    const char *tail[AF_EXEC_MAX_BACKENDS]; /* a batch fault's stderr (NULL: the backend's current one) */
     bool check_ran[AF_EXEC_MAX_CHECKS];
     af_result results[AF_EXEC_MAX_CHECKS];
     af_finding findings[AF_EXEC_MAX_CHECKS];
@@ -295,6 +296,7 @@ static af_status af_exec_slot_outputs(af_exec *x, af_error *err) {
     for (size_t k = 0; k < x->nbe; k++) {
         sl->supported[k] = af_backend_supports(x->be[k], &sl->c, NULL, 0);
         sl->use_keep[k] = false;
+        sl->tail[k] = NULL;
         sl->st[k] = AF_OK;
         sl->msg[k][0] = 0;
         if (!sl->supported[k]) continue;
@@ -541,6 +543,7 @@ af_status af_exec_run_batch(af_exec *x, const af_case *cases, size_t n, unsigned
             double compile = res[j].compile_s >= 0 ? res[j].compile_s : res[j].new_key ? res[j].wall_s : 0.0;
             x->timing.compile_s += compile;
             if (res[j].run_s > 0) x->timing.target_s += res[j].run_s;
+            x->s->tail[k] = res[j].stderr_tail;
             AF_TRY(af_exec_took(x, k, res[j].st, &res[j].err, res[j].dropout_keep, compile, err));
         }
     }
@@ -644,7 +647,8 @@ static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle
     if (e) {
         o->conventions = e->conventions;
         o->describe = e->describe;
-        o->stderr_tail = e->stderr_tail && e->stderr_tail[0] ? e->stderr_tail : NULL;
+        const char *tail = x->s->tail[k] ? x->s->tail[k] : e->stderr_tail;
+        o->stderr_tail = tail && tail[0] ? tail : NULL;
     }
 }
 
