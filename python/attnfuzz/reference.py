@@ -55,6 +55,68 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     return out
 
 
+def _scores(case, q, k, mask, bool_mask, i0, i1):
+    """Rules 1-4 for the query rows i0 .. i1 - 1 (q holds just those; mask too, when i0 > 0
+    or i1 < Sq; bool_mask is the whole mask): (s0, s, live) with s0 = scale q . k before
+    softcap [B, Hq, rows, Sk], s the scores after softcap and the additive mask with -inf at
+    keys a structural or boolean mask masks, live those keys' complement (None: all live)."""
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk = k.shape[1], k.shape[2]
+    g = Hq // Hkv
+    # 1-2. scores, query heads of one group side by side: [B, Hkv, g*Sq, Sk]
+    s0 = np.matmul(q.reshape(B, Hkv, g * Sq, D), k.swapaxes(-1, -2)).reshape(B, Hq, Sq, Sk)
+    s0 *= case.scale
+    s = s0
+    # 3. softcap
+    if case.softcap > 0.0:
+        c = case.softcap
+        s = c * np.tanh(s0 / c)
+    # 4. masks (live is None when every key is live)
+    if mask is not None:
+        full = isinstance(mask, np.ndarray) and mask.dtype == np.float64 and mask.shape == s.shape
+        s = s + (mask if full else masks.additive_bhsd(case, mask))
+    live = masks.live(case, bool_mask, i0, i1)
+    if live is not None:
+        s = np.where(live, s, -np.inf)
+    return s0, s, live
+
+
+def _softmax(s, live, flush):
+    """Rule 5: the weights over the keys (NaN on a row with a NaN score at a live key, 0 at
+    masked keys and on fully masked rows); exp below 2^-1022 flushed to 0 when flush.
+    Returns (w, dead): dead marks fully masked rows [..., 1]."""
+    isn = np.isnan(s)
+    any_nan = isn.any()
+    if any_nan:
+        has_nan = isn.any(axis=-1, keepdims=True)
+        m = np.where(isn, -np.inf, s).max(axis=-1, keepdims=True)
+    else:
+        m = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    if flush:
+        e[e < _TINY] = 0.0  # the C kernels flush; only 0 * Inf can tell
+    w = e / e.sum(axis=-1, keepdims=True)
+    if any_nan:
+        w = np.where(has_nan, np.nan, w)
+    if live is not None:
+        w = np.where(live, w, 0.0)
+    # a fully masked row (no NaN, every live score -inf) gives 0
+    dead = m == -np.inf
+    if any_nan:
+        dead &= ~has_nan
+    return np.where(dead, 0.0, w), dead
+
+
+def _dropout(case, w, keep, B, Hq, Sq, Sk, i0):
+    """Rule 6 on weights w: (the kept weights rescaled, the keep mask or None)."""
+    p = case.dropout_p
+    if not p > 0.0:
+        return w, None
+    if keep is None:
+        keep = rng.dropout_keep(case.dropout_seed, p, B, Hq, Sq, Sk, i0)
+    return np.where(keep, w / (1.0 - p) if p < 1.0 else 0.0, 0.0), np.asarray(keep, dtype=bool)
+
+
 def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
     """The query rows i0 .. i1 - 1 (q holds just those; mask and keep too, when i0 > 0 or
     i1 < Sq; bool_mask is the whole mask)."""
@@ -62,44 +124,11 @@ def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
     Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
     g = Hq // Hkv
     with np.errstate(all="ignore"):
-        # 1-2. scores, query heads of one group side by side: [B, Hkv, g*Sq, Sk]
-        s = np.matmul(q.reshape(B, Hkv, g * Sq, D), k.swapaxes(-1, -2)).reshape(B, Hq, Sq, Sk)
-        s *= case.scale
-        # 3. softcap
-        if case.softcap > 0.0:
-            c = case.softcap
-            s = c * np.tanh(s / c)
-        # 4. masks (live is None when every key is live)
-        if mask is not None:
-            full = isinstance(mask, np.ndarray) and mask.dtype == np.float64 and mask.shape == s.shape
-            s = s + (mask if full else masks.additive_bhsd(case, mask))
-        live = masks.live(case, bool_mask, i0, i1)
-        if live is not None:
-            s = np.where(live, s, -np.inf)
-        # 5. softmax
-        isn = np.isnan(s)
-        any_nan = isn.any()
-        if any_nan:
-            has_nan = isn.any(axis=-1, keepdims=True)
-            m = np.where(isn, -np.inf, s).max(axis=-1, keepdims=True)
-        else:
-            m = s.max(axis=-1, keepdims=True)
-        e = np.exp(s - m)
+        _, s, live = _scores(case, q, k, mask, bool_mask, i0, i1)
         fin = np.isfinite(v)
         allfin = fin.all()
-        if not allfin:
-            e[e < _TINY] = 0.0  # the C kernels flush; only 0 * Inf can tell
-        w = e / e.sum(axis=-1, keepdims=True)
-        if any_nan:
-            w = np.where(has_nan, np.nan, w)
-        if live is not None:
-            w = np.where(live, w, 0.0)
-        # 6. dropout
-        p = case.dropout_p
-        if p > 0.0:
-            if keep is None:
-                keep = rng.dropout_keep(case.dropout_seed, p, B, Hq, Sq, Sk, i0)
-            w = np.where(keep, w / (1.0 - p) if p < 1.0 else 0.0, 0.0)
+        w, _ = _softmax(s, live, flush=not allfin)
+        w, _ = _dropout(case, w, keep, B, Hq, Sq, Sk, i0)
         # 7. P V; V's non-finite entries added back for the keys of nonzero weight only
         vf = v if allfin else np.where(fin, v, 0.0)
         out = np.matmul(w.reshape(B, Hkv, g * Sq, Sk), vf).reshape(B, Hq, Sq, Dv)
@@ -112,10 +141,76 @@ def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
             # to 0, dropped): nothing, whatever V holds (0 * NaN counts as 0; rule 5)
             contrib = np.where(wb != 0.0, wb * vb, 0.0)
             out = out + contrib.sum(axis=3)
-        # a fully masked row (no NaN, every live score -inf) gives 0
-        dead = m == -np.inf
-        if any_nan:
-            dead &= ~has_nan
-        if dead.any():
-            out = np.where(dead, 0.0, out)
     return out
+
+
+# --- backward -------------------------------------------------------------------------------
+
+GRADS = ("dq", "dk", "dv", "dmask")
+
+
+def _wmm(w, x, nz):
+    """sum_j w[..., i, j] x[..., j, :] over the terms with nz[..., i, j] (the others give
+    nothing, whatever x holds: 0 * NaN counts as 0); IEEE arithmetic otherwise."""
+    fin = np.isfinite(x)
+    wz = np.where(nz, w, 0.0)
+    if fin.all():
+        return wz @ x
+    out = wz @ np.where(fin, x, 0.0)
+    jb = np.nonzero(~fin.all(axis=tuple(range(x.ndim - 2)) + (x.ndim - 1,)))[0]
+    xb = np.where(fin[..., jb, :], 0.0, x[..., jb, :])[..., None, :, :]       # [..., 1, nb, D]
+    wb = w[..., :, jb][..., None]                                              # [..., I, nb, 1]
+    return out + np.where(nz[..., :, jb][..., None], wb * xb, 0.0).sum(axis=-2)
+
+
+def backward(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
+    """The float64 gradients of sum(out * dout) (docs/design.md section 2, "Backward"), from
+    canonical q [B, Hq, Sq, D], k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv], dout [B, Hq, Sq, Dv],
+    the masks as attention() takes them and a keep mask replacing the counter RNG's:
+    {"dq", "dk", "dv"} (canonical shapes; a key/value head's sums over its query group), and
+    "dmask" in the additive mask's own shape (summed over the dims it broadcasts) when there
+    is one. A fully masked row gives nothing; a key of weight exactly 0 in a row (masked, an
+    additive -inf, a score of -inf, an exp flushed to 0) gives that row nothing (0 * NaN
+    counts as 0), and a dropped key's dV row gets nothing from it."""
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    do = np.asarray(dout, dtype=np.float64)
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    g = Hq // Hkv
+    with np.errstate(all="ignore"):
+        s0, s, live = _scores(case, q, k, mask, bool_mask, 0, Sq)
+        w, _ = _softmax(s, live, flush=not (np.isfinite(v).all()))
+        p, kp = _dropout(case, w, keep, B, Hq, Sq, Sk, 0)
+        nz = w != 0.0                                                 # the keys of nonzero weight
+        kr = np.repeat(k, g, axis=1)
+        vr = np.repeat(v, g, axis=1)
+        # dV[j] = sum_i P[i, j] dO[i] (the kept, rescaled weights)
+        dv = _wmm(p.swapaxes(-1, -2), do, (p != 0.0).swapaxes(-1, -2))
+        # dP[i, j] = dO[i] . v[j], times the keep mask and 1 / (1 - p)
+        dp = do @ vr.swapaxes(-1, -2)
+        if kp is not None:
+            dp = np.where(kp, dp / (1.0 - case.dropout_p) if case.dropout_p < 1.0 else 0.0, 0.0)
+        # dS = P_soft (dP - rowsum(P_soft dP)) over the softmax weights
+        delta = np.where(nz, w * dp, 0.0).sum(axis=-1, keepdims=True)
+        ds = np.where(nz, w * (dp - delta), 0.0)
+        grads = {}
+        if mask is not None:
+            # the additive mask is added after softcap: its gradient is dS itself, summed over
+            # the dims where the mask broadcasts
+            m = np.asarray(mask)
+            shape4 = (1,) * (4 - m.ndim) + m.shape
+            red = tuple(a for a in range(4) if shape4[a] == 1 and ds.shape[a] != 1)
+            grads["dmask"] = ds.sum(axis=red, keepdims=True).reshape(m.shape)
+        # through softcap: s = c tanh(s0 / c), ds0 = ds (1 - tanh^2(s0 / c))
+        if case.softcap > 0.0:
+            t = np.tanh(s0 / case.softcap)
+            ds = np.where(nz, ds * (1.0 - t * t), 0.0)
+        # the scale: dQ[i] = scale sum_j dS[i, j] k[j], dK[j] = scale sum_i dS[i, j] q[i]
+        grads["dq"] = case.scale * _wmm(ds, kr, nz)
+        dk = case.scale * _wmm(ds.swapaxes(-1, -2), q, nz.swapaxes(-1, -2))
+        # GQA: a key/value head's gradients summed over its query group
+        grads["dk"] = dk.reshape(B, Hkv, g, Sk, D).sum(axis=2)
+        grads["dv"] = dv.reshape(B, Hkv, g, Sk, Dv).sum(axis=2)
+    return grads
