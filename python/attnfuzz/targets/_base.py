@@ -198,11 +198,11 @@ def check_score_budget(case, limit=SCORE_BYTES_LIMIT):
 def dense_structure(case, mask, bool_mask):
     """The structure a graph built from dense inputs depends on: the compile_key fields
     but the strides (inputs are made contiguous), plus the shapes and dtypes of the masks
-    as sent."""
+    as sent and the gradients asked for (a backward graph is another graph)."""
     def shp(x):
         return None if x is None else (tuple(x.shape), str(x.dtype))
     return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
-            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
+            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask), case.grads)
 
 
 class Target:

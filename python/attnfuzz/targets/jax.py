@@ -166,7 +166,27 @@ def make_fn(cfg):
             o = explicit_btnh(q, k, v, bias, mask, a.get("keep"), cfg)
         return from_btnh(o, cfg["out_layout"])
 
-    return jax.jit(fn)
+    if not cfg["grads"]:
+        return jax.jit(fn)
+    # Backward (the way a training step asks for it): jax.vjp of the same function with
+    # respect to q, k, v (or the packed buffer) and, for dmask, the bias; the cotangent dO
+    # is the last argument, in the output layout. Returns (out, (grads...)).
+    diff = [0] if cfg["packed"] else [0, 1, 2]
+    if "dmask" in cfg["grads"]:
+        diff.append(len(diff) + names.index("mask"))
+
+    def fwd_bwd(*args):
+        args, do = list(args[:-1]), args[-1]
+
+        def f(*d):
+            a = list(args)
+            for i, x in zip(diff, d):
+                a[i] = x
+            return fn(*a)
+        out, pull = jax.vjp(f, *[args[i] for i in diff])
+        return out, pull(do)
+
+    return jax.jit(fwd_bwd)
 
 
 def explicit_btnh(q, k, v, bias, mask, keep, cfg):
@@ -254,23 +274,35 @@ def config(case, mask, bool_mask, variant):
         "dropout_scale": _common.dropout_scale(case.dropout_p),
         "precision": "default" if (case.allow_tf32 and case.dtype == "f32") else "highest",
         "device": "gpu" if variant == "cudnn" else None,     # None: jax's default device
+        "grads": tuple(case.grads),
     }
 
 
 def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
-    """The inputs of the jitted function, in order (_common.dense_arguments)."""
-    return _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
+    """The inputs of the jitted function, in order (_common.dense_arguments); a backward
+    case's dO last."""
+    args = _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
+    if cfg["grads"]:
+        args.append(np.ascontiguousarray(case.dout))
+    return args
 
 
 def call(fn, args, cfg):
-    """Runs the jitted function; the output as numpy."""
+    """Runs the jitted function; the output as numpy, or for a backward case (output,
+    {"q", "k", "v" or "qkv", and "mask" for dmask: the gradient of each physical input})."""
     import jax
     import numpy as np
     dev = jax.devices(cfg["device"])[0] if cfg["device"] else jax.devices()[0]
     with jax.default_matmul_precision(cfg["precision"]), jax.default_device(dev):
-        out = fn(*args)
-        out.block_until_ready()
-    return np.asarray(out)
+        res = fn(*args)
+        jax.block_until_ready(res)
+    if not cfg["grads"]:
+        return np.asarray(res)
+    out, grads = res
+    names = ["qkv"] if cfg["packed"] else ["q", "k", "v"]
+    if "dmask" in cfg["grads"]:
+        names.append("mask")
+    return np.asarray(out), {n: np.asarray(g) for n, g in zip(names, grads)}
 
 
 def _has_gpu() -> bool:
@@ -289,7 +321,7 @@ class Target(_base.Target):
     def declare(self) -> dict:
         conv = {"masked_values": "ieee"}
         base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
-                "strided", "mask_dtype", "tf32"]
+                "strided", "mask_dtype", "tf32", "backward"]
         limits = {"max_bytes": 64 << 20}
         if self.variant == "explicit":
             # jax.nn.dot_product_attention needs V's head dim equal to K's and has no softcap
@@ -318,8 +350,13 @@ class Target(_base.Target):
     def execute(self, art, case, q, k, v, mask, bool_mask):
         from attnfuzz.worker import Result
         fn, cfg = art
-        out = call(fn, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), cfg)
-        return Result(out, layout=cfg["out_layout"])
+        res = call(fn, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), cfg)
+        if not case.grads:
+            return Result(res, layout=cfg["out_layout"])
+        out, grads = res
+        g = layouts.grads_bhsd(case, grads)
+        return Result(layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim), layout="bhsd",
+                      grads={n: g[n] for n in case.grads})
 
 
 def repro_snippet(variant: str) -> str:

@@ -294,6 +294,57 @@ def make_modules():
     return SDPAModule, ExplicitModule, FlexModule
 
 
+def grad_leaves(case, args):
+    """The module's arguments with the tensors whose gradients the case asks for made
+    leaves that require grad (q, k, v or the packed buffer; the additive mask for dmask),
+    and {name: leaf}. The leaves keep the physical layout and strides (stride-0 dims
+    included), as a model's parameters or activations would arrive."""
+    args = list(args)
+    names = ["qkv"] if case.packed else ["q", "k", "v"]
+    idx = list(range(len(names)))
+    if "dmask" in case.grads:
+        names.append("mask")
+        idx.append(3)
+    leaves = {}
+    for n, i in zip(names, idx):
+        args[i] = args[i].detach().requires_grad_(True)
+        leaves[n] = args[i]
+    return args, leaves
+
+
+def grads_of(case, cfg, out, leaves, dev):
+    """out.backward(dO) (dO as sent: the output layout, its own strides) and the asked
+    gradients as canonical [B, H, S, D] tensors, out too: a worker Result in layout bhsd
+    (dmask at the mask's shape as sent)."""
+    import torch
+    from attnfuzz.worker import Result
+    do = to_torch(case.dout, dev)
+    out.backward(do)
+
+    def grad(name):
+        t = leaves[name]
+        return t.grad if t.grad is not None else torch.zeros_like(t)
+    if case.packed:
+        dq, dk, dv = unpack_qkv(grad("qkv"), cfg["layouts"][0], cfg["hq"], cfg["d"])
+    else:
+        dq = to_bhsd(grad("q"), cfg["layouts"][0], cfg["hq"], cfg["d"])
+        dk = to_bhsd(grad("k"), cfg["layouts"][1], cfg["hkv"], cfg["d"])
+        dv = to_bhsd(grad("v"), cfg["layouts"][2], cfg["hkv"], cfg["dv"])
+    g = {"dq": dq, "dk": dk, "dv": dv}
+    if "dmask" in case.grads:
+        g["dmask"] = grad("mask")
+    o = to_bhsd(out.detach(), cfg["out_layout"], cfg["hq"], cfg["dv"])
+    return Result(o, layout="bhsd", grads={n: g[n] for n in case.grads})
+
+
+def backward(case, cfg, forward, args, dev):
+    """forward(args) with gradients: the Result of grads_of."""
+    import torch
+    with torch.enable_grad():
+        args, leaves = grad_leaves(case, args)
+        return grads_of(case, cfg, forward(args), leaves, dev)
+
+
 def struct_input(case, cfg):
     """The structural-mask input of a module: None, bool [B, 1, Sq, Sk] (True = attend), or
     for FlexAttention's mask_mod int64 [2, B]: the diagonal offset and valid keys per row."""
@@ -372,6 +423,18 @@ def _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev):
     return args
 
 
+def _host(res):
+    """A Result whose tensors (output, gradients, keep mask) may still be on the device, with
+    numpy arrays instead."""
+    def host(t):
+        return t if t is None or isinstance(t, np.ndarray) else to_numpy(t)
+    res.out = host(res.out)
+    res.dropout_keep = host(res.dropout_keep)
+    if res.grads:
+        res.grads = {n: host(t) for n, t in res.grads.items()}
+    return res
+
+
 _SDPA_SELECTED = {"target": None, "ctx": None}
 
 
@@ -435,7 +498,7 @@ class Target(_base.Target):
     # -- declarations ------------------------------------------------------------------
     def declare(self) -> dict:
         caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal",
-                "padding", "window", "strided", "mask_dtype"]
+                "padding", "window", "strided", "mask_dtype", "backward"]
         conventions = {}
         if self.kind == "explicit":
             caps += ["softcap", "dropout"]
@@ -458,6 +521,9 @@ class Target(_base.Target):
                 conventions["dropout"] = "keep_mask"
         if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
             conventions["masked_rows"] = "nan"
+        if self.kind == "flex" and not self.cuda:
+            # "FlexAttention does not support backward on CPU" (torch 2.15): documented
+            caps.remove("backward")
         if self.cuda:
             caps.append("tf32")
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
@@ -515,7 +581,7 @@ class Target(_base.Target):
         # softcap, dropout) set per case; a compiled one bakes them in, so they are in its key
         cfg = _config(case, self.base, self.cuda)
         key = (case.key("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
-               if self.compiled else None)
+               + (("backward", case.grads),) if self.compiled else case.grads)
         return key, tuple(sorted((k, v) for k, v in cfg.items() if self.compiled or k not in _VALUE_FIELDS))
 
     def build(self, case, q, k, v, mask, bool_mask):
@@ -545,12 +611,15 @@ class Target(_base.Target):
             if self.kind == "sdpa" and case.dropout_p > 0.0:
                 return self._run_sdpa_dropout(case, mod, cfg, args)
             _select_sdpa(self)
-            out = mod(*args)
+            if case.grads:
+                res = backward(case, cfg, lambda a: mod(*a), args, self.device)
+            else:
+                res = Result(mod(*args), layout=cfg["out_layout"])
             if self._deferred:              # a batch: copied back after one synchronize
-                return Result(out, layout=cfg["out_layout"])
+                return res
             if self.cuda:
                 torch.cuda.synchronize()
-            return Result(to_numpy(out), layout=cfg["out_layout"])
+            return _host(res)
         except RuntimeError as e:
             if "No available kernel" in str(e):
                 from attnfuzz.worker import Unsupported
@@ -580,10 +649,7 @@ class Target(_base.Target):
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - a device fault: every case of the batch
             return [e] * len(out)
-        for r in out:
-            if not isinstance(r, Exception):
-                r.out = to_numpy(r.out) if not isinstance(r.out, np.ndarray) else r.out
-        return out
+        return [r if isinstance(r, Exception) else _host(r) for r in out]
 
     def refusal(self, exc):
         msg = str(exc)
@@ -622,16 +688,21 @@ class Target(_base.Target):
         first."""
         from attnfuzz.worker import Result, Unsupported
         torch = self.torch
-        q, k, v = mod._inputs(*args[:3])
-        if cfg["hq"] != cfg["hkv"]:
-            rep = cfg["hq"] // cfg["hkv"]
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        q, k, v = (t.contiguous() for t in (q, k, v))
-        add, bmask, struct = args[3], args[4], args[5]
-        p = float(case.dropout_p)
-        B, H, Sq, Sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-        with torch.no_grad():
+        with torch.set_grad_enabled(bool(case.grads)):
+            leaves = None
+            if case.grads:
+                # the kernel's op is differentiable: its backward replays the same seed and
+                # offset, so the keep mask extracted below is the backward's too
+                args, leaves = grad_leaves(case, args)
+            q, k, v = mod._inputs(*args[:3])
+            if cfg["hq"] != cfg["hkv"]:
+                rep = cfg["hq"] // cfg["hkv"]
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
+            q, k, v = (t.contiguous() for t in (q, k, v))
+            add, bmask, struct = args[3], args[4], args[5]
+            p = float(case.dropout_p)
+            B, H, Sq, Sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
             if self.backend == "FLASH_ATTENTION":
                 if add is not None or bmask is not None or struct is not None:
                     raise Unsupported("the flash kernel takes no attn_mask")
@@ -655,12 +726,16 @@ class Target(_base.Target):
                     q, k, v, bias, True, p, cfg["is_causal"], scale=cfg["scale_arg"])
                 out, seed, offset = outs[0], int(outs[2].item()), int(outs[3].item())
                 # The kernel's uniforms replayed from its seed and offset: kept where u > p.
-                m = torch.empty((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
-                m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
+                with torch.no_grad():
+                    m = torch.empty((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
+                    m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
                 keep = m > p
-            torch.cuda.synchronize()
-        out = from_bhsd(out, cfg["out_layout"])
-        return Result(to_numpy(out), layout=cfg["out_layout"], dropout_keep=to_numpy(keep))
+            out = from_bhsd(out, cfg["out_layout"])
+            res = (grads_of(case, cfg, out, leaves, self.device) if case.grads
+                   else Result(out, layout=cfg["out_layout"]))
+        torch.cuda.synchronize()
+        res.dropout_keep = keep
+        return _host(res)
 
 
 def repro_snippet(variant: str) -> str:
