@@ -3,7 +3,10 @@
  * A backend receives the physical tensors of a case (tensor.h) and writes the output
  * in canonical contiguous [B, Hq, Sq, Dv] order, in its out_dtype (F64 for ref, F32 for
  * the others). A backend whose out_dtype is F64 may instead write F32 and say so by
- * setting out->dtype and out->nb (workers return whichever dtype they computed in). Capability bits let the fuzzer send a backend only cases it can run. */
+ * setting out->dtype and out->nb (workers return whichever dtype they computed in).
+ * Capability bits let the fuzzer send a backend only cases it can run. A backend with
+ * AF_CAP_BACKWARD and a run_backward also computes the gradients a backward case asks
+ * for (af_grads, docs/design.md section 2 "Backward"). */
 #ifndef ATTNFUZZ_BACKEND_H
 #define ATTNFUZZ_BACKEND_H
 
@@ -38,10 +41,38 @@ enum {
     AF_CAP_DROPOUT = 1u << 14,
     AF_CAP_STRIDED = 1u << 15,   /* padded, permuted and stride-0 tensors */
     AF_CAP_MASK_DTYPE = 1u << 16,/* an additive mask whose dtype differs from the case's */
-    AF_CAP_ALL = (1u << 17) - 1
+    AF_CAP_BACKWARD = 1u << 17,  /* gradients (run_backward); never a plugin's (plugin.h is forward-only) */
+    AF_CAP_FORWARD_ALL = (1u << 17) - 1, /* every forward capability: the plugin ABI's AF_PLUGIN_CAP_ALL */
+    AF_CAP_ALL = (1u << 18) - 1
 };
+#define AF_CAP_COUNT 18
 #define AF_LAYOUTS_ALL ((1u << AF_LAYOUT_COUNT) - 1)
-extern const char *const af_cap_names[17];
+extern const char *const af_cap_names[AF_CAP_COUNT]; /* bit b: af_cap_names[b] ("f32", ..., "backward") */
+
+/* The gradients of a backward case, canonical and contiguous, in the backend's out_dtype
+ * (a backend whose out_dtype is F64 may write F32 instead and say so in dtype and nb, as
+ * for the output):
+ *   dq     [B, Hq, Sq, D]
+ *   dk     [B, Hkv, Sk, D]   summed over each key/value head's query group
+ *   dv     [B, Hkv, Sk, Dv]  likewise
+ *   dmask  [B', Hq', Sq', Sk'] the additive mask's 4-D broadcast shape (1 on the dims it
+ *          broadcasts, whatever its rank or expansion), summed over those dims
+ * A gradient the case does not ask for has data NULL and is left alone. */
+typedef struct af_grads {
+    af_tensor dq, dk, dv, dmask;
+} af_grads;
+
+/* Gradient g (0..AF_GRAD_COUNT-1, the bit index of af_grad_names: dq, dk, dv, dmask). */
+static inline af_tensor *af_grads_at(af_grads *gr, int g) {
+    af_tensor *const t[AF_GRAD_COUNT] = {&gr->dq, &gr->dk, &gr->dv, &gr->dmask};
+    return t[g];
+}
+static inline const af_tensor *af_grads_get(const af_grads *gr, int g) {
+    const af_tensor *const t[AF_GRAD_COUNT] = {&gr->dq, &gr->dk, &gr->dv, &gr->dmask};
+    return t[g];
+}
+/* The canonical shape of gradient g of case c (4 dims, above). */
+void af_case_grad_shape(const af_case *c, int g, size_t ne[4]);
 
 /* What an external backend (worker.h) declared and what its last run left behind; in-process
  * backends have none (af_backend_ext returns NULL). Strings are owned by the backend and
@@ -99,11 +130,18 @@ typedef struct af_backend_vtable {
     /* Optional: batches (a worker that declared `batch`). batch_max: the most cases one
      * batch may hold. batch_begin sends n cases of one compile key (the inputs stay alive
      * until batch_end); other backends may run meanwhile; batch_end fills outs[i] (as run
-     * would) and res[i] for each. Both return AF_OK but for AF_ERR_NOMEM, AF_ERR_IO (the
-     * backend cannot go on) or AF_ERR_INVALID (a batch over batch_max). */
+     * would), the gradients grads[i] of a backward case (as run_backward would; grads NULL,
+     * or grads[i] NULL: that case runs forward only) and res[i] for each. Both return AF_OK
+     * but for AF_ERR_NOMEM, AF_ERR_IO (the backend cannot go on) or AF_ERR_INVALID (a
+     * batch over batch_max). */
     size_t (*batch_max)(void *state);
     af_status (*batch_begin)(void *state, const af_case_tensors *const *in, size_t n, af_error *err);
-    af_status (*batch_end)(void *state, af_tensor *const *outs, af_batch_result *res, af_error *err);
+    af_status (*batch_end)(void *state, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+                           af_error *err);
+    /* Optional, with AF_CAP_BACKWARD: fill out as run does and, from in->dout, each
+     * gradient of g whose data is not NULL (the ones the case asks for). A backend that
+     * declares AF_CAP_BACKWARD without it is never sent a backward case. */
+    af_status (*run_backward)(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g, af_error *err);
 } af_backend_vtable;
 
 typedef struct af_backend af_backend;
@@ -135,20 +173,33 @@ const af_backend_ext *af_backend_ext_of(const af_backend *be);
 
 /* Can this backend run case c? When not, why (if not NULL) names the missing capability. */
 bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len);
+/* The capabilities in force: the table's, without AF_CAP_BACKWARD when it has no
+ * run_backward (a worker whose kit has not learned the protocol's gradients yet). */
+uint32_t af_backend_caps(const af_backend *be);
 /* Capability bits case c needs. */
 uint32_t af_case_required_caps(const af_case *c);
 
 /* Runs the backend; out must be a contiguous [B, Hq, Sq, Dv] tensor of out_dtype. */
 af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err);
+/* Runs forward and backward on a case with grads != 0: out as for af_backend_run, and
+ * g as af_backend_grads_shape sized it, with data for every gradient the case asks for
+ * (NULL for the others). AF_ERR_UNSUPPORTED when the backend has no run_backward;
+ * AF_ERR_INVALID when a tensor has the wrong shape or dtype, or an asked one no data. */
+af_status af_backend_run_backward(af_backend *be, const af_case_tensors *in, af_tensor *out, af_grads *g,
+                                  af_error *err);
 
 /* Batches (see af_backend_vtable.batch_begin): the most cases one batch may hold (1 for a
  * backend without batches), sending a batch, and collecting its answers. */
 size_t af_backend_batch_max(const af_backend *be);
 af_status af_backend_batch_begin(af_backend *be, const af_case_tensors *const *in, size_t n, af_error *err);
-af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_batch_result *res, af_error *err);
+af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+                               af_error *err);
 
 /* Sizes out for case c and this backend's out_dtype; allocation stays with the caller. */
 void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out);
+/* Sizes the gradients case c asks for (contiguous, out_dtype, af_case_grad_shape); the
+ * others get ndim 0. Every data pointer is set to NULL: allocation stays with the caller. */
+void af_backend_grads_shape(const af_backend *be, const af_case *c, af_grads *g);
 
 /* Limits OpenBLAS to one thread (one thread per process); called when a backend opens. */
 void af_blas_single_thread(void);

@@ -5,6 +5,9 @@
  * scores s = scale * q.k; softcap s = c * tanh(s / c); masks (additive mask added;
  * boolean mask, causal, key padding and sliding window set -inf); softmax over keys (a
  * fully masked row gives 0); dropout from the counter-based RNG (rng.h); out = P V.
+ * A case may also ask for gradients (af_backward_spec): given an upstream gradient dO
+ * [B, Hq, Sq, Dv], any non-empty set of dQ, dK, dV and, with an additive mask, its
+ * gradient dmask (docs/design.md section 2, "Backward").
  *
  * A case is a plain value. It decodes from any byte string (af_case_decode is total:
  * out-of-range fields are clamped or repaired), encodes back (af_case_encode), and
@@ -151,6 +154,24 @@ typedef struct af_tensor_spec {
     uint32_t seed;
 } af_tensor_spec;
 
+/* The gradients a backward case asks for: bits of af_backward_spec.grads. Bit g is named
+ * af_grad_names[g] ("dq", "dk", "dv", "dmask"); dmask needs an additive mask. */
+enum { AF_GRAD_DQ = 1, AF_GRAD_DK = 2, AF_GRAD_DV = 4, AF_GRAD_DMASK = 8, AF_GRAD_ALL = 15 };
+#define AF_GRAD_COUNT 4
+extern const char *const af_grad_names[AF_GRAD_COUNT];
+
+/* The optional backward part of a case. grads == 0: forward-only, and dout is all zero.
+ * dout is the upstream gradient dO [B, Hq, Sq, Dv], drawn like Q, K and V; its layout is
+ * always af_out_layout(Q's layout) (the output's), its perm, pad and broadcast its own. */
+typedef struct af_backward_spec {
+    uint8_t grads;       /* AF_GRAD_* bits */
+    af_tensor_spec dout;
+} af_backward_spec;
+
+/* The layout an output (and dO) takes for inputs in layout l: the unpacked layouts stay,
+ * qkv_bs3hd and qkv_bsh3d give bshd, qkv_channels_first gives channels_first. */
+af_layout af_out_layout(af_layout l);
+
 typedef struct af_case {
     /* shapes */
     uint32_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
@@ -177,6 +198,8 @@ typedef struct af_case {
     uint64_t dropout_seed;
     /* inputs */
     af_tensor_spec t[AF_QKV_COUNT];
+    /* gradients (docs/design.md section 2, "Backward") */
+    af_backward_spec bwd;
 } af_case;
 
 /* The smallest valid case: 1x1x1x1, f32, contiguous BHSD, no masks. */

@@ -86,11 +86,13 @@ unsigned af_layout_perm_count(af_layout l);
 /* The tensors of one case, as every implementation receives them. For packed layouts
  * q, k and v are the same buffer. amask/bmask are valid when c->amask.present /
  * c->bmask.present; their views am/bm are [B, Hq, Sq, Sk] with stride 0 where the
- * mask broadcasts. */
+ * mask broadcasts. dout (the upstream gradient dO, physical, in af_out_layout of Q's
+ * layout with its own strides) and its canonical view dov [B, Hq, Sq, Dv] are valid when
+ * c->bwd.grads != 0 (zeroed otherwise). */
 typedef struct af_case_tensors {
     const af_case *c;
-    af_tensor q, k, v, amask, bmask;
-    af_view qv, kv, vv, am, bm;
+    af_tensor q, k, v, amask, bmask, dout;
+    af_view qv, kv, vv, am, bm, dov;
     /* NULL: dropout keeps by the counter rule (rng.h). Else [B, Hq, Sq, Sk] bytes, 1 = kept:
      * the keep mask a worker drew with its own RNG, which the reference then follows. */
     const uint8_t *dropout_keep;

@@ -10,10 +10,12 @@
 
 #include "backends.h"
 
-const char *const af_cap_names[17] = {
+const char *const af_cap_names[AF_CAP_COUNT] = {
     "f32",     "f16",   "bf16",   "tf32",    "gqa",    "cross",   "dv",      "scale",      "softcap",
-    "amask",   "bmask", "causal", "padding", "window", "dropout", "strided", "mask_dtype",
+    "amask",   "bmask", "causal", "padding", "window", "dropout", "strided", "mask_dtype", "backward",
 };
+_Static_assert(sizeof af_cap_names / sizeof af_cap_names[0] == AF_CAP_COUNT, "names");
+_Static_assert(AF_CAP_ALL == (1u << AF_CAP_COUNT) - 1, "every capability has a name");
 
 struct af_backend {
     const af_backend_vtable *vt;
@@ -142,8 +144,9 @@ af_status af_backend_batch_begin(af_backend *be, const af_case_tensors *const *i
     return be->vt->batch_begin(be->state, in, n, err);
 }
 
-af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_batch_result *res, af_error *err) {
-    return be->vt->batch_end(be->state, outs, res, err);
+af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+                               af_error *err) {
+    return be->vt->batch_end(be->state, outs, grads, res, err);
 }
 
 uint32_t af_case_required_caps(const af_case *c) {
@@ -164,11 +167,17 @@ uint32_t af_case_required_caps(const af_case *c) {
     for (int t = 0; t < AF_QKV_COUNT; t++)
         if (c->t[t].perm || c->t[t].pad || c->t[t].bcast != AF_BCAST_NONE) caps |= AF_CAP_STRIDED;
     if ((c->amask.present && c->amask.expanded) || (c->bmask.present && c->bmask.expanded)) caps |= AF_CAP_STRIDED;
+    if (c->bwd.grads) caps |= AF_CAP_BACKWARD;
     return caps;
 }
 
+uint32_t af_backend_caps(const af_backend *be) {
+    uint32_t caps = be->vt->caps & AF_CAP_ALL;
+    return be->vt->run_backward ? caps : caps & ~(uint32_t)AF_CAP_BACKWARD;
+}
+
 bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len) {
-    uint32_t missing = af_case_required_caps(c) & ~be->vt->caps;
+    uint32_t missing = af_case_required_caps(c) & ~af_backend_caps(be);
     for (int t = 0; t < AF_QKV_COUNT; t++) {
         if (!(be->vt->layouts & (1u << c->t[t].layout))) {
             if (why) snprintf(why, why_len, "layout %s", af_layout_names[c->t[t].layout]);
@@ -187,12 +196,56 @@ void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out
     af_tensor_contiguous(out, be->vt->out_dtype, 4, ne);
 }
 
+void af_case_grad_shape(const af_case *c, int g, size_t ne[4]) {
+    size_t H = g == 0 ? c->q_heads : c->kv_heads, S = g == 0 ? c->q_len : c->kv_len;
+    ne[0] = c->batch, ne[1] = H, ne[2] = S, ne[3] = g == 2 ? c->v_head_dim : c->head_dim;
+    if (g == 3) { /* the additive mask's broadcast shape */
+        size_t full[4] = {c->batch, c->q_heads, c->q_len, c->kv_len};
+        for (int d = 0; d < 4; d++) ne[d] = (c->amask.dims & (1u << d)) ? full[d] : 1;
+    }
+}
+
+void af_backend_grads_shape(const af_backend *be, const af_case *c, af_grads *g) {
+    memset(g, 0, sizeof *g);
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        if (!(c->bwd.grads & (1u << k))) continue;
+        size_t ne[4];
+        af_case_grad_shape(c, k, ne);
+        af_tensor_contiguous(af_grads_at(g, k), be->vt->out_dtype, 4, ne);
+    }
+}
+
 af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err) {
     const af_case *c = in->c;
     AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || !out->data || out->ne[0] != c->batch ||
                            out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
                        err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
     af_status st = be->vt->run(be->state, in, out, err);
+    if (st != AF_OK) af_error_prefix(err, "%s", be->name);
+    return st;
+}
+
+af_status af_backend_run_backward(af_backend *be, const af_case_tensors *in, af_tensor *out, af_grads *g,
+                                  af_error *err) {
+    const af_case *c = in->c;
+    AF_RETURN_ERROR_IF(!be->vt->run_backward, err, AF_ERR_UNSUPPORTED, "%s: no backward", be->name);
+    AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || !out->data || out->ne[0] != c->batch ||
+                           out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
+                       err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        const af_tensor *t = af_grads_get(g, k);
+        if (!(c->bwd.grads & (1u << k))) {
+            AF_RETURN_ERROR_IF(t->data, err, AF_ERR_INVALID, "%s: %s given but not asked", be->name, af_grad_names[k]);
+            continue;
+        }
+        size_t ne[4];
+        af_case_grad_shape(c, k, ne);
+        AF_RETURN_ERROR_IF(t->ndim != 4 || t->dtype != be->vt->out_dtype || !t->data || t->ne[0] != ne[0] ||
+                               t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3],
+                           err, AF_ERR_INVALID, "%s: gradient %s has the wrong shape or dtype", be->name,
+                           af_grad_names[k]);
+    }
+    af_status st = be->vt->run_backward(be->state, in, out, g, err);
     if (st != AF_OK) af_error_prefix(err, "%s", be->name);
     return st;
 }

@@ -12,7 +12,7 @@
 #include "attnfuzz/mem.h"
 #include "backends.h"
 
-_Static_assert((unsigned)AF_PLUGIN_CAP_ALL == (unsigned)AF_CAP_ALL, "plugin capability bits follow backend.h");
+_Static_assert((unsigned)AF_PLUGIN_CAP_ALL == (unsigned)AF_CAP_FORWARD_ALL, "plugin capability bits follow backend.h");
 _Static_assert((int)AF_PLUGIN_LAYOUT_QKV_CHANNELS_FIRST == (int)AF_LAYOUT_QKV_CHANNELS_FIRST, "plugin layouts follow case.h");
 _Static_assert((int)AF_PLUGIN_BOOL == (int)AF_BOOL, "plugin dtypes follow dtype.h");
 
@@ -149,7 +149,7 @@ af_status af_plugin_open(const char *spec, af_backend **out, af_error *err) {
     h->vt.name = h->name;
     h->vt.version = h->pl->version ? h->pl->version : "";
     h->vt.summary = "a shared-library implementation (plugin ABI)";
-    h->vt.caps = h->pl->caps & AF_CAP_ALL;
+    h->vt.caps = h->pl->caps & AF_CAP_FORWARD_ALL; /* the ABI is forward-only */
     h->vt.layouts = h->pl->layouts & AF_LAYOUTS_ALL;
     h->vt.out_dtype = AF_F32;
     h->vt.destroy = af_plugin_destroy;

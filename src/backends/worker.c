@@ -838,7 +838,9 @@ static af_status af_worker_batch_begin(void *state, const af_case_tensors *const
  * frame (the worker died, hung or broke the protocol) sends the cases again one by one, so
  * that the case that killed it is the one its crash or timeout is charged to; the others
  * get their answers. AF_ERR_NOMEM / AF_ERR_IO (no worker any more) stop the batch. */
-static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_batch_result *res, af_error *err) {
+static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+                                     af_error *err) {
+    (void)grads; /* no run_backward: af_backend_caps never lets a backward case reach it */
     af_worker *w = state;
     size_t n = w->bn;
     w->bn = 0;

@@ -537,7 +537,7 @@ af_status af_exec_run_batch(af_exec *x, const af_case *cases, size_t n, unsigned
         af_tensor *outs[AF_EXEC_MAX_BATCH];
         af_batch_result *res = x->bres;
         for (size_t j = 0; j < cnt[k]; j++) outs[j] = &x->slots[idx[k][j]]->out[k];
-        AF_TRY(af_backend_batch_end(x->be[k], outs, res, err));
+        AF_TRY(af_backend_batch_end(x->be[k], outs, NULL, res, err));
         for (size_t j = 0; j < cnt[k]; j++) {
             x->s = x->slots[idx[k][j]];
             double compile = res[j].compile_s >= 0 ? res[j].compile_s : res[j].new_key ? res[j].wall_s : 0.0;

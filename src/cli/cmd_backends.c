@@ -12,11 +12,15 @@
 
 static void af_print_caps(const af_backend_vtable *vt) {
     printf("%-30s caps:", "");
-    if ((vt->caps & AF_CAP_ALL) == AF_CAP_ALL) {
+    /* as af_backend_caps has them: backward only with a run_backward */
+    uint32_t caps = vt->caps & (vt->run_backward ? AF_CAP_ALL : AF_CAP_FORWARD_ALL);
+    if (caps == AF_CAP_ALL) {
         printf(" all");
+    } else if (caps == AF_CAP_FORWARD_ALL) {
+        printf(" all forward");
     } else {
-        for (int b = 0; b < 17; b++)
-            if (vt->caps & (1u << b)) printf(" %s", af_cap_names[b]);
+        for (int b = 0; b < AF_CAP_COUNT; b++)
+            if (caps & (1u << b)) printf(" %s", af_cap_names[b]);
     }
     printf("   layouts:");
     if ((vt->layouts & AF_LAYOUTS_ALL) == AF_LAYOUTS_ALL) {

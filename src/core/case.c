@@ -41,6 +41,25 @@ _Static_assert(sizeof(af_mask_fill_names) / sizeof(af_mask_fill_names[0]) == AF_
 
 const char *const af_tensor_names[AF_QKV_COUNT] = {"q", "k", "v"};
 
+const char *const af_grad_names[AF_GRAD_COUNT] = {"dq", "dk", "dv", "dmask"};
+_Static_assert(sizeof(af_grad_names) / sizeof(af_grad_names[0]) == AF_GRAD_COUNT, "names");
+_Static_assert(AF_GRAD_ALL == (1 << AF_GRAD_COUNT) - 1, "one bit per gradient");
+
+af_layout af_out_layout(af_layout l) {
+    switch (l) {
+    case AF_LAYOUT_QKV_BS3HD:
+    case AF_LAYOUT_QKV_BSH3D: return AF_LAYOUT_BSHD;
+    case AF_LAYOUT_QKV_CHANNELS_FIRST: return AF_LAYOUT_CHANNELS_FIRST;
+    case AF_LAYOUT_BHSD:
+    case AF_LAYOUT_BSHD:
+    case AF_LAYOUT_SBHD:
+    case AF_LAYOUT_BSD:
+    case AF_LAYOUT_CHANNELS_FIRST:
+    case AF_LAYOUT_COUNT: break;
+    }
+    return l;
+}
+
 void af_case_default(af_case *c) {
     memset(c, 0, sizeof *c);
     c->batch = c->q_heads = c->kv_heads = c->q_len = c->kv_len = c->head_dim = c->v_head_dim = 1;
