@@ -199,7 +199,7 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     if (!hl->name[0]) AF_WP_FAIL("hello: no name");
     af_wp_str(h, af_wp_get(h, 0, "version"), hl->version, sizeof hl->version);
     af_wp_str(h, af_wp_get(h, 0, "variant"), hl->variant, sizeof hl->variant);
-    AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "caps"), "capability", af_cap_names, 17, &hl->caps, err));
+    AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "caps"), "capability", af_cap_names, AF_CAP_COUNT, &hl->caps, err));
     AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "layouts"), "layout", af_layout_names, AF_LAYOUT_COUNT, &hl->layouts,
                               err));
     long dts = af_wp_get(h, 0, "dtypes");
