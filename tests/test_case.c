@@ -57,8 +57,12 @@ enum {
     OFF_TK = 92,
     OFF_TV = 103,
     OFF_KV_VALID = 114,
-    INPUT_MAX = OFF_KV_VALID + 4 * AF_MAX_BATCH
+    /* the backward bytes follow the key padding lengths of every batch row: at
+     * OFF_KV_VALID + 4 * B, grads (1), then dO's spec without its layout byte (10) */
+    BWD_LEN = 11,
+    INPUT_MAX = OFF_KV_VALID + 4 * AF_MAX_BATCH + BWD_LEN
 };
+static size_t off_bwd(const uint8_t *in) { return OFF_KV_VALID + 4u * (1u + in[OFF_BATCH] % AF_MAX_BATCH); }
 
 static unsigned perm_count_by_hand(af_layout l) {
     switch (l) {
@@ -133,6 +137,23 @@ static const char *check_fields(const af_case *c, size_t budget) {
     } else {
         for (int t = AF_K; t <= AF_V; t++)
             if (c->t[t].layout >= AF_LAYOUT_FIRST_PACKED) return "K/V packed while Q is not";
+    }
+    const af_backward_spec *bw = &c->bwd;
+    if (bw->grads & ~AF_GRAD_ALL) return "grads bits";
+    if ((bw->grads & AF_GRAD_DMASK) && !c->amask.present) return "dmask without an additive mask";
+    if (!bw->grads) {
+        static const af_backward_spec zero;
+        if (memcmp(bw, &zero, sizeof zero) != 0) return "a forward-only case with a dO spec";
+    } else {
+        const af_tensor_spec *s = &bw->dout;
+        if (s->layout != af_out_layout(c->t[AF_Q].layout)) return "dO layout";
+        if (s->layout >= AF_LAYOUT_FIRST_PACKED) return "dO in a packed layout";
+        if (s->perm >= perm_count_by_hand(s->layout)) return "dO perm";
+        if (s->pad > AF_MAX_PAD) return "dO pad";
+        if ((unsigned)s->bcast >= AF_BCAST_COUNT || (s->bcast == AF_BCAST_HEADS && folded(s->layout))) return "dO bcast";
+        if ((unsigned)s->dist >= AF_DIST_COUNT) return "dO dist";
+        if (s->mag_q4 < AF_MAG_Q4_MIN || s->mag_q4 > AF_MAG_Q4_MAX) return "dO magnitude";
+        if ((unsigned)s->special >= AF_SPECIAL_COUNT) return "dO special";
     }
     if (af_case_tensor_bytes(c) > budget) return "over budget";
     return NULL;
@@ -340,6 +361,53 @@ static void test_decode_adversarial(void **state) {
     }
 }
 
+/* --- the backward part --------------------------------------------------------------- */
+
+/* The backward bytes come after the key padding lengths: an input that ends there (every
+ * input written before cases had a backward part) decodes forward-only and re-encodes to
+ * the same bytes; eleven more bytes ask for gradients. */
+static void test_backward_bytes(void **state) {
+    (void)state;
+    xorshift x = {0xBAC4};
+    size_t n = scaled(5000);
+    for (size_t t = 0; t < n; t++) {
+        uint8_t in[INPUT_MAX];
+        tame_input(&x, in);
+        if (t % 2) in[OFF_AMASK] |= 1; /* an additive mask: dmask can stay */
+        size_t X = off_bwd(in);
+        af_case old, c;
+        af_case_decode(&old, in, X, 0);
+        assert_int_equal(old.bwd.grads, 0);
+        uint8_t enc[AF_CASE_ENCODED_MAX];
+        size_t len = af_case_encode(&old, enc, sizeof enc);
+        /* a forward-only case: exactly the bytes an old input had, the key padding last */
+        assert_int_equal(len, OFF_KV_VALID + 4 * old.batch);
+        uint8_t g = (uint8_t)(1 + t % AF_GRAD_ALL);
+        in[X] = g;
+        af_case_decode(&c, in, X + BWD_LEN, 0);
+        uint8_t want = c.amask.present ? g : (uint8_t)(g & ~AF_GRAD_DMASK);
+        assert_int_equal(c.bwd.grads, want);
+        if (!want) continue;
+        /* the byte fields of dO, in the order of case_codec.c (no layout byte) */
+        assert_int_equal(c.bwd.dout.layout, af_out_layout(c.t[AF_Q].layout));
+        assert_int_equal(c.bwd.dout.dist, in[X + 4] % AF_DIST_COUNT);
+        uint32_t seed = (uint32_t)in[X + 7] | (uint32_t)in[X + 8] << 8 | (uint32_t)in[X + 9] << 16 |
+                        (uint32_t)in[X + 10] << 24;
+        assert_int_equal(c.bwd.dout.seed, seed);
+        /* every other field is the old input's */
+        af_case f = c;
+        memset(&f.bwd, 0, sizeof f.bwd);
+        if (!af_case_equal(&f, &old) && af_case_tensor_bytes(&c) < AF_DEFAULT_BUDGET / 2) {
+            print_case("forward-only", &old);
+            print_case("with backward bytes", &c);
+            fail_msg("the backward bytes changed a forward field");
+        }
+        len = af_case_encode(&c, enc, sizeof enc);
+        assert_int_equal(len, OFF_KV_VALID + 4 * c.batch + BWD_LEN);
+        check_decoded(in, X + BWD_LEN, NULL);
+    }
+}
+
 /* --- locality: one byte touches its own fields ----------------------------------- */
 
 enum {
@@ -347,7 +415,7 @@ enum {
     F_DTYPE = 1 << 6, F_TF32 = 1 << 7, F_SCALE = 1 << 8, F_PLACE = 1 << 9, F_SOFTCAP = 1 << 10,
     F_CAUSAL = 1 << 11, F_DIAG = 1 << 12, F_KP = 1 << 13, F_KVVALID = 1 << 14, F_WINDOW = 1 << 15,
     F_AMASK = 1 << 16, F_BMASK = 1 << 17, F_DROP = 1 << 18, F_DSEED = 1 << 19, F_TQ = 1 << 20,
-    F_TK = 1 << 21, F_TV = 1 << 22
+    F_TK = 1 << 21, F_TV = 1 << 22, F_BWD = 1 << 23
 };
 
 static bool spec_eq(const af_tensor_spec *x, const af_tensor_spec *y) {
@@ -386,12 +454,16 @@ static unsigned case_diff(const af_case *a, const af_case *b) {
     if (!spec_eq(&a->t[AF_Q], &b->t[AF_Q])) f |= F_TQ;
     if (!spec_eq(&a->t[AF_K], &b->t[AF_K])) f |= F_TK;
     if (!spec_eq(&a->t[AF_V], &b->t[AF_V])) f |= F_TV;
+    if (a->bwd.grads != b->bwd.grads || !spec_eq(&a->bwd.dout, &b->bwd.dout)) f |= F_BWD;
     return f;
 }
 
-static unsigned allowed_fields(size_t off, const af_case *a, const af_case *b) {
+/* in: the input before the flip (the batch byte places the backward bytes). The backward
+ * part depends on the batch byte (its position), Q's layout (dO's) and the additive mask
+ * (dmask needs one). */
+static unsigned allowed_fields(size_t off, const uint8_t *in, const af_case *a, const af_case *b) {
     bool packed = af_case_is_packed(a) || af_case_is_packed(b);
-    if (off == OFF_BATCH) return F_BATCH | F_KVVALID;
+    if (off == OFF_BATCH) return F_BATCH | F_KVVALID | F_BWD;
     if (off == OFF_DTYPE) return F_DTYPE | F_TF32;
     if (off == OFF_FLAGS) return F_TF32 | F_SCALE | F_CAUSAL | F_KP | F_KVVALID;
     if (off == OFF_PLACEMENT) return F_PLACE;
@@ -401,14 +473,15 @@ static unsigned allowed_fields(size_t off, const af_case *a, const af_case *b) {
     if (off >= OFF_WINDOW && off < OFF_DROPOUT_P) return F_WINDOW;
     if (off >= OFF_DROPOUT_P && off < OFF_DROPOUT_SEED) return F_DROP;
     if (off >= OFF_DROPOUT_SEED && off < OFF_AMASK) return F_DSEED;
-    if (off >= OFF_AMASK && off < OFF_BMASK) return F_AMASK;
+    if (off >= OFF_AMASK && off < OFF_BMASK) return F_AMASK | F_BWD;
     if (off >= OFF_BMASK && off < OFF_TQ) return F_BMASK;
     if (off >= OFF_TQ && off < OFF_TK) {
         /* Q's layout decides packing, which ties K/V's layout and the K/V shapes to Q */
-        return packed ? F_TQ | F_TK | F_TV | F_KVLEN | F_HEADS | F_VDIM | F_KVVALID : F_TQ;
+        return (packed ? F_TQ | F_TK | F_TV | F_KVLEN | F_HEADS | F_VDIM | F_KVVALID : F_TQ) | F_BWD;
     }
     if (off >= OFF_TK && off < OFF_TV) return F_TK;
     if (off >= OFF_TV && off < OFF_KV_VALID) return F_TV;
+    if (off >= off_bwd(in) && off < off_bwd(in) + BWD_LEN) return F_BWD;
     return F_KVVALID;
 }
 
@@ -423,17 +496,22 @@ static void test_byte_locality(void **state) {
                                   OFF_BMASK + 4,   OFF_TQ,           OFF_TQ + 1,     OFF_TQ + 2,
                                   OFF_TQ + 3,      OFF_TQ + 8,       OFF_TK,         OFF_TK + 2,
                                   OFF_TK + 4,      OFF_TV,           OFF_TV + 5,     OFF_TV + 9,
-                                  OFF_KV_VALID,    OFF_KV_VALID + 5, OFF_KV_VALID + 4 * 63};
+                                  OFF_KV_VALID,    OFF_KV_VALID + 5, OFF_KV_VALID + 4 * 63,
+                                  INPUT_MAX - 1,   INPUT_MAX - BWD_LEN};
     size_t n = scaled(20000);
     for (size_t t = 0; t < n; t++) {
         uint8_t in[INPUT_MAX];
         tame_input(&x, in);
         size_t off = offs[t % (sizeof offs / sizeof offs[0])];
+        /* a third of the flips land in the backward bytes of the input's own batch */
+        if (t % 3 == 1) off = off_bwd(in) + (size_t)(xs_next(&x) % BWD_LEN);
         af_case a, b;
+        uint8_t before[INPUT_MAX];
+        memcpy(before, in, sizeof in);
         af_case_decode(&a, in, sizeof in, 0);
         in[off] ^= (uint8_t)(1 + xs_next(&x) % 255);
         af_case_decode(&b, in, sizeof in, 0);
-        unsigned diff = case_diff(&a, &b), ok = allowed_fields(off, &a, &b);
+        unsigned diff = case_diff(&a, &b), ok = allowed_fields(off, before, &a, &b);
         if (diff & ~ok) {
             print_case("before", &a);
             print_case("after", &b);
@@ -527,7 +605,26 @@ static void test_validate_rejects(void **state) {
     REJECT(c.t[AF_K].mag_q4 = 17);
     REJECT((c.amask.present = true, c.amask.dims = AF_MDIM_B | AF_MDIM_Q | AF_MDIM_K, c.amask.rank2 = true));
     REJECT((c.amask.present = true, c.amask.dtype = AF_BOOL));
+    REJECT((c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DMASK)); /* dmask without an additive mask */
+    REJECT((c.bwd.grads = 16 | AF_GRAD_DK));
+    REJECT((c.bwd.grads = AF_GRAD_DV, c.bwd.dout.layout = AF_LAYOUT_BSHD)); /* Q is bhsd */
+    REJECT((c.bwd.grads = AF_GRAD_DV, c.bwd.dout.mag_q4 = 20));
+    REJECT((c.bwd.grads = AF_GRAD_DQ, c.t[AF_Q].layout = AF_LAYOUT_BSD, c.t[AF_K].layout = AF_LAYOUT_BSD,
+            c.bwd.dout.layout = AF_LAYOUT_BSD, c.bwd.dout.bcast = AF_BCAST_HEADS));
 #undef REJECT
+    /* repair: dmask goes without an additive mask, dO follows Q's layout */
+    c = base;
+    c.bwd.grads = AF_GRAD_DMASK;
+    c.bwd.dout.seed = 5;
+    af_case_repair(&c, 0);
+    assert_int_equal(c.bwd.grads, 0);
+    assert_int_equal(c.bwd.dout.seed, 0); /* forward-only: zeros */
+    c = base;
+    c.t[AF_Q].layout = AF_LAYOUT_QKV_CHANNELS_FIRST;
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DMASK;
+    af_case_repair(&c, 0);
+    assert_int_equal(c.bwd.grads, AF_GRAD_DQ);
+    assert_int_equal(c.bwd.dout.layout, AF_LAYOUT_CHANNELS_FIRST);
     /* the messages name the problem */
     c = base;
     c.q_heads = 6, c.kv_heads = 4;
@@ -582,6 +679,15 @@ static void test_budget_clamp(void **state) {
     assert_int_equal(af_case_tensor_bytes(&h), 1204 + 120);
     /* flops: 2 * B * Hq * Sq * Sk * (D + Dv) */
     assert_true(af_case_flops(&h) == 2.0 * 2 * 4 * 3 * 5 * 13);
+    /* a backward case adds dO (2*4*3*6*2 = 288; with rows padded by 2 it spans 2*4*3*(6+2)*2
+     * bytes less the last row's padding, 380) and each gradient asked for: dq 336, dk 280,
+     * dv 240 at f16, dmask 60 at the mask's f32 */
+    h.bwd.grads = AF_GRAD_ALL;
+    assert_int_equal(af_case_tensor_bytes(&h), 1324 + 288 + 336 + 280 + 240 + 60);
+    h.bwd.dout.pad = 2;
+    h.bwd.grads = AF_GRAD_DK;
+    assert_int_equal(af_case_tensor_bytes(&h), 1324 + 380 + 280);
+    assert_true(af_case_flops(&h) == 3.5 * 2.0 * 2 * 4 * 3 * 5 * 13);
 }
 
 static void test_derived(void **state) {
@@ -667,6 +773,32 @@ static void test_json_rejects(void **state) {
     assert_non_null(strstr(err.msg, "packed"));
     assert_int_equal(af_case_from_json(&c, "{\"additive_mask\": {\"full_dims\": \"bxq\"}}", &err), AF_ERR_INVALID);
 
+    /* the backward object */
+    const char *bad_bwd[][2] = {
+        {"{\"backward\": 3}", "backward"},
+        {"{\"backward\": {\"grads\": []}}", "grads"},
+        {"{\"backward\": {}}", "grads"},
+        {"{\"backward\": {\"grads\": [\"dq\", \"dx\"]}}", "grads"},
+        {"{\"backward\": {\"grads\": [\"dmask\"]}}", "dmask"},
+        {"{\"backward\": {\"grads\": [\"dq\"], \"do\": {\"pad\": 65}}}", "backward.do"},
+    };
+    for (size_t k = 0; k < sizeof bad_bwd / sizeof bad_bwd[0]; k++) {
+        memset(&err, 0, sizeof err);
+        if (af_case_from_json(&c, bad_bwd[k][0], &err) == AF_OK || !strstr(err.msg, bad_bwd[k][1]))
+            fail_msg("%s: accepted or a message without \"%s\": %s", bad_bwd[k][0], bad_bwd[k][1], err.msg);
+    }
+    assert_int_equal(af_case_from_json(&c, "{\"q\": {\"layout\": \"qkv_bsh3d\"}, \"additive_mask\": {},"
+                                           " \"backward\": {\"grads\": [\"dmask\", \"dk\"],"
+                                           " \"do\": {\"dist\": \"one_hot\", \"seed\": 9}}}",
+                                       &err),
+                     AF_OK);
+    assert_int_equal(c.bwd.grads, AF_GRAD_DMASK | AF_GRAD_DK);
+    assert_int_equal(c.bwd.dout.layout, AF_LAYOUT_BSHD);
+    assert_int_equal(c.bwd.dout.dist, AF_DIST_ONE_HOT);
+    assert_int_equal(c.bwd.dout.seed, 9);
+    assert_int_equal(af_case_from_json(&c, "{\"backward\": null}", &err), AF_OK);
+    assert_int_equal(c.bwd.grads, 0);
+
     /* a minimal case from another tool: defaults fill in */
     assert_int_equal(af_case_from_json(&c, "{\"batch\": 2, \"q_heads\": 8, \"kv_heads\": 2, \"q_len\": 3,"
                                            " \"kv_len\": 9, \"head_dim\": 64, \"dtype\": \"bf16\", \"causal\": true,"
@@ -684,6 +816,7 @@ static void test_json_rejects(void **state) {
     assert_false(c.scale_set);
     assert_int_equal(c.window_left, -1);
     assert_int_equal(c.window_right, -1);
+    assert_int_equal(c.bwd.grads, 0); /* no backward object: forward-only */
 }
 
 static void test_json_round_trip_decoded(void **state) {
@@ -818,6 +951,63 @@ static void test_generate_distribution(void **state) {
     if (bad) fail_msg("the generator's distribution misses a corner (see above)");
 }
 
+/* The backward share: about the share asked, valid, round-tripping, gradients weighted
+ * towards all of them, dO's corners reached; and the draw comes last, so with no flops
+ * cap every forward field is what the forward-only generator draws from the same seed. */
+static void test_generate_backward(void **state) {
+    (void)state;
+    af_rng r, f;
+    af_rng_init(&r, 4242, 0);
+    size_t n = scaled(20000);
+    size_t bwd = 0, all = 0, with_mask = 0, dmask = 0, bcast = 0, special = 0, overflow = 0, denormal = 0;
+    size_t single[AF_GRAD_COUNT] = {0};
+    af_gen_opts o = {0, 0.0, 0.25};
+    for (size_t t = 0; t < n; t++) {
+        af_case c, fw;
+        f = r; /* both from the same point of the stream */
+        af_case_generate_opts(&c, &r, &o);
+        af_case_generate(&fw, &f, 0, 0);
+        af_case g = c;
+        memset(&g.bwd, 0, sizeof g.bwd);
+        /* (a case near the budget may shrink for dO's bytes) */
+        if (af_case_tensor_bytes(&fw) < AF_DEFAULT_BUDGET / 4 && !af_case_equal(&g, &fw)) {
+            print_case("with a backward share", &c);
+            print_case("forward-only", &fw);
+            fail_msg("case %zu: the backward draw changed a forward field", t);
+        }
+        const char *bad = check_fields(&c, AF_DEFAULT_BUDGET);
+        if (bad || !json_round_trip(&c, true)) fail_msg("generated backward case: %s", bad ? bad : "JSON");
+        if (!c.bwd.grads) continue;
+        bwd++;
+        with_mask += c.amask.present;
+        all += c.bwd.grads == (c.amask.present ? AF_GRAD_ALL : (AF_GRAD_ALL & ~AF_GRAD_DMASK));
+        dmask += (c.bwd.grads & AF_GRAD_DMASK) != 0;
+        for (int k = 0; k < AF_GRAD_COUNT; k++) single[k] += c.bwd.grads == (1u << k);
+        bcast += c.bwd.dout.bcast != AF_BCAST_NONE;
+        special += c.bwd.dout.special != AF_SPECIAL_NONE;
+        overflow += c.bwd.dout.dist == AF_DIST_NEAR_OVERFLOW;
+        denormal += c.bwd.dout.dist == AF_DIST_DENORMAL;
+    }
+    double dn = (double)n, db = (double)bwd;
+    print_message("backward %.3f (all %.3f, dmask %.3f of %.3f with a mask) dO: bcast %.3f special %.3f "
+                  "near_overflow %.3f denormal %.3f\n",
+                  (double)bwd / dn, (double)all / db, (double)dmask / db, (double)with_mask / db, (double)bcast / db,
+                  (double)special / db, (double)overflow / db, (double)denormal / db);
+    assert_true(fabs((double)bwd / dn - 0.25) < 0.02);
+    assert_true((double)all / db > 0.5);
+    assert_true(dmask > 0 && dmask <= with_mask);
+    for (int k = 0; k < AF_GRAD_COUNT; k++) assert_true(single[k] > 0);
+    assert_true((double)bcast / db > 0.1);
+    assert_true((double)special / db > 0.04 && (double)overflow / db > 0.03 && (double)denormal / db > 0.03);
+    /* share 0 draws nothing more; share 1 makes every case ask for gradients */
+    o.backward = 1.0;
+    for (size_t t = 0; t < 200; t++) {
+        af_case c;
+        af_case_generate_opts(&c, &r, &o);
+        assert_true(c.bwd.grads != 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_empty),
@@ -833,6 +1023,8 @@ int main(void) {
         cmocka_unit_test(test_generate_valid),
         cmocka_unit_test(test_json_round_trip_generated),
         cmocka_unit_test(test_generate_distribution),
+        cmocka_unit_test(test_generate_backward),
+        cmocka_unit_test(test_backward_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

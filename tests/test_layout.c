@@ -532,6 +532,74 @@ static void test_values_layout_independent(void **state) {
     af_inputs_destroy(NULL);
 }
 
+/* dO of a backward case: stored in the output layout of Q's layout (packed layouts give
+ * bshd or channels_first), with its own perm, pad and broadcast; its canonical values do
+ * not depend on where it lives, and a stride-0 dimension holds one copy. */
+static void test_dout_layouts(void **state) {
+    (void)state;
+    af_inputs *a = af_inputs_create(), *b = af_inputs_create();
+    const shape sh = {2, 3, 3, 5, 5, 7, 7};
+    /* by hand: the output layout of each Q layout, and the physical dO shape there */
+    static const af_layout out_of[AF_LAYOUT_COUNT] = {AF_LAYOUT_BHSD, AF_LAYOUT_BSHD, AF_LAYOUT_SBHD, AF_LAYOUT_BSD,
+                                                      AF_LAYOUT_CHANNELS_FIRST, AF_LAYOUT_BSHD, AF_LAYOUT_BSHD,
+                                                      AF_LAYOUT_CHANNELS_FIRST};
+    static const size_t phys[AF_LAYOUT_COUNT][4] = {{2, 3, 5, 7}, {2, 5, 3, 7}, {5, 2, 3, 7}, {2, 5, 21, 0},
+                                                    {2, 21, 5, 0}, {2, 5, 3, 7}, {2, 5, 3, 7}, {2, 21, 5, 0}};
+    af_case ca;
+    make_case(&ca, AF_LAYOUT_BHSD, &sh, AF_F16);
+    ca.bwd.grads = AF_GRAD_DQ | AF_GRAD_DV;
+    ca.bwd.dout.seed = 77;
+    ca.bwd.dout.dist = AF_DIST_UNIFORM;
+    af_error err = {0};
+    assert_int_equal(af_case_validate(&ca, 0, &err), AF_OK);
+    assert_int_equal(af_inputs_generate(a, &ca, &err), AF_OK);
+    const af_view *va = &af_inputs_get(a)->dov;
+    for (int l = 0; l < AF_LAYOUT_COUNT; l++) {
+        assert_int_equal(af_out_layout((af_layout)l), out_of[l]);
+        for (unsigned perm = 0; perm < 6; perm += 5) {
+            af_case cb = ca;
+            for (int w = 0; w < 3; w++) cb.t[w].layout = (af_layout)l;
+            cb.bwd.dout.layout = out_of[l];
+            cb.bwd.dout.perm = (uint8_t)perm;
+            cb.bwd.dout.pad = 3;
+            assert_int_equal(af_case_validate(&cb, 0, &err), AF_OK);
+            assert_int_equal(af_inputs_generate(b, &cb, &err), AF_OK);
+            const af_case_tensors *tb = af_inputs_get(b);
+            assert_int_equal(tb->dout.ndim, phys[l][3] ? 4 : 3);
+            for (int d = 0; d < tb->dout.ndim; d++) assert_int_equal(tb->dout.ne[d], phys[l][d]);
+            assert_true(af_tensor_span(&tb->dout) == af_case_dout_span(&cb));
+            const af_view *vb = &tb->dov;
+            for (size_t i0 = 0; i0 < 2; i0++)
+                for (size_t i1 = 0; i1 < 3; i1++)
+                    for (size_t i2 = 0; i2 < 5; i2++)
+                        for (size_t i3 = 0; i3 < 7; i3++) {
+                            double x = af_view_get(va, i0, i1, i2, i3);
+                            if (x != af_view_get(vb, i0, i1, i2, i3) || !isfinite(x) || x == 0.0)
+                                fail_msg("dO in layout %s perm %u: value moved", af_layout_names[l], perm);
+                        }
+        }
+    }
+    /* a stride-0 batch: one copy, the same values in both batch rows, drawn at index 0 */
+    af_case cc = ca;
+    cc.bwd.dout.bcast = AF_BCAST_BATCH;
+    assert_int_equal(af_inputs_generate(b, &cc, &err), AF_OK);
+    const af_case_tensors *tc = af_inputs_get(b);
+    assert_int_equal(tc->dout.nb[0], 0);
+    assert_true(af_case_dout_span(&cc) == (size_t)3 * 5 * 7 * 2);
+    for (size_t i1 = 0; i1 < 3; i1++)
+        for (size_t i3 = 0; i3 < 7; i3++)
+            assert_true(af_view_get(&tc->dov, 1, i1, 4, i3) == af_view_get(va, 0, i1, 4, i3));
+    /* a forward-only case has no dO */
+    af_case cf = ca;
+    cf.bwd.grads = 0;
+    af_case_repair(&cf, 0);
+    assert_int_equal(af_inputs_generate(b, &cf, &err), AF_OK);
+    assert_null(af_inputs_get(b)->dout.data);
+    assert_true(af_case_dout_span(&cf) == 0);
+    af_inputs_destroy(a);
+    af_inputs_destroy(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout_shape_and_perm_count),
@@ -541,6 +609,7 @@ int main(void) {
         cmocka_unit_test(test_broadcast),
         cmocka_unit_test(test_mask_layouts),
         cmocka_unit_test(test_values_layout_independent),
+        cmocka_unit_test(test_dout_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

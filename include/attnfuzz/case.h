@@ -235,9 +235,11 @@ int32_t af_case_diag_offset(const af_case *c, uint32_t b); /* offset(b) of the d
 uint32_t af_case_valid_keys(const af_case *c, uint32_t b); /* kv_valid[b] or kv_len */
 bool af_case_has_window(const af_case *c);
 /* Bytes of all tensors of the case: Q, K, V storage (packed counted once), masks,
- * and the output at the case dtype. */
+ * and the output at the case dtype; a backward case adds dO's storage and each gradient
+ * it asks for (dmask at the mask's dtype). */
 size_t af_case_tensor_bytes(const af_case *c);
-/* 4 * B * Hq * Sq * Sk * (D + Dv) / 2: the flops of the two matrix products. */
+/* 4 * B * Hq * Sq * Sk * (D + Dv) / 2: the flops of the two matrix products; a backward
+ * case 3.5 times that (its five products cost 2.5 forwards). */
 double af_case_flops(const af_case *c);
 
 /* JSON (cJSON). to_json returns a malloc'ed string the caller frees with free(); NULL on
@@ -254,17 +256,31 @@ af_status af_case_from_cjson(af_case *c, const void *json, af_error *err);
 
 /* Draws a case from the generator's distribution (small shapes favoured, a tail of large
  * ones, rare corners not vanishingly rare), within budget; max_flops (0 = no limit)
- * caps the rare large cases, a sixteenth of it the medium ones. */
+ * caps the rare large cases, a sixteenth of it the medium ones. Forward-only. */
 struct af_rng;
 void af_case_generate(af_case *c, struct af_rng *rng, size_t budget, double max_flops);
 
+/* The generator's options. */
+typedef struct af_gen_opts {
+    size_t budget;    /* bytes of tensors per case, 0 = AF_DEFAULT_BUDGET */
+    double max_flops; /* 0 = no limit */
+    double backward;  /* share of cases that ask for gradients, 0..1 (0: forward-only, and the
+                         draws are exactly af_case_generate's) */
+} af_gen_opts;
+/* af_case_generate with options: a share of the cases also asks for gradients (any
+ * non-empty set, weighted towards all of them; dO drawn like Q, K and V, stride-0 more
+ * often, as a `sum().backward()` gives). */
+void af_case_generate_opts(af_case *c, struct af_rng *rng, const af_gen_opts *o);
+
 /* Structure-aware mutation: 1 to 3 meaningful edits (nudge or jump one dimension, swap
  * a layout, toggle a mask kind or the causal alignment, change dtype or TF32, move a
- * magnitude, plant a special value, reseed values, change scale, softcap or dropout),
- * then repair within budget. */
+ * magnitude, plant a special value, reseed values, change scale, softcap or dropout; in a
+ * backward case also the gradients asked for and dO), then repair within budget. A
+ * forward-only case stays forward-only (and mutates exactly as before gradients existed). */
 void af_case_mutate(af_case *c, struct af_rng *rng, size_t budget);
 /* Field-wise crossover: each group of related fields (shape, precision, scale, masks,
- * dropout, each tensor) comes from a or b; repaired within budget. */
+ * dropout, each tensor, the backward part when a or b has one) comes from a or b;
+ * repaired within budget. */
 void af_case_crossover(const af_case *a, const af_case *b, af_case *out, struct af_rng *rng, size_t budget);
 /* Shrinks batch, heads, head dims (not below 8), then lengths until af_case_flops <= max. */
 void af_case_cap_flops(af_case *c, double max_flops, size_t budget);

@@ -34,10 +34,13 @@ enum {
 extern const char *const af_key_names[AF_KEY_COUNT_];
 
 /* Hash of the fields of c named by key (AF_KEY_* bits): two cases with equal hashes run
- * the same compiled structure. Deterministic across runs and processes. */
+ * the same compiled structure. Deterministic across runs and processes. The gradients a
+ * backward case asks for always count (a backward graph is compiled apart from the
+ * forward), and AF_KEY_LAYOUTS covers dO's strides; a forward-only case hashes as it did
+ * before cases had a backward part. */
 uint64_t af_case_key_hash(const af_case *c, uint32_t key);
 
-/* Redraws the fields of c outside key: value seeds and distributions, mask contents,
+/* Redraws the fields of c outside key: value seeds and distributions (dO's too), mask contents,
  * the dropout seed, key padding lengths, and the scale, softcap and dropout p values
  * when the key does not name them (a field that is off stays off, one that is on stays
  * on, so the capabilities the case needs do not change). The result is repaired within

@@ -78,6 +78,11 @@ void af_layout_view(af_layout l, const af_tensor *t, af_tensor_id which, size_t 
  * broadcast); for packed layouts the whole buffer. */
 size_t af_case_input_span(const af_case *c, af_tensor_id which);
 
+/* Storage bytes of the upstream gradient dO of a backward case ([B, Hq, Sq, Dv] in the
+ * output layout of Q's layout, under c->bwd.dout's perm, pad and broadcast); 0 for a
+ * forward-only case. */
+size_t af_case_dout_span(const af_case *c);
+
 /* Number of memory orders available for perm (the permutations of ndim dims). */
 unsigned af_layout_perm_count(af_layout l);
 

@@ -135,6 +135,21 @@ static void af_mask_spec_repair(af_mask_spec *m, bool additive) {
     if ((unsigned)m->pattern >= AF_MASK_PATTERN_COUNT) m->pattern = AF_MASK_RANDOM;
 }
 
+/* The backward part: known gradients only, dmask only with an additive mask, dO in the
+ * output's layout; a forward-only case holds zeros there. Q's layout and the additive
+ * mask must be repaired first. */
+static void af_backward_repair(af_case *c) {
+    af_backward_spec *bw = &c->bwd;
+    bw->grads &= AF_GRAD_ALL;
+    if (!c->amask.present) bw->grads &= (uint8_t)~AF_GRAD_DMASK;
+    if (!bw->grads) {
+        memset(bw, 0, sizeof *bw);
+        return;
+    }
+    bw->dout.layout = af_out_layout(c->t[AF_Q].layout);
+    af_tensor_spec_repair(&bw->dout);
+}
+
 /* Halves the dimension that contributes most, keeping the shape rules. */
 static void af_case_shrink_step(af_case *c) {
     bool packed = af_case_is_packed(c);
@@ -234,6 +249,7 @@ void af_case_repair(af_case *c, size_t budget) {
 
     af_mask_spec_repair(&c->amask, true);
     af_mask_spec_repair(&c->bmask, false);
+    af_backward_repair(c);
 
     if (!(c->dropout_p > 0.0)) c->dropout_p = 0.0; /* also NaN */
     if (c->dropout_p > 1.0) c->dropout_p = 1.0;
@@ -272,9 +288,10 @@ af_status af_case_validate(const af_case *c, size_t budget, af_error *err) {
                        c->head_dim, c->v_head_dim, AF_MAX_HEAD_DIM);
     AF_RETURN_ERROR_IF(c->dtype != AF_F32 && c->allow_tf32, err, AF_ERR_INVALID,
                        "allow_tf32 applies to f32 cases only");
-    for (int t = 0; t < AF_QKV_COUNT; t++) {
-        const af_tensor_spec *s = &c->t[t];
-        const char *n = af_tensor_names[t];
+    for (int t = 0; t <= AF_QKV_COUNT; t++) {
+        if (t == AF_QKV_COUNT && !c->bwd.grads) break;
+        const af_tensor_spec *s = t < AF_QKV_COUNT ? &c->t[t] : &c->bwd.dout;
+        const char *n = t < AF_QKV_COUNT ? af_tensor_names[t] : "backward.do";
         AF_RETURN_ERROR_IF((unsigned)s->layout >= AF_LAYOUT_COUNT, err, AF_ERR_INVALID, "%s: unknown layout", n);
         AF_RETURN_ERROR_IF(s->perm >= af_layout_perm_count(s->layout), err, AF_ERR_INVALID,
                            "%s: perm %u out of range for layout %s", n, s->perm, af_layout_names[s->layout]);
@@ -342,6 +359,13 @@ af_status af_case_validate(const af_case *c, size_t budget, af_error *err) {
     }
     AF_RETURN_ERROR_IF(!(c->dropout_p >= 0.0 && c->dropout_p <= 1.0), err, AF_ERR_INVALID,
                        "dropout_p (%g) must be in [0, 1]", c->dropout_p);
+    AF_RETURN_ERROR_IF(c->bwd.grads & ~AF_GRAD_ALL, err, AF_ERR_INVALID, "backward.grads: unknown gradient bits");
+    AF_RETURN_ERROR_IF((c->bwd.grads & AF_GRAD_DMASK) && !c->amask.present, err, AF_ERR_INVALID,
+                       "backward.grads: dmask needs an additive mask");
+    AF_RETURN_ERROR_IF(c->bwd.grads && c->bwd.dout.layout != af_out_layout(c->t[AF_Q].layout), err, AF_ERR_INVALID,
+                       "backward.do: layout %s is not the output layout of q (%s)",
+                       af_layout_names[c->bwd.dout.layout % AF_LAYOUT_COUNT],
+                       af_layout_names[af_out_layout(c->t[AF_Q].layout)]);
     size_t bytes = af_case_tensor_bytes(c);
     AF_RETURN_ERROR_IF(bytes > budget, err, AF_ERR_INVALID,
                        "tensors need %zu bytes, over the budget of %zu (raise it with --budget)", bytes, budget);
@@ -367,8 +391,10 @@ bool af_case_equal(const af_case *a, const af_case *b) {
         return false;
     if (memcmp(a->kv_valid, b->kv_valid, sizeof a->kv_valid) != 0) return false;
     if (!af_mask_equal(&a->amask, &b->amask) || !af_mask_equal(&a->bmask, &b->bmask)) return false;
-    for (int t = 0; t < AF_QKV_COUNT; t++) {
-        const af_tensor_spec *x = &a->t[t], *y = &b->t[t];
+    if (a->bwd.grads != b->bwd.grads) return false;
+    for (int t = 0; t <= AF_QKV_COUNT; t++) {
+        const af_tensor_spec *x = t < AF_QKV_COUNT ? &a->t[t] : &a->bwd.dout;
+        const af_tensor_spec *y = t < AF_QKV_COUNT ? &b->t[t] : &b->bwd.dout;
         if (x->layout != y->layout || x->perm != y->perm || x->pad != y->pad || x->bcast != y->bcast ||
             x->dist != y->dist || x->mag_q4 != y->mag_q4 || x->special != y->special || x->seed != y->seed)
             return false;
@@ -390,9 +416,27 @@ size_t af_case_tensor_bytes(const af_case *c) {
         sum += n;
     }
     sum += (double)c->batch * c->q_heads * c->q_len * c->v_head_dim * (double)af_dtype_size(c->dtype);
+    if (c->bwd.grads) { /* dO, and each gradient asked for at the case dtype (dmask at the mask's) */
+        sum += (double)af_case_dout_span(c);
+        for (int g = 0; g < AF_GRAD_COUNT; g++) {
+            if (!(c->bwd.grads & (1u << g))) continue;
+            double n = (double)af_dtype_size(g == 3 ? c->amask.dtype : c->dtype);
+            if (g == 3) {
+                for (int d = 0; d < 4; d++)
+                    if (c->amask.dims & (1u << d)) n *= full[d];
+            } else {
+                n *= (double)c->batch * (g == 0 ? c->q_heads : c->kv_heads) * (g == 0 ? c->q_len : c->kv_len) *
+                     (g == 2 ? c->v_head_dim : c->head_dim);
+            }
+            sum += n;
+        }
+    }
     return sum > (double)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)sum;
 }
 
 double af_case_flops(const af_case *c) {
-    return 2.0 * c->batch * c->q_heads * (double)c->q_len * c->kv_len * (double)(c->head_dim + c->v_head_dim);
+    double f = 2.0 * c->batch * c->q_heads * (double)c->q_len * c->kv_len * (double)(c->head_dim + c->v_head_dim);
+    /* a backward recomputes S and adds dV, dP, dQ and dK: five products where the forward
+     * has two (FlashAttention-2's count), 2.5 times the forward */
+    return c->bwd.grads ? 3.5 * f : f;
 }

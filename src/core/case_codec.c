@@ -14,15 +14,23 @@
  *   12  1    flags: tf32, scale_set,   81  33   q, k, v tensor specs (11 bytes each)
  *            causal, key_padding
  *   13  1    scale_placement (mod 4)   114 4*B  key_padding lengths (u32)
- *   14  8    scale (f64)
- *   22  8    softcap (f64)
+ *   14  8    scale (f64)               X   1    backward: grads (AF_GRAD_* bits)
+ *   22  8    softcap (f64)             X+1 10   backward: dO spec, without layout
+ *
+ * with X = 114 + 4*B (B as the batch byte reads, before repair). The backward bytes come
+ * last, so an input written before they existed (it ends at X) decodes forward-only, and
+ * a forward-only case encodes without them.
  *
  * mask spec: flags (present, rank2, expanded, live_zero), dims, dtype, pattern, density,
  * fill, mag_q4, seed(4). tensor spec: layout, perm, pad, bcast, dist, mag_q4, special,
- * seed(4). Repair (case.c) then makes every field valid. */
+ * seed(4); dO's has no layout byte (it is the output's). Repair (case.c) then makes every
+ * field valid. */
 #include <string.h>
 
 #include "attnfuzz/case.h"
+
+/* The longest encoding: the fixed record, every batch row's key padding, the backward. */
+_Static_assert(114 + 4 * AF_MAX_BATCH + 1 + 10 <= AF_CASE_ENCODED_MAX, "AF_CASE_ENCODED_MAX holds every case");
 
 typedef struct af_reader {
     const uint8_t *p;
@@ -65,8 +73,8 @@ static void af_read_mask(af_reader *r, af_mask_spec *m) {
     m->seed = af_read_u32(r);
 }
 
-static void af_read_tensor(af_reader *r, af_tensor_spec *t) {
-    t->layout = (af_layout)(af_read_u8(r) % AF_LAYOUT_COUNT);
+static void af_read_tensor(af_reader *r, af_tensor_spec *t, bool with_layout) {
+    if (with_layout) t->layout = (af_layout)(af_read_u8(r) % AF_LAYOUT_COUNT);
     t->perm = af_read_u8(r);
     t->pad = af_read_u8(r);
     t->bcast = (af_bcast)(af_read_u8(r) % AF_BCAST_COUNT);
@@ -103,10 +111,12 @@ void af_case_decode(af_case *c, const uint8_t *data, size_t size, size_t budget)
     c->dropout_seed = af_read_le(&r, 8);
     af_read_mask(&r, &c->amask);
     af_read_mask(&r, &c->bmask);
-    for (int t = 0; t < AF_QKV_COUNT; t++) af_read_tensor(&r, &c->t[t]);
+    for (int t = 0; t < AF_QKV_COUNT; t++) af_read_tensor(&r, &c->t[t], true);
     for (uint32_t b = 0; b < c->batch; b++) c->kv_valid[b] = af_read_u32(&r);
-    /* kv_valid is read before repair clamps the batch, so its position depends only on
-     * the batch byte; repair then fits every field. */
+    c->bwd.grads = af_read_u8(&r);
+    af_read_tensor(&r, &c->bwd.dout, false);
+    /* kv_valid (and the backward bytes after it) are read before repair clamps the batch,
+     * so their position depends only on the batch byte; repair then fits every field. */
     af_case_repair(c, budget);
 }
 
@@ -143,8 +153,8 @@ static void af_write_mask(af_writer *w, const af_mask_spec *m) {
     af_write_le(w, m->seed, 4);
 }
 
-static void af_write_tensor(af_writer *w, const af_tensor_spec *t) {
-    af_write_le(w, (uint64_t)t->layout, 1);
+static void af_write_tensor(af_writer *w, const af_tensor_spec *t, bool with_layout) {
+    if (with_layout) af_write_le(w, (uint64_t)t->layout, 1);
     af_write_le(w, t->perm, 1);
     af_write_le(w, t->pad, 1);
     af_write_le(w, (uint64_t)t->bcast, 1);
@@ -176,7 +186,11 @@ size_t af_case_encode(const af_case *c, uint8_t *out, size_t cap) {
     af_write_le(&w, c->dropout_seed, 8);
     af_write_mask(&w, &c->amask);
     af_write_mask(&w, &c->bmask);
-    for (int t = 0; t < AF_QKV_COUNT; t++) af_write_tensor(&w, &c->t[t]);
+    for (int t = 0; t < AF_QKV_COUNT; t++) af_write_tensor(&w, &c->t[t], true);
     for (uint32_t b = 0; b < c->batch; b++) af_write_le(&w, c->kv_valid[b], 4);
+    if (c->bwd.grads) {
+        af_write_le(&w, c->bwd.grads, 1);
+        af_write_tensor(&w, &c->bwd.dout, false);
+    }
     return w.overflow ? 0 : cap - w.left;
 }

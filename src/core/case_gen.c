@@ -123,7 +123,24 @@ static void af_gen_mask(af_rng *r, af_mask_spec *m, bool additive, af_dtype dtyp
     }
 }
 
+/* The backward part: any non-empty set of the gradients the case has (dmask only with an
+ * additive mask), half the time all of them; dO drawn like an input in the output's
+ * layout, a stride-0 dimension more often (the expanded gradient of a `sum().backward()`). */
+static void af_gen_backward(af_rng *r, af_case *c) {
+    int avail = c->amask.present ? AF_GRAD_ALL : AF_GRAD_ALL & ~AF_GRAD_DMASK;
+    c->bwd.grads = (uint8_t)(af_rng_chance(r, 1, 2) ? avail : af_rng_range(r, 1, avail));
+    af_gen_tensor(r, &c->bwd.dout, af_out_layout(c->t[AF_Q].layout));
+    if (af_rng_chance(r, 1, 8)) c->bwd.dout.bcast = af_rng_chance(r, 1, 2) ? AF_BCAST_BATCH : AF_BCAST_HEADS;
+}
+
 void af_case_generate(af_case *c, af_rng *r, size_t budget, double max_flops) {
+    af_gen_opts o = {budget, max_flops, 0.0};
+    af_case_generate_opts(c, r, &o);
+}
+
+void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
+    const size_t budget = o->budget;
+    const double max_flops = o->max_flops;
     af_case_default(c);
     int cls = (int)AF_PICK(r, 88, 10, 2); /* tiny, medium, large */
     /* batch and heads: mostly 1 or 2 (the bugs need B > 1 or H > 1, rarely more) */
@@ -198,6 +215,9 @@ void af_case_generate(af_case *c, af_rng *r, size_t budget, double max_flops) {
         break;
     }
     }
+
+    /* last, so that a forward-only generator draws what it always drew */
+    if (o->backward > 0.0 && af_rng_uniform(r) < o->backward) af_gen_backward(r, c);
 
     af_case_repair(c, budget);
     /* medium cases get a sixteenth of the cap: a campaign spends its time evenly */

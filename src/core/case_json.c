@@ -54,10 +54,10 @@ static void af_case_json_mask(af_jw *w, const char *key, const af_mask_spec *m, 
     af_jw_end(w, '}');
 }
 
-static void af_case_json_tensor(af_jw *w, const char *key, const af_tensor_spec *t) {
+static void af_case_json_tensor(af_jw *w, const char *key, const af_tensor_spec *t, bool with_layout) {
     af_jw_key(w, key);
     af_jw_begin(w, '{');
-    af_jw_key(w, "layout"), af_jw_string(w, af_layout_names[t->layout]);
+    if (with_layout) af_jw_key(w, "layout"), af_jw_string(w, af_layout_names[t->layout]);
     af_jw_key(w, "perm"), af_jw_uint(w, t->perm);
     af_jw_key(w, "pad"), af_jw_uint(w, t->pad);
     af_jw_key(w, "broadcast"), af_jw_string(w, af_bcast_names[t->bcast]);
@@ -107,7 +107,18 @@ void af_case_write_json(af_jw *w, const af_case *c) {
     af_case_json_mask(w, "bool_mask", &c->bmask, false);
     af_jw_key(w, "dropout_p"), af_jw_double(w, c->dropout_p);
     af_jw_key(w, "dropout_seed"), af_case_json_u64(w, c->dropout_seed);
-    for (int t = 0; t < AF_QKV_COUNT; t++) af_case_json_tensor(w, af_tensor_names[t], &c->t[t]);
+    for (int t = 0; t < AF_QKV_COUNT; t++) af_case_json_tensor(w, af_tensor_names[t], &c->t[t], true);
+    if (c->bwd.grads) { /* absent: forward-only */
+        af_jw_key(w, "backward");
+        af_jw_begin(w, '{');
+        af_jw_key(w, "grads");
+        af_jw_begin(w, '[');
+        for (int g = 0; g < AF_GRAD_COUNT; g++)
+            if (c->bwd.grads & (1u << g)) af_jw_string(w, af_grad_names[g]);
+        af_jw_end(w, ']');
+        af_case_json_tensor(w, "do", &c->bwd.dout, false); /* in the output's layout */
+        af_jw_end(w, '}');
+    }
     af_jw_end(w, '}');
 }
 
@@ -265,8 +276,10 @@ static void af_jr_mask(af_jr *jr, const cJSON *o, const char *key, af_mask_spec 
     jr->where = "";
 }
 
-static void af_jr_tensor(af_jr *jr, const cJSON *o, af_tensor_id id, af_tensor_spec *t) {
-    const char *key = af_tensor_names[id];
+/* The tensor spec under key (where: its path for messages); with_layout false for dO,
+ * whose layout is the output's. */
+static void af_jr_tensor(af_jr *jr, const cJSON *o, const char *key, const char *where, af_tensor_spec *t,
+                         bool with_layout) {
     const cJSON *to = af_jr_get(o, key);
     memset(t, 0, sizeof *t);
     if (!to) return;
@@ -274,8 +287,9 @@ static void af_jr_tensor(af_jr *jr, const cJSON *o, af_tensor_id id, af_tensor_s
         af_jr_fail(jr, AF_ERR_FORMAT, key, "expected an object");
         return;
     }
-    jr->where = key;
-    t->layout = (af_layout)af_jr_enum(jr, to, "layout", af_layout_names, AF_LAYOUT_COUNT, AF_LAYOUT_BHSD);
+    jr->where = where;
+    if (with_layout)
+        t->layout = (af_layout)af_jr_enum(jr, to, "layout", af_layout_names, AF_LAYOUT_COUNT, AF_LAYOUT_BHSD);
     t->perm = (uint8_t)af_jr_u32(jr, to, "perm", 0, 0, 255);
     t->pad = (uint8_t)af_jr_u32(jr, to, "pad", 0, 0, AF_MAX_PAD);
     t->bcast = (af_bcast)af_jr_enum(jr, to, "broadcast", af_bcast_names, AF_BCAST_COUNT, AF_BCAST_NONE);
@@ -284,6 +298,38 @@ static void af_jr_tensor(af_jr *jr, const cJSON *o, af_tensor_id id, af_tensor_s
     t->special = (af_special)af_jr_enum(jr, to, "special", af_special_names, AF_SPECIAL_COUNT, AF_SPECIAL_NONE);
     t->seed = af_jr_u32(jr, to, "seed", 0, 0, UINT32_MAX);
     jr->where = "";
+}
+
+/* "backward": {"grads": [names], "do": {tensor spec without layout}}; absent or null:
+ * forward-only. The layout of dO is the output's (af_out_layout of Q's). */
+static void af_jr_backward(af_jr *jr, const cJSON *o, af_case *c) {
+    const cJSON *bo = af_jr_get(o, "backward");
+    if (!bo) return;
+    if (!cJSON_IsObject(bo)) {
+        af_jr_fail(jr, AF_ERR_FORMAT, "backward", "expected an object or null");
+        return;
+    }
+    jr->where = "backward";
+    const cJSON *gl = af_jr_get(bo, "grads");
+    if (!gl || !cJSON_IsArray(gl)) {
+        af_jr_fail(jr, AF_ERR_FORMAT, "grads", "expected an array of dq, dk, dv, dmask");
+        return;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, gl) {
+        int g = -1;
+        for (int k = 0; k < AF_GRAD_COUNT && cJSON_IsString(it); k++)
+            if (strcmp(it->valuestring, af_grad_names[k]) == 0) g = k;
+        if (g < 0) {
+            af_jr_fail(jr, AF_ERR_INVALID, "grads", "names must be among dq, dk, dv, dmask");
+            return;
+        }
+        c->bwd.grads |= (uint8_t)(1u << g);
+    }
+    if (!c->bwd.grads) af_jr_fail(jr, AF_ERR_INVALID, "grads", "name at least one gradient (or leave backward out)");
+    jr->where = "";
+    af_jr_tensor(jr, bo, "do", "backward.do", &c->bwd.dout, false);
+    c->bwd.dout.layout = af_out_layout(c->t[AF_Q].layout);
 }
 
 af_status af_case_from_cjson(af_case *c, const void *json, af_error *err) {
@@ -346,7 +392,8 @@ af_status af_case_from_cjson(af_case *c, const void *json, af_error *err) {
     af_jr_mask(&jr, o, "bool_mask", &c->bmask, false);
     c->dropout_p = af_jr_num(&jr, o, "dropout_p", 0.0, 0.0, 1.0);
     c->dropout_seed = af_jr_u64(&jr, o, "dropout_seed");
-    for (int t = 0; t < AF_QKV_COUNT; t++) af_jr_tensor(&jr, o, (af_tensor_id)t, &c->t[t]);
+    for (int t = 0; t < AF_QKV_COUNT; t++) af_jr_tensor(&jr, o, af_tensor_names[t], af_tensor_names[t], &c->t[t], true);
+    af_jr_backward(&jr, o, c);
     if (jr.st != AF_OK) return jr.st;
     /* Fields a writer may leave out: packed K/V follow Q. */
     if (af_case_is_packed(c)) {

@@ -37,9 +37,14 @@ uint64_t af_case_key_hash(const af_case *c, uint32_t key) {
     }
     if (key & AF_KEY_DTYPE) af_key_mix(&k, (uint64_t)c->dtype * 2 + c->allow_tf32);
     if (key & AF_KEY_LAYOUTS)
-        for (int t = 0; t < AF_QKV_COUNT; t++)
-            af_key_mix(&k, (uint64_t)c->t[t].layout | (uint64_t)c->t[t].perm << 8 | (uint64_t)c->t[t].pad << 16 |
-                               (uint64_t)c->t[t].bcast << 24);
+        for (int t = 0; t <= AF_QKV_COUNT; t++) {
+            if (t == AF_QKV_COUNT && !c->bwd.grads) break;
+            const af_tensor_spec *s = t < AF_QKV_COUNT ? &c->t[t] : &c->bwd.dout;
+            af_key_mix(&k, (uint64_t)s->layout | (uint64_t)s->perm << 8 | (uint64_t)s->pad << 16 |
+                               (uint64_t)s->bcast << 24);
+        }
+    /* a compiled backward graph is another artifact, whatever the key names */
+    if (c->bwd.grads) af_key_mix(&k, 0x6772616400ull | c->bwd.grads);
     if (key & AF_KEY_MASKS) {
         const af_mask_spec *ms[2] = {&c->amask, &c->bmask};
         for (int m = 0; m < 2; m++)
@@ -81,6 +86,7 @@ static void af_revalue_mask(af_mask_spec *m, af_rng *r, bool additive) {
 
 void af_case_revalue(af_case *c, af_rng *r, uint32_t key, size_t budget) {
     for (int t = 0; t < AF_QKV_COUNT; t++) af_revalue_tensor(&c->t[t], r);
+    if (c->bwd.grads) af_revalue_tensor(&c->bwd.dout, r);
     af_revalue_mask(&c->amask, r, true);
     af_revalue_mask(&c->bmask, r, false);
     c->dropout_seed = af_rng_u64(r);

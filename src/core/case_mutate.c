@@ -137,15 +137,37 @@ static void af_mutate_numerics(af_case *c, af_rng *r) {
     }
 }
 
+/* A backward case: the gradients asked for, dO's values or strides, or back to forward-only. */
+static void af_mutate_backward(af_case *c, af_rng *r) {
+    af_tensor_spec *t = &c->bwd.dout;
+    switch (af_rng_below(r, 6)) {
+    case 0: c->bwd.grads = (uint8_t)af_rng_range(r, 1, AF_GRAD_ALL); break;
+    case 1: c->bwd.grads = 0; break; /* repair clears dO */
+    case 2: t->dist = (af_dist)af_rng_below(r, AF_DIST_COUNT); break;
+    case 3: t->special = (af_special)af_rng_below(r, AF_SPECIAL_COUNT); break;
+    case 4: t->mag_q4 = (int8_t)af_rng_range(r, AF_MAG_Q4_MIN, AF_MAG_Q4_MAX); break;
+    default:
+        switch (af_rng_below(r, 4)) {
+        case 0: t->perm = (uint8_t)af_rng_below(r, 120); break;
+        case 1: t->pad = (uint8_t)af_rng_range(r, 0, 16); break;
+        case 2: t->bcast = (af_bcast)af_rng_below(r, AF_BCAST_COUNT); break;
+        default: t->seed = af_rng_u32(r); break;
+        }
+        break;
+    }
+}
+
 void af_case_mutate(af_case *c, af_rng *r, size_t budget) {
     unsigned edits = 1 + af_rng_below(r, 3);
     for (unsigned e = 0; e < edits; e++) {
-        switch (af_rng_below(r, 5)) {
+        /* a forward-only case draws among the first five, as it always did */
+        switch (af_rng_below(r, c->bwd.grads ? 6 : 5)) {
         case 0: af_mutate_dims(c, r); break;
         case 1: af_mutate_layout(c, r); break;
         case 2: af_mutate_masks(c, r); break;
         case 3: af_mutate_values(c, r); break;
-        default: af_mutate_numerics(c, r); break;
+        case 4: af_mutate_numerics(c, r); break;
+        default: af_mutate_backward(c, r); break;
         }
     }
     af_case_repair(c, budget);
@@ -171,6 +193,7 @@ void af_case_crossover(const af_case *a, const af_case *b, af_case *out, af_rng 
     if (af_rng_chance(r, 1, 2)) x.dropout_p = y->dropout_p, x.dropout_seed = y->dropout_seed;
     for (int t = 0; t < AF_QKV_COUNT; t++)
         if (af_rng_chance(r, 1, 2)) x.t[t] = y->t[t];
+    if ((a->bwd.grads || b->bwd.grads) && af_rng_chance(r, 1, 2)) x.bwd = y->bwd;
     af_case_repair(&x, budget);
     *out = x;
 }

@@ -4,7 +4,8 @@
  * Values are a pure function of (tensor seed, canonical element index): element
  * (b, h, s, d) draws Philox block ((b*H + h)*S + s)*D + d, in float64, rounded once to
  * the dtype. A broadcast (stride-0) dim draws index 0, so its copies agree. Padding
- * between rows holds NaN: an implementation that reads it shows it. */
+ * between rows holds NaN: an implementation that reads it shows it. The upstream
+ * gradient dO of a backward case is drawn the same way, as a fourth tensor. */
 #include <math.h>
 #include <string.h>
 
@@ -13,9 +14,10 @@
 #include "attnfuzz/tensor.h"
 #include "layout_internal.h"
 
-enum { AF_BUF_Q, AF_BUF_K, AF_BUF_V, AF_BUF_AMASK, AF_BUF_BMASK, AF_BUF_DEAD, AF_BUF_COUNT };
+enum { AF_BUF_Q, AF_BUF_K, AF_BUF_V, AF_BUF_AMASK, AF_BUF_BMASK, AF_BUF_DEAD, AF_BUF_DOUT, AF_BUF_COUNT };
 
-/* Philox streams: one per drawn object, so no two share random numbers. */
+/* Philox streams: one per drawn object, so no two share random numbers. A tensor's
+ * streams are offset by its index: q 0, k 1, v 2, dO 3. */
 enum { AF_STREAM_VALUES = 0, AF_STREAM_ONE_HOT = 8, AF_STREAM_SPECIAL = 16, AF_STREAM_AMASK = 24,
        AF_STREAM_BMASK = 25 };
 
@@ -119,6 +121,13 @@ af_status af_inputs_alloc(af_inputs *in, const af_case *c, af_error *err) {
         mt[k]->data = in->buf[AF_BUF_AMASK + k];
         mv[k]->data = in->buf[AF_BUF_AMASK + k];
     }
+    if (c->bwd.grads) {
+        size_t span = af_case_dout_layout(c, &t->dout);
+        AF_TRY(af_inputs_reserve(in, AF_BUF_DOUT, span, err));
+        af_fill_nan(in->buf[AF_BUF_DOUT], span, c->dtype);
+        t->dout.data = in->buf[AF_BUF_DOUT];
+        af_layout_view(c->bwd.dout.layout, &t->dout, AF_Q, c->q_heads, c->v_head_dim, &t->dov);
+    }
     return AF_OK;
 }
 
@@ -170,9 +179,19 @@ static double af_draw(af_normal_cache *nc, const af_tensor_spec *s, af_dtype dt,
     return 0.0;
 }
 
-static void af_fill_qkv(const af_case *c, const af_view *v, af_tensor_id w) {
-    const af_tensor_spec *s = &c->t[w];
-    const af_tensor_spec *bs = &c->t[af_case_is_packed(c) ? AF_Q : w]; /* strides belong to the buffer */
+/* The spec of tensor w (0..2: q, k, v; 3: dO) and the one its strides come from (a packed
+ * buffer's: Q's). */
+#define AF_TENSOR_DOUT 3u
+static const af_tensor_spec *af_spec_of(const af_case *c, uint32_t w) {
+    return w == AF_TENSOR_DOUT ? &c->bwd.dout : &c->t[w];
+}
+static const af_tensor_spec *af_buffer_spec_of(const af_case *c, uint32_t w) {
+    return w == AF_TENSOR_DOUT ? &c->bwd.dout : &c->t[af_case_is_packed(c) ? AF_Q : w];
+}
+
+static void af_fill_values(const af_case *c, const af_view *v, uint32_t w) {
+    const af_tensor_spec *s = af_spec_of(c, w);
+    const af_tensor_spec *bs = af_buffer_spec_of(c, w); /* strides belong to the buffer */
     size_t B = v->ne[0], H = v->ne[1], S = v->ne[2], D = v->ne[3];
     size_t Bn = bs->bcast == AF_BCAST_BATCH ? 1 : B;
     size_t Hn = bs->bcast == AF_BCAST_HEADS ? 1 : H;
@@ -254,13 +273,15 @@ static void af_fill_mask(const af_case *c, const af_mask_spec *m, const af_view 
 }
 
 /* Plants NaN or Inf per the tensor's special. Masked targets are rows no query uses:
- * fully masked query rows of Q, fully masked keys of K and V. A broadcast row is shared
- * by every batch row (or head), so it is a target only when dead in all of them. */
-static void af_plant(af_inputs *in, af_tensor_id w, const uint8_t *dead_keys) {
+ * fully masked query rows of Q and dO, fully masked keys of K and V. A broadcast row is
+ * shared by every batch row (or head), so it is a target only when dead in all of them. */
+static void af_plant(af_inputs *in, uint32_t w, const uint8_t *dead_keys) {
     const af_case *c = &in->c;
-    const af_tensor_spec *s = &c->t[w];
-    const af_tensor_spec *bs = &c->t[af_case_is_packed(c) ? AF_Q : w];
-    const af_view *v = w == AF_Q ? &in->t.qv : w == AF_K ? &in->t.kv : &in->t.vv;
+    const af_tensor_spec *s = af_spec_of(c, w);
+    const af_tensor_spec *bs = af_buffer_spec_of(c, w);
+    const af_view *views[4] = {&in->t.qv, &in->t.kv, &in->t.vv, &in->t.dov};
+    const af_view *v = views[w];
+    bool query_rows = w == AF_Q || w == AF_TENSOR_DOUT;
     size_t B = v->ne[0], H = v->ne[1], S = v->ne[2], D = v->ne[3];
     uint32_t r[4];
     af_philox_at(s->seed, AF_STREAM_SPECIAL + (uint32_t)w, 0, r);
@@ -280,7 +301,7 @@ static void af_plant(af_inputs *in, af_tensor_id w, const uint8_t *dead_keys) {
                 bool dead = true;
                 for (size_t bb = b; bb < (Bn == 1 ? B : b + 1) && dead; bb++)
                     for (size_t hh = h; hh < (Hn == 1 ? H : h + 1) && dead; hh++) {
-                        if (w == AF_Q) {
+                        if (query_rows) {
                             for (uint32_t j = 0; j < c->kv_len && dead; j++)
                                 dead = af_mask_is_set(&in->t, (uint32_t)bb, (uint32_t)hh, (uint32_t)i, j);
                         } else {
@@ -297,8 +318,9 @@ af_status af_inputs_generate(af_inputs *in, const af_case *c, af_error *err) {
     c = &in->c;
     if (c->amask.present) af_fill_mask(c, &c->amask, &in->t.am, true);
     if (c->bmask.present) af_fill_mask(c, &c->bmask, &in->t.bm, false);
-    const af_view *views[3] = {&in->t.qv, &in->t.kv, &in->t.vv};
-    for (int w = 0; w < AF_QKV_COUNT; w++) af_fill_qkv(c, views[w], (af_tensor_id)w);
+    const af_view *views[4] = {&in->t.qv, &in->t.kv, &in->t.vv, &in->t.dov};
+    uint32_t ntensors = c->bwd.grads ? 4 : 3;
+    for (uint32_t w = 0; w < ntensors; w++) af_fill_values(c, views[w], w);
 
     bool masked_k = c->t[AF_K].special == AF_SPECIAL_NAN_MASKED || c->t[AF_K].special == AF_SPECIAL_INF_MASKED;
     bool masked_v = c->t[AF_V].special == AF_SPECIAL_NAN_MASKED || c->t[AF_V].special == AF_SPECIAL_INF_MASKED;
@@ -309,7 +331,7 @@ af_status af_inputs_generate(af_inputs *in, const af_case *c, af_error *err) {
         dead = in->buf[AF_BUF_DEAD];
         af_mask_dead_keys(&in->t, dead);
     }
-    for (int w = 0; w < AF_QKV_COUNT; w++)
-        if (c->t[w].special != AF_SPECIAL_NONE) af_plant(in, (af_tensor_id)w, dead);
+    for (uint32_t w = 0; w < ntensors; w++)
+        if (af_spec_of(c, w)->special != AF_SPECIAL_NONE) af_plant(in, w, dead);
     return AF_OK;
 }

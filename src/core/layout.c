@@ -136,10 +136,8 @@ void af_case_tensor_dims(const af_case *c, af_tensor_id which, size_t *H, size_t
     *D = which == AF_V ? c->v_head_dim : c->head_dim;
 }
 
-size_t af_case_input_layout(const af_case *c, af_tensor_id which, af_tensor *t) {
-    const af_tensor_spec *s = &c->t[af_case_is_packed(c) ? AF_Q : which];
-    size_t H, S, D;
-    af_case_tensor_dims(c, which, &H, &S, &D);
+/* Shape and strides of a tensor of spec s holding [B, H, S, D] canonically. */
+static size_t af_spec_layout(const af_case *c, const af_tensor_spec *s, size_t H, size_t S, size_t D, af_tensor *t) {
     memset(t, 0, sizeof *t);
     t->dtype = c->dtype;
     t->ndim = af_layout_shape(s->layout, c->batch, H, S, D, t->ne);
@@ -148,6 +146,21 @@ size_t af_case_input_layout(const af_case *c, af_tensor_id which, af_tensor *t) 
     if (s->bcast == AF_BCAST_BATCH && bd >= 0) bdims |= 1u << bd;
     if (s->bcast == AF_BCAST_HEADS && hd >= 0) bdims |= 1u << hd;
     return af_strides_for(t, s->perm % af_layout_perm_count(s->layout), s->pad, bdims);
+}
+
+size_t af_case_input_layout(const af_case *c, af_tensor_id which, af_tensor *t) {
+    size_t H, S, D;
+    af_case_tensor_dims(c, which, &H, &S, &D);
+    return af_spec_layout(c, &c->t[af_case_is_packed(c) ? AF_Q : which], H, S, D, t);
+}
+
+size_t af_case_dout_layout(const af_case *c, af_tensor *t) {
+    return af_spec_layout(c, &c->bwd.dout, c->q_heads, c->q_len, c->v_head_dim, t);
+}
+
+size_t af_case_dout_span(const af_case *c) {
+    af_tensor t;
+    return c->bwd.grads ? af_case_dout_layout(c, &t) : 0;
 }
 
 size_t af_case_input_span(const af_case *c, af_tensor_id which) {

@@ -15,5 +15,7 @@ size_t af_strides_for(af_tensor *t, unsigned perm, unsigned pad, uint32_t bcast_
 void af_case_tensor_dims(const af_case *c, af_tensor_id which, size_t *H, size_t *S, size_t *D);
 /* Shape and strides of input `which` (data NULL); returns its span in bytes. */
 size_t af_case_input_layout(const af_case *c, af_tensor_id which, af_tensor *t);
+/* Shape and strides of dO (data NULL) in its layout; returns its span in bytes. */
+size_t af_case_dout_layout(const af_case *c, af_tensor *t);
 
 #endif
