@@ -56,7 +56,8 @@ def _probe(variant):
 
 
 _V = _base.Variant
-STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2"), probe=_probe, variants=(
+STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2"), probe=_probe, trains=True,
+                    variants=(
     _V("xla", "jax.nn.dot_product_attention(implementation='xla') under jit, inputs in the physical layout",
        compiled=True),
     _V("explicit", "jnp under jit: einsum / scale / softcap / masks / f32 softmax / dropout / einsum", compiled=True),
@@ -321,7 +322,7 @@ class Target(_base.Target):
     def declare(self) -> dict:
         conv = {"masked_values": "ieee"}
         base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
-                "strided", "mask_dtype", "tf32", "backward"]
+                "strided", "mask_dtype", "tf32"]
         limits = {"max_bytes": 64 << 20}
         if self.variant == "explicit":
             # jax.nn.dot_product_attention needs V's head dim equal to K's and has no softcap

@@ -14,7 +14,7 @@ from attnfuzz import layouts, reference
 from attnfuzz.targets import _base
 from attnfuzz.worker import Result
 
-STACK = _base.Stack("numpy_ref", imports=("numpy",), reference=True, default="float64", variants=(
+STACK = _base.Stack("numpy_ref", imports=("numpy",), reference=True, default="float64", trains=True, variants=(
     _base.Variant("float64", "numpy float64 reference of docs/design.md section 2 (every layout and feature)"),))
 
 
@@ -23,7 +23,7 @@ class Target(_base.Target):
 
     def declare(self):
         return {"caps": ["f32", "f16", "bf16", "tf32", "gqa", "cross", "dv", "scale", "softcap", "amask", "bmask",
-                         "causal", "padding", "window", "dropout", "strided", "mask_dtype", "backward"],
+                         "causal", "padding", "window", "dropout", "strided", "mask_dtype"],
                 "conventions": {"dropout": "counter"}}
 
     def execute(self, art, case, q, k, v, mask, bool_mask):

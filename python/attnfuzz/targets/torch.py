@@ -92,7 +92,7 @@ def _probe(variant):
 
 
 _V = _base.Variant
-STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_probe, variants=(
+STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_probe, trains=True, variants=(
     _V("sdpa_math", "F.scaled_dot_product_attention, math kernel (CPU)"),
     _V("sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CPU; D == Dv)"),
     _V("explicit", "eager nn.Module: matmul / scale / softcap / masks / softmax / dropout / matmul (CPU)"),
@@ -100,8 +100,9 @@ STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_
        smoke=False),
     _V("compile_sdpa", "torch.compile (Inductor) of the SDPA module (CPU)", compiled=True, quick=True,
        smoke=False),
+    # "FlexAttention does not support backward on CPU" (torch 2.15, documented)
     _V("flex", "FlexAttention, compiled; structural and boolean masks as a block mask (CPU)", compiled=True,
-       quick=True, smoke=False),
+       quick=True, smoke=False, backward=False),
     _V("cuda_sdpa_math", "F.scaled_dot_product_attention, math kernel (CUDA)", gpu=True),
     _V("cuda_sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CUDA)", gpu=True),
     _V("cuda_sdpa_efficient", "F.scaled_dot_product_attention, memory-efficient kernel (CUDA)", gpu=True),
@@ -498,7 +499,7 @@ class Target(_base.Target):
     # -- declarations ------------------------------------------------------------------
     def declare(self) -> dict:
         caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal",
-                "padding", "window", "strided", "mask_dtype", "backward"]
+                "padding", "window", "strided", "mask_dtype"]
         conventions = {}
         if self.kind == "explicit":
             caps += ["softcap", "dropout"]
@@ -521,9 +522,6 @@ class Target(_base.Target):
                 conventions["dropout"] = "keep_mask"
         if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
             conventions["masked_rows"] = "nan"
-        if self.kind == "flex" and not self.cuda:
-            # "FlexAttention does not support backward on CPU" (torch 2.15): documented
-            caps.remove("backward")
         if self.cuda:
             caps.append("tf32")
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
