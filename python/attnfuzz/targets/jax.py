@@ -371,9 +371,20 @@ def repro_snippet(variant: str) -> str:
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
-    cfg = config(case, mask, bool_mask, VARIANT)
+    cfg = dict(config(case, mask, bool_mask, VARIANT), grads=())
     out = call(make_fn(cfg), arguments(case, q, k, v, mask, bool_mask, keep, cfg), cfg)
     return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
+
+
+def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
+    """Backward as a training step asks for it: jax.vjp of the same jitted function with
+    cotangent dout (numpy, in the output layout). Returns the gradients the case asks for:
+    dq, dk, dv as [B, H, S, D], dmask at the mask's shape."""
+    case.dout = dout
+    cfg = config(case, mask, bool_mask, VARIANT)
+    _, g = call(make_fn(cfg), arguments(case, q, k, v, mask, bool_mask, keep, cfg), cfg)
+    g = layouts.grads_bhsd(case, g)
+    return {n: g[n] for n in case.grads}
 ''')
 
 

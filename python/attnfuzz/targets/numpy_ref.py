@@ -49,7 +49,8 @@ def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
 def repro_snippet(variant="float64"):
     """The reference itself: a repro of a numpy_ref finding is a disagreement between the
     two oracles, so it runs with attnfuzz."""
-    return "import numpy as np\nfrom attnfuzz import layouts, reference\n\n" + inspect.getsource(attention)
+    return ("import numpy as np\nfrom attnfuzz import layouts, reference\n\n" + inspect.getsource(attention)
+            + "\n\n" + inspect.getsource(gradients))
 
 
 if __name__ == "__main__":

@@ -314,11 +314,10 @@ def grad_leaves(case, args):
 
 
 def grads_of(case, cfg, out, leaves, dev):
-    """out.backward(dO) (dO as sent: the output layout, its own strides) and the asked
-    gradients as canonical [B, H, S, D] tensors, out too: a worker Result in layout bhsd
-    (dmask at the mask's shape as sent)."""
+    """out.backward(dO) (dO as sent: the output layout, its own strides): (out, {name:
+    gradient}) for the gradients the case asks for, out and dq, dk, dv as canonical
+    [B, H, S, D] tensors, dmask at the mask's shape as sent."""
     import torch
-    from attnfuzz.worker import Result
     do = to_torch(case.dout, dev)
     out.backward(do)
 
@@ -335,11 +334,11 @@ def grads_of(case, cfg, out, leaves, dev):
     if "dmask" in case.grads:
         g["dmask"] = grad("mask")
     o = to_bhsd(out.detach(), cfg["out_layout"], cfg["hq"], cfg["dv"])
-    return Result(o, layout="bhsd", grads={n: g[n] for n in case.grads})
+    return o, {n: g[n] for n in case.grads}
 
 
 def backward(case, cfg, forward, args, dev):
-    """forward(args) with gradients: the Result of grads_of."""
+    """forward(args) with gradients: grads_of's (out, {name: gradient})."""
     import torch
     with torch.enable_grad():
         args, leaves = grad_leaves(case, args)
@@ -610,7 +609,8 @@ class Target(_base.Target):
                 return self._run_sdpa_dropout(case, mod, cfg, args)
             _select_sdpa(self)
             if case.grads:
-                res = backward(case, cfg, lambda a: mod(*a), args, self.device)
+                o, g = backward(case, cfg, lambda a: mod(*a), args, self.device)
+                res = Result(o, layout="bhsd", grads=g)
             else:
                 res = Result(mod(*args), layout=cfg["out_layout"])
             if self._deferred:              # a batch: copied back after one synchronize
@@ -729,8 +729,11 @@ class Target(_base.Target):
                     m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
                 keep = m > p
             out = from_bhsd(out, cfg["out_layout"])
-            res = (grads_of(case, cfg, out, leaves, self.device) if case.grads
-                   else Result(out, layout=cfg["out_layout"]))
+            if case.grads:
+                o, g = grads_of(case, cfg, out, leaves, self.device)
+                res = Result(o, layout="bhsd", grads=g)
+            else:
+                res = Result(out, layout=cfg["out_layout"])
         torch.cuda.synchronize()
         res.dropout_keep = keep
         return _host(res)
@@ -745,7 +748,8 @@ def repro_snippet(variant: str) -> str:
     sdpa_backend = backend if kind == "sdpa" and backend not in (None, "compile") else None
     return _common.snippet(
         ["import torch"],
-        _torch_layouts.FUNCTIONS + (combine_masks, struct_input, _config, _arguments, _Base, make_modules),
+        _torch_layouts.FUNCTIONS + (combine_masks, grad_leaves, grads_of, backward, struct_input, _config,
+                                    _arguments, _Base, make_modules),
         consts={"_KIND": _KIND},
         tail=f'''
 
@@ -773,6 +777,33 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         else:
             out = mod(*args)
     return layouts.to_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
+
+
+def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
+    """{variant}, backward as a training step runs it: out.backward(dout) with dout (the
+    upstream gradient, numpy, in the output layout) on leaves made from the physical
+    inputs. Returns the gradients the case asks for as numpy: dq, dk, dv as
+    [B, H, S, D], dmask at the mask's shape."""
+    dev = {"'cuda'" if cuda else "'cpu'"}
+    if dev == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
+        torch.backends.cudnn.allow_tf32 = bool(case.allow_tf32)
+    SDPAModule, ExplicitModule, FlexModule = make_modules()
+    cfg = _config(case, {base!r}, {cuda!r})
+    cls = {{'sdpa': SDPAModule, 'explicit': ExplicitModule, 'flex': FlexModule}}[{kind!r}]
+    mod = cls(cfg).to(dev).eval()
+    if {backend == 'compile'!r}:
+        mod = torch.compile(mod, dynamic=False, fullgraph=True)
+    args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev)
+    case.dout = dout
+    kernel = {sdpa_backend!r}
+    if kernel is not None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel([getattr(SDPBackend, kernel)]):
+            _, g = backward(case, cfg, lambda a: mod(*a), args, dev)
+    else:
+        _, g = backward(case, cfg, lambda a: mod(*a), args, dev)
+    return {{n: to_numpy(t) for n, t in g.items()}}
 ''')
 
 
