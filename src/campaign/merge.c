@@ -516,7 +516,7 @@ static af_status af_merge_scan(const af_merge_source *x, size_t order, af_merge_
             cs->c = g, cs->cap = cap;
         }
         af_merge_cand *c = &cs->c[cs->n++];
-        snprintf(c->name, sizeof c->name, "%s", e->d_name);
+        memcpy(c->name, e->d_name, strlen(e->d_name) + 1); /* at most AF_MERGE_NAME_MAX: checked above */
         snprintf(c->src, sizeof c->src, "%s", real);
         c->rank = rank;
         c->order = order;
