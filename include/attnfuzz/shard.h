@@ -24,7 +24,8 @@
  *   ROOT/shard-I/stats.json   its stats, rewritten every second while it runs
  *                             ("finished": true once it stopped)
  *   ROOT/corpus/              optional: seeds every shard runs first (--corpus)
- *   ROOT/known.json           optional: the campaign's known bugs (read when present)
+ *   ROOT/known.json           reserved for the campaign's known bugs: named here (paths.known)
+ *                             for fuzz to load beside its own; not read yet
  *   ROOT/merged/              by convention, `attnfuzz merge ROOT/merged ROOT` */
 #ifndef ATTNFUZZ_SHARD_H
 #define ATTNFUZZ_SHARD_H
