@@ -126,7 +126,9 @@ typedef struct af_bundle_record { /* one backend as recorded in case.json */
     bool has_output; /* out.<backend>.npy.zst present */
 } af_bundle_record;
 
-/* Loads dir/case.json (and checks the arrays present). Errors name the file. */
+/* Loads dir/case.json (and checks the arrays present). Errors name the file. A dir that
+ * is a symbolic link (a merged bundle, merge.h) is resolved once, here: every file this
+ * bundle handle reads comes from the directory case.json was read from. */
 af_status af_bundle_read(const char *dir, af_bundle **out, af_error *err);
 void af_bundle_free(af_bundle *b); /* NULL does nothing */
 

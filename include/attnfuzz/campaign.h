@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "exec.h"
+#include "shard.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -51,6 +52,8 @@ typedef struct af_campaign_opts {
     unsigned threads;         /* threads for a batch's inputs and references; 0 or 1 = this one.
                                  More than one: the job is not bound to one CPU */
     size_t batch_bytes;       /* a batch stops growing past this many bytes of tensors; 0 = 256 MiB */
+    af_shard shard;           /* --shard I/N: the case stream of shard I (shard.h); count 0 =
+                                 not sharded. The stats say which shard they are */
 } af_campaign_opts;
 
 void af_campaign_opts_default(af_campaign_opts *o);
@@ -120,6 +123,9 @@ typedef struct af_campaign_stats {
     double generate_seconds, reference_seconds, backend_seconds, target_seconds, check_seconds;
     double restart_seconds;
     uint64_t worker_restarts;
+    double started_at;   /* wall clock (seconds since the epoch) when the campaign started */
+    bool finished;       /* the campaign has stopped: these are its final stats (the stats file
+                            is rewritten every second while it runs, finished false) */
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);

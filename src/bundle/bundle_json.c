@@ -326,7 +326,7 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
         }
         if (r->st != AF_OK) return;
         bool nomem = !(b->rec_names[i - 1] = af_strdup(name));
-        if (file && af_bundle_is_file(b->dir, file)) {
+        if (file && af_bundle_is_file(b->files, file)) {
             rec->has_output = true;
             nomem |= !(b->rec_files[i - 1] = af_strdup(file));
         }
@@ -367,7 +367,7 @@ static void af_br_files(af_br *r, const cJSON *root, const af_bundle *b) {
             af_br_fail(r, "files", "expected an array of file names inside the bundle");
             return;
         }
-        if (!af_bundle_is_file(b->dir, it->valuestring) && r->st == AF_OK)
+        if (!af_bundle_is_file(b->files, it->valuestring) && r->st == AF_OK)
             r->st = af_error_set(r->err, AF_ERR_FORMAT, "%s: lists %s, but %s/%s is missing", r->file,
                                  it->valuestring, b->dir, it->valuestring);
     }

@@ -145,7 +145,15 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
         cJSON_AddBoolToObject(x, "stored_elsewhere", e->stored_elsewhere);
         cJSON_AddItemToArray(sigs, x);
     }
+    cJSON_AddBoolToObject(j, "finished", s->finished);
+    cJSON_AddNumberToObject(j, "started_at", s->started_at);
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    cJSON_AddStringToObject(j, "host", host);
     if (o) {
+        /* which shard (shard.h): what attnfuzz merge sums and lists per shard */
+        cJSON_AddNumberToObject(j, "shard", o->shard.index);
+        cJSON_AddNumberToObject(j, "shards", o->shard.count);
         cJSON_AddNumberToObject(j, "seed", (double)o->seed);
         cJSON_AddNumberToObject(j, "jobs", o->jobs ? o->jobs : 1);
         cJSON_AddStringToObject(j, "crashes", o->crashes_dir);
@@ -348,7 +356,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     }
     af_rng rng;
-    af_rng_init(&rng, o->seed, 0x43414d50u);
+    af_rng_init(&rng, o->seed, af_shard_stream(&o->shard)); /* disjoint across shards (shard.h) */
     af_store_opts so = {.crashes_dir = o->crashes_dir, .no_minimize = o->no_minimize,
                          .minimize_execs = o->minimize_execs, .deadline = o->seconds > 0 ? af_now() + o->seconds : 0};
     af_store *store = af_store_create(&so, err);
@@ -469,11 +477,11 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             af_print_status(s, o, tail, "", tty);
             last_status = now;
         }
-        /* progress for the parent, and at once after a new finding: a child killed next
-         * (the OOM killer) still has it counted */
-        if (!status && o->stats_path && (now - last_stats >= 1.0 || new_sig)) {
+        /* progress for a --jobs parent or a merge of shards (attnfuzz merge), and at once
+         * after a new finding: a child killed next (the OOM killer) still has it counted */
+        if (o->stats_path && (now - last_stats >= 1.0 || new_sig)) {
             new_sig = false;
-            af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress for the parent */
+            af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress, not finished */
             last_stats = now;
         }
     }
@@ -554,12 +562,13 @@ static void af_job_path(char *buf, size_t len, const char *dir, unsigned k, unsi
 }
 
 /* Starts the child of slot k (generation job->gen). Its seed stream is new for every
- * generation: a restarted child does not replay what killed the last one. */
+ * generation: a restarted child does not replay what killed the last one; the slots and
+ * generations of one shard never share a stream (shard.h). */
 static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsigned k, af_job *job, double start,
                               int bind_lock, af_error *err) {
     af_campaign_opts co = *o;
     co.jobs = 1;
-    co.seed = o->seed + 0x9e3779b9ull * (k + 1) + 0xbf58476d1ce4e5b9ull * job->gen;
+    co.seed = af_shard_job_seed(o->seed, k + 1, job->gen);
     if (o->seconds > 0) co.seconds = fmax(o->seconds - (af_now() - start), 1e-3); /* 0 would be no limit */
     if (o->runs) co.runs = o->runs - job->execs_before;
     char path[512];
@@ -620,6 +629,7 @@ static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, u
     s->jobs_died = keep.jobs_died;
     s->jobs_restarted = keep.jobs_restarted;
     s->jobs_kept_dying = keep.jobs_kept_dying;
+    s->started_at = keep.started_at;
     memcpy(s->deaths, keep.deaths, sizeof s->deaths);
 }
 
@@ -738,6 +748,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
         af_jobs_merge(s, dir, jobs, n);
         s->elapsed = af_now() - start;
         if (!o->quiet) af_print_status(s, o, "", running ? "" : "DONE", tty);
+        if (o->stats_path && running) af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress */
         if (o->max_findings && s->n_sigs >= o->max_findings)
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
@@ -750,12 +761,18 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
 
 af_status af_campaign_run(const af_campaign_opts *o, af_campaign_stats *s, af_error *err) {
     memset(s, 0, sizeof *s);
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    double started_at = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
+    s->started_at = started_at;
     if (o->jobs <= 1 && !o->no_bind) {
         int cpu, lock = af_cpu_bind_lock();
         if (af_cpu_bind_choose(&cpu, 1) == 1) af_cpu_bind(0, cpu);
         af_cpu_bind_unlock(lock);
     }
     af_status st = o->jobs > 1 ? af_campaign_jobs(o, s, err) : af_campaign_single(o, s, !o->quiet, err);
+    s->started_at = started_at;
+    s->finished = true;
     if (o->stats_path) {
         af_error serr;
         if (af_campaign_stats_write(s, o, o->stats_path, &serr) != AF_OK && st == AF_OK) {

@@ -25,8 +25,9 @@
 static void af_regress_usage(FILE *f) {
     fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--budget MIB] DIR...\n"
                "\n"
-               "Replays every bundle under each DIR (a corpus of bundles) with the checks it\n"
-               "recorded and compares each verdict with the recorded one:\n"
+               "Replays every bundle under each DIR (a corpus of bundles, or a directory holding\n"
+               "crashes/: a shard's, or what attnfuzz merge wrote) with the checks it recorded\n"
+               "and compares each verdict with the recorded one:\n"
                "  same        the verdict is unchanged (a known bug still fails, a clean case is clean)\n"
                "  fixed       it failed when recorded and passes now\n"
                "  REGRESSED   it passed when recorded, or failed otherwise, and fails now\n"
@@ -378,10 +379,15 @@ int af_cmd_regress(int argc, char **argv) {
     af_junit j = {0};
     double start = af_now();
     for (int a = optind; a < argc; a++) {
+        /* a merged directory or a shard's (attnfuzz merge, fuzz --root): its crashes/ */
+        char sub[2048];
+        struct stat ds;
+        int w = snprintf(sub, sizeof sub, "%s/crashes", argv[a]);
+        const char *dir = w > 0 && (size_t)w < sizeof sub && stat(sub, &ds) == 0 && S_ISDIR(ds.st_mode) ? sub : argv[a];
         struct dirent **ents;
-        int ne = scandir(argv[a], &ents, NULL, alphasort);
+        int ne = scandir(dir, &ents, NULL, alphasort);
         if (ne < 0) {
-            fprintf(stderr, "attnfuzz regress: %s: cannot open the directory\n", argv[a]);
+            fprintf(stderr, "attnfuzz regress: %s: cannot open the directory\n", dir);
             rc = 2;
             continue;
         }
@@ -389,9 +395,9 @@ int af_cmd_regress(int argc, char **argv) {
             char path[4096];
             struct stat sb;
             const char *name = ents[e]->d_name;
-            snprintf(path, sizeof path, "%s/%s/case.json", argv[a], name);
+            snprintf(path, sizeof path, "%s/%s/case.json", dir, name);
             bool bundle = name[0] != '.' && stat(path, &sb) == 0;
-            snprintf(path, sizeof path, "%s/%s", argv[a], name);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
             if (bundle) {
                 af_junit_case *jc = NULL;
                 if (junit) {
