@@ -200,20 +200,14 @@ static af_relation af_exec_sampled_relation(const af_exec *x, const af_case *c, 
  * the keep mask it drew. */
 static af_oracle *af_exec_oracle_for(af_exec *x, size_t k) { return x->use_keep[k] ? x->keep_oracle[k] : x->oracle; }
 
-/* Compares backend k's output with o, waiving what the backend declared as its
- * convention: fully masked rows NaN by design (masked_rows "nan"), IEEE 0 * NaN through
- * zero-weight keys (masked_values "ieee"). */
+/* Compares backend k's output with o under the conventions the backend declared
+ * (conventions.h: fully masked rows NaN, the mean of V or unmasked, IEEE 0 * NaN through
+ * zero-weight keys, IEEE masking of non-finite scores, flushed denormals, scores in the
+ * dtype); the oracle models each. */
 static af_status af_exec_compare(af_exec *x, size_t k, af_oracle *o, const af_tensor *out, af_result *res,
                                  af_error *err) {
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-    if (!e || (!e->waive_masked_row_nan && !e->waive_masked_value_leak)) return af_oracle_compare(o, out, res, err);
-    bool row_was = af_oracle_waived(o, AF_KIND_MASKED_ROW_NAN), leak_was = af_oracle_waived(o, AF_KIND_MASKED_VALUE_LEAK);
-    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, row_was || e->waive_masked_row_nan);
-    af_oracle_waive(o, AF_KIND_MASKED_VALUE_LEAK, leak_was || e->waive_masked_value_leak);
-    af_status st = af_oracle_compare(o, out, res, err);
-    af_oracle_waive(o, AF_KIND_MASKED_ROW_NAN, row_was);
-    af_oracle_waive(o, AF_KIND_MASKED_VALUE_LEAK, leak_was);
-    return st;
+    return af_oracle_compare_conv(o, out, e ? &e->conv : NULL, res, err);
 }
 
 /* After backend k ran: when it returned its own dropout keep mask, prepares the reference
