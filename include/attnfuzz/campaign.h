@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "exec.h"
+#include "known.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -46,6 +47,8 @@ typedef struct af_campaign_opts {
     bool no_minimize;         /* store raw findings (signature of the case as found) */
     unsigned minimize_execs;  /* budget per new finding; 0 = 400 */
     bool no_bind;             /* do not bind each job (and its workers) to one CPU */
+    const af_known *known;    /* known bugs (known.h) findings are matched against before
+                                 they are minimized or stored; NULL: none (--no-known) */
 } af_campaign_opts;
 
 void af_campaign_opts_default(af_campaign_opts *o);
@@ -63,6 +66,15 @@ typedef struct af_signature_entry {
     bool write_failed;       /* counted in write_errors: its bundle could not be written
                                 (a finding that did not fail again is not: no write error) */
 } af_signature_entry;
+
+/* One known bug (known.h) as a campaign met it. */
+typedef struct af_known_stat {
+    char id[AF_KNOWN_ID_MAX];
+    uint64_t hits;     /* findings counted against it: never minimized, never stored again */
+    uint64_t skipped;  /* backend runs the generator left out: cases that trigger it (its
+                          `when`) sent fewer to a backend it keeps hitting */
+    char bundle[512];  /* its exemplar bundle (known-<id>), "" when none was written */
+} af_known_stat;
 
 /* --jobs N supervision. The parent looks at its children once a second. A child that dies
  * (killed by a signal, as the OOM killer's SIGKILL, or exiting with an error) is reported
@@ -109,6 +121,11 @@ typedef struct af_campaign_stats {
     af_job_death deaths[AF_JOB_MAX_DEATHS]; /* the first jobs_died of them */
     double compile_seconds;                 /* time targets spent compiling (worker backends
                                                report it; 0 when none did) */
+    /* known bugs (opts.known): per entry met, in the order first met (af_free'd by
+     * af_campaign_stats_free); the totals over them */
+    af_known_stat *known;
+    size_t n_known, cap_known;
+    uint64_t known_hits, known_skipped;
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);

@@ -95,12 +95,23 @@ bool af_exec_would_run(const af_exec *x, const af_case *c);
 uint32_t af_exec_compile_key(const af_exec *x);
 double af_exec_compile_seconds(const af_exec *x);
 
+/* The generator's hook for known bugs (campaign.c): the next execution does not run the
+ * backends whose bit (index as af_exec_backend_at) is set in mask, as if they did not
+ * support the case; later executions (minimizing, replaying) run every backend again.
+ * af_exec_skipped counts the backend runs skipped so far. */
+void af_exec_skip_next(af_exec *x, uint32_t mask);
+uint64_t af_exec_skipped(const af_exec *x);
+
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h). */
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len,
                                af_error *err);
 /* The same under a given signature (the campaign's, taken on the minimized case). */
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err);
+/* The same under a directory name of the caller's (bundle.h af_bundle_spec.name), with an
+ * optional JSON object text stored in case.json as "extra" (a known bug's exemplar). */
+af_status af_exec_write_bundle_named(af_exec *x, size_t i, uint64_t signature, const char *name, const char *extra_json,
+                                     const char *dir, char *path, size_t path_len, af_error *err);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,8 @@ struct af_exec {
     size_t nfind;
     bool has_expected;
     double compile_s; /* seconds the backends spent compiling */
+    uint32_t skip_next; /* backends the next execution does not run (af_exec_skip_next) */
+    uint64_t skipped;   /* backend runs skipped that way */
 };
 
 void af_exec_config_default(af_exec_config *cfg) {
@@ -241,10 +243,16 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
     x->nbytes = af_case_encode(c, x->bytes, sizeof x->bytes);
     x->nfind = 0;
     x->compile_s = 0;
+    uint32_t skip = x->skip_next;
+    x->skip_next = 0;
     AF_TRY(af_oracle_prepare(x->oracle, t, err));
 
     for (size_t k = 0; k < x->nbe; k++) {
         x->supported[k] = af_backend_supports(x->be[k], c, NULL, 0);
+        if (x->supported[k] && (skip >> k & 1u)) {
+            x->supported[k] = false;
+            x->skipped++;
+        }
         x->use_keep[k] = false;
         x->st[k] = AF_OK;
         x->msg[k][0] = 0;
@@ -415,6 +423,9 @@ uint32_t af_exec_compile_key(const af_exec *x) {
 
 double af_exec_compile_seconds(const af_exec *x) { return x->compile_s; }
 
+void af_exec_skip_next(af_exec *x, uint32_t mask) { x->skip_next = mask; }
+uint64_t af_exec_skipped(const af_exec *x) { return x->skipped; }
+
 size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
 const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }
 bool af_exec_check_ran(const af_exec *x, size_t i) { return x->check_ran[i]; }
@@ -442,6 +453,11 @@ af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path
 
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err) {
+    return af_exec_write_bundle_named(x, i, signature, NULL, NULL, dir, path, path_len, err);
+}
+
+af_status af_exec_write_bundle_named(af_exec *x, size_t i, uint64_t signature, const char *bname, const char *extra_json,
+                                     const char *dir, char *path, size_t path_len, af_error *err) {
     AF_RETURN_ERROR_IF(i >= x->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
     const af_finding *f = &x->findings[i];
     const af_check *ck = &x->checks[f->check];
@@ -487,7 +503,10 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
     }
     }
     char name[64], replay[1024];
-    af_bundle_name(f->kind, signature, name, sizeof name);
+    if (bname)
+        snprintf(name, sizeof name, "%s", bname);
+    else
+        af_bundle_name(f->kind, signature, name, sizeof name);
     snprintf(replay, sizeof replay, "attnfuzz replay %s/%s", dir, name);
     af_bundle_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -505,5 +524,7 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
     spec.n_outputs = nout;
     spec.tol = f->result.tol;
     spec.replay_cmd = replay;
+    spec.name = bname;
+    spec.extra_json = extra_json;
     return af_bundle_write(dir, &spec, path, path_len, err);
 }
