@@ -198,6 +198,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         /* exact path with nothing between scale and softmax: the scale is folded
                          * into the exponential (max taken on the unscaled scores) */
                         double fold = 1.0;
+                        /* honest mode: a live score that rounding (an overflow, or a finite
+                         * mask value rounded to the dtype's -Inf) turned into -inf */
+                        bool rounded_out = false;
                         if (!honest && !opts->qk_f16_before_scale && scale > 0.0 && !(c->softcap > 0.0) &&
                             !c->amask.present) {
                             fold = scale;
@@ -218,8 +221,10 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             if (!honest) {
                                 x *= scale;
                             } else {
+                                double pre = x;
                                 x = af_ref_rsc(lowp, dt, x);
                                 if (c->placement == AF_PLACE_SCORES) x = af_ref_rsc(lowp, dt, x * (double)(float)scale);
+                                rounded_out |= lv[j] && isfinite(pre) && x == -HUGE_VAL;
                             }
                             double pre_cap = x;
                             if (c->softcap > 0.0) {
@@ -230,8 +235,10 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             if (c->amask.present) {
                                 double a = lowp ? af_rdt((double)add[j], dt) : (double)add[j];
                                 if (lowp && isfinite(a)) mask_err = fabs(a) * udt;
+                                bool finite_in = isfinite(x) && isfinite((double)add[j]);
                                 x += a;
                                 if (honest) x = af_ref_rsc(lowp, dt, x);
+                                rounded_out |= honest && lv[j] && finite_in && x == -HUGE_VAL;
                             }
                             s[j] = lv[j] ? x : -HUGE_VAL;
                             if (sens) {
@@ -244,6 +251,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         }
                         int has_nan;
                         double m = af_max_f64(s, Sk, &has_nan);
+                        /* every live key rounded away: the dtype cannot compute this row (an
+                         * f32 score + mask past f32's range, f32's lowest as a bf16 mask) */
+                        if (m == -HUGE_VAL && !has_nan && rounded_out) risky[r] = 1;
                         size_t row_out = ((b * Hq + h) * Sq + i);
                         if (masked_rows) masked_rows[row_out] = !has_nan && m == -HUGE_VAL;
                         if (opts->row_max) opts->row_max[row_out] = has_nan ? (double)NAN : m * fold;
