@@ -62,6 +62,12 @@ af_status af_known_load_text(af_known *k, const char *text, size_t len, const ch
  * NULL) receives how many. A missing directory is no error. Errors as af_known_load. */
 af_status af_known_load_root(af_known *k, const char *root, size_t *files, af_error *err);
 
+/* af_known_load_root on the project root of the running executable (the first ancestor of
+ * its directory, else of the current directory, holding python/attnfuzz: where the targets
+ * come from too); no root found loads nothing. The default set of `attnfuzz fuzz`, replay,
+ * regress, report and the fuzz harnesses. */
+af_status af_known_load_repo(af_known *k, size_t *files, af_error *err);
+
 size_t af_known_count(const af_known *k); /* 0 for NULL */
 
 /* What an entry says about itself; strings owned by k ("" when not given). */
@@ -88,6 +94,11 @@ typedef struct af_known_finding {
 /* The first entry (in load order) the finding matches, -1 for none. Cheap: no I/O, no
  * allocation. */
 long af_known_match(const af_known *k, const af_known_finding *f);
+
+/* The predicate variables, for listings (`attnfuzz known --vars`, docs/known.md): the
+ * i-th's name (NULL past the last), and in buf what it is ("case"/"symptom", its type and,
+ * for an enum, its values). */
+const char *af_known_var(size_t i, char *buf, size_t len);
 
 /* --- the generator's side (campaign.c): which cases trigger an entry ---------------- */
 

@@ -9,7 +9,6 @@
 #include "attnfuzz/mem.h"
 #include "cli.h"
 #include "core/fileio.h"
-#include "core/proc.h"
 
 int af_cli_relation(af_exec_config *cfg, const char *name) {
     if (!strcmp(name, "all")) {
@@ -153,9 +152,8 @@ int af_cli_known_load(const af_cli_known *ko, const char *cmd, bool verbose, af_
         return -1;
     }
     af_error err = {0};
-    char root[AF_PROC_PATH_MAX];
     size_t files = 0;
-    if (af_proc_root(root, sizeof root, NULL) == AF_OK && af_known_load_root(k, root, &files, &err) != AF_OK) {
+    if (af_known_load_repo(k, &files, &err) != AF_OK) {
         fprintf(stderr, "attnfuzz %s: %s (--no-known runs without known bugs)\n", cmd, err.msg);
         af_known_destroy(k);
         return -1;

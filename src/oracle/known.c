@@ -31,6 +31,7 @@
 #include "attnfuzz/tensor.h"
 #include "fileio.h"
 #include "layout_internal.h"
+#include "proc.h"
 
 const char *const af_known_class_names[AF_KNOWN_CLASS_COUNT] = {"real_bug", "convention", "precision"};
 _Static_assert(sizeof(af_known_class_names) / sizeof(af_known_class_names[0]) == AF_KNOWN_CLASS_COUNT, "names");
@@ -166,6 +167,23 @@ static const af_kv_def af_kv_defs[KV_COUNT] = {
     [KV_SCORE_MAX] = {"score_max", AF_KV_NUM, NULL, 0, true,
                       "the largest score of any row holding a failing element (-inf: all fully masked)"},
 };
+
+const char *af_known_var(size_t i, char *buf, size_t len) {
+    if (i >= KV_COUNT) return NULL;
+    const af_kv_def *d = &af_kv_defs[i];
+    size_t n = 0;
+    int w = snprintf(buf, len, "%s, %s: %s", d->result ? "symptom" : "case",
+                     d->type == AF_KV_NUM ? "number" : d->type == AF_KV_BOOL ? "bool" : "one of", d->doc);
+    if (w > 0) n = (size_t)w;
+    if (d->type == AF_KV_ENUM) {
+        for (int k = 0; k < d->nnames && n < len; k++) {
+            w = snprintf(buf + n, len - n, "%s%s", k ? ", " : " (", d->names[k]);
+            if (w > 0) n += (size_t)w;
+        }
+        if (n < len) snprintf(buf + n, len - n, ")");
+    }
+    return d->name;
+}
 
 static int af_kv_lookup(const char *name, size_t len) {
     for (int i = 0; i < KV_COUNT; i++)
@@ -326,7 +344,8 @@ typedef struct af_kn_parser {
     af_kn_expr *e;
     const char *s; /* the clause */
     size_t pos;
-    bool result_scope; /* symptom clauses: result variables; when clauses: case variables */
+    bool result_scope; /* symptom clauses: every variable; when clauses: case variables only
+                          (the generator evaluates `when` on cases not run yet) */
     af_error *err;
     const char *where; /* "FILE: entry N (ID): when" */
 } af_kn_parser;
@@ -409,11 +428,10 @@ static int af_kn_atom(af_kn_parser *p) {
             }
             return x;
         }
-        if (af_kv_defs[var].result != p->result_scope) {
+        if (af_kv_defs[var].result && !p->result_scope) {
             p->pos -= n;
             char msg[128];
-            snprintf(msg, sizeof msg, "%.*s is a %s variable (put the clause in \"%s\")", (int)n, s,
-                     af_kv_defs[var].result ? "symptom" : "case", af_kv_defs[var].result ? "symptom" : "when");
+            snprintf(msg, sizeof msg, "%.*s is a symptom variable (put the clause in \"symptom\")", (int)n, s);
             return af_kn_fail(p, msg);
         }
         int x = af_kn_node_new(p, KN_VAR, -1, -1);
@@ -806,11 +824,21 @@ static af_status af_kn_entry(af_known_entry *e, const cJSON *j, const char *file
             snprintf(e->message[i], sizeof e->message[i], "%s", strs[i]);
         }
     }
-    static const char *const texts[4] = {"title", "repro", "bundle", "issue"};
-    char *dst[4] = {e->title, e->repro, e->bundle, e->issue};
-    for (int t = 0; t < 4; t++) {
+    static const char *const texts[3] = {"title", "repro", "issue"};
+    char *dst[3] = {e->title, e->repro, e->issue};
+    for (int t = 0; t < 3; t++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(j, texts[t]);
         if (x) AF_TRY(af_kn_copy(dst[t], AF_KN_STR, x, where, texts[t], err));
+    }
+    /* bundle: one path or a list (an entry whose triage named several); the first is shown */
+    const cJSON *bun = cJSON_GetObjectItemCaseSensitive(j, "bundle");
+    if (bun) {
+        const char *paths[16];
+        int n = af_kn_strings(bun, paths, 16);
+        AF_RETURN_ERROR_IF(n < 0, err, AF_ERR_FORMAT, "%s: \"bundle\" must be a path or a list of at most 16", where);
+        for (int i = 0; i < n; i++)
+            AF_RETURN_ERROR_IF(strlen(paths[i]) >= AF_KN_STR, err, AF_ERR_FORMAT, "%s: bundle path too long", where);
+        if (n) snprintf(e->bundle, sizeof e->bundle, "%s", paths[0]);
     }
     const cJSON *note = cJSON_GetObjectItemCaseSensitive(j, "note");
     AF_RETURN_ERROR_IF(note && !cJSON_IsString(note), err, AF_ERR_FORMAT, "%s: note must be a string", where);
@@ -900,6 +928,13 @@ af_status af_known_load_root(af_known *k, const char *root, size_t *files, af_er
     }
     globfree(&g);
     return st;
+}
+
+af_status af_known_load_repo(af_known *k, size_t *files, af_error *err) {
+    char root[AF_PROC_PATH_MAX];
+    if (files) *files = 0;
+    if (af_proc_root(root, sizeof root, NULL) != AF_OK) return AF_OK;
+    return af_known_load_root(k, root, files, err);
 }
 
 /* --- matching ------------------------------------------------------------------------ */
