@@ -284,6 +284,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                              * weights); a non-finite V at a live key whose weight may round to
                              * 0 in the dtype (0 * Inf = NaN) makes the row unstable */
                             double p_zero = af_dtype_min_subnormal(dt);
+                            if (opts->ftz && p_zero < 0x1p-126) p_zero = 0x1p-126;
                             if (af_sens_weights(s, m, delta + r * Sk, Sk, bad, nbad, p_zero)) risky[r] = 1;
                         }
                         double sum = af_exp_sub_sum_f64(s, Sk, m, fold);

@@ -20,6 +20,10 @@ typedef struct af_ref_opts {
      * values rounded to the dtype first) each rounded to the dtype instead of f32, so an
      * f16 score past 65504 is Inf as in such an implementation. */
     bool scores_dtype;
+    /* Honest mode only: results below f32's smallest normal are flushed (a worker's
+     * conventions.denormals "flush"): a weight that small becomes 0, so a non-finite V
+     * behind it gives 0 * Inf = NaN (the unstable flags). */
+    bool ftz;
     /* Round Q.K^T to f16 before applying the scale (a seeded bug). */
     bool qk_f16_before_scale;
     /* Honest mode only, may be NULL: [B, Hq, Sq, Dv] first-order bound on how far any

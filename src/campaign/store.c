@@ -45,24 +45,6 @@ af_signature_entry *af_store_add(af_campaign_stats *s, uint64_t sig, af_kind kin
     return e;
 }
 
-af_known_stat *af_store_known_stat(af_campaign_stats *s, const char *id) {
-    for (size_t i = 0; i < s->n_known; i++)
-        if (!strcmp(s->known[i].id, id)) return &s->known[i];
-    if (s->n_known == s->cap_known) {
-        size_t cap = s->cap_known ? 2 * s->cap_known : 16;
-        af_known_stat *n = af_calloc(cap, sizeof *n);
-        if (!n) return NULL;
-        if (s->known) memcpy(n, s->known, s->n_known * sizeof *n);
-        af_free(s->known);
-        s->known = n;
-        s->cap_known = cap;
-    }
-    af_known_stat *k = &s->known[s->n_known++];
-    memset(k, 0, sizeof *k);
-    snprintf(k->id, sizeof k->id, "%s", id);
-    return k;
-}
-
 /* --- raw signature -> minimized signature ---------------------------------------- */
 
 /* Every new raw signature is minimized once; its repeats map straight to the signature

@@ -14,6 +14,25 @@ struct af_store_known {
     uint8_t *tried;  /* [entry]: its exemplar was written or found written (or could not be) */
 };
 
+/* store.h */
+af_known_stat *af_store_known_stat(af_campaign_stats *s, const char *id) {
+    for (size_t i = 0; i < s->n_known; i++)
+        if (!strcmp(s->known[i].id, id)) return &s->known[i];
+    if (s->n_known == s->cap_known) {
+        size_t cap = s->cap_known ? 2 * s->cap_known : 16;
+        af_known_stat *n = af_calloc(cap, sizeof *n);
+        if (!n) return NULL;
+        if (s->known) memcpy(n, s->known, s->n_known * sizeof *n);
+        af_free(s->known);
+        s->known = n;
+        s->cap_known = cap;
+    }
+    af_known_stat *k = &s->known[s->n_known++];
+    memset(k, 0, sizeof *k);
+    snprintf(k->id, sizeof k->id, "%s", id);
+    return k;
+}
+
 af_store_known *af_store_known_create(const af_known *k, af_error *err) {
     size_t n = af_known_count(k);
     if (!n) return NULL;

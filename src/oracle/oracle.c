@@ -48,8 +48,9 @@ enum { WS_REF, WS_ROWS, WS_EXPECTED, WS_LEAK, WS_VSCALE, WS_ROWMAX, WS_KEYLEAK, 
        WS_LIVE, WS_KEEP };
 enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE };
 
-/* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always. */
-enum { AF_HONEST_SCORES_DTYPE = 1, AF_HONEST_TF32 = 2, AF_HONEST_SLOTS = 4 };
+/* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
+ * bit 2 flushed denormals. */
+enum { AF_HONEST_SCORES_DTYPE = 1, AF_HONEST_TF32 = 2, AF_HONEST_FTZ = 4, AF_HONEST_SLOTS = 8 };
 
 /* One honest run (ref.h): the case recomputed with an implementation's roundings. */
 typedef struct af_oracle_honest {
@@ -195,6 +196,7 @@ static int af_oracle_honest_slot(const af_oracle *o, const af_conventions *conv)
     int slot = 0;
     if (dt != AF_F32 && (conv->scores_dtype >> dt & 1u)) slot |= AF_HONEST_SCORES_DTYPE;
     if (dt == AF_F32 && conv->tf32_always && !o->in->c->allow_tf32) slot |= AF_HONEST_TF32;
+    if (conv->denormals_flush) slot |= AF_HONEST_FTZ;
     return slot;
 }
 
@@ -208,7 +210,7 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     if (!hn->out || !hn->sens || !hn->unstable) return AF_ERR_NOMEM;
     af_ref_opts honest = {.honest = true, .sens = hn->sens, .unstable = hn->unstable,
                           .scores_dtype = (slot & AF_HONEST_SCORES_DTYPE) != 0,
-                          .tf32 = (slot & AF_HONEST_TF32) != 0};
+                          .tf32 = (slot & AF_HONEST_TF32) != 0, .ftz = (slot & AF_HONEST_FTZ) != 0};
     const af_case_tensors *in = o->in;
     AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &honest, hn->out, NULL, &o->refws, err));
     /* what the score-sensitivity bound does not explain: P and output rounding,
@@ -475,8 +477,9 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             double want = use_alt ? o->alt[ea] : want_ref ? want_ref[ea] : af_out_at(want_t, ea);
             double out = af_out_at(got, eb);
             int cw = af_class(want), co = af_class(out);
-            bool unstable = hn->ready && !use_alt &&
-                            (hn->unstable[ea] || af_class(hn->out[ea]) != af_class(o->ref[ea]));
+            /* the risk flags (no implementation at this precision is bound there) hold for an
+             * alternative target too; the class comparison is the reference's */
+            bool unstable = hn->ready && (hn->unstable[ea] || (!use_alt && af_class(hn->out[ea]) != af_class(o->ref[ea])));
             double ratio;
             bool failed = true;
             if (cw != co && hn->ready && (co == 2 || co == 3) && cw == 0 && (want > 0) == (co == 2)) {
@@ -633,8 +636,7 @@ af_status af_oracle_compare_conv(af_oracle *o, const af_tensor *out, const af_co
      * than the smallest normal; and against the flushed inputs when they had subnormals */
     const af_case *c = o->in->c;
     double slack = AF_FTZ_MIN * (2.0 * c->kv_len + 2.0 * c->head_dim + 4.0);
-    af_conventions rest = *conv;
-    rest.denormals_flush = false;
+    af_conventions rest = *conv; /* compare_in does not delegate again; its honest slot flushes */
     if (o->target == o->ref) {
         AF_TRY(af_oracle_make_ftz(o, err));
         if (o->ftz_state == AF_FTZ_READY) {
