@@ -268,6 +268,7 @@ void af_known_vars_of_case(af_known_vars *vars, const af_case *c) {
     v[KV_MASK_DTYPE] = am->present && am->dtype != c->dtype;
     v[KV_PACKED] = af_case_is_packed(c);
     bool packed = af_case_is_packed(c);
+    bool strided = false, specials = false, denormal = false, overflow = false;
     for (int t = 0; t < AF_QKV_COUNT; t++) {
         const af_tensor_spec *s = &c->t[t], *ls = &c->t[packed ? AF_Q : t];
         double *x = v + KV_TENSOR0 + t * KV_T_COUNT;
@@ -279,11 +280,12 @@ void af_known_vars_of_case(af_known_vars *vars, const af_case *c) {
         x[KV_T_MAG] = s->mag_q4 / 4.0;
         x[KV_T_SPECIAL] = s->special;
         af_kv_strides(c, (af_tensor_id)t, &x[KV_T_CONTIG], &x[KV_T_ROW_STRIDE], &x[KV_T_ALIGN]);
-        v[KV_STRIDED] = v[KV_STRIDED] || x[KV_T_PERM] != 0 || ls->pad || ls->bcast != AF_BCAST_NONE;
-        v[KV_SPECIALS] = v[KV_SPECIALS] || s->special != AF_SPECIAL_NONE;
-        v[KV_DENORMAL] = v[KV_DENORMAL] || s->dist == AF_DIST_DENORMAL;
-        v[KV_NEAR_OVERFLOW] = v[KV_NEAR_OVERFLOW] || s->dist == AF_DIST_NEAR_OVERFLOW;
+        strided |= x[KV_T_PERM] != 0.0 || ls->pad || ls->bcast != AF_BCAST_NONE;
+        specials |= s->special != AF_SPECIAL_NONE;
+        denormal |= s->dist == AF_DIST_DENORMAL;
+        overflow |= s->dist == AF_DIST_NEAR_OVERFLOW;
     }
+    v[KV_STRIDED] = strided, v[KV_SPECIALS] = specials, v[KV_DENORMAL] = denormal, v[KV_NEAR_OVERFLOW] = overflow;
 }
 
 static void af_known_vars_of_result(af_known_vars *vars, af_kind kind, const af_result *r) {
