@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/campaign.h"
@@ -477,6 +478,21 @@ static void test_repository_entries(void **state) {
     if (af_known_load_root(k, src, &files, &err) != AF_OK) fail_msg("%s", err.msg);
     assert_true(files >= 6);
     assert_true(af_known_count(k) >= 30);
+    /* matching costs microseconds: a diverge of a torch CUDA kernel, checked against every
+     * entry (no match, so each applicable entry is evaluated) */
+    af_case c = small_case();
+    c.causal = true, c.diag = AF_DIAG_BOTTOM_RIGHT, c.dtype = AF_F16;
+    af_result r = result_of(AF_KIND_DIVERGE, 8, 2, 0);
+    size_t n = 20000;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long hits = 0;
+    for (size_t i = 0; i < n; i++) hits += match(k, AF_KIND_DIVERGE, "target:torch/cuda_sdpa_cudnn", &c, &r, "", "");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-3) / (double)n;
+    printf("matching a finding against %zu entries: %.2f us\n", af_known_count(k), us);
+    assert_int_equal(hits, -(long)n); /* a diverge outside the masked rows: no entry */
+    assert_true(us < 200.0);
     af_known_destroy(k);
 }
 
