@@ -24,7 +24,7 @@
  *   ROOT/shard-I/stats.json   its stats, rewritten every second while it runs
  *                             ("finished": true once it stopped)
  *   ROOT/corpus/              optional: seeds every shard runs first (--corpus)
- *   ROOT/known.json           reserved for the campaign's known bugs: named here (paths.known)
+ *   ROOT/known.json           the campaign's own known bugs, loaded beside the repository's
  *                             for fuzz to load beside its own; not read yet
  *   ROOT/merged/              by convention, `attnfuzz merge ROOT/merged ROOT` */
 #ifndef ATTNFUZZ_SHARD_H

@@ -261,7 +261,15 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
     AF_RETURN_ERROR_IF(!crashes_dir || !spec || !spec->c, err, AF_ERR_INVALID, "af_bundle_write: missing argument");
     AF_RETURN_ERROR_IF(!spec->input && spec->input_len, err, AF_ERR_INVALID, "af_bundle_write: input_len without input");
     char name[64], final[PATH_MAX];
-    af_bundle_name(spec->kind, spec->signature, name, sizeof name);
+    if (spec->name) {
+        size_t n = strlen(spec->name);
+        AF_RETURN_ERROR_IF(!n || n >= sizeof name || strspn(spec->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != n ||
+                               spec->name[0] == '.',
+                           err, AF_ERR_INVALID, "af_bundle_write: bad bundle name \"%.80s\"", spec->name);
+        snprintf(name, sizeof name, "%s", spec->name);
+    } else {
+        af_bundle_name(spec->kind, spec->signature, name, sizeof name);
+    }
     AF_TRY(af_bundle_join(final, sizeof final, crashes_dir, name, err));
     if (path && path_len) snprintf(path, path_len, "%s", final);
     AF_TRY(af_bundle_mkdirs(crashes_dir, err));

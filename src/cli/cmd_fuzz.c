@@ -8,6 +8,7 @@
 
 #include "attnfuzz/campaign.h"
 #include "attnfuzz/shard.h"
+#include "attnfuzz/known.h"
 #include "cli.h"
 #include "core/fileio.h"
 
@@ -62,11 +63,20 @@ static void af_fuzz_usage(FILE *f) {
             "                      JOB_COMPLETION_INDEX (a Kubernetes Indexed Job pod)\n"
             "  --root DIR          the output root the shards share: bundles in\n"
             "                      DIR/shard-I/crashes, stats in DIR/shard-I/stats.json, seeds\n"
-            "                      from DIR/corpus when it exists (--crashes, --stats and\n"
-            "                      --corpus override); join them with attnfuzz merge\n"
+            "                      from DIR/corpus and known bugs from DIR/known.json when they\n"
+            "                      exist (--crashes, --stats and --corpus override); join them\n"
+            "                      with attnfuzz merge\n"
+            "  --known FILE        also match findings against the known bugs of FILE (a\n"
+            "                      known.json; repeatable). By default the repository's\n"
+            "                      corpus/findings/*/known.json are loaded: a finding of a\n"
+            "                      known bug is counted against it (status line, stats),\n"
+            "                      kept once as crashes/known-ID, never minimized, and its\n"
+            "                      trigger cases are sent less to a backend that keeps hitting it\n"
+            "  --no-known          load no known bugs: every finding is new\n"
             "  --quiet             no status lines\n"
             "\n"
-            "exit: 0 nothing found, 1 findings, 2 usage or runtime error\n");
+            "exit: 0 nothing new found (known bugs found again are counted, not findings),\n"
+            "1 new findings, 2 usage or runtime error\n");
 }
 
 static void af_on_signal(int sig) {
@@ -89,10 +99,12 @@ int af_cmd_fuzz(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
+    af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
            O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
+        AF_CLI_KNOWN_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
         {"time", required_argument, 0, O_TIME},
         {"seed", required_argument, 0, O_SEED},
@@ -121,6 +133,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int r = af_cli_exec_option(&cfg, opt, optarg, &selected);
+        if (r == 0) r = af_cli_known_option(&ko, opt, optarg);
         if (r < 0) return 2;
         if (r > 0) continue;
         uint64_t v;
@@ -206,11 +219,17 @@ int af_cmd_fuzz(int argc, char **argv) {
         if (!crashes_set) o.crashes_dir = paths.crashes;
         if (!stats_set) o.stats_path = paths.stats;
         if (!o.corpus_dir && stat(paths.corpus, &sb) == 0 && S_ISDIR(sb.st_mode)) o.corpus_dir = paths.corpus;
+        /* the campaign's own known bugs, beside the repository's (a --known of every shard) */
+        if (stat(paths.known, &sb) == 0 && S_ISREG(sb.st_mode) && af_cli_known_option(&ko, AF_OPT_KNOWN, paths.known) < 0)
+            return 2;
     }
     af_cli_default_checks(&cfg, selected);
     cfg.sample_relations = true;
     o.exec = cfg;
     if (o.threads > 1) o.no_bind = true; /* threads need CPUs of their own */
+    af_known *known = NULL;
+    if (af_cli_known_load(&ko, "fuzz", !o.quiet, &known) != 0) return 2;
+    o.known = known;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -238,6 +257,19 @@ int af_cmd_fuzz(int argc, char **argv) {
             fprintf(stderr, "  %-15s %-32s x%-6llu %s\n", af_kind_names[e->kind], e->who, (unsigned long long)e->count,
                     e->bundle[0] ? e->bundle : "(not stored: see the error above)");
         }
+        if (stats.known_hits) {
+            fprintf(stderr, "attnfuzz: %llu findings of %zu known bugs (counted, not stored again):\n",
+                    (unsigned long long)stats.known_hits, stats.n_known);
+            for (size_t i = 0; i < stats.n_known; i++) {
+                const af_known_stat *k = &stats.known[i];
+                if (!k->hits && !k->skipped) continue;
+                fprintf(stderr, "  known %-40s x%-6llu skipped %-6llu %s\n", k->id, (unsigned long long)k->hits,
+                        (unsigned long long)k->skipped, k->bundle[0] ? k->bundle : "");
+            }
+        }
+        if (stats.known_skipped)
+            fprintf(stderr, "attnfuzz: %llu backend runs left out: cases of known bugs their backend keeps hitting\n",
+                    (unsigned long long)stats.known_skipped);
         if (stats.jobs_died)
             fprintf(stderr, "attnfuzz: %llu job processes died, %llu restarted (see the lines above%s)\n",
                     (unsigned long long)stats.jobs_died, (unsigned long long)stats.jobs_restarted,
@@ -252,5 +284,6 @@ int af_cmd_fuzz(int argc, char **argv) {
         }
     }
     af_campaign_stats_free(&stats);
+    af_known_destroy(known);
     return rc;
 }

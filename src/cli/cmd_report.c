@@ -22,6 +22,7 @@
 
 #include "attnfuzz/backend.h"
 #include "attnfuzz/bundle.h"
+#include "attnfuzz/known.h"
 #include "attnfuzz/mem.h"
 #include "attnfuzz/merge.h"
 #include "attnfuzz/oracle.h"
@@ -51,10 +52,11 @@ typedef struct af_report_item {
     long long count;   /* from --stats, -1 when unknown */
     time_t written;    /* bundle directory mtime: when it was stored */
     int dup;           /* other copies of the same bundle name under the DIRs */
+    char known[600];   /* the known bug it is: "ID (class): title; repro ...", "" if none */
 } af_report_item;
 
 static void af_report_usage(FILE *f) {
-    fprintf(f, "usage: attnfuzz report [-o OUT] [--stats FILE]... [--no-repro] DIR...\n"
+    fprintf(f, "usage: attnfuzz report [-o OUT] [--stats FILE]... [--no-repro] [--known FILE]... [--no-known] DIR...\n"
                "\n"
                "Writes OUT/index.html and OUT/report.md (default OUT: report) over every bundle\n"
                "found under the DIRs (a crashes directory, a corpus, a bundle): a table grouped\n"
@@ -68,6 +70,8 @@ static void af_report_usage(FILE *f) {
                "                 (default: DIR/stats.json of each DIR that has one, e.g. what\n"
                "                 attnfuzz merge wrote: then a campaign section, one row per shard)\n"
                "  --no-repro     do not write repro scripts\n"
+               "  --known FILE   known bugs, as for fuzz (default: the repository's): a finding\n"
+               "                 that is one says which; --no-known: none\n"
                "\n"
                "exit: 0 written, 2 an error (unreadable bundles are listed in the report)\n");
 }
@@ -498,6 +502,11 @@ static int af_report_write_html(const af_report *r, const char *path, const char
         fprintf(f, "</code>%s%s</td></tr>\n", af_bundle_relation(it->b) ? " under relation " : "",
                 af_bundle_relation(it->b) ? af_bundle_relation(it->b) : "");
         fprintf(f, "<tr><th>kind</th><td>%s</td></tr>\n", af_kind_names[af_bundle_kind(it->b)]);
+        if (it->known[0]) {
+            fprintf(f, "<tr><th>known bug</th><td>");
+            af_html_esc(f, it->known);
+            fprintf(f, "</td></tr>\n");
+        }
         fprintf(f, "<tr><th>first seen</th><td>%s", when);
         if (it->count >= 0) fprintf(f, "; seen %lld time%s", it->count, it->count == 1 ? "" : "s");
         if (it->dup) fprintf(f, "; %d more cop%s under the directories", it->dup, it->dup == 1 ? "y" : "ies");
@@ -556,8 +565,8 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
     fprintf(f, "## attnfuzz report: %zu finding%s\n\n", r->n, r->n == 1 ? "" : "s");
     if (py_note[0]) fprintf(f, "_%s_\n\n", py_note);
     if (r->campaign) af_report_campaign_md(f, r->campaign);
-    fprintf(f, "| target | kind | bundle | seen | first seen | shape | features | max abs | tolerance | replay | repro |\n");
-    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    fprintf(f, "| target | kind | bundle | known bug | seen | first seen | shape | features | max abs | tolerance | replay | repro |\n");
+    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < r->n; i++) {
         const af_report_item *it = r->items[i];
         const af_case *c = af_bundle_case(it->b);
@@ -568,6 +577,8 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
         fprintf(f, "| `");
         af_md_esc(f, af_bundle_who(it->b));
         fprintf(f, "` | %s | %s | ", af_kind_names[af_bundle_kind(it->b)], it->name);
+        af_md_esc(f, it->known);
+        fprintf(f, " | ");
         if (it->count >= 0) fprintf(f, "%lld", it->count);
         fprintf(f, " | %s | %s | ", when, shape);
         af_md_esc(f, feat);
@@ -608,12 +619,14 @@ int af_cmd_report(int argc, char **argv) {
     const char *stats[16];
     int n_stats = 0;
     bool no_repro = false;
+    af_cli_known ko = {0};
     static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
+                                             AF_CLI_KNOWN_OPTIONS,
                                              {"stats", required_argument, 0, 's'},
                                              {"no-repro", no_argument, 0, 'n'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
-    int opt;
+    int opt, kr;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         if (opt == 'o') {
@@ -622,6 +635,8 @@ int af_cmd_report(int argc, char **argv) {
             stats[n_stats++] = optarg;
         } else if (opt == 'n') {
             no_repro = true;
+        } else if ((kr = af_cli_known_option(&ko, opt, optarg)) != 0) {
+            if (kr < 0) return 2;
         } else {
             af_report_usage(opt == 'h' ? stdout : stderr);
             return opt == 'h' ? 0 : 2;
@@ -673,6 +688,29 @@ int af_cmd_report(int argc, char **argv) {
     }
     qsort(r->items, r->n, sizeof *r->items, af_report_cmp);
     for (int s = 0; s < n_stats; s++) af_report_stats(r, stats[s]);
+    af_known *known = NULL;
+    if (af_cli_known_load(&ko, "report", false, &known) != 0) {
+        for (size_t i = 0; i < r->n; i++) {
+            af_bundle_free(r->items[i]->b);
+            af_free(r->items[i]);
+        }
+        af_free(items);
+        af_free(r);
+        return 2;
+    }
+    size_t n_known = 0;
+    for (size_t i = 0; i < r->n && known; i++) {
+        long e = -1;
+        af_error kerr;
+        if (af_known_match_bundle(known, r->items[i]->b, &e, &kerr) != AF_OK || e < 0) continue;
+        af_known_info info;
+        af_known_info_of(known, (size_t)e, &info);
+        snprintf(r->items[i]->known, sizeof r->items[i]->known, "%s (%s): %s%s%s%s%s", info.id,
+                 af_known_class_names[info.cls], info.title, info.repro[0] ? "; repro " : "", info.repro,
+                 info.issue[0] ? "; issue: " : "", info.issue);
+        n_known++;
+    }
+    af_known_destroy(known);
 
     /* the project's Python (proc.h), its PYTHONPATH in a copy of the environment */
     af_proc_python py;
@@ -715,8 +753,9 @@ int af_cmd_report(int argc, char **argv) {
         af_free(r->items[i]);
     }
     if (rc == 0)
-        printf("attnfuzz report: %zu findings, %zu pictures, %zu repro scripts, %zu unreadable -> %s (and report.md)\n",
-               r->n, pics, repros, r->n_bad, html);
+        printf("attnfuzz report: %zu findings (%zu of them known bugs), %zu pictures, %zu repro scripts, %zu unreadable "
+               "-> %s (and report.md)\n",
+               r->n, n_known, pics, repros, r->n_bad, html);
     if (py_note[0]) fprintf(stderr, "attnfuzz report: %s\n", py_note);
     cJSON_Delete(r->campaign);
     af_free(items);
