@@ -7,7 +7,10 @@
  *   - without minimization the f16 case signs differently (so the check above could
  *     fail), and its bundle holds the case as found;
  *   - a NaN on a planted value that the wrong diagonal unmasks is signed on the finite
- *     twin: the plain case's diverge. */
+ *     twin: the plain case's diverge;
+ *   - minimizing runs only the failing check: a correct backend beside the mutant (a test
+ *     backend that counts its runs) runs once, for the execution that found the bug, not
+ *     once per minimizing step; as one side of a pair with the mutant it runs every step. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,8 +22,65 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnfuzz/backend.h"
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/store.h"
+#include "backends/ref.h"
+
+/* --- counting test backends: the reference, rounded to f32, and a count of runs ------- */
+
+static unsigned count_a, count_b;
+
+typedef struct {
+    af_scratch ws;
+    double *buf;
+    size_t cap;
+    unsigned *runs;
+} counting;
+
+static af_status counting_create(unsigned *runs, void **state) {
+    counting *c = calloc(1, sizeof *c);
+    c->runs = runs;
+    *state = c;
+    return AF_OK;
+}
+static af_status counting_create_a(const char *args, void **state, af_error *err) {
+    (void)args;
+    (void)err;
+    return counting_create(&count_a, state);
+}
+static af_status counting_create_b(const char *args, void **state, af_error *err) {
+    (void)args;
+    (void)err;
+    return counting_create(&count_b, state);
+}
+static void counting_destroy(void *state) {
+    counting *c = state;
+    af_scratch_release(&c->ws);
+    free(c->buf);
+    free(c);
+}
+static af_status counting_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    counting *c = state;
+    (*c->runs)++;
+    size_t n = af_tensor_numel(out);
+    if (n > c->cap) {
+        free(c->buf);
+        c->buf = malloc(n * sizeof *c->buf);
+        c->cap = n;
+    }
+    af_ref_opts opts = {0};
+    af_status st = af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, c->buf, NULL, &c->ws, err);
+    float *o = out->data;
+    for (size_t e = 0; e < n; e++) o[e] = (float)c->buf[e];
+    return st;
+}
+#define COUNTING_VT(NAME, CREATE)                                                                      \
+    {.name = NAME, .version = "0", .summary = "test only: the reference, counting its runs", .caps = AF_CAP_ALL, \
+     .layouts = AF_LAYOUTS_ALL, .out_dtype = AF_F32, .create = CREATE, .destroy = counting_destroy,             \
+     .run = counting_run}
+static const af_backend_vtable counting_a_vt = COUNTING_VT("test:count_a", counting_create_a);
+static const af_backend_vtable counting_b_vt = COUNTING_VT("test:count_b", counting_create_b);
 
 static char af_tmp[256];
 
@@ -195,10 +255,56 @@ static void test_finite_twin(void **state) {
     af_exec_destroy(x);
 }
 
+/* Minimizing the mutant's finding runs the mutant (and the reference), never a backend of
+ * another check; a pair runs both of its sides. */
+static void test_only_the_failing_check_runs(void **state) {
+    (void)state;
+    af_error err = {0};
+    for (int pair = 0; pair < 2; pair++) {
+        af_exec_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        af_oracle_opts_default(&cfg.oracle);
+        if (pair) {
+            cfg.pairs[cfg.n_pairs++] = "mutant:causal_top_left,test:count_a";
+            cfg.backends[cfg.n_backends++] = "test:count_b";
+        } else {
+            cfg.backends[cfg.n_backends++] = "mutant:causal_top_left";
+            cfg.backends[cfg.n_backends++] = "test:count_a";
+            cfg.backends[cfg.n_backends++] = "test:count_b";
+        }
+        af_exec *x = af_exec_create(&cfg, &err);
+        assert_non_null(x);
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/only%d", af_tmp, pair);
+        af_store_opts o = {.crashes_dir = dir};
+        af_store *st = af_store_create(&o, &err);
+        assert_non_null(st);
+        af_campaign_stats s;
+        memset(&s, 0, sizeof s);
+        count_a = count_b = 0;
+        af_store_event ev[AF_EXEC_MAX_CHECKS];
+        size_t nev;
+        run_and_store(x, st, &s, diverging_case(2, 3, AF_F32, AF_LAYOUT_BSHD), ev, &nev);
+        assert_true(ev[0].stored);
+        assert_string_equal(s.sigs[0].who, pair ? "mutant:causal_top_left,test:count_a" : "mutant:causal_top_left");
+        assert_true(s.minimize_execs > 10);
+        assert_int_equal(count_b, 1); /* the execution that found it, and nothing else */
+        /* a pair's other side runs at each step of minimizing the pair */
+        assert_int_equal(count_a, pair ? 1 + s.minimize_execs : 1);
+        af_campaign_stats_free(&s);
+        af_store_destroy(st);
+        af_exec_destroy(x);
+    }
+}
+
 int main(void) {
     snprintf(af_tmp, sizeof af_tmp, "/tmp/attnfuzz-test-store-XXXXXX");
     if (!mkdtemp(af_tmp)) return 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin)};
+    af_error err;
+    if (af_backend_register(&counting_a_vt, &err) != AF_OK || af_backend_register(&counting_b_vt, &err) != AF_OK)
+        return 1;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin),
+                                       cmocka_unit_test(test_only_the_failing_check_runs)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", af_tmp);

@@ -64,6 +64,14 @@ void af_exec_destroy(af_exec *x);                                   /* NULL does
 af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_error *err);
 /* Runs a case (generated from its seeds). */
 af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err);
+/* Runs one check on a case (generated from its seeds): the reference (the oracle needs
+ * it) and only the backends of that check - its backend, both sides of a pair, a
+ * relation's backend (twice) - never the others; a relation runs whether or not a sampled
+ * execution would have picked it. The other checks do not run (af_exec_check_ran is
+ * false for them). Minimizing a finding (minimize.h) runs only its check this way: a
+ * step costs the failing backend, not every backend of the campaign. AF_ERR_INVALID when
+ * there is no such check; otherwise as af_exec_run_case. */
+af_status af_exec_run_check(af_exec *x, size_t check, const af_case *c, af_error *err);
 /* Runs the inputs of a bundle (its arrays or its case's seeds); when the bundle has an
  * expected output, every backend, and the reference itself, is also compared with it
  * (who = "B~expected"). */

@@ -21,11 +21,14 @@ extern "C" {
 
 /* Minimizes *c, on which check `check` of x fails with `kind`, in at most max_execs
  * executions (0 = 400) and, when max_seconds > 0, no new step after max_seconds (a target
- * that compiles each new shape for seconds would otherwise spend minutes). On return *c is the smallest failing case found and x holds its
- * execution (so af_exec_write_bundle can store it); *execs (if not NULL) counts the
- * executions spent. An execution error is returned as is. */
+ * that compiles each new shape for seconds would otherwise spend minutes). Each step runs
+ * that check alone (af_exec_run_check): the backends of the other checks never run. On
+ * return *c is the smallest failing case found and x holds its execution of that check (so
+ * af_exec_write_bundle can store it); *execs (if not NULL) counts the executions spent;
+ * *cut (if not NULL) says whether max_seconds stopped it before it was done (a case that
+ * may shrink further: store.h does not sign on it). An execution error is returned as is. */
 af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs, double max_seconds,
-                      unsigned *execs, af_error *err);
+                      unsigned *execs, bool *cut, af_error *err);
 
 /* The finding of x's last execution for check `check`, or NULL. */
 const af_finding *af_exec_finding_for(const af_exec *x, size_t check);

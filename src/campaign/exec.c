@@ -239,8 +239,15 @@ static bool af_exec_repeatable(const af_exec *x, size_t k, const af_case *c) {
     return !(e && e->own_dropout && c->dropout_p > 0.0);
 }
 
-/* Runs every backend and every check on the inputs in x->in. */
-static af_status af_exec_execute(af_exec *x, af_error *err) {
+/* Does check ck need backend k? */
+static bool af_exec_check_uses(const af_check *ck, size_t k) {
+    return ck->a == k || (ck->type == AF_CHECK_PAIR && ck->b == k);
+}
+
+/* Runs the checks on the inputs in x->in: every check and every backend (only ==
+ * SIZE_MAX), or check `only` alone with the backends it needs and nothing else (a
+ * sampled relation then runs whatever the sample says: it was named). */
+static af_status af_exec_execute(af_exec *x, size_t only, af_error *err) {
     const af_case_tensors *t = af_inputs_get(x->in);
     const af_case *c = t->c;
     x->c = *c;
@@ -250,7 +257,8 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
     AF_TRY(af_oracle_prepare(x->oracle, t, err));
 
     for (size_t k = 0; k < x->nbe; k++) {
-        x->supported[k] = af_backend_supports(x->be[k], c, NULL, 0);
+        x->supported[k] = (only == SIZE_MAX || af_exec_check_uses(&x->checks[only], k)) &&
+                          af_backend_supports(x->be[k], c, NULL, 0);
         x->use_keep[k] = false;
         x->st[k] = AF_OK;
         x->msg[k][0] = 0;
@@ -279,6 +287,7 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
         memset(res, 0, sizeof *res);
         x->check_ran[i] = false;
         const char *message = "";
+        if (only != SIZE_MAX && i != only) continue;
         switch (ck->type) {
         case AF_CHECK_BACKEND:
             if (!x->supported[ck->a]) break;
@@ -311,7 +320,8 @@ static af_status af_exec_execute(af_exec *x, af_error *err) {
             if (!x->supported[ck->a] || x->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c) ||
                 !af_exec_repeatable(x, ck->a, c))
                 break;
-            if (x->cfg.sample_relations && ck->rel != af_exec_sampled_relation(x, c, ck->a)) break;
+            if (x->cfg.sample_relations && only == SIZE_MAX && ck->rel != af_exec_sampled_relation(x, c, ck->a))
+                break;
             af_error rerr;
             af_status st = af_relation_check(ck->rel, x->be[ck->a], t, &x->out[ck->a], x->oracle, x->rel, res, &rerr);
             if (st == AF_ERR_UNSUPPORTED) break;
@@ -362,7 +372,15 @@ static void af_exec_drop_expected(af_exec *x) {
 af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err) {
     af_exec_drop_expected(x);
     AF_TRY(af_inputs_generate(x->in, c, err));
-    return af_exec_execute(x, err);
+    return af_exec_execute(x, SIZE_MAX, err);
+}
+
+af_status af_exec_run_check(af_exec *x, size_t check, const af_case *c, af_error *err) {
+    af_exec_drop_expected(x);
+    AF_RETURN_ERROR_IF(check >= x->nchecks, err, AF_ERR_INVALID, "no check %zu (the executor has %zu)", check,
+                       x->nchecks);
+    AF_TRY(af_inputs_generate(x->in, c, err));
+    return af_exec_execute(x, check, err);
 }
 
 af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_error *err) {
@@ -391,7 +409,7 @@ af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
         }
         x->has_expected = true;
     }
-    return af_exec_execute(x, err);
+    return af_exec_execute(x, SIZE_MAX, err);
 }
 
 size_t af_exec_finding_count(const af_exec *x) { return x->nfind; }

@@ -95,10 +95,10 @@ static unsigned af_reseeds(unsigned k) { return k >= 24 && k <= 36 ? 8u : 6u; }
  * tries redrawn values for each simplification that lost the finding; repeated while
  * that pass changes something. */
 af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs, double max_seconds,
-                      unsigned *execs, af_error *err) {
+                      unsigned *execs, bool *cut, af_error *err) {
     if (max_execs == 0) max_execs = 400;
     unsigned spent = 0;
-    bool changed = true, reseed = false;
+    bool changed = true, reseed = false, done = false;
     double deadline = max_seconds > 0 ? af_now() + max_seconds : HUGE_VAL;
     while (spent < max_execs && af_now() < deadline) {
         changed = false;
@@ -113,7 +113,7 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsign
                 af_case trial = cand;
                 if (attempt) af_reseed(&trial, k, attempt);
                 spent++;
-                AF_TRY(af_exec_run_case(x, &trial, err));
+                AF_TRY(af_exec_run_check(x, check, &trial, err)); /* the failing check only */
                 const af_finding *f = af_exec_finding_for(x, check);
                 if (f && f->kind == kind) {
                     *c = trial;
@@ -123,11 +123,15 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsign
                 }
             }
         }
-        if (reseed && !changed) break; /* nothing more, even with other values */
-        reseed = !changed;              /* plain passes until stuck, then one with redraws */
+        if (reseed && !changed) {
+            done = true; /* nothing more, even with other values */
+            break;
+        }
+        reseed = !changed; /* plain passes until stuck, then one with redraws */
     }
+    if (cut) *cut = !done && spent < max_execs; /* the time ran out, not the steps or the executions */
     /* leave x holding the execution of the result */
-    AF_TRY(af_exec_run_case(x, c, err));
+    AF_TRY(af_exec_run_check(x, check, c, err));
     spent++;
     if (execs) *execs = spent;
     return AF_OK;

@@ -123,13 +123,13 @@ static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af
     if (!special || kind == AF_KIND_DIVERGE || !af_store_numeric_kind(kind)) return AF_OK;
     af_case twin = *c;
     for (int t = 0; t < AF_QKV_COUNT; t++) twin.t[t].special = AF_SPECIAL_NONE;
-    af_status st = af_exec_run_case(x, &twin, err);
+    af_status st = af_exec_run_check(x, check, &twin, err);
     if (st != AF_OK) return st;
     (*spent)++;
     const af_finding *f = af_exec_finding_for(x, check);
-    if (!f || !af_store_numeric_kind(f->kind)) return af_exec_run_case(x, c, err);
+    if (!f || !af_store_numeric_kind(f->kind)) return af_exec_run_check(x, check, c, err);
     unsigned more = 0;
-    st = af_minimize(x, check, f->kind, &twin, max_execs, max_seconds, &more, err);
+    st = af_minimize(x, check, f->kind, &twin, max_execs, max_seconds, &more, NULL, err);
     *spent += more;
     if (st == AF_OK) *c = twin;
     return st;
@@ -185,7 +185,8 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         if (!known) {
             af_case small = ran;
             unsigned spent = 0;
-            st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, fmin(AF_MINIMIZE_SECONDS, left), &spent, err);
+            st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, fmin(AF_MINIMIZE_SECONDS, left), &spent, NULL,
+                             err);
             if (st_ == AF_OK)
                 st_ = af_store_finite_twin(x, f->check, f->kind, &small, o->minimize_execs,
                                            fmin(AF_MINIMIZE_SECONDS, left), &spent, err);

@@ -107,7 +107,7 @@ int af_cmd_minimize(int argc, char **argv) {
     af_finding f = *af_exec_finding(x, 0);
     af_case before = c;
     unsigned spent = 0;
-    if (af_minimize(x, f.check, f.kind, &c, max_execs, 0, &spent, &err) != AF_OK) goto out;
+    if (af_minimize(x, f.check, f.kind, &c, max_execs, 0, &spent, NULL, &err) != AF_OK) goto out;
     const af_finding *fm = af_exec_finding_for(x, f.check);
     size_t fi = 0;
     while (fi < af_exec_finding_count(x) && af_exec_finding(x, fi) != fm) fi++;
