@@ -109,6 +109,15 @@ af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path
 /* The same under a given signature (the campaign's, taken on the minimized case). */
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err);
+/* How the store step writes a bundle (store.h). */
+typedef struct af_exec_bundle_opts {
+    uint64_t signature;    /* the name's signature (the campaign's, taken on the minimized case) */
+    signed char minimized; /* case.json "minimized": +1 true, -1 false (stored as found), 0 unsaid */
+    const char *old_dir;   /* non-NULL: a bundle of that name stored as found is replaced and moved
+                              there (af_bundle_write_over) */
+} af_exec_bundle_opts;
+af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const af_exec_bundle_opts *bo, char *path,
+                                    size_t path_len, af_error *err);
 
 #ifdef __cplusplus
 }

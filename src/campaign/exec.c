@@ -466,7 +466,14 @@ af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path
 
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err) {
+    af_exec_bundle_opts bo = {.signature = signature};
+    return af_exec_write_bundle_with(x, i, dir, &bo, path, path_len, err);
+}
+
+af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const af_exec_bundle_opts *bo, char *path,
+                                    size_t path_len, af_error *err) {
     AF_RETURN_ERROR_IF(i >= x->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    uint64_t signature = bo->signature;
     const af_finding *f = &x->findings[i];
     const af_check *ck = &x->checks[f->check];
     const af_case_tensors *t = af_inputs_get(x->in);
@@ -529,5 +536,7 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
     spec.n_outputs = nout;
     spec.tol = f->result.tol;
     spec.replay_cmd = replay;
-    return af_bundle_write(dir, &spec, path, path_len, err);
+    spec.minimized = bo->minimized;
+    return bo->old_dir ? af_bundle_write_over(dir, &spec, bo->old_dir, path, path_len, err)
+                       : af_bundle_write(dir, &spec, path, path_len, err);
 }
