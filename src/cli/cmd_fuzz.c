@@ -45,6 +45,11 @@ static void af_fuzz_usage(FILE *f) {
             "  --strategy S        generator (default), or a baseline: grid, bytes\n"
             "  --no-minimize       store findings as found (default: minimize each new one\n"
             "                      first and sign the minimized case, so one bug is one bundle)\n"
+            "  --minimize-share F  minimizing takes at most this share of each job's time so far\n"
+            "                      (default 0.1; 1: no limit); what does not fit is stored as\n"
+            "                      found and minimized at the end\n"
+            "  --minimize-grace S  seconds after --time for that (default: the share of --time,\n"
+            "                      at least 10); 0: none, run `attnfuzz minimize CRASHES` later\n"
             "  --quiet             no status lines\n"
             "\n"
             "exit: 0 nothing found, 1 findings, 2 usage or runtime error\n");
@@ -70,7 +75,8 @@ int af_cmd_fuzz(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
-    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND };
+    enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
+           O_MINSHARE, O_MINGRACE };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
@@ -85,6 +91,8 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"quiet", no_argument, 0, O_QUIET},
         {"strategy", required_argument, 0, O_STRAT},
         {"no-minimize", no_argument, 0, O_NOMIN},
+        {"minimize-share", required_argument, 0, O_MINSHARE},
+        {"minimize-grace", required_argument, 0, O_MINGRACE},
         {"tiny", no_argument, 0, O_TINY},
         {"no-bind", no_argument, 0, O_NOBIND},
         {"help", no_argument, 0, O_HELP},
@@ -124,6 +132,18 @@ int af_cmd_fuzz(int argc, char **argv) {
             break;
         case O_QUIET: o.quiet = true; break;
         case O_NOMIN: o.no_minimize = true; break;
+        case O_MINSHARE: {
+            char *end;
+            o.minimize_share = strtod(optarg, &end);
+            if (*end || !(o.minimize_share > 0 && o.minimize_share <= 1)) goto bad;
+            break;
+        }
+        case O_MINGRACE: {
+            char *end;
+            o.minimize_grace = strtod(optarg, &end);
+            if (*end || !(o.minimize_grace >= 0 && o.minimize_grace <= 1e7)) goto bad;
+            break;
+        }
         case O_TINY: o.tiny = true; break;
         case O_NOBIND: o.no_bind = true; break;
         case O_STRAT: {
@@ -177,6 +197,20 @@ int af_cmd_fuzz(int argc, char **argv) {
             fprintf(stderr, "  %-15s %-32s x%-6llu %s\n", af_kind_names[e->kind], e->who, (unsigned long long)e->count,
                     e->bundle[0] ? e->bundle : "(not stored: see the error above)");
         }
+        if (stats.minimize_execs || stats.stored_unminimized || stats.aliases_read)
+            fprintf(stderr,
+                    "attnfuzz: minimizing: %llu execs in %.1fs (an end pass of %.1fs), %llu read from the shared record, "
+                    "%llu stored as found, %llu of them minimized since\n",
+                    (unsigned long long)stats.minimize_execs, stats.minimize_seconds, stats.minimize_end_seconds,
+                    (unsigned long long)stats.aliases_read, (unsigned long long)stats.stored_unminimized,
+                    (unsigned long long)stats.minimized_later);
+        size_t unmin = 0;
+        for (size_t i = 0; i < stats.n_sigs; i++) unmin += stats.sigs[i].unminimized && !o.no_minimize &&
+                                                          stats.sigs[i].kind != AF_KIND_CRASH &&
+                                                          stats.sigs[i].kind != AF_KIND_TIMEOUT;
+        if (unmin)
+            fprintf(stderr, "attnfuzz: %zu finding%s stored as found, not minimized yet: attnfuzz minimize %s\n", unmin,
+                    unmin == 1 ? " is" : "s are", o.crashes_dir);
         if (stats.jobs_died)
             fprintf(stderr, "attnfuzz: %llu job processes died, %llu restarted (see the lines above%s)\n",
                     (unsigned long long)stats.jobs_died, (unsigned long long)stats.jobs_restarted,
