@@ -4,7 +4,7 @@
  *
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
  *            [--dropout keep_mask] [--bug scale] [--fault KIND] [--fault-mod N] [--fault-run N]
- *            [--name NAME] [--affinity-file PATH]
+ *            [--name NAME] [--affinity-file PATH] [--count-file PATH] [--delay S]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -15,6 +15,8 @@
  * --fault-run N       fault on the N-th run request only, whatever its case (a flaky target:
  *                     the same case passes when sent again)
  * --affinity-file P   append "PID CPU,CPU,..." (the CPUs this worker may run on) to P at start
+ * --count-file P      append "PID RUNS" (the run requests it answered) to P when it ends
+ * --delay S           sleep S seconds on every run request (a slow target)
  *
  * Only libm and src/core/json_scan.c (a JSON reader that depends on the C library alone):
  * the frames are read and written here, not through attnfuzz. A header is read in place
@@ -39,9 +41,11 @@ typedef struct cw_opts {
     long fault_mod, fault_run;
     const char *name;
     const char *affinity_file;
+    const char *count_file;
+    double delay;
 } cw_opts;
 
-static cw_opts opt = {0.0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL};
+static cw_opts opt = {0.0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL, 0.0};
 static long runs_seen; /* run requests so far */
 
 /* Whether --fault applies to this run request. */
@@ -345,6 +349,10 @@ static int serve_run(long req, const uint8_t *payload) {
     af_js_string(J, T, get(c, "dtype"), dtype, sizeof dtype);
 
     runs_seen++;
+    if (opt.delay > 0) {
+        struct timespec ts = {(time_t)opt.delay, (long)((opt.delay - floor(opt.delay)) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
     int fault = faults_here(Sq, Sk, D);
     if (fault) {
         fprintf(stderr, "c_worker: fault %s on purpose (q_len %zu, kv_len %zu, head_dim %zu)\n", opt.fault, Sq, Sk, D);
@@ -520,6 +528,13 @@ static int serve_run(long req, const uint8_t *payload) {
     return 0;
 }
 
+static void write_count(void) {
+    FILE *f = fopen(opt.count_file, "a");
+    if (!f) return;
+    fprintf(f, "%ld %ld\n", (long)getpid(), runs_seen);
+    fclose(f);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -533,6 +548,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--fault-run") && v) opt.fault_run = atol(v), i++;
         else if (!strcmp(a, "--name") && v) opt.name = v, i++;
         else if (!strcmp(a, "--affinity-file") && v) opt.affinity_file = v, i++;
+        else if (!strcmp(a, "--count-file") && v) opt.count_file = v, i++;
+        else if (!strcmp(a, "--delay") && v) opt.delay = atof(v), i++;
         else {
             fprintf(stderr, "c_worker: unknown option %s\n", a);
             return 2;
@@ -555,6 +572,7 @@ int main(int argc, char **argv) {
         fprintf(f, "\n");
         fclose(f);
     }
+    if (opt.count_file) atexit(write_count);
     char hello[2048];
     snprintf(hello, sizeof hello,
              "{\"type\":\"hello\",\"protocol\":1,\"name\":\"%s\",\"version\":\"1.0\",\"variant\":\"%s\","
