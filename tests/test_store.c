@@ -13,6 +13,9 @@
  *     once per minimizing step; as one side of a pair with the mutant it runs every step;
  *   - the shared record: a second store on the same crashes directory (another job, a
  *     later campaign) reads the first one's alias and minimizes nothing;
+ *   - a finding of a bug already minimized, with other incidental features, takes one
+ *     execution: the minimized case is a pattern (all it lacks removed at once), which lands
+ *     on the known signature (a fresh store spends dozens on the same finding);
  *   - the budget: with none left the finding is stored as found (case.json says so) and
  *     queued; af_store_finish minimizes it to the signature minimizing at once gives,
  *     replaces it, records the alias; a minimization the budget cuts short is queued with
@@ -306,7 +309,7 @@ static void test_only_the_failing_check_runs(void **state) {
 }
 
 /* The signature minimizing `c` at once gives (a store of its own, no budget). */
-static uint64_t minimized_signature(af_exec *x, af_case c, const char *sub) {
+static uint64_t minimized_signature(af_exec *x, af_case c, const char *sub, uint64_t *execs) {
     char dir[300];
     snprintf(dir, sizeof dir, "%s/%s", af_tmp, sub);
     af_store_opts o = {.crashes_dir = dir};
@@ -319,6 +322,7 @@ static uint64_t minimized_signature(af_exec *x, af_case c, const char *sub) {
     run_and_store(x, st, &s, c, ev, &nev);
     assert_true(s.minimize_execs > 0 && !s.sigs[0].unminimized);
     uint64_t sig = s.sigs[0].signature;
+    if (execs) *execs = s.minimize_execs;
     af_campaign_stats_free(&s);
     af_store_destroy(st);
     return sig;
@@ -368,11 +372,42 @@ static void test_shared_record(void **state) {
     af_exec_destroy(x);
 }
 
+static void test_patterns(void **state) {
+    (void)state;
+    af_exec *x = mutant_exec();
+    af_case first = diverging_case(1, 1, AF_F32, AF_LAYOUT_BHSD), other = diverging_case(2, 3, AF_BF16, AF_LAYOUT_BSHD);
+    other.t[AF_K].perm = 1;
+    other.t[AF_V].pad = 3;
+    af_case_repair(&other, 0);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/patterns", af_tmp);
+    af_store_opts o = {.crashes_dir = dir};
+    af_error err = {0};
+    af_store *st = af_store_create(&o, &err);
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev;
+    run_and_store(x, st, &s, first, ev, &nev);
+    uint64_t sig = s.sigs[0].signature, before = s.minimize_execs;
+    run_and_store(x, st, &s, other, ev, &nev);
+    assert_true(s.sigs[ev[0].entry].signature == sig);
+    assert_int_equal(s.n_sigs, 1);
+    assert_int_equal(s.minimize_execs - before, 1); /* the pattern, which held */
+    af_campaign_stats_free(&s);
+    af_store_destroy(st);
+    /* the same finding in a store without that pattern: minimized step by step */
+    uint64_t execs = 0, alone = minimized_signature(x, other, "patterns-alone", &execs);
+    assert_true(alone == sig);
+    assert_true(execs > 20);
+    af_exec_destroy(x);
+}
+
 static void test_budget(void **state) {
     (void)state;
     af_exec *x = mutant_exec();
     af_case c = diverging_case(2, 3, AF_F16, AF_LAYOUT_BSHD);
-    uint64_t want = minimized_signature(x, c, "budget-ref");
+    uint64_t want = minimized_signature(x, c, "budget-ref", NULL);
     char dir[300], path[600];
     snprintf(dir, sizeof dir, "%s/budget", af_tmp);
     af_store_opts o = {.crashes_dir = dir, .minimize_share = 0.1};
@@ -499,7 +534,8 @@ int main(void) {
         return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin),
                                        cmocka_unit_test(test_only_the_failing_check_runs),
-                                       cmocka_unit_test(test_shared_record), cmocka_unit_test(test_budget)};
+                                       cmocka_unit_test(test_shared_record), cmocka_unit_test(test_patterns),
+                                       cmocka_unit_test(test_budget)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", af_tmp);

@@ -23,6 +23,11 @@
 /* The end pass waits this long between looks for the alias of a finding another process
  * is minimizing. */
 #define AF_STORE_WAIT_NS 50000000L
+/* Minimized cases kept as patterns (minimize.h: af_minimize_opts.hints), most recently
+ * useful first, and how many of those (of the finding's check and kind) a minimization
+ * tries: each costs one execution when it does not hold. */
+#define AF_STORE_HINTS 16
+#define AF_STORE_HINT_TRIES 3
 
 /* --- the signature table -------------------------------------------------------------- */
 
@@ -131,16 +136,17 @@ static bool af_store_numeric_kind(af_kind k) {
  * twin (the same case without them) fails the same check too is the twin's finding: the
  * bug shows without the planted values, which only change how it looks (a wrong causal
  * diagonal gives a diverge, and a NaN or an Inf wherever a planted value falls under the
- * wrong mask: one bug, one bundle). Then *c becomes the twin, minimized for its own kind,
- * and x holds its execution; otherwise *c is unchanged and x holds *c's execution again.
- * max_seconds <= 0 leaves no time for it: *cut, and nothing runs. */
-static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs,
-                                      double max_seconds, unsigned *spent, bool *cut, af_error *err) {
+ * wrong mask: one bug, one bundle). Then *c becomes the twin, minimized for its own kind
+ * within o (tr says how that went), and x holds its execution; otherwise *c is unchanged
+ * and x holds *c's execution again. A time limit of 0 leaves no time: cut, nothing runs. */
+static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af_case *c, const af_minimize_opts *o,
+                                      unsigned *spent, af_minimize_result *tr, af_error *err) {
+    memset(tr, 0, sizeof *tr);
     bool special = false;
     for (int t = 0; t < AF_QKV_COUNT; t++) special |= c->t[t].special != AF_SPECIAL_NONE;
     if (!special || kind == AF_KIND_DIVERGE || !af_store_numeric_kind(kind)) return AF_OK;
-    if (max_seconds <= 0) {
-        *cut = true;
+    if (o->max_seconds < 0) {
+        tr->cut = true;
         return AF_OK;
     }
     af_case twin = *c;
@@ -150,11 +156,10 @@ static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af
     (*spent)++;
     const af_finding *f = af_exec_finding_for(x, check);
     if (!f || !af_store_numeric_kind(f->kind)) return af_exec_run_check(x, check, c, err);
-    unsigned more = 0;
-    st = af_minimize(x, check, f->kind, &twin, max_execs, isinf(max_seconds) ? 0 : max_seconds, &more, cut, err);
-    *spent += more;
-    if (st == AF_OK && !*cut) *c = twin;
-    if (st == AF_OK && *cut) st = af_exec_run_check(x, check, c, err);
+    st = af_minimize(x, check, f->kind, &twin, o, tr, err);
+    *spent += tr->execs;
+    if (st == AF_OK && !tr->cut) *c = twin;
+    if (st == AF_OK && tr->cut) st = af_exec_run_check(x, check, c, err);
     return st;
 }
 
@@ -171,13 +176,24 @@ typedef struct af_store_item {
     double looked; /* af_now() of the last look at the shared record for it */
 } af_store_item;
 
+/* A minimized case: a pattern for minimizing later findings of its check and kind. */
+typedef struct af_store_hint {
+    af_case c;
+    size_t check;
+    af_kind kind;
+    uint64_t sig;
+} af_store_hint;
+
 struct af_store {
     af_store_opts o;
+    af_store_hint hints[AF_STORE_HINTS];
+    size_t n_hints;
     af_alias_map aliases;
     af_minrec *rec;
     af_store_item *queue;
     size_t nq, capq;
     double spent;     /* seconds minimizing in af_store_findings: what the budget counts */
+    const af_campaign_stats *stats; /* while minimizing: whose entries af_store_known asks */
     double refreshed; /* af_now() of the last look at the record for the whole queue */
     char raw_dir[PATH_MAX];
 };
@@ -261,24 +277,102 @@ static double af_store_limit(const af_store *st, double elapsed, bool budget, do
     return fmin(lim, cap);
 }
 
-/* Minimizes *c (check fails with kind) within limit seconds, then its finite twin. *done
- * is false when `bounded` and the limit cut it short: *c then holds how far it got.
- * Counted in stats (and, in_budget, in the budget). x holds *c's execution of the check. */
+/* af_minimize_opts.known: a signature this store knows the minimized signature of (its
+ * own alias to a minimized entry, or the shared record's). A case of it found while
+ * minimizing is a finding of that bug, as the store signs every finding: minimizing
+ * stops there (a raw signature's minimization mostly reaches, once the incidental
+ * features are gone, the signature of a bug already minimized). */
+static bool af_store_known(void *ctx, uint64_t sig) {
+    af_store *st = ctx;
+    uint64_t to;
+    af_kind kind;
+    if (af_alias_get(&st->aliases, sig, &to, &kind)) {
+        const af_signature_entry *e = st->stats ? af_store_find((af_campaign_stats *)st->stats, to) : NULL;
+        return !(e && e->unminimized); /* not one stored as found (a flaky target's) */
+    }
+    af_minrec_alias a;
+    if (af_minrec_lookup(st->rec, sig, &a) != AF_MINREC_ALIAS) return false;
+    return af_alias_put(&st->aliases, sig, a.sig, a.kind);
+}
+
+/* Puts a minimized case first among the patterns (once per signature; the least recently
+ * useful one goes when they are all taken). */
+static void af_store_hint_add(af_store *st, size_t check, af_kind kind, uint64_t sig, const af_case *c) {
+    size_t i = 0;
+    while (i < st->n_hints && st->hints[i].sig != sig) i++;
+    if (i == st->n_hints && st->n_hints < AF_STORE_HINTS) st->n_hints++;
+    if (i == AF_STORE_HINTS) i--;
+    memmove(&st->hints[1], &st->hints[0], i * sizeof st->hints[0]);
+    st->hints[0] = (af_store_hint){*c, check, kind, sig};
+}
+
+/* A bug another process minimized (alias a) becomes a pattern here: its bundle's case. */
+static void af_store_hint_read(af_store *st, size_t check, const af_minrec_alias *a) {
+    for (size_t i = 0; i < st->n_hints; i++)
+        if (st->hints[i].sig == a->sig) return;
+    char name[64], dir[PATH_MAX + 80];
+    af_bundle_name(a->kind, a->sig, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", st->o.crashes_dir, name);
+    af_bundle *b = NULL;
+    af_error err;
+    if (af_bundle_read(dir, &b, &err) == AF_OK && af_bundle_minimized(b) > 0)
+        af_store_hint_add(st, check, a->kind, a->sig, af_bundle_case(b));
+    af_bundle_free(b);
+}
+
+/* How a minimization went. */
+typedef struct af_store_min {
+    bool done;    /* not cut short by a bounded limit (else *c holds how far it got) */
+    bool known;   /* it reached a known signature: the finding is the bug `sig` names */
+    uint64_t sig; /* when known: the minimized signature and its kind */
+    af_kind kind;
+} af_store_min;
+
+/* Minimizes *c (check fails with kind) within limit seconds, then its finite twin; stops
+ * at a known signature. The result is unusable (done false) when `bounded` and the limit
+ * cut it short. Counted in stats (and, in_budget, in the budget). Unless known, x holds
+ * *c's execution of the check afterwards. */
 static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *s, size_t check, af_kind kind,
-                                   af_case *c, double limit, bool bounded, bool in_budget, bool *done,
+                                   af_case *c, double limit, bool bounded, bool in_budget, af_store_min *m,
                                    af_error *err) {
     double t0 = af_now();
-    unsigned spent = 0;
-    bool cut = false;
+    memset(m, 0, sizeof *m);
+    af_minimize_opts mo = {.max_execs = st->o.minimize_execs, .max_seconds = isinf(limit) ? 0 : limit,
+                           .known = af_store_known, .ctx = st};
+    af_minimize_result mr, tr;
+    memset(&tr, 0, sizeof tr);
     af_case small = *c;
-    af_status r = af_minimize(x, check, kind, &small, st->o.minimize_execs, isinf(limit) ? 0 : limit, &spent, &cut,
-                              err);
-    if (r == AF_OK && !(cut && bounded)) {
-        cut = false;
-        r = af_store_finite_twin(x, check, kind, &small, st->o.minimize_execs, limit - (af_now() - t0), &spent, &cut,
-                                 err);
+    /* the patterns of this check and kind, most recently useful first */
+    af_case hints[AF_STORE_HINT_TRIES];
+    size_t from[AF_STORE_HINT_TRIES];
+    for (size_t i = 0; i < st->n_hints && mo.n_hints < AF_STORE_HINT_TRIES; i++)
+        if (st->hints[i].check == check && st->hints[i].kind == kind) {
+            from[mo.n_hints] = i;
+            hints[mo.n_hints++] = st->hints[i].c;
+        }
+    mo.hints = hints;
+    st->stats = s;
+    af_status r = af_minimize(x, check, kind, &small, &mo, &mr, err);
+    if (r == AF_OK && mr.hint) { /* that pattern held: first from now on */
+        af_store_hint h = st->hints[from[mr.hint - 1]];
+        af_store_hint_add(st, h.check, h.kind, h.sig, &h.c);
     }
-    *done = !(cut && bounded);
+    unsigned spent = r == AF_OK ? mr.execs : 0;
+    if (r == AF_OK && !mr.known && !(mr.cut && bounded)) {
+        double left = limit - (af_now() - t0);
+        if (!isinf(limit)) mo.max_seconds = left > 0 ? left : -1; /* -1: no time left for it */
+        r = af_store_finite_twin(x, check, kind, &small, &mo, &spent, &tr, err);
+    }
+    st->stats = NULL;
+    m->done = !((mr.cut || tr.cut) && bounded);
+    m->known = mr.known || tr.known;
+    if (m->known) {
+        bool got = af_alias_get(&st->aliases, mr.known ? mr.signature : tr.signature, &m->sig, &m->kind);
+        AF_ASSERT(got); /* af_store_known put it there */
+    } else if (r == AF_OK && m->done) { /* a bug minimized to the end: a pattern for later ones */
+        const af_finding *f = af_exec_finding_for(x, check);
+        if (f) af_store_hint_add(st, check, f->kind, f->signature, &small);
+    }
     double dt = af_now() - t0;
     s->minimize_execs += spent;
     s->minimize_seconds += dt;
@@ -379,7 +473,7 @@ static void af_store_publish(af_store *st, uint64_t raw, const af_signature_entr
 /* Queued item i turned out minimized by another process (alias a): its entry becomes
  * a->sig's, its bundle as found goes to <crashes>/.raw/. *entry: the index of the entry. */
 static af_status af_store_resolve_alias(af_store *st, af_campaign_stats *s, size_t i, const af_minrec_alias *a,
-                                        size_t *entry, af_error *err) {
+                                        bool from_record, size_t *entry, af_error *err) {
     af_store_item it = st->queue[i];
     af_store_dequeue(st, i);
     (void)af_alias_put(&st->aliases, it.raw, a->sig, a->kind); /* else the record is read again: no harm */
@@ -388,10 +482,10 @@ static af_status af_store_resolve_alias(af_store *st, af_campaign_stats *s, size
     snprintf(who, sizeof who, "%s", was ? was->who : "");
     af_signature_entry *e = af_store_merge(s, it.raw, a->sig, a->kind, who);
     AF_RETURN_ERROR_IF(!e, err, AF_ERR_NOMEM, "out of memory");
-    s->aliases_read++;
+    if (from_record) s->aliases_read++;
     s->minimized_later++;
     e->unminimized = false;
-    if (!e->bundle[0]) { /* a renamed entry: the bundle is the other process's */
+    if (!e->bundle[0]) { /* a renamed entry: the bundle is another one's */
         e->stored_elsewhere = true;
         af_bundle_name(e->kind, e->signature, e->bundle, sizeof e->bundle);
     }
@@ -420,16 +514,26 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
     *out = rs == AF_MINREC_BUSY ? AF_STORE_BUSY : AF_STORE_LATER;
     if (rs == AF_MINREC_ALIAS) {
         *out = AF_STORE_RESOLVED;
-        return af_store_resolve_alias(st, s, i, &a, entry, err);
+        return af_store_resolve_alias(st, s, i, &a, true, entry, err);
     }
     if (limit <= 0 || rs != AF_MINREC_MINE) return AF_OK;
     af_case c = it->c;
-    bool done = false;
-    af_status r = af_store_minimize(st, x, s, it->check, it->kind, &c, limit, bounded, in_budget, &done, err);
+    af_store_min m;
+    af_status r = af_store_minimize(st, x, s, it->check, it->kind, &c, limit, bounded, in_budget, &m, err);
     it = &st->queue[i];
-    if (r != AF_OK || !done) {
+    if (r != AF_OK || !m.done) {
         if (r == AF_OK) it->c = c;
         af_minrec_release(st->rec, raw);
+        return r;
+    }
+    if (m.known) { /* it reached a known bug: that bug's bundle, this alias */
+        af_minrec_alias to = {raw, m.sig, m.kind};
+        size_t ei;
+        *out = AF_STORE_RESOLVED;
+        r = af_store_resolve_alias(st, s, i, &to, false, &ei, err);
+        if (r == AF_OK) af_store_publish(st, raw, &s->sigs[ei]);
+        else af_minrec_release(st->rec, raw);
+        if (entry) *entry = ei;
         return r;
     }
     const af_finding *fm = af_exec_finding_for(x, it->check);
@@ -476,7 +580,7 @@ static af_status af_store_refresh(af_store *st, af_campaign_stats *s, af_error *
     for (size_t i = 0; i < st->nq;) {
         af_minrec_alias a;
         if (af_minrec_lookup(st->rec, st->queue[i].raw, &a) == AF_MINREC_ALIAS) {
-            AF_TRY(af_store_resolve_alias(st, s, i, &a, NULL, err)); /* i now holds another item */
+            AF_TRY(af_store_resolve_alias(st, s, i, &a, true, NULL, err)); /* i now holds another item */
         } else {
             i++;
         }
@@ -532,22 +636,28 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
             af_minrec_state rs = lim > 0 ? af_minrec_claim(st->rec, raw, &a) : af_minrec_lookup(st->rec, raw, &a);
             if (rs == AF_MINREC_ALIAS) { /* another process minimized it */
                 s->aliases_read++;
+                af_store_hint_read(st, f->check, &a);
                 (void)af_alias_put(&st->aliases, raw, a.sig, a.kind);
                 sig = a.sig;
                 kind = a.kind;
                 mapped = true;
             } else if (lim > 0 && rs == AF_MINREC_MINE) {
                 claimed = true;
-                bool done = false;
+                af_store_min m;
                 *holds = AF_HOLDS_OTHER;
-                af_status r = af_store_minimize(st, x, s, f->check, f->kind, &start, lim, bounded, true, &done, err);
+                af_status r = af_store_minimize(st, x, s, f->check, f->kind, &start, lim, bounded, true, &m, err);
                 if (r != AF_OK) {
                     af_minrec_release(st->rec, raw);
                     return r;
                 }
                 const af_finding *fm = af_exec_finding_for(x, f->check);
+                bool done = m.done;
                 if (!done) {
                     queue = true; /* the budget or the deadline cut it short: later, from here */
+                } else if (m.known) { /* it reached a known bug */
+                    mapped = true;
+                    sig = m.sig;
+                    kind = m.kind;
                 } else if (fm) {
                     minimized = true;
                     sig = fm->signature;
@@ -604,6 +714,7 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
         snprintf(path, sizeof path, "%s/%s", o->crashes_dir, e->bundle);
         if (stat(path, &sb) == 0) {
             e->stored_elsewhere = true;
+            if (claimed) af_store_publish(st, raw, e);
             return AF_OK;
         }
         e->bundle[0] = 0;

@@ -313,8 +313,10 @@ int af_cmd_minimize(int argc, char **argv) {
     }
     af_finding f = *af_exec_finding(x, 0);
     af_case before = c;
-    unsigned spent = 0;
-    if (af_minimize(x, f.check, f.kind, &c, max_execs, 0, &spent, NULL, &err) != AF_OK) goto out;
+    af_minimize_opts mo = {.max_execs = max_execs};
+    af_minimize_result mr;
+    if (af_minimize(x, f.check, f.kind, &c, &mo, &mr, &err) != AF_OK) goto out;
+    unsigned spent = mr.execs;
     const af_finding *fm = af_exec_finding_for(x, f.check);
     size_t fi = 0;
     while (fi < af_exec_finding_count(x) && af_exec_finding(x, fi) != fm) fi++;
