@@ -662,8 +662,10 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
                     minimized = true;
                     sig = fm->signature;
                     kind = fm->kind;
-                } else {
-                    as_found = true; /* minimizing lost it (a flaky target: the first step did not fail again) */
+                } else { /* minimizing lost it (a flaky target: the first step did not fail again) */
+                    as_found = true;
+                    af_minrec_release(st->rec, raw); /* nothing for others to read */
+                    claimed = false;
                 }
                 if (done && !af_alias_put(&st->aliases, raw, sig, kind)) {
                     af_minrec_release(st->rec, raw);
@@ -718,7 +720,9 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
             return AF_OK;
         }
         e->bundle[0] = 0;
-        e->unminimized = true; /* gone since: the case as found goes there */
+        e->unminimized = true; /* gone since: the case as found goes there, and no alias */
+        if (claimed) af_minrec_release(st->rec, raw);
+        claimed = false;
     }
     /* x must hold the execution to store: the minimized case (just run), or the case as found */
     if (!minimized) AF_TRY(af_store_hold(x, ran, f->check, holds, err));
