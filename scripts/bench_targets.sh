@@ -174,11 +174,12 @@ for stack in open(rows).read().split():
     ratio = r1 / r0 if r0 > 0 else 0.0
     el = st.get("elapsed") or 1e-9
     t = st.get("seconds", {})
-    mini = t.get("minimize", 0.0)
+    mini = st.get("minimize_seconds", 0.0)
     known = st.get("known_hits", {})
     known = sum(known.values()) if isinstance(known, dict) else known
     split = " ".join("%s %.0f" % (k, t.get(k, 0.0)) for k in ("generate", "reference", "protocol", "target",
-                                                               "compile", "checks", "minimize", "restarts"))
+                                                               "compile", "checks", "restarts"))
+    split += " minimize %.0f" % mini
     print("  ".join([stack, "%.1f" % r0, "%.1f" % r1, "%.2f" % ratio, "%.0f%%" % (100 * mini / el),
                      "%.0f%%" % (100 * t.get("restarts", 0.0) / el), str(len(st.get("signatures", []))),
                      str(known), split]))
