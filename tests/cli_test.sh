@@ -40,7 +40,7 @@ grep -q "mutant:causal_top_left" "$T/out" && ok "backends lists the mutants" || 
 grep -q "^real targets (target:STACK/VARIANT, run by " "$T/out" && ok "backends lists real targets" ||
   { bad "backends lists real targets"; tail -3 "$T/out" | sed 's/^/    /'; }
 if [ -x "$SRC/.venv/bin/python" ] && "$SRC/.venv/bin/python" -c 'import numpy' 2>/dev/null; then
-  grep -Eq "^  target:numpy_ref/float64 +numpy" "$T/out" && ok "backends lists target:numpy_ref/float64 as available" ||
+  grep -Eq "^  target:numpy_ref/float64 +fwd\+bwd +numpy" "$T/out" && ok "backends lists target:numpy_ref/float64 as available" ||
     { bad "backends lists target:numpy_ref/float64 as available"; grep -A3 "^real targets" "$T/out" | sed 's/^/    /'; }
 fi
 grep -q "^worker:COMMAND " "$T/out" && grep -q "^target:STACK/VARIANT " "$T/out" && grep -q "^plugin:PATH.so" "$T/out" &&
