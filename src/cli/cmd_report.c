@@ -594,7 +594,9 @@ int af_cmd_report(int argc, char **argv) {
     af_free(envp);
     if (python_missing && !py_why[0])
         snprintf(py_why, sizeof py_why, "%.300s%s", py.exe,
-                 py.root[0] ? "" : "; no python/attnfuzz/__init__.py above the executable or the current directory");
+                 py.root[0] || py.installed
+                     ? ""
+                     : "; no python/attnfuzz/__init__.py above the executable or the current directory");
     char py_note[800] = "";
     if (any_real && !no_repro && python_missing)
         snprintf(py_note, sizeof py_note, "Python is unavailable (%.600s): no repro scripts were written; the rest of the "
