@@ -65,8 +65,11 @@ installed=$("$vpy" -m pip list --format=freeze --disable-pip-version-check | cut
 lddout=$(ldd "$site/attnfuzz/bin/attnfuzz")
 if echo "$lddout" | grep -q "not found"; then bad "ldd: $(echo "$lddout" | grep "not found")"; else ok "ldd resolves every library"; fi
 for lib in libopenblas libgfortran libcjson libxxhash libzstd libpng16; do
-  echo "$lddout" | grep -q "$lib.* => $site/attnfuzz.libs/" && ok "$lib comes from attnfuzz.libs" \
-    || bad "$lib does not come from $site/attnfuzz.libs: $(echo "$lddout" | grep "$lib" || echo absent)"
+  path=$(echo "$lddout" | awk -v l="$lib" 'index($1, l) == 1 {print $3}')
+  case $(realpath -q "${path:-/nonexistent}") in
+    "$(realpath "$site")/attnfuzz.libs/"*) ok "$lib comes from attnfuzz.libs" ;;
+    *) bad "$lib does not come from $site/attnfuzz.libs: ${path:-absent}" ;;
+  esac
 done
 
 # the metadata against the declarations, read from the installed package
