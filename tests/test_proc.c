@@ -238,6 +238,7 @@ static void test_installed(void **state) {
     af_error err;
     assert_int_equal(af_proc_python_find(&py, &err), AF_OK);
     assert_false(py.installed);
+    assert_int_equal(af_proc_package(p, sizeof p, &err), AF_ERR_IO);
     remove_tree(top);
 }
 

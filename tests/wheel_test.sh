@@ -11,7 +11,8 @@
 #      `attnfuzz` is on the environment's PATH, `fuzz --time 5` is clean, `replay` of a
 #      corpus bundle still finds its bug, a worker campaign of target:numpy_ref/float64 runs
 #      with the environment's Python, `backends` names that Python and the extra a missing
-#      stack needs, and the bundle loader reads a bundle; `backends` run inside the clone
+#      stack needs, `known` lists the repository's known bugs from the package, and the
+#      bundle loader reads a bundle; `backends` run inside the clone
 #      still uses the environment, not the checkout.
 # Exit 77 (skipped) when SRC is not a git checkout or PyPI cannot be reached.
 #   tests/wheel_test.sh SRC WORKDIR
@@ -136,6 +137,13 @@ rc=0; (cd "$work/src" && env -u PYTHONPATH -u ATTNFUZZ_PYTHON PATH="$work/venv/b
 [ "$rc" = 0 ] && grep -q "run by $work/venv/bin/python" "$work/out" \
   && ok "inside a checkout the installed attnfuzz still uses its environment" \
   || { bad "backends inside the clone (exit $rc)"; grep "^real targets" "$work/out" || true; }
+rc=$(rc_of attnfuzz known)
+n_installed=$(grep -c "($site/attnfuzz/corpus/findings/[a-z_-]*/known.json)\$" "$work/out" || true)
+n_repo=$("$vpy" -c 'import glob, json, sys
+print(sum(len(json.load(open(f))["entries"]) for f in glob.glob(sys.argv[1] + "/corpus/findings/*/known.json")))' "$work/src")
+[ "$rc" = 0 ] && [ "$n_installed" = "$n_repo" ] && [ "$n_repo" -gt 0 ] \
+  && ok "known: the repository's $n_repo known bugs, from the package's corpus/findings/*/known.json" \
+  || { bad "known (exit $rc): $n_installed of the repository's $n_repo entries from $site/attnfuzz"; head -n 3 "$work/out"; }
 rc=$(rc_of python -c 'import sys, attnfuzz.bundle as b; x = b.load("bundle"); print(x["case"]["q_len"], sorted(x)[:3])')
 [ "$rc" = 0 ] && ok "the bundle loader: $(cat "$work/out")" || { bad "bundle loader: exit $rc"; cat "$work/out"; }
 

@@ -173,9 +173,22 @@ af_status af_proc_python_at(const char *root, af_proc_python *py, af_error *err)
     return AF_OK;
 }
 
+af_status af_proc_package(char *dir, size_t len, af_error *err) {
+    char exe[AF_PROC_PATH_MAX];
+    AF_RETURN_ERROR_IF(!af_proc_exe_dir(exe, sizeof exe) || !af_proc_installed_at(exe), err, AF_ERR_IO,
+                       "this attnfuzz was not installed from the wheel");
+    size_t n = strlen(exe);
+    while (n > 1 && exe[n - 1] == '/') n--;
+    n -= sizeof "/bin" - 1; /* af_proc_installed_at saw ".../attnfuzz/bin" */
+    AF_RETURN_ERROR_IF(n >= len, err, AF_ERR_INVALID, "%.64s...: path too long", exe);
+    memcpy(dir, exe, n);
+    dir[n] = 0;
+    return AF_OK;
+}
+
 af_status af_proc_python_find(af_proc_python *py, af_error *err) {
     char dir[AF_PROC_PATH_MAX];
-    if (af_proc_exe_dir(dir, sizeof dir) && af_proc_installed_at(dir)) {
+    if (af_proc_package(dir, sizeof dir, NULL) == AF_OK) {
         /* installed from the wheel: the environment's interpreter imports the package; a
          * checkout around the current directory has nothing to do with it */
         AF_TRY(af_proc_python_at(NULL, py, err));

@@ -50,6 +50,13 @@ af_status af_proc_root(char *root, size_t len, af_error *err);
  * site-packages, with the package it runs as workers. */
 bool af_proc_installed_at(const char *dir);
 
+/* The package directory (<site-packages>/attnfuzz) of this executable when it was installed
+ * from the wheel (its directory passes af_proc_installed_at): the data the wheel ships
+ * lies there as it lies under a project root (corpus/findings/STACK/known.json). dir gets
+ * len bytes with the NUL (AF_ERR_INVALID when it does not fit); AF_ERR_IO when this
+ * executable is not installed so. */
+af_status af_proc_package(char *dir, size_t len, af_error *err);
+
 /* The Python that runs the project's code (target: workers, `python -m attnfuzz.repro`,
  * the listing of targets). */
 typedef struct af_proc_python {
