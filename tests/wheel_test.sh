@@ -30,19 +30,21 @@ py=/usr/bin/python3
 rm -rf "$work"
 mkdir -p "$work/away"
 
-step "PyPI reachable?"
-"$py" -m venv "$work/probe"
-if ! "$work/probe/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$work/probe/dl" \
-    scikit-build-core==1.1.2 >"$work/probe.log" 2>&1; then
-  tail -n 3 "$work/probe.log"
-  echo "skipped: PyPI cannot be reached (the wheel's build environment and its requirements come from there)"
-  exit 77
-fi
+pypi_or_skip() { # a failed step: skipped (77) when PyPI cannot be reached, where the build
+  # environment, the packaging tools and the wheel's requirements come from
+  "$py" -m venv "$work/probe"
+  if ! "$work/probe/bin/python" -m pip download -q --disable-pip-version-check --no-deps -d "$work/probe/dl" \
+      scikit-build-core==1.1.2 >"$work/probe.log" 2>&1; then
+    tail -n 3 "$work/probe.log"
+    echo "skipped: PyPI cannot be reached"
+    exit 77
+  fi
+}
 
 step "clone $(git -C "$src" rev-parse --short HEAD) and build"
 git clone -q "$src" "$work/src"
 "$work/src/scripts/build_wheel.sh" --out "$work/dist" --jobs 2 >"$work/build.log" 2>&1 \
-  || { tail -n 40 "$work/build.log"; echo "FAIL scripts/build_wheel.sh"; exit 1; }
+  || { tail -n 40 "$work/build.log"; pypi_or_skip; echo "FAIL scripts/build_wheel.sh"; exit 1; }
 whl=$(ls "$work"/dist/attnfuzz-*.whl)
 sed -n '/is consistent with/,/^build_wheel:/p' "$work/build.log"
 case $(basename "$whl") in
@@ -54,7 +56,7 @@ ls "$work"/dist/attnfuzz-*.tar.gz >/dev/null 2>&1 && ok "the sdist beside it" ||
 step "a fresh environment"
 "$py" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q --disable-pip-version-check "$whl" >"$work/install.log" 2>&1 \
-  || { tail -n 20 "$work/install.log"; echo "FAIL pip install $whl"; exit 1; }
+  || { tail -n 20 "$work/install.log"; pypi_or_skip; echo "FAIL pip install $whl"; exit 1; }
 vpy=$work/venv/bin/python
 site=$("$vpy" -c 'import attnfuzz, os; print(os.path.dirname(os.path.dirname(attnfuzz.__file__)))')
 installed=$("$vpy" -m pip list --format=freeze --disable-pip-version-check | cut -d= -f1 | tr A-Z_ a-z- |
