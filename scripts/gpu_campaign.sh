@@ -199,7 +199,7 @@ for path in sorted(glob.glob(os.path.join(out, "stats-*-gpu*.json"))):
     mini = s.get("minimize_seconds", 0.0)
     busy = {k: t.get(k, 0.0) for k in ("generate", "reference", "protocol", "target", "compile", "restarts")}
     rows.append((group, gpu, s.get("execs", 0), ran, el, ran / el, 100 * (mini + busy["restarts"]) / el, busy,
-                 sum(s.get("findings_per_kind", {}).values()), s.get("known_hits_total", 0)))
+                 sum(s.get("findings_per_kind", {}).values()), s.get("known_hits", 0)))
     total[group] = total.get(group, 0.0) + ran / el
 print("%-9s %-5s %9s %9s %8s %10s %13s  %s" % ("group", "card", "cases", "ran", "seconds", "ran/s", "minim+restart", "time split (s)"))
 for g, gpu, ex, ran, el, rate, share, busy, nf, kh in rows:
