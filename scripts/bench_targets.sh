@@ -28,7 +28,8 @@
 #   VARIANT       STACK/VARIANT (default: every variant `python -m attnfuzz.targets --list`
 #                 says is available here, numpy_ref excepted)
 # e.g.  scripts/bench_targets.sh --tiny 10 --default 120 torch/sdpa_math ort/attention
-# Environment: ATTNFUZZ_BIN (default build/attnfuzz), ATTNFUZZ_PYTHON (default .venv/bin/python).
+# Environment: ATTNFUZZ_BIN (default build/attnfuzz; or the `attnfuzz` a wheel installed),
+# ATTNFUZZ_PYTHON (default .venv/bin/python).
 # scripts/gpu_campaign.sh --bench runs it for the CUDA variants.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --stock) stock=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     -*) echo "bench_targets.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -51,7 +52,11 @@ py=${ATTNFUZZ_PYTHON:-$repo/.venv/bin/python}
 [ -x "$af" ] || { echo "bench_targets.sh: $af not found (scripts/setup.sh builds it)" >&2; exit 2; }
 [ -x "$py" ] || py=$(command -v python3)
 [ -x /usr/bin/time ] || { echo "bench_targets.sh: needs GNU time (/usr/bin/time)" >&2; exit 2; }
-export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+export ATTNFUZZ_PYTHON=$py
+# python/ goes on PYTHONPATH, unless this Python has attnfuzz installed from the wheel (as
+# gpu_campaign.sh --wheel leaves it): then the installed package runs, as attnfuzz runs it
+"$py" -c 'import os, sys, attnfuzz.__main__ as m; sys.exit(not os.access(m.binary(), os.X_OK))' 2>/dev/null \
+  || export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "$out" ]; then out=$(mktemp -d); fi
 mkdir -p "$out"
 
