@@ -36,6 +36,9 @@ min_jobs_shared: one failing seed run by --jobs 2 is minimized once (the executi
 min_budget: a slow wrong worker (--run-sleep) under a small --minimize-share: findings stored as
   found (case.json "minimized": false, stats), minimized in the end pass within its grace,
   or, with --minimize-grace 0, by `attnfuzz minimize DIR`.
+new_amid_known: variants that keep hitting known bugs beside a worker with one planted
+  deviation (c_worker --bug last_column) no entry covers: the new bug is found at once,
+  minimized, one bundle; the known ones counted, one exemplar each, no other bundle.
 min_dir: `attnfuzz minimize DIR` on bundles stored as found ends with minimized bundles of
   the same checks as minimizing at once, each replaying, each bundle as found in DIR/.raw/
   with its alias; of two `minimize DIR` at once, each finding is minimized by one and read
@@ -344,6 +347,51 @@ def batch(attnfuzz, c_worker, tmp, fault):
         check(s["worker_restarts"] >= len(found), f"batch_crash: {s['worker_restarts']} restarts for {len(found)} crashes")
 
 
+NEW_AMID_KNOWN = {"format": "attnfuzz-known", "version": 1, "entries": [
+    {"id": "test-causal-top-left", "class": "real_bug", "title": "top-left causal alignment where bottom-right is asked",
+     "backends": ["mutant:causal_top_left"], "kinds": ["diverge", "nan_mismatch", "masked_row_nan"]},
+    {"id": "test-scale-sqrt-q-only", "class": "real_bug", "title": "sqrt(scale) on Q, none on K",
+     "backends": ["mutant:scale_sqrt_q_only"], "kinds": ["diverge", "nan_mismatch", "inf_mismatch"]}]}
+
+
+def new_amid_known(attnfuzz, c_worker, tmp):
+    """Two variants that keep hitting known bugs (mutants with entries in a --known file) and
+    a worker with one planted deviation no entry covers: the new bug is found at once,
+    minimized, one bundle; the known ones are counted, one exemplar each, no other bundle
+    (a finding of a known bug in another form, minimized into it, is counted there too)."""
+    known = os.path.join(tmp, "known.json")
+    with open(known, "w") as f:
+        json.dump(NEW_AMID_KNOWN, f)
+    crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
+    spec = f"worker:{c_worker} --bug last_column"
+    t0 = time.time()
+    p = run([attnfuzz, "fuzz", "--known", known, "--backend", "mutant:causal_top_left", "--backend",
+             "mutant:scale_sqrt_q_only", "--backend", spec, "--time", "20", "--seed", "5", "--crashes", crashes,
+             "--stats", stats, "--quiet"])
+    wall = time.time() - t0
+    check(p.returncode == 1, f"new_amid_known: exit {p.returncode}: {p.stderr[-400:]}")
+    st = stats_of(stats)
+    sigs = st["signatures"]
+    check(len(sigs) == 1 and sigs[0]["who"] == spec and sigs[0]["minimized"],
+          f"new_amid_known: want one minimized signature of the worker, got {sigs}")
+    if sigs:
+        check(sigs[0]["first_time"] < 60, f"new_amid_known: found after {sigs[0]['first_time']:.1f} s")
+    hits = {k["id"]: k["hits"] for k in st["known"]}
+    check(hits.get("test-causal-top-left", 0) > 0 and hits.get("test-scale-sqrt-q-only", 0) > 0,
+          f"new_amid_known: known hits {hits}")
+    names = sorted(top_bundles(crashes))
+    want = sorted(["known-test-causal-top-left", "known-test-scale-sqrt-q-only"] +
+                  [os.path.basename(s["bundle"]) for s in sigs])
+    check(names == want, f"new_amid_known: bundles {names}, want {want}")
+    for name, b in top_bundles(crashes).items():
+        if not name.startswith("known-"):
+            c = b["case"]
+            check(c["batch"] * c["q_heads"] * c["q_len"] * c["kv_len"] * c["head_dim"] * c.get("v_head_dim", 1) <= 4,
+                  f"new_amid_known: {name} is not minimized: {c}")
+    print(f"new_amid_known: {st['execs']} execs in {wall:.0f} s, new bug first at "
+          f"{sigs[0]['first_time'] if sigs else -1:.3f} s, known hits {hits}, bundles {names}")
+
+
 def top_bundles(d):
     """{name: case.json} of the bundles directly in d (hidden ones are not bundles)."""
     return {os.path.basename(p): b for p, b in bundles(d)}
@@ -552,7 +600,7 @@ def main():
             batch(attnfuzz, c_worker, tmp, "error")
         elif scenario == "batch_crash":
             batch(attnfuzz, c_worker, tmp, "crash")
-        elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir"):
+        elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known"):
             globals()[scenario](attnfuzz, c_worker, tmp)
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))

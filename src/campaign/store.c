@@ -190,6 +190,7 @@ struct af_store {
     af_store_hint hints[AF_STORE_HINTS];
     size_t n_hints;
     af_alias_map aliases;
+    af_alias_map known_raw; /* raw signature -> the known bug (index in opts.known) it minimized to */
     af_store_known *known; /* NULL: no known bugs to match */
     af_minrec *rec;
     af_store_item *queue;
@@ -235,6 +236,9 @@ void af_store_destroy(af_store *st) {
     af_free(st->aliases.vals);
     af_store_known_destroy(st->known);
     af_free(st->aliases.kinds);
+    af_free(st->known_raw.keys);
+    af_free(st->known_raw.vals);
+    af_free(st->known_raw.kinds);
     af_free(st->queue);
     af_free(st);
 }
@@ -618,6 +622,14 @@ static af_status af_store_hold(af_exec *x, const af_case *ran, size_t check, siz
 /* One finding f of the execution of `ran`: decides its signature (the minimized one,
  * through the in-memory alias, the queue, the shared record or minimizing now; or the
  * raw one, stored as found), counts it and stores its bundle when new. */
+/* The known bug the finding of `check` that x holds is (index in opts.known), or -1. */
+static long af_store_known_after(const af_store *st, const af_exec *x, size_t check) {
+    if (!st->known) return -1;
+    for (size_t i = 0; i < af_exec_finding_count(x); i++)
+        if (af_exec_finding(x, i)->check == check) return af_known_match_exec(st->o.known, x, i);
+    return -1;
+}
+
 static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f,
                               const af_case *ran, size_t *holds, double elapsed, af_store_event *event,
                               af_error *err) {
@@ -658,6 +670,7 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
                 claimed = true;
                 af_store_min m;
                 *holds = AF_HOLDS_OTHER;
+                long kb;
                 af_status r = af_store_minimize(st, x, s, f->check, f->kind, &start, lim, bounded, true, &m, err);
                 if (r != AF_OK) {
                     af_minrec_release(st->rec, raw);
@@ -671,6 +684,14 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
                     mapped = true;
                     sig = m.sig;
                     kind = m.kind;
+                } else if (fm && (kb = af_store_known_after(st, x, f->check)) >= 0) {
+                    /* it minimized to a known bug (found first in another form, e.g. a NaN
+                     * leak of a wrong causal alignment): counted there, its repeats too */
+                    af_minrec_release(st->rec, raw);
+                    if (!af_alias_put(&st->known_raw, raw, (uint64_t)kb, fm->kind))
+                        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+                    bool held = true; /* x holds the minimized case's execution */
+                    return af_store_known_hit(st->known, x, s, fm, kb, &start, &held, o->crashes_dir, event, err);
                 } else if (fm) {
                     minimized = true;
                     sig = fm->signature;
@@ -765,6 +786,11 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
     /* known bugs (store_known.h): matched while x holds the execution that found them */
     long known_bug[AF_EXEC_MAX_CHECKS];
     af_store_known_match(st->known, x, found, nf, known_bug);
+    for (size_t i = 0; i < nf; i++) { /* a raw signature minimized to a known bug before */
+        uint64_t kb;
+        af_kind kd;
+        if (known_bug[i] < 0 && af_alias_get(&st->known_raw, found[i].signature, &kb, &kd)) known_bug[i] = (long)kb;
+    }
     uint64_t signed_as[AF_EXEC_MAX_CHECKS];
     for (size_t i = 0; i < nf && st_ == AF_OK; i++) {
         const af_finding *f = &found[i];
@@ -781,7 +807,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         }
         st_ = af_store_one(st, x, s, f, &ran, &holds, elapsed, &event, err);
         if (st_ != AF_OK) break;
-        signed_as[nev] = s->sigs[event.entry].signature;
+        signed_as[nev] = event.known >= 0 ? 0 : s->sigs[event.entry].signature;
         if (ev) ev[nev] = event;
         nev++;
     }

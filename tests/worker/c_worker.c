@@ -3,12 +3,13 @@
  * counter-RNG dropout), and, on request, the faults and bugs the tests need.
  *
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
- *            [--dropout keep_mask] [--bug scale] [--fault KIND] [--fault-mod N] [--fault-run N]
+ *            [--dropout keep_mask] [--bug scale|last_column] [--fault KIND] [--fault-mod N] [--fault-run N]
  *            [--name NAME] [--affinity-file PATH] [--start-sleep S] [--batch N] [--unsupported-mod N]
  *            [--count-file PATH]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
+ * --bug last_column   the last output column 1.25 times too large: wrong on nearly every case
  * --fault KIND        on cases with (q_len + kv_len + head_dim) % N == 0 (N = --fault-mod, 3):
  *                     crash (abort), hang (sleep forever), garbage (a frame that is not JSON),
  *                     shape (an out of the wrong shape), error (status error), exit (exit 0
@@ -41,7 +42,7 @@ typedef struct cw_opts {
     double compile_sleep, start_sleep, run_sleep;
     long batch, unsupported_mod;
     const char *out_dtype; /* f32, f64, case */
-    int masked_rows_nan, keep_mask, bug_scale;
+    int masked_rows_nan, keep_mask, bug_scale, bug_last_column;
     const char *fault;
     long fault_mod, fault_run;
     const char *name;
@@ -49,7 +50,7 @@ typedef struct cw_opts {
     const char *count_file;
 } cw_opts;
 
-static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL};
+static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL};
 static long runs_seen; /* run requests so far */
 
 /* Whether --fault applies to this run request. */
@@ -538,6 +539,7 @@ static int serve_run(long req, const uint8_t *payload) {
                     }
                 }
                 if (i >= osq) continue;
+                if (opt.bug_last_column) acc[Dv - 1] *= 1.25; /* a deviation no known bug covers */
                 uint8_t *o = outb + (((b * Hq + h) * osq + i) * Dv) * es;
                 for (size_t e = 0; e < Dv; e++) {
                     if (odt == DT_F64) {
@@ -592,7 +594,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--out-dtype") && v) opt.out_dtype = v, i++;
         else if (!strcmp(a, "--masked-rows") && v) opt.masked_rows_nan = !strcmp(v, "nan"), i++;
         else if (!strcmp(a, "--dropout") && v) opt.keep_mask = !strcmp(v, "keep_mask"), i++;
-        else if (!strcmp(a, "--bug") && v) opt.bug_scale = !strcmp(v, "scale"), i++;
+        else if (!strcmp(a, "--bug") && v) opt.bug_scale = !strcmp(v, "scale"), opt.bug_last_column = !strcmp(v, "last_column"), i++;
         else if (!strcmp(a, "--fault") && v) opt.fault = v, i++;
         else if (!strcmp(a, "--fault-mod") && v) opt.fault_mod = atol(v) > 0 ? atol(v) : 3, i++;
         else if (!strcmp(a, "--fault-run") && v) opt.fault_run = atol(v), i++;
@@ -636,7 +638,7 @@ int main(int argc, char **argv) {
              "\"qkv_channels_first\"],\"dtypes\":[\"f32\",\"f16\",\"bf16\"],"
              "\"conventions\":{\"masked_rows\":\"%s\",\"dropout\":\"%s\"},"
              "\"compile_key\":[\"shapes\",\"dtype\",\"layouts\",\"masks\",\"causal\"]%s}",
-             opt.name, opt.bug_scale ? "bug_scale" : "naive", opt.masked_rows_nan ? "nan" : "zero",
+             opt.name, opt.bug_scale ? "bug_scale" : opt.bug_last_column ? "bug_last_column" : "naive", opt.masked_rows_nan ? "nan" : "zero",
              opt.keep_mask ? "keep_mask" : "counter", batch);
     write_frame(hello, NULL, 0);
     for (;;) {
