@@ -333,16 +333,50 @@ static void test_store_known(void **state) {
     assert_int_equal(e, 0);
     af_bundle_free(b);
 
-    /* the same bug outside the entry (f16): a new finding, minimized and stored */
+    /* the same bug outside the entry as found (f16): minimized, it is the entry's case (f32:
+     * the dtype was incidental), so it is counted there, and so are its repeats, unminimized */
     af_case c = diverging_case(300, AF_F16);
     assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    assert_int_equal(af_known_match_exec(k, x, 0), -1);
     s.execs++;
     assert_int_equal(af_store_findings(st, x, &s, 0.0, ev, &nev, &err), AF_OK);
-    assert_int_equal(ev[0].known, -1);
-    assert_true(ev[0].stored);
-    assert_true(s.minimize_execs > 0);
-    assert_int_equal(s.n_sigs, 1);
-    assert_int_equal(count_dirs(dir, ""), 2);
+    assert_int_equal(ev[0].known, 0);
+    assert_false(ev[0].stored);
+    uint64_t spent = s.minimize_execs;
+    assert_true(spent > 0);
+    assert_int_equal(s.n_sigs, 0);
+    assert_int_equal(s.known[0].hits, 6);
+    assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    assert_int_equal(af_store_findings(st, x, &s, 0.0, ev, &nev, &err), AF_OK);
+    assert_int_equal(ev[0].known, 0);
+    assert_int_equal(s.minimize_execs, spent);
+    assert_int_equal(count_dirs(dir, ""), 1);
+
+    /* a near miss: an entry narrower than what the bug needs (two query heads), the case
+     * with one: neither as found nor minimized is it the entry's, so it is a new finding,
+     * minimized and stored */
+    {
+        af_known *k2 = load(HEAD "{\"id\": \"top-left-heads\", \"class\": \"real_bug\", \"backends\": "
+                                 "[\"mutant:causal_*\"], \"kinds\": [\"diverge\"], \"when\": [\"causal\", \"hq >= 2\"]}" TAIL);
+        char dirn[300];
+        snprintf(dirn, sizeof dirn, "%s/store-near", af_tmp);
+        af_store_opts on = {.crashes_dir = dirn, .known = k2};
+        af_store *sn = af_store_create(&on, &err);
+        af_campaign_stats ss;
+        memset(&ss, 0, sizeof ss);
+        c = diverging_case(310, AF_F32);
+        assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+        assert_int_equal(af_store_findings(sn, x, &ss, 0.0, ev, &nev, &err), AF_OK);
+        assert_int_equal(ev[0].known, -1);
+        assert_true(ev[0].stored);
+        assert_true(ss.minimize_execs > 0);
+        assert_int_equal(ss.n_sigs, 1);
+        assert_int_equal(ss.known_hits, 0);
+        assert_int_equal(count_dirs(dirn, "diverge-"), 1);
+        af_campaign_stats_free(&ss);
+        af_store_destroy(sn);
+        af_known_destroy(k2);
+    }
 
     /* a second store (another job, a later run) finds the exemplar there: kept as it is */
     af_store *st2 = af_store_create(&o, &err);
@@ -356,7 +390,7 @@ static void test_store_known(void **state) {
     assert_false(ev[0].failed);
     assert_int_equal(s2.known_hits, 1);
     assert_non_null(strstr(s2.known[0].bundle, "known-top-left"));
-    assert_int_equal(count_dirs(dir, ""), 2);
+    assert_int_equal(count_dirs(dir, ""), 1);
 
     /* no entries (--no-known): the same findings are minimized and stored */
     char dir2[300];
