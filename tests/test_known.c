@@ -461,12 +461,15 @@ static void test_campaign_known(void **state) {
     campaign(k, 1, "camp-known", &with);
     campaign(NULL, 1, "camp-none", &without);
     uint64_t base = count_of_bug(&without); /* the bug's findings, all of them new */
-    printf("known bug: %llu hits and %llu backend runs left out in %llu execs; without the entry %llu findings of it\n",
-           (unsigned long long)with.known_hits, (unsigned long long)with.known_skipped, (unsigned long long)with.execs,
+    printf("known bug: %llu hits (%llu more as new findings) and %llu backend runs left out in %llu execs; without the entry %llu findings of it\n",
+           (unsigned long long)with.known_hits, (unsigned long long)count_of_bug(&with), (unsigned long long)with.known_skipped, (unsigned long long)with.execs,
            (unsigned long long)base);
     assert_true(base > 40);
     assert_true(with.known_hits > 8);            /* it keeps being found ... */
-    assert_true(with.known_hits < base * 6 / 10); /* ... less often: trigger cases left out */
+    /* ... less often: trigger cases left out. (All its forms count: a NaN leak of the wrong
+     * alignment minimizes into the entry's case and is a hit; what matches no entry even
+     * minimized, a kind the entry does not list, stays a finding.) */
+    assert_true(with.known_hits + count_of_bug(&with) < base);
     assert_true(with.known_skipped > 0);
     assert_int_equal(with.n_known, 1);
     assert_int_equal(with.known[0].skipped, with.known_skipped);
