@@ -270,10 +270,12 @@ static const char *af_mutant_known = HEAD
     "{\"id\": \"top-left\", \"class\": \"real_bug\", \"backends\": [\"mutant:causal_*\"], \"kinds\": [\"diverge\"],"
     " \"when\": [\"causal\", \"diag == bottom_right\", \"dtype == f32\"]}" TAIL;
 
-/* The same bug in every dtype (the campaign test compares with all its findings). */
+/* The same bug in every dtype and on every diagonal it misplaces (the per-row valid-length
+ * one too): the campaign test compares with all its findings, so the entry's `when`, which
+ * decides which cases the generator leaves out, must cover every form of it. */
 static const char *af_mutant_known_any = HEAD
     "{\"id\": \"top-left\", \"class\": \"real_bug\", \"backends\": [\"mutant:causal_*\"], \"kinds\": [\"diverge\"],"
-    " \"when\": [\"causal\", \"diag == bottom_right\"]}" TAIL;
+    " \"when\": [\"causal || window\"]}" TAIL;
 
 static size_t count_dirs(const char *dir, const char *prefix) {
     DIR *d = opendir(dir);
@@ -469,7 +471,7 @@ static void test_campaign_known(void **state) {
     /* ... less often: trigger cases left out. (All its forms count: a NaN leak of the wrong
      * alignment minimizes into the entry's case and is a hit; what matches no entry even
      * minimized, a kind the entry does not list, stays a finding.) */
-    assert_true(with.known_hits + count_of_bug(&with) < base);
+    assert_true(with.known_hits + count_of_bug(&with) < base * 6 / 10);
     assert_true(with.known_skipped > 0);
     assert_int_equal(with.n_known, 1);
     assert_int_equal(with.known[0].skipped, with.known_skipped);

@@ -398,11 +398,8 @@ static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *
     return r;
 }
 
-/* Moves entry `from`'s count into entry `to` (kind), which is created, or is `from`
- * renamed, when it does not exist yet: a finding stored as found is now the minimized
- * signature's. Returns the entry of `to` (NULL when out of memory). */
-static af_signature_entry *af_store_merge(af_campaign_stats *s, uint64_t from, uint64_t to, af_kind kind,
-                                          const char *who) {
+af_signature_entry *af_store_merge(af_campaign_stats *s, uint64_t from, uint64_t to, af_kind kind,
+                                   const char *who) {
     af_signature_entry *a = af_store_find(s, from), *b = af_store_find(s, to);
     if (a && a != b && !b) { /* renamed */
         s->unique_by_kind[a->kind]--;
@@ -515,11 +512,50 @@ static af_status af_store_resolve_alias(af_store *st, af_campaign_stats *s, size
 
 typedef enum { AF_STORE_RESOLVED, AF_STORE_BUSY, AF_STORE_LATER, AF_STORE_DROPPED } af_store_outcome;
 
+/* The known bug the finding of `check` that x holds is (index in opts.known), or -1. */
+static long af_store_known_after(const af_store *st, const af_exec *x, size_t check) {
+    if (!st->known) return -1;
+    for (size_t i = 0; i < af_exec_finding_count(x); i++)
+        if (af_exec_finding(x, i)->check == check) return af_known_match_exec(st->o.known, x, i);
+    return -1;
+}
+
+/* Queued item i minimized (x holds *small's execution, its finding fm) into known bug kb:
+ * its count as found moves to the known bug's hits, its stats entry goes, its bundle as
+ * found moves to <crashes>/.raw/, and its raw signature's repeats are that bug too. */
+static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_stats *s, size_t i,
+                                       const af_finding *fm, long kb, const af_case *small, af_store_outcome *out,
+                                       af_error *err) {
+    af_store_item was = st->queue[i];
+    af_store_dequeue(st, i);
+    af_minrec_release(st->rec, was.raw);
+    *out = AF_STORE_DROPPED;
+    AF_RETURN_ERROR_IF(!af_alias_put(&st->known_raw, was.raw, (uint64_t)kb, fm->kind), err, AF_ERR_NOMEM,
+                       "out of memory");
+    uint64_t n = 1;
+    af_signature_entry *old = af_store_find(s, was.raw);
+    if (old) {
+        n = old->count ? old->count : 1;
+        if (old->write_failed) s->write_errors--;
+        s->unique_by_kind[old->kind]--;
+        *old = s->sigs[--s->n_sigs];
+    }
+    af_store_event ev;
+    bool held = true;
+    AF_TRY(af_store_known_hit(st->known, x, s, fm, kb, small, &held, st->o.crashes_dir, &ev, err));
+    s->known[ev.entry].hits += n - 1;
+    s->known_hits += n - 1;
+    char name[64];
+    af_bundle_name(was.kind, was.raw, name, sizeof name);
+    af_bundle_retire(st->o.crashes_dir, name, st->raw_dir);
+    return AF_OK;
+}
+
 /* One go at queued item i: the shared record, then, when limit > 0 and the claim is ours,
  * minimizing it. Resolved (minimized here or by another process: the item is gone and
  * *entry is the minimized signature's entry), busy (another process is at it), later
  * (no time, or cut short: progress kept), dropped (it no longer fails: it stays stored as
- * found). */
+ * found; or it minimized into a known bug and is counted there). */
 static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s, size_t i, double limit,
                                   bool bounded, bool in_budget, af_store_outcome *out, size_t *entry,
                                   af_error *err) {
@@ -561,6 +597,8 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
         *out = AF_STORE_DROPPED;
         return AF_OK;
     }
+    long kb = af_store_known_after(st, x, it->check);
+    if (kb >= 0) return af_store_became_known(st, x, s, i, fm, kb, &c, out, err);
     af_store_item was = *it;
     af_store_dequeue(st, i);
     const af_signature_entry *old = af_store_find(s, raw), *there = af_store_find(s, fm->signature);
@@ -622,14 +660,6 @@ static af_status af_store_hold(af_exec *x, const af_case *ran, size_t check, siz
 /* One finding f of the execution of `ran`: decides its signature (the minimized one,
  * through the in-memory alias, the queue, the shared record or minimizing now; or the
  * raw one, stored as found), counts it and stores its bundle when new. */
-/* The known bug the finding of `check` that x holds is (index in opts.known), or -1. */
-static long af_store_known_after(const af_store *st, const af_exec *x, size_t check) {
-    if (!st->known) return -1;
-    for (size_t i = 0; i < af_exec_finding_count(x); i++)
-        if (af_exec_finding(x, i)->check == check) return af_known_match_exec(st->o.known, x, i);
-    return -1;
-}
-
 static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f,
                               const af_case *ran, size_t *holds, double elapsed, af_store_event *event,
                               af_error *err) {
