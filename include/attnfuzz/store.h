@@ -127,6 +127,11 @@ af_signature_entry *af_store_find(af_campaign_stats *stats, uint64_t sig);
  * err may be NULL) when out of memory. */
 af_signature_entry *af_store_add(af_campaign_stats *stats, uint64_t sig, af_kind kind, const char *who,
                                  af_error *err);
+/* Moves entry `from`'s count into entry `to` (kind), which is created, or is `from`
+ * renamed (its bundle name cleared), when it does not exist yet: a finding stored as found
+ * is now the minimized signature's. Returns the entry of `to` (NULL when out of memory). */
+af_signature_entry *af_store_merge(af_campaign_stats *stats, uint64_t from, uint64_t to, af_kind kind,
+                                   const char *who);
 
 #ifdef __cplusplus
 }

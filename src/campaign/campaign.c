@@ -809,9 +809,42 @@ static void af_jobs_cleanup(const char *dir) {
     rmdir(dir);
 }
 
+/* A dead child's stats are its last checkpoint (once a second): a finding it minimized
+ * after that is listed as found, its bundle already moved to <crashes>/.raw/. The shared
+ * record knows what it became: such an entry is folded into its minimized signature's, as
+ * the child would have done. */
+static void af_jobs_reconcile(af_campaign_stats *s, const char *crashes_dir) {
+    af_minrec *rec = NULL;
+    for (size_t i = 0; i < s->n_sigs;) {
+        af_signature_entry *e = &s->sigs[i];
+        struct stat sb;
+        af_minrec_alias a;
+        if (!e->unminimized || !e->bundle[0] || e->stored_elsewhere || stat(e->bundle, &sb) == 0) {
+            i++;
+            continue;
+        }
+        if (!rec && !(rec = af_minrec_open(crashes_dir))) break;
+        if (af_minrec_lookup(rec, e->signature, &a) != AF_MINREC_ALIAS || a.sig == e->signature) {
+            i++;
+            continue;
+        }
+        char who[sizeof e->who];
+        snprintf(who, sizeof who, "%s", e->who);
+        af_signature_entry *to = af_store_merge(s, e->signature, a.sig, a.kind, who);
+        if (!to) break;
+        to->unminimized = false;
+        if (!to->bundle[0]) {
+            char name[64];
+            af_bundle_name(a.kind, a.sig, name, sizeof name);
+            snprintf(to->bundle, sizeof to->bundle, "%s/%s", crashes_dir, name);
+        } /* entry i is now another one (or the renamed one, minimized): looked at again */
+    }
+    af_minrec_close(rec);
+}
+
 /* Sums the stats files of every child so far into s (deaths are the parent's own), and
  * notes per slot the executions of its earlier children. */
-static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, unsigned n) {
+static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, unsigned n, const char *crashes_dir) {
     af_campaign_stats keep = *s; /* the supervision fields survive the rebuild */
     af_campaign_stats_free(s);
     uint64_t execs = 0;
@@ -833,6 +866,7 @@ static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, u
     s->jobs_kept_dying = keep.jobs_kept_dying;
     s->started_at = keep.started_at;
     memcpy(s->deaths, keep.deaths, sizeof s->deaths);
+    if (s->jobs_died && crashes_dir) af_jobs_reconcile(s, crashes_dir);
 }
 
 static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *s, af_error *err) {
@@ -915,7 +949,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
             char serr_msg[sizeof ((af_error *)0)->msg + 32] = "";
             if (!give_up && !stopping) {
                 jobs[k].gen++;
-                af_jobs_merge(s, dir, jobs, n); /* execs_before of slot k: its dead children's */
+                af_jobs_merge(s, dir, jobs, n, o->crashes_dir); /* execs_before of slot k: its dead children's */
                 af_error serr;
                 if (o->runs && jobs[k].execs_before >= o->runs) {
                     why = "; its --runs are done";
@@ -950,7 +984,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
         }
         if (running > 0 && now - last_status < 1.0) continue;
         last_status = now;
-        af_jobs_merge(s, dir, jobs, n);
+        af_jobs_merge(s, dir, jobs, n, o->crashes_dir);
         /* the campaign's time, as a single process counts it: the jobs' end pass (their
          * minimize_end_seconds) comes after it */
         s->elapsed = o->seconds > 0 ? fmin(af_now() - start, o->seconds) : af_now() - start;
