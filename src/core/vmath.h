@@ -22,6 +22,13 @@ void af_gemm_nn_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, co
 void af_gemm_nn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
                     double *C, size_t ldc, int accumulate);
 
+/* C[M x N] = A[K x M]^T . B[K x N]  (+ C when accumulate): the products of a backward
+ * that sum over query rows (dV = P^T dO, dK = dS^T Q) */
+void af_gemm_tn_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                    float *C, size_t ldc, int accumulate);
+void af_gemm_tn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
+                    double *C, size_t ldc, int accumulate);
+
 /* x[j] = exp((x[j] - m) * k) for j < n; returns the sum. Max error 2 ulp; exp(-inf) =
  * 0, NaN stays NaN. The f64 version flushes results below 2^-1022 to 0. With k = the
  * softmax scale (> 0) and m = the row max of the unscaled scores, the scale costs no pass
