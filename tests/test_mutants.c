@@ -22,8 +22,11 @@
 #include "attnfuzz/tensor.h"
 
 static const char *const mutant_names[] = {
-    "mutant:scale_sqrt_q_only", "mutant:packed_fp16_overflow", "mutant:silent_tf32",
-    "mutant:bshd_as_bhsd",      "mutant:mhav2_concat",         "mutant:causal_top_left",
+    "mutant:scale_sqrt_q_only",        "mutant:packed_fp16_overflow",      "mutant:silent_tf32",
+    "mutant:bshd_as_bhsd",             "mutant:mhav2_concat",              "mutant:causal_top_left",
+    "mutant:bwd_dq_no_scale",          "mutant:bwd_gqa_no_sum",            "mutant:bwd_dropout_not_reapplied",
+    "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds", "mutant:bwd_tail_tile_past_sk",
+    "mutant:bwd_lse_nan",
 };
 #define N_MUTANTS (sizeof mutant_names / sizeof mutant_names[0])
 

@@ -149,36 +149,6 @@ static inline double af_rg_r32(const af_rg *g, double x) { return g->honest ? af
 static inline double af_rg_rdt(const af_rg *g, double x) { return g->honest ? af_rdt(x, g->dt) : x; }
 static inline double af_rg_fabs(double x) { return isfinite(x) ? fabs(x) : 0.0; }
 
-/* The non-finite rows of a key-side operand (K) added back: C[r] += F[r][j] saved_j for
- * the bad keys j wherever W[r][j] is not 0 (C [rows x n], W and F [rows x Sk]). */
-static void af_rg_add_back_keys(size_t rows, size_t Sk, const double *W, const double *F, const uint32_t *bad,
-                                size_t nbad, const double *saved, size_t n, double *C) {
-    for (size_t b = 0; b < nbad; b++) {
-        size_t j = bad[b];
-        for (size_t r = 0; r < rows; r++) {
-            if (W[r * Sk + j] == 0.0) continue;
-            double f = F[r * Sk + j];
-            for (size_t d = 0; d < n; d++) C[r * n + d] += f * saved[b * n + d];
-        }
-    }
-}
-
-/* The same for a query-side operand (Q, dO) of rows r0 .. r0+rows-1: C[j] += F[i][j] saved_i
- * for its bad rows i wherever W[i][j] is not 0 (C [Sk x n]). */
-static void af_rg_add_back_rows(size_t r0, size_t rows, size_t Sk, const double *W, const double *F,
-                                const uint32_t *bad, size_t nbad, const double *saved, size_t n, double *C) {
-    for (size_t b = 0; b < nbad; b++) {
-        size_t i = bad[b];
-        if (i < r0 || i >= r0 + rows) continue;
-        size_t r = i - r0;
-        for (size_t j = 0; j < Sk; j++) {
-            if (W[r * Sk + j] == 0.0) continue;
-            double f = F[r * Sk + j];
-            for (size_t d = 0; d < n; d++) C[j * n + d] += f * saved[b * n + d];
-        }
-    }
-}
-
 /* max|x|, |x|_1 over the finite entries of each of the S rows of x [S x n], and whether
  * the row holds a non-finite one: out[s * 4 + col .. col + 2] */
 static void af_rg_norms(const double *x, size_t S, size_t n, double *out, int col) {
@@ -646,7 +616,7 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
     /* 3. dV += Pd^T dO over the terms with Pd != 0; its row scale sum_i Pd_ij max|dO_i| */
     if (grads[2] && counts) {
         af_rg_gemm(g, 2, Sk, Dv, rn, g->Pd, g->doz + r0 * Dv, g->dv, 1);
-        af_rg_add_back_rows(r0, rn, Sk, g->Pd, g->Pd, g->dobad, g->ndobad, g->dosaved, Dv, g->dv);
+        af_add_back_rows_f64(r0, rn, Sk, g->Pd, g->Pd, g->dobad, g->ndobad, g->dosaved, Dv, g->dv);
         for (size_t r = 0; r < rn; r++)
             for (size_t j = 0; j < Sk; j++)
                 g->gsv[j] += af_rg_fabs(g->Pd[r * Sk + j]) * g->qnorm[(r0 + r) * 4 + 1];
@@ -693,7 +663,7 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
     /* 6. dQ = dS K over the terms with W != 0 */
     if (grads[0]) {
         af_rg_gemm(g, 0, rn, D, Sk, g->dP, g->kz, g->dq, 0);
-        af_rg_add_back_keys(rn, Sk, g->S, g->dP, g->kbad, g->nkbad, g->ksaved, D, g->dq);
+        af_add_back_keys_f64(rn, Sk, g->S, g->dP, g->kbad, g->nkbad, g->ksaved, D, g->dq);
         double f = o->bug == AF_GRAD_BUG_DQ_NO_SCALE ? 1.0 : af_rg_factor(g, true);
         for (size_t r = 0; r < rn; r++) {
             size_t row = (b * g->Hq + h) * Sq + r0 + r;
@@ -720,7 +690,7 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
     /* dK += dS^T Q over the terms with W != 0 */
     if (grads[1] && counts) {
         af_rg_gemm(g, 2, Sk, D, rn, g->dP, g->qz + r0 * D, g->dk, 1);
-        af_rg_add_back_rows(r0, rn, Sk, g->S, g->dP, g->qbad, g->nqbad, g->qsaved, D, g->dk);
+        af_add_back_rows_f64(r0, rn, Sk, g->S, g->dP, g->qbad, g->nqbad, g->qsaved, D, g->dk);
         if (g->sens) af_gemm_tn_f64(Sk, D, rn, g->E, Sk, g->absq + r0 * D, D, g->sdk, D, 1);
     }
     if (g->honest) {

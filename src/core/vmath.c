@@ -393,3 +393,32 @@ size_t af_split_nonfinite_f64(double *v, size_t S, size_t Dv, uint32_t *rows, do
     }
     return count;
 }
+
+#define AF_ADD_BACK(T, SUFFIX)                                                                     \
+    void af_add_back_keys_##SUFFIX(size_t rows, size_t Sk, const T *W, const T *F, const uint32_t *bad, size_t nbad, \
+                                   const T *saved, size_t n, T *C) {                               \
+        for (size_t b = 0; b < nbad; b++) {                                                        \
+            size_t j = bad[b];                                                                     \
+            for (size_t r = 0; r < rows; r++) {                                                    \
+                if (W[r * Sk + j] == 0) continue;                                                  \
+                T f = F[r * Sk + j];                                                               \
+                for (size_t d = 0; d < n; d++) C[r * n + d] += f * saved[b * n + d];               \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    void af_add_back_rows_##SUFFIX(size_t r0, size_t rows, size_t Sk, const T *W, const T *F, const uint32_t *bad, \
+                                   size_t nbad, const T *saved, size_t n, T *C) {                  \
+        for (size_t b = 0; b < nbad; b++) {                                                        \
+            size_t i = bad[b];                                                                     \
+            if (i < r0 || i >= r0 + rows) continue;                                                \
+            size_t r = i - r0;                                                                     \
+            for (size_t j = 0; j < Sk; j++) {                                                      \
+                if (W[r * Sk + j] == 0) continue;                                                  \
+                T f = F[r * Sk + j];                                                               \
+                for (size_t d = 0; d < n; d++) C[j * n + d] += f * saved[b * n + d];               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+AF_ADD_BACK(float, f32)
+AF_ADD_BACK(double, f64)
+#undef AF_ADD_BACK

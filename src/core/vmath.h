@@ -59,4 +59,19 @@ bool af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, u
 size_t af_split_nonfinite_f32(float *v, size_t S, size_t Dv, uint32_t *rows, float *saved);
 size_t af_split_nonfinite_f64(double *v, size_t S, size_t Dv, uint32_t *rows, double *saved);
 
+/* The split rows added back to a product for the terms of nonzero weight only (rule 5: a
+ * term of weight 0 gives nothing, even with a NaN or Inf factor). W and F are [rows x Sk]
+ * (W decides which terms count, F is the factor): for a key-side operand split by
+ * af_split_nonfinite (bad keys j, values saved), C[r] += F[r][j] saved_j where W[r][j] != 0
+ * (C [rows x n], dQ = dS K); for a query-side operand of rows r0 .. r0+rows-1 (bad rows i),
+ * C[j] += F[i][j] saved_i where W[i][j] != 0 (C [Sk x n], dK = dS^T Q, dV = P^T dO). */
+void af_add_back_keys_f32(size_t rows, size_t Sk, const float *W, const float *F, const uint32_t *bad, size_t nbad,
+                          const float *saved, size_t n, float *C);
+void af_add_back_keys_f64(size_t rows, size_t Sk, const double *W, const double *F, const uint32_t *bad, size_t nbad,
+                          const double *saved, size_t n, double *C);
+void af_add_back_rows_f32(size_t r0, size_t rows, size_t Sk, const float *W, const float *F, const uint32_t *bad,
+                          size_t nbad, const float *saved, size_t n, float *C);
+void af_add_back_rows_f64(size_t r0, size_t rows, size_t Sk, const double *W, const double *F, const uint32_t *bad,
+                          size_t nbad, const double *saved, size_t n, double *C);
+
 #endif
