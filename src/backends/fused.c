@@ -304,11 +304,15 @@ static af_status af_fused_run_backward(void *state, const af_case_tensors *in, a
             for (size_t h = g * group; h < (g + 1) * group; h++) {
                 af_gather_f32(&in->qv, b, h, q, D);
                 af_gather_f32(&in->dov, b, h, dO, Dv);
-                /* D_i = rowsum(dO_i * O_i) on what the forward returned (before TF32) */
+                /* D_i = rowsum(dO_i * O_i) on what the forward returned (before TF32); under
+                 * dropout an output row of zeros is one whose every weight was dropped or
+                 * vanished: D = 0 whatever dO holds, as sum_j P_ij dP_ij gives (rule 5's 0 * NaN) */
                 for (size_t i = 0; i < Sq; i++) {
                     const float *o = out + ((b * Hq + h) * Sq + i) * Dv;
+                    bool zero = p > 0.0f;
+                    for (size_t d = 0; d < Dv && zero; d++) zero = o[d] == 0.0f;
                     float acc = 0.0f;
-                    for (size_t d = 0; d < Dv; d++) acc += dO[i * Dv + d] * o[d];
+                    for (size_t d = 0; d < Dv && !zero; d++) acc += dO[i * Dv + d] * o[d];
                     delta[i] = acc;
                 }
                 if (tf32) {

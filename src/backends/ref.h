@@ -78,6 +78,11 @@ typedef struct af_ref_grad_opts {
      * has a non-finite factor, so that an IEEE implementation gets NaN there (0 * Inf):
      * a masked_value_leak, not a nan_mismatch. */
     uint8_t *leak[AF_GRAD_COUNT];
+    /* Exact run, each may be NULL: per element of dq, dk, dmask, 1 where the reference is
+     * NaN or Inf through a non-finite dP (dO's row or V's at a term of nonzero weight):
+     * formulas equal in exact arithmetic (delta as sum_j P_ij dP_ij, or as rowsum(dO O),
+     * FlashAttention-2's) give NaN there or Inf, and either class is right. */
+    uint8_t *nfswap[AF_GRAD_COUNT];
     /* Honest run, each may be NULL: per element, a bound on how far an implementation at
      * the case precision may land from the exact gradient: score rounding moving the
      * weights (af_sens_weights; and a kernel that recomputes P from the forward's

@@ -71,11 +71,12 @@ typedef struct af_rg {
     const af_ref_grad_opts *o;
     double *const *grads;
     size_t B, Hq, Hkv, Sq, Sk, D, Dv, group, R;
-    bool honest, tf32, sens, extra, leaks;
+    bool honest, tf32, sens, extra, leaks, swaps;
     double scale, p, inv_keep;
     uint64_t thr;
     af_dtype dt;
     double u, utf, u32; /* dtype, TF32 (0 without), fp32 unit roundoffs */
+    double ukeep;       /* dropout's 1 / (1 - p) in fp32: its relative error (0 without dropout) */
     double ovf;         /* values from here on round to Inf in the dtype */
     /* per (b, g) */
     double *k, *kz, *ksaved, *v, *vsaved, *dk, *dv;
@@ -371,7 +372,7 @@ static void af_rg_weights(af_rg *g, size_t b, size_t h, size_t r, size_t i) {
          * non-finite V at a live key whose weight may round to 0 makes the row unstable */
         memcpy(g->wstar + r * Sk, g->dl + r * Sk, Sk * sizeof *g->wstar);
         if (!has_nan && m > -HUGE_VAL &&
-            af_sens_weights(s, m, g->wstar + r * Sk, Sk, g->vbad, g->nvbad, af_dtype_min_subnormal(g->dt)))
+            af_sens_weights(s, m, g->wstar + r * Sk, Sk, g->vbad, g->nvbad, 2.0 * g->h_st))
             g->risky[r] = 1;
     }
     if (!has_nan && m == -HUGE_VAL) {
@@ -471,9 +472,9 @@ static double af_rg_ds_row(af_rg *g, size_t b, size_t h, size_t r, size_t i) {
         const double *ws = g->wstar + r * Sk;
         /* dP: fp32 accumulation, TF32 inputs; an implementation may hold it in the dtype
          * (twice rounded under dropout) */
-        const double cdp = sqrt((double)g->Dv) * g->u32 + (dropout ? 2.0 : 1.0) * g->u + 2.0 * g->utf;
+        const double cdp = sqrt((double)g->Dv) * g->u32 + (dropout ? 2.0 : 1.0) * g->u + 2.0 * g->utf + g->ukeep;
         const double cdel = g->u + sqrt((double)Sk) * g->u32;
-        double e_del = 0.0;
+        double e_del = g->h_abs * qn[2]; /* O rounded to the dtype: half its smallest quantum per element */
         for (size_t j = 0; j < Sk; j++) {
             double edp = cdp * A[j] + g->u * af_rg_fabs(dp[j]) + g->h_st;
             e_del += ws[j] * af_rg_fabs(dp[j]) + af_rg_fabs(w[j]) * (edp + cdel * A[j]);
@@ -534,8 +535,9 @@ static double af_rg_ds_row(af_rg *g, size_t b, size_t h, size_t r, size_t i) {
               * subnormals half a quantum whatever their size), fp32 accumulation */
         double sum_len = (double)(Sk > g->Sq * g->group ? Sk : g->Sq * g->group);
         double cr = g->u + g->utf + g->c_in + sqrt(sum_len) * g->u32; /* c_in: the other input's roundings */
-        /* with the scale on the scores dS is rounded scaled: its quantum counts 1 / |scale| here */
-        double hq = c->placement == AF_PLACE_SCORES && g->scale != 0.0 ? g->h_st / fabs(g->scale) : g->h_st;
+        /* a kernel may round dS scaled (FlashAttention-2's, and the explicit graph with the
+         * scale on the scores): its quantum counts up to 1 / |scale| here */
+        double hq = g->scale != 0.0 && fabs(g->scale) < 1.0 ? g->h_st / fabs(g->scale) : g->h_st;
         for (size_t j = 0; j < Sk; j++) E[j] += cr * af_rg_fabs(ds[j]) + (lv[j] ? hq : 0.0);
         /* the other input scaled and rounded near the subnormals: half a quantum per term */
         double l1 = 0.0;
@@ -548,7 +550,7 @@ static double af_rg_ds_row(af_rg *g, size_t b, size_t h, size_t r, size_t i) {
     if (E) {
         /* an implementation that rounds dS to the dtype for its products (FlashAttention-2's
          * tensor cores) may overflow there: the row is beyond the case precision */
-        double f = c->placement == AF_PLACE_SCORES && fabs(g->scale) > 1.0 ? fabs(g->scale) : 1.0;
+        double f = fabs(g->scale) > 1.0 ? fabs(g->scale) : 1.0; /* a kernel may round dS scaled */
         for (size_t j = 0; j < Sk; j++)
             if ((af_rg_fabs(ds[j]) + E[j]) * f >= g->ovf) g->risky[r] = 1;
     }
@@ -598,9 +600,58 @@ static void af_rg_leaks(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
 
 /* --- a block of query rows ------------------------------------------------------------- */
 
-/* Whether a weight of w, off by up to ws, may round to 0 in the dtype */
-static bool af_rg_tiny(const af_rg *g, double w, double ws) {
-    return w != 0.0 && isfinite(w) && w - ws <= af_dtype_min_subnormal(g->dt);
+/* Whether the weight w of a live key, off by up to ws, may be 0 in one implementation and
+ * not in another: formed in fp32 (flushed below its normals) and held in the dtype. A
+ * weight 0 that cannot move (a score of -inf) is 0 in every one. */
+static bool af_rg_tiny(const af_rg *g, bool live, double w, double ws) {
+    return live && isfinite(w) && (w != 0.0 || ws > 0.0) && w - ws <= 2.0 * g->h_st;
+}
+
+/* A non-finite q (dK) or dO row (dV, and delta = sum_j P_ij dP_ij: the whole row of dQ and
+ * dmask, and every key of the head through dS) meeting a weight that may round to 0 */
+static void af_rg_tiny_flags(af_rg *g, size_t b, size_t h, size_t r0, size_t rn) {
+    const size_t Sq = g->Sq, Sk = g->Sk, D = g->D;
+    double *const *grads = g->grads;
+    const af_ref_grad_opts *o = g->o;
+    for (size_t r = 0; r < rn; r++) {
+        size_t i = r0 + r;
+        bool qb = false, db = g->qnorm[i * 4 + 3] != 0.0;
+        for (size_t d = 0; d < D; d++) qb |= !isfinite(g->q[i * D + d]);
+        if (!qb && !db) continue;
+        for (size_t j = 0; j < Sk; j++) {
+            if (!af_rg_tiny(g, g->live[r * Sk + j], g->S[r * Sk + j], g->wstar[r * Sk + j])) continue;
+            if (qb) g->dk_unst[j] = 1;
+            if (!db) continue;
+            g->dv_unst[j] = 1;
+            /* delta: sum_j P dP with a non-finite dP, or not, by the rounding of P */
+            g->head_risky = true;
+            if (grads[0] && o->unstable[0]) memset(o->unstable[0] + ((b * g->Hq + h) * Sq + i) * D, 1, D);
+            if (grads[3] && o->unstable[3])
+                for (size_t jj = 0; jj < Sk; jj++) o->unstable[3][af_rg_mask_index(g, b, h, i, jj)] = 1;
+        }
+    }
+}
+
+/* Where the reference is NaN or Inf through a non-finite dP (rows r0 .. r0+rn-1 of head h):
+ * a non-finite dO row, or a non-finite V row at a key of nonzero weight, makes dP_ij
+ * non-finite; delta as sum_j P_ij dP_ij or as rowsum(dO O) (equal in exact arithmetic)
+ * then gives Inf - Inf = NaN or stays Inf: the row of dQ and dmask, and dK's rows of the
+ * keys of nonzero weight, may hold either class. */
+static void af_rg_nfswap(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, size_t rn) {
+    const size_t Sk = g->Sk, D = g->D;
+    uint8_t *const *sw = g->o->nfswap;
+    for (size_t r = 0; r < rn; r++) {
+        size_t i = r0 + r;
+        const double *w = g->S + r * Sk;
+        bool bad = g->qnorm[i * 4 + 3] != 0.0;
+        for (size_t j = 0; j < Sk && !bad; j++) bad = w[j] != 0.0 && g->knorm[j * 4 + 3] != 0.0;
+        if (!bad) continue;
+        if (sw[0] && g->grads[0]) memset(sw[0] + ((b * g->Hq + h) * g->Sq + i) * D, 1, D);
+        for (size_t j = 0; j < Sk; j++) {
+            if (sw[3] && g->grads[3]) sw[3][af_rg_mask_index(g, b, h, i, j)] = 1;
+            if (sw[1] && g->grads[1] && w[j] != 0.0) memset(sw[1] + ((b * g->Hkv + kvh) * Sk + j) * D, 1, D);
+        }
+    }
 }
 
 static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, size_t rn, bool qk_risk, bool qk_inf,
@@ -613,6 +664,16 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
     af_rg_scores(g, b, h, kvh, r0, rn, qk_risk);
     for (size_t r = 0; r < rn; r++) af_rg_weights(g, b, h, r, r0 + r);
     if (g->leaks) af_rg_leaks(g, b, h, kvh, r0, rn);
+    if (g->swaps) af_rg_nfswap(g, b, h, kvh, r0, rn);
+    for (size_t r = 0; r < rn && g->honest; r++) {
+        /* an output that may overflow the dtype (sum_j Pd_ij max|v_j| bounds it) gives a
+         * kernel taking delta as rowsum(dO O) Inf there */
+        double ob = 0.0;
+        for (size_t j = 0; j < Sk; j++) ob += af_rg_fabs(g->Pd[r * Sk + j]) * g->knorm[j * 4 + 1];
+        if (ob >= 0.5 * g->ovf) g->risky[r] = 1;
+        if (g->risky[r]) g->head_risky = true; /* an unstable forward row spreads to every key of the head */
+    }
+    if (g->sens) af_rg_tiny_flags(g, b, h, r0, rn);
     /* 3. dV += Pd^T dO over the terms with Pd != 0; its row scale sum_i Pd_ij max|dO_i| */
     if (grads[2] && counts) {
         af_rg_gemm(g, 2, Sk, Dv, rn, g->Pd, g->doz + r0 * Dv, g->dv, 1);
@@ -624,7 +685,8 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
             /* the weights' movement (under dropout), P's rounding (twice with dropout: P,
              * then P / (1 - p); a live key's weight may round to or from 0), TF32 on both
              * inputs and fp32 accumulation; E is free until pass 5 */
-            const double cv = (g->p > 0.0 ? 2.0 : 1.0) * g->u + 2.0 * g->utf + sqrt((double)(Sq * g->group)) * g->u32;
+            const double cv =
+                (g->p > 0.0 ? 2.0 : 1.0) * g->u + 2.0 * g->utf + g->ukeep + sqrt((double)(Sq * g->group)) * g->u32;
             for (size_t r = 0; r < rn; r++)
                 for (size_t j = 0; j < Sk; j++) {
                     double kp = g->p > 0.0 ? (g->keep[r * Sk + j] && g->p < 1.0 ? g->inv_keep : 0.0) : 1.0;
@@ -651,6 +713,8 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
     /* 5. dropout, delta, dS, dmask, softcap */
     double *gsq = g->gsq;
     for (size_t r = 0; r < rn; r++) gsq[r] = fabs(g->scale) * af_rg_ds_row(g, b, h, r, r0 + r);
+    for (size_t r = 0; r < rn && g->honest; r++)
+        if (g->risky[r]) g->head_risky = true; /* pass 5's: dP or dS past fp32 or the dtype */
     /* the keys a seeded bug brought back count as terms of nonzero weight from here on */
     if (g->xw)
         for (size_t e = 0; e < rn * Sk; e++)
@@ -672,9 +736,11 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
             if (o->gscale[0]) o->gscale[0][row] = gsq[r];
             if (o->unstable[0]) {
                 bool u = g->risky[r] || g->head_risky || gsq[r] > AF_F32_RISK;
-                for (size_t n = 0; n < g->nkbad && g->sens && !u; n++) /* a non-finite k meeting a tiny weight */
-                    u = af_rg_tiny(g, g->S[r * Sk + g->kbad[n]], g->wstar[r * Sk + g->kbad[n]]);
-                memset(o->unstable[0] + row * D, u, D);
+                for (size_t n = 0; n < g->nkbad && g->sens && !u; n++) { /* a non-finite k meeting a tiny weight */
+                    size_t j = g->kbad[n];
+                    u = af_rg_tiny(g, g->live[r * Sk + j], g->S[r * Sk + j], g->wstar[r * Sk + j]);
+                }
+                if (u) memset(o->unstable[0] + row * D, 1, D); /* or set before (af_rg_tiny_flags) */
             }
         }
         if (o->sens[0]) {
@@ -693,24 +759,10 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
         af_add_back_rows_f64(r0, rn, Sk, g->S, g->dP, g->qbad, g->nqbad, g->qsaved, D, g->dk);
         if (g->sens) af_gemm_tn_f64(Sk, D, rn, g->E, Sk, g->absq + r0 * D, D, g->sdk, D, 1);
     }
-    if (g->honest) {
-        /* instability: a forward row spreads to every key of the head; a non-finite q or
-         * dO meeting a weight that may round to 0 to that key */
-        for (size_t r = 0; r < rn; r++) {
-            size_t i = r0 + r;
-            if (g->risky[r]) g->head_risky = true;
-            if (o->unstable[3] && grads[3] && (g->risky[r] || g->head_risky))
-                for (size_t j = 0; j < Sk; j++) o->unstable[3][af_rg_mask_index(g, b, h, i, j)] = 1;
-            bool qb = false, db = g->qnorm[i * 4 + 3] != 0.0;
-            for (size_t d = 0; d < D; d++) qb |= !isfinite(g->q[i * D + d]);
-            if (!g->sens || (!qb && !db)) continue;
-            for (size_t j = 0; j < Sk; j++) {
-                if (!af_rg_tiny(g, g->S[r * Sk + j], g->wstar[r * Sk + j])) continue;
-                if (qb) g->dk_unst[j] = 1;
-                if (db) g->dv_unst[j] = 1;
-            }
-        }
-    }
+    /* a forward row's instability spreads to every key of the head, and to dmask's row */
+    for (size_t r = 0; r < rn && o->unstable[3] && grads[3]; r++)
+        if (g->risky[r] || g->head_risky)
+            for (size_t j = 0; j < Sk; j++) o->unstable[3][af_rg_mask_index(g, b, h, r0 + r, j)] = 1;
 }
 
 /* --- per key/value head: dK, dV ------------------------------------------------------- */
@@ -859,6 +911,7 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
     g.u = g.honest ? af_dtype_eps(g.dt) : 0.0;
     g.u32 = g.honest ? 0x1p-24 : 0.0;
     g.utf = g.tf32 ? 0x1p-11 : 0.0;
+    g.ukeep = g.honest && g.p > 0.0 ? 2.0 * 0x1p-24 : 0.0;
     g.ovf = af_dtype_overflow(g.dt);
     if (g.honest) {
         /* as the forward's: either placement of the scale may round the scaled inputs */
@@ -880,11 +933,15 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
             n = ne[0] * ne[1] * ne[2] * ne[3];
         }
         if (opts->leak[k] && grads[k]) memset(opts->leak[k], 0, n);
+        if (opts->nfswap[k] && grads[k]) memset(opts->nfswap[k], 0, n);
         if (opts->unstable[k] && grads[k]) memset(opts->unstable[k], 0, n);
         if (k == 3 && opts->sens[k] && grads[k]) memset(opts->sens[k], 0, n * sizeof(double));
     }
-    bool anyleak = false;
-    for (int k = 0; k < AF_GRAD_COUNT; k++) anyleak |= opts->leak[k] && grads[k];
+    bool anyleak = false, anyswap = false;
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        anyleak |= opts->leak[k] && grads[k];
+        anyswap |= opts->nfswap[k] && grads[k];
+    }
     const bool last_only = opts->bug == AF_GRAD_BUG_GQA_NO_SUM;
 
     for (size_t b = 0; b < g.B; b++) {
@@ -895,6 +952,7 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
                 bool qk_risk, qk_inf;
                 af_rg_q(&g, b, h, &qk_risk, &qk_inf);
                 g.leaks = anyleak && (g.nkbad || g.nvbad || g.nqbad || g.ndobad);
+                g.swaps = anyswap && (g.nvbad || g.ndobad);
                 bool counts = !last_only || h == (kvh + 1) * g.group - 1;
                 for (size_t r0 = 0; r0 < g.Sq; r0 += g.R)
                     af_rg_block(&g, b, h, kvh, r0, g.Sq - r0 < g.R ? g.Sq - r0 : g.R, qk_risk, qk_inf, counts);
