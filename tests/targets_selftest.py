@@ -64,11 +64,19 @@ KNOWN = {
     ("tvm/torch_sdpa", "scale"): ("wrong", "", "tvm's SDPA importer drops the scale (corpus/findings/tvm)"),
 }
 
-# Variants whose fully masked rows follow neither declared convention: not checked row by
-# row; check_conventions pins what they do. jax "xla" replaces masked logits by
-# -0.7 * finfo.max (the row averages V over every key); jax "cudnn" adds that number as a
-# bias (the row is plain attention over every key).
+# The fully masked rows of these variants were measured as follows before a convention
+# could say so; each now declares it (masked_rows "mean" / "unmasked") and check_conventions
+# checks that the declaration and the measurement still agree. jax "xla" replaces masked
+# logits by -0.7 * finfo.max (the row averages V over every masked key); jax "cudnn" adds
+# that number as a bias (the row is plain attention over every key).
 ODD_ROWS = {"jax/xla": "mean", "jax/cudnn": "unmasked"}
+
+
+def rows_checked(conv):
+    """The masked_rows value check_close can check row by row ("zero", "nan"), else None
+    (check_conventions checks "mean" and "unmasked" on its probe)."""
+    rows = conv.get("masked_rows", "zero")
+    return rows if rows in ("zero", "nan") else None
 
 
 # -- cases ---------------------------------------------------------------------------------
@@ -155,6 +163,24 @@ QUICK = ("sbhd gqa bottom-right", "mixed layouts padding window", "qkv_channels_
          "f16 bshd causal gqa", "bsd additive 4-D mask + scale", "qkv_bsh3d padding bottom-right-valid",
          "dropout")
 
+# The cases a variant that declares "backward" runs again as backward cases (every gradient,
+# dmask with an additive mask, dO with its own strides): the quick set and the features whose
+# gradients have their own code (softcap's derivative, GQA sums, stride-0 inputs, the masks'
+# gradient in another dtype, packed buffers, fully masked rows).
+BACKWARD = QUICK + ("softcap", "strided stride-0 kv, gqa 4:1", "f16 f32 mask", "both masks, bf16 mask dtype",
+                    "qkv_bs3hd causal", "fully masked rows", "bhsd f32")
+
+# Gradient tolerance per dtype, times the gradient's largest magnitude (plus RTOL * |ref|): a
+# backward at the dtype's precision, P and dS rounded once more than the forward.
+GTOL = {"f32": 1e-4, "f16": 2e-2, "bf16": 1.2e-1}
+
+
+def backward_twin(c, i):
+    """Case c asking for every gradient, dO drawn with a memory order and padding of its own."""
+    grads = ["dq", "dk", "dv"] + (["dmask"] if c.get("additive_mask") else [])
+    return dict(c, backward={"grads": grads, "do": {"perm": i % 3, "pad": i % 2} if i % 2 else {}})
+
+
 # Cases whose tensors travel over the protocol with real strides: permuted memory orders,
 # padded rows, stride-0 batch/head broadcast, packed buffers, expanded masks.
 PROTOCOL_CASES = [
@@ -220,7 +246,15 @@ def inputs_for(c, seed, magnitude=1.0):
     if cs.bmask:
         shape = tuple(n if letter in cs.bmask.get("full_dims", "qk") else 1 for n, letter in zip(full, "bhqk"))
         bmask = r.random(shape) > 0.3
-    arrays = testing.physical_inputs(c, q, k, v, mask=mask, bool_mask=bmask)
+    dout = None
+    if cs.grads:
+        dout = r.standard_normal((B, Hq, Sq, Dv)).astype(dt).astype(np.float64)
+        b = cs.specs["do"]["broadcast"]
+        if b == "batch":
+            dout[1:] = dout[:1]
+        elif b == "heads":
+            dout[:, 1:] = dout[:, :1]
+    arrays = testing.physical_inputs(c, q, k, v, mask=mask, bool_mask=bmask, dout=dout)
     return q, k, v, arrays
 
 
@@ -229,6 +263,7 @@ def call_run(target, c, arrays):
     request's views, read-only. Returns (output [B, Hq, Sq, Dv], Case, Result)."""
     cs = Case(c, testing.derived(c))
     cs.qkv = arrays.get("qkv")
+    cs.dout = arrays.get("do")
     for a in arrays.values():
         a.flags.writeable = False
     res = target.run(cs, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
@@ -280,8 +315,50 @@ def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
     hello = target.hello()
     ref = reference.attention(cs, q, k, v, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"),
                               keep=res.dropout_keep)
-    rows = None if tname in ODD_ROWS else hello["conventions"].get("masked_rows", "zero")
+    rows = rows_checked(hello["conventions"])
     check_close(label, out, ref, v, cs.dtype, dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask")), rows)
+
+
+def check_grads(tname, label, target, q, k, v, arrays, cs, res):
+    """A backward case's gradients (validated and normalized as the worker kit does) against
+    reference.backward; not checked (False returned) where fully masked rows follow a NaN or
+    odd convention, which the gradients inherit. Raises AssertionError on a mismatch."""
+    from attnfuzz.worker import _grad_arrays, mask_grad
+    dead = dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask"))
+    rows = target.hello()["conventions"].get("masked_rows", "zero")
+    if dead.any() and (rows != "zero" or tname in ODD_ROWS):
+        return False
+    do = layouts.to_bhsd(arrays["do"], cs.out_layout, cs.q_heads, cs.v_head_dim).astype(np.float64)
+    want = reference.backward(cs, q, k, v, do, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"),
+                              keep=res.dropout_keep)
+    heads = {"dq": (cs.q_heads, cs.head_dim), "dk": (cs.kv_heads, cs.head_dim), "dv": (cs.kv_heads, cs.v_head_dim)}
+    for name, got in _grad_arrays(cs, res.layout, res.grads):
+        if name == "dmask":
+            exp = mask_grad(cs, want[name])
+            # summed over the dims the mask broadcasts, where it may cancel to exactly 0 (a
+            # row's dS sums to 0 over the keys): the scale is that of the summands
+            full = (cs.batch, cs.q_heads, cs.q_len, cs.kv_len)
+            m4 = np.asarray(arrays["mask"]).reshape((1,) * (4 - arrays["mask"].ndim) + arrays["mask"].shape)
+            per = reference.backward(cs, q, k, v, do, mask=np.broadcast_to(m4, full),
+                                     bool_mask=arrays.get("bool_mask"), keep=res.dropout_keep)["dmask"]
+            scale = float(np.abs(mask_grad(cs, np.abs(per))).max())
+        else:
+            got = layouts.to_bhsd(got, res.layout, *heads[name])
+            exp = want[name]
+        # a gradient returned in f16/bf16 (a mask's gradient comes in the mask's dtype) carries
+        # that final rounding
+        final = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8}.get(np.asarray(res.grads[name]).dtype.name, 0.0)
+        got = np.asarray(got, dtype=np.float64)
+        if name != "dmask":
+            scale = float(np.abs(exp).max())
+        tol = (GTOL[cs.dtype] * max(scale, 1e-30)
+               + (RTOL[cs.dtype] + final) * np.abs(exp))
+        bad = ~(np.abs(got - exp) <= tol)
+        if bad.any():
+            i = np.unravel_index(np.argmax(np.where(bad, np.nan_to_num(np.abs(got - exp), nan=np.inf), -1)), got.shape)
+            raise AssertionError("%s: %s: %d of %d elements off, worst at %s: got %r, want %r"
+                                 % (label, name, int(bad.sum()), bad.size, list(i), got[i], exp[i]))
+    return True
 
 
 class Runner:
@@ -349,9 +426,55 @@ def test_cases(R, tname, target):
     return True
 
 
+def check_backward(R, tname, target):
+    """The BACKWARD cases as backward twins: output and gradients against the reference."""
+    hello = target.hello()
+    if "backward" not in hello["caps"]:
+        return True
+    labels = QUICK if target.decl.quick else BACKWARD
+    for i, (label, c) in enumerate(CASES):
+        if label not in labels:
+            continue
+        c = backward_twin(c, i)
+        if not sendable(c, hello):
+            continue
+        label = "backward " + label
+        known = known_bug(tname, label[len("backward "):], needs(c)[0])
+        q, k, v, arrays = inputs_for(c, 3000 + i)
+        try:
+            out, cs, res = call_run(target, c, arrays)
+            check_result(tname, label, target, c, q, k, v, arrays, out, cs, res)
+            checked = check_grads(tname, label, target, q, k, v, arrays, cs, res)
+        except Unsupported as e:
+            R.ok("%s %s: unsupported: %s" % (tname, label, e))
+            continue
+        except AssertionError as e:
+            if known and known[0] == "wrong":
+                R.ok("%s %s: wrong as %s shows" % (tname, label, known[2]))
+            else:
+                R.fail("%s %s" % (tname, e))
+            continue
+        except Exception as e:  # noqa: BLE001
+            if known and known[0] == "raise" and known[1] in str(e):
+                R.ok("%s %s: raises as %s shows" % (tname, label, known[2]))
+            else:
+                traceback.print_exc()
+                R.fail("%s %s: %s: %s" % (tname, label, type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+            if "CUDA error" in str(e):
+                print("note  %s: the CUDA context is lost: the rest of its cases are not run" % tname)
+                return False
+            continue
+        R.ok("%s %s%s" % (tname, label, "" if checked else " (output only: its fully masked rows follow its "
+                                                                "convention, which the gradients inherit)"))
+    return True
+
+
 def check_conventions(R, tname, target):
-    """A fully masked row (bool mask row all False) must give what the variant declares, and
-    NaN behind a masked key must not leak unless it declares masked_values "ieee"."""
+    """What the variant declares in its hello `conventions`, measured on probes: a fully
+    masked row (bool mask row all False) gives what masked_rows says; NaN behind a masked
+    key's value does not leak unless masked_values is "ieee"; an Inf in a masked key's K row
+    does not make its query NaN unless masked_keys is "ieee"; subnormal f32 values survive
+    unless denormals is "flush"."""
     hello = target.hello()
     conv = hello["conventions"]
     if "bmask" not in hello["caps"]:
@@ -371,26 +494,56 @@ def check_conventions(R, tname, target):
         return
     row = out[0, :, 2, :]
     want_rows = conv.get("masked_rows", "zero")
-    if ODD_ROWS.get(tname) == "mean":
-        msg, good = "fully masked row = mean of V over all keys", bool(np.allclose(row, v[0].mean(axis=1), atol=1e-2))
-    elif ODD_ROWS.get(tname) == "unmasked":
+    if tname in ODD_ROWS and ODD_ROWS[tname] != want_rows:
+        R.fail("%s declares masked_rows %r, measured %r" % (tname, want_rows, ODD_ROWS[tname]))
+    if want_rows == "mean":
+        # every key of row 2 is masked by the boolean mask: the mean over all of them
+        msg, good = "fully masked row = mean of V over its masked keys (declared mean)", \
+            bool(np.allclose(row, v[0].mean(axis=1), atol=1e-2))
+    elif want_rows == "unmasked":
         plain = reference.attention(Case(_case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4,
                                                kv_len=4)), q, k, v)[0, :, 2, :]
-        msg, good = "fully masked row = attention over all keys", bool(np.allclose(row, plain, atol=1e-2))
+        msg, good = "fully masked row = attention over all keys (declared unmasked)", \
+            bool(np.allclose(row, plain, atol=1e-2))
     elif want_rows == "nan":
         # "nan" allows NaN there; 0 stays right (the exporter's bool-mask path zeroes the row)
         msg, good = "fully masked row is NaN or 0 (declared nan)", bool(np.isnan(row).all() or (row == 0).all())
     else:
         msg, good = "fully masked row is 0 (declared)", bool((row == 0).all())
     (R.ok if good else R.fail)("%s %s: got %s" % (tname, msg, row[0, :3]))
-    v[:, :, 1, :] = np.nan    # NaN behind the masked key
-    out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, v, bool_mask=bm))
+    vn = v.copy()
+    vn[:, :, 1, :] = np.nan   # NaN behind the masked key
+    out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, vn, bool_mask=bm))
     leak = bool(np.isnan(np.delete(out[0], 2, axis=1)).any())
     if conv.get("masked_values", "exclude") == "ieee":
         # "ieee" allows the leak; it does not require it
         R.ok("%s NaN behind a masked key: %s (declared ieee)" % (tname, "leaks" if leak else "no leak"))
     else:
         (R.fail if leak else R.ok)("%s NaN behind a masked key does not leak (declared exclude)" % tname)
+    # an Inf in the K row of the masked key: its score is Inf, and Inf + -inf is NaN where the
+    # mask is added (masked_keys "ieee"); excluding the key exactly gives the live keys' answer
+    ki = k.copy()
+    ki[:, :, 1, :] = np.inf
+    out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, ki, v, bool_mask=bm))
+    live = np.delete(out[0], 2, axis=1)
+    nan = bool(np.isnan(live).any())
+    if conv.get("masked_keys", "exclude") == "ieee":
+        R.ok("%s Inf in a masked key's K: %s (declared ieee)" % (tname, "NaN rows" if nan else "no NaN"))
+    else:
+        (R.fail if nan else R.ok)("%s Inf in a masked key's K leaves the live rows finite (declared exclude)" % tname)
+    # subnormal f32 values in V (a case without masks): kept, unless declared flushed
+    if "f32" not in hello["dtypes"]:
+        return
+    c0 = _case(layout="bhsd", dtype="f32", batch=1, q_heads=2, kv_heads=2, q_len=4, kv_len=4)
+    vd = (np.sign(v) * 1e-39).astype(np.float32).astype(np.float64)
+    out, cs, _ = call_run(target, c0, testing.physical_inputs(c0, q, k, vd))
+    ref = reference.attention(Case(c0), q, k, vd)
+    kept = bool(np.all(np.abs(out - ref) <= 1e-2 * np.abs(ref) + 2e-45))
+    if conv.get("denormals", "keep") == "flush":
+        R.ok("%s subnormal V: %s (declared flush)" % (tname, "kept" if kept else "flushed"))
+    else:
+        (R.ok if kept else R.fail)("%s subnormal V kept (declared keep): got %s, want %s"
+                                   % (tname, out[0, 0, 0, :2], ref[0, 0, 0, :2]))
 
 
 def check_cache(R, tname, target):
@@ -451,7 +604,7 @@ def check_snippet(R, tname, mod, target):
         exec(compile(src, "<repro %s>" % tname, "exec"), ns)
         out = ns["attention"](cs, arrays["q"], arrays["k"], arrays["v"], bool_mask=arrays.get("bool_mask"))
         ref = reference.attention(cs, q, k, v, bool_mask=arrays.get("bool_mask"))
-        rows = None if tname in ODD_ROWS else hello["conventions"].get("masked_rows", "zero")
+        rows = rows_checked(hello["conventions"])
         check_close("repro_snippet", out, ref, v, dt, dead_rows(cs, None, arrays.get("bool_mask")), rows)
         R.ok("%s repro_snippet runs standalone and matches" % tname)
     except Exception as e:  # noqa: BLE001
@@ -529,7 +682,7 @@ def self_test(R, names):
             continue
         t0 = time.time()
         target = mod.Target(variant)
-        if not test_cases(R, name, target):
+        if not test_cases(R, name, target) or not check_backward(R, name, target):
             continue
         check_conventions(R, name, target)
         check_cache(R, name, target)
@@ -603,6 +756,13 @@ def random_case(r, hello):
     if "dropout" in caps and r.random() < 0.15:
         c["dropout_p"] = float(r.choice([0.1, 0.5, 1.0]))
         c["dropout_seed"] = int(r.integers(0, 1 << 31))
+    if "backward" in caps and r.random() < 0.3:
+        grads = [g for g in ("dq", "dk", "dv") if r.random() < 0.7] or ["dq"]
+        if "additive_mask" in c and r.random() < 0.5:
+            grads.append("dmask")
+        do = spec(c["q"]["layout"])
+        do.pop("layout")
+        c["backward"] = {"grads": grads, "do": do}
     return c
 
 
@@ -636,6 +796,8 @@ def random_smoke(names, n, seed):
                 continue
             try:
                 check_result(name, "random", target, c, q, k, v, arrays, out, cs, res)
+                if cs.grads:
+                    check_grads(name, "random backward", target, q, k, v, arrays, cs, res)
             except AssertionError as e:
                 if known_bug(name, "", needs(c)[0]):
                     known_bad += 1

@@ -99,6 +99,41 @@ static void test_hello_defaults(void **state) {
     assert_non_null(strstr(hello.conventions, "\"masked_rows\":\"zero\""));
 }
 
+/* The conventions the oracle models (conventions.h), parsed; "scores" as a list of dtypes. */
+static void test_hello_conventions(void **state) {
+    (void)state;
+    af_wp_hello hello;
+    af_error err = {0};
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                         "\"conventions\":{\"masked_rows\":\"mean\",\"masked_keys\":\"ieee\",\"denormals\":\"flush\","
+                         "\"scores\":[\"bf16\"],\"tf32\":\"always\"}}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.masked_rows, AF_ROWS_MEAN);
+    assert_false(hello.masked_rows_nan);
+    assert_true(hello.conv.masked_keys_ieee);
+    assert_true(hello.conv.denormals_flush);
+    assert_true(hello.conv.tf32_always);
+    assert_int_equal(hello.conv.scores_dtype, 1u << AF_BF16);
+    assert_false(hello.conv.masked_values_ieee);
+    assert_non_null(strstr(hello.conventions, "\"masked_rows\":\"mean\""));
+    assert_non_null(strstr(hello.conventions, "\"scores\":[\"bf16\"]"));
+    assert_non_null(strstr(hello.conventions, "\"denormals\":\"flush\""));
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                  "\"conventions\":{\"masked_rows\":\"unmasked\",\"scores\":\"dtype\"}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.masked_rows, AF_ROWS_UNMASKED);
+    assert_int_equal(hello.conv.scores_dtype, 7u);
+    assert_non_null(strstr(hello.conventions, "\"scores\":\"dtype\""));
+    /* defaults: the reference's own semantics */
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.masked_rows, AF_ROWS_ZERO);
+    assert_false(hello.conv.masked_keys_ieee || hello.conv.denormals_flush || hello.conv.tf32_always);
+    assert_int_equal(hello.conv.scores_dtype, 0);
+}
+
 static void test_hello_malformed(void **state) {
     (void)state;
     static const struct {
@@ -118,6 +153,18 @@ static void test_hello_malformed(void **state) {
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
          "\"conventions\":{\"masked_rows\":\"one\"}}",
          "masked_rows"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"masked_keys\":\"add\"}}",
+         "masked_keys"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"denormals\":\"ftz\"}}",
+         "denormals"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"scores\":\"f16\"}}",
+         "conventions.scores"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"scores\":[\"f64\"]}}",
+         "conventions.scores dtype"},
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],\"compile_key\":[\"values\"]}",
          "unknown compile_key field"},
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":\"f32\",\"layouts\":[]}", "array of names"},
@@ -520,6 +567,7 @@ static void check_run_frame(const af_case *c, const int perm[4], int want_entrie
         if (!strcmp(wt.name, "q")) v = &t->qv;
         if (!strcmp(wt.name, "k")) v = &t->kv;
         if (!strcmp(wt.name, "v")) v = &t->vv;
+        if (!strcmp(wt.name, "do")) v = &t->dov;
         if (!v) continue;
         assert_int_equal(wt.ndim, 4);
         for (size_t b = 0; b < v->ne[0]; b++)
@@ -551,6 +599,96 @@ static void test_run_frame_bhsd(void **state) {
     assert_int_equal(af_case_validate(&c, 0, &err), AF_OK);
     const int perm[4] = {0, 1, 2, 3};
     check_run_frame(&c, perm, 3, "q");
+}
+
+/* A backward case's frame carries do (bhsd here, padded and in another memory order)
+ * after q, k and v, each element the case's. */
+static void test_run_frame_backward(void **state) {
+    (void)state;
+    af_case c = small_case();
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DV;
+    c.bwd.dout.pad = 3;
+    c.bwd.dout.seed = 99;
+    af_error err;
+    assert_int_equal(af_case_validate(&c, 0, &err), AF_OK);
+    const int perm[4] = {0, 1, 2, 3};
+    check_run_frame(&c, perm, 4, "q");
+}
+
+/* A backward case's answer: every gradient asked for and nothing else, each at its shape;
+ * dq kept in f16 (its final rounding is the oracle's business), dmask given at the full
+ * [B, Hq, Sq, Sk] summed over the dims the mask broadcasts. */
+static void test_result_grads(void **state) {
+    (void)state;
+    af_case c = small_case();
+    c.amask.present = true;
+    c.amask.dims = AF_MDIM_K; /* [1, 1, 1, Sk] */
+    c.amask.dtype = AF_F32;
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DMASK;
+    af_case_repair(&c, 0);
+    af_error err;
+    assert_int_equal(af_case_validate(&c, 0, &err), AF_OK);
+    assert_int_equal(c.bwd.grads, AF_GRAD_DQ | AF_GRAD_DMASK);
+    /* payload: out f32 [1,2,3,2] (48 bytes), dq f16 [1,2,3,2] (24), dmask f32 [1,2,3,4] (96) */
+    uint8_t pay[48 + 24 + 96];
+    memset(pay, 0, sizeof pay);
+    for (int e = 0; e < 12; e++) {
+        uint16_t h = f16_exact((float)e / 8.0f);
+        memcpy(pay + 48 + 2 * e, &h, 2);
+    }
+    for (int e = 0; e < 24; e++) {
+        float x = (float)e;
+        memcpy(pay + 72 + 4 * e, &x, 4);
+    }
+    static const char *fmt =
+        "{\"type\":\"result\",\"id\":4,\"status\":\"ok\",\"tensors\":[{\"name\":\"out\",\"dtype\":\"f32\","
+        "\"shape\":[1,2,3,2],\"strides\":[48,24,8,4],\"offset\":0}%s%s]}";
+    static const char *dq = ",{\"name\":\"dq\",\"dtype\":\"f16\",\"shape\":[1,2,%d,2],\"strides\":[24,12,4,2],"
+                            "\"offset\":48}";
+    static const char *dmask = ",{\"name\":\"%s\",\"dtype\":\"f32\",\"shape\":[1,2,3,%d],"
+                               "\"strides\":[96,48,16,4],\"offset\":72}";
+    char hdr[1024], a[256], b[256];
+    af_wp_result r;
+    const uint8_t *payload;
+    snprintf(a, sizeof a, dq, 3);
+    snprintf(hdr, sizeof hdr, fmt, a, "");
+    size_t n = make_body(hdr, pay, 72);
+    expect_format(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), &err, "asks for dmask");
+    snprintf(b, sizeof b, dmask, "dk", 4);
+    snprintf(hdr, sizeof hdr, fmt, a, b);
+    n = make_body(hdr, pay, sizeof pay);
+    expect_format(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), &err, "dk, which the case does not");
+    snprintf(b, sizeof b, dmask, "dmask", 3);
+    snprintf(hdr, sizeof hdr, fmt, a, b);
+    n = make_body(hdr, pay, sizeof pay);
+    expect_format(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), &err, "dmask has shape");
+    snprintf(a, sizeof a, dq, 2);
+    snprintf(b, sizeof b, dmask, "dmask", 4);
+    snprintf(hdr, sizeof hdr, fmt, a, b);
+    n = make_body(hdr, pay, sizeof pay);
+    expect_format(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), &err, "dq has shape [1,2,2,2]");
+    snprintf(a, sizeof a, dq, 3);
+    snprintf(hdr, sizeof hdr, fmt, a, b);
+    n = make_body(hdr, pay, sizeof pay);
+    assert_int_equal(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), AF_OK);
+    double gq[12], gm[24];
+    af_tensor t;
+    t.data = gq;
+    assert_int_equal(af_wp_copy_grad(&r, payload, &c, 0, &t, &err), AF_OK);
+    assert_int_equal(t.dtype, AF_F16);
+    assert_int_equal(t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3], 12);
+    for (int e = 0; e < 12; e++) assert_true(af_f16_to_f32(((uint16_t *)gq)[e]) == (float)e / 8.0f);
+    t.data = gm;
+    assert_int_equal(af_wp_copy_grad(&r, payload, &c, 3, &t, &err), AF_OK);
+    assert_int_equal(t.dtype, AF_F64);
+    assert_true(t.ndim == 4 && t.ne[0] == 1 && t.ne[1] == 1 && t.ne[2] == 1 && t.ne[3] == 4);
+    /* element (h, i, j) of the full gradient holds 12 h + 4 i + j: summed over h and i */
+    for (int j = 0; j < 4; j++) {
+        double want = 0;
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 3; i++) want += 12 * h + 4 * i + j;
+        assert_true(gm[j] == want);
+    }
 }
 
 static void test_run_frame_packed(void **state) {
@@ -674,7 +812,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_full),
         cmocka_unit_test(test_hello_defaults),
-        cmocka_unit_test(test_hello_malformed),
+        cmocka_unit_test(test_hello_conventions), cmocka_unit_test(test_hello_malformed),
         cmocka_unit_test(test_result_ok_bhsd),
         cmocka_unit_test(test_result_ok_bshd_f16_strided),
         cmocka_unit_test(test_result_unsupported_and_error),
@@ -685,6 +823,8 @@ int main(void) {
         cmocka_unit_test(test_result_keep_mask),
         cmocka_unit_test(test_run_frame_bhsd),
         cmocka_unit_test(test_run_frame_packed),
+        cmocka_unit_test(test_run_frame_backward),
+        cmocka_unit_test(test_result_grads),
         cmocka_unit_test(test_process_control),
         cmocka_unit_test(test_process_malformed),
         cmocka_unit_test(test_process_truncated_is_crash),

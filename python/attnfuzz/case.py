@@ -15,6 +15,8 @@ UNPACKED_LAYOUTS = ("bhsd", "bshd", "sbhd", "bsd", "channels_first")
 LAYOUTS = UNPACKED_LAYOUTS + PACKED_LAYOUTS
 DIAGONALS = ("top_left", "bottom_right", "bottom_right_valid", "explicit")
 KEY_FIELDS = ("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
+GRADS = ("dq", "dk", "dv", "dmask")
+
 
 _TENSOR_DEFAULTS = {"layout": "bhsd", "perm": 0, "pad": 0, "broadcast": "none"}
 
@@ -42,13 +44,17 @@ class Case:
     (mask spec dicts or None), dropout_p, dropout_seed, layout (q's), layouts
     ({"q", "k", "v"}), specs ({"q", "k", "v"}: the tensor objects with defaults),
     packed, qkv (the packed buffer view, set by the worker kit, or None), tensors
-    ({name: protocol entry} of the request, empty when built from case.json alone), raw.
+    ({name: protocol entry} of the request, empty when built from case.json alone), raw;
+    backward: grads (the gradients asked for, a tuple in GRADS order; empty for a
+    forward-only case), out_layout (where `out` and `do` live), dout (the `do` view, set
+    by the worker kit for a backward case, or None); specs["do"] is dO's tensor object.
     """
 
     __slots__ = ("raw", "derived", "tensors", "qkv", "batch", "q_heads", "kv_heads", "q_len", "kv_len",
                  "head_dim", "v_head_dim", "dtype", "allow_tf32", "scale", "scale_given", "placement",
                  "softcap", "causal", "diagonal", "diagonal_offset", "key_padding", "window", "amask",
-                 "bmask", "dropout_p", "dropout_seed", "layout", "packed", "_diag", "_valid", "_specs")
+                 "bmask", "dropout_p", "dropout_seed", "layout", "packed", "grads", "dout", "_diag", "_valid",
+                 "_specs")
 
     def __init__(self, raw, derived=None, tensors=None):
         if not isinstance(raw, dict):
@@ -92,6 +98,14 @@ class Case:
         q = g("q") or {}
         self.layout = _get(q, "layout", "bhsd")
         self.packed = self.layout in PACKED_LAYOUTS
+        bwd = g("backward") or {}
+        asked = set(bwd.get("grads") or ())
+        unknown = asked - set(GRADS)
+        if unknown:
+            raise ValueError("case: backward asks for unknown gradients %s (known: %s)"
+                             % (", ".join(sorted(unknown)), ", ".join(GRADS)))
+        self.grads = tuple(n for n in GRADS if n in asked)
+        self.dout = None
         self._diag = None
         self._valid = None
         self._specs = None
@@ -142,8 +156,27 @@ class Case:
                 for n in ("k", "v"):
                     for f in ("layout", "perm", "pad", "broadcast"):
                         out[n][f] = out["q"][f]
+            if self.grads:
+                t = dict(_TENSOR_DEFAULTS)
+                t.update({k: v for k, v in ((self.raw.get("backward") or {}).get("do") or {}).items()
+                          if v is not None})
+                t["layout"] = self.out_layout
+                out["do"] = t
             self._specs = out
         return self._specs
+
+    @property
+    def out_layout(self):
+        """Where `out` and a backward case's `do` live: Q's layout, a packed one's output
+        unpacked in its family (layouts.OUT_LAYOUT)."""
+        if self.layout == "qkv_channels_first":
+            return "channels_first"
+        return "bshd" if self.packed else self.layout
+
+    @property
+    def backward(self):
+        """True when the case asks for gradients."""
+        return bool(self.grads)
 
     @property
     def layouts(self):
@@ -170,13 +203,13 @@ class Case:
                             ("softcap", self.softcap > 0), ("amask", self.amask is not None),
                             ("bmask", self.bmask is not None), ("causal", self.causal),
                             ("padding", self.key_padding is not None), ("window", self.has_window),
-                            ("dropout", self.dropout_p > 0)):
+                            ("dropout", self.dropout_p > 0), ("backward", bool(self.grads))):
             if needed:
                 caps.add(cap)
         if self.amask is not None and self.amask.get("dtype", "f32") != self.dtype:
             caps.add("mask_dtype")
         s = self.specs
-        if (any(s[n]["perm"] or s[n]["pad"] or s[n]["broadcast"] != "none" for n in ("q", "k", "v"))
+        if (any(s[n]["perm"] or s[n]["pad"] or s[n]["broadcast"] != "none" for n in s)
                 or any(m is not None and m.get("expanded") for m in (self.amask, self.bmask))):
             caps.add("strided")
         return caps
@@ -220,6 +253,8 @@ class Case:
                 v = self.softcap
             elif f == "dropout":
                 v = self.dropout_p
+            elif f == "backward":
+                v = (self.grads, self._entry_key("do"))
             else:
                 raise ValueError("case.key: unknown field %r (known: %s)" % (f, ", ".join(KEY_FIELDS)))
             parts.append((f, v))

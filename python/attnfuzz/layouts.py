@@ -169,11 +169,42 @@ def broadcast_dims(layout, broadcast):
     return ()
 
 
-def physical_inputs(case, q, k, v, mask=None, bool_mask=None, dtype_of=None):
+def packed_views(qkv, layout, heads, head_dim):
+    """The q, k, v per-tensor views (physical, PER_TENSOR[layout]'s shape) of a packed
+    buffer: [B, S, 3, H, D], [B, S, H, 3, D] or [B, 3*H*D, S]."""
+    if layout == "qkv_bs3hd":
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    if layout == "qkv_bsh3d":
+        return qkv[:, :, :, 0], qkv[:, :, :, 1], qkv[:, :, :, 2]
+    if layout == "qkv_channels_first":
+        c = heads * head_dim
+        return qkv[:, :c, :], qkv[:, c:2 * c, :], qkv[:, 2 * c:, :]
+    raise ValueError("packed_views: %r is not a packed layout" % (layout,))
+
+
+def grads_bhsd(case, grads):
+    """Canonical [B, H, S, D] gradients from gradients of the physical inputs as a dense
+    framework returns them: {"q", "k", "v"} or {"qkv"} (the packed buffer's), plus any
+    other entry (e.g. "mask") passed through. Returns {"dq", "dk", "dv", ...}."""
+    s = case.specs
+    if "qkv" in grads:
+        views = packed_views(grads["qkv"], case.layout, case.q_heads, case.head_dim)
+    else:
+        views = (grads["q"], grads["k"], grads["v"])
+    heads = (case.q_heads, case.kv_heads, case.kv_heads)
+    dims = (case.head_dim, case.head_dim, case.v_head_dim)
+    out = {"d" + n: to_bhsd(x, s[n]["layout"], h, d) for n, x, h, d in zip(("q", "k", "v"), views, heads, dims)}
+    out.update({"d" + n: x for n, x in grads.items() if n not in ("q", "k", "v", "qkv")})
+    return out
+
+
+def physical_inputs(case, q, k, v, mask=None, bool_mask=None, dtype_of=None, dout=None):
     """{name: array} as attnfuzz sends them: q, k, v (and qkv for packed layouts) in the
     case's layouts and strides from canonical q [B, Hq, Sq, D], k, v; mask / bool_mask
     (given [B', Hq', Sq', Sk'] or 2-D, e.g. a bundle's 4-D arrays) in the rank, shape,
-    dtype and stride-0 form of the case's mask specs. case: an attnfuzz.case.Case.
+    dtype and stride-0 form of the case's mask specs; for a backward case, do from
+    canonical dout [B, Hq, Sq, Dv] in the output layout with its spec's strides. case: an
+    attnfuzz.case.Case.
     dtype_of(name) gives the numpy dtype of "f32", "f16", "bf16" (default: numpy's, and
     ml_dtypes for bf16, imported only then)."""
     dtype_of = dtype_of or _dtype_of
@@ -191,13 +222,7 @@ def physical_inputs(case, q, k, v, mask=None, bool_mask=None, dtype_of=None):
         qkv = strided_empty(physical_shape(lay, B, H, S, D), dt, s["perm"], s["pad"],
                             broadcast_dims(lay, s["broadcast"]))
         out["qkv"] = qkv
-        for w, n in enumerate(("q", "k", "v")):
-            if lay == "qkv_bs3hd":
-                view = qkv[:, :, w]
-            elif lay == "qkv_bsh3d":
-                view = qkv[:, :, :, w]
-            else:
-                view = qkv[:, w * H * D:(w + 1) * H * D, :]
+        for n, view in zip(("q", "k", "v"), packed_views(qkv, lay, H, D)):
             to_bhsd(view, lay, H, D)[...] = np.asarray(canon[n]).astype(dt)
             out[n] = view
     else:
@@ -208,6 +233,13 @@ def physical_inputs(case, q, k, v, mask=None, bool_mask=None, dtype_of=None):
                               broadcast_dims(s["layout"], s["broadcast"]))
             to_bhsd(x, s["layout"], H, D)[...] = np.asarray(canon[n]).astype(dt)
             out[n] = x
+    if dout is not None and case.grads:
+        s = specs["do"]
+        H, S, D = case.q_heads, case.q_len, case.v_head_dim
+        x = strided_empty(physical_shape(s["layout"], B, H, S, D), dt, s["perm"], s["pad"],
+                          broadcast_dims(s["layout"], s["broadcast"]))
+        to_bhsd(x, s["layout"], H, D)[...] = np.asarray(dout).astype(dt)
+        out["do"] = x
     full = (B, case.q_heads, case.q_len, case.kv_len)
     for name, spec, m in (("mask", case.amask, mask), ("bool_mask", case.bmask, bool_mask)):
         if spec is None or m is None:

@@ -146,8 +146,6 @@ def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
 
 # --- backward -------------------------------------------------------------------------------
 
-GRADS = ("dq", "dk", "dv", "dmask")
-
 
 def _wmm(w, x, nz):
     """sum_j w[..., i, j] x[..., j, :] over the terms with nz[..., i, j] (the others give

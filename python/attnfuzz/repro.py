@@ -7,7 +7,9 @@ the target's own stack, never attnfuzz. It holds
   - the function that ran them: a shipped target's `repro_snippet(variant)`
     (`target:STACK/VARIANT`), or the run function of a `worker:python FILE` worker (the
     file's source, executed without its serving loop),
-  - the float64 reference output and the recorded tolerance,
+  - the float64 reference output and the recorded tolerance; for a backward finding also
+    dO and each gradient's reference, and the snippet's `gradients(...)` runs the backward
+    the way a training step does (a snippet without one: the forward alone),
   - copies of attnfuzz.case, attnfuzz.layouts and attnfuzz.rng (numpy and math only) that
     rebuild the case object, the physical inputs and the dropout keep mask exactly as the
     worker kit hands them to a target,
@@ -171,12 +173,22 @@ def compare(out, ref, atol, rtol):
     return int(bad.sum()), float(err.max()) if err.size else 0.0, tuple(int(i) for i in worst)
 
 
-def inputs(raw, q, k, v, mask, bool_mask):
+def as_mask_grad(g, ref):
+    """A mask gradient as the function under test gives it (the mask's shape as sent: 2-D,
+    4-D, or full where an expanded mask broadcasts) at the reference's 4-D shape."""
+    g = np.asarray(g, dtype=np.float64)
+    g = g.reshape((1,) * (4 - g.ndim) + g.shape)
+    axes = tuple(i for i in range(4) if g.shape[i] != ref.shape[i])
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def inputs(raw, q, k, v, mask, bool_mask, dout=None):
     """The case object and what the target received: physical q, k, v in the case's dtype,
     layouts and strides (case.qkv the packed buffer), the masks in their own dtype, rank and
-    stride-0 form, and the dropout keep mask (None without dropout)."""
+    stride-0 form, a backward case's dO in the output layout (arrays["do"]), and the
+    dropout keep mask (None without dropout)."""
     case = _case.Case(raw)
-    arrays = _layouts.physical_inputs(case, q, k, v, mask, bool_mask)
+    arrays = _layouts.physical_inputs(case, q, k, v, mask, bool_mask, dout=dout)
     case.qkv = arrays.get("qkv")
     keep = None
     if 0 < case.dropout_p < 1:
@@ -211,18 +223,34 @@ def script_library():
 
 _SCRIPT_MAIN = r'''
 
-def main():
-    case, arrays, keep = inputs(CASE, Q, K, V, MASK, BOOL_MASK)
-    got = np.asarray(attention(case, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
-                               bool_mask=arrays.get("bool_mask"), keep=keep))
-    out = got.astype(np.float64)
-    bad, max_abs, worst = compare(out, REF, ATOL, RTOL)
-    print("%s: %s" % (TITLE, FEATURES))
-    print("output %s %s vs float64 reference: max abs error %.6g; %d of %d elements beyond "
-          "tolerance (atol %.3g, rtol %.3g)" % (got.dtype, list(out.shape), max_abs, bad, out.size, ATOL, RTOL))
+def report(name, got, ref, atol, rtol):
+    """Prints one tensor's comparison with its float64 reference; True when it fails."""
+    out = np.asarray(got).astype(np.float64)
+    bad, max_abs, worst = compare(out, ref, atol, rtol)
+    print("%s %s %s vs float64 reference: max abs error %.6g; %d of %d elements beyond "
+          "tolerance (atol %.3g, rtol %.3g)" % (name, np.asarray(got).dtype, list(out.shape), max_abs, bad, out.size,
+                                                atol, rtol))
     if worst:
-        print("worst element [b, h, i, d] = %s: got %r, reference %r" % (list(worst), float(out[worst]), float(REF[worst])))
-    if bad:
+        print("  worst element %s: got %r, reference %r" % (list(worst), float(out[worst]), float(ref[worst])))
+    return bad > 0
+
+
+def main():
+    case, arrays, keep = inputs(CASE, Q, K, V, MASK, BOOL_MASK, DO)
+    print("%s: %s" % (TITLE, FEATURES))
+    got = attention(case, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
+                    bool_mask=arrays.get("bool_mask"), keep=keep)
+    failed = report("output", got, REF, ATOL, RTOL)
+    if GRADS and "gradients" not in globals():
+        print("(the function under test has no gradients(): the backward is not run here)")
+    elif GRADS:
+        # the backward a training step runs, on the same inputs and dO
+        g = gradients(case, arrays["q"], arrays["k"], arrays["v"], arrays["do"], mask=arrays.get("mask"),
+                      bool_mask=arrays.get("bool_mask"), keep=keep)
+        for name, (ref, atol, rtol) in GRADS.items():
+            x = as_mask_grad(g[name], ref) if name == "dmask" else g[name]
+            failed |= report(name, x, ref, atol, rtol)
+    if failed:
         print("MISMATCH (recorded: %s)" % KIND)
         return 1
     print("within tolerance: the finding does not reproduce here")
@@ -268,13 +296,25 @@ def write_repro(bundle_dir, out_path, search_dirs=()):
         "ATOL = %r" % float(tol.get("atol", 0.0) or 0.0),
         "RTOL = %r" % float(tol.get("rtol", 0.0) or 0.0),
     ]
-    for key, var in (("q", "Q"), ("k", "K"), ("v", "V"), ("mask", "MASK"), ("bool_mask", "BOOL_MASK"), ("ref", "REF")):
+    for key, var in (("q", "Q"), ("k", "K"), ("v", "V"), ("mask", "MASK"), ("bool_mask", "BOOL_MASK"), ("ref", "REF"),
+                     ("do", "DO")):
         if key in b:
             lines.append('%s = _arr("""\n%s""")' % (var, _b64_npy(b[key])))
         else:
             lines.append("%s = None" % var)
     if b.get("ref") is None:
         raise ValueError("%s: no ref.npy.zst (the reference output)" % bundle_dir)
+    # a backward finding: each gradient's float64 reference and the tolerance recorded for it
+    grads = [g for g in (case.get("backward") or {}).get("grads") or () if "ref_" + g in b]
+    if grads and "do" not in b:
+        raise ValueError("%s: a backward case without do.npy.zst (the upstream gradient)" % bundle_dir)
+    tols = meta.get("tolerances") or {}
+    lines.append("GRADS = {")
+    for g in grads:
+        t = tols.get(g) or tol
+        lines.append('    %r: (_arr("""\n%s"""), %r, %r),' % (g, _b64_npy(b["ref_" + g]), float(t.get("atol", 0.0) or 0.0),
+                                                           float(t.get("rtol", 0.0) or 0.0)))
+    lines.append("}")
     body = "\n".join(lines[:13]) + "\n" + script_library() + "\n" + "\n".join(lines[13:]) + "\n"
     body += "\n# --- the function under test " + "-" * 50 + "\n" + src.strip("\n") + "\n" + _SCRIPT_MAIN
     tmp = "%s.tmp.%d" % (out_path, os.getpid())

@@ -23,13 +23,15 @@ strided_empty = layouts.strided_empty
 lehmer_order = layouts.lehmer_order
 
 
-def physical_inputs(case, q, k, v, mask=None, bool_mask=None):
+def physical_inputs(case, q, k, v, mask=None, bool_mask=None, dout=None):
     """{name: array} as attnfuzz sends them (layouts.physical_inputs): q, k, v (and qkv for
     packed layouts) in the case's layouts and strides from canonical q [B, Hq, Sq, D], k,
-    v; mask / bool_mask in the form of the case's mask specs. case: a Case or a case dict."""
+    v; mask / bool_mask in the form of the case's mask specs; do from canonical dout for a
+    backward case. case: a Case or a case dict."""
     if not isinstance(case, Case):
         case = Case(case)
-    return layouts.physical_inputs(case, q, k, v, mask, bool_mask, dtype_of=dtypes.DTYPES.__getitem__)
+    return layouts.physical_inputs(case, q, k, v, mask, bool_mask, dtype_of=dtypes.DTYPES.__getitem__,
+                                   dout=dout)
 
 
 def derived(case):
@@ -43,7 +45,7 @@ def run_frame(case, arrays, rid=1):
     """The bytes of a run frame for case (a dict) and the physical arrays (physical_inputs),
     packed arrays travelling once."""
     raw = case.raw if isinstance(case, Case) else case
-    order = [n for n in ("q", "k", "v", "qkv", "mask", "bool_mask") if n in arrays]
+    order = [n for n in ("q", "k", "v", "qkv", "mask", "bool_mask", "do") if n in arrays]
     entries, parts = protocol.entries_for([(n, arrays[n]) for n in order])
     header = {"type": "run", "id": rid, "case": raw, "derived": derived(case), "tensors": entries}
     return protocol.encode_frame(header, parts)
@@ -75,8 +77,9 @@ class WorkerProcess:
             raise protocol.ProtocolError("worker closed its stdout")
         return r
 
-    def close(self, timeout=5):
-        """Sends bye and returns the exit status."""
+    def close(self, timeout=60):
+        """Sends bye and returns the exit status (a stack's interpreter teardown, torch's or
+        TVM's, took more than 5 s on a loaded 2-core machine: the limit only catches a hang)."""
         try:
             self.send(BYE)
             self.proc.stdin.close()

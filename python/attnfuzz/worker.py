@@ -15,6 +15,13 @@ boolean mask as sent. The views are read-only and valid only during the call. It
 an array [B, Hq, Sq, Dv] in any float dtype, or Result(out, layout=..., dropout_keep=...,
 compile_s=..., run_s=...); raise Unsupported("why") for a case it does not run. Any other
 exception becomes status "error" with "ExcType: message" (traceback on stderr).
+
+Backward cases (a worker that declares the cap "backward"): case.grads names the gradients
+asked for ("dq", "dk", "dv", "dmask"), case.dout is the upstream gradient dO in the output
+layout (case.out_layout) with its strides; run returns Result(out, grads={"dq": ...}) with
+every gradient asked: dq, dk, dv in the result's layout like out (Hkv heads and Sk for dk,
+dv), dmask at the additive mask's shape as sent (2-D or 4-D; a dimension the mask
+broadcasts may come back full and is summed here).
 """
 
 import os
@@ -40,22 +47,57 @@ class Result:
 
     out: the output in layout (one of bhsd, bshd, sbhd, bsd, channels_first; its shape is
     that layout's output shape); dropout_keep: bool [B, Hq, Sq, Sk], the keep-mask the
-    worker's own RNG drew (conventions dropout "keep_mask"); compile_s, run_s: seconds
-    (the kit reports compile_s 0 and measures run_s when they are None)."""
+    worker's own RNG drew (conventions dropout "keep_mask"); grads: {name: array} for a
+    backward case (the module's doc); compile_s, run_s: seconds (the kit reports compile_s
+    0 and measures run_s when they are None)."""
 
-    __slots__ = ("out", "layout", "dropout_keep", "compile_s", "run_s")
+    __slots__ = ("out", "layout", "dropout_keep", "grads", "compile_s", "run_s")
 
-    def __init__(self, out, layout="bhsd", dropout_keep=None, compile_s=None, run_s=None):
+    def __init__(self, out, layout="bhsd", dropout_keep=None, compile_s=None, run_s=None, grads=None):
         self.out = out
         self.layout = layout
         self.dropout_keep = dropout_keep
+        self.grads = grads
         self.compile_s = compile_s
         self.run_s = run_s
 
 
+# The conventions a hello may declare and their values (docs/worker-protocol.md; the first
+# is the default). "causal" is a list of diagonals; "scores" may also be a list of dtypes.
+CONVENTIONS = {
+    "causal": ("top_left", "bottom_right", "bottom_right_valid", "explicit"),
+    "masked_rows": ("zero", "nan", "mean", "unmasked"),
+    "masked_values": ("exclude", "ieee"),
+    "masked_keys": ("exclude", "ieee"),
+    "denormals": ("keep", "flush"),
+    "scores": ("f32", "dtype"),
+    "tf32": ("case", "always"),
+    "dropout": ("counter", "keep_mask", "none"),
+}
+
+
+def check_conventions(conventions):
+    """Raises ValueError for a convention or value attnfuzz does not know (it would refuse
+    the hello): a typo fails here, in the worker, not as a protocol error."""
+    for key, value in (conventions or {}).items():
+        if key not in CONVENTIONS:
+            raise ValueError("unknown convention %r (known: %s)" % (key, ", ".join(CONVENTIONS)))
+        allowed = CONVENTIONS[key]
+        if key == "scores" and isinstance(value, (list, tuple)):
+            allowed, values = ("f32", "f16", "bf16"), value
+        elif key == "causal":
+            values = value
+        else:
+            values = [value]
+        for v in values:
+            if v not in allowed:
+                raise ValueError("conventions %s: %r is none of %s" % (key, v, ", ".join(allowed)))
+
+
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
                  compile_key=None, batch=None):
-    """The hello frame's header serve() writes."""
+    """The hello frame's header serve() writes (conventions checked: check_conventions)."""
+    check_conventions(conventions)
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
          "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
     if dtypes is None:
@@ -90,6 +132,9 @@ def _request(header, payload):
     views = protocol.tensors_from_header(header, payload)
     case = Case(header.get("case") or {}, header.get("derived"), header.get("tensors"))
     case.qkv = views.get("qkv")
+    case.dout = views.get("do")
+    if case.grads and case.dout is None:
+        raise protocol.ProtocolError("run %s: a backward case without tensor do" % (rid,))
     for n in ("q", "k", "v"):
         if n not in views:
             raise protocol.ProtocolError("run %s: tensor %s is missing" % (rid, n))
@@ -114,9 +159,58 @@ def _answer(rid, case, res, seconds):
         if keep.shape != kshape:
             raise ValueError("dropout_keep has shape %s, not %s" % (list(keep.shape), list(kshape)))
         arrays.append(("dropout_keep", keep.astype(np.bool_, copy=False)))
+    if case.grads:
+        arrays += _grad_arrays(case, lay, res.grads if isinstance(res, Result) else None)
     h = {"id": rid, "status": "ok", "layout": lay,
          "timings": {"compile_s": float(compile_s or 0.0), "run_s": float(run_s if run_s is not None else seconds)}}
     return h, arrays
+
+
+def mask_grad_shape(case):
+    """The 4-D shape of dmask: the additive mask's [B', Hq', Sq', Sk'] (1 where it broadcasts)."""
+    full = case.amask.get("full_dims", "qk") if case.amask else ""
+    dims = (case.batch, case.q_heads, case.q_len, case.kv_len)
+    return tuple(n if c in full else 1 for n, c in zip(dims, "bhqk"))
+
+
+def mask_grad(case, g):
+    """A gradient of the additive mask at mask_grad_shape: given 2-D (a rank-2 mask's) or
+    4-D with full dimensions where the mask broadcasts (an expanded mask's), which are summed."""
+    want = mask_grad_shape(case)
+    shape = g.shape
+    if g.ndim == 2:
+        g = g.reshape((1, 1) + g.shape)
+    full = (case.batch, case.q_heads, case.q_len, case.kv_len)
+    if g.ndim != 4 or any(n not in (w, f) for n, w, f in zip(g.shape, want, full)):
+        raise ValueError("dmask has shape %s, the mask's is %s" % (list(shape), list(want)))
+    axes = tuple(i for i, (n, w) in enumerate(zip(g.shape, want)) if n != w)
+    return g.astype(np.float64).sum(axis=axes, keepdims=True) if axes else g
+
+
+def _grad_arrays(case, lay, grads):
+    """[(name, array)] of the gradients a backward case asked for, checked and in order:
+    dq, dk, dv at their tensors' shapes in layout lay, dmask at mask_grad_shape (a full
+    dimension where the mask broadcasts summed, a 2-D gradient given its leading 1s)."""
+    grads = grads or {}
+    extra = set(grads) - set(case.grads)
+    if extra:
+        raise ValueError("gradients %s were not asked for (asked: %s)" % (", ".join(sorted(extra)), ", ".join(case.grads)))
+    B, Sq, Sk = case.batch, case.q_len, case.kv_len
+    shapes = {"dq": layouts.out_shape(lay, B, case.q_heads, Sq, case.head_dim),
+              "dk": layouts.out_shape(lay, B, case.kv_heads, Sk, case.head_dim),
+              "dv": layouts.out_shape(lay, B, case.kv_heads, Sk, case.v_head_dim)}
+    out = []
+    for name in case.grads:
+        if grads.get(name) is None:
+            raise ValueError("the backward case asks for %s and the result has none" % name)
+        g = _as_output(grads[name])
+        if name == "dmask":
+            g = mask_grad(case, g)
+        elif g.shape != shapes[name]:
+            raise ValueError("%s has shape %s, the case's %s %s is %s" % (name, list(g.shape), lay, name,
+                                                                       list(shapes[name])))
+        out.append((name, g))
+    return out
 
 
 def _refusal(rid, e):

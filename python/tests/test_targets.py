@@ -55,11 +55,11 @@ class Registry(unittest.TestCase):
         self.assertEqual({r["target"].split("/")[0] for r in rows}, set(targets.stack_names()))
         for r in rows:
             self.assertEqual(set(r), {"target", "available", "reason", "summary", "gpu", "compiled", "smoke",
-                                      "reference"})
+                                      "reference", "backward"})
             if not r["available"]:
                 self.assertTrue(r["reason"], r)
         self.assertIn({"target": "numpy_ref/float64", "available": True, "reason": "", "gpu": False,
-                       "compiled": False, "smoke": True, "reference": True,
+                       "compiled": False, "smoke": True, "reference": True, "backward": True,
                        "summary": numpy_ref.STACK.variants["float64"].summary}, rows)
         p = subprocess.run([sys.executable, "-m", "attnfuzz.targets"], env=_env(), capture_output=True)
         self.assertEqual(p.returncode, 2)
@@ -83,6 +83,14 @@ class Registry(unittest.TestCase):
                          {"ort/attention", "ort/explicit", "ort/explicit_noopt", "ort/exported_sdpa", "jax/xla",
                           "jax/explicit"})
         self.assertNotIn("torch/flex", names("smoke"))
+        # backward: the training stacks' variants (CPU flex aside), never an inference stack's
+        bwd = names("backward")
+        self.assertIn("torch/cuda_flex", bwd)
+        self.assertIn("jax/cudnn", bwd)
+        self.assertNotIn("torch/flex", bwd)
+        self.assertFalse([t for t in bwd if t.split("/")[0] in ("ort", "openvino", "tvm", "tensorrt", "numpy_tiled")])
+        self.assertEqual(set(names("torch", "cpu", "backward")),
+                         {"torch/sdpa_math", "torch/sdpa_flash", "torch/explicit", "torch/compile", "torch/compile_sdpa"})
 
     def test_requirements_from_declarations(self):
         with tempfile.TemporaryDirectory() as d:
@@ -119,7 +127,8 @@ class Registry(unittest.TestCase):
         self.assertIn("RuntimeError: no GPU here", rows[1]["reason"])
         self.assertIn("declares no STACK", rows[2]["reason"])
         self.assertEqual(rows[3], {"target": "zz_wobbly/a", "available": True, "reason": "", "summary": "first",
-                                   "gpu": False, "compiled": False, "smoke": True, "reference": False})
+                                   "gpu": False, "compiled": False, "smoke": True, "reference": False,
+                                   "backward": False})
         self.assertEqual((rows[4]["target"], rows[4]["available"], rows[4]["gpu"]), ("zz_wobbly/b", False, True))
         self.assertIn("OSError: driver missing", rows[4]["reason"])
         self.assertIn("RuntimeError: no GPU here", declared[0]["error"])

@@ -16,6 +16,7 @@ import numpy as np
 
 from attnfuzz import layouts, protocol, reference, testing
 from attnfuzz.case import Case
+from attnfuzz.worker import mask_grad
 
 WORKER = r'''
 import sys
@@ -71,6 +72,22 @@ def run_header(rid, head_dim, nbytes_each, extra_entries=""):
                     % (n, d, 8 * d, 8 * d, 4 * d, w * nbytes_each) for w, n in enumerate("qkv"))
     return ('{"type":"run","id":%d,"case":%s,"derived":{"scale":1.0,"diag_offset":[0],"valid_keys":[2]},'
             '"tensors":[%s%s]}' % (rid, CASE2 % d, ents, extra_entries))
+
+
+class Conventions(unittest.TestCase):
+    """hello_header checks the conventions against docs/worker-protocol.md's list."""
+
+    def test_known_values_pass(self):
+        from attnfuzz.worker import hello_header
+        conv = {"masked_rows": "mean", "masked_keys": "ieee", "denormals": "flush", "scores": ["bf16"],
+                "tf32": "always", "causal": ["top_left"], "dropout": "none", "masked_values": "ieee"}
+        self.assertEqual(hello_header("x", "1", ["f32"], ["bhsd"], conventions=conv)["conventions"], conv)
+
+    def test_typos_fail_in_the_worker(self):
+        from attnfuzz.worker import hello_header
+        for conv in ({"masked_row": "nan"}, {"masked_rows": "mean_v"}, {"scores": ["f64"]}, {"causal": ["left"]}):
+            with self.assertRaises(ValueError):
+                hello_header("x", "1", ["f32"], ["bhsd"], conventions=conv)
 
 
 class Serve(unittest.TestCase):
@@ -281,6 +298,84 @@ class NumpyRef(unittest.TestCase):
                 self.assertTrue(np.allclose(out, want, rtol=1e-12, atol=1e-12, equal_nan=True), (lay, case))
                 self.assertFalse(np.isnan(out).any())
             self.assertEqual(w.close(), 0)
+
+    def test_backward_every_layout(self):
+        """Backward cases through the kit: do in the output layout with its own strides,
+        every gradient back at its shape (dmask at the mask's 4-D shape), equal to the
+        reference's gradients of the values the worker saw; a missing gradient is refused."""
+        env = dict(os.environ, PYTHONPATH=_util.PYDIR)
+        r = np.random.default_rng(9)
+        cmd = [sys.executable, "-m", "attnfuzz.targets.numpy_ref"]
+        nonzero = 0
+        with testing.WorkerProcess(cmd, env=env) as w:
+            self.assertIn("backward", w.hello["caps"])
+            for t, lay in enumerate(list(layouts.ALL) * 2):
+                packed = lay in layouts.PACKED
+                B, Sq, Hkv = int(r.integers(1, 3)), int(r.integers(1, 5)), int(r.integers(1, 3))
+                Hq = Hkv if packed else Hkv * int(r.integers(1, 3))
+                Sk = Sq if packed else int(r.integers(1, 5))
+                D = int(r.integers(1, 4))
+                Dv = D if packed else int(r.integers(1, 4))
+                grads = ["dq", "dk", "dv", "dmask"][: 1 + t % 4]
+                out_nd = 3 if layouts.OUT_LAYOUT[lay] in ("bsd", "channels_first") else 4
+                do_spec = {"perm": int(r.integers(0, 24)), "pad": t % 3,
+                           "broadcast": ["none", "batch"][t % 2] if out_nd == 3 else ["none", "batch", "heads"][t % 3]}
+                case = {"batch": B, "q_heads": Hq, "kv_heads": Hkv, "q_len": Sq, "kv_len": Sk, "head_dim": D,
+                        "v_head_dim": Dv, "dtype": "f32", "causal": t % 2 == 1, "diagonal": "bottom_right",
+                        "q": {"layout": lay}, "k": {"layout": lay}, "v": {"layout": lay},
+                        "additive_mask": {"full_dims": ["qk", "bk", "hq", "k"][t % 4], "rank": 4,
+                                          "expanded": t % 3 == 0},
+                        "backward": {"grads": grads, "do": do_spec}}
+                c = Case(case)
+                self.assertEqual(c.grads, tuple(grads))
+                q = r.normal(size=(B, Hq, Sq, D))
+                k, v = r.normal(size=(B, Hkv, Sk, D)), r.normal(size=(B, Hkv, Sk, Dv))
+                do = r.normal(size=(B, Hq, Sq, Dv))
+                if do_spec["broadcast"] == "batch":
+                    do[...] = do[:1]
+                elif do_spec["broadcast"] == "heads":
+                    do[...] = do[:, :1]
+                mshape = tuple(n if x in case["additive_mask"]["full_dims"] else 1
+                               for n, x in zip((B, Hq, Sq, Sk), "bhqk"))
+                am = r.normal(size=mshape)
+                # the values the worker sees: rounded to f32 like the frame's
+                q, k, v, do, am = (x.astype(np.float32).astype(np.float64) for x in (q, k, v, do, am))
+                arrays = testing.physical_inputs(c, q, k, v, am, None, dout=do)
+                self.assertEqual(arrays["do"].shape,
+                                 layouts.out_shape(layouts.OUT_LAYOUT[lay], B, Hq, Sq, Dv))
+                h, payload = w.call(testing.run_frame(case, arrays, rid=t))
+                self.assertEqual((h["id"], h["status"]), (t, "ok"), h)
+                got = protocol.tensors_from_header(h, payload)
+                self.assertEqual(sorted(got), sorted(["out"] + grads))
+                want = reference.backward(c, q, k, v, do, mask=am)
+                for g in grads:
+                    exp = mask_grad(c, want[g]) if g == "dmask" else want[g]
+                    self.assertEqual(got[g].shape, exp.shape, (g, lay))
+                    self.assertTrue(np.allclose(got[g], exp, rtol=1e-12, atol=1e-12), (g, lay, case))
+                nonzero += sum(bool(np.abs(want[g]).max() > 0) for g in grads)
+            # most gradients compared are not 0: the comparison could fail
+            self.assertGreater(nonzero, 20)
+            self.assertEqual(w.close(), 0)
+
+    def test_backward_result_checked(self):
+        """The kit refuses a result without a gradient asked for, or of the wrong shape."""
+        from attnfuzz.worker import Result, _grad_arrays
+        c = Case({"batch": 1, "q_heads": 2, "q_len": 3, "head_dim": 4,
+                  "additive_mask": {"full_dims": "k", "rank": 2}, "backward": {"grads": ["dq", "dmask"]}})
+        dq = np.zeros((1, 2, 3, 4))
+        with self.assertRaisesRegex(ValueError, "asks for dmask"):
+            _grad_arrays(c, "bhsd", {"dq": dq})
+        with self.assertRaisesRegex(ValueError, "dq has shape"):
+            _grad_arrays(c, "bhsd", {"dq": dq[:, :1], "dmask": np.zeros((1, 3))})
+        with self.assertRaisesRegex(ValueError, "not asked"):
+            _grad_arrays(c, "bhsd", {"dq": dq, "dk": dq, "dmask": np.zeros((1, 3))})
+        # a full dmask is summed over the dims the mask broadcasts
+        full = np.arange(18, dtype=np.float64).reshape(1, 2, 3, 3)
+        got = dict(_grad_arrays(c, "bhsd", {"dq": dq, "dmask": full}))["dmask"]
+        self.assertEqual(got.shape, (1, 1, 1, 3))
+        self.assertEqual(got.ravel().tolist(), full.sum(axis=(1, 2)).ravel().tolist())
+        with self.assertRaises(ValueError):
+            Case({"backward": {"grads": ["dx"]}})
 
 
 if __name__ == "__main__":

@@ -686,11 +686,13 @@ static af_status af_worker_fault(af_worker *w, af_status code, const char *what,
     return af_error_set(err, code, "%s%s%s", what, brief[0] ? "; stderr: " : "", brief);
 }
 
-/* The answer r (checked) to the request for case c: out filled for ok, AF_ERR_UNSUPPORTED
+/* The answer r (checked) to the request for case c: out (and the gradients of a backward
+ * case, grads not NULL) filled for ok, AF_ERR_UNSUPPORTED
  * (learned from) or AF_ERR_BACKEND (an error finding) otherwise; a keep mask goes to
  * *keep (grown to *cap). */
 static af_status af_worker_take(af_worker *w, const af_case *c, const af_wp_result *r, const uint8_t *payload,
-                                af_tensor *out, uint8_t **keep, size_t *cap, const uint8_t **keep_out, af_error *err) {
+                                af_tensor *out, af_grads *grads, uint8_t **keep, size_t *cap, const uint8_t **keep_out,
+                                af_error *err) {
     *keep_out = NULL;
     if (r->status == AF_WP_UNSUPPORTED) {
         w->ext.unsupported++;
@@ -707,6 +709,8 @@ static af_status af_worker_take(af_worker *w, const af_case *c, const af_wp_resu
         out->data = data;
     }
     af_wp_copy_out(r, payload, c, out);
+    for (int g = 0; grads && g < AF_GRAD_COUNT; g++)
+        if (c->bwd.grads & (1u << g)) AF_TRY(af_wp_copy_grad(r, payload, c, g, af_grads_at(grads, g), err));
     if (r->has_keep) {
         size_t keepb = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len;
         if (keepb > *cap) {
@@ -726,6 +730,13 @@ static af_status af_worker_take(af_worker *w, const af_case *c, const af_wp_resu
 static size_t af_worker_answer_max(const af_case *c) {
     size_t outb = (size_t)c->batch * c->q_heads * c->q_len * c->v_head_dim * 8;
     size_t keepb = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len;
+    for (int g = 0; g < AF_GRAD_COUNT; g++) {
+        if (!(c->bwd.grads & (1u << g))) continue;
+        size_t ne[4];
+        af_case_grad_shape(c, g, ne);
+        /* dmask may come back at the full [B, Hq, Sq, Sk] */
+        outb += 8 * (g == AF_GRAD_COUNT - 1 ? keepb : ne[0] * ne[1] * ne[2] * ne[3]);
+    }
     return outb + keepb + 4096;
 }
 
@@ -758,7 +769,8 @@ static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xe
     return af_worker_fault(w, AF_ERR_BACKEND, what, err);
 }
 
-static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+static af_status af_worker_run_backward(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g,
+                                        af_error *err) {
     af_worker *w = state;
     const af_case *c = in->c;
     w->ext.dropout_keep = NULL;
@@ -793,7 +805,11 @@ static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor
     w->faults = 0;
     w->ext.compile_s = r.compile_s;
     w->ext.run_s = r.run_s;
-    return af_worker_take(w, c, &r, payload, out, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
+    return af_worker_take(w, c, &r, payload, out, g, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
+}
+
+static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    return af_worker_run_backward(state, in, out, NULL, err);
 }
 
 /* --- batches ------------------------------------------------------------------------------ */
@@ -840,7 +856,6 @@ static af_status af_worker_batch_begin(void *state, const af_case_tensors *const
  * get their answers. AF_ERR_NOMEM / AF_ERR_IO (no worker any more) stop the batch. */
 static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
                                      af_error *err) {
-    (void)grads; /* no run_backward: af_backend_caps never lets a backward case reach it */
     af_worker *w = state;
     size_t n = w->bn;
     w->bn = 0;
@@ -867,7 +882,7 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         af_worker_failed(w, st, &xerr, w->bfresh, limit, &ferr);
         for (size_t i = 0; i < n; i++) {
             memset(&res[i], 0, sizeof res[i]);
-            res[i].st = af_worker_run(w, w->bin[i], outs[i], &res[i].err);
+            res[i].st = af_worker_run_backward(w, w->bin[i], outs[i], grads ? grads[i] : NULL, &res[i].err);
             if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
             if (res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT ||
                 (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9))) {
@@ -908,8 +923,8 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         res[i].run_s = w->bres[i].run_s;
         res[i].wall_s = wall / (double)n;
         res[i].new_key = w->bfresh && i == 0;
-        res[i].st = af_worker_take(w, cases[i], &w->bres[i], payload, outs[i], &w->bkeep[i], &w->bkeep_cap[i],
-                                   &res[i].dropout_keep, &res[i].err);
+        res[i].st = af_worker_take(w, cases[i], &w->bres[i], payload, outs[i], grads ? grads[i] : NULL, &w->bkeep[i],
+                                   &w->bkeep_cap[i], &res[i].dropout_keep, &res[i].err);
         if (res[i].st == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     }
     return AF_OK;
@@ -959,6 +974,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->vt.out_dtype = AF_F64; /* large enough for any dtype it returns (run says which) */
     w->vt.destroy = af_worker_destroy;
     w->vt.run = af_worker_run;
+    w->vt.run_backward = af_worker_run_backward; /* sent backward cases only when its hello says backward */
     w->vt.supports = af_worker_supports;
     w->vt.batch_max = af_worker_batch_max;
     w->vt.batch_begin = af_worker_batch_begin;
@@ -969,6 +985,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->ext.waive_masked_row_nan = h->masked_rows_nan;
     w->ext.waive_masked_value_leak = h->masked_values_ieee;
     w->ext.own_dropout = h->dropout == AF_WP_DROPOUT_KEEP_MASK;
+    w->ext.conv = h->conv;
     w->ext.compile_key = h->compile_key;
     w->ext.stderr_tail = af_worker_tail(&w->p);
     w->ext.learned = w->learned;

@@ -155,8 +155,11 @@ static int af_wp_choice(const af_wp_header *h, long conv, const char *key, const
 
 static const char *const af_wp_float_names[3] = {"f32", "f16", "bf16"}; /* af_dtype order */
 static const char *const af_wp_unpacked[5] = {"bhsd", "bshd", "sbhd", "bsd", "channels_first"};
-static const char *const af_wp_masked_rows[2] = {"zero", "nan"};
 static const char *const af_wp_masked_values[2] = {"exclude", "ieee"};
+static const char *const af_wp_masked_keys[2] = {"exclude", "ieee"};
+static const char *const af_wp_denormals[2] = {"keep", "flush"};
+static const char *const af_wp_tf32[2] = {"case", "always"};
+static const char *const af_wp_scores[2] = {"f32", "dtype"};
 static const char *const af_wp_dropout[3] = {"counter", "keep_mask", "none"}; /* AF_WP_DROPOUT_* order */
 
 /* In the parsers below: fail with a message, or with what a call returned. */
@@ -199,7 +202,7 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     if (!hl->name[0]) AF_WP_FAIL("hello: no name");
     af_wp_str(h, af_wp_get(h, 0, "version"), hl->version, sizeof hl->version);
     af_wp_str(h, af_wp_get(h, 0, "variant"), hl->variant, sizeof hl->variant);
-    AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "caps"), "capability", af_cap_names, 17, &hl->caps, err));
+    AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "caps"), "capability", af_cap_names, AF_CAP_COUNT, &hl->caps, err));
     AF_WP_TRY(af_wp_name_bits(h, af_wp_get(h, 0, "layouts"), "layout", af_layout_names, AF_LAYOUT_COUNT, &hl->layouts,
                               err));
     long dts = af_wp_get(h, 0, "dtypes");
@@ -224,14 +227,36 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     hl->diagonals = (1u << AF_DIAG_COUNT) - 1;
     long cc = af_wp_get(h, conv, "causal");
     if (cc >= 0) AF_WP_TRY(af_wp_name_bits(h, cc, "causal diagonal", af_diag_names, AF_DIAG_COUNT, &hl->diagonals, err));
-    int mr = af_wp_choice(h, conv, "masked_rows", af_wp_masked_rows, 2);
-    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\" or \"nan\"");
+    int mr = af_wp_choice(h, conv, "masked_rows", af_masked_rows_names, AF_ROWS_COUNT);
+    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\", \"nan\", \"mean\" or \"unmasked\"");
+    int mk = af_wp_choice(h, conv, "masked_keys", af_wp_masked_keys, 2);
+    if (mk < 0) AF_WP_FAIL("hello: conventions.masked_keys must be \"exclude\" or \"ieee\"");
+    int dn = af_wp_choice(h, conv, "denormals", af_wp_denormals, 2);
+    if (dn < 0) AF_WP_FAIL("hello: conventions.denormals must be \"keep\" or \"flush\"");
+    int tf = af_wp_choice(h, conv, "tf32", af_wp_tf32, 2);
+    if (tf < 0) AF_WP_FAIL("hello: conventions.tf32 must be \"case\" or \"always\"");
+    /* scores: "f32", "dtype" (every dtype), or the dtypes whose scores are in the dtype */
+    long sc = af_wp_get(h, conv, "scores");
+    uint32_t scores = 0;
+    if (af_wp_type(h, sc, AF_JS_ARRAY)) {
+        AF_WP_TRY(af_wp_name_bits(h, sc, "conventions.scores dtype", af_wp_float_names, 3, &scores, err));
+    } else if (sc >= 0) {
+        int k = af_wp_which(h, sc, af_wp_scores, 2);
+        if (k < 0) AF_WP_FAIL("hello: conventions.scores must be \"f32\", \"dtype\" or a list of dtypes");
+        scores = k == 1 ? 7u : 0u;
+    }
     int mv = af_wp_choice(h, conv, "masked_values", af_wp_masked_values, 2);
     if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
     int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
     if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
-    hl->masked_rows_nan = mr == 1;
+    hl->masked_rows_nan = mr == AF_ROWS_NAN;
     hl->masked_values_ieee = mv == 1;
+    hl->conv.masked_rows = (af_masked_rows)mr;
+    hl->conv.masked_values_ieee = mv == 1;
+    hl->conv.masked_keys_ieee = mk == 1;
+    hl->conv.denormals_flush = dn == 1;
+    hl->conv.tf32_always = tf == 1;
+    hl->conv.scores_dtype = scores;
     hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
     if (hl->dropout == AF_WP_DROPOUT_NONE) hl->caps &= ~(uint32_t)AF_CAP_DROPOUT;
     long bt = af_wp_get(h, 0, "batch");
@@ -252,9 +277,24 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
             int w = snprintf(diags + k, sizeof diags - k, "%s\"%s\"", k ? "," : "", af_diag_names[d]);
             if (w > 0) k += (size_t)w;
         }
+        char sct[64] = "\"f32\"";
+        if (scores == 7u) {
+            snprintf(sct, sizeof sct, "\"dtype\"");
+        } else if (scores) {
+            size_t at = 0;
+            sct[at++] = '[';
+            for (int d = 0; d < 3; d++)
+                if (scores >> d & 1u) {
+                    int w = snprintf(sct + at, sizeof sct - at, "%s\"%s\"", at > 1 ? "," : "", af_wp_float_names[d]);
+                    if (w > 0) at += (size_t)w;
+                }
+            snprintf(sct + at, sizeof sct - at, "]");
+        }
         snprintf(hl->conventions, sizeof hl->conventions,
-                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\"}", diags,
-                 af_wp_masked_rows[mr], af_wp_dropout[dr], af_wp_masked_values[mv]);
+                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\","
+                 "\"masked_keys\":\"%s\",\"denormals\":\"%s\",\"scores\":%s,\"tf32\":\"%s\"}",
+                 diags, af_masked_rows_names[mr], af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
+                 af_wp_denormals[dn], sct, af_wp_tf32[tf]);
     }
 done:
     af_wp_header_free(&hh);
@@ -266,6 +306,53 @@ done:
 /* The output shape of unpacked layout l (the case's output [B, Hq, Sq, Dv]). */
 static int af_wp_out_shape(af_layout l, const af_case *c, size_t ne[AF_MAX_DIMS]) {
     return af_layout_shape(l, c->batch, c->q_heads, c->q_len, c->v_head_dim, ne);
+}
+
+static void af_wp_dims(char *buf, size_t len, int nd, const size_t *ne) {
+    size_t a = 0;
+    buf[0] = 0;
+    for (int k = 0; k < nd && a < len; k++) {
+        int w = snprintf(buf + a, len - a, "%s%zu", k ? "," : "", ne[k]);
+        if (w > 0) a += (size_t)w;
+    }
+}
+
+/* Checks tensor t of an ok result: a float dtype and its shape: the case's output in
+ * layout l (g < 0), gradient g's tensor in l (dq, dk, dv), or dmask's 4-D shape with each
+ * dim the mask's or full. */
+static af_status af_wp_check_float(const af_wp_tensor *t, af_layout l, const af_case *c, int g, af_error *err) {
+    af_dtype dt = t->dtype;
+    AF_RETURN_ERROR_IF(dt != AF_F32 && dt != AF_F64 && dt != AF_F16 && dt != AF_BF16, err, AF_ERR_FORMAT,
+                       "%s has dtype %s, not a float dtype", t->name, af_dtype_names[dt]);
+    size_t want[AF_MAX_DIMS];
+    int wn;
+    bool same;
+    if (g == AF_GRAD_COUNT - 1) { /* dmask */
+        size_t full[4] = {c->batch, c->q_heads, c->q_len, c->kv_len};
+        af_case_grad_shape(c, g, want);
+        wn = 4;
+        same = t->ndim == 4;
+        for (int k = 0; same && k < 4; k++) same = t->ne[k] == want[k] || t->ne[k] == full[k];
+    } else {
+        if (g < 0) {
+            wn = af_wp_out_shape(l, c, want);
+        } else {
+            size_t ne[4];
+            af_case_grad_shape(c, g, ne);
+            wn = af_layout_shape(l, ne[0], ne[1], ne[2], ne[3], want);
+        }
+        same = wn == t->ndim;
+        for (int k = 0; same && k < wn; k++) same = want[k] == t->ne[k];
+    }
+    if (!same) {
+        char got[96], exp[96];
+        af_wp_dims(got, sizeof got, t->ndim, t->ne);
+        af_wp_dims(exp, sizeof exp, wn, want);
+        return af_error_set(err, AF_ERR_FORMAT, "%s has shape [%s], the case's %s%s is [%s]", t->name, got,
+                            g == AF_GRAD_COUNT - 1 ? "" : af_layout_names[l],
+                            g < 0 ? " output" : g == AF_GRAD_COUNT - 1 ? "additive mask" : "", exp);
+    }
+    return AF_OK;
 }
 
 /* One result object (token obj of h: the header itself, or an item of a batch) for
@@ -316,6 +403,7 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
     long tensors = af_wp_get(h, obj, "tensors");
     if (!af_wp_type(h, tensors, AF_JS_ARRAY)) AF_WP_FAIL("result ok without a tensors array");
     bool has_out = false;
+    unsigned grads = 0;
     size_t need = 0;
     /* element by element along the tokens (a worker may send many: no quadratic walk) */
     long e = af_js_item(h->tok, tensors, 0);
@@ -329,30 +417,23 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
         } else if (strcmp(t.name, "dropout_keep") == 0) {
             r->keep = t;
             r->has_keep = true;
+        } else {
+            for (int g = 0; g < AF_GRAD_COUNT; g++) {
+                if (strcmp(t.name, af_grad_names[g]) != 0) continue;
+                if (!(c->bwd.grads & (1u << g))) AF_WP_FAIL("result has %s, which the case does not ask for", t.name);
+                r->grad[g] = t;
+                grads |= 1u << g;
+            }
         }
     }
     if (!has_out) AF_WP_FAIL("result ok without tensor out");
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if ((c->bwd.grads & (1u << g)) && !(grads & (1u << g)))
+            AF_WP_FAIL("the backward case asks for %s and the result has none", af_grad_names[g]);
     *need_out = need;
-    af_dtype od = r->out.dtype;
-    if (od != AF_F32 && od != AF_F64 && od != AF_F16 && od != AF_BF16)
-        AF_WP_FAIL("out has dtype %s, not a float dtype", af_dtype_names[od]);
-    size_t want[AF_MAX_DIMS];
-    int wn = af_wp_out_shape(r->layout, c, want);
-    bool same = wn == r->out.ndim;
-    for (int k = 0; same && k < wn; k++) same = want[k] == r->out.ne[k];
-    if (!same) {
-        char got[96] = "", exp[96] = "";
-        size_t a = 0, b = 0;
-        for (int k = 0; k < r->out.ndim && a < sizeof got; k++) {
-            int w = snprintf(got + a, sizeof got - a, "%s%zu", k ? "," : "", r->out.ne[k]);
-            if (w > 0) a += (size_t)w;
-        }
-        for (int k = 0; k < wn && b < sizeof exp; k++) {
-            int w = snprintf(exp + b, sizeof exp - b, "%s%zu", k ? "," : "", want[k]);
-            if (w > 0) b += (size_t)w;
-        }
-        AF_WP_FAIL("out has shape [%s], the case's %s output is [%s]", got, af_layout_names[r->layout], exp);
-    }
+    AF_WP_TRY(af_wp_check_float(&r->out, r->layout, c, -1, err));
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (c->bwd.grads & (1u << g)) AF_WP_TRY(af_wp_check_float(&r->grad[g], r->layout, c, g, err));
     if (r->has_keep) {
         size_t kw[4] = {c->batch, c->q_heads, c->q_len, c->kv_len};
         bool ok = r->keep.dtype == AF_BOOL && r->keep.ndim == 4;
@@ -412,31 +493,6 @@ af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, 
     return st;
 }
 
-static double af_wp_load(af_dtype dt, const uint8_t *p) {
-    switch (dt) {
-    case AF_F32: {
-        float f;
-        memcpy(&f, p, 4);
-        return (double)f;
-    }
-    case AF_F64: {
-        double d;
-        memcpy(&d, p, 8);
-        return d;
-    }
-    case AF_F16:
-    case AF_BF16: {
-        uint16_t u;
-        memcpy(&u, p, 2);
-        return (double)(dt == AF_F16 ? af_f16_to_f32(u) : af_bf16_to_f32(u));
-    }
-    case AF_BOOL: return (double)(p[0] != 0);
-    case AF_DTYPE_COUNT: break;
-    }
-    AF_ASSERT(0 && "unknown dtype");
-    return 0.0;
-}
-
 void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case *c, af_tensor *dst) {
     /* out in r->layout, as a canonical [B, Hq, Sq, Dv] view (the layout's output is the
      * layout of one tensor with Hq heads, Sq positions and head dim Dv) */
@@ -455,12 +511,70 @@ void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case
         for (size_t h = 0; h < v.ne[1]; h++)
             for (size_t i = 0; i < v.ne[2]; i++)
                 for (size_t d = 0; d < v.ne[3]; d++, e++) {
-                    double x = af_wp_load(v.dtype, base + af_view_offset(&v, b, h, i, d));
+                    double x = af_dtype_load(v.dtype, base, af_view_offset(&v, b, h, i, d));
                     if (dst->dtype == AF_F64)
                         ((double *)dst->data)[e] = x;
                     else
                         ((float *)dst->data)[e] = (float)x; /* exact from f16/bf16/f32 */
                 }
+}
+
+af_status af_wp_copy_grad(const af_wp_result *r, const uint8_t *payload, const af_case *c, int g, af_tensor *dst,
+                          af_error *err) {
+    const af_wp_tensor *t = &r->grad[g];
+    size_t ne[4];
+    af_case_grad_shape(c, g, ne);
+    af_dtype dt = t->dtype;
+    void *data = dst->data;
+    af_tensor_contiguous(dst, dt, 4, ne);
+    dst->data = data;
+    /* the source as a canonical [B, H, S, D] view (dmask: its own 4-D strides, a dim the
+     * mask broadcasts walked in full and summed) */
+    af_view v;
+    size_t span[4] = {ne[0], ne[1], ne[2], ne[3]};
+    if (g == AF_GRAD_COUNT - 1) {
+        memset(&v, 0, sizeof v);
+        v.dtype = t->dtype;
+        v.data = payload + t->offset;
+        for (int k = 0; k < 4; k++) v.ne[k] = t->ne[k], v.nb[k] = t->nb[k], span[k] = t->ne[k];
+    } else {
+        af_tensor phys;
+        memset(&phys, 0, sizeof phys);
+        phys.dtype = t->dtype;
+        phys.ndim = t->ndim;
+        for (int k = 0; k < phys.ndim; k++) phys.ne[k] = t->ne[k], phys.nb[k] = t->nb[k];
+        phys.data = (void *)(uintptr_t)(payload + t->offset);
+        af_layout_view(r->layout, &phys, g == 0 ? AF_Q : g == 1 ? AF_K : AF_V, ne[1], ne[3], &v);
+    }
+    size_t n = ne[0] * ne[1] * ne[2] * ne[3];
+    bool summed = span[0] * span[1] * span[2] * span[3] != n;
+    double *acc = summed ? af_calloc(n, sizeof *acc) : NULL;
+    AF_RETURN_ERROR_IF(summed && !acc, err, AF_ERR_NOMEM, "out of memory");
+    const uint8_t *base = v.data;
+    for (size_t b = 0; b < span[0]; b++)
+        for (size_t h = 0; h < span[1]; h++)
+            for (size_t i = 0; i < span[2]; i++)
+                for (size_t d = 0; d < span[3]; d++) {
+                    double x = af_dtype_load(v.dtype, base, af_view_offset(&v, b, h, i, d));
+                    size_t e = (((b % ne[0]) * ne[1] + h % ne[1]) * ne[2] + i % ne[2]) * ne[3] + d % ne[3];
+                    if (acc) {
+                        acc[e] += x;
+                    } else if (dt == AF_F64) {
+                        ((double *)data)[e] = x;
+                    } else if (dt == AF_F32) {
+                        ((float *)data)[e] = (float)x;
+                    } else { /* f16, bf16: the value is one, stored exactly */
+                        ((uint16_t *)data)[e] = dt == AF_F16 ? af_f16_from_f64(x) : af_bf16_from_f64(x);
+                    }
+                }
+    if (acc) {
+        /* a sum is no longer a value of the worker's dtype: kept in F64 */
+        af_tensor_contiguous(dst, AF_F64, 4, ne);
+        dst->data = data;
+        memcpy(data, acc, n * sizeof *acc);
+        af_free(acc);
+    }
+    return AF_OK;
 }
 
 void af_wp_copy_keep(const af_wp_result *r, const uint8_t *payload, const af_case *c, uint8_t *keep) {
@@ -561,6 +675,12 @@ static void af_wp_write_item(af_jw *hdr, uint64_t id, const af_case_tensors *t, 
             parts[(*np)++] = (af_wp_part){qkv[w]->data, span};
             *off += span;
         }
+    }
+    if (c->bwd.grads) {
+        size_t span = af_tensor_span(&t->dout);
+        af_wp_entry(hdr, "do", t->dout.dtype, t->dout.ndim, t->dout.ne, t->dout.nb, *off);
+        parts[(*np)++] = (af_wp_part){t->dout.data, span};
+        *off += span;
     }
     const af_mask_spec *ms[2] = {&c->amask, &c->bmask};
     const af_tensor *mt[2] = {&t->amask, &t->bmask};

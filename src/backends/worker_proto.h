@@ -18,7 +18,8 @@
 #include "json_write.h"
 
 #define AF_WP_MAX_HEADER ((size_t)1 << 20) /* a reader refuses a header over 1 MiB */
-#define AF_WP_MAX_PARTS 8                    /* payload pieces of a run frame (of one case) */
+#define AF_WP_MAX_PARTS 8                    /* payload pieces of a run frame (of one case: q, k, v or qkv,
+                                                two masks, do) */
 #define AF_WP_MAX_BATCH 256                  /* cases per run frame, at most */
 
 /* One tensor entry of a header, checked against the payload it points into. */
@@ -42,6 +43,7 @@ typedef struct af_wp_hello {
     uint32_t diagonals;         /* bit per af_diag it implements (default all) */
     bool masked_rows_nan;       /* conventions.masked_rows == "nan" */
     bool masked_values_ieee;    /* conventions.masked_values == "ieee" */
+    af_conventions conv;        /* every convention the oracle models (conventions.h) */
     enum { AF_WP_DROPOUT_COUNTER, AF_WP_DROPOUT_KEEP_MASK, AF_WP_DROPOUT_NONE } dropout;
     uint32_t compile_key; /* AF_KEY_* bits; AF_KEY_ALL when not given */
     uint32_t batch;       /* the most cases it takes in one run frame (1: no batches) */
@@ -58,6 +60,9 @@ typedef struct af_wp_result {
     af_wp_tensor out;      /* ok: its shape is the layout's output shape */
     bool has_keep;
     af_wp_tensor keep;     /* bool [B, Hq, Sq, Sk] */
+    af_wp_tensor grad[AF_GRAD_COUNT]; /* a backward case's, each it asks for: dq, dk, dv in layout
+                                         (like out), dmask 4-D (a full dim where the mask broadcasts
+                                         is summed by af_wp_copy_grad) */
     double compile_s, run_s; /* -1 when not given */
 } af_wp_result;
 
@@ -91,7 +96,8 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *h, af_er
  * holds the status; an ok result's tensors lie in *payload. AF_ERR_FORMAT for anything
  * that breaks the protocol: bad JSON, another type or id, unknown status, a missing,
  * misshapen or non-float out, a tensor outside the payload, a payload larger than its
- * tensors need, a missing keep mask under conventions.dropout "keep_mask". */
+ * tensors need, a missing keep mask under conventions.dropout "keep_mask", a gradient a
+ * backward case asks for that is missing, misshapen or not float, or one it does not ask for. */
 af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const af_case *c, const af_wp_hello *h,
                              af_wp_result *r, const uint8_t **payload, af_error *err);
 
@@ -106,6 +112,12 @@ af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, 
 /* Copies a checked out tensor into dst, a contiguous [B, Hq, Sq, Dv] tensor whose dtype
  * the caller chose (F32 or F64; values converted, f16/bf16 exactly). */
 void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case *c, af_tensor *dst);
+/* Copies checked gradient g (af_grad_names order) into dst, a contiguous tensor of
+ * af_case_grad_shape(c, g) with room for F64: F64 stays F64, f32 becomes F32, f16 and bf16
+ * stay themselves (so that the oracle allows their final rounding); dst->dtype says which.
+ * dmask is summed over the dims where the worker left it full and the mask broadcasts. */
+af_status af_wp_copy_grad(const af_wp_result *r, const uint8_t *payload, const af_case *c, int g, af_tensor *dst,
+                          af_error *err);
 /* Copies a checked keep mask into keep ([B, Hq, Sq, Sk] bytes, 1 = kept). */
 void af_wp_copy_keep(const af_wp_result *r, const uint8_t *payload, const af_case *c, uint8_t *keep);
 

@@ -118,8 +118,10 @@ static void af_backends_targets(void) {
             const cJSON *sum = cJSON_GetObjectItemCaseSensitive(t, "summary");
             char spec[160];
             snprintf(spec, sizeof spec, "target:%s", cJSON_IsString(name) ? name->valuestring : "?");
+            /* which variants answer backward cases (the inference stacks' never do) */
+            const char *bwd = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(t, "backward")) ? "fwd+bwd" : "fwd only";
             if (cJSON_IsTrue(ok))
-                printf("  %-32s %s\n", spec, cJSON_IsString(sum) ? sum->valuestring : "");
+                printf("  %-32s %-8s %s\n", spec, bwd, cJSON_IsString(sum) ? sum->valuestring : "");
             else
                 printf("  %-32s unavailable: %s\n", spec, cJSON_IsString(reason) ? reason->valuestring : "?");
         }

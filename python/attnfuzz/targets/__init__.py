@@ -51,8 +51,8 @@ def declared(stacks=None):
 
 def list_targets(stacks=None):
     """[{"target": "STACK/VARIANT", "available": bool, "reason": str, "summary": str,
-    "gpu": bool, "compiled": bool, "smoke": bool, "reference": bool}, ...]. What the stacks print while
-    importing goes to stderr."""
+    "gpu": bool, "compiled": bool, "smoke": bool, "reference": bool, "backward": bool}, ...].
+    What the stacks print while importing goes to stderr."""
     with contextlib.redirect_stdout(sys.stderr):
         return _list(stacks or stack_names())
 
@@ -63,23 +63,24 @@ def _list(stacks):
         mod, why = load(stack)
         if mod is None:
             rows.append({"target": stack, "available": False, "reason": why, "summary": "", "gpu": False,
-                         "compiled": False, "smoke": False, "reference": False})
+                         "compiled": False, "smoke": False, "reference": False, "backward": False})
             continue
         st = mod.STACK
         for v in st.variants.values():
             ok, reason = st.available(v.name)
             rows.append({"target": "%s/%s" % (st.name, v.name), "available": ok, "reason": reason,
                          "summary": v.summary, "gpu": v.gpu, "compiled": v.compiled, "smoke": v.smoke,
-                         "reference": st.reference})
+                         "reference": st.reference, "backward": st.backward(v.name)})
     return rows
 
 
 def select(rows, where):
     """The rows (list_targets or flattened declared()) that match every word of where:
-    cpu, gpu, eager, compiled, smoke, available, campaign (not a reference), or a stack
-    name (several stack names: any of them)."""
+    cpu, gpu, eager, compiled, smoke, available, campaign (not a reference), backward (answers
+    backward cases), or a stack name (several stack names: any of them)."""
     words = set(where)
-    stacks = {w for w in words if w not in ("cpu", "gpu", "eager", "compiled", "smoke", "available", "campaign")}
+    stacks = {w for w in words
+              if w not in ("cpu", "gpu", "eager", "compiled", "smoke", "available", "campaign", "backward")}
 
     def ok(r):
         stack = r["target"].split("/", 1)[0]
@@ -88,6 +89,7 @@ def select(rows, where):
                 and ("smoke" not in words or r.get("smoke", True))
                 and ("available" not in words or r.get("available", True))
                 and ("campaign" not in words or not r["reference"])
+                and ("backward" not in words or r.get("backward"))
                 and (not stacks or stack in stacks))
     return [r for r in rows if ok(r)]
 
@@ -99,7 +101,7 @@ def declared_rows(stacks=None):
         for v in st.get("variants", ()):
             rows.append({"target": "%s/%s" % (st["stack"], v["variant"]), "summary": v["summary"], "gpu": v["gpu"],
                          "compiled": v["compiled"], "reference": st["reference"], "quick": v["quick"],
-                         "smoke": v["smoke"]})
+                         "smoke": v["smoke"], "backward": v["backward"]})
     return rows
 
 

@@ -45,7 +45,8 @@ CAUSAL_ALL = ("top_left", "bottom_right", "bottom_right_valid", "explicit")
 
 # The conventions a target follows unless it declares otherwise: the reference's own.
 DEFAULT_CONVENTIONS = {"causal": list(CAUSAL_ALL), "masked_rows": "zero", "dropout": "none",
-                       "masked_values": "exclude"}
+                       "masked_values": "exclude", "masked_keys": "exclude", "denormals": "keep",
+                       "scores": "f32"}
 
 # The float32 scores [B, Hq, Sq, Sk] a target may materialize (explicit graphs, host
 # masks, XLA's dot_product_attention): a case needing more is unsupported, not an OOM.
@@ -65,18 +66,21 @@ class Variant:
     quick     the self-test runs its quick case subset (compiles that take seconds)
     smoke     part of CI's few-second smoke campaign of its stack (False where one compile
               alone would not fit: the self-test covers those)
+    backward  answers backward cases (gradients; the hello's cap "backward"): None takes
+              the stack's `trains`
     """
 
-    __slots__ = ("name", "summary", "gpu", "compiled", "needs", "quick", "smoke")
+    __slots__ = ("name", "summary", "gpu", "compiled", "needs", "quick", "smoke", "backward")
 
-    def __init__(self, name, summary, gpu=False, compiled=False, needs=(), quick=False, smoke=True):
+    def __init__(self, name, summary, gpu=False, compiled=False, needs=(), quick=False, smoke=True, backward=None):
         self.name, self.summary = str(name), str(summary)
         self.gpu, self.compiled, self.quick, self.smoke = bool(gpu), bool(compiled), bool(quick), bool(smoke)
         self.needs = tuple(needs)
+        self.backward = backward if backward is None else bool(backward)
 
     def as_dict(self):
         return {"variant": self.name, "summary": self.summary, "gpu": self.gpu, "compiled": self.compiled,
-                "needs": list(self.needs), "quick": self.quick, "smoke": self.smoke}
+                "needs": list(self.needs), "quick": self.quick, "smoke": self.smoke, "backward": self.backward}
 
 
 class Stack:
@@ -86,12 +90,14 @@ class Stack:
     None or the reason a variant cannot run here (a GPU missing, a compiler missing), called
     only after the imports succeeded. reference=True marks a second oracle (numpy_ref):
     tested and smoke-run, never part of a stack campaign. default: the variant a worker runs
-    when none is named (None: one must be named)."""
+    when none is named (None: one must be named). trains: its variants answer backward cases
+    (the gradients; a variant may say otherwise); an inference stack (ONNX Runtime,
+    OpenVINO, TVM, TensorRT) does not and is never sent one."""
 
-    __slots__ = ("name", "imports", "pip", "version_of", "variants", "probe", "reference", "default")
+    __slots__ = ("name", "imports", "pip", "version_of", "variants", "probe", "reference", "default", "trains")
 
     def __init__(self, name, imports, variants, pip=(), version_of=None, probe=None, reference=False,
-                 default=None):
+                 default=None, trains=False):
         self.name = str(name)
         self.imports = tuple(imports)
         self.pip = tuple(pip)
@@ -100,6 +106,10 @@ class Stack:
         self.probe = probe
         self.reference = bool(reference)
         self.default = default
+        self.trains = bool(trains)
+        for v in self.variants.values():
+            if v.backward is None:
+                v.backward = self.trains
 
     def variant(self, name):
         """The Variant named name; KeyError (with the known names) for another."""
@@ -131,6 +141,10 @@ class Stack:
                 return False, str(why)
         return True, ""
 
+    def backward(self, variant):
+        """Does the variant answer backward cases?"""
+        return self.variant(variant).backward
+
     def version(self):
         if not self.version_of:
             return "0"
@@ -138,7 +152,8 @@ class Stack:
 
     def as_dict(self):
         return {"stack": self.name, "imports": list(self.imports), "pip": list(self.pip),
-                "reference": self.reference, "variants": [v.as_dict() for v in self.variants.values()]}
+                "reference": self.reference, "trains": self.trains,
+                "variants": [v.as_dict() for v in self.variants.values()]}
 
 
 def describe(e):
@@ -198,11 +213,11 @@ def check_score_budget(case, limit=SCORE_BYTES_LIMIT):
 def dense_structure(case, mask, bool_mask):
     """The structure a graph built from dense inputs depends on: the compile_key fields
     but the strides (inputs are made contiguous), plus the shapes and dtypes of the masks
-    as sent."""
+    as sent and the gradients asked for (a backward graph is another graph)."""
     def shp(x):
         return None if x is None else (tuple(x.shape), str(x.dtype))
     return (case.key("shapes", "dtype", "causal", "scale", "softcap", "dropout"),
-            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask))
+            tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask), case.grads)
 
 
 class Target:
@@ -243,7 +258,8 @@ class Target:
 
     # -- declarations ------------------------------------------------------------------
     def declare(self):
-        """The variant's hello fields: a dict with "caps" (AF_CAP_* names) and any of
+        """The variant's hello fields: a dict with "caps" (AF_CAP_* names; "backward" is
+        added from the declaration, Variant.backward) and any of
         "dtypes" (default the float caps), "layouts" (default all eight), "limits",
         "conventions" (merged over DEFAULT_CONVENTIONS) and "compile_key" (default every
         field for a compiled variant, none for an eager one)."""
@@ -253,7 +269,8 @@ class Target:
         """The complete hello fields (what serve() sends), computed once."""
         if self._hello is None:
             d = dict(self.declare())
-            caps = list(d["caps"])
+            # "backward" comes from the declaration (Variant.backward), never from declare()
+            caps = [c for c in d["caps"] if c != "backward"] + (["backward"] if self.decl.backward else [])
             conv = dict(DEFAULT_CONVENTIONS)
             conv.update(d.get("conventions") or {})
             self._hello = {

@@ -118,7 +118,8 @@ HOST = {
     "_common": (structural_allowed, plain_causal, offset_zero_always, span_view, dense_arguments, dropout_scale,
                 scale_factors),
     "masks": (masks.allowed, masks.has_structural),
-    "layouts": (layouts.to_bhsd, layouts.from_bhsd, layouts.out_shape, layouts.physical_shape),
+    "layouts": (layouts.to_bhsd, layouts.from_bhsd, layouts.out_shape, layouts.physical_shape,
+                layouts.packed_views, layouts.grads_bhsd),
 }
 HOST_CONSTS = {"ALL_LAYOUTS": ALL_LAYOUTS, "OUT_LAYOUT": OUT_LAYOUT, "PER_TENSOR": layouts.PER_TENSOR}
 

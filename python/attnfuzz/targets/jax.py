@@ -16,13 +16,15 @@ diagonal is a boolean [B, 1, Sq, Sk] input combined with `mask`, as user code do
 
 Measured on jax 0.10.2 CPU: implementation "xla" replaces masked logits (mask, is_causal,
 window, seq lengths) by -0.7 * finfo.max rather than -inf, so a row that these mask
-entirely gets the mean of V over all keys (docs/design.md wants 0; there is no convention for
-it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` gives NaN
-(declared: masked_rows "nan").
+entirely gets the mean of V over the keys they mask, and a row masked entirely by -inf in
+`bias` gives NaN (declared: masked_rows "mean", which the oracle models as exactly that).
 Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
+XLA flushes subnormal inputs and results to zero (FTZ/DAZ; jax "sharp bits", jax-ml/jax#16200):
+declared denormals "flush" for every variant. The explicit function's einsum makes the
+scores in the case dtype (scores "dtype").
 Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
 -0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
-attention over all keys; it takes a right window only as 0 or under plain causal, and a
+attention over all keys (declared: masked_rows "unmasked"); it takes a right window only as 0 or under plain causal, and a
 window only for Sq <= Sk (other windows go in the boolean mask here), and wants bias and
 mask at full Sq x Sk (broadcast here). The explicit function gives NaN for fully masked
 rows (softmax of all -inf).
@@ -56,7 +58,8 @@ def _probe(variant):
 
 
 _V = _base.Variant
-STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2"), probe=_probe, variants=(
+STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2"), probe=_probe, trains=True,
+                    variants=(
     _V("xla", "jax.nn.dot_product_attention(implementation='xla') under jit, inputs in the physical layout",
        compiled=True),
     _V("explicit", "jnp under jit: einsum / scale / softcap / masks / f32 softmax / dropout / einsum", compiled=True),
@@ -166,7 +169,27 @@ def make_fn(cfg):
             o = explicit_btnh(q, k, v, bias, mask, a.get("keep"), cfg)
         return from_btnh(o, cfg["out_layout"])
 
-    return jax.jit(fn)
+    if not cfg["grads"]:
+        return jax.jit(fn)
+    # Backward (the way a training step asks for it): jax.vjp of the same function with
+    # respect to q, k, v (or the packed buffer) and, for dmask, the bias; the cotangent dO
+    # is the last argument, in the output layout. Returns (out, (grads...)).
+    diff = [0] if cfg["packed"] else [0, 1, 2]
+    if "dmask" in cfg["grads"]:
+        diff.append(len(diff) + names.index("mask"))
+
+    def fwd_bwd(*args):
+        args, do = list(args[:-1]), args[-1]
+
+        def f(*d):
+            a = list(args)
+            for i, x in zip(diff, d):
+                a[i] = x
+            return fn(*a)
+        out, pull = jax.vjp(f, *[args[i] for i in diff])
+        return out, pull(do)
+
+    return jax.jit(fwd_bwd)
 
 
 def explicit_btnh(q, k, v, bias, mask, keep, cfg):
@@ -254,23 +277,35 @@ def config(case, mask, bool_mask, variant):
         "dropout_scale": _common.dropout_scale(case.dropout_p),
         "precision": "default" if (case.allow_tf32 and case.dtype == "f32") else "highest",
         "device": "gpu" if variant == "cudnn" else None,     # None: jax's default device
+        "grads": tuple(case.grads),
     }
 
 
 def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
-    """The inputs of the jitted function, in order (_common.dense_arguments)."""
-    return _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
+    """The inputs of the jitted function, in order (_common.dense_arguments); a backward
+    case's dO last."""
+    args = _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
+    if cfg["grads"]:
+        args.append(np.ascontiguousarray(case.dout))
+    return args
 
 
 def call(fn, args, cfg):
-    """Runs the jitted function; the output as numpy."""
+    """Runs the jitted function; the output as numpy, or for a backward case (output,
+    {"q", "k", "v" or "qkv", and "mask" for dmask: the gradient of each physical input})."""
     import jax
     import numpy as np
     dev = jax.devices(cfg["device"])[0] if cfg["device"] else jax.devices()[0]
     with jax.default_matmul_precision(cfg["precision"]), jax.default_device(dev):
-        out = fn(*args)
-        out.block_until_ready()
-    return np.asarray(out)
+        res = fn(*args)
+        jax.block_until_ready(res)
+    if not cfg["grads"]:
+        return np.asarray(res)
+    out, grads = res
+    names = ["qkv"] if cfg["packed"] else ["q", "k", "v"]
+    if "dmask" in cfg["grads"]:
+        names.append("mask")
+    return np.asarray(out), {n: np.asarray(g) for n, g in zip(names, grads)}
 
 
 def _has_gpu() -> bool:
@@ -287,7 +322,7 @@ class Target(_base.Target):
     LAZY_COMPILE = True           # jit compiles on the first call of a structure
 
     def declare(self) -> dict:
-        conv = {"masked_values": "ieee"}
+        conv = {"masked_values": "ieee", "denormals": "flush"}
         base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
                 "strided", "mask_dtype", "tf32"]
         limits = {"max_bytes": 64 << 20}
@@ -295,19 +330,20 @@ class Target(_base.Target):
             # jax.nn.dot_product_attention needs V's head dim equal to K's and has no softcap
             # and no dropout: only the explicit function takes those
             caps = base + ["dv", "softcap", "dropout"]
-            conv.update(masked_rows="nan", dropout="counter")
+            conv.update(masked_rows="nan", dropout="counter", scores="dtype")
         elif self.variant == "xla":
-            # A row masked entirely by -inf in `bias` is NaN (the bias is added as is, softmax of
-            # all -inf): declared. Rows masked through `mask` / is_causal / windows / seq lengths
-            # get the mean of V instead (-0.7 * finfo.max); no convention says that, they stay
-            # `diverge` findings.
-            conv["masked_rows"] = "nan"
+            # Rows masked through `mask` / is_causal / windows / seq lengths get the mean of V
+            # over those keys (-0.7 * finfo.max); a row masked entirely by -inf in `bias` is NaN
+            # (the bias is added as is, softmax of all -inf): both are masked_rows "mean".
+            conv["masked_rows"] = "mean"
             # jit of dot_product_attention on f16 fails to compile on a CPU: its F16_F16_F32 dot
             # algorithm is refused at lowering, where its own try/except fallback does not reach
             # (known: keras-team/keras-hub#2354); f16 only where a GPU runs it
             caps = base if _has_gpu() else [c for c in base if c != "f16"]
         else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
             caps = [c for c in base if c != "f32"]
+            # the boolean mask is added as a finite bias: a fully masked row is plain attention
+            conv["masked_rows"] = "unmasked"
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
         return {"caps": caps, "limits": limits, "conventions": conv}
 
@@ -318,8 +354,13 @@ class Target(_base.Target):
     def execute(self, art, case, q, k, v, mask, bool_mask):
         from attnfuzz.worker import Result
         fn, cfg = art
-        out = call(fn, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), cfg)
-        return Result(out, layout=cfg["out_layout"])
+        res = call(fn, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), cfg)
+        if not case.grads:
+            return Result(res, layout=cfg["out_layout"])
+        out, grads = res
+        g = layouts.grads_bhsd(case, grads)
+        return Result(layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim), layout="bhsd",
+                      grads={n: g[n] for n in case.grads})
 
 
 def repro_snippet(variant: str) -> str:
@@ -333,9 +374,20 @@ def repro_snippet(variant: str) -> str:
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
-    cfg = config(case, mask, bool_mask, VARIANT)
+    cfg = dict(config(case, mask, bool_mask, VARIANT), grads=())
     out = call(make_fn(cfg), arguments(case, q, k, v, mask, bool_mask, keep, cfg), cfg)
     return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
+
+
+def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
+    """Backward as a training step asks for it: jax.vjp of the same jitted function with
+    cotangent dout (numpy, in the output layout). Returns the gradients the case asks for:
+    dq, dk, dv as [B, H, S, D], dmask at the mask's shape."""
+    case.dout = dout
+    cfg = config(case, mask, bool_mask, VARIANT)
+    _, g = call(make_fn(cfg), arguments(case, q, k, v, mask, bool_mask, keep, cfg), cfg)
+    g = layouts.grads_bhsd(case, g)
+    return {n: g[n] for n in case.grads}
 ''')
 
 

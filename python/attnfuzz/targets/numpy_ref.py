@@ -1,4 +1,5 @@
-"""numpy_ref: docs/design.md section 2 in numpy float64 (attnfuzz.reference) as a worker.
+"""numpy_ref: docs/design.md section 2 in numpy float64 (attnfuzz.reference) as a worker,
+backward included.
 
     python -m attnfuzz.targets.numpy_ref [float64]
 
@@ -11,8 +12,9 @@ import sys
 
 from attnfuzz import layouts, reference
 from attnfuzz.targets import _base
+from attnfuzz.worker import Result
 
-STACK = _base.Stack("numpy_ref", imports=("numpy",), reference=True, default="float64", variants=(
+STACK = _base.Stack("numpy_ref", imports=("numpy",), reference=True, default="float64", trains=True, variants=(
     _base.Variant("float64", "numpy float64 reference of docs/design.md section 2 (every layout and feature)"),))
 
 
@@ -25,7 +27,11 @@ class Target(_base.Target):
                 "conventions": {"dropout": "counter"}}
 
     def execute(self, art, case, q, k, v, mask, bool_mask):
-        return attention(case, q, k, v, mask=mask, bool_mask=bool_mask)
+        out = attention(case, q, k, v, mask=mask, bool_mask=bool_mask)
+        if not case.grads:
+            return out
+        g = gradients(case, q, k, v, case.dout, mask=mask, bool_mask=bool_mask)
+        return Result(out, grads={n: g[n] for n in case.grads})
 
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
@@ -33,10 +39,18 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     return reference.attention(case, qb, kb, vb, mask=mask, bool_mask=bool_mask, keep=keep)
 
 
+def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
+    """reference.backward on the physical inputs and dO (in the output layout)."""
+    qb, kb, vb = layouts.case_inputs_bhsd(case, q, k, v)
+    do = layouts.to_bhsd(dout, case.out_layout, case.q_heads, case.v_head_dim)
+    return reference.backward(case, qb, kb, vb, do, mask=mask, bool_mask=bool_mask, keep=keep)
+
+
 def repro_snippet(variant="float64"):
     """The reference itself: a repro of a numpy_ref finding is a disagreement between the
     two oracles, so it runs with attnfuzz."""
-    return "import numpy as np\nfrom attnfuzz import layouts, reference\n\n" + inspect.getsource(attention)
+    return ("import numpy as np\nfrom attnfuzz import layouts, reference\n\n" + inspect.getsource(attention)
+            + "\n\n" + inspect.getsource(gradients))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,10 @@ Conventions, measured on torch 2.15 CPU (and 2.11 on an H100 for the CUDA varian
 (math and CPU flash) gives 0 for a fully masked row (the eager SDPA variants measure this
 when they start and declare "nan" where a version gives NaN); the explicit module's softmax gives NaN
 there (declared "nan"), and its P @ V lets 0 * NaN through (masked_values "ieee"), as the
-math kernel does. TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
+math kernel does; it computes in the case dtype (scores "dtype": f16/bf16 scores, softcap and
+mask). SDPA adds a boolean mask as -inf, so an Inf or NaN in a masked key's row makes the row
+NaN (masked_keys "ieee", measured per forced kernel at start, pytorch#101967). The CUDA SDPA
+kernels that flush subnormal values to zero are measured at start (denormals "flush"). TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 on the CUDA variants (cap tf32 only there). Dropout:
 explicit/compile apply the counter RNG's keep mask (attnfuzz.rng.dropout_keep) as an input;
 cuda_sdpa_efficient runs the kernel's own dropout and returns its keep mask, extracted the
@@ -92,7 +95,7 @@ def _probe(variant):
 
 
 _V = _base.Variant
-STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_probe, variants=(
+STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_probe, trains=True, variants=(
     _V("sdpa_math", "F.scaled_dot_product_attention, math kernel (CPU)"),
     _V("sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CPU; D == Dv)"),
     _V("explicit", "eager nn.Module: matmul / scale / softcap / masks / softmax / dropout / matmul (CPU)"),
@@ -100,8 +103,9 @@ STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_
        smoke=False),
     _V("compile_sdpa", "torch.compile (Inductor) of the SDPA module (CPU)", compiled=True, quick=True,
        smoke=False),
+    # "FlexAttention does not support backward on CPU" (torch 2.15, documented)
     _V("flex", "FlexAttention, compiled; structural and boolean masks as a block mask (CPU)", compiled=True,
-       quick=True, smoke=False),
+       quick=True, smoke=False, backward=False),
     _V("cuda_sdpa_math", "F.scaled_dot_product_attention, math kernel (CUDA)", gpu=True),
     _V("cuda_sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CUDA)", gpu=True),
     _V("cuda_sdpa_efficient", "F.scaled_dot_product_attention, memory-efficient kernel (CUDA)", gpu=True),
@@ -294,6 +298,56 @@ def make_modules():
     return SDPAModule, ExplicitModule, FlexModule
 
 
+def grad_leaves(case, args):
+    """The module's arguments with the tensors whose gradients the case asks for made
+    leaves that require grad (q, k, v or the packed buffer; the additive mask for dmask),
+    and {name: leaf}. The leaves keep the physical layout and strides (stride-0 dims
+    included), as a model's parameters or activations would arrive."""
+    args = list(args)
+    names = ["qkv"] if case.packed else ["q", "k", "v"]
+    idx = list(range(len(names)))
+    if "dmask" in case.grads:
+        names.append("mask")
+        idx.append(3)
+    leaves = {}
+    for n, i in zip(names, idx):
+        args[i] = args[i].detach().requires_grad_(True)
+        leaves[n] = args[i]
+    return args, leaves
+
+
+def grads_of(case, cfg, out, leaves, dev):
+    """out.backward(dO) (dO as sent: the output layout, its own strides): (out, {name:
+    gradient}) for the gradients the case asks for, out and dq, dk, dv as canonical
+    [B, H, S, D] tensors, dmask at the mask's shape as sent."""
+    import torch
+    do = to_torch(case.dout, dev)
+    out.backward(do)
+
+    def grad(name):
+        t = leaves[name]
+        return t.grad if t.grad is not None else torch.zeros_like(t)
+    if case.packed:
+        dq, dk, dv = unpack_qkv(grad("qkv"), cfg["layouts"][0], cfg["hq"], cfg["d"])
+    else:
+        dq = to_bhsd(grad("q"), cfg["layouts"][0], cfg["hq"], cfg["d"])
+        dk = to_bhsd(grad("k"), cfg["layouts"][1], cfg["hkv"], cfg["d"])
+        dv = to_bhsd(grad("v"), cfg["layouts"][2], cfg["hkv"], cfg["dv"])
+    g = {"dq": dq, "dk": dk, "dv": dv}
+    if "dmask" in case.grads:
+        g["dmask"] = grad("mask")
+    o = to_bhsd(out.detach(), cfg["out_layout"], cfg["hq"], cfg["dv"])
+    return o, {n: g[n] for n in case.grads}
+
+
+def backward(case, cfg, forward, args, dev):
+    """forward(args) with gradients: grads_of's (out, {name: gradient})."""
+    import torch
+    with torch.enable_grad():
+        args, leaves = grad_leaves(case, args)
+        return grads_of(case, cfg, forward(args), leaves, dev)
+
+
 def struct_input(case, cfg):
     """The structural-mask input of a module: None, bool [B, 1, Sq, Sk] (True = attend), or
     for FlexAttention's mask_mod int64 [2, B]: the diagonal offset and valid keys per row."""
@@ -372,6 +426,18 @@ def _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev):
     return args
 
 
+def _host(res):
+    """A Result whose tensors (output, gradients, keep mask) may still be on the device, with
+    numpy arrays instead."""
+    def host(t):
+        return t if t is None or isinstance(t, np.ndarray) else to_numpy(t)
+    res.out = host(res.out)
+    res.dropout_keep = host(res.dropout_keep)
+    if res.grads:
+        res.grads = {n: host(t) for n, t in res.grads.items()}
+    return res
+
+
 _SDPA_SELECTED = {"target": None, "ctx": None}
 
 
@@ -439,7 +505,9 @@ class Target(_base.Target):
         conventions = {}
         if self.kind == "explicit":
             caps += ["softcap", "dropout"]
-            conventions.update(masked_rows="nan", masked_values="ieee", dropout="counter")
+            # the module computes in the case dtype: f16/bf16 scores, softcap, and the
+            # additive mask cast to the scores' dtype (as its forward says)
+            conventions.update(masked_rows="nan", masked_values="ieee", dropout="counter", scores="dtype")
         if self.kind == "flex":
             # the block mask gives masked keys of a partly masked block weight 0, and P @ V
             # runs over them: 0 * NaN leaks (measured by the self-test on torch 2.15 CPU)
@@ -458,6 +526,13 @@ class Target(_base.Target):
                 conventions["dropout"] = "keep_mask"
         if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
             conventions["masked_rows"] = "nan"
+        # SDPA adds a boolean mask as -inf: measured where a kernel is forced, known for the
+        # compiled module (Inductor's decomposition adds it as the math kernel does)
+        if self.kind == "sdpa" and (self.backend == "compile" or (self.sdpa_ctx is not None and self._masked_keys_leak())):
+            conventions["masked_keys"] = "ieee"
+        # CUDA kernels that flush subnormal values to zero (measured on a probe)
+        if self.cuda and self.kind == "sdpa" and self._flushes_denormals():
+            conventions["denormals"] = "flush"
         if self.cuda:
             caps.append("tf32")
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
@@ -502,6 +577,40 @@ class Target(_base.Target):
             leaked |= o is not None and bool(self.torch.isnan(o[0, 0, 0]).any())
         return leaked
 
+    def _masked_keys_leak(self) -> bool:
+        """Measured: does an Inf in the key row of a masked key make its query's row NaN
+        (the mask added as -inf: Inf + -inf)? Key 1 masked for query 0 by a boolean mask,
+        and by a top-left causal mask for kernels that take no mask."""
+        q, _ = self._probe_tensors()
+        k = q.clone()
+        k[0, 0, 1] = float("inf")
+        m = self.torch.tensor([[True, False], [True, True]], device=self.device)
+        leaked = False
+        for kw in ({"attn_mask": m}, {"is_causal": True}):
+            o = self._probe_sdpa(query=q, key=k, value=q, **kw)
+            leaked |= o is not None and bool(self.torch.isnan(o[0, 0, 0]).any())
+        return leaked
+
+    def _flushes_denormals(self) -> bool:
+        """Measured: does a V of subnormal values (f32: 1e-39; bf16 has f32's exponent range)
+        come out 0? Only dtypes whose subnormals are subnormal in f32 can show it."""
+        torch = self.torch
+        dt = {"f32": torch.float32, "bf16": torch.bfloat16}.get(next((d for d in self.dtypes if d != "f16"), ""))
+        if dt is None:
+            return False
+        q = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
+        v = torch.full((1, 1, 2, 16), 1e-39, dtype=dt, device=self.device)
+        try:
+            if self.sdpa_ctx is not None:
+                with torch.no_grad(), self.sdpa_ctx():
+                    o = torch.nn.functional.scaled_dot_product_attention(q, q, v)
+            else:
+                o = torch.nn.functional.scaled_dot_product_attention(q, q, v)
+            torch.cuda.synchronize()
+        except RuntimeError:
+            return False
+        return bool((o == 0).all())
+
     # -- running -----------------------------------------------------------------------
     def refuse(self, case, mask, bool_mask):
         from attnfuzz.worker import Unsupported
@@ -515,7 +624,7 @@ class Target(_base.Target):
         # softcap, dropout) set per case; a compiled one bakes them in, so they are in its key
         cfg = _config(case, self.base, self.cuda)
         key = (case.key("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
-               if self.compiled else None)
+               + (("backward", case.grads),) if self.compiled else case.grads)
         return key, tuple(sorted((k, v) for k, v in cfg.items() if self.compiled or k not in _VALUE_FIELDS))
 
     def build(self, case, q, k, v, mask, bool_mask):
@@ -545,12 +654,16 @@ class Target(_base.Target):
             if self.kind == "sdpa" and case.dropout_p > 0.0:
                 return self._run_sdpa_dropout(case, mod, cfg, args)
             _select_sdpa(self)
-            out = mod(*args)
+            if case.grads:
+                o, g = backward(case, cfg, lambda a: mod(*a), args, self.device)
+                res = Result(o, layout="bhsd", grads=g)
+            else:
+                res = Result(mod(*args), layout=cfg["out_layout"])
             if self._deferred:              # a batch: copied back after one synchronize
-                return Result(out, layout=cfg["out_layout"])
+                return res
             if self.cuda:
                 torch.cuda.synchronize()
-            return Result(to_numpy(out), layout=cfg["out_layout"])
+            return _host(res)
         except RuntimeError as e:
             if "No available kernel" in str(e):
                 from attnfuzz.worker import Unsupported
@@ -580,10 +693,7 @@ class Target(_base.Target):
             torch.cuda.synchronize()
         except Exception as e:  # noqa: BLE001 - a device fault: every case of the batch
             return [e] * len(out)
-        for r in out:
-            if not isinstance(r, Exception):
-                r.out = to_numpy(r.out) if not isinstance(r.out, np.ndarray) else r.out
-        return out
+        return [r if isinstance(r, Exception) else _host(r) for r in out]
 
     def refusal(self, exc):
         msg = str(exc)
@@ -622,16 +732,21 @@ class Target(_base.Target):
         first."""
         from attnfuzz.worker import Result, Unsupported
         torch = self.torch
-        q, k, v = mod._inputs(*args[:3])
-        if cfg["hq"] != cfg["hkv"]:
-            rep = cfg["hq"] // cfg["hkv"]
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
-        q, k, v = (t.contiguous() for t in (q, k, v))
-        add, bmask, struct = args[3], args[4], args[5]
-        p = float(case.dropout_p)
-        B, H, Sq, Sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-        with torch.no_grad():
+        with torch.set_grad_enabled(bool(case.grads)):
+            leaves = None
+            if case.grads:
+                # the kernel's op is differentiable: its backward replays the same seed and
+                # offset, so the keep mask extracted below is the backward's too
+                args, leaves = grad_leaves(case, args)
+            q, k, v = mod._inputs(*args[:3])
+            if cfg["hq"] != cfg["hkv"]:
+                rep = cfg["hq"] // cfg["hkv"]
+                k = k.repeat_interleave(rep, dim=1)
+                v = v.repeat_interleave(rep, dim=1)
+            q, k, v = (t.contiguous() for t in (q, k, v))
+            add, bmask, struct = args[3], args[4], args[5]
+            p = float(case.dropout_p)
+            B, H, Sq, Sk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
             if self.backend == "FLASH_ATTENTION":
                 if add is not None or bmask is not None or struct is not None:
                     raise Unsupported("the flash kernel takes no attn_mask")
@@ -655,12 +770,19 @@ class Target(_base.Target):
                     q, k, v, bias, True, p, cfg["is_causal"], scale=cfg["scale_arg"])
                 out, seed, offset = outs[0], int(outs[2].item()), int(outs[3].item())
                 # The kernel's uniforms replayed from its seed and offset: kept where u > p.
-                m = torch.empty((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
-                m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
+                with torch.no_grad():
+                    m = torch.empty((B, H, Sq, Sk), device=q.device, dtype=torch.float32)
+                    m = torch.ops.aten._fill_mem_eff_dropout_mask_(m, p, seed, offset)
                 keep = m > p
-            torch.cuda.synchronize()
-        out = from_bhsd(out, cfg["out_layout"])
-        return Result(to_numpy(out), layout=cfg["out_layout"], dropout_keep=to_numpy(keep))
+            out = from_bhsd(out, cfg["out_layout"])
+            if case.grads:
+                o, g = grads_of(case, cfg, out, leaves, self.device)
+                res = Result(o, layout="bhsd", grads=g)
+            else:
+                res = Result(out, layout=cfg["out_layout"])
+        torch.cuda.synchronize()
+        res.dropout_keep = keep
+        return _host(res)
 
 
 def repro_snippet(variant: str) -> str:
@@ -672,7 +794,8 @@ def repro_snippet(variant: str) -> str:
     sdpa_backend = backend if kind == "sdpa" and backend not in (None, "compile") else None
     return _common.snippet(
         ["import torch"],
-        _torch_layouts.FUNCTIONS + (combine_masks, struct_input, _config, _arguments, _Base, make_modules),
+        _torch_layouts.FUNCTIONS + (combine_masks, grad_leaves, grads_of, backward, struct_input, _config,
+                                    _arguments, _Base, make_modules),
         consts={"_KIND": _KIND},
         tail=f'''
 
@@ -700,6 +823,33 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         else:
             out = mod(*args)
     return layouts.to_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
+
+
+def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
+    """{variant}, backward as a training step runs it: out.backward(dout) with dout (the
+    upstream gradient, numpy, in the output layout) on leaves made from the physical
+    inputs. Returns the gradients the case asks for as numpy: dq, dk, dv as
+    [B, H, S, D], dmask at the mask's shape."""
+    dev = {"'cuda'" if cuda else "'cpu'"}
+    if dev == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
+        torch.backends.cudnn.allow_tf32 = bool(case.allow_tf32)
+    SDPAModule, ExplicitModule, FlexModule = make_modules()
+    cfg = _config(case, {base!r}, {cuda!r})
+    cls = {{'sdpa': SDPAModule, 'explicit': ExplicitModule, 'flex': FlexModule}}[{kind!r}]
+    mod = cls(cfg).to(dev).eval()
+    if {backend == 'compile'!r}:
+        mod = torch.compile(mod, dynamic=False, fullgraph=True)
+    args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev)
+    case.dout = dout
+    kernel = {sdpa_backend!r}
+    if kernel is not None:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel([getattr(SDPBackend, kernel)]):
+            _, g = backward(case, cfg, lambda a: mod(*a), args, dev)
+    else:
+        _, g = backward(case, cfg, lambda a: mod(*a), args, dev)
+    return {{n: to_numpy(t) for n, t in g.items()}}
 ''')
 
 
