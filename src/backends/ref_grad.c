@@ -76,7 +76,7 @@ typedef struct af_rg {
     uint64_t thr;
     af_dtype dt;
     double u, utf, u32; /* dtype, TF32 (0 without), fp32 unit roundoffs */
-    double ukeep;       /* dropout's 1 / (1 - p) in fp32: its relative error (0 without dropout) */
+    double ukeep;       /* dropout's 1 / (1 - p) from p in fp32: its relative error (0 without dropout) */
     double ovf;         /* values from here on round to Inf in the dtype */
     /* per (b, g) */
     double *k, *kz, *ksaved, *v, *vsaved, *dk, *dv;
@@ -911,7 +911,9 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
     g.u = g.honest ? af_dtype_eps(g.dt) : 0.0;
     g.u32 = g.honest ? 0x1p-24 : 0.0;
     g.utf = g.tf32 ? 0x1p-11 : 0.0;
-    g.ukeep = g.honest && g.p > 0.0 ? 2.0 * 0x1p-24 : 0.0;
+    /* p rounded to fp32 moves 1 - p by up to u32 p: relatively u32 p / (1 - p), then the
+     * subtraction and the division round once each */
+    g.ukeep = g.honest && g.p > 0.0 ? 0x1p-24 * (2.0 + g.p * g.inv_keep) : 0.0;
     g.ovf = af_dtype_overflow(g.dt);
     if (g.honest) {
         /* as the forward's: either placement of the scale may round the scaled inputs */

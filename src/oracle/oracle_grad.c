@@ -11,7 +11,9 @@
  * roundings at the case precision and sens its sensitivity bound (both made lazily, when
  * a gradient fails the floor alone), fudge[g] the per-gradient factor (dQ 4, dK 2, dV 2,
  * dmask 2, af_oracle_opts.grad_fudge). Classes as for the output: NaN and Inf classified,
- * elements unstable at the case precision excused, dQ's rows that the forward fully masks
+ * elements unstable at the case precision excused (and an Inf where the value or, for dQ
+ * and dK, the unscaled product gscale / |scale| that another placement of the scale rounds
+ * to the dtype, may overflow it), dQ's rows that the forward fully masks
  * must be 0 (a NaN there is masked_row_nan), and NaN only where a term of weight 0 has a
  * non-finite factor is masked_value_leak. */
 #include <math.h>
@@ -152,11 +154,15 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
         overflow = ov < overflow ? ov : overflow;
     }
     const double *ref = g->ref[k];
+    /* dQ and dK: an implementation may scale after the product (the scale on the other
+     * input, or after dS K in the dtype), whose unscaled rows reach gscale / |scale| */
+    double sabs = fabs(af_case_scale(g->in->c)), unscale = k < 2 && sabs > 0.0 && sabs < 1.0 ? 1.0 / sabs : 1.0;
     double fro_num = 0.0, fro_den = 0.0, worst = -1.0;
     for (size_t r = 0; r < rows; r++) {
         size_t ra = row_map ? row_map[r] : r;
         bool masked = masked_rows && masked_rows[ra];
         af_tolerance tol = af_oracle_grads_tol(g, opts, k, ra);
+        bool row_overflows = g->gscale[k][ra] * unscale >= 0.5 * overflow;
         tol.atol *= tol_mult;
         tol.rtol *= tol_mult;
         for (size_t d = 0; d < len; d++) {
@@ -173,6 +179,7 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
                 if (co == 2 ? want + bound >= overflow
                             : co == 3 ? want - bound <= -overflow : fabs(want) + bound >= AF_F32_RISK)
                     unstable = true;
+                if (co >= 2 && row_overflows) unstable = true; /* the unscaled product rounded to Inf */
             }
             double ratio;
             /* NaN or Inf through a non-finite dP: either class is right (ref.h nfswap) */
