@@ -163,6 +163,9 @@ const char *af_bundle_relation(const af_bundle *b); /* NULL if none */
 const char *af_bundle_tensor(const af_bundle *b);   /* "out" if not recorded, or "dq", "dk", "dv", "dmask" */
 size_t af_bundle_record_count(const af_bundle *b);
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i);
+/* A record's verdict over its output and its gradients: the first failing kind in
+ * precedence (enum) order, AF_KIND_OK when all passed. */
+af_kind af_bundle_record_verdict(const af_bundle_record *r);
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol);
 
 /* The case in case.json is a claim like any other: AF_ERR_INVALID naming case.json when

@@ -168,6 +168,14 @@ const double *af_oracle_ref_grad(const af_oracle *o, int g);
  * wrong shape. A NaN in a row of dQ that the forward fully masks is masked_row_nan; NaN only
  * where a term of weight 0 has a non-finite factor masked_value_leak (both waivable). */
 af_status af_oracle_compare_grad(af_oracle *o, int g, const af_tensor *got, af_result *res, af_error *err);
+/* af_oracle_compare_grad under the conventions a backend declared (conv NULL: none):
+ * masked_values "ieee" waives masked_value_leak, tf32 "always" judges f32 cases by the
+ * honest backward in TF32. AF_ERR_UNSUPPORTED (err says which) where a convention that
+ * changes the gradients is not modelled on this case: masked_rows other than "zero" with
+ * a fully masked row, scores "dtype" in f16/bf16, denormals "flush" on subnormal inputs,
+ * masked_keys "ieee" with a non-finite masked score. */
+af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got, const af_conventions *conv,
+                                      af_result *res, af_error *err);
 /* Two runs of one backend (relations): b's row r is a's row row_map[r] of the gradient's
  * rows ([B, H, S] flattened; NULL: the same), element d of a row a's col_map[d] (NULL: the
  * same: a dmask whose keys were permuted); leak_b (may be NULL) as in

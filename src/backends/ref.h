@@ -84,6 +84,8 @@ size_t af_ref_grad_rows(const af_case *c, int g);
 typedef struct af_ref_grad_opts {
     /* Round where the explicit backward rounds (explicit.c): the honest run. */
     bool honest;
+    /* Honest run: TF32 products whatever the case allows (a backend declaring tf32 "always"). */
+    bool force_tf32;
     af_grad_bug bug;
     /* Exact run, each may be NULL: per row of gradient g, a bound of the sum of absolute
      * values of the terms the row's elements add up (for dQ |scale| sum_j |dS_ij| max|k_j|

@@ -900,7 +900,7 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
     g.R = g.Sk >= AF_RG_BLOCK_ELEMS ? 1 : (AF_RG_BLOCK_ELEMS / g.Sk < g.Sq ? AF_RG_BLOCK_ELEMS / g.Sk : g.Sq);
     g.honest = opts->honest;
     g.dt = c->dtype;
-    g.tf32 = g.honest && c->allow_tf32 && g.dt == AF_F32;
+    g.tf32 = g.honest && (c->allow_tf32 || opts->force_tf32) && g.dt == AF_F32;
     g.sens = false;
     for (int k = 0; k < AF_GRAD_COUNT; k++) g.sens |= g.honest && opts->sens[k] != NULL;
     g.extra = opts->bug == AF_GRAD_BUG_CAUSAL_MISSING_IN_DS || opts->bug == AF_GRAD_BUG_TAIL_TILE_PAST_SK;

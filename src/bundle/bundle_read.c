@@ -186,6 +186,13 @@ af_status af_bundle_load_grad(const af_bundle *b, const char *name, int g, doubl
     return af_bundle_load_shaped(b, use, want, out, err);
 }
 
+af_kind af_bundle_record_verdict(const af_bundle_record *r) {
+    af_kind k = r->kind;
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (r->has_grad[g] && r->grad_kind[g] != AF_KIND_OK && (k == AF_KIND_OK || r->grad_kind[g] < k)) k = r->grad_kind[g];
+    return k;
+}
+
 af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err) {
     *out = NULL;
     if (!af_bundle_is_file(b->files, "expected.npy.zst")) return AF_OK;

@@ -189,14 +189,14 @@ const double *af_oracle_ref_grad(const af_oracle *o, int g) { return o->backward
 
 af_status af_oracle_compare_grad(af_oracle *o, int g, const af_tensor *got, af_result *res, af_error *err) {
     AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
-    return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, NULL, got, NULL, NULL, NULL, 1.0, res, err);
+    return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, NULL, got, NULL, NULL, NULL, 1.0, false, res, err);
 }
 
 af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
                                       const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
                                       af_result *res, af_error *err) {
     AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
-    return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, a, b, row_map, col_map, leak_b, 2.0, res, err);
+    return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, a, b, row_map, col_map, leak_b, 2.0, false, res, err);
 }
 
 af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, const double *expected,
@@ -624,6 +624,36 @@ af_status af_oracle_compare_conv(af_oracle *o, const af_tensor *out, const af_co
         }
     }
     return af_oracle_compare_in(o, out, &rest, slack, res, err);
+}
+
+af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got, const af_conventions *conv,
+                                      af_result *res, af_error *err) {
+    static const af_conventions none;
+    if (!conv) conv = &none;
+    AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
+    const af_case *c = o->in->c;
+    bool any_masked = false, any_key_leak = false;
+    for (size_t r = 0; r < o->nrows; r++) {
+        any_masked |= o->rows[r] != 0;
+        any_key_leak |= o->key_leak[r] != 0;
+    }
+    bool ftz = false;
+    if (conv->denormals_flush) {
+        AF_TRY(af_oracle_make_ftz(o, err));
+        ftz = o->ftz_state == AF_FTZ_READY;
+    }
+    AF_RETURN_ERROR_IF(conv->masked_rows != AF_ROWS_ZERO && any_masked, err, AF_ERR_UNSUPPORTED,
+                       "masked_rows \"%s\" with a fully masked row: its gradients are not modelled",
+                       af_masked_rows_names[conv->masked_rows]);
+    AF_RETURN_ERROR_IF(c->dtype != AF_F32 && (conv->scores_dtype >> c->dtype & 1u), err, AF_ERR_UNSUPPORTED,
+                       "scores \"dtype\" in %s: its gradients are not modelled", af_dtype_names[c->dtype]);
+    AF_RETURN_ERROR_IF(ftz, err, AF_ERR_UNSUPPORTED, "denormals \"flush\" on subnormal inputs: its gradients are not modelled");
+    AF_RETURN_ERROR_IF(conv->masked_keys_ieee && any_key_leak, err, AF_ERR_UNSUPPORTED,
+                       "masked_keys \"ieee\" with a non-finite masked score: its gradients are not modelled");
+    af_oracle_opts opts = o->opts;
+    opts.waive_masked_value_leak |= conv->masked_values_ieee;
+    bool tf32 = conv->tf32_always && c->dtype == AF_F32;
+    return af_oracle_grads_compare(o->grads, &opts, o->rows, g, NULL, got, NULL, NULL, NULL, 1.0, tf32, res, err);
 }
 
 af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,

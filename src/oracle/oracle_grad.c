@@ -34,7 +34,7 @@ struct af_oracle_grads {
     double *ref[AF_GRAD_COUNT], *gscale[AF_GRAD_COUNT], *honest[AF_GRAD_COUNT], *sens[AF_GRAD_COUNT];
     uint8_t *leak[AF_GRAD_COUNT], *swap[AF_GRAD_COUNT], *unstable[AF_GRAD_COUNT];
     size_t n[AF_GRAD_COUNT], rows[AF_GRAD_COUNT], ne[AF_GRAD_COUNT][4];
-    bool honest_ready;
+    bool honest_ready, honest_tf32; /* the honest run made, and with TF32 forced */
     double honest_err[AF_GRAD_COUNT]; /* max |honest - ref| beyond sens, per unit of the row's scale */
 };
 _Static_assert(GS_PER * AF_GRAD_COUNT <= AF_SCRATCH_SLOTS, "scratch slots");
@@ -84,13 +84,14 @@ const double *af_oracle_grads_ref(const af_oracle_grads *g, int k) {
     return g && k >= 0 && k < AF_GRAD_COUNT ? g->ref[k] : NULL;
 }
 
-/* The honest backward: every gradient the case asks for, and how far each strays beyond
- * its sensitivity bound in units of its row scale. */
-static af_status af_oracle_grads_honest(af_oracle_grads *g, af_error *err) {
-    if (g->honest_ready) return AF_OK;
+/* The honest backward (TF32 forced or not): every gradient the case asks for, and how far
+ * each strays beyond its sensitivity bound in units of its row scale. */
+static af_status af_oracle_grads_honest(af_oracle_grads *g, bool tf32, af_error *err) {
+    if (g->honest_ready && g->honest_tf32 == tf32) return AF_OK;
     af_ref_grad_opts ho;
     memset(&ho, 0, sizeof ho);
     ho.honest = true;
+    ho.force_tf32 = tf32;
     for (int k = 0; k < AF_GRAD_COUNT; k++) {
         g->honest[k] = NULL;
         if (!g->ref[k]) continue;
@@ -114,6 +115,7 @@ static af_status af_oracle_grads_honest(af_oracle_grads *g, af_error *err) {
         g->honest_err[k] = mx;
     }
     g->honest_ready = true;
+    g->honest_tf32 = tf32;
     return AF_OK;
 }
 
@@ -239,8 +241,8 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
 
 af_status af_oracle_grads_compare(af_oracle_grads *g, const af_oracle_opts *opts, const uint8_t *masked_rows, int k,
                                   const af_tensor *want_t, const af_tensor *got, const uint32_t *row_map,
-                                  const uint32_t *col_map, const uint8_t *leak_b, double tol_mult, af_result *res,
-                                  af_error *err) {
+                                  const uint32_t *col_map, const uint8_t *leak_b, double tol_mult, bool tf32,
+                                  af_result *res, af_error *err) {
     AF_RETURN_ERROR_IF(!g || k < 0 || k >= AF_GRAD_COUNT || !g->ref[k], err, AF_ERR_INVALID,
                        "the case does not ask for gradient %d", k);
     const size_t *ne = g->ne[k];
@@ -250,11 +252,12 @@ af_status af_oracle_grads_compare(af_oracle_grads *g, const af_oracle_opts *opts
     AF_RETURN_ERROR_IF(!shape_ok, err, AF_ERR_INVALID, "gradient %s has the wrong shape or dtype for this case",
                        af_grad_names[k]);
     if (k != 0) masked_rows = NULL;
+    if (g->honest_ready && g->honest_tf32 != tf32) AF_TRY(af_oracle_grads_honest(g, tf32, err));
     af_oracle_grads_pass(g, opts, masked_rows, k, want_t, got, row_map, col_map, leak_b, tol_mult, res);
     bool failing = res->m.n_nan || res->m.n_inf || res->m.n_masked_row_nan || res->m.n_masked_value_leak ||
                    res->m.n_diverge;
     if (failing && !g->honest_ready) {
-        AF_TRY(af_oracle_grads_honest(g, err));
+        AF_TRY(af_oracle_grads_honest(g, tf32, err));
         af_oracle_grads_pass(g, opts, masked_rows, k, want_t, got, row_map, col_map, leak_b, tol_mult, res);
     }
     return AF_OK;

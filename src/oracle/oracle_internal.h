@@ -68,10 +68,11 @@ const double *af_oracle_grads_ref(const af_oracle_grads *g, int k);
  * row_map[r] of the reference's rows (NULL: the same), element d of a row its col_map[d]
  * (NULL: the same); leak_b (NULL: the prepared case's flags) flags got's elements that a
  * zero-weight term with a non-finite factor may make NaN; masked_rows (dq only, may be
- * NULL): the forward's fully masked rows. */
+ * NULL): the forward's fully masked rows; tf32: the honest run with TF32 products
+ * whatever the case allows (tf32 "always"). */
 af_status af_oracle_grads_compare(af_oracle_grads *g, const af_oracle_opts *opts, const uint8_t *masked_rows, int k,
                                   const af_tensor *want_t, const af_tensor *got, const uint32_t *row_map,
-                                  const uint32_t *col_map, const uint8_t *leak_b, double tol_mult, af_result *res,
-                                  af_error *err);
+                                  const uint32_t *col_map, const uint8_t *leak_b, double tol_mult, bool tf32,
+                                  af_result *res, af_error *err);
 
 #endif
