@@ -23,9 +23,8 @@
 #include "vmath.h"
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE,
-       /* the backward's */
-       WS_QZ, WS_QSAVED, WS_QBAD, WS_KZ, WS_KSAVED, WS_KBAD, WS_DO, WS_DOZ, WS_DOSAVED, WS_DOBAD, WS_PS, WS_SPRE, WS_DP,
-       WS_DQ, WS_DK, WS_DV, WS_DMASK, WS_COUNT };
+       /* the backward's (af_bwd_bufs from WS_BWD) */
+       WS_BWD, WS_PS = WS_BWD + AF_BWD_NSLOTS, WS_BROWSTATE, WS_DMASK, WS_COUNT };
 _Static_assert(WS_COUNT <= AF_SCRATCH_SLOTS, "scratch slots");
 
 /* per row of a block */
@@ -244,35 +243,16 @@ static af_status af_explicit_run_backward(void *state, const af_case_tensors *in
     const af_dtype dt = x.dt;
     float *gq = gr->dq.data, *gk = gr->dk.data, *gv = gr->dv.data, *gm = gr->dmask.data;
 
-    float *q = AF_SCRATCH(ws, WS_Q, float, Sq * D, err);
-    float *k = AF_SCRATCH(ws, WS_K, float, Sk * D, err);
-    float *v = AF_SCRATCH(ws, WS_V, float, Sk * Dv, err);
-    float *vsaved = AF_SCRATCH(ws, WS_SAVED, float, Sk * Dv, err);
-    uint32_t *vbad = AF_SCRATCH(ws, WS_ROWS, uint32_t, Sk, err);
-    float *S = AF_SCRATCH(ws, WS_S, float, R * Sk, err);
-    float *add = AF_SCRATCH(ws, WS_ADD, float, Sk, err);
-    uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, R * Sk, err);
-    uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, R * Sk, err);
-    uint8_t *rowstate = AF_SCRATCH(ws, WS_ROWSTATE, uint8_t, R, err);
-    float *qz = AF_SCRATCH(ws, WS_QZ, float, Sq * D, err);
-    float *qsaved = AF_SCRATCH(ws, WS_QSAVED, float, Sq * D, err);
-    uint32_t *qbad = AF_SCRATCH(ws, WS_QBAD, uint32_t, Sq, err);
-    float *kz = AF_SCRATCH(ws, WS_KZ, float, Sk * D, err);
-    float *ksaved = AF_SCRATCH(ws, WS_KSAVED, float, Sk * D, err);
-    uint32_t *kbad = AF_SCRATCH(ws, WS_KBAD, uint32_t, Sk, err);
-    float *dO = AF_SCRATCH(ws, WS_DO, float, Sq * Dv, err);
-    float *doz = AF_SCRATCH(ws, WS_DOZ, float, Sq * Dv, err);
-    float *dosaved = AF_SCRATCH(ws, WS_DOSAVED, float, Sq * Dv, err);
-    uint32_t *dobad = AF_SCRATCH(ws, WS_DOBAD, uint32_t, Sq, err);
+    af_bwd_bufs bb;
+    AF_TRY(af_bwd_bufs_get(ws, WS_BWD, c, R, Sk, &bb, err));
+    float *q = bb.q, *qz = bb.qz, *qsaved = bb.qsaved, *k = bb.k, *kz = bb.kz, *ksaved = bb.ksaved, *v = bb.v;
+    float *vsaved = bb.vsaved, *dO = bb.dO, *doz = bb.doz, *dosaved = bb.dosaved, *dk = bb.dk, *dv = bb.dv;
+    uint32_t *qbad = bb.qbad, *kbad = bb.kbad, *vbad = bb.vbad, *dobad = bb.dobad;
+    float *S = bb.S, *spre = bb.spre, *add = bb.add, *dP = bb.dP, *dq = bb.dq;
+    uint8_t *live = bb.live, *keep = bb.keep;
+    uint8_t *rowstate = AF_SCRATCH(ws, WS_BROWSTATE, uint8_t, R, err);
     float *ps = AF_SCRATCH(ws, WS_PS, float, R * Sk, err);
-    float *spre = AF_SCRATCH(ws, WS_SPRE, float, R * Sk, err);
-    float *dP = AF_SCRATCH(ws, WS_DP, float, R * Sk, err);
-    float *dq = AF_SCRATCH(ws, WS_DQ, float, R * D, err);
-    float *dk = AF_SCRATCH(ws, WS_DK, float, Sk * D, err);
-    float *dv = AF_SCRATCH(ws, WS_DV, float, Sk * Dv, err);
-    if (!q || !k || !v || !vsaved || !vbad || !S || !add || !live || !keep || !rowstate || !qz || !qsaved || !qbad ||
-        !kz || !ksaved || !kbad || !dO || !doz || !dosaved || !dobad || !ps || !spre || !dP || !dq || !dk || !dv)
-        return AF_ERR_NOMEM;
+    if (!rowstate || !ps) return AF_ERR_NOMEM;
     size_t mne[4] = {1, 1, 1, 1}, nm = 1;
     float *dmask = NULL;
     if (gm) {

@@ -24,9 +24,8 @@
 #include "vmath.h"
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_ACC, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE,
-       /* the backward's */
-       WS_LSE, WS_DELTA, WS_QZ, WS_QSAVED, WS_QBAD, WS_KZ, WS_KSAVED, WS_KBAD, WS_DO, WS_DOZ, WS_DOSAVED, WS_DOBAD,
-       WS_P, WS_PD, WS_SPRE, WS_DP, WS_DQ, WS_DK, WS_DV, WS_DMASK, WS_COUNT };
+       /* the backward's (af_bwd_bufs from WS_BWD) */
+       WS_BWD, WS_LSE = WS_BWD + AF_BWD_NSLOTS, WS_DELTA, WS_P, WS_PD, WS_DMASK, WS_COUNT };
 _Static_assert(WS_COUNT <= AF_SCRATCH_SLOTS, "scratch slots");
 
 #define AF_FUSED_BR 128u
@@ -248,36 +247,17 @@ static af_status af_fused_run_backward(void *state, const af_case_tensors *in, a
     AF_TRY(af_fused_forward(ws, in, outt, lse, err));
     const float *out = outt->data;
 
-    float *q = AF_SCRATCH(ws, WS_Q, float, Sq * D, err);
-    float *k = AF_SCRATCH(ws, WS_K, float, Sk * D, err);
-    float *v = AF_SCRATCH(ws, WS_V, float, Sk * Dv, err);
-    float *vsaved = AF_SCRATCH(ws, WS_SAVED, float, Sk * Dv, err);
-    uint32_t *vbad = AF_SCRATCH(ws, WS_ROWS, uint32_t, Sk, err);
-    float *S = AF_SCRATCH(ws, WS_S, float, Br * Bc, err);
-    float *add = AF_SCRATCH(ws, WS_ADD, float, Bc, err);
-    uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, Br * Bc, err);
-    uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Br * Bc, err);
+    af_bwd_bufs bb;
+    AF_TRY(af_bwd_bufs_get(ws, WS_BWD, c, Br, Bc, &bb, err));
+    float *q = bb.q, *qz = bb.qz, *qsaved = bb.qsaved, *k = bb.k, *kz = bb.kz, *ksaved = bb.ksaved, *v = bb.v;
+    float *vsaved = bb.vsaved, *dO = bb.dO, *doz = bb.doz, *dosaved = bb.dosaved, *dk = bb.dk, *dv = bb.dv;
+    uint32_t *qbad = bb.qbad, *kbad = bb.kbad, *vbad = bb.vbad, *dobad = bb.dobad;
+    float *S = bb.S, *spre = bb.spre, *add = bb.add, *dP = bb.dP, *dq = bb.dq;
+    uint8_t *live = bb.live, *keep = bb.keep;
     float *delta = AF_SCRATCH(ws, WS_DELTA, float, Sq, err);
-    float *qz = AF_SCRATCH(ws, WS_QZ, float, Sq * D, err);
-    float *qsaved = AF_SCRATCH(ws, WS_QSAVED, float, Sq * D, err);
-    uint32_t *qbad = AF_SCRATCH(ws, WS_QBAD, uint32_t, Sq, err);
-    float *kz = AF_SCRATCH(ws, WS_KZ, float, Sk * D, err);
-    float *ksaved = AF_SCRATCH(ws, WS_KSAVED, float, Sk * D, err);
-    uint32_t *kbad = AF_SCRATCH(ws, WS_KBAD, uint32_t, Sk, err);
-    float *dO = AF_SCRATCH(ws, WS_DO, float, Sq * Dv, err);
-    float *doz = AF_SCRATCH(ws, WS_DOZ, float, Sq * Dv, err);
-    float *dosaved = AF_SCRATCH(ws, WS_DOSAVED, float, Sq * Dv, err);
-    uint32_t *dobad = AF_SCRATCH(ws, WS_DOBAD, uint32_t, Sq, err);
     float *P = AF_SCRATCH(ws, WS_P, float, Br * Bc, err);
     float *Pd = AF_SCRATCH(ws, WS_PD, float, Br * Bc, err);
-    float *spre = AF_SCRATCH(ws, WS_SPRE, float, Br * Bc, err);
-    float *dP = AF_SCRATCH(ws, WS_DP, float, Br * Bc, err);
-    float *dq = AF_SCRATCH(ws, WS_DQ, float, Br * D, err);
-    float *dk = AF_SCRATCH(ws, WS_DK, float, Sk * D, err);
-    float *dv = AF_SCRATCH(ws, WS_DV, float, Sk * Dv, err);
-    if (!q || !k || !v || !vsaved || !vbad || !S || !add || !live || !keep || !delta || !qz || !qsaved || !qbad ||
-        !kz || !ksaved || !kbad || !dO || !doz || !dosaved || !dobad || !P || !Pd || !spre || !dP || !dq || !dk || !dv)
-        return AF_ERR_NOMEM;
+    if (!delta || !P || !Pd) return AF_ERR_NOMEM;
     size_t mne[4] = {1, 1, 1, 1}, nm = 1;
     float *dmask = NULL;
     if (gm) {
