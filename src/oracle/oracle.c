@@ -454,7 +454,7 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
         double ov = af_dtype_overflow(got->dtype);
         overflow = ov < overflow ? ov : overflow;
     }
-    double fro_num = 0.0, fro_den = 0.0;
+    double fro[2] = {0.0, 0.0};
     double worst = -1.0;
     for (size_t r = 0; r < rows; r++) {
         size_t ra = row_map ? row_map[r] : r;
@@ -512,18 +512,11 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             } else if (cw != 0) {
                 continue; /* the same NaN or Inf */
             } else {
-                double diff = fabs(out - want);
                 double bound = tol.atol + tol.rtol * fabs(want);
                 if (hn->ready && !use_alt) bound += tol_mult * tol.fudge * hn->sens[ea];
                 /* an output stored in f16/bf16 carries that final rounding */
-                bound += out_rel * (fabs(want) + bound) + out_abs;
-                ratio = diff / bound;
-                if (diff > m->max_abs) m->max_abs = diff;
-                double rel = diff / (fabs(want) > tol.atol ? fabs(want) : tol.atol);
-                if (rel > m->max_rel) m->max_rel = rel;
-                fro_num += diff * diff;
-                fro_den += want * want;
-                if (diff > bound) {
+                ratio = af_oracle_measure(m, out, want, bound, tol.atol, out_rel, out_abs, fro);
+                if (ratio > 1.0) {
                     if (unstable) {
                         m->n_unstable++;
                         continue;
@@ -553,7 +546,7 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
         }
     }
     m->worst_ratio = worst < 0 ? 0.0 : worst;
-    m->rel_fro = fro_den > 0 ? sqrt(fro_num / fro_den) : sqrt(fro_num);
+    m->rel_fro = fro[1] > 0 ? sqrt(fro[0] / fro[1]) : sqrt(fro[0]);
     res->kind = af_oracle_kind_of(m, &o->opts);
 }
 

@@ -159,7 +159,7 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
     /* dQ and dK: an implementation may scale after the product (the scale on the other
      * input, or after dS K in the dtype), whose unscaled rows reach gscale / |scale| */
     double sabs = fabs(af_case_scale(g->in->c)), unscale = k < 2 && sabs > 0.0 && sabs < 1.0 ? 1.0 / sabs : 1.0;
-    double fro_num = 0.0, fro_den = 0.0, worst = -1.0;
+    double fro[2] = {0.0, 0.0}, worst = -1.0;
     for (size_t r = 0; r < rows; r++) {
         size_t ra = row_map ? row_map[r] : r;
         bool masked = masked_rows && masked_rows[ra];
@@ -205,16 +205,9 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
             } else if (cw != 0) {
                 continue; /* the same NaN or Inf, or either where both are right */
             } else {
-                double diff = fabs(out - want);
                 double bound = tol.atol + tol.rtol * fabs(want) + tol_mult * tol.fudge * sens;
-                bound += out_rel * (fabs(want) + bound) + out_abs;
-                ratio = diff / bound;
-                if (diff > m->max_abs) m->max_abs = diff;
-                double rel = diff / (fabs(want) > tol.atol ? fabs(want) : tol.atol);
-                if (rel > m->max_rel) m->max_rel = rel;
-                fro_num += diff * diff;
-                fro_den += want * want;
-                if (diff > bound) {
+                ratio = af_oracle_measure(m, out, want, bound, tol.atol, out_rel, out_abs, fro);
+                if (ratio > 1.0) {
                     if (unstable) {
                         m->n_unstable++;
                         continue;
@@ -235,7 +228,7 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
         }
     }
     m->worst_ratio = worst < 0 ? 0.0 : worst;
-    m->rel_fro = fro_den > 0 ? sqrt(fro_num / fro_den) : sqrt(fro_num);
+    m->rel_fro = fro[1] > 0 ? sqrt(fro[0] / fro[1]) : sqrt(fro[0]);
     res->kind = af_oracle_kind_of(m, opts);
 }
 

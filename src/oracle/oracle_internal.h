@@ -43,6 +43,22 @@ static inline bool af_oracle_out_dtype_ok(af_dtype dt) {
     return dt == AF_F32 || dt == AF_F64 || dt == AF_F16 || dt == AF_BF16;
 }
 
+/* A finite element of an output stored with rounding out_rel, out_abs (af_out_rounding)
+ * against want within bound: max_abs, max_rel (relative to max(|want|, atol)) and the
+ * Frobenius sums fro[0] (of the errors squared), fro[1] (of want squared) updated. Returns
+ * |out - want| over the bound widened by the output's rounding: above 1 it is beyond. */
+static inline double af_oracle_measure(af_metrics *m, double out, double want, double bound, double atol,
+                                       double out_rel, double out_abs, double fro[2]) {
+    double diff = fabs(out - want);
+    bound += out_rel * (fabs(want) + bound) + out_abs;
+    if (diff > m->max_abs) m->max_abs = diff;
+    double rel = diff / (fabs(want) > atol ? fabs(want) : atol);
+    if (rel > m->max_rel) m->max_rel = rel;
+    fro[0] += diff * diff;
+    fro[1] += want * want;
+    return diff / bound;
+}
+
 /* The result's kind from its counts, the first of the precedence order that occurs. */
 static inline af_kind af_oracle_kind_of(const af_metrics *m, const af_oracle_opts *opts) {
     if (m->n_nan) return AF_KIND_NAN_MISMATCH;
