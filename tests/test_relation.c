@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,11 +213,74 @@ static void test_dmask_batch_broadcast(void **state) {
     run_close(&r);
 }
 
+/* placement on f16 with K near 1e4: an implementation that scales after dS K (the scale on
+ * Q, or after the product) rounds the unscaled product to f16, where it overflows; times a
+ * scale of 0 that is NaN. Correct, so the relation excuses it in those rows only: a NaN
+ * planted in a row whose product is small is still a mismatch. */
+static void test_placement_unscaled_overflow(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c);
+    c.dtype = AF_F16;
+    c.amask.present = false;
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DK | AF_GRAD_DV;
+    c.t[AF_K].mag_q4 = 16; /* 1e4 */
+    c.bwd.dout.mag_q4 = 8; /* 1e2 */
+    c.scale_set = true;
+    /* the placement chosen is a function of the case's seeds: try seeds until the transformed
+     * run overflows, in dQ or dK, for each scale (else this tests nothing) */
+    for (int z = 0; z < 2; z++) {
+        c.scale = z ? 0.0 : 1e-3;
+        size_t nonfinite = 0;
+        for (uint32_t seed = 0; seed < 16 && nonfinite == 0; seed++) {
+            c.t[AF_Q].seed = 1000u + seed;
+            af_case_repair(&c, 0);
+            run r;
+            run_open(&r, "explicit");
+            run_case(&r, &c);
+            af_result res[1 + AF_GRAD_COUNT];
+            assert_true(run_relation(&r, AF_REL_PLACEMENT, res));
+            for (int k = 0; k <= AF_GRAD_COUNT; k++)
+                if (res[k].kind != AF_KIND_OK)
+                    fail_msg("scale %g: placement@explicit %s: %s", c.scale, k ? af_grad_names[k - 1] : "out",
+                             af_kind_names[res[k].kind]);
+            for (int k = 0; k < 2; k++) {
+                const af_tensor *gt = af_grads_get(af_relation_grads(r.x), k);
+                assert_int_equal(gt->dtype, AF_F32);
+                const float *d = gt->data;
+                for (size_t e = 0; e < af_tensor_numel(gt); e++) nonfinite += isfinite(d[e]) ? 0u : 1u;
+            }
+            run_close(&r);
+        }
+        if (nonfinite == 0) fail_msg("scale %g: no seed made the transformed run overflow", c.scale);
+    }
+    /* a NaN where the product is small: found */
+    c.scale = 1e-3;
+    c.t[AF_K].mag_q4 = 0;
+    af_case_repair(&c, 0);
+    run r;
+    run_open(&r, "explicit");
+    run_case(&r, &c);
+    af_error err = {0};
+    af_tensor b = *af_grads_get(&r.g, 0);
+    size_t n = af_tensor_numel(&b);
+    float *f = malloc(n * sizeof *f);
+    memcpy(f, b.data, n * sizeof *f);
+    f[0] = NAN;
+    b.data = f;
+    af_result pr;
+    assert_int_equal(af_oracle_compare_grad_pair(r.o, 0, af_grads_get(&r.g, 0), &b, NULL, NULL, NULL, &pr, &err), AF_OK);
+    assert_int_equal(pr.kind, AF_KIND_NAN_MISMATCH);
+    free(f);
+    run_close(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtins_clean),
         cmocka_unit_test(test_mutants_caught),
         cmocka_unit_test(test_dmask_batch_broadcast),
+        cmocka_unit_test(test_placement_unscaled_overflow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -95,6 +95,10 @@ typedef struct af_ref_grad_opts {
      * row's error scale, as the forward's per-row V scale (a huge value behind a
      * zero-weight key loosens nothing). */
     double *gscale[AF_GRAD_COUNT];
+    /* Exact run, each may be NULL: for dq and dk (g 0, 1), per row the same sum without the
+     * scale: the size of the product dS K (dS^T Q) that an implementation scaling after it
+     * (another placement of the scale) rounds to the dtype. */
+    double *pscale[2];
     /* Exact run, each may be NULL: per element of gradient g, 1 where a term of weight 0
      * has a non-finite factor, so that an IEEE implementation gets NaN there (0 * Inf):
      * a masked_value_leak, not a nan_mismatch. */

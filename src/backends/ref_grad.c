@@ -106,7 +106,7 @@ typedef struct af_rg {
     double c_in, h_abs; /* the forward's: a scaled input's rounding near the subnormals */
     double h_st;        /* a value an fp32 pass forms: near 0, off by up to the smallest normal (flushed) */
     /* row scales: dQ's of a block [R], dK's and dV's of a head [Sk each] */
-    double *gsq, *gsk, *gsv;
+    double *gsq, *gsk, *gsv; /* gsk: without |scale| (pscale[1]) */
     /* the mask's gradient and its row scales' work [B' Hq' Sq' Sk'] */
     double *dmask, *gsm;
     size_t mne[4], mnb[4];
@@ -199,9 +199,12 @@ static double af_rg_finish(const af_rg *g, double x, double f) {
     return f == 1.0 ? x : af_rdt(x * f, g->dt);
 }
 
-/* The rounding af_rg_finish adds to x: once, or twice with a factor after the product. */
-static double af_rg_finish_sens(const af_rg *g, double x, double f) {
-    return f == 1.0 ? g->u * af_rg_fabs(x) + g->h_st : 2.0 * g->u * af_rg_fabs(x) + (1.0 + fabs(f)) * g->h_st;
+/* The rounding af_rg_finish adds to x: dV's once; dQ's and dK's twice, the product then a
+ * factor after it, which any placement of the scale may make up to max(1, |scale|) (so that
+ * two runs under different placements, the relation placement, are judged alike). */
+static double af_rg_finish_sens(const af_rg *g, double x, bool scaled) {
+    double f = fabs(g->scale) > 1.0 ? fabs(g->scale) : 1.0;
+    return scaled ? 2.0 * g->u * af_rg_fabs(x) + (1.0 + f) * g->h_st : g->u * af_rg_fabs(x) + g->h_st;
 }
 
 /* --- the mask's gradient --------------------------------------------------------------- */
@@ -712,7 +715,11 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
         af_gemm_nt_f64(rn, Sk, Dv, g->absdo + r0 * Dv, Dv, g->absv, Dv, g->A, Sk, 0);
     /* 5. dropout, delta, dS, dmask, softcap */
     double *gsq = g->gsq;
-    for (size_t r = 0; r < rn; r++) gsq[r] = fabs(g->scale) * af_rg_ds_row(g, b, h, r, r0 + r);
+    for (size_t r = 0; r < rn; r++) {
+        double un = af_rg_ds_row(g, b, h, r, r0 + r);
+        gsq[r] = fabs(g->scale) * un;
+        if (o->pscale[0] && grads[0]) o->pscale[0][(b * g->Hq + h) * Sq + r0 + r] = un;
+    }
     for (size_t r = 0; r < rn && g->honest; r++)
         if (g->risky[r]) g->head_risky = true; /* pass 5's: dP or dS past fp32 or the dtype */
     /* the keys a seeded bug brought back count as terms of nonzero weight from here on */
@@ -723,7 +730,7 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
     if (grads[1] && counts)
         for (size_t r = 0; r < rn; r++)
             for (size_t j = 0; j < Sk; j++)
-                g->gsk[j] += fabs(g->scale) * g->A[r * Sk + j] * g->qnorm[(r0 + r) * 4];
+                g->gsk[j] += g->A[r * Sk + j] * g->qnorm[(r0 + r) * 4];
     /* 6. dQ = dS K over the terms with W != 0 */
     if (grads[0]) {
         af_rg_gemm(g, 0, rn, D, Sk, g->dP, g->kz, g->dq, 0);
@@ -749,7 +756,7 @@ static void af_rg_block(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
                 size_t row = (b * g->Hq + h) * Sq + r0 + r;
                 for (size_t d = 0; d < D; d++)
                     o->sens[0][row * D + d] = fabs(g->scale) * g->dq[r * D + d] + g->h_abs * (1.0 + fabs(f)) * g->dsr[r] +
-                                              af_rg_finish_sens(g, grads[0][row * D + d], f);
+                                              af_rg_finish_sens(g, grads[0][row * D + d], true);
             }
         }
     }
@@ -777,14 +784,16 @@ static void af_rg_kv_finish(af_rg *g, size_t b, size_t kvh) {
         if (grads[1]) {
             double *dst = grads[1] + row * D;
             for (size_t d = 0; d < D; d++) dst[d] = af_rg_finish(g, g->dk[j * D + d], fk);
-            if (o->gscale[1]) o->gscale[1][row] = g->gsk[j];
+            double gs = fabs(g->scale) * g->gsk[j];
+            if (o->gscale[1]) o->gscale[1][row] = gs;
+            if (o->pscale[1]) o->pscale[1][row] = g->gsk[j];
             if (o->leak[1] && g->dk_leak_all) memset(o->leak[1] + row * D, 1, D);
             if (o->sens[1])
                 for (size_t d = 0; d < D; d++)
                     o->sens[1][row * D + d] = fabs(g->scale) * g->sdk[j * D + d] + g->h_abs * (1.0 + fabs(fk)) * g->dsk[j] +
-                                              af_rg_finish_sens(g, dst[d], fk);
+                                              af_rg_finish_sens(g, dst[d], true);
             if (o->unstable[1])
-                memset(o->unstable[1] + row * D, g->head_risky || g->dk_unst[j] || g->gsk[j] > AF_F32_RISK, D);
+                memset(o->unstable[1] + row * D, g->head_risky || g->dk_unst[j] || gs > AF_F32_RISK, D);
         }
         if (grads[2]) {
             double *dst = grads[2] + row * Dv;
@@ -792,7 +801,7 @@ static void af_rg_kv_finish(af_rg *g, size_t b, size_t kvh) {
             if (o->gscale[2]) o->gscale[2][row] = g->gsv[j];
             if (o->sens[2])
                 for (size_t d = 0; d < Dv; d++)
-                    o->sens[2][row * Dv + d] = g->sdv[j * Dv + d] + af_rg_finish_sens(g, dst[d], 1.0);
+                    o->sens[2][row * Dv + d] = g->sdv[j * Dv + d] + af_rg_finish_sens(g, dst[d], false);
             if (o->unstable[2])
                 memset(o->unstable[2] + row * Dv, g->head_risky || g->dv_unst[j] || g->gsv[j] > AF_F32_RISK, Dv);
         }

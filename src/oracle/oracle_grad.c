@@ -26,12 +26,13 @@
 #include "scratch.h"
 
 /* per gradient: the reference, its row scales, leak flags; the honest run, sens, unstable */
-enum { GS_REF, GS_SCALE, GS_LEAK, GS_SWAP, GS_HONEST, GS_SENS, GS_UNSTABLE, GS_PER };
+enum { GS_REF, GS_SCALE, GS_PSCALE, GS_LEAK, GS_SWAP, GS_HONEST, GS_SENS, GS_UNSTABLE, GS_PER };
 
 struct af_oracle_grads {
     af_scratch ws, refws;
     const af_case_tensors *in;
     double *ref[AF_GRAD_COUNT], *gscale[AF_GRAD_COUNT], *honest[AF_GRAD_COUNT], *sens[AF_GRAD_COUNT];
+    double *pscale[2]; /* dq's and dk's rows without the scale (ref.h) */
     uint8_t *leak[AF_GRAD_COUNT], *swap[AF_GRAD_COUNT], *unstable[AF_GRAD_COUNT];
     size_t n[AF_GRAD_COUNT], rows[AF_GRAD_COUNT], ne[AF_GRAD_COUNT][4];
     bool honest_ready, honest_tf32; /* the honest run made, and with TF32 forced */
@@ -70,6 +71,10 @@ af_status af_oracle_grads_prepare(af_oracle_grads **pg, const af_case_tensors *i
         g->swap[k] = AF_SCRATCH(&g->ws, k * GS_PER + GS_SWAP, uint8_t, g->n[k], err);
         if (!g->ref[k] || !g->gscale[k] || !g->leak[k] || !g->swap[k]) return AF_ERR_NOMEM;
         exact.gscale[k] = g->gscale[k];
+        if (k < 2) {
+            g->pscale[k] = exact.pscale[k] = AF_SCRATCH(&g->ws, k * GS_PER + GS_PSCALE, double, g->rows[k], err);
+            if (!g->pscale[k]) return AF_ERR_NOMEM;
+        }
         exact.leak[k] = g->leak[k];
         exact.nfswap[k] = g->swap[k];
     }
@@ -156,15 +161,15 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
         overflow = ov < overflow ? ov : overflow;
     }
     const double *ref = g->ref[k];
-    /* dQ and dK: an implementation may scale after the product (the scale on the other
-     * input, or after dS K in the dtype), whose unscaled rows reach gscale / |scale| */
-    double sabs = fabs(af_case_scale(g->in->c)), unscale = k < 2 && sabs > 0.0 && sabs < 1.0 ? 1.0 / sabs : 1.0;
+    const bool scale0 = af_case_scale(g->in->c) == 0.0;
     double fro[2] = {0.0, 0.0}, worst = -1.0;
     for (size_t r = 0; r < rows; r++) {
         size_t ra = row_map ? row_map[r] : r;
         bool masked = masked_rows && masked_rows[ra];
         af_tolerance tol = af_oracle_grads_tol(g, opts, k, ra);
-        bool row_overflows = g->gscale[k][ra] * unscale >= 0.5 * overflow;
+        /* dQ and dK: an implementation may scale after the product (the scale on the other
+         * input, or after dS K rounded to the dtype), which may overflow there */
+        bool row_overflows = k < 2 && g->pscale[k][ra] >= 0.5 * overflow;
         tol.atol *= tol_mult;
         tol.rtol *= tol_mult;
         for (size_t d = 0; d < len; d++) {
@@ -181,7 +186,7 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
                 if (co == 2 ? want + bound >= overflow
                             : co == 3 ? want - bound <= -overflow : fabs(want) + bound >= AF_F32_RISK)
                     unstable = true;
-                if (co >= 2 && row_overflows) unstable = true; /* the unscaled product rounded to Inf */
+                if (row_overflows && (co >= 2 || scale0)) unstable = true; /* the product's Inf (times 0: NaN) */
             }
             double ratio;
             /* NaN or Inf through a non-finite dP: either class is right (ref.h nfswap) */
