@@ -3,7 +3,9 @@
 # default campaign (explicit,fused, every relation sampled) on the same seed three times,
 # forward-only (--backward 0), every case backward (--backward 1) and the default share
 # (1/3), and where the time goes; the ratio is the time per backward case over the time per
-# forward case (target: at most about 3).
+# forward case (target: at most about 3). The flop cap counts a backward case 3.5 times its
+# forward, so backward cases are drawn smaller; the same pair of runs with a cap that binds no
+# case (--max-flops 1e15) gives the cost of a backward case of the same shapes (distribution).
 #   scripts/bench_backward.sh [RUNS [SEED]]     (default 4000 runs, seed 1)
 # ATTNFUZZ=path picks the executable (default build/attnfuzz).
 set -euo pipefail
@@ -18,17 +20,20 @@ export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-$core} OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "$(date -u +%FT%TZ) $(uname -n), $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg); $af"
-for mode in 0 1 default; do
-  share=()
-  [ "$mode" = default ] || share=(--backward "$mode")
-  taskset -c 0 "$af" fuzz --runs "$runs" --seed "$seed" "${share[@]}" --crashes "$tmp/c-$mode" \
+for mode in 0 1 default u0 u1; do
+  opts=()
+  case $mode in
+    0 | 1) opts=(--backward "$mode") ;;
+    u0 | u1) opts=(--backward "${mode#u}" --max-flops 1e15) ;;
+  esac
+  taskset -c 0 "$af" fuzz --runs "$runs" --seed "$seed" "${opts[@]}" --crashes "$tmp/c-$mode" \
     --stats "$tmp/s-$mode.json" --quiet 2>"$tmp/err-$mode" || { [ $? -eq 1 ] || { cat "$tmp/err-$mode" >&2; exit 2; }; }
 done
 python3 - "$tmp" "$runs" "$seed" <<'EOF'
 import json, sys
 tmp, runs, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = {}
-for mode in ("0", "1", "default"):
+for mode in ("0", "1", "default", "u0", "u1"):
     with open("%s/s-%s.json" % (tmp, mode)) as f:
         rows[mode] = json.load(f)
 print("fuzz --runs %d --seed %s [--backward 0 | 1 | default], one process on CPU 0" % (runs, seed))
@@ -37,7 +42,8 @@ head = "%-18s %6s %9s %8s %8s %9s %8s %8s %8s %8s %9s" % ("campaign", "execs", "
                                                           "ms/case", "gen ms", "ref ms", "bknd ms", "check ms", "findings")
 print(head)
 print("-" * len(head))
-for mode, name in (("0", "--backward 0"), ("1", "--backward 1"), ("default", "default (1/3)")):
+for mode, name in (("0", "--backward 0"), ("1", "--backward 1"), ("default", "default (1/3)"),
+                   ("u0", "uncapped, bwd 0"), ("u1", "uncapped, bwd 1")):
     s = rows[mode]
     n = max(1, s["execs"])
     ms = lambda k: 1e3 * s.get("seconds", {}).get(k, 0.0) / n
@@ -45,6 +51,9 @@ for mode, name in (("0", "--backward 0"), ("1", "--backward 1"), ("default", "de
         name, s["execs"], s.get("backward_execs", 0), s["elapsed"], s["execs"] / max(1e-9, s["elapsed"]),
         1e3 * s["elapsed"] / n, ms("generate"), ms("reference"), ms("backends"),
         ms("checks"), s.get("unique_signatures", 0)))
+per = lambda m: rows[m]["elapsed"] / max(1, rows[m]["execs"])
+print()
+print("uncapped (--max-flops 1e15): backward case / forward case %.2fx" % (per("u1") / per("u0")))
 fwd = rows["0"]["elapsed"] / max(1, rows["0"]["execs"])
 bwd = rows["1"]["elapsed"] / max(1, rows["1"]["execs"])
 d = rows["default"]
