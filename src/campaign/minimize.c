@@ -49,10 +49,10 @@ static bool af_simplify(const af_case *c, unsigned k, af_case *o) {
     /* backward: fewer gradients (one is left), a plain dO, or none at all (a finding on
      * the output then becomes the forward case's) */
     case 55: case 56: case 57: case 58: {
-        unsigned g = k - 55, n = 0;
-        for (unsigned b = 0; b < AF_GRAD_COUNT; b++) n += (o->bwd.grads >> b) & 1u;
-        if (!(o->bwd.grads >> g & 1u) || n < 2) return false;
-        o->bwd.grads = (uint8_t)(o->bwd.grads & ~(1u << g));
+        unsigned g = k - 55, n = 0, grads = o->bwd.grads;
+        for (unsigned b = 0; b < AF_GRAD_COUNT; b++) n += (grads >> b) & 1u;
+        if (!(grads >> g & 1u) || n < 2) return false;
+        o->bwd.grads = (uint8_t)(grads & ~(1u << g));
         break;
     }
     case 59: o->bwd.dout.special = AF_SPECIAL_NONE; break;
