@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Time-to-bug benchmark: how many executions and seconds attnfuzz needs to find each
-seeded-bug mutant (docs/design.md section 8, docs/mutants.md), per case strategy.
+seeded-bug mutant (docs/design.md section 8, docs/mutants.md), per case strategy. The
+forward mutants and the backward ones (bwd_*: found through a gradient, on the backward
+cases a campaign draws for a backend that declares the backward capability, a third of
+them by default) get a table each.
 
 For each mutant and strategy it runs N independent campaigns (seeds 1..N, the same seeds
 for every cell), each
@@ -36,7 +39,7 @@ import tempfile
 import threading
 import time
 
-MUTANTS = [
+FORWARD_MUTANTS = [
     "scale_sqrt_q_only",
     "packed_fp16_overflow",
     "silent_tf32",
@@ -44,6 +47,16 @@ MUTANTS = [
     "mhav2_concat",
     "causal_top_left",
 ]
+BACKWARD_MUTANTS = [
+    "bwd_dq_no_scale",
+    "bwd_gqa_no_sum",
+    "bwd_dropout_not_reapplied",
+    "bwd_softcap_no_derivative",
+    "bwd_causal_missing_in_ds",
+    "bwd_tail_tile_past_sk",
+    "bwd_lse_nan",
+]
+MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS
 STRATEGIES = ["generator", "grid", "bytes"]
 LIBFUZZER = "libfuzzer"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -399,7 +412,16 @@ def report(trials):
     print("p = two-sided Mann-Whitney U of times vs the generator's (normal approx., ties, both censored at the")
     print("smaller budget)")
     print()
-    print(table(rows))
+    fwd = [r for r in rows if r["mutant"] not in BACKWARD_MUTANTS]
+    bwd = [r for r in rows if r["mutant"] in BACKWARD_MUTANTS]
+    if fwd:
+        print(table(fwd))
+    if bwd:
+        if fwd:
+            print()
+        print("backward mutants (found through a gradient; the trial's found/kinds count findings on it):")
+        print()
+        print(table(bwd))
     killed = [t for t in trials if t.get("killed")]
     if killed:
         print()
@@ -433,7 +455,8 @@ def main(argv=None):
     ap.add_argument("--strategy-budget", default="",
                     help="per-strategy budgets overriding --budget, e.g. grid=10,bytes=10")
     ap.add_argument("--jobs", type=int, default=2, help="campaigns run in parallel (default 2)")
-    ap.add_argument("--mutants", default=",".join(MUTANTS), help="comma-separated (default: all six)")
+    ap.add_argument("--mutants", default=",".join(MUTANTS),
+                    help="comma-separated, or 'forward' / 'backward' (default: all thirteen)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated: generator,grid,bytes")
     ap.add_argument("--attnfuzz", default=None, help="the attnfuzz executable (default: build*/attnfuzz)")
     ap.add_argument("--libfuzzer", default=None,
@@ -447,6 +470,8 @@ def main(argv=None):
     ap.add_argument("--summarize", default=None, metavar="OUT.json",
                     help="print the table of an earlier --json output and exit")
     ap.add_argument("--self-test", action="store_true", help="check the statistics and exit")
+    ap.add_argument("--require-within", type=float, default=None, metavar="S",
+                    help="exit 1 unless every trial run now found its mutant within S seconds (first_time)")
     a = ap.parse_args(argv)
 
     if a.self_test:
@@ -461,7 +486,8 @@ def main(argv=None):
         return 0
 
     print("command: " + shlex.join(["python3"] + sys.argv), flush=True)
-    mutants = [m for m in a.mutants.split(",") if m]
+    groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS}
+    mutants = [x for m in a.mutants.split(",") if m for x in groups.get(m, [m])]
     strategies = [s for s in a.strategies.split(",") if s]
     for s in strategies:
         if s not in STRATEGIES:
@@ -562,6 +588,15 @@ def main(argv=None):
             json.dump(doc, f, indent=1)
         os.replace(tmp, a.json)
         print("wrote %s" % a.json)
+    if a.require_within is not None:
+        late = [t for t in trials if not t["found"] or t["time"] > a.require_within]
+        for t in late:
+            print("NOT FOUND within %gs: %s %s seed %d (%s)" % (
+                a.require_within, t["mutant"], t["strategy"], t["seed"],
+                "%.3gs" % t["time"] if t["found"] else t.get("error") or "not found"), file=sys.stderr)
+        if late:
+            return 1
+        print("every trial found its mutant within %gs" % a.require_within)
     return 0
 
 

@@ -164,6 +164,18 @@ def check_c_bundle(path):
         ok = got == rec or abs(got - rec) <= 1e-12 * max(abs(got), abs(rec))
         check(ok, "%s: %s max_abs %r equals the recorded %r" % (path, be["name"], got, rec))
     check(n_out > 0, "%s: has at least one backend output" % path)
+    # a backward case: dO and each reference gradient at its shape, each backend's gradient
+    # against it as recorded
+    grads = (c.get("backward") or {}).get("grads") or []
+    if grads:
+        check("do" in b and b["do"].shape == (B, Hq, Sq, Dv) and b["do"].dtype == np.float32,
+              "%s: do is float32 [B, Hq, Sq, Dv]" % path)
+    for g in grads:
+        check("ref_" + g in b and b["ref_" + g].dtype == np.float64, "%s: ref_%s is float64" % (path, g))
+    for (name, g), row in ab.grad_summary(b).items():
+        got, rec = row.get("max_abs"), row["recorded_max_abs"]
+        ok = got is not None and rec is not None and (got == rec or abs(got - rec) <= 1e-12 * max(abs(got), abs(rec)))
+        check(ok, "%s: %s %s max_abs %r equals the recorded %r" % (path, name, g, got, rec))
 
 
 def test_from_c():

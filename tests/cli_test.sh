@@ -57,9 +57,31 @@ expect_rc 2 "$AF" fuzz --backend no_such_backend --runs 1 --crashes "$T/x"
 grep -q "unknown backend" "$T/err" && ok "unknown backend is named" || bad "unknown backend is named"
 expect_rc 2 "$AF" nosuchcommand
 
-# a clean campaign: nothing found, exit 0, stats written
-expect_rc 0 "$AF" fuzz --runs 300 --seed 3 --crashes "$T/clean" --stats "$T/clean.json" --quiet
+# a clean campaign: nothing found, exit 0, stats written (forward-only: the case stream this
+# check was written for; a default campaign of explicit,fused draws a third of its cases
+# backward)
+expect_rc 0 "$AF" fuzz --runs 300 --seed 3 --backward 0 --crashes "$T/clean" --stats "$T/clean.json" --quiet
 grep -q '"execs":	300' "$T/clean.json" && ok "stats count 300 execs" || bad "stats count 300 execs"
+grep -q '"backward_execs":	0' "$T/clean.json" && ok "--backward 0: no backward case" || bad "--backward 0: no backward case"
+# backward cases only: the built-ins' gradients clean too
+expect_rc 0 "$AF" fuzz --runs 300 --seed 3 --backward 1 --crashes "$T/cleanb" --stats "$T/cleanb.json" --quiet
+n_bwd=$(sed -n 's/.*"backward_execs":[[:space:]]*\([0-9]*\).*/\1/p' "$T/cleanb.json")
+[ "${n_bwd:-0}" -ge 290 ] && ok "--backward 1: $n_bwd of 300 cases backward, clean" || bad "--backward 1: $n_bwd of 300 cases backward"
+expect_rc 2 "$AF" fuzz --runs 1 --backward 1.5 --crashes "$T/x"
+# a seeded backward bug: found through its gradient; the bundle holds dO, the reference
+# gradients and the backend's; replay, show (a heatmap per gradient) and regress see it
+expect_rc 1 "$AF" fuzz --backend mutant:bwd_gqa_no_sum --max-findings 1 --runs 2000 --crashes "$T/cg" --quiet
+complete_bundles "$T/cg" && ok "backward bundles are complete" || bad "backward bundles are complete"
+bg=$(ls -d "$T"/cg/*/ | head -1)
+{ [ -s "$bg/do.npy.zst" ] && ls "$bg"/ref_d*.npy.zst >/dev/null 2>&1 && ls "$bg"/d*.mutant_bwd_gqa_no_sum.npy.zst >/dev/null 2>&1; } &&
+  ok "a backward bundle holds do, ref_<g> and <g>.<backend>" || { bad "a backward bundle holds do, ref_<g> and <g>.<backend>"; ls "$bg" | sed 's/^/    /'; }
+expect_rc 1 "$AF" replay "$bg"
+grep -Eq "mutant:bwd_gqa_no_sum: diverge in d[kv]" "$T/out" && ok "replay names the gradient" || { bad "replay names the gradient"; sed 's/^/    /' "$T/out"; }
+expect_rc 0 "$AF" show "$bg" --heatmap "$T/hg.png"
+grep -Eq "^finding  diverge in d[kv] by mutant:bwd_gqa_no_sum" "$T/out" && ls "$T"/hg-d[kv].png >/dev/null 2>&1 &&
+  ok "show names the gradient and draws its heatmap" || { bad "show names the gradient and draws its heatmap"; sed 's/^/    /' "$T/out"; }
+expect_rc 0 "$AF" regress "$T/cg"
+grep -q "1 checks same" "$T/out" && ok "regress: the gradient's verdict recorded and replayed the same" || { bad "regress on a backward bundle"; sed 's/^/    /' "$T/out"; }
 
 # a seeded bug: exit 1, complete bundles that replay (exit 1) and show
 expect_rc 1 "$AF" fuzz --backend mutant:causal_top_left --runs 400 --crashes "$T/c1" --stats "$T/c1.json" --quiet

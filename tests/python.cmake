@@ -37,3 +37,16 @@ if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON})
   set_tests_properties(readme_worker PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
 endif()
+
+# The C float64 reference backward against python/attnfuzz/reference.py backward() on 600
+# generated backward cases (tests/ref_grad_cross.py; ref_grad_dump writes the C side).
+add_executable(ref_grad_dump ${CMAKE_CURRENT_SOURCE_DIR}/grad/ref_grad_dump.c)
+target_include_directories(ref_grad_dump PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/src/core)
+target_compile_options(ref_grad_dump PRIVATE ${AF_WARNINGS} -Wno-missing-prototypes)
+target_link_libraries(ref_grad_dump PRIVATE attnfuzz_lib)
+if(EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
+  add_test(NAME python_ref_grad_cross
+           COMMAND ${AF_VENV_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ref_grad_cross.py $<TARGET_FILE:ref_grad_dump> 600 1)
+  set_tests_properties(python_ref_grad_cross PROPERTIES LABELS "python" TIMEOUT 600
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
+endif()

@@ -534,12 +534,15 @@ static void test_backend_names(void **state) {
 
 static void test_mutants_found(void **state) {
     (void)state;
-    size_t first = 3, count = af_backend_builtin_count() - first;
+    /* the forward mutants (the backward ones compute the forward exactly: tests/test_mutants.c) */
+    size_t first = 3, count = 0;
+    for (size_t i = first; i < af_backend_builtin_count(); i++) count += !af_backend_builtin(i)->run_backward;
     af_backend **mut = calloc(count, sizeof *mut);
     size_t *found_at = calloc(count, sizeof *found_at);
-    for (size_t i = 0; i < count; i++) {
-        mut[i] = open_backend(af_backend_builtin(first + i)->name);
-        found_at[i] = SIZE_MAX;
+    for (size_t i = first, k = 0; i < af_backend_builtin_count(); i++) {
+        if (af_backend_builtin(i)->run_backward) continue;
+        mut[k] = open_backend(af_backend_builtin(i)->name);
+        found_at[k++] = SIZE_MAX;
     }
     af_inputs *in = af_inputs_create();
     af_oracle *o = af_oracle_create(NULL);

@@ -888,6 +888,155 @@ static void test_bundle_round_trip(void **state) {
     assert_int_equal(count_entries(crashes, NULL), 24);
 }
 
+/* A backward case: dO and the reference gradients stored canonical, each backend's
+ * gradients with their verdicts and metrics, the finding's tensor; everything reads back
+ * (values bit for bit, dO into the case's layout), and the recorded max_abs is what the
+ * arrays give (also left under bundle-from-c for the Python loader's test). */
+static void test_bundle_backward(void **state) {
+    (void)state;
+    char crashes[PATH_MAX];
+    const char *bin = getenv("AF_BINARY_DIR");
+    path_in(crashes, bin ? bin : g_dir, bin ? "bundle-from-c" : "crashes");
+    af_rng rng;
+    af_rng_init(&rng, 4242, 1);
+    for (int i = 0; i < 6; i++) {
+        af_case c;
+        af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0};
+        af_case_generate_opts(&c, &rng, &go);
+        if (i % 2) { /* an additive mask: dmask asked too */
+            c.amask.present = true, c.amask.dims = AF_MDIM_Q | AF_MDIM_K, c.amask.pattern = AF_MASK_RANDOM;
+            c.amask.density = 50;
+            c.bwd.grads = AF_GRAD_ALL;
+        }
+        c.bwd.dout.perm = 1, c.bwd.dout.pad = 2; /* dO not contiguous */
+        af_case_repair(&c, (size_t)1 << 20);
+        assert_true(c.bwd.grads != 0);
+        af_error err = {0};
+        af_inputs *in = af_inputs_create();
+        expect_ok(af_inputs_generate(in, &c, &err), &err);
+        const af_case_tensors *t = af_inputs_get(in);
+        af_backend *be[2];
+        af_tensor out[2];
+        af_grads gr[2];
+        static const char *const names[2] = {"ref", "explicit"};
+        for (int k = 0; k < 2; k++) {
+            expect_ok(af_backend_open(names[k], &be[k], &err), &err);
+            af_backend_out_shape(be[k], &c, &out[k]);
+            out[k].data = af_malloc(af_tensor_span(&out[k]));
+            af_backend_grads_shape(be[k], &c, &gr[k]);
+            for (int g = 0; g < AF_GRAD_COUNT; g++) {
+                af_tensor *x = af_grads_at(&gr[k], g);
+                if (x->ndim) x->data = af_malloc(af_tensor_span(x));
+            }
+            expect_ok(af_backend_run_backward(be[k], t, &out[k], &gr[k], &err), &err);
+        }
+        af_bundle_output bo;
+        memset(&bo, 0, sizeof bo);
+        bo.backend = "explicit";
+        bo.version = "1";
+        bo.out = &out[1];
+        bo.grads = &gr[1];
+        size_t no = af_tensor_numel(&out[0]);
+        for (size_t e = 0; e < no; e++) { /* the output's max_abs by hand */
+            double x = ((const float *)out[1].data)[e], y = ((const double *)out[0].data)[e];
+            if (isfinite(x) && isfinite(y) && fabs(x - y) > bo.result.m.max_abs) bo.result.m.max_abs = fabs(x - y);
+        }
+        af_bundle_spec spec;
+        memset(&spec, 0, sizeof spec);
+        double mx[AF_GRAD_COUNT] = {0};
+        for (int g = 0; g < AF_GRAD_COUNT; g++) {
+            const af_tensor *rg = af_grads_get(&gr[0], g), *eg = af_grads_get(&gr[1], g);
+            if (!rg->data) continue;
+            spec.ref_grads[g] = rg->data;
+            size_t n = af_tensor_numel(rg);
+            for (size_t e = 0; e < n; e++) { /* max_abs by hand */
+                double x = ((const float *)eg->data)[e], y = ((const double *)rg->data)[e];
+                if (isfinite(x) && isfinite(y) && fabs(x - y) > mx[g]) mx[g] = fabs(x - y);
+            }
+            bo.grad_results[g].kind = g == 0 ? AF_KIND_DIVERGE : AF_KIND_OK;
+            bo.grad_results[g].m.max_abs = mx[g];
+            bo.grad_results[g].m.worst[2] = 1;
+        }
+        uint8_t enc[AF_CASE_ENCODED_MAX];
+        spec.c = &c;
+        spec.input_len = af_case_encode(&c, enc, sizeof enc);
+        spec.input = enc;
+        spec.tensors = t;
+        spec.ref = out[0].data;
+        spec.kind = AF_KIND_DIVERGE;
+        spec.who = "explicit";
+        spec.tensor = "dq";
+        spec.signature = 0xbac4000000000000ull + (unsigned)i;
+        spec.outputs = &bo;
+        spec.n_outputs = 1;
+        char path[PATH_MAX];
+        expect_ok(af_bundle_write(crashes, &spec, path, sizeof path, &err), &err);
+
+        af_bundle *b = NULL;
+        expect_ok(af_bundle_read(path, &b, &err), &err);
+        assert_string_equal(af_bundle_tensor(b), "dq");
+        const af_bundle_record *rec = af_bundle_record_at(b, 0);
+        size_t files = 6; /* case.json, input.bin, q, k, v, ref */
+        files += 2 + (c.amask.present ? 1u : 0u) + (c.bmask.present ? 1u : 0u); /* out.explicit, do, masks */
+        for (int g = 0; g < AF_GRAD_COUNT; g++) {
+            bool asked = (c.bwd.grads & (1u << g)) != 0;
+            assert_int_equal(rec->has_grad[g], asked);
+            assert_int_equal(rec->has_grad_output[g], asked);
+            if (!asked) continue;
+            files += 2; /* ref_<g>, <g>.explicit */
+            assert_int_equal(rec->grad_kind[g], g == 0 ? AF_KIND_DIVERGE : AF_KIND_OK);
+            assert_true(same_double(rec->grad_m[g].max_abs, mx[g]));
+            assert_int_equal(rec->grad_m[g].worst[2], 1);
+            double *x = NULL;
+            for (int k = 0; k < 2; k++) {
+                expect_ok(af_bundle_load_grad(b, k ? "explicit" : "ref", g, &x, &err), &err);
+                assert_non_null(x);
+                const af_tensor *want = af_grads_get(&gr[k], g);
+                for (size_t e = 0; e < af_tensor_numel(want); e++) {
+                    double w = k ? (double)((const float *)want->data)[e] : ((const double *)want->data)[e];
+                    assert_true(same_double(x[e], w));
+                }
+                af_free(x);
+            }
+        }
+        assert_int_equal(count_entries(path, NULL), files);
+        double *none = (double *)1;
+        expect_ok(af_bundle_load_grad(b, "no_such_backend", 0, &none, &err), &err);
+        assert_null(none);
+        af_inputs *back = af_inputs_create();
+        expect_ok(af_bundle_load_inputs(b, back, &err), &err);
+        assert_true(views_equal(&t->dov, &af_inputs_get(back)->dov));
+        af_inputs_destroy(back);
+        af_bundle_free(b);
+
+        /* a ref_<g> over its case's shape is refused, naming the file, before it is read */
+        char bad[PATH_MAX], file[64];
+        int g0 = __builtin_ctz(c.bwd.grads);
+        snprintf(file, sizeof file, "ref_%s.npy.zst", af_grad_names[g0]);
+        path_in(bad, path, file);
+        af_array big = {.dtype = AF_F64, .ndim = 4, .shape = {8, 8, 8, 64}};
+        big.data = af_calloc(af_array_numel(&big), sizeof(double));
+        expect_ok(af_npy_write_zst(bad, &big, &err), &err);
+        af_array_free(&big);
+        expect_ok(af_bundle_read(path, &b, &err), &err);
+        assert_int_equal(af_bundle_load_grad(b, "ref", g0, &none, &err), AF_ERR_FORMAT);
+        assert_non_null(strstr(err.msg, file));
+        af_bundle_free(b);
+        /* restore it for the Python test */
+        af_array good = {.dtype = AF_F64, .ndim = 4};
+        af_case_grad_shape(&c, g0, good.shape);
+        good.data = (void *)(uintptr_t)spec.ref_grads[g0];
+        expect_ok(af_npy_write_zst(bad, &good, &err), &err);
+
+        for (int k = 0; k < 2; k++) {
+            af_free(out[k].data);
+            for (int g = 0; g < AF_GRAD_COUNT; g++) af_free(af_grads_at(&gr[k], g)->data);
+            af_backend_close(be[k]);
+        }
+        af_inputs_destroy(in);
+    }
+}
+
 static void small_case(af_case *c) {
     af_case_default(c);
     c->batch = 2;
@@ -1913,6 +2062,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_npy_corrupt, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_npy_write_errors, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_round_trip, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bundle_backward, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_exists, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_write_over, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_exact_numbers, setup_dir, teardown_dir),

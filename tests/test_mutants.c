@@ -22,8 +22,11 @@
 #include "attnfuzz/tensor.h"
 
 static const char *const mutant_names[] = {
-    "mutant:scale_sqrt_q_only", "mutant:packed_fp16_overflow", "mutant:silent_tf32",
-    "mutant:bshd_as_bhsd",      "mutant:mhav2_concat",         "mutant:causal_top_left",
+    "mutant:scale_sqrt_q_only",        "mutant:packed_fp16_overflow",      "mutant:silent_tf32",
+    "mutant:bshd_as_bhsd",             "mutant:mhav2_concat",              "mutant:causal_top_left",
+    "mutant:bwd_dq_no_scale",          "mutant:bwd_gqa_no_sum",            "mutant:bwd_dropout_not_reapplied",
+    "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds", "mutant:bwd_tail_tile_past_sk",
+    "mutant:bwd_lse_nan",
 };
 #define N_MUTANTS (sizeof mutant_names / sizeof mutant_names[0])
 
@@ -312,6 +315,182 @@ static void test_causal_top_left(void **state) {
     EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "bottom-right to valid length, Sq == Sk, padding");
 }
 
+/* --- the backward mutants: forward exactly ref's, one gradient rule bent ------------- */
+
+/* What a backward check expects per tensor (out, dq, dk, dv, dmask): a kind (or -1: any
+ * finding), with SAME_BITS for an ok tensor the reference's values bit for bit. */
+enum { T_OUT, T_DQ, T_DK, T_DV, T_DMASK, T_COUNT };
+#define ANY_FINDING (-1)
+
+static void bwd_case(af_case *c) {
+    base_case(c);
+    c->bwd.grads = AF_GRAD_DQ | AF_GRAD_DK | AF_GRAD_DV;
+    c->bwd.dout.seed = 555u;
+}
+
+/* Runs backward mutant `name` on c (fill, may be NULL, rewrites the drawn values) and
+ * judges the output and each gradient the case asks for. */
+static void expect_bwd(const char *name, const af_case *c0, void (*fill)(const af_case_tensors *), const int want[T_COUNT],
+                       unsigned flags, const char *what) {
+    af_case c = *c0;
+    af_case_repair(&c, 0);
+    af_error err = {0};
+    if (af_case_validate(&c, 0, &err) != AF_OK) fail_msg("%s, %s: hand case invalid: %s", name, what, err.msg);
+    af_backend *be = NULL;
+    if (af_backend_open(name, &be, &err) != AF_OK) fail_msg("open %s: %s", name, err.msg);
+    char why[128] = "";
+    if (!af_backend_supports(be, &c, why, sizeof why)) fail_msg("%s does not support the case: %s", name, why);
+    af_inputs *in = af_inputs_create();
+    af_oracle *o = af_oracle_create(NULL);
+    assert_int_equal(af_inputs_generate(in, &c, &err), AF_OK);
+    if (fill) fill(af_inputs_get(in));
+    const af_case_tensors *t = af_inputs_get(in);
+    assert_int_equal(af_oracle_prepare(o, t, &err), AF_OK);
+    af_tensor out;
+    af_grads g;
+    af_backend_out_shape(be, &c, &out);
+    out.data = malloc(af_tensor_span(&out));
+    af_backend_grads_shape(be, &c, &g);
+    for (int k = 0; k < AF_GRAD_COUNT; k++)
+        if (af_grads_at(&g, k)->ndim) af_grads_at(&g, k)->data = malloc(af_tensor_span(af_grads_at(&g, k)));
+    if (af_backend_run_backward(be, t, &out, &g, &err) != AF_OK) fail_msg("%s, %s: %s", name, what, err.msg);
+    for (int k = 0; k < T_COUNT; k++) {
+        const af_tensor *x = k == T_OUT ? &out : af_grads_get(&g, k - 1);
+        if (k != T_OUT && !x->data) continue;
+        af_result res;
+        if (k == T_OUT)
+            assert_int_equal(af_oracle_compare(o, x, &res, &err), AF_OK);
+        else
+            assert_int_equal(af_oracle_compare_grad(o, k - 1, x, &res, &err), AF_OK);
+        const char *tn = k == T_OUT ? "out" : af_grad_names[k - 1];
+        bool ok = want[k] == ANY_FINDING ? res.kind != AF_KIND_OK : res.kind == (af_kind)want[k];
+        if (!ok) {
+            print_case(&c);
+            print_result(tn, &res);
+            fail_msg("%s, %s: %s is %s, expected %s", name, what, tn, af_kind_names[res.kind],
+                     want[k] == ANY_FINDING ? "a finding" : af_kind_names[want[k]]);
+        }
+        if (res.kind != AF_KIND_OK) assert_true(res.m.worst_ratio > 1.0);
+        if (res.kind == AF_KIND_OK && (flags & SAME_BITS)) {
+            const double *ref = k == T_OUT ? af_oracle_ref(o) : af_oracle_ref_grad(o, k - 1);
+            const double *d = x->data;
+            for (size_t e = 0; e < af_tensor_numel(x); e++)
+                if (memcmp(&d[e], &ref[e], sizeof *d) != 0)
+                    fail_msg("%s, %s: %s[%zu] is %.17g, the reference %.17g (bit-identical expected)", name, what, tn, e,
+                             d[e], ref[e]);
+        }
+    }
+    for (int k = 0; k < AF_GRAD_COUNT; k++) free(af_grads_at(&g, k)->data);
+    free(out.data);
+    af_oracle_destroy(o);
+    af_inputs_destroy(in);
+    af_backend_close(be);
+}
+
+static const int all_ok[T_COUNT] = {AF_KIND_OK, AF_KIND_OK, AF_KIND_OK, AF_KIND_OK, AF_KIND_OK};
+
+/* bwd_dq_no_scale: dQ without the softmax scale where the batch is 2 or more */
+static void test_bwd_dq_no_scale(void **state) {
+    (void)state;
+    const char *m = "mutant:bwd_dq_no_scale";
+    af_case c;
+    bwd_case(&c);
+    const int dq[T_COUNT] = {AF_KIND_OK, AF_KIND_DIVERGE, AF_KIND_OK, AF_KIND_OK, AF_KIND_OK};
+    expect_bwd(m, &c, NULL, dq, SAME_BITS, "batch 2");
+    c.batch = 1;
+    expect_bwd(m, &c, NULL, all_ok, SAME_BITS, "batch 1");
+}
+
+/* bwd_gqa_no_sum: dK and dV of a group from its last query head only */
+static void test_bwd_gqa_no_sum(void **state) {
+    (void)state;
+    const char *m = "mutant:bwd_gqa_no_sum";
+    af_case c;
+    bwd_case(&c);
+    expect_bwd(m, &c, NULL, all_ok, SAME_BITS, "Hq == Hkv");
+    c.q_heads = 4;
+    const int kv[T_COUNT] = {AF_KIND_OK, AF_KIND_OK, AF_KIND_DIVERGE, AF_KIND_DIVERGE, AF_KIND_OK};
+    expect_bwd(m, &c, NULL, kv, SAME_BITS, "Hq 4, Hkv 2");
+}
+
+/* bwd_dropout_not_reapplied: the backward forgets the forward's keep mask */
+static void test_bwd_dropout_not_reapplied(void **state) {
+    (void)state;
+    const char *m = "mutant:bwd_dropout_not_reapplied";
+    af_case c;
+    bwd_case(&c);
+    expect_bwd(m, &c, NULL, all_ok, SAME_BITS, "no dropout");
+    c.dropout_p = 0.3, c.dropout_seed = 77;
+    const int all[T_COUNT] = {AF_KIND_OK, AF_KIND_DIVERGE, AF_KIND_DIVERGE, AF_KIND_DIVERGE, AF_KIND_OK};
+    expect_bwd(m, &c, NULL, all, SAME_BITS, "p 0.3");
+}
+
+/* bwd_softcap_no_derivative: dS not multiplied by 1 - tanh^2 */
+static void test_bwd_softcap_no_derivative(void **state) {
+    (void)state;
+    const char *m = "mutant:bwd_softcap_no_derivative";
+    af_case c;
+    bwd_case(&c);
+    expect_bwd(m, &c, NULL, all_ok, SAME_BITS, "no softcap");
+    c.softcap = 0.5; /* N(0, 1) inputs, D 16: scores of order 1 saturate tanh(s / 0.5) */
+    const int qk[T_COUNT] = {AF_KIND_OK, AF_KIND_DIVERGE, AF_KIND_DIVERGE, AF_KIND_OK, AF_KIND_OK};
+    expect_bwd(m, &c, NULL, qk, SAME_BITS, "softcap 0.5");
+}
+
+/* bwd_causal_missing_in_ds: the causal mask left out of dS (the masked keys get P' of
+ * the unmasked row) */
+static void test_bwd_causal_missing_in_ds(void **state) {
+    (void)state;
+    const char *m = "mutant:bwd_causal_missing_in_ds";
+    af_case c;
+    bwd_case(&c);
+    expect_bwd(m, &c, NULL, all_ok, SAME_BITS, "not causal");
+    c.causal = true, c.diag = AF_DIAG_TOP_LEFT;
+    const int qk[T_COUNT] = {AF_KIND_OK, AF_KIND_DIVERGE, AF_KIND_DIVERGE, AF_KIND_OK, AF_KIND_OK};
+    expect_bwd(m, &c, NULL, qk, SAME_BITS, "causal");
+}
+
+/* bwd_tail_tile_past_sk: keys past the valid length up to the end of the last 16-key tile
+ * count in dS and dV */
+static void test_bwd_tail_tile_past_sk(void **state) {
+    (void)state;
+    const char *m = "mutant:bwd_tail_tile_past_sk";
+    af_case c;
+    bwd_case(&c);
+    c.kv_len = 24;
+    expect_bwd(m, &c, NULL, all_ok, SAME_BITS, "no key padding");
+    c.key_padding = true, c.kv_valid[0] = 16, c.kv_valid[1] = 16; /* tiles end at 16: nothing past */
+    expect_bwd(m, &c, NULL, all_ok, SAME_BITS, "valid lengths at tile ends");
+    c.kv_valid[1] = 5; /* keys 5 .. 15 of batch 1 come back */
+    const int all[T_COUNT] = {AF_KIND_OK, ANY_FINDING, ANY_FINDING, ANY_FINDING, AF_KIND_OK};
+    expect_bwd(m, &c, NULL, all, 0, "valid length 5 of 24");
+}
+
+/* bwd_lse_nan: the log of a negative log-sum-exp: NaN in every gradient of such a row */
+static void fill_scores(const af_case_tensors *t, double ksign) {
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++) {
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->qv, b, h, i, d, 1.0);
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t j = 0; j < c->kv_len; j++)
+                for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->kv, b, g, j, d, ksign);
+    }
+}
+static void fill_scores_neg(const af_case_tensors *t) { fill_scores(t, -1.0); } /* s = -4: L = -4 + log 4 < 0 */
+static void fill_scores_pos(const af_case_tensors *t) { fill_scores(t, 1.0); }  /* s = 4: L > 0 */
+
+static void test_bwd_lse_nan(void **state) {
+    (void)state;
+    const char *m = "mutant:bwd_lse_nan";
+    af_case c;
+    bwd_case(&c);
+    expect_bwd(m, &c, fill_scores_pos, all_ok, SAME_BITS, "log-sum-exp 4 + log 4");
+    const int nan[T_COUNT] = {AF_KIND_OK, AF_KIND_NAN_MISMATCH, AF_KIND_NAN_MISMATCH, AF_KIND_NAN_MISMATCH, AF_KIND_OK};
+    expect_bwd(m, &c, fill_scores_neg, nan, 0, "log-sum-exp -4 + log 4");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mutants_registered),
@@ -321,6 +500,13 @@ int main(void) {
         cmocka_unit_test(test_bshd_as_bhsd),
         cmocka_unit_test(test_mhav2_concat),
         cmocka_unit_test(test_causal_top_left),
+        cmocka_unit_test(test_bwd_dq_no_scale),
+        cmocka_unit_test(test_bwd_gqa_no_sum),
+        cmocka_unit_test(test_bwd_dropout_not_reapplied),
+        cmocka_unit_test(test_bwd_softcap_no_derivative),
+        cmocka_unit_test(test_bwd_causal_missing_in_ds),
+        cmocka_unit_test(test_bwd_tail_tile_past_sk),
+        cmocka_unit_test(test_bwd_lse_nan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -745,6 +745,276 @@ static void test_low_precision_outputs(void **state) {
     }
 }
 
+/* --- gradients ----------------------------------------------------------------------- */
+
+/* A backward case: tame, every gradient asked (dmask of a full f32 additive mask). */
+static void tame_backward(af_case *c) {
+    tame(c, AF_F32);
+    c->amask.present = true;
+    c->amask.dims = AF_MDIM_ALL;
+    c->amask.dtype = AF_F32;
+    c->bwd.grads = AF_GRAD_ALL;
+    c->bwd.dout.seed = 777u;
+    af_case_repair(c, 0);
+}
+
+typedef struct gbench {
+    bench b;
+    af_tensor g[AF_GRAD_COUNT]; /* F32, af_case_grad_shape */
+    size_t n[AF_GRAD_COUNT];
+    const double *ref[AF_GRAD_COUNT];
+} gbench;
+
+static void gbench_open(gbench *gb, const af_case *c, void (*fill)(const af_case_tensors *)) {
+    memset(gb, 0, sizeof *gb);
+    bench_open(&gb->b, c, fill);
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        gb->ref[k] = af_oracle_ref_grad(gb->b.o, k);
+        if (!(c->bwd.grads & (1u << k))) {
+            assert_null(gb->ref[k]);
+            continue;
+        }
+        assert_non_null(gb->ref[k]);
+        size_t ne[4];
+        af_case_grad_shape(c, k, ne);
+        af_tensor_contiguous(&gb->g[k], AF_F32, 4, ne);
+        gb->n[k] = af_tensor_numel(&gb->g[k]);
+        float *f = malloc(gb->n[k] * sizeof *f);
+        for (size_t e = 0; e < gb->n[k]; e++) f[e] = (float)gb->ref[k][e];
+        gb->g[k].data = f;
+    }
+}
+
+static void gbench_close(gbench *gb) {
+    for (int k = 0; k < AF_GRAD_COUNT; k++) free(gb->g[k].data);
+    bench_close(&gb->b);
+}
+
+static float *gdata(gbench *gb, int k) { return gb->g[k].data; }
+
+static void gexpect(gbench *gb, int k, af_kind want, const char *what) {
+    af_result res;
+    af_error err = {0};
+    assert_int_equal(af_oracle_compare_grad(gb->b.o, k, &gb->g[k], &res, &err), AF_OK);
+    if (res.kind != want)
+        fail_msg("%s %s: %s, expected %s (max_abs %.3g worst_ratio %.3g atol %.3g; unstable %zu leak %zu)",
+                 af_grad_names[k], what, af_kind_names[res.kind], af_kind_names[want], res.m.max_abs,
+                 res.m.worst_ratio, res.tol.atol, (size_t)res.m.n_unstable, (size_t)res.m.n_masked_value_leak);
+}
+
+/* The reference rounded to f32 passes; the whole gradient 1% off, or its largest element
+ * 1% off, diverges; NaN or Inf where the reference is finite is a mismatch. */
+static void test_grad_tolerance(void **state) {
+    (void)state;
+    af_case c;
+    tame_backward(&c);
+    gbench gb;
+    gbench_open(&gb, &c, NULL);
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        float *f = gdata(&gb, k);
+        size_t big = 0;
+        for (size_t e = 0; e < gb.n[k]; e++) {
+            if (!isfinite(gb.ref[k][e])) fail_msg("%s[%zu] = %g", af_grad_names[k], e, gb.ref[k][e]);
+            if (fabs(gb.ref[k][e]) > fabs(gb.ref[k][big])) big = e;
+        }
+        if (!(fabs(gb.ref[k][big]) > 1e-3)) fail_msg("%s is all but zero", af_grad_names[k]);
+        gexpect(&gb, k, AF_KIND_OK, "rounded to f32");
+        for (size_t e = 0; e < gb.n[k]; e++) f[e] = (float)(gb.ref[k][e] * 1.01);
+        gexpect(&gb, k, AF_KIND_DIVERGE, "1% off");
+        for (size_t e = 0; e < gb.n[k]; e++) f[e] = (float)gb.ref[k][e];
+        f[big] = (float)(gb.ref[k][big] * 1.01);
+        gexpect(&gb, k, AF_KIND_DIVERGE, "largest element 1% off");
+        f[big] = NAN;
+        gexpect(&gb, k, AF_KIND_NAN_MISMATCH, "NaN");
+        f[big] = INFINITY;
+        gexpect(&gb, k, AF_KIND_INF_MISMATCH, "Inf");
+        f[big] = (float)gb.ref[k][big];
+        gexpect(&gb, k, AF_KIND_OK, "restored");
+    }
+    /* a gradient not asked for, or of the wrong shape, is refused */
+    af_result res;
+    af_error err = {0};
+    af_tensor bad = gb.g[0];
+    bad.ne[2] -= 1;
+    assert_int_equal(af_oracle_compare_grad(gb.b.o, 0, &bad, &res, &err), AF_ERR_INVALID);
+    gbench_close(&gb);
+    c.bwd.grads = AF_GRAD_DQ;
+    gbench_open(&gb, &c, NULL);
+    assert_int_equal(af_oracle_compare_grad(gb.b.o, 1, &gb.g[0], &res, &err), AF_ERR_INVALID);
+    gexpect(&gb, 0, AF_KIND_OK, "dq alone");
+    gbench_close(&gb);
+    /* a forward-only case has no gradients */
+    c.bwd.grads = 0;
+    gbench_open(&gb, &c, NULL);
+    gbench_close(&gb);
+}
+
+/* A zero-weight key with V = 1e6 in every column must not loosen the gradients: dK's and
+ * dV's rows of the live keys, and dQ's rows, still fail 1% off. */
+static void fill_poisoned_masked_grad(const af_case_tensors *t) {
+    fill_poisoned_masked(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t d = 0; d < c->v_head_dim; d++) af_view_set(&t->vv, b, g, 6, d, 1e6);
+}
+
+static void test_grad_poisoned_masked_value(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.bmask.present = true;
+    c.bmask.dims = AF_MDIM_ALL;
+    c.bmask.dtype = AF_BOOL;
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DK | AF_GRAD_DV;
+    c.bwd.dout.seed = 99u;
+    af_case_repair(&c, 0);
+    gbench gb;
+    gbench_open(&gb, &c, fill_poisoned_masked_grad);
+    for (int k = 0; k < 3; k++) {
+        size_t len = gb.g[k].ne[3], sk = c.kv_len;
+        /* key 6 has weight 0 everywhere: its dK and dV rows are exactly 0 */
+        for (size_t e = 0; e < gb.n[k]; e++)
+            if (k > 0 && (e / len) % sk == 6 && gb.ref[k][e] != 0.0)
+                fail_msg("%s of the masked key: %g", af_grad_names[k], gb.ref[k][e]);
+        gexpect(&gb, k, AF_KIND_OK, "rounded to f32 beside a masked V of 1e6");
+        float *f = gdata(&gb, k);
+        for (size_t r = 0; r < gb.n[k] / len; r++) {
+            if (k > 0 && r % sk == 6) continue;
+            size_t e0 = r * len;
+            for (size_t d = 1; d < len; d++)
+                if (fabs(gb.ref[k][r * len + d]) > fabs(gb.ref[k][e0])) e0 = r * len + d;
+            f[e0] = (float)(gb.ref[k][e0] * 1.01);
+            gexpect(&gb, k, AF_KIND_DIVERGE, "one row's largest element 1% off beside a masked V of 1e6");
+            f[e0] = (float)gb.ref[k][e0];
+        }
+    }
+    gbench_close(&gb);
+}
+
+/* dQ of a row the forward fully masks is 0: NaN there is masked_row_nan (waivable); NaN
+ * in dQ or dK only through a zero-weight key whose V is non-finite (dP = dO V^T is then
+ * non-finite, times P = 0) is masked_value_leak; the same NaN elsewhere is a mismatch. */
+static void test_grad_classes(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.bmask.present = true;
+    c.bmask.dims = AF_MDIM_ALL;
+    c.bmask.dtype = AF_BOOL;
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DK | AF_GRAD_DV;
+    c.bwd.dout.seed = 5u;
+    af_case_repair(&c, 0);
+    gbench gb;
+    gbench_open(&gb, &c, fill_masked_row_inf_v); /* row 0 of every (b, h) fully masked, V[2][0] = Inf */
+    size_t d = c.head_dim, sq = c.q_len;
+    float *dq = gdata(&gb, 0);
+    for (size_t e = 0; e < gb.n[0]; e++)
+        if ((e / d) % sq == 0 && gb.ref[0][e] != 0.0) fail_msg("dq of a fully masked row: %g", gb.ref[0][e]);
+    gexpect(&gb, 0, AF_KIND_OK, "fully masked rows 0");
+    dq[3] = NAN;
+    gexpect(&gb, 0, AF_KIND_MASKED_ROW_NAN, "NaN in a fully masked row");
+    af_oracle_waive(gb.b.o, AF_KIND_MASKED_ROW_NAN, true);
+    gexpect(&gb, 0, AF_KIND_OK, "masked_rows nan declared");
+    af_oracle_waive(gb.b.o, AF_KIND_MASKED_ROW_NAN, false);
+    dq[3] = 0.0f;
+    gbench_close(&gb);
+
+    /* leaks: zero_weight_case mode 2 (key 3 false in the boolean mask, V[3][0] = Inf,
+     * V[3][1] = NaN; key 5 scored -inf, V[5][2] = Inf): dP's columns 3 and 5 are
+     * non-finite in every row, so an IEEE dS there is NaN and so is every dQ element
+     * and dK's rows 3 and 5; dV stays finite (0 * dO): NaN there is a mismatch */
+    zero_weight_case(&c, 2);
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DK | AF_GRAD_DV;
+    c.bwd.dout.seed = 6u;
+    af_case_repair(&c, 0);
+    gbench_open(&gb, &c, fill_zero_weight);
+    for (int k = 0; k < 3; k++)
+        for (size_t e = 0; e < gb.n[k]; e++)
+            if (!isfinite(gb.ref[k][e])) fail_msg("%s[%zu] = %g", af_grad_names[k], e, gb.ref[k][e]);
+    gexpect(&gb, 0, AF_KIND_OK, "skipping zero-weight keys");
+    for (size_t e = 0; e < gb.n[0]; e++) gdata(&gb, 0)[e] = NAN;
+    gexpect(&gb, 0, AF_KIND_MASKED_VALUE_LEAK, "IEEE dQ through zero-weight keys");
+    size_t sk = c.kv_len;
+    float *dk = gdata(&gb, 1), *dvv = gdata(&gb, 2);
+    for (size_t e = 0; e < gb.n[1]; e++) {
+        size_t j = (e / d) % sk;
+        if (j == 3 || j == 5) dk[e] = NAN;
+    }
+    gexpect(&gb, 1, AF_KIND_MASKED_VALUE_LEAK, "IEEE dK rows of the zero-weight keys");
+    /* an IEEE delta = sum_j P_ij dP_ij is NaN too (0 * Inf at keys 3 and 5), so dS and dK
+     * of the live keys may be NaN as well: a leak, not a mismatch */
+    for (size_t e = 0; e < gb.n[1]; e++) dk[e] = NAN;
+    gexpect(&gb, 1, AF_KIND_MASKED_VALUE_LEAK, "IEEE delta through zero-weight keys");
+    dvv[3 * c.v_head_dim] = NAN; /* dV of key 3 is sum_i 0 * dO: no leak */
+    gexpect(&gb, 2, AF_KIND_NAN_MISMATCH, "NaN in dV of a zero-weight key");
+    gbench_close(&gb);
+}
+
+/* Pairs: a's gradients against b's with rows permuted (a head permutation of dQ and of
+ * dK), columns permuted (dmask's keys), both within twice the tolerance; 1% off fails. */
+static void test_grad_pairs(void **state) {
+    (void)state;
+    af_case c;
+    tame_backward(&c);
+    gbench gb;
+    gbench_open(&gb, &c, NULL);
+    af_result res;
+    af_error err = {0};
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        const size_t *ne = gb.g[k].ne;
+        size_t rows = ne[0] * ne[1] * ne[2], len = ne[3];
+        uint32_t *rmap = malloc(rows * sizeof *rmap), *cmap = malloc(len * sizeof *cmap);
+        float *bf = malloc(gb.n[k] * sizeof *bf);
+        /* b's row r is a's row rows-1-r; b's column d is a's len-1-d */
+        for (size_t r = 0; r < rows; r++) rmap[r] = (uint32_t)(rows - 1 - r);
+        for (size_t d = 0; d < len; d++) cmap[d] = (uint32_t)(len - 1 - d);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t d = 0; d < len; d++) bf[r * len + d] = (float)gb.ref[k][rmap[r] * len + cmap[d]];
+        af_tensor tb = gb.g[k];
+        tb.data = bf;
+        assert_int_equal(af_oracle_compare_grad_pair(gb.b.o, k, &gb.g[k], &tb, rmap, cmap, NULL, &res, &err), AF_OK);
+        assert_int_equal(res.kind, AF_KIND_OK);
+        /* without the maps the same data disagrees */
+        assert_int_equal(af_oracle_compare_grad_pair(gb.b.o, k, &gb.g[k], &tb, NULL, NULL, NULL, &res, &err), AF_OK);
+        assert_int_equal(res.kind, AF_KIND_DIVERGE);
+        for (size_t e = 0; e < gb.n[k]; e++) bf[e] *= 1.01f;
+        assert_int_equal(af_oracle_compare_grad_pair(gb.b.o, k, &gb.g[k], &tb, rmap, cmap, NULL, &res, &err), AF_OK);
+        assert_int_equal(res.kind, AF_KIND_DIVERGE);
+        /* a NaN in b flagged as a leak of b's case */
+        for (size_t e = 0; e < gb.n[k]; e++) bf[e] /= 1.01f;
+        uint8_t *leak = calloc(gb.n[k], 1);
+        bf[1] = NAN;
+        assert_int_equal(af_oracle_compare_grad_pair(gb.b.o, k, &gb.g[k], &tb, rmap, cmap, leak, &res, &err), AF_OK);
+        assert_int_equal(res.kind, AF_KIND_NAN_MISMATCH);
+        leak[1] = 1;
+        assert_int_equal(af_oracle_compare_grad_pair(gb.b.o, k, &gb.g[k], &tb, rmap, cmap, leak, &res, &err), AF_OK);
+        assert_int_equal(res.kind, AF_KIND_MASKED_VALUE_LEAK);
+        free(leak);
+        free(bf);
+        free(cmap);
+        free(rmap);
+    }
+    gbench_close(&gb);
+}
+
+/* The tensor is part of a finding's signature; "out" (or NULL) signs as af_signature. */
+static void test_grad_signature(void **state) {
+    (void)state;
+    af_case c;
+    tame_backward(&c);
+    uint64_t out = af_signature(AF_KIND_DIVERGE, "fused", &c);
+    assert_true(af_signature_tensor(AF_KIND_DIVERGE, "fused", NULL, &c) == out);
+    assert_true(af_signature_tensor(AF_KIND_DIVERGE, "fused", "out", &c) == out);
+    uint64_t s[AF_GRAD_COUNT];
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        s[k] = af_signature_tensor(AF_KIND_DIVERGE, "fused", af_grad_names[k], &c);
+        assert_true(s[k] != out);
+        for (int j = 0; j < k; j++) assert_true(s[j] != s[k]);
+        assert_true(af_signature_tensor(AF_KIND_NAN_MISMATCH, "fused", af_grad_names[k], &c) != s[k]);
+    }
+}
+
 /* --- conventions (conventions.h): each modelled for a backend that declares it only ----- */
 
 static af_kind conv_kind(bench *b, const af_conventions *conv, af_result *res) {
@@ -1005,6 +1275,8 @@ int main(void) {
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
         cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
+        cmocka_unit_test(test_grad_tolerance), cmocka_unit_test(test_grad_poisoned_masked_value),
+        cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_unmasked),
         cmocka_unit_test(test_conv_masked_keys_ieee), cmocka_unit_test(test_conv_denormals_flush),
         cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),

@@ -107,12 +107,51 @@ static void test_small_gemm(void **state) {
     }
 }
 
+/* C = A^T B (+ C): A stored [K x M]; both sides of the BLAS threshold, f32 and f64, with
+ * accumulation, against a double loop; IEEE: an Inf meeting a 0 makes NaN on both paths. */
+static void test_gemm_tn(void **state) {
+    (void)state;
+    const size_t shapes[][3] = {{3, 5, 7}, {1, 1, 1}, {17, 9, 33}, {64, 64, 64}};
+    for (size_t s = 0; s < 4; s++) {
+        size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        double *A = malloc(M * K * 8), *B = malloc(N * K * 8), *C = malloc(M * N * 8), *C0 = malloc(M * N * 8);
+        float *Af = malloc(M * K * 4), *Bf = malloc(N * K * 4), *Cf = malloc(M * N * 4);
+        for (size_t i = 0; i < M * K; i++) Af[i] = (float)(uni() - 0.5), A[i] = Af[i];
+        for (size_t i = 0; i < N * K; i++) Bf[i] = (float)(uni() - 0.5), B[i] = Bf[i];
+        A[0] = 0.0, Af[0] = 0.0f, B[0] = HUGE_VAL, Bf[0] = INFINITY; /* 0 * Inf in C[0][0] */
+        for (size_t i = 0; i < M * N; i++) C0[i] = uni(), C[i] = C0[i], Cf[i] = (float)C0[i];
+        af_gemm_tn_f64(M, N, K, A, M, B, N, C, N, 1);
+        af_gemm_tn_f32(M, N, K, Af, M, Bf, N, Cf, N, 1);
+        for (size_t i = 0; i < M; i++)
+            for (size_t j = 0; j < N; j++) {
+                double want = 0.0, mag = 0.0;
+                for (size_t k = 0; k < K; k++) {
+                    want += A[k * M + i] * B[k * N + j];
+                    mag += fabs(A[k * M + i] * B[k * N + j]);
+                }
+                want += C0[i * N + j];
+                if (j == 0) { /* column 0 meets B's Inf: 0 * Inf in row 0, Inf times a nonzero below */
+                    assert_true(i == 0 ? isnan(C[0]) && isnan(Cf[0]) : isinf(C[i * N]) && isinf(Cf[i * N]));
+                    continue;
+                }
+                assert_true(fabs(C[i * N + j] - want) <= (double)K * 0x1p-52 * mag + 1e-300);
+                assert_true(fabs((double)Cf[i * N + j] - want) <= (double)(K + 2) * 0x1p-23 * (mag + fabs(C0[i * N + j])));
+            }
+        af_gemm_tn_f64(M, N, K, A, M, B, N, C, N, 0); /* without accumulation: C0 is gone */
+        double w11 = 0.0;
+        for (size_t k = 0; k < K && M > 1 && N > 1; k++) w11 += A[k * M + 1] * B[k * N + 1];
+        if (M > 1 && N > 1) assert_true(fabs(C[N + 1] - w11) <= 1e-12);
+        free(A), free(B), free(C), free(C0), free(Af), free(Bf), free(Cf);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exp_f64),
         cmocka_unit_test(test_exp_f32_scaled),
         cmocka_unit_test(test_max_nan),
         cmocka_unit_test(test_small_gemm),
+        cmocka_unit_test(test_gemm_tn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

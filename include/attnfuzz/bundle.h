@@ -15,6 +15,11 @@
  *   bool_mask.npy.zst   boolean mask (numpy bool), 4-D, broadcastable, true = attend
  *   ref.npy.zst         float64 reference [B, Hq, Sq, Dv]
  *   out.<backend>.npy.zst   each backend's output [B, Hq, Sq, Dv] (float32 or float64)
+ *   do.npy.zst          a backward case's upstream gradient dO, canonical [B, Hq, Sq, Dv]
+ *                       float32 like the inputs
+ *   ref_<g>.npy.zst     per gradient g asked (dq, dk, dv, dmask) the float64 reference,
+ *                       canonical (af_case_grad_shape: dmask at the mask's 4-D shape)
+ *   <g>.<backend>.npy.zst   each backend's gradient g (float32 or float64)
  *   expected.npy.zst    optional, from another tool: the output replay must reproduce
  *   stderr.txt          optional: the last 4 KiB of a worker's stderr (stderr.2.txt for a
  *                       second one; read back with af_bundle_load_text, at most 64 KiB)
@@ -80,6 +85,10 @@ typedef struct af_bundle_output {
     const char *describe;    /* "name version variant" as the worker said */
     const char *conventions; /* the conventions it declared, a JSON object text */
     const char *stderr_tail; /* the last 4 KiB of its stderr: written as stderr.txt */
+    /* a backward case: the gradients it returned (a gradient with data NULL: none), or NULL
+     * when it ran no backward; each gradient's result against the reference */
+    const af_grads *grads;
+    af_result grad_results[AF_GRAD_COUNT];
 } af_bundle_output;
 
 typedef struct af_bundle_spec {
@@ -97,6 +106,10 @@ typedef struct af_bundle_spec {
     af_tolerance tol;
     const char *replay_cmd; /* e.g. "attnfuzz replay crashes/diverge-0123456789abcdef" */
     const char *extra_json; /* optional JSON object text merged into case.json as "extra" */
+    /* a backward case: the reference gradients (canonical, af_case_grad_shape; NULL for one
+     * not asked), and the tensor the finding is on ("dq", ...; NULL: the output, "out") */
+    const double *ref_grads[AF_GRAD_COUNT];
+    const char *tensor;
     const char *name;       /* optional: the directory name ([A-Za-z0-9_.-], at most 63
                                characters); NULL: <kind>-<signature> */
     signed char minimized;  /* case.json "minimized": +1 true (the case was minimized, the name is
@@ -145,6 +158,12 @@ typedef struct af_bundle_record { /* one backend as recorded in case.json */
     af_kind kind;
     af_metrics m;
     bool has_output; /* out.<backend>.npy.zst present */
+    /* a backward case: per gradient, whether it was recorded, its verdict and metrics, and
+     * whether its file is there */
+    bool has_grad[AF_GRAD_COUNT];
+    af_kind grad_kind[AF_GRAD_COUNT];
+    af_metrics grad_m[AF_GRAD_COUNT];
+    bool has_grad_output[AF_GRAD_COUNT];
     char error[512]; /* its recorded error message (error, crash, timeout), "" if none */
 } af_bundle_record;
 
@@ -160,8 +179,12 @@ af_kind af_bundle_kind(const af_bundle *b);        /* AF_KIND_OK if not recorded
 uint64_t af_bundle_signature(const af_bundle *b);
 const char *af_bundle_who(const af_bundle *b);      /* "" if not recorded */
 const char *af_bundle_relation(const af_bundle *b); /* NULL if none */
+const char *af_bundle_tensor(const af_bundle *b);   /* "out" if not recorded, or "dq", "dk", "dv", "dmask" */
 size_t af_bundle_record_count(const af_bundle *b);
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i);
+/* A record's verdict over its output and its gradients: the first failing kind in
+ * precedence (enum) order, AF_KIND_OK when all passed. */
+af_kind af_bundle_record_verdict(const af_bundle_record *r);
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol);
 /* case.json "minimized": +1 true, -1 false (stored as found), 0 absent. */
 int af_bundle_minimized(const af_bundle *b);
@@ -181,6 +204,10 @@ af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err
 af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err);
 /* Loads ref.npy.zst or out.<backend>.npy.zst ("ref" or a backend name) as float64. */
 af_status af_bundle_load_output(const af_bundle *b, const char *name, double **out, af_error *err);
+/* Loads gradient g (0..AF_GRAD_COUNT-1) of "ref" (ref_<g>.npy.zst) or of a backend (its
+ * recorded file, else <g>.<backend>.npy.zst) as float64 at af_case_grad_shape; *out is NULL
+ * and AF_OK when the bundle has none (a forward case, a gradient not asked or not stored). */
+af_status af_bundle_load_grad(const af_bundle *b, const char *name, int g, double **out, af_error *err);
 
 /* Loads a text file of the bundle (name inside it, e.g. "stderr.txt": a worker's stderr
  * tail) into *out, NUL-terminated (af_free it); *out is NULL and AF_OK when there is none.

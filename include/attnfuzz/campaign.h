@@ -43,6 +43,10 @@ typedef struct af_campaign_opts {
     const char *stats_path;   /* optional JSON stats */
     uint64_t max_findings;    /* stop after this many unique signatures; 0 = no limit */
     double max_flops;         /* cap per generated case; 0 = default 2e7 */
+    double backward;          /* share of generated cases that ask for gradients, 0..1; negative
+                                 (the default): 1/3 when some backend declares the backward
+                                 capability, else 0. With 0 no case asks for gradients (a
+                                 corpus case or random bytes that did is run forward-only) */
     bool tiny;                /* every dimension 1 (benchmarks of per-case overhead) */
     bool quiet;               /* no status lines */
     bool no_minimize;         /* store raw findings (signature of the case as found) */
@@ -127,6 +131,8 @@ typedef struct af_job_death {
 typedef struct af_campaign_stats {
     uint64_t execs;
     uint64_t skipped;  /* of execs: cases no backend ran (unsupported by all of them) */
+    uint64_t backward_execs; /* of execs: cases that asked for gradients */
+    uint64_t grads_unjudged; /* gradients not judged (af_exec_grads_unjudged) */
     double jobs_rate;  /* --jobs: the sum of each job's own execs/s, from its first case (its
                           backends' start-up, e.g. a worker importing a stack, excluded) */
     double elapsed;

@@ -61,8 +61,9 @@ void af_exec_config_default(af_exec_config *cfg);
 
 typedef struct af_finding {
     af_kind kind;
-    uint64_t signature;
+    uint64_t signature; /* af_signature_tensor of kind, who, tensor and the case */
     char who[160];
+    char tensor[8];    /* what it is on: "out", or a gradient of a backward case ("dq", "dk", "dv", "dmask") */
     size_t check;      /* index of the check that produced it */
     af_result result;  /* of the failing side */
     char message[512]; /* the backend's error, for kind error */
@@ -113,11 +114,16 @@ const af_case *af_exec_case(const af_exec *x);
 size_t af_exec_input(const af_exec *x, const uint8_t **bytes);
 
 /* Per check of the last execution: its name and result (kind AF_KIND_OK with zero
- * metrics when it did not apply or the backend does not support the case). */
+ * metrics when it did not apply or the backend does not support the case). On a backward
+ * case a backend that declares the backward capability runs it backward
+ * (af_backend_run_backward) and a check's result is the first failing of its output and
+ * gradients (out, dq, dk, dv, dmask; the finding's tensor names it). */
 size_t af_exec_check_count(const af_exec *x);
 const char *af_exec_check_name(const af_exec *x, size_t i);
 bool af_exec_check_ran(const af_exec *x, size_t i);
 const af_result *af_exec_check_result(const af_exec *x, size_t i);
+/* What check i's result is on: "out", or a gradient's name (a backward case). */
+const char *af_exec_check_tensor(const af_exec *x, size_t i);
 
 /* The backends the executor opened (in the order of first mention). */
 size_t af_exec_backend_count(const af_exec *x);
@@ -138,6 +144,9 @@ double af_exec_compile_seconds(const af_exec *x);
  * af_exec_skipped counts the backend runs skipped so far. */
 void af_exec_skip_next(af_exec *x, uint32_t mask);
 uint64_t af_exec_skipped(const af_exec *x);
+/* Gradients a backend returned that were not judged, so far: its declared conventions change
+ * them in a way the oracle does not model on that case (af_oracle_compare_grad_conv). */
+uint64_t af_exec_grads_unjudged(const af_exec *x);
 
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h). */
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len,

@@ -36,6 +36,10 @@ typedef struct af_minimize_opts {
      * features then reaches that bug's signature in one step instead of dozens. */
     const af_case *hints;
     size_t n_hints;
+    /* Optional: the tensor the finding is on (af_finding.tensor: "out", "dq", ...); a
+     * smaller case counts only when its finding is on the same one (a bug in dK is not
+     * minimized into one in the output). NULL: any. */
+    const char *tensor;
 } af_minimize_opts;
 
 typedef struct af_minimize_result {

@@ -98,6 +98,7 @@ typedef struct af_oracle_opts {
     double floor_rtol[AF_CASE_DTYPE_COUNT];  /* default f32 1.3e-6, f16 1e-3, bf16 1.6e-2 */
     bool waive_masked_row_nan;               /* report such outputs as ok */
     bool waive_masked_value_leak;            /* likewise for masked_value_leak */
+    double grad_fudge[AF_GRAD_COUNT];        /* per gradient (dq, dk, dv, dmask); default 4, 2, 2, 2 */
 } af_oracle_opts;
 void af_oracle_opts_default(af_oracle_opts *o);
 
@@ -151,12 +152,48 @@ af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tens
 af_status af_oracle_compare_pair_leak(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
                                       const uint8_t *leak_b, af_result *res, af_error *err);
 
+/* --- the gradients of a backward case ----------------------------------------------
+ *
+ * af_oracle_prepare on a backward case also runs the float64 reference backward. Each
+ * gradient g (af_grad_names: dq, dk, dv, dmask) is judged like the output, with its own
+ * row scale (the sum of the absolute values of the terms its row adds up, over the terms
+ * of nonzero weight), the honest backward at the case precision and its sensitivity bound,
+ * and the factor grad_fudge[g] (docs/design.md section 5; src/oracle/oracle_grad.c). */
+
+/* The reference gradient g of the prepared case (canonical, af_case_grad_shape, float64),
+ * NULL when the case does not ask for it. Valid after prepare. */
+const double *af_oracle_ref_grad(const af_oracle *o, int g);
+/* Compares a backend's gradient g (F32, F64, F16 or BF16, contiguous, af_case_grad_shape)
+ * with the reference. AF_ERR_INVALID for a gradient the case does not ask for or of the
+ * wrong shape. A NaN in a row of dQ that the forward fully masks is masked_row_nan; NaN only
+ * where a term of weight 0 has a non-finite factor masked_value_leak (both waivable). */
+af_status af_oracle_compare_grad(af_oracle *o, int g, const af_tensor *got, af_result *res, af_error *err);
+/* af_oracle_compare_grad under the conventions a backend declared (conv NULL: none):
+ * masked_values "ieee" waives masked_value_leak, tf32 "always" judges f32 cases by the
+ * honest backward in TF32. AF_ERR_UNSUPPORTED (err says which) where a convention that
+ * changes the gradients is not modelled on this case: masked_rows other than "zero" with
+ * a fully masked row, scores "dtype" in f16/bf16, denormals "flush" on subnormal inputs,
+ * masked_keys "ieee" with a non-finite masked score. */
+af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got, const af_conventions *conv,
+                                      af_result *res, af_error *err);
+/* Two runs of one backend (relations): b's row r is a's row row_map[r] of the gradient's
+ * rows ([B, H, S] flattened; NULL: the same), element d of a row a's col_map[d] (NULL: the
+ * same: a dmask whose keys were permuted); leak_b (may be NULL) as in
+ * af_oracle_compare_pair_leak. They must agree within twice the tolerance. */
+af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
+                                      const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
+                                      af_result *res, af_error *err);
+
 /* The tolerance in force (the row with the largest V scale) (computing the honest run if it was not yet needed). */
 af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err);
 
 /* Signature of a finding: xxHash64 of the kind, the backend names (or relation) and the
  * case features that matter (af_case_features). One bug seen many times signs once. */
 uint64_t af_signature(af_kind kind, const char *who, const af_case *c);
+/* The same for a finding on one tensor: "out" (or NULL) signs as af_signature does; a
+ * gradient's name ("dq", ...) is part of the hash: a bug in dQ and one in the output are
+ * two findings. */
+uint64_t af_signature_tensor(af_kind kind, const char *who, const char *tensor, const af_case *c);
 /* The features as a bit set (dtype, tf32, layout classes, masks, alignment, GQA, Sq != Sk,
  * D != Dv, dropout, softcap, placement, strides, specials) and as readable text. */
 uint64_t af_case_features(const af_case *c);

@@ -54,6 +54,20 @@ af_status af_relation_check(af_relation r, af_backend *be, const af_case_tensors
                             const af_tensor *out_src, af_oracle *o, af_relation_ctx *x,
                             af_result *res, af_error *err);
 
+/* af_relation_check for a backward case on a backend that runs backward (g_src: be's
+ * gradients on src, NULL or a forward-only case: af_relation_check into res[0]): the
+ * transformed run is a backward run too, its output compared into res[0] and each
+ * gradient g the case asks for, mapped back through its own rows, into res[1 + g] (kind
+ * AF_KIND_OK with zero metrics where not asked or not comparable: dmask broadcast over the
+ * batch under batch_split). An error of the backend: res[0].kind AF_KIND_ERROR, its
+ * message in err, AF_OK returned. */
+af_status af_relation_check_backward(af_relation r, af_backend *be, const af_case_tensors *src,
+                                     const af_tensor *out_src, const af_grads *g_src, af_oracle *o,
+                                     af_relation_ctx *x, af_result res[1 + AF_GRAD_COUNT], af_error *err);
+/* The transformed backward run's gradients (valid after af_relation_check_backward; a
+ * gradient with data NULL: not run or not asked). */
+const af_grads *af_relation_grads(const af_relation_ctx *x);
+
 #ifdef __cplusplus
 }
 #endif

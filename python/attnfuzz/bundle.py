@@ -2,11 +2,13 @@
 
 A bundle is a directory: case.json plus NumPy .npy arrays compressed with zstd
 (q.npy.zst, k.npy.zst, v.npy.zst, mask.npy.zst, bool_mask.npy.zst, ref.npy.zst,
-out.<backend>.npy.zst, expected.npy.zst, ...).
+out.<backend>.npy.zst, expected.npy.zst, ...; a backward case also do.npy.zst and, per
+gradient asked, ref_<g>.npy.zst and <g>.<backend>.npy.zst, g one of dq, dk, dv, dmask).
 
     import attnfuzz.bundle as ab
     b = ab.load("crashes/diverge-0123456789abcdef")
     b["case"]["q_len"], b["q"].shape, b["ref"].dtype, b["out.fused"]
+    b["meta"]["tensor"], b["do"], b["ref_dq"], b["dq.fused"]     # a backward finding
     ab.save_array("mybundle/expected.npy.zst", my_output)   # a bundle another tool writes
 
 Print a summary: python3 -m attnfuzz.bundle BUNDLE... (or scripts/attnfuzz_bundle.py, which
@@ -25,6 +27,7 @@ import numpy as np
 import zstandard
 
 SUFFIX = ".npy.zst"
+GRADS = ("dq", "dk", "dv", "dmask")
 FORMAT = "attnfuzz-bundle"
 VERSION = 1
 
@@ -124,8 +127,17 @@ def case_numel(case, key):
         return prod("batch", "kv_heads", "kv_len", "v_head_dim")
     if key in ("mask", "bool_mask"):
         return prod("batch", "q_heads", "q_len", "kv_len")
-    if key in ("ref", "expected") or key.startswith("out."):
+    if key in ("ref", "expected", "do") or key.startswith("out."):
         return prod("batch", "q_heads", "q_len", "v_head_dim")
+    grad = key[4:] if key.startswith("ref_") else key.split(".", 1)[0]
+    if grad == "dq":
+        return prod("batch", "q_heads", "q_len", "head_dim")
+    if grad == "dk":
+        return prod("batch", "kv_heads", "kv_len", "head_dim")
+    if grad == "dv":
+        return prod("batch", "kv_heads", "kv_len", "v_head_dim")
+    if grad == "dmask":
+        return prod("batch", "q_heads", "q_len", "kv_len")
     return None
 
 
@@ -230,6 +242,41 @@ def output_files(bundle):
     return res
 
 
+def grad_files(bundle):
+    """{(backend name, gradient): array key} for every gradient case.json records with its
+    file present ("dq.fused" for ("fused", "dq"))."""
+    res = {}
+    for be in bundle["meta"].get("backends") or []:
+        if not isinstance(be, dict) or not isinstance(be.get("grads"), dict):
+            continue
+        for g, rec in be["grads"].items():
+            f = rec.get("output") if isinstance(rec, dict) else None
+            if g in GRADS and isinstance(f, str) and f.endswith(SUFFIX) and f[: -len(SUFFIX)] in bundle:
+                res[(be.get("name", f), g)] = f[: -len(SUFFIX)]
+    return res
+
+
+def grad_summary(bundle):
+    """Per backend and gradient, errors against ref_<g>:
+    {(backend, g): {"max_abs": float, "mismatches": int, "recorded_max_abs": float or None,
+                    "verdict": str or None}}."""
+    res = {}
+    recorded = {be["name"]: be for be in bundle["meta"].get("backends") or []
+                if isinstance(be, dict) and "name" in be}
+    for (name, g), key in grad_files(bundle).items():
+        rec = ((recorded.get(name) or {}).get("grads") or {}).get(g) or {}
+        row = {"verdict": rec.get("verdict"), "recorded_max_abs": None}
+        m = rec.get("metrics") or {}
+        if "max_abs" in m:
+            row["recorded_max_abs"] = number(m["max_abs"])
+        ref = bundle.get("ref_" + g)
+        if ref is not None and ref.shape == bundle[key].shape:
+            row["max_abs"] = max_abs_error(bundle[key], ref)
+            row["mismatches"] = class_mismatches(bundle[key], ref)
+        res[(name, g)] = row
+    return res
+
+
 def summary(bundle):
     """Per-backend errors against ref (and expected when present):
     {backend: {"max_abs": float, "mismatches": int, "recorded_max_abs": float or None,
@@ -267,7 +314,8 @@ def print_summary(path, file=sys.stdout):
     meta = b["meta"]
     p = lambda *a: print(*a, file=file)
     p("bundle   %s" % path)
-    p("kind     %s   signature %s   who %s" % (meta.get("kind", "?"), meta.get("signature", "?"), meta.get("who", "")))
+    p("kind     %s   signature %s   who %s   tensor %s" % (meta.get("kind", "?"), meta.get("signature", "?"),
+                                                         meta.get("who", ""), meta.get("tensor", "out")))
     if meta.get("relation"):
         p("relation %s" % meta["relation"])
     p("case     %s" % _case_line(b["case"]))
@@ -285,6 +333,12 @@ def print_summary(path, file=sys.stdout):
             p("  %-28s verdict %-14s max_abs %-24s recorded %-24s mismatched classes %s%s"
               % (name, r["verdict"], repr(r.get("max_abs")), repr(rec), r.get("mismatches"),
                  ("   vs expected %r" % r["max_abs_expected"]) if "max_abs_expected" in r else ""))
+    grows = grad_summary(b)
+    if grows:
+        p("gradients (max |g - ref_g| over finite elements, computed here / as recorded)")
+        for (name, g), r in grows.items():
+            p("  %-28s %-6s verdict %-14s max_abs %-24s recorded %-24s mismatched classes %s"
+              % (name, g, r["verdict"], repr(r.get("max_abs")), repr(r["recorded_max_abs"]), r.get("mismatches")))
     if meta.get("replay"):
         p("replay   %s" % meta["replay"])
 

@@ -168,8 +168,8 @@ def backward(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
     {"dq", "dk", "dv"} (canonical shapes; a key/value head's sums over its query group), and
     "dmask" in the additive mask's own shape (summed over the dims it broadcasts) when there
     is one. A fully masked row gives nothing; a key of weight exactly 0 in a row (masked, an
-    additive -inf, a score of -inf, an exp flushed to 0) gives that row nothing (0 * NaN
-    counts as 0), and a dropped key's dV row gets nothing from it."""
+    additive -inf, a score of -inf, an exp below 2^-1022 flushed to 0) gives that row nothing
+    (0 * NaN counts as 0), and a dropped key's dV row gets nothing from it."""
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
@@ -179,7 +179,9 @@ def backward(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
     g = Hq // Hkv
     with np.errstate(all="ignore"):
         s0, s, live = _scores(case, q, k, mask, bool_mask, 0, Sq)
-        w, _ = _softmax(s, live, flush=not (np.isfinite(v).all()))
+        # exp below 2^-1022 flushed always, as the C kernels do: a subnormal weight meets NaN
+        # or Inf in dO and V here, and a huge dP (subnormal x 1e38 is 1e-270, not 0) elsewhere
+        w, _ = _softmax(s, live, flush=True)
         p, kp = _dropout(case, w, keep, B, Hq, Sq, Sk, 0)
         nz = w != 0.0                                                 # the keys of nonzero weight
         kr = np.repeat(k, g, axis=1)
@@ -201,10 +203,12 @@ def backward(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
             shape4 = (1,) * (4 - m.ndim) + m.shape
             red = tuple(a for a in range(4) if shape4[a] == 1 and ds.shape[a] != 1)
             grads["dmask"] = ds.sum(axis=red, keepdims=True).reshape(m.shape)
-        # through softcap: s = c tanh(s0 / c), ds0 = ds (1 - tanh^2(s0 / c))
+        # through softcap: s = c tanh(s0 / c), ds0 = ds (1 - tanh^2(s0 / c)), computed as
+        # 1 / cosh^2(s0 / c): exact in relative terms where tanh saturates (1 - t t cancels to
+        # 0 in float64 from |s0 / c| = 19 on)
         if case.softcap > 0.0:
-            t = np.tanh(s0 / case.softcap)
-            ds = np.where(nz, ds * (1.0 - t * t), 0.0)
+            ch = np.cosh(s0 / case.softcap)
+            ds = np.where(nz, ds / (ch * ch), 0.0)
         # the scale: dQ[i] = scale sum_j dS[i, j] k[j], dK[j] = scale sum_i dS[i, j] q[i]
         grads["dq"] = case.scale * _wmm(ds, kr, nz)
         dk = case.scale * _wmm(ds.swapaxes(-1, -2), q, nz.swapaxes(-1, -2))

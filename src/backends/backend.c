@@ -77,6 +77,43 @@ void af_scratch_state_destroy(void *state) {
     af_free(state);
 }
 
+af_status af_bwd_bufs_get(af_scratch *ws, int slot0, const af_case *c, size_t rows, size_t cols, af_bwd_bufs *b,
+                          af_error *err) {
+    const size_t Sq = c->q_len, Sk = c->kv_len, D = c->head_dim, Dv = c->v_head_dim;
+    int s = slot0;
+#define AF_BWD_GET(f, T, n)                                                                        \
+    do {                                                                                           \
+        if (!(b->f = AF_SCRATCH(ws, s++, T, n, err))) return AF_ERR_NOMEM;                         \
+    } while (0)
+    AF_BWD_GET(q, float, Sq * D);
+    AF_BWD_GET(qz, float, Sq * D);
+    AF_BWD_GET(qsaved, float, Sq * D);
+    AF_BWD_GET(qbad, uint32_t, Sq);
+    AF_BWD_GET(k, float, Sk * D);
+    AF_BWD_GET(kz, float, Sk * D);
+    AF_BWD_GET(ksaved, float, Sk * D);
+    AF_BWD_GET(kbad, uint32_t, Sk);
+    AF_BWD_GET(v, float, Sk * Dv);
+    AF_BWD_GET(vsaved, float, Sk * Dv);
+    AF_BWD_GET(vbad, uint32_t, Sk);
+    AF_BWD_GET(dO, float, Sq * Dv);
+    AF_BWD_GET(doz, float, Sq * Dv);
+    AF_BWD_GET(dosaved, float, Sq * Dv);
+    AF_BWD_GET(dobad, uint32_t, Sq);
+    AF_BWD_GET(dk, float, Sk * D);
+    AF_BWD_GET(dv, float, Sk * Dv);
+    AF_BWD_GET(S, float, rows * cols);
+    AF_BWD_GET(spre, float, rows * cols);
+    AF_BWD_GET(add, float, cols);
+    AF_BWD_GET(dP, float, rows * cols);
+    AF_BWD_GET(dq, float, rows * D);
+    AF_BWD_GET(live, uint8_t, rows * cols);
+    AF_BWD_GET(keep, uint8_t, rows * cols);
+#undef AF_BWD_GET
+    AF_ASSERT(s == slot0 + AF_BWD_NSLOTS);
+    return AF_OK;
+}
+
 char *openblas_get_corename(void);
 
 const char *af_blas_better_coretype(void) {

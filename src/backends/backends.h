@@ -15,6 +15,22 @@ extern const af_backend_vtable af_backend_fused;
 af_status af_scratch_state_create(const char *args, void **state, af_error *err);
 void af_scratch_state_destroy(void *state);
 
+/* The work buffers a built-in fp32 backward needs (explicit.c, fused.c), from slots slot0 ..
+ * slot0 + AF_BWD_NSLOTS - 1 of ws: per key/value head k and v, their copies with the
+ * non-finite rows zeroed (kz) or set aside (saved, bad: the rows), dK, dV; per query head
+ * q, dO and the same copies; per block of `rows` query rows and `cols` keys the scores S
+ * (and the softcap's inputs spre), the masks' live flags and additive values (add: cols),
+ * the dropout keep flags, dP, and dQ of the block's rows. */
+typedef struct af_bwd_bufs {
+    float *q, *qz, *qsaved, *k, *kz, *ksaved, *v, *vsaved, *dO, *doz, *dosaved, *dk, *dv;
+    uint32_t *qbad, *kbad, *vbad, *dobad;
+    float *S, *spre, *add, *dP, *dq;
+    uint8_t *live, *keep;
+} af_bwd_bufs;
+#define AF_BWD_NSLOTS 24
+af_status af_bwd_bufs_get(af_scratch *ws, int slot0, const af_case *c, size_t rows, size_t cols, af_bwd_bufs *b,
+                          af_error *err);
+
 /* backend.c: the registered backend named name (exactly), NULL when none is. */
 const af_backend_vtable *af_backend_builtin_find(const char *name);
 

@@ -1,6 +1,8 @@
 /* mutants.c - seeded-bug backends (docs/design.md section 8). Each is the float64 reference
  * with exactly one documented deviation modelled on a real bug, and each is invisible on
- * cases where that bug cannot show. They measure the fuzzer: how fast it finds each. */
+ * cases where that bug cannot show. They measure the fuzzer: how fast it finds each. The
+ * forward mutants take forward cases only; the backward ones (bwd_*) compute the forward
+ * exactly as ref does and bend one rule of the backward (ref_grad.c, af_grad_bug). */
 #include <math.h>
 #include <string.h>
 
@@ -16,6 +18,13 @@ typedef enum af_mutant_id {
     AF_MUT_BSHD_AS_BHSD,
     AF_MUT_MHAV2_CONCAT,
     AF_MUT_CAUSAL_TOP_LEFT,
+    AF_MUT_BWD_DQ_NO_SCALE,
+    AF_MUT_BWD_GQA_NO_SUM,
+    AF_MUT_BWD_DROPOUT_NOT_REAPPLIED,
+    AF_MUT_BWD_SOFTCAP_NO_DERIVATIVE,
+    AF_MUT_BWD_CAUSAL_MISSING_IN_DS,
+    AF_MUT_BWD_TAIL_TILE_PAST_SK,
+    AF_MUT_BWD_LSE_NAN,
     AF_MUT_COUNT
 } af_mutant_id;
 
@@ -92,9 +101,53 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
         if (c->causal && (c->diag == AF_DIAG_BOTTOM_RIGHT || c->diag == AF_DIAG_BOTTOM_RIGHT_VALID))
             bent.diag = AF_DIAG_TOP_LEFT;
         break;
+    case AF_MUT_BWD_DQ_NO_SCALE:
+    case AF_MUT_BWD_GQA_NO_SUM:
+    case AF_MUT_BWD_DROPOUT_NOT_REAPPLIED:
+    case AF_MUT_BWD_SOFTCAP_NO_DERIVATIVE:
+    case AF_MUT_BWD_CAUSAL_MISSING_IN_DS:
+    case AF_MUT_BWD_TAIL_TILE_PAST_SK:
+    case AF_MUT_BWD_LSE_NAN: /* their forward is ref's */
     case AF_MUT_COUNT: break;
     }
     return af_ref_attention(&bin, &views[0], &views[1], &views[2], &opts, outt->data, NULL, &m->ws, err);
+}
+
+/* The bug a backward mutant brings to case c: AF_GRAD_BUG_NONE where the real bug could not
+ * show (docs/mutants.md). */
+static af_grad_bug af_mutant_grad_bug(af_mutant_id id, const af_case *c) {
+    switch (id) {
+    case AF_MUT_BWD_DQ_NO_SCALE: return c->batch >= 2 ? AF_GRAD_BUG_DQ_NO_SCALE : AF_GRAD_BUG_NONE;
+    case AF_MUT_BWD_GQA_NO_SUM: return c->q_heads > c->kv_heads ? AF_GRAD_BUG_GQA_NO_SUM : AF_GRAD_BUG_NONE;
+    case AF_MUT_BWD_DROPOUT_NOT_REAPPLIED:
+        return c->dropout_p > 0.0 ? AF_GRAD_BUG_DROPOUT_NOT_REAPPLIED : AF_GRAD_BUG_NONE;
+    case AF_MUT_BWD_SOFTCAP_NO_DERIVATIVE:
+        return c->softcap > 0.0 ? AF_GRAD_BUG_SOFTCAP_NO_DERIVATIVE : AF_GRAD_BUG_NONE;
+    case AF_MUT_BWD_CAUSAL_MISSING_IN_DS: return c->causal ? AF_GRAD_BUG_CAUSAL_MISSING_IN_DS : AF_GRAD_BUG_NONE;
+    case AF_MUT_BWD_TAIL_TILE_PAST_SK: return c->key_padding ? AF_GRAD_BUG_TAIL_TILE_PAST_SK : AF_GRAD_BUG_NONE;
+    case AF_MUT_BWD_LSE_NAN: return AF_GRAD_BUG_LSE_NAN;
+    case AF_MUT_SCALE_SQRT_Q_ONLY:
+    case AF_MUT_PACKED_FP16_OVERFLOW:
+    case AF_MUT_SILENT_TF32:
+    case AF_MUT_BSHD_AS_BHSD:
+    case AF_MUT_MHAV2_CONCAT:
+    case AF_MUT_CAUSAL_TOP_LEFT:
+    case AF_MUT_COUNT: break;
+    }
+    return AF_GRAD_BUG_NONE;
+}
+
+/* A backward mutant: the forward exactly as ref, the gradients with its bug. */
+static af_status af_mutant_run_backward(void *state, const af_case_tensors *in, af_tensor *outt, af_grads *g,
+                                        af_error *err) {
+    af_mutant *m = state;
+    af_ref_opts fwd = {0};
+    AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &fwd, outt->data, NULL, &m->ws, err));
+    double *grads[AF_GRAD_COUNT];
+    for (int k = 0; k < AF_GRAD_COUNT; k++) grads[k] = af_grads_at(g, k)->data;
+    af_ref_grad_opts o = {0};
+    o.bug = af_mutant_grad_bug(m->id, in->c);
+    return af_ref_backward(in, &o, grads, &m->ws, err);
 }
 
 static void af_mutant_destroy(void *state) {
@@ -105,7 +158,7 @@ static void af_mutant_destroy(void *state) {
     af_free(m);
 }
 
-#define AF_MUTANT(ID, NAME, SUMMARY)                                                               \
+#define AF_MUTANT_VT(ID, NAME, SUMMARY, CAPS, BACKWARD)                                            \
     static af_status af_mutant_create_##NAME(const char *args, void **state, af_error *err) {      \
         (void)args;                                                                                \
         af_mutant *m = af_calloc(1, sizeof *m);                                                    \
@@ -118,13 +171,17 @@ static void af_mutant_destroy(void *state) {
         .name = "mutant:" #NAME,                                                                   \
         .version = "1",                                                                            \
         .summary = SUMMARY,                                                                        \
-        .caps = AF_CAP_ALL,                                                                        \
+        .caps = CAPS,                                                                              \
         .layouts = AF_LAYOUTS_ALL,                                                                 \
         .out_dtype = AF_F64,                                                                       \
         .create = af_mutant_create_##NAME,                                                         \
         .destroy = af_mutant_destroy,                                                              \
         .run = af_mutant_run,                                                                      \
+        .run_backward = BACKWARD,                                                                  \
     };
+/* a forward mutant (forward cases only), a backward one (its forward is ref's) */
+#define AF_MUTANT(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_FORWARD_ALL, NULL)
+#define AF_MUTANT_BWD(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL, af_mutant_run_backward)
 
 AF_MUTANT(AF_MUT_SCALE_SQRT_Q_ONLY, scale_sqrt_q_only,
           "TensorRT 10.7 SDPA: with a split scale, sqrt(scale) reaches Q but the K half is dropped")
@@ -137,9 +194,27 @@ AF_MUTANT(AF_MUT_MHAV2_CONCAT, mhav2_concat,
 AF_MUTANT(AF_MUT_CAUSAL_TOP_LEFT, causal_top_left,
           "FlashAttention/PyTorch/ONNX Runtime: top-left causal alignment applied when bottom-right is asked")
 
+AF_MUTANT_BWD(AF_MUT_BWD_DQ_NO_SCALE, bwd_dq_no_scale,
+              "TransformerEngine#3216: with batch >= 2 the dQ kernel leaves the softmax scale out (dQ 1/scale off)")
+AF_MUTANT_BWD(AF_MUT_BWD_GQA_NO_SUM, bwd_gqa_no_sum,
+              "a broadcast's reduction missed (jax#30593): dK, dV of a key/value head from its last query head only")
+AF_MUTANT_BWD(AF_MUT_BWD_DROPOUT_NOT_REAPPLIED, bwd_dropout_not_reapplied,
+              "PyTorch PR#102038, #196586: the backward does not apply the forward's dropout mask to P and dP")
+AF_MUTANT_BWD(AF_MUT_BWD_SOFTCAP_NO_DERIVATIVE, bwd_softcap_no_derivative,
+              "FlashAttention PR#2544: softcap's derivative 1 - tanh^2 missing from dS (dQ, dK and dmask off)")
+AF_MUTANT_BWD(AF_MUT_BWD_CAUSAL_MISSING_IN_DS, bwd_causal_missing_in_ds,
+              "FlashAttention #443/#1052, triton#5660: P recomputed for dS without the causal mask")
+AF_MUTANT_BWD(AF_MUT_BWD_TAIL_TILE_PAST_SK, bwd_tail_tile_past_sk,
+              "TransformerEngine#2186: the last key tile of a padded sequence runs past its length (dK, dV there)")
+AF_MUTANT_BWD(AF_MUT_BWD_LSE_NAN, bwd_lse_nan,
+              "cudnn-frontend#1072: a row whose log-sum-exp is negative gives NaN in every gradient it touches")
+
 const af_backend_vtable *const af_mutant_vtables[] = {
-    &af_mutant_vt_scale_sqrt_q_only, &af_mutant_vt_packed_fp16_overflow, &af_mutant_vt_silent_tf32,
-    &af_mutant_vt_bshd_as_bhsd,      &af_mutant_vt_mhav2_concat,         &af_mutant_vt_causal_top_left,
+    &af_mutant_vt_scale_sqrt_q_only,       &af_mutant_vt_packed_fp16_overflow,  &af_mutant_vt_silent_tf32,
+    &af_mutant_vt_bshd_as_bhsd,            &af_mutant_vt_mhav2_concat,          &af_mutant_vt_causal_top_left,
+    &af_mutant_vt_bwd_dq_no_scale,         &af_mutant_vt_bwd_gqa_no_sum,        &af_mutant_vt_bwd_dropout_not_reapplied,
+    &af_mutant_vt_bwd_softcap_no_derivative, &af_mutant_vt_bwd_causal_missing_in_ds,
+    &af_mutant_vt_bwd_tail_tile_past_sk,   &af_mutant_vt_bwd_lse_nan,
 };
 const size_t af_mutant_count = sizeof af_mutant_vtables / sizeof af_mutant_vtables[0];
 _Static_assert(sizeof af_mutant_vtables / sizeof af_mutant_vtables[0] == AF_MUT_COUNT, "every mutant registered");

@@ -403,4 +403,5 @@ const af_backend_vtable af_backend_ref = {
     .create = af_scratch_state_create,
     .destroy = af_scratch_state_destroy,
     .run = af_ref_run,
+    .run_backward = af_ref_run_backward,
 };

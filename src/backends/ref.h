@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 
+#include "attnfuzz/backend.h"
 #include "attnfuzz/tensor.h"
 #include "scratch.h"
 
@@ -59,6 +60,75 @@ typedef struct af_ref_opts {
      * "ieee"). */
     uint8_t *key_leak;
 } af_ref_opts;
+
+/* --- the backward (ref_grad.c) -------------------------------------------------------- */
+
+/* A seeded bug of the backward (mutants.c); the reference's own runs have none. */
+typedef enum af_grad_bug {
+    AF_GRAD_BUG_NONE,
+    AF_GRAD_BUG_DQ_NO_SCALE,           /* dQ without the softmax scale */
+    AF_GRAD_BUG_GQA_NO_SUM,            /* dK, dV of a key/value head from its last query head only */
+    AF_GRAD_BUG_DROPOUT_NOT_REAPPLIED, /* the backward uses the weights before dropout */
+    AF_GRAD_BUG_SOFTCAP_NO_DERIVATIVE, /* dS not multiplied by 1 - tanh^2(s / c) */
+    AF_GRAD_BUG_CAUSAL_MISSING_IN_DS,  /* dS from weights recomputed without the causal mask */
+    AF_GRAD_BUG_TAIL_TILE_PAST_SK,     /* keys past a sequence's valid length, up to the end of its
+                                          16-key tile, taken as live in the backward */
+    AF_GRAD_BUG_LSE_NAN,               /* a row with a negative log-sum-exp gives NaN everywhere */
+    AF_GRAD_BUG_COUNT
+} af_grad_bug;
+
+/* Rows of gradient g (af_grad_names order): dq [B, Hq, Sq], dk and dv [B, Hkv, Sk], dmask the
+ * mask's [B', Hq', Sq']; each row holds D, D, Dv or Sk' elements. */
+size_t af_ref_grad_rows(const af_case *c, int g);
+
+typedef struct af_ref_grad_opts {
+    /* Round where the explicit backward rounds (explicit.c): the honest run. */
+    bool honest;
+    /* Honest run: TF32 products whatever the case allows (a backend declaring tf32 "always"). */
+    bool force_tf32;
+    af_grad_bug bug;
+    /* Exact run, each may be NULL: per row of gradient g, a bound of the sum of absolute
+     * values of the terms the row's elements add up (for dQ |scale| sum_j |dS_ij| max|k_j|
+     * with |dS_ij| bounded by W_ij (a_ij + sum_k W_ik a_ik), a_ij bounding |dO_i . v_j|;
+     * likewise dK; for dV sum_i Pd_ij max|dO_i|; for dmask the largest such sum of dS over
+     * the row's elements), over the terms of nonzero weight and finite values only: the
+     * row's error scale, as the forward's per-row V scale (a huge value behind a
+     * zero-weight key loosens nothing). */
+    double *gscale[AF_GRAD_COUNT];
+    /* Exact run, each may be NULL: for dq and dk (g 0, 1), per row the same sum without the
+     * scale: the size of the product dS K (dS^T Q) that an implementation scaling after it
+     * (another placement of the scale) rounds to the dtype. */
+    double *pscale[2];
+    /* Exact run, each may be NULL: per element of gradient g, 1 where a term of weight 0
+     * has a non-finite factor, so that an IEEE implementation gets NaN there (0 * Inf):
+     * a masked_value_leak, not a nan_mismatch. */
+    uint8_t *leak[AF_GRAD_COUNT];
+    /* Exact run, each may be NULL: per element of dq, dk, dmask, 1 where the reference is
+     * NaN or Inf through a non-finite dP (dO's row or V's at a term of nonzero weight):
+     * formulas equal in exact arithmetic (delta as sum_j P_ij dP_ij, or as rowsum(dO O),
+     * FlashAttention-2's) give NaN there or Inf, and either class is right. */
+    uint8_t *nfswap[AF_GRAD_COUNT];
+    /* Honest run, each may be NULL: per element, a bound on how far an implementation at
+     * the case precision may land from the exact gradient: score rounding moving the
+     * weights (af_sens_weights; and a kernel that recomputes P from the forward's
+     * log-sum-exp, FlashAttention-2's backward, unnormalized), the rounding of P, dP, dS
+     * and the inputs, fp32 accumulation, the output's rounding (ref_grad.c). */
+    double *sens[AF_GRAD_COUNT];
+    /* Honest run, each may be NULL: per element, 1 where no implementation at the case
+     * precision is bound: an fp32 partial sum that may overflow, a forward row that is
+     * unstable, a non-finite factor meeting a weight that may round to 0. */
+    uint8_t *unstable[AF_GRAD_COUNT];
+} af_ref_grad_opts;
+
+/* The gradients of sum(out * dO) for a backward case (in->dov holds dO): grads[g] for
+ * each gradient the case asks for ([shape of af_case_grad_shape], float64; NULL for the
+ * others), by the rules of docs/design.md section 2 "Backward". */
+af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opts, double *const grads[AF_GRAD_COUNT],
+                          af_scratch *ws, af_error *err);
+
+/* The `ref` backend's run_backward: the forward (af_ref_attention) into out, the asked
+ * gradients (float64) into g. state: an af_scratch. */
+af_status af_ref_run_backward(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g, af_error *err);
 
 /* Attention of the case in float64 over the given canonical views (normally in->qv,
  * in->kv, in->vv). out: [B, Hq, Sq, Dv]; masked_rows (may be NULL): [B, Hq, Sq], 1 where

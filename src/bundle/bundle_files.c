@@ -32,9 +32,9 @@ bool af_bundle_plain_name(const char *s) {
     return n > 0 && n < 256 && !strchr(s, '/') && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
-/* "out.<backend>.npy.zst" with the backend name made safe for a file name: worker and
+/* "<prefix>.<backend>.npy.zst" with the backend name made safe for a file name: worker and
  * plugin names hold paths and colons ("plugin:/opt/x.so:fast" -> "plugin__opt_x.so_fast"). */
-void af_bundle_out_name(const char *backend, char *buf, size_t len) {
+void af_bundle_array_name(const char *prefix, const char *backend, char *buf, size_t len) {
     char safe[97];
     size_t n = 0;
     for (const char *p = backend; *p && n < sizeof safe - 1; p++) {
@@ -44,8 +44,10 @@ void af_bundle_out_name(const char *backend, char *buf, size_t len) {
         safe[n++] = ok ? ch : '_';
     }
     safe[n] = 0;
-    snprintf(buf, len, "out.%s.npy.zst", n ? safe : "_");
+    snprintf(buf, len, "%s.%s.npy.zst", prefix, n ? safe : "_");
 }
+
+void af_bundle_out_name(const char *backend, char *buf, size_t len) { af_bundle_array_name("out", backend, buf, len); }
 
 void af_bundle_shape_str(char *buf, size_t len, const size_t *shape, int ndim) {
     size_t n = 0;

@@ -49,7 +49,7 @@ static bool af_bundle_view_broadcasts(const af_view *v) {
     return false;
 }
 
-/* q, k or v: exactly [B, H, S, D]. */
+/* q, k, v or do: exactly [B, H, S, D]. */
 static af_status af_bundle_fill_qkv(const af_bundle *b, const char *name, const af_view *v, af_error *err) {
     af_array a;
     char path[PATH_MAX];
@@ -98,7 +98,8 @@ af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err
     for (int w = 0; w < 3; w++) all &= have[w] = af_bundle_is_file(b->files, qkv[w]);
     bool have_am = c->amask.present && af_bundle_is_file(b->files, "mask.npy.zst");
     bool have_bm = c->bmask.present && af_bundle_is_file(b->files, "bool_mask.npy.zst");
-    all &= have_am == c->amask.present && have_bm == c->bmask.present;
+    bool have_do = c->bwd.grads && af_bundle_is_file(b->files, "do.npy.zst");
+    all &= have_am == c->amask.present && have_bm == c->bmask.present && have_do == (c->bwd.grads != 0);
     /* everything given: only lay out the storage; else draw what is missing from the case
      * and overwrite what is given */
     if (all) {
@@ -112,6 +113,7 @@ af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err
         if (have[w]) AF_TRY(af_bundle_fill_qkv(b, qkv[w], views[w], err));
     if (have_am) AF_TRY(af_bundle_fill_mask(b, "mask.npy.zst", &t->am, &c->amask, true, err));
     if (have_bm) AF_TRY(af_bundle_fill_mask(b, "bool_mask.npy.zst", &t->bm, &c->bmask, false, err));
+    if (have_do) AF_TRY(af_bundle_fill_qkv(b, "do.npy.zst", &t->dov, err));
     return AF_OK;
 }
 

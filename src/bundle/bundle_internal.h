@@ -35,6 +35,8 @@ struct af_bundle {
     af_bundle_record *recs;
     char **rec_names; /* full backend names: records truncate them at 127 bytes */
     char **rec_files; /* the output file of each record, NULL when none */
+    char **rec_grad_files; /* [n_recs * AF_GRAD_COUNT]: each record's gradient files, NULL when none */
+    char *tensor;     /* the finding's tensor: "out", "dq", ... */
     size_t n_recs;
     bool has_tol;
     af_tolerance tol;
@@ -60,16 +62,20 @@ bool af_bundle_is_file(const char *dir, const char *name);
 bool af_bundle_plain_name(const char *s);
 /* "out.<backend>.npy.zst" with the backend name made safe for a file name. */
 void af_bundle_out_name(const char *backend, char *buf, size_t len);
+/* The same for another array of a backend: "<prefix>.<backend>.npy.zst" ("dq", ...). */
+void af_bundle_array_name(const char *prefix, const char *backend, char *buf, size_t len);
 /* "[2, 3, 4]" for messages. */
 void af_bundle_shape_str(char *buf, size_t len, const size_t *shape, int ndim);
 
 /* --- bundle_json.c --------------------------------------------------------------------- */
 
 /* The text of case.json for spec (ending in a newline, NUL-terminated; cJSON_free it),
- * listing files[0..n_files) and, per output i, out_files[i] and its stderr tail's file
- * err_files[i] (NULL: no file). Takes ownership of extra. NULL when memory runs out. */
+ * listing files[0..n_files) and, per output i, out_files[i], its stderr tail's file
+ * err_files[i] and its gradients' files grad_files[i * AF_GRAD_COUNT + g] (NULL: no file).
+ * Takes ownership of extra. NULL when memory runs out. */
 char *af_bundle_json_print(const af_bundle_spec *spec, char *const *files, size_t n_files, char *const *out_files,
-                           char *const *err_files, const char *bundle_path, cJSON *extra, size_t *len);
+                           char *const *err_files, char *const *grad_files, const char *bundle_path, cJSON *extra,
+                           size_t *len);
 /* Parses the text of case.json (path names it in messages) into b, whose dir is set:
  * AF_ERR_FORMAT naming the file and the field for anything that is not as documented. */
 af_status af_bundle_json_parse(const char *path, const char *text, size_t len, af_bundle *b, af_error *err);

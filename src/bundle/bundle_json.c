@@ -73,7 +73,8 @@ static cJSON *af_bj_metrics(af_bj *w, const af_metrics *m) {
 
 
 char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n_files, char *const *out_files,
-                           char *const *err_files, const char *bundle_path, cJSON *extra, size_t *len) {
+                           char *const *err_files, char *const *grad_files, const char *bundle_path, cJSON *extra,
+                           size_t *len) {
     af_bj w = {true};
     cJSON *root = cJSON_CreateObject();
     char buf[512];
@@ -86,6 +87,7 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
     af_bj_item(&w, root, "signature", cJSON_CreateString(buf));
     af_bj_item(&w, root, "who", cJSON_CreateString(s->who ? s->who : ""));
     af_bj_item(&w, root, "relation", af_bj_string(s->relation));
+    af_bj_item(&w, root, "tensor", cJSON_CreateString(s->tensor ? s->tensor : "out"));
     if (s->minimized) af_bj_item(&w, root, "minimized", cJSON_CreateBool(s->minimized > 0));
     cJSON *case_obj = af_case_to_cjson(s->c); /* numbers already exact */
     af_bj_item(&w, root, "case", case_obj);
@@ -114,6 +116,20 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
             af_bj_item(&w, be, "conventions", conv ? conv : cJSON_CreateString(o->conventions));
         }
         if (err_files[i]) af_bj_item(&w, be, "stderr", cJSON_CreateString(err_files[i]));
+        if (o->grads && s->c->bwd.grads) { /* a backward run: each gradient asked for */
+            cJSON *gs = cJSON_CreateObject();
+            for (int g = 0; g < AF_GRAD_COUNT; g++) {
+                if (!(s->c->bwd.grads & (1u << g))) continue;
+                const af_result *gr = &o->grad_results[g];
+                cJSON *go = cJSON_CreateObject();
+                af_bj_item(&w, go, "output", af_bj_string(grad_files[i * AF_GRAD_COUNT + (size_t)g]));
+                af_bj_item(&w, go, "verdict",
+                           cJSON_CreateString((unsigned)gr->kind < AF_KIND_COUNT ? af_kind_names[gr->kind] : "unknown"));
+                af_bj_item(&w, go, "metrics", af_bj_metrics(&w, &gr->m));
+                af_bj_item(&w, gs, af_grad_names[g], go);
+            }
+            af_bj_item(&w, be, "grads", gs);
+        }
         af_bj_push(&w, bes, be);
     }
     af_bj_item(&w, root, "backends", bes);
@@ -271,6 +287,57 @@ static void af_br_metrics(af_br *r, const cJSON *mo, const char *where, af_metri
     }
 }
 
+/* backends[i].grads: per gradient its file (as recorded, or by the naming rule), verdict
+ * and metrics. */
+static void af_br_grads(af_br *r, const cJSON *be, const char *f, const char *name, af_bundle *b, size_t i) {
+    const cJSON *gs = af_br_get(be, "grads");
+    if (!gs) return;
+    char fn[128];
+    snprintf(fn, sizeof fn, "%s.grads", f);
+    if (!cJSON_IsObject(gs)) {
+        af_br_fail(r, fn, "expected an object");
+        return;
+    }
+    af_bundle_record *rec = &b->recs[i];
+    for (int g = 0; g < AF_GRAD_COUNT && r->st == AF_OK; g++) {
+        const cJSON *go = af_br_get(gs, af_grad_names[g]);
+        if (!go) continue;
+        snprintf(fn, sizeof fn, "%s.grads.%s", f, af_grad_names[g]);
+        if (!cJSON_IsObject(go)) {
+            af_br_fail(r, fn, "expected an object");
+            return;
+        }
+        rec->has_grad[g] = true;
+        char fk[160];
+        snprintf(fk, sizeof fk, "%s.verdict", fn);
+        rec->grad_kind[g] = af_br_kind(r, go, "verdict", fk);
+        const cJSON *mo = af_br_get(go, "metrics");
+        snprintf(fk, sizeof fk, "%s.metrics", fn);
+        if (mo && !cJSON_IsObject(mo)) {
+            af_br_fail(r, fk, "expected an object");
+        } else if (mo) {
+            af_br_metrics(r, mo, fk, &rec->grad_m[g]);
+        }
+        const cJSON *out = cJSON_GetObjectItemCaseSensitive(go, "output");
+        char dflt[160];
+        const char *file = NULL;
+        snprintf(fk, sizeof fk, "%s.output", fn);
+        if (!out) {
+            af_bundle_array_name(af_grad_names[g], name, dflt, sizeof dflt);
+            file = dflt;
+        } else if (cJSON_IsString(out)) {
+            file = out->valuestring;
+            if (!af_bundle_plain_name(file)) af_br_fail(r, fk, "expected a file name inside the bundle");
+        } else if (!cJSON_IsNull(out)) {
+            af_br_fail(r, fk, "expected a file name or null");
+        }
+        if (r->st != AF_OK || !file || !af_bundle_is_file(b->files, file)) continue;
+        rec->has_grad_output[g] = true;
+        char **slot = &b->rec_grad_files[i * AF_GRAD_COUNT + (size_t)g];
+        if (!(*slot = af_strdup(file))) r->st = af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+    }
+}
+
 static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
     const cJSON *bes = af_br_get(root, "backends");
     if (!bes) return;
@@ -283,7 +350,8 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
     b->recs = af_calloc((size_t)n, sizeof *b->recs);
     b->rec_names = af_calloc((size_t)n, sizeof *b->rec_names);
     b->rec_files = af_calloc((size_t)n, sizeof *b->rec_files);
-    if (!b->recs || !b->rec_names || !b->rec_files) {
+    b->rec_grad_files = af_calloc((size_t)n * AF_GRAD_COUNT, sizeof *b->rec_grad_files);
+    if (!b->recs || !b->rec_names || !b->rec_files || !b->rec_grad_files) {
         if (r->st == AF_OK) r->st = af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
         return;
     }
@@ -335,6 +403,7 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
         } else if (!cJSON_IsNull(out)) {
             af_br_fail(r, fn, "expected a file name or null");
         }
+        af_br_grads(r, be, f, name, b, i - 1);
         if (r->st != AF_OK) return;
         bool nomem = !(b->rec_names[i - 1] = af_strdup(name));
         if (file && af_bundle_is_file(b->files, file)) {
@@ -409,10 +478,16 @@ static af_status af_br_root(af_br *r, const cJSON *root, af_bundle *b) {
     b->signature = af_br_signature(r, root);
     const char *who = af_br_string(r, root, "who", "who");
     const char *rel = af_br_string(r, root, "relation", "relation");
+    const char *tensor = af_br_string(r, root, "tensor", "tensor");
+    bool tensor_ok = !tensor || strcmp(tensor, "out") == 0;
+    for (int g = 0; g < AF_GRAD_COUNT && tensor; g++) tensor_ok |= strcmp(tensor, af_grad_names[g]) == 0;
+    if (!tensor_ok) af_br_fail(r, "tensor", "expected out, dq, dk, dv or dmask");
     if (r->st != AF_OK) return r->st;
     b->who = af_strdup(who ? who : "");
     if (rel) b->relation = af_strdup(rel);
-    if (!b->who || (rel && !b->relation)) return af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+    b->tensor = af_strdup(tensor ? tensor : "out");
+    if (!b->who || (rel && !b->relation) || !b->tensor)
+        return af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
     const cJSON *minimized = af_br_get(root, "minimized");
     if (minimized && !cJSON_IsBool(minimized)) af_br_fail(r, "minimized", "expected true or false");
     if (minimized) b->minimized = cJSON_IsTrue(minimized) ? 1 : -1;

@@ -56,7 +56,10 @@ void af_bundle_free(af_bundle *b) {
     for (size_t i = 0; i < b->n_recs; i++) {
         if (b->rec_names) af_free(b->rec_names[i]);
         if (b->rec_files) af_free(b->rec_files[i]);
+        for (int g = 0; b->rec_grad_files && g < AF_GRAD_COUNT; g++) af_free(b->rec_grad_files[i * AF_GRAD_COUNT + (size_t)g]);
     }
+    af_free(b->rec_grad_files);
+    af_free(b->tensor);
     af_free(b->recs);
     af_free(b->rec_names);
     af_free(b->rec_files);
@@ -80,6 +83,7 @@ af_kind af_bundle_kind(const af_bundle *b) { return b->kind; }
 uint64_t af_bundle_signature(const af_bundle *b) { return b->signature; }
 const char *af_bundle_who(const af_bundle *b) { return b->who; }
 const char *af_bundle_relation(const af_bundle *b) { return b->relation; }
+const char *af_bundle_tensor(const af_bundle *b) { return b->tensor ? b->tensor : "out"; }
 size_t af_bundle_record_count(const af_bundle *b) { return b->n_recs; }
 
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i) {
@@ -124,11 +128,10 @@ bool af_bundle_same_shape(const af_array *a, const size_t *want, int nd) {
 }
 
 
-/* name as float64 [B, Hq, Sq, Dv]. */
-static af_status af_bundle_load_f64(const af_bundle *b, const char *name, double **out, af_error *err) {
+/* name as float64 of shape want. */
+static af_status af_bundle_load_shaped(const af_bundle *b, const char *name, const size_t want[4], double **out,
+                                       af_error *err) {
     *out = NULL;
-    const af_case *c = &b->c;
-    size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
     af_array a;
     char path[PATH_MAX];
     AF_TRY(af_bundle_load_array(b, name, want, &a, path, sizeof path, err));
@@ -151,6 +154,45 @@ static af_status af_bundle_load_f64(const af_bundle *b, const char *name, double
     af_array_free(&a);
     *out = x;
     return AF_OK;
+}
+
+/* name as float64 [B, Hq, Sq, Dv]. */
+static af_status af_bundle_load_f64(const af_bundle *b, const char *name, double **out, af_error *err) {
+    const af_case *c = &b->c;
+    size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+    return af_bundle_load_shaped(b, name, want, out, err);
+}
+
+af_status af_bundle_load_grad(const af_bundle *b, const char *name, int g, double **out, af_error *err) {
+    *out = NULL;
+    AF_RETURN_ERROR_IF(g < 0 || g >= AF_GRAD_COUNT, err, AF_ERR_INVALID, "no gradient %d", g);
+    const af_case *c = &b->c;
+    if (!(c->bwd.grads & (1u << g))) return AF_OK;
+    size_t want[4];
+    af_case_grad_shape(c, g, want);
+    char file[160];
+    const char *use = NULL;
+    if (strcmp(name, "ref") == 0) {
+        snprintf(file, sizeof file, "ref_%s.npy.zst", af_grad_names[g]);
+        use = file;
+    } else {
+        for (size_t i = 0; i < b->n_recs && !use; i++)
+            if (b->rec_names[i] && strcmp(b->rec_names[i], name) == 0)
+                use = b->rec_grad_files[i * AF_GRAD_COUNT + (size_t)g];
+        if (!use) {
+            af_bundle_array_name(af_grad_names[g], name, file, sizeof file);
+            use = file;
+        }
+    }
+    if (!af_bundle_is_file(b->files, use)) return AF_OK;
+    return af_bundle_load_shaped(b, use, want, out, err);
+}
+
+af_kind af_bundle_record_verdict(const af_bundle_record *r) {
+    af_kind k = r->kind;
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (r->has_grad[g] && r->grad_kind[g] != AF_KIND_OK && (k == AF_KIND_OK || r->grad_kind[g] < k)) k = r->grad_kind[g];
+    return k;
 }
 
 af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err) {

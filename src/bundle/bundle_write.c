@@ -28,6 +28,7 @@ typedef struct af_bw { /* a bundle being written */
     size_t n_files, cap_files;
     char **out_files; /* per output: its file name, NULL when it has none */
     char **err_files; /* per output: its stderr file name, NULL when it has none */
+    char **grad_files; /* per output and gradient (i * AF_GRAD_COUNT + g): its file, NULL when none */
     af_error *err;
 } af_bw;
 
@@ -109,18 +110,17 @@ static af_status af_bw_mask(af_bw *bw, const char *name, const af_view *v, uint8
     return st;
 }
 
-/* An output tensor ([B, Hq, Sq, Dv], any float dtype, any strides): F32 and F64 in their
- * own dtype, F16 and BF16 as float32 (exact), like the inputs. */
-static af_status af_bw_output(af_bw *bw, const char *name, const af_bundle_output *o) {
-    const af_case *c = bw->spec->c;
-    const af_tensor *t = o->out;
-    size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+/* A backend's tensor of shape want (its output [B, Hq, Sq, Dv] or a gradient; any float
+ * dtype, any strides): F32 and F64 in their own dtype, F16 and BF16 as float32 (exact),
+ * like the inputs. */
+static af_status af_bw_output(af_bw *bw, const char *name, const af_tensor *t, const size_t want[4],
+                              const char *backend) {
     AF_RETURN_ERROR_IF(t->ndim != 4 || t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != want[2] ||
                            t->ne[3] != want[3] ||
                            (t->dtype != AF_F32 && t->dtype != AF_F64 && t->dtype != AF_F16 && t->dtype != AF_BF16) ||
                            !t->data,
-                       bw->err, AF_ERR_INVALID, "%s: output of %s is not a [B, Hq, Sq, Dv] float tensor", name,
-                       o->backend ? o->backend : "?");
+                       bw->err, AF_ERR_INVALID, "%s: %s of %s is not a float tensor of the case's shape", name,
+                       strncmp(name, "out.", 4) == 0 ? "output" : "gradient", backend ? backend : "?");
     bool half = t->dtype == AF_F16 || t->dtype == AF_BF16;
     af_array a = {.dtype = half ? AF_F32 : t->dtype, .ndim = 4};
     size_t es = af_dtype_size(t->dtype), n = 1;
@@ -195,6 +195,18 @@ static int af_bundle_rename_noreplace(const char *from, const char *to) {
     return rename(from, to);
 }
 
+/* "<prefix>.<backend>.npy.zst", and for a second array of that name (two runs of one
+ * backend: a relation) "<prefix>.<backend>.2.npy.zst", ... */
+static void af_bw_unique_name(const af_bw *bw, const char *prefix, const char *backend, char *name, size_t len) {
+    af_bundle_array_name(prefix, backend, name, len);
+    for (unsigned k = 2; af_bw_has(bw, name); k++) {
+        char base[160];
+        af_bundle_array_name(prefix, backend, base, sizeof base);
+        base[strlen(base) - strlen(".npy.zst")] = 0;
+        snprintf(name, len, "%.140s.%u.npy.zst", base, k);
+    }
+}
+
 static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
     const af_bundle_spec *s = bw->spec;
     const af_case *c = s->c;
@@ -217,20 +229,37 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
         a.data = (void *)(uintptr_t)s->ref; /* only read */
         st = af_bw_array(bw, "ref.npy.zst", &a);
     }
+    if (st == AF_OK && t && c->bwd.grads) st = af_bw_view(bw, "do.npy.zst", &t->dov);
+    for (int g = 0; st == AF_OK && g < AF_GRAD_COUNT; g++) {
+        if (!(c->bwd.grads & (1u << g)) || !s->ref_grads[g]) continue;
+        char name[32];
+        af_array a = {.dtype = AF_F64, .ndim = 4};
+        af_case_grad_shape(c, g, a.shape);
+        a.data = (void *)(uintptr_t)s->ref_grads[g]; /* only read */
+        snprintf(name, sizeof name, "ref_%s.npy.zst", af_grad_names[g]);
+        st = af_bw_array(bw, name, &a);
+    }
+    size_t want_out[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
     for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
-        if (!s->outputs[i].out) continue;
+        const af_bundle_output *o = &s->outputs[i];
+        const char *backend = o->backend ? o->backend : "";
         char name[160];
-        af_bundle_out_name(s->outputs[i].backend ? s->outputs[i].backend : "", name, sizeof name);
-        /* two runs of one backend (a relation) get out.NAME.2.npy.zst, ... */
-        for (unsigned k = 2; af_bw_has(bw, name); k++) {
-            char base[160];
-            af_bundle_out_name(s->outputs[i].backend ? s->outputs[i].backend : "", base, sizeof base);
-            base[strlen(base) - strlen(".npy.zst")] = 0;
-            snprintf(name, sizeof name, "%.140s.%u.npy.zst", base, k);
+        if (o->out) {
+            af_bw_unique_name(bw, "out", backend, name, sizeof name);
+            st = af_bw_output(bw, name, o->out, want_out, backend);
+            if (st == AF_OK && !(bw->out_files[i] = af_strdup(name)))
+                st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
         }
-        st = af_bw_output(bw, name, &s->outputs[i]);
-        if (st == AF_OK && !(bw->out_files[i] = af_strdup(name)))
-            st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
+        for (int g = 0; st == AF_OK && o->grads && g < AF_GRAD_COUNT; g++) {
+            const af_tensor *gt = af_grads_get(o->grads, g);
+            if (!(c->bwd.grads & (1u << g)) || !gt->data) continue;
+            size_t want[4];
+            af_case_grad_shape(c, g, want);
+            af_bw_unique_name(bw, af_grad_names[g], backend, name, sizeof name);
+            st = af_bw_output(bw, name, gt, want, backend);
+            if (st == AF_OK && !(bw->grad_files[i * AF_GRAD_COUNT + (size_t)g] = af_strdup(name)))
+                st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
+        }
     }
     /* a worker's stderr tail: stderr.txt, stderr.2.txt for a second worker */
     for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
@@ -248,7 +277,8 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
     }
     /* case.json, written last: it lists the files */
     size_t len = 0;
-    char *text = af_bundle_json_print(s, bw->files, bw->n_files, bw->out_files, bw->err_files, final, extra, &len);
+    char *text = af_bundle_json_print(s, bw->files, bw->n_files, bw->out_files, bw->err_files, bw->grad_files, final,
+                                      extra, &len);
     AF_RETURN_ERROR_IF(!text, bw->err, AF_ERR_NOMEM, "case.json: out of memory");
     st = af_bw_raw(bw, "case.json", text, len);
     cJSON_free(text);
@@ -349,10 +379,12 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
         }
     }
 
-    bw.cap_files = 2 * spec->n_outputs + 8;
+    size_t n_names = (2 + AF_GRAD_COUNT) * spec->n_outputs; /* out, stderr and the gradients of each */
+    bw.cap_files = n_names + 8 + AF_GRAD_COUNT;
     bw.files = af_calloc(bw.cap_files, sizeof *bw.files);
-    bw.out_files = af_calloc(2 * spec->n_outputs + 1, sizeof *bw.out_files);
+    bw.out_files = af_calloc(n_names + 1, sizeof *bw.out_files);
     bw.err_files = bw.out_files ? bw.out_files + spec->n_outputs : NULL;
+    bw.grad_files = bw.out_files ? bw.out_files + 2 * spec->n_outputs : NULL;
     af_status status = AF_OK;
     if (!bw.files || !bw.out_files) {
         cJSON_Delete(extra);
@@ -367,7 +399,7 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
     }
     if (status != AF_OK) af_bundle_rmtree(bw.tmp);
     for (size_t i = 0; bw.files && i < bw.n_files; i++) af_free(bw.files[i]);
-    for (size_t i = 0; bw.out_files && i < 2 * spec->n_outputs; i++) af_free(bw.out_files[i]);
+    for (size_t i = 0; bw.out_files && i < n_names; i++) af_free(bw.out_files[i]);
     af_free(bw.files);
     af_free(bw.out_files);
     return status;

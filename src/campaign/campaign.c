@@ -71,8 +71,17 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->crashes_dir = "crashes";
     o->seed = 1;
     o->jobs = 1;
+    o->backward = -1.0;
     o->minimize_share = AF_MINIMIZE_SHARE;
     o->minimize_grace = -1.0;
+}
+
+/* The share of generated cases that ask for gradients (af_campaign_opts.backward). */
+static double af_campaign_backward_share(const af_campaign_opts *o, const af_exec *x) {
+    if (o->backward >= 0.0) return o->backward > 1.0 ? 1.0 : o->backward;
+    for (size_t k = 0; k < af_exec_backend_count(x); k++)
+        if (af_backend_caps(af_exec_backend_at(x, k)) & AF_CAP_BACKWARD) return 1.0 / 3.0;
+    return 0.0;
 }
 
 double af_campaign_minimize_grace(const af_campaign_opts *o, double ran) {
@@ -95,6 +104,8 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     AF_RETURN_ERROR_IF(!j, err, AF_ERR_NOMEM, "out of memory");
     cJSON_AddNumberToObject(j, "execs", (double)s->execs);
     cJSON_AddNumberToObject(j, "skipped", (double)s->skipped);
+    cJSON_AddNumberToObject(j, "backward_execs", (double)s->backward_execs);
+    cJSON_AddNumberToObject(j, "grads_unjudged", (double)s->grads_unjudged);
     cJSON_AddNumberToObject(j, "elapsed", s->elapsed);
     cJSON_AddNumberToObject(j, "execs_per_sec", s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
     cJSON_AddNumberToObject(j, "execs_per_sec_jobs",
@@ -437,7 +448,7 @@ static bool af_campaign_runs_unskipped(const af_exec *x, const af_case *c, uint3
  * cases it runs instead of skipped ones; so does one that keeps hitting a known bug
  * (*skip: the backends this case leaves out for theirs). */
 static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t n, af_rng *rng, const af_exec *x,
-                             const af_store *store, af_campaign_stats *s, double max_flops, af_case *c,
+                             const af_store *store, af_campaign_stats *s, double max_flops, double backward, af_case *c,
                              uint32_t *skip) {
     *skip = 0;
     for (int tries = 0;; tries++) {
@@ -453,7 +464,12 @@ static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t 
             af_case_crossover(&pool->cases[af_rng_below(rng, (uint32_t)pool->n)],
                               &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
         } else {
-            af_case_generate(c, rng, o->exec.budget, max_flops);
+            af_gen_opts go = {o->exec.budget, max_flops, backward};
+            af_case_generate_opts(c, rng, &go);
+        }
+        if (backward <= 0.0 && c->bwd.grads) { /* forward-only campaign */
+            c->bwd.grads = 0;
+            af_case_repair(c, o->exec.budget);
         }
         if (o->strategy != AF_STRATEGY_GENERATOR) break;
         af_case_cap_flops(c, max_flops, o->exec.budget);
@@ -509,6 +525,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
      * is checked again */
     size_t seeds = pool->n, seeds_run = 0;
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
+    double backward = af_campaign_backward_share(o, x);
     double start = af_now(), last_status = start, last_stats = start;
     bool new_sig = false; /* a signature not yet in the stats file a --jobs parent reads */
     char last[256] = "";
@@ -558,10 +575,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 if (skip && !af_campaign_runs_unskipped(x, &c, skip)) { /* the structure of a known bug */
                     have_structure = reuse = false;
                     if (n > 0) break; /* the next batch draws anew */
-                    af_campaign_draw(o, pool, s->execs, &rng, x, store, s, max_flops, &c, &skip);
+                    af_campaign_draw(o, pool, s->execs, &rng, x, store, s, max_flops, backward, &c, &skip);
                 }
             } else {
-                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, s, max_flops, &c, &skip);
+                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, s, max_flops, backward, &c, &skip);
             }
             size_t cb = af_case_tensor_bytes(&c);
             if (n > 0 && (bytes + cb > bbytes || (seed && key && af_case_key_hash(&c, key) !=
@@ -581,6 +598,8 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             const af_case *cp = &cases[bi];
             if (n > 1) af_exec_select(x, bi, NULL);
             s->execs++;
+            s->backward_execs += cp->bwd.grads != 0;
+            s->grads_unjudged = af_exec_grads_unjudged(x);
             double cs = af_exec_compile_seconds(x);
             compiled += cs;
             s->compile_seconds += cs;
@@ -682,8 +701,12 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     if (!j) return;
     const cJSON *e = cJSON_GetObjectItem(j, "execs");
     if (cJSON_IsNumber(e)) *execs += (uint64_t)e->valuedouble;
-    const cJSON *sk = cJSON_GetObjectItem(j, "skipped");
-    if (cJSON_IsNumber(sk)) s->skipped += (uint64_t)sk->valuedouble;
+    const char *const summed[] = {"skipped", "backward_execs", "grads_unjudged"};
+    uint64_t *into[] = {&s->skipped, &s->backward_execs, &s->grads_unjudged};
+    for (size_t i = 0; i < sizeof summed / sizeof summed[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItem(j, summed[i]);
+        if (cJSON_IsNumber(v)) *into[i] += (uint64_t)v->valuedouble;
+    }
     const cJSON *rate = cJSON_GetObjectItem(j, "execs_per_sec");
     if (current && cJSON_IsNumber(rate)) s->jobs_rate += rate->valuedouble; /* a live child's */
     const cJSON *sigs = cJSON_GetObjectItem(j, "signatures"), *it;

@@ -23,6 +23,7 @@ typedef struct af_exec_slot {
     af_inputs *in;
     af_oracle *oracle;
     af_scratch outs; /* slot k: output of backend k */
+    af_scratch gouts[AF_EXEC_MAX_BACKENDS]; /* backend k's gradients, slot g */
     /* backends that drew their own dropout keep mask (worker conventions "keep_mask"): the
      * reference that follows it, on a copy of the tensors pointing at that mask */
     af_oracle *keep_oracle[AF_EXEC_MAX_BACKENDS];
@@ -33,12 +34,15 @@ typedef struct af_exec_slot {
     uint8_t bytes[AF_CASE_ENCODED_MAX];
     size_t nbytes;
     af_tensor out[AF_EXEC_MAX_BACKENDS];
+    af_grads grads[AF_EXEC_MAX_BACKENDS]; /* a backward case's, where backward[k] */
+    bool backward[AF_EXEC_MAX_BACKENDS];  /* backend k runs the case backward */
     bool supported[AF_EXEC_MAX_BACKENDS];
     af_status st[AF_EXEC_MAX_BACKENDS];
     char msg[AF_EXEC_MAX_BACKENDS][512];
     const char *tail[AF_EXEC_MAX_BACKENDS]; /* a batch fault's stderr (NULL: the backend's current one) */
     bool check_ran[AF_EXEC_MAX_CHECKS];
     af_result results[AF_EXEC_MAX_CHECKS];
+    int result_tensor[AF_EXEC_MAX_CHECKS]; /* what results[i] is on: -1 the output, else a gradient */
     af_finding findings[AF_EXEC_MAX_CHECKS];
     size_t nfind;
     double compile_s; /* seconds the backends spent compiling */
@@ -65,6 +69,7 @@ struct af_exec {
     af_batch_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
     uint32_t skip_next; /* backends the next single execution does not run (af_exec_skip_next) */
     uint64_t skipped;   /* backend runs skipped that way */
+    uint64_t grads_unjudged;
 };
 
 void af_exec_config_default(af_exec_config *cfg) {
@@ -152,6 +157,7 @@ static void af_exec_slot_destroy(af_exec_slot *sl) {
     af_inputs_destroy(sl->in);
     af_oracle_destroy(sl->oracle);
     af_scratch_release(&sl->outs);
+    for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) af_scratch_release(&sl->gouts[k]);
     af_free(sl);
 }
 
@@ -223,6 +229,17 @@ static const af_result *af_worse(const af_result *a, const af_result *b) {
     return a->kind <= b->kind ? a : b;
 }
 
+/* Of an output's result and its gradients' (res[0 .. AF_GRAD_COUNT]), the one that decides
+ * (af_worse; the output first on a tie): -1 the output, else the gradient. */
+static int af_exec_worst(const af_result *res) {
+    int w = -1;
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (af_worse(&res[1 + w], &res[1 + g]) != &res[1 + w]) w = g;
+    return w;
+}
+
+static const char *af_exec_tensor_name(int tensor) { return tensor < 0 ? "out" : af_grad_names[tensor]; }
+
 static void af_exec_error_result(af_exec *x, size_t k, af_result *res) {
     memset(res, 0, sizeof *res);
     res->kind = af_kind_of_status(x->s->st[k]);
@@ -252,6 +269,34 @@ static af_status af_exec_compare(af_exec *x, size_t k, af_oracle *o, const af_te
                                  af_error *err) {
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     return af_oracle_compare_conv(o, out, e ? &e->conv : NULL, res, err);
+}
+
+/* Judges backend k on the current slot: its output (res[0]) and, where it ran the case
+ * backward, each gradient the case asks for (res[1 + g]; ok where not asked or where its
+ * conventions change the gradient in a way the oracle does not model). Returns the index
+ * of the result that decides: the first failing in precedence order (af_worse), -1 for the
+ * output. */
+static af_status af_exec_judge(af_exec *x, size_t k, af_oracle *o, af_result res[1 + AF_GRAD_COUNT], int *tensor,
+                               af_error *err) {
+    memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
+    AF_TRY(af_exec_compare(x, k, o, &x->s->out[k], &res[0], err));
+    if (x->s->backward[k]) {
+        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+        for (int g = 0; g < AF_GRAD_COUNT; g++) {
+            const af_tensor *gt = af_grads_get(&x->s->grads[k], g);
+            if (!gt->data) continue;
+            af_error gerr;
+            af_status st = af_oracle_compare_grad_conv(o, g, gt, e ? &e->conv : NULL, &res[1 + g], &gerr);
+            if (st == AF_ERR_UNSUPPORTED) {
+                memset(&res[1 + g], 0, sizeof res[1 + g]);
+                x->grads_unjudged++;
+                continue;
+            }
+            if (st != AF_OK) return af_error_set(err, st, "%s", gerr.msg);
+        }
+    }
+    *tensor = af_exec_worst(res);
+    return AF_OK;
 }
 
 /* After backend k ran on the current slot: when it returned its own dropout keep mask
@@ -311,6 +356,17 @@ static af_status af_exec_slot_outputs(af_exec *x, size_t only, af_error *err) {
         af_backend_out_shape(x->be[k], &sl->c, &sl->out[k]);
         sl->out[k].data = af_scratch_get(&sl->outs, (int)k, af_tensor_span(&sl->out[k]), err);
         if (!sl->out[k].data) return AF_ERR_NOMEM;
+        /* a backend that supports a backward case declared the capability (af_case_required_caps) */
+        sl->backward[k] = sl->c.bwd.grads != 0;
+        memset(&sl->grads[k], 0, sizeof sl->grads[k]);
+        if (!sl->backward[k]) continue;
+        af_backend_grads_shape(x->be[k], &sl->c, &sl->grads[k]);
+        for (int g = 0; g < AF_GRAD_COUNT; g++) {
+            af_tensor *gt = af_grads_at(&sl->grads[k], g);
+            if (!gt->ndim) continue;
+            gt->data = af_scratch_get(&sl->gouts[k], g, af_tensor_span(gt), err);
+            if (!gt->data) return AF_ERR_NOMEM;
+        }
     }
     return AF_OK;
 }
@@ -340,7 +396,8 @@ static af_status af_exec_run_backend(af_exec *x, size_t k, af_error *err) {
     if (!sl->supported[k]) return AF_OK;
     af_error berr;
     double t0 = af_now();
-    af_status st = af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &berr);
+    af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &berr)
+                                   : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &berr);
     x->timing.backends_s += af_now() - t0;
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     double compile = 0.0;
@@ -363,6 +420,9 @@ static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
         af_result *res = &x->s->results[i];
         memset(res, 0, sizeof *res);
         x->s->check_ran[i] = false;
+        int *tensor = &x->s->result_tensor[i];
+        *tensor = -1;
+        af_result rs[1 + AF_GRAD_COUNT];
         const char *message = "";
         if (only != SIZE_MAX && i != only) continue;
         switch (ck->type) {
@@ -373,24 +433,28 @@ static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
                 af_exec_error_result(x, ck->a, res);
                 message = x->s->msg[ck->a];
             } else {
-                AF_TRY(af_exec_compare(x, ck->a, af_exec_oracle_for(x, ck->a), &x->s->out[ck->a], res, err));
+                AF_TRY(af_exec_judge(x, ck->a, af_exec_oracle_for(x, ck->a), rs, tensor, err));
+                *res = rs[1 + *tensor];
             }
             break;
         case AF_CHECK_PAIR: {
             if (!x->s->supported[ck->a] || !x->s->supported[ck->b]) break;
             x->s->check_ran[i] = true;
-            af_result ra, rb;
+            af_result side[2];
+            int st[2] = {-1, -1};
             size_t sides[2] = {ck->a, ck->b};
-            af_result *rs[2] = {&ra, &rb};
             for (int s = 0; s < 2; s++) {
                 if (x->s->st[sides[s]] != AF_OK) {
-                    af_exec_error_result(x, sides[s], rs[s]);
+                    af_exec_error_result(x, sides[s], &side[s]);
                     message = x->s->msg[sides[s]];
                 } else {
-                    AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->s->out[sides[s]], rs[s], err));
+                    AF_TRY(af_exec_judge(x, sides[s], af_exec_oracle_for(x, sides[s]), rs, &st[s], err));
+                    side[s] = rs[1 + st[s]];
                 }
             }
-            *res = *af_worse(&ra, &rb);
+            const af_result *w = af_worse(&side[0], &side[1]);
+            *res = *w;
+            *tensor = st[w == &side[0] ? 0 : 1];
             break;
         }
         case AF_CHECK_RELATION: {
@@ -400,10 +464,14 @@ static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
             if (x->cfg.sample_relations && only == SIZE_MAX && ck->rel != af_exec_sampled_relation(x, c, ck->a))
                 break;
             af_error rerr;
-            af_status st = af_relation_check(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], x->s->oracle, x->rel, res, &rerr);
+            af_status st = af_relation_check_backward(ck->rel, x->be[ck->a], t, &x->s->out[ck->a],
+                                                      x->s->backward[ck->a] ? &x->s->grads[ck->a] : NULL,
+                                                      x->s->oracle, x->rel, rs, &rerr);
             if (st == AF_ERR_UNSUPPORTED) break;
             if (st != AF_OK) return af_error_set(err, st, "%s: %s", ck->name, rerr.msg);
             x->s->check_ran[i] = true;
+            *tensor = af_exec_worst(rs);
+            *res = rs[1 + *tensor];
             if (res->kind == AF_KIND_ERROR) message = rerr.msg;
             break;
         }
@@ -433,8 +501,9 @@ static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
             f->check = i;
             f->result = *res;
             snprintf(f->who, sizeof f->who, "%s", ck->name);
+            snprintf(f->tensor, sizeof f->tensor, "%s", af_exec_tensor_name(*tensor));
             snprintf(f->message, sizeof f->message, "%s", message);
-            f->signature = af_signature(f->kind, f->who, c);
+            f->signature = af_signature_tensor(f->kind, f->who, f->tensor, c);
         }
     }
     x->timing.checks_s += af_now() - t0;
@@ -565,9 +634,14 @@ af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *sk
     for (size_t k = 0; k < x->nbe; k++) {
         if (!begun[k]) continue;
         af_tensor *outs[AF_EXEC_MAX_BATCH];
+        af_grads *grads[AF_EXEC_MAX_BATCH];
         af_batch_result *res = x->bres;
-        for (size_t j = 0; j < cnt[k]; j++) outs[j] = &x->slots[idx[k][j]]->out[k];
-        AF_TRY(af_backend_batch_end(x->be[k], outs, NULL, res, err));
+        for (size_t j = 0; j < cnt[k]; j++) {
+            af_exec_slot *sj = x->slots[idx[k][j]];
+            outs[j] = &sj->out[k];
+            grads[j] = sj->backward[k] ? &sj->grads[k] : NULL;
+        }
+        AF_TRY(af_backend_batch_end(x->be[k], outs, grads, res, err));
         for (size_t j = 0; j < cnt[k]; j++) {
             x->s = x->slots[idx[k][j]];
             double compile = res[j].compile_s >= 0 ? res[j].compile_s : res[j].new_key ? res[j].wall_s : 0.0;
@@ -663,19 +737,28 @@ double af_exec_compile_seconds(const af_exec *x) { return x->s->compile_s; }
 
 void af_exec_skip_next(af_exec *x, uint32_t mask) { x->skip_next = mask; }
 uint64_t af_exec_skipped(const af_exec *x) { return x->skipped; }
+uint64_t af_exec_grads_unjudged(const af_exec *x) { return x->grads_unjudged; }
 
 size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
 const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }
 bool af_exec_check_ran(const af_exec *x, size_t i) { return x->s->check_ran[i]; }
 const af_result *af_exec_check_result(const af_exec *x, size_t i) { return &x->s->results[i]; }
+const char *af_exec_check_tensor(const af_exec *x, size_t i) {
+    return af_exec_tensor_name(x->s->check_ran[i] ? x->s->result_tensor[i] : -1);
+}
 
+/* Backend k's side of a bundle: res[0] its output's result, res[1 + g] gradient g's. */
 static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle_output *o) {
     memset(o, 0, sizeof *o);
     o->backend = af_backend_name(x->be[k]);
     o->version = af_backend_version(x->be[k]);
     o->out = x->s->st[k] == AF_OK ? &x->s->out[k] : NULL;
-    o->result = *res;
+    o->result = res[0];
     o->error = x->s->st[k] == AF_OK ? NULL : x->s->msg[k];
+    if (x->s->st[k] == AF_OK && x->s->backward[k]) {
+        o->grads = &x->s->grads[k];
+        for (int g = 0; g < AF_GRAD_COUNT; g++) o->grad_results[g] = res[1 + g];
+    }
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     if (e) {
         o->conventions = e->conventions;
@@ -706,39 +789,49 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     af_bundle_output outs[2];
     size_t nout = 0;
     char relname[200];
+    af_result rs[1 + AF_GRAD_COUNT];
+    int tensor;
     switch (ck->type) {
     case AF_CHECK_BACKEND:
     case AF_CHECK_EXPECTED:
-        if (ck->a != SIZE_MAX) af_exec_output(x, ck->a, &f->result, &outs[nout++]);
+        if (ck->a == SIZE_MAX) break;
+        memset(rs, 0, sizeof rs);
+        rs[0] = f->result;
+        if (ck->type == AF_CHECK_BACKEND && x->s->st[ck->a] == AF_OK)
+            AF_TRY(af_exec_judge(x, ck->a, af_exec_oracle_for(x, ck->a), rs, &tensor, err));
+        af_exec_output(x, ck->a, rs, &outs[nout++]);
         break;
     case AF_CHECK_PAIR: {
         size_t sides[2] = {ck->a, ck->b};
         for (int s = 0; s < 2; s++) {
-            af_result r;
-            memset(&r, 0, sizeof r);
+            memset(rs, 0, sizeof rs);
             if (x->s->st[sides[s]] == AF_OK) {
-                AF_TRY(af_exec_compare(x, sides[s], af_exec_oracle_for(x, sides[s]), &x->s->out[sides[s]], &r, err));
+                AF_TRY(af_exec_judge(x, sides[s], af_exec_oracle_for(x, sides[s]), rs, &tensor, err));
             } else {
-                af_exec_error_result(x, sides[s], &r);
+                af_exec_error_result(x, sides[s], &rs[0]);
             }
-            af_exec_output(x, sides[s], &r, &outs[nout++]);
+            af_exec_output(x, sides[s], rs, &outs[nout++]);
         }
         break;
     }
     case AF_CHECK_RELATION: {
         /* the transformed run again (deterministic), to store its output beside the original */
-        af_result r;
+        af_result r[1 + AF_GRAD_COUNT];
         af_error rerr;
-        AF_TRY(af_relation_check(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], x->s->oracle, x->rel, &r, &rerr));
-        af_result orig;
-        AF_TRY(af_exec_compare(x, ck->a, x->s->oracle, &x->s->out[ck->a], &orig, err));
-        af_exec_output(x, ck->a, &orig, &outs[nout++]);
+        bool bwd = x->s->backward[ck->a];
+        AF_TRY(af_relation_check_backward(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], bwd ? &x->s->grads[ck->a] : NULL,
+                                          x->s->oracle, x->rel, r, &rerr));
+        AF_TRY(af_exec_judge(x, ck->a, x->s->oracle, rs, &tensor, err));
+        af_exec_output(x, ck->a, rs, &outs[nout++]);
         snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
         outs[nout] = outs[0];
         outs[nout].backend = relname;
-        outs[nout].out = r.kind == AF_KIND_ERROR ? NULL : af_relation_output(x->rel);
-        outs[nout].result = r;
-        outs[nout].error = r.kind == AF_KIND_ERROR ? rerr.msg : NULL;
+        bool failed = r[0].kind == AF_KIND_ERROR;
+        outs[nout].out = failed ? NULL : af_relation_output(x->rel);
+        outs[nout].result = r[0];
+        outs[nout].error = failed ? rerr.msg : NULL;
+        outs[nout].grads = bwd && !failed ? af_relation_grads(x->rel) : NULL;
+        for (int g = 0; g < AF_GRAD_COUNT; g++) outs[nout].grad_results[g] = r[1 + g];
         nout++;
         break;
     }
@@ -756,7 +849,10 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     spec.input_len = x->s->nbytes;
     spec.tensors = t;
     /* the reference the failing side was judged by (one following a worker's keep mask) */
-    spec.ref = af_oracle_ref(ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->s->oracle : af_exec_oracle_for(x, ck->a));
+    const af_oracle *ro = ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->s->oracle : af_exec_oracle_for(x, ck->a);
+    spec.ref = af_oracle_ref(ro);
+    for (int g = 0; g < AF_GRAD_COUNT; g++) spec.ref_grads[g] = af_oracle_ref_grad(ro, g);
+    spec.tensor = f->tensor;
     spec.kind = f->kind;
     spec.signature = signature;
     spec.who = f->who;

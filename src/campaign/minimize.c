@@ -46,6 +46,20 @@ static bool af_simplify(const af_case *c, unsigned k, af_case *o) {
     /* one side of a window at a time (a causal mask makes the right side moot) */
     case 53: o->window_right = -1; break;
     case 54: o->window_left = -1; break;
+    /* backward: fewer gradients (one is left), a plain dO, or none at all (a finding on
+     * the output then becomes the forward case's) */
+    case 55: case 56: case 57: case 58: {
+        unsigned g = k - 55, n = 0, grads = o->bwd.grads;
+        for (unsigned b = 0; b < AF_GRAD_COUNT; b++) n += (grads >> b) & 1u;
+        if (!(grads >> g & 1u) || n < 2) return false;
+        o->bwd.grads = (uint8_t)(grads & ~(1u << g));
+        break;
+    }
+    case 59: o->bwd.dout.special = AF_SPECIAL_NONE; break;
+    case 60: o->bwd.dout.dist = AF_DIST_NORMAL; break;
+    case 61: o->bwd.dout.mag_q4 = 0; break;
+    case 62: o->bwd.dout.perm = 0; o->bwd.dout.pad = 0; o->bwd.dout.bcast = AF_BCAST_NONE; break;
+    case 63: o->bwd.grads = 0; break;
     case 30: o->amask.dims = AF_MDIM_Q | AF_MDIM_K; o->amask.expanded = false; o->amask.rank2 = false; break;
     case 31: o->bmask.dims = AF_MDIM_Q | AF_MDIM_K; o->bmask.expanded = false; o->bmask.rank2 = false; break;
     case 32: o->amask.dtype = o->dtype; break;
@@ -75,7 +89,7 @@ static bool af_simplify(const af_case *c, unsigned k, af_case *o) {
     af_case_repair(o, 0);
     return !af_case_equal(o, c);
 }
-#define AF_SIMPLIFY_COUNT 55u
+#define AF_SIMPLIFY_COUNT 64u
 
 /* The seeds of a candidate's values, redrawn (attempt 1, 2, ...). Where a planted special
  * value or a large entry lands depends on the shapes and the seeds together, so a
@@ -85,6 +99,7 @@ static bool af_simplify(const af_case *c, unsigned k, af_case *o) {
 static void af_reseed(af_case *c, unsigned k, unsigned attempt) {
     for (int t = 0; t < AF_QKV_COUNT; t++)
         c->t[t].seed = (uint32_t)((c->t[t].seed ^ (k * 0x9e3779b9u + attempt * 0x85ebca6bu + (unsigned)t)) * 0xc2b2ae35u);
+    c->bwd.dout.seed = (c->bwd.dout.seed ^ (k * 0x9e3779b9u + attempt)) * 0xc2b2ae35u;
     c->amask.seed = c->amask.seed * 0x27d4eb2du + attempt;
     c->bmask.seed = c->bmask.seed * 0x165667b1u + attempt;
 }
@@ -106,6 +121,11 @@ static af_case af_follow(const af_case *c, const af_case *pattern) {
     return out;
 }
 
+/* Does the finding f of a smaller case stand for the one minimized: its kind, on its tensor? */
+static bool af_minimize_holds(const af_finding *f, af_kind kind, const af_minimize_opts *o) {
+    return f && f->kind == kind && (!o->tensor || strcmp(f->tensor, o->tensor) == 0);
+}
+
 /* Passes of plain simplifications until one changes nothing, then one pass that also
  * tries redrawn values for each simplification that lost the finding; repeated while
  * that pass changes something. Patterns (o->hints) are tried first. */
@@ -125,7 +145,7 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, const 
         spent++;
         AF_TRY(af_exec_run_check(x, check, &trial, err));
         const af_finding *f = af_exec_finding_for(x, check);
-        if (!f || f->kind != kind) continue;
+        if (!af_minimize_holds(f, kind, o)) continue;
         *c = trial;
         r->hint = h + 1;
         if (o->known && o->known(o->ctx, f->signature)) {
@@ -151,7 +171,7 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, const 
                 spent++;
                 AF_TRY(af_exec_run_check(x, check, &trial, err)); /* the failing check only */
                 const af_finding *f = af_exec_finding_for(x, check);
-                if (f && f->kind == kind) {
+                if (af_minimize_holds(f, kind, o)) {
                     *c = trial;
                     changed = true;
                     k--; /* the same step again at once: halving a length goes on while it holds */

@@ -172,6 +172,7 @@ typedef struct af_store_item {
     uint64_t raw;  /* its raw signature */
     af_kind kind;  /* its kind as found */
     size_t check;  /* its check (an index into the executor's checks) */
+    char tensor[8]; /* the tensor it is on ("out", "dq", ...; "": any, a bundle adopted) */
     af_case c;     /* where minimizing (re)starts: the case as found, or as far as a
                       minimization that the budget cut short got */
     double looked; /* af_now() of the last look at the shared record for it */
@@ -255,8 +256,8 @@ static size_t af_store_item_of(const af_store *st, uint64_t raw) {
     return SIZE_MAX;
 }
 
-static af_status af_store_enqueue(af_store *st, uint64_t raw, af_kind kind, size_t check, const af_case *c,
-                                  af_error *err) {
+static af_status af_store_enqueue(af_store *st, uint64_t raw, af_kind kind, size_t check, const char *tensor,
+                                  const af_case *c, af_error *err) {
     if (af_store_item_of(st, raw) != SIZE_MAX) return AF_OK;
     if (st->nq == st->capq) {
         size_t cap = st->capq ? 2 * st->capq : 16;
@@ -272,6 +273,7 @@ static af_status af_store_enqueue(af_store *st, uint64_t raw, af_kind kind, size
     it->raw = raw;
     it->kind = kind;
     it->check = check;
+    snprintf(it->tensor, sizeof it->tensor, "%s", tensor ? tensor : "");
     it->c = *c;
     it->looked = af_now();
     return AF_OK;
@@ -350,12 +352,12 @@ typedef struct af_store_min {
  * cut it short. Counted in stats (and, in_budget, in the budget). Unless known, x holds
  * *c's execution of the check afterwards. */
 static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *s, size_t check, af_kind kind,
-                                   af_case *c, double limit, bool bounded, bool in_budget, af_store_min *m,
-                                   af_error *err) {
+                                   const char *tensor, af_case *c, double limit, bool bounded, bool in_budget,
+                                   af_store_min *m, af_error *err) {
     double t0 = af_now();
     memset(m, 0, sizeof *m);
     af_minimize_opts mo = {.max_execs = st->o.minimize_execs, .max_seconds = isinf(limit) ? 0 : limit,
-                           .known = af_store_sig_minimized, .ctx = st};
+                           .known = af_store_sig_minimized, .ctx = st, .tensor = tensor && tensor[0] ? tensor : NULL};
     af_minimize_result mr, tr;
     memset(&tr, 0, sizeof tr);
     af_case small = *c;
@@ -572,7 +574,7 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
     if (limit <= 0 || rs != AF_MINREC_MINE) return AF_OK;
     af_case c = it->c;
     af_store_min m;
-    af_status r = af_store_minimize(st, x, s, it->check, it->kind, &c, limit, bounded, in_budget, &m, err);
+    af_status r = af_store_minimize(st, x, s, it->check, it->kind, it->tensor, &c, limit, bounded, in_budget, &m, err);
     it = &st->queue[i];
     if (r != AF_OK || !m.done) {
         if (r == AF_OK) it->c = c;
@@ -701,7 +703,8 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
                 af_store_min m;
                 *holds = AF_HOLDS_OTHER;
                 long kb;
-                af_status r = af_store_minimize(st, x, s, f->check, f->kind, &start, lim, bounded, true, &m, err);
+                af_status r =
+                    af_store_minimize(st, x, s, f->check, f->kind, f->tensor, &start, lim, bounded, true, &m, err);
                 if (r != AF_OK) {
                     af_minrec_release(st->rec, raw);
                     return r;
@@ -762,7 +765,7 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
     }
     event->entry = (size_t)(e - s->sigs);
     if (queue) {
-        AF_TRY(af_store_enqueue(st, raw, f->kind, f->check, &start, err));
+        AF_TRY(af_store_enqueue(st, raw, f->kind, f->check, f->tensor, &start, err));
         s->stored_unminimized++;
         event->unminimized = true;
     }
@@ -893,7 +896,7 @@ af_status af_store_adopt(af_store *st, af_campaign_stats *s, size_t check, const
     e->count++;
     e->unminimized = true;
     snprintf(e->bundle, sizeof e->bundle, "%s", bundle);
-    AF_TRY(af_store_enqueue(st, raw, kind, check, c, err));
+    AF_TRY(af_store_enqueue(st, raw, kind, check, NULL, c, err));
     st->queue[af_store_item_of(st, raw)].looked = 0;
     return AF_OK;
 }

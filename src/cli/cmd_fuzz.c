@@ -38,6 +38,9 @@ static void af_fuzz_usage(FILE *f) {
             "  --max-findings N    stop after N unique findings\n"
             "  --budget MIB        tensor memory per case (default 64)\n"
             "  --max-flops F       cap on the flops of one generated case (default 2e7)\n"
+            "  --backward SHARE    share of generated cases that also ask for gradients\n"
+            "                      (dQ, dK, dV, dmask), 0..1 (default 1/3 when some backend\n"
+            "                      declares the backward capability, else 0)\n"
             "  --tiny              every dimension 1 (measures per-case overhead)\n"
             "  --timeout S         seconds a worker backend gets per case (default 10); past\n"
             "                      it the worker is killed and the case kept as a timeout\n"
@@ -106,7 +109,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     int selected = 0;
     af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_MINSHARE, O_MINGRACE };
+           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         AF_CLI_KNOWN_OPTIONS,
@@ -119,6 +122,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"stats", required_argument, 0, O_STATS},
         {"max-findings", required_argument, 0, O_MAXF},
         {"max-flops", required_argument, 0, O_FLOPS},
+        {"backward", required_argument, 0, O_BACKWARD},
         {"quiet", no_argument, 0, O_QUIET},
         {"strategy", required_argument, 0, O_STRAT},
         {"no-minimize", no_argument, 0, O_NOMIN},
@@ -175,6 +179,12 @@ int af_cmd_fuzz(int argc, char **argv) {
             o.max_flops = strtod(optarg, NULL);
             if (!(o.max_flops > 0)) goto bad;
             break;
+        case O_BACKWARD: {
+            char *end = NULL;
+            o.backward = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.backward >= 0.0 && o.backward <= 1.0)) goto bad;
+            break;
+        }
         case O_QUIET: o.quiet = true; break;
         case O_NOMIN: o.no_minimize = true; break;
         case O_MINSHARE: {

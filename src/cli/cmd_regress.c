@@ -212,7 +212,7 @@ static void af_append(char **buf, const char *text) {
 static af_kind af_recorded(const af_bundle *b, const char *name) {
     for (size_t i = 0; i < af_bundle_record_count(b); i++) {
         const af_bundle_record *r = af_bundle_record_at(b, i);
-        if (!strcmp(r->backend, name)) return r->kind;
+        if (!strcmp(r->backend, name)) return af_bundle_record_verdict(r);
     }
     /* a relation check "rel@backend": the bundle's finding is its verdict */
     const char *rel = af_bundle_relation(b);

@@ -31,15 +31,16 @@ static void af_replay_usage(FILE *f) {
             "exit: 0 all clean, 1 something still fails, 2 usage error or unreadable input\n");
 }
 
-static void af_print_result(const char *path, const char *check, const af_result *r, const char *msg,
-                            const char *known) {
+static void af_print_result(const char *path, const char *check, const char *tensor, const af_result *r,
+                            const char *msg, const char *known) {
     if (r->kind == AF_KIND_ERROR || r->kind == AF_KIND_CRASH || r->kind == AF_KIND_TIMEOUT) {
         printf("%s: %s: %s: %s%s\n", path, check, af_kind_names[r->kind], msg && *msg ? msg : "(no message)", known);
         return;
     }
-    printf("%s: %s: %s  max_abs %.3g  max_rel %.3g  rel_fro %.3g  worst %.3g x tol at [%zu,%zu,%zu,%zu]"
+    bool grad = r->kind != AF_KIND_OK && strcmp(tensor, "out") != 0;
+    printf("%s: %s: %s%s%s  max_abs %.3g  max_rel %.3g  rel_fro %.3g  worst %.3g x tol at [%zu,%zu,%zu,%zu]"
            " (got %.9g, want %.9g)%s\n",
-           path, check, af_kind_names[r->kind], r->m.max_abs, r->m.max_rel, r->m.rel_fro, r->m.worst_ratio,
+           path, check, af_kind_names[r->kind], grad ? " in " : "", grad ? tensor : "", r->m.max_abs, r->m.max_rel, r->m.rel_fro, r->m.worst_ratio,
            r->m.worst[0], r->m.worst[1], r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref, known);
 }
 
@@ -99,7 +100,8 @@ static int af_replay_one(const char *path, const af_exec_config *base, int selec
                     msg = af_exec_finding(x, k)->message;
                     af_cli_known_text(known, af_known_match_exec(known, x, k), kt, sizeof kt);
                 }
-            if (r->kind != AF_KIND_OK || !quiet) af_print_result(path, af_exec_check_name(x, i), r, msg, kt);
+            if (r->kind != AF_KIND_OK || !quiet)
+                af_print_result(path, af_exec_check_name(x, i), af_exec_check_tensor(x, i), r, msg, kt);
         }
         rc = af_exec_finding_count(x) ? 1 : 0;
     }

@@ -193,8 +193,18 @@ static void af_report_stats(af_report *r, const char *path) {
 
 static bool af_report_is_real(const char *backend) { return af_backend_spec_kind(backend) == AF_BACKEND_WORKER; }
 
+/* The gradient a bundle's finding is on, -1 for the output. */
+static int af_report_grad(const af_bundle *b) {
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (!strcmp(af_bundle_tensor(b), af_grad_names[g])) return g;
+    return -1;
+}
+
+/* The failing tensor (the output, or the finding's gradient) of the worst backend: its worst
+ * elements and a heatmap of its worst (batch, head). */
 static void af_report_draw(af_report_item *it, const char *out_dir) {
     const af_case *c = af_bundle_case(it->b);
+    const int g = af_report_grad(it->b);
     size_t pick = SIZE_MAX;
     double worst = -1;
     for (size_t i = 0; i < af_bundle_record_count(it->b); i++) {
@@ -204,8 +214,11 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
             it->real = true;
             snprintf(it->backend, sizeof it->backend, "%s", r->backend);
         }
-        double ratio = isnan(r->m.worst_ratio) ? HUGE_VAL : r->m.worst_ratio;
-        if (r->has_output && r->kind != AF_KIND_OK && ratio > worst) {
+        const af_metrics *m = g < 0 ? &r->m : &r->grad_m[g];
+        bool has = g < 0 ? r->has_output : r->has_grad_output[g];
+        af_kind kind = g < 0 ? r->kind : r->grad_kind[g];
+        double ratio = isnan(m->worst_ratio) ? HUGE_VAL : m->worst_ratio;
+        if (has && kind != AF_KIND_OK && ratio > worst) {
             worst = ratio;
             pick = i;
         }
@@ -216,11 +229,14 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
     }
     const af_bundle_record *r = af_bundle_record_at(it->b, pick);
     if (!it->real) snprintf(it->backend, sizeof it->backend, "%s", r->backend);
-    it->max_abs = r->m.max_abs;
+    const af_metrics *rm = g < 0 ? &r->m : &r->grad_m[g];
+    it->max_abs = rm->max_abs;
     double *out = NULL, *ref = NULL;
     af_error err = {0};
-    if (af_bundle_load_output(it->b, r->backend, &out, &err) != AF_OK ||
-        af_bundle_load_output(it->b, "ref", &ref, &err) != AF_OK) {
+    af_status st = g < 0 ? af_bundle_load_output(it->b, r->backend, &out, &err) : af_bundle_load_grad(it->b, r->backend, g, &out, &err);
+    if (st == AF_OK) st = g < 0 ? af_bundle_load_output(it->b, "ref", &ref, &err) : af_bundle_load_grad(it->b, "ref", g, &ref, &err);
+    if (st == AF_OK && (!out || !ref)) st = af_error_set(&err, AF_ERR_FORMAT, "%s: the gradient's arrays are missing", af_bundle_dir(it->b));
+    if (st != AF_OK) {
         snprintf(it->note, sizeof it->note, "%s", err.msg);
         af_free(out);
         af_free(ref);
@@ -228,7 +244,9 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
     }
     af_tolerance tol = {0};
     af_bundle_has_tolerance(it->b, &tol);
-    size_t H = c->q_heads, S = c->q_len, D = c->v_head_dim, n = (size_t)c->batch * H * S * D;
+    size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+    if (g >= 0) af_case_grad_shape(c, g, ne);
+    size_t B = ne[0], H = ne[1], S = ne[2], D = ne[3], n = B * H * S * D;
     /* the AF_REPORT_WORST worst elements: class mismatches first, then by |out-ref| / tolerance */
     for (size_t e = 0; e < n; e++) {
         double o = out[e], f = ref[e], score;
@@ -259,9 +277,9 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
         w->idx[3] = e % D, w->idx[2] = e / D % S, w->idx[1] = e / D / S % H, w->idx[0] = e / D / S / H;
         w->out = o, w->ref = f, w->score = score;
     }
-    size_t b0 = it->n_worst ? it->worst[0].idx[0] : r->m.worst[0], h0 = it->n_worst ? it->worst[0].idx[1] : r->m.worst[1];
+    size_t b0 = it->n_worst ? it->worst[0].idx[0] : rm->worst[0], h0 = it->n_worst ? it->worst[0].idx[1] : rm->worst[1];
     size_t bh = b0 * H + h0;
-    if (bh >= (size_t)c->batch * H) bh = 0;
+    if (bh >= B * H) bh = 0;
     char path[4400];
     snprintf(it->png, sizeof it->png, "img/%s.png", it->name);
     snprintf(path, sizeof path, "%s/%s", out_dir, it->png);
@@ -508,7 +526,9 @@ static int af_report_write_html(const af_report *r, const char *path, const char
         af_html_esc(f, af_bundle_who(it->b));
         fprintf(f, "</code>%s%s</td></tr>\n", af_bundle_relation(it->b) ? " under relation " : "",
                 af_bundle_relation(it->b) ? af_bundle_relation(it->b) : "");
-        fprintf(f, "<tr><th>kind</th><td>%s</td></tr>\n", af_kind_names[af_bundle_kind(it->b)]);
+        fprintf(f, "<tr><th>kind</th><td>%s", af_kind_names[af_bundle_kind(it->b)]);
+        if (af_report_grad(it->b) >= 0) fprintf(f, " in %s (a gradient of the backward)", af_bundle_tensor(it->b));
+        fprintf(f, "</td></tr>\n");
         if (it->known[0]) {
             fprintf(f, "<tr><th>known bug</th><td>");
             af_html_esc(f, it->known);
@@ -583,7 +603,9 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
         af_report_time(it->written, when, sizeof when);
         fprintf(f, "| `");
         af_md_esc(f, af_bundle_who(it->b));
-        fprintf(f, "` | %s | %s | ", af_kind_names[af_bundle_kind(it->b)], it->name);
+        bool grad = af_report_grad(it->b) >= 0;
+        fprintf(f, "` | %s%s%s | %s | ", af_kind_names[af_bundle_kind(it->b)], grad ? " in " : "",
+                grad ? af_bundle_tensor(it->b) : "", it->name);
         af_md_esc(f, it->known);
         fprintf(f, " | ");
         if (it->count >= 0) fprintf(f, "%lld", it->count);

@@ -13,10 +13,12 @@ static void af_show_usage(FILE *f) {
     fprintf(f, "usage: attnfuzz show [--heatmap FILE.png] [--budget MIB] BUNDLE\n"
                "\n"
                "Prints the case (shapes, layouts, dtype, masks, scale, dropout), each backend's\n"
-               "metrics and its worst element. --heatmap draws |out - ref| over (query position,\n"
-               "value dim) for the worst (batch, head) of the worst backend: blocks point at a\n"
-               "layout bug, an even wash at a scale bug. Arrays are read only for a case within\n"
-               "--budget MiB of tensors (default 64), as for replay.\n");
+               "metrics and its worst element; for a backward case also each gradient's.\n"
+               "--heatmap draws |out - ref| over (query position, value dim) for the worst\n"
+               "(batch, head) of the worst backend: blocks point at a layout bug, an even wash at\n"
+               "a scale bug; for a backward case each gradient recorded also gets one, FILE-dq.png\n"
+               "(rows: its sequence positions, columns: its last dim). Arrays are read only for a\n"
+               "case within --budget MiB of tensors (default 64), as for replay.\n");
 }
 
 static void af_show_tensor(const char *name, const af_tensor_spec *t) {
@@ -27,6 +29,42 @@ static void af_show_tensor(const char *name, const af_tensor_spec *t) {
     printf("; values %s, magnitude 1e%g", af_dist_names[t->dist], t->mag_q4 / 4.0);
     if (t->special != AF_SPECIAL_NONE) printf(", planted %s", af_special_names[t->special]);
     printf(", seed %u\n", t->seed);
+}
+
+/* FILE.png -> FILE-<name>.png */
+static void af_show_sibling(const char *path, const char *name, char *buf, size_t len) {
+    size_t n = strlen(path);
+    if (n >= 4 && strcmp(path + n - 4, ".png") == 0) n -= 4;
+    snprintf(buf, len, "%.*s-%s.png", (int)n, path, name);
+}
+
+/* The heatmap of gradient g of backend record r (its worst (batch, head)). */
+static int af_show_grad_heatmap(const af_bundle *b, const af_bundle_record *r, int g, const char *heatmap) {
+    const af_case *c = af_bundle_case(b);
+    af_error err = {0};
+    double *got = NULL, *ref = NULL;
+    int rc = 0;
+    if (af_bundle_load_grad(b, r->backend, g, &got, &err) != AF_OK || af_bundle_load_grad(b, "ref", g, &ref, &err) != AF_OK) {
+        fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+        rc = 2;
+    } else if (got && ref) {
+        size_t ne[4];
+        af_case_grad_shape(c, g, ne);
+        size_t bh = r->grad_m[g].worst[0] * ne[1] + r->grad_m[g].worst[1];
+        if (bh >= ne[0] * ne[1]) bh = 0;
+        char path[4096];
+        af_show_sibling(heatmap, af_grad_names[g], path, sizeof path);
+        if (af_heatmap_write_png(path, got + bh * ne[2] * ne[3], ref + bh * ne[2] * ne[3], ne[2], ne[3], &err) != AF_OK) {
+            fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+            rc = 2;
+        } else {
+            printf("heatmap  %s: |%s of %s - ref| for batch %zu head %zu\n", path, af_grad_names[g], r->backend,
+                   bh / ne[1], bh % ne[1]);
+        }
+    }
+    af_free(got);
+    af_free(ref);
+    return rc;
 }
 
 static void af_show_mask(const char *name, const af_case *c, const af_mask_spec *m, bool additive) {
@@ -80,7 +118,9 @@ int af_cmd_show(int argc, char **argv) {
     char feat[512];
     af_case_features_str(c, feat, sizeof feat);
     printf("bundle   %s\n", af_bundle_dir(b));
-    printf("finding  %s by %s%s%s, signature %016llx\n", af_kind_names[af_bundle_kind(b)], af_bundle_who(b),
+    bool on_grad = strcmp(af_bundle_tensor(b), "out") != 0;
+    printf("finding  %s%s%s by %s%s%s, signature %016llx\n", af_kind_names[af_bundle_kind(b)], on_grad ? " in " : "",
+           on_grad ? af_bundle_tensor(b) : "", af_bundle_who(b),
            af_bundle_relation(b) ? " under relation " : "", af_bundle_relation(b) ? af_bundle_relation(b) : "",
            (unsigned long long)af_bundle_signature(b));
     printf("features %s\n", feat);
@@ -110,6 +150,13 @@ int af_cmd_show(int argc, char **argv) {
     if (c->dropout_p > 0) printf("dropout  p = %g, seed %llu\n", c->dropout_p, (unsigned long long)c->dropout_seed);
     printf("inputs\n");
     for (int t = 0; t < AF_QKV_COUNT; t++) af_show_tensor(af_tensor_names[t], &c->t[t]);
+    if (c->bwd.grads) {
+        printf("backward");
+        for (int g = 0; g < AF_GRAD_COUNT; g++)
+            if (c->bwd.grads & (1u << g)) printf(" %s", af_grad_names[g]);
+        printf(" of sum(out * dO)\n");
+        af_show_tensor("do", &c->bwd.dout);
+    }
     af_tolerance tol;
     if (af_bundle_has_tolerance(b, &tol))
         printf("tolerance atol %.3g + rtol %.3g |ref| (fudge %g%s)\n", tol.atol, tol.rtol, tol.fudge,
@@ -124,7 +171,17 @@ int af_cmd_show(int argc, char **argv) {
                r->backend, af_kind_names[r->kind], r->m.max_abs, r->m.max_rel, r->m.rel_fro, r->m.worst_ratio,
                r->m.worst[0], r->m.worst[1], r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref);
         double ratio = isnan(r->m.worst_ratio) ? HUGE_VAL : r->m.worst_ratio;
-        if (r->has_output && ratio > worst) {
+        for (int g = 0; g < AF_GRAD_COUNT; g++) {
+            if (!r->has_grad[g]) continue;
+            const af_metrics *m = &r->grad_m[g];
+            printf("    %-26s %-15s max_abs %.3g  max_rel %.3g  rel_fro %.3g  worst %.3g x tol at [%zu,%zu,%zu,%zu]: "
+                   "got %.9g want %.9g\n",
+                   af_grad_names[g], af_kind_names[r->grad_kind[g]], m->max_abs, m->max_rel, m->rel_fro, m->worst_ratio,
+                   m->worst[0], m->worst[1], m->worst[2], m->worst[3], m->worst_out, m->worst_ref);
+            double gr = isnan(m->worst_ratio) ? HUGE_VAL : m->worst_ratio;
+            if (r->has_grad_output[g] && gr > ratio) ratio = gr;
+        }
+        if ((r->has_output || on_grad) && ratio > worst) {
             worst = ratio;
             worst_i = i;
         }
@@ -155,6 +212,8 @@ int af_cmd_show(int argc, char **argv) {
                    af_bundle_load_output(b, "ref", &ref, &err) != AF_OK) {
             fprintf(stderr, "attnfuzz show: %s\n", err.msg);
             rc = 2;
+        } else if (!af_bundle_record_at(b, worst_i)->has_output) {
+            printf("heatmap  (%s recorded no output)\n", af_bundle_record_at(b, worst_i)->backend);
         } else {
             const af_bundle_record *r = af_bundle_record_at(b, worst_i);
             size_t bh = r->m.worst[0] * c->q_heads + r->m.worst[1];
@@ -170,6 +229,9 @@ int af_cmd_show(int argc, char **argv) {
         }
         af_free(out);
         af_free(ref);
+        for (int g = 0; worst_i != SIZE_MAX && rc == 0 && g < AF_GRAD_COUNT; g++)
+            if (af_bundle_record_at(b, worst_i)->has_grad_output[g])
+                rc = af_show_grad_heatmap(b, af_bundle_record_at(b, worst_i), g, heatmap);
     }
     af_bundle_free(b);
     return rc;

@@ -8,7 +8,7 @@
 
 #include "attnfuzz/status.h"
 
-#define AF_SCRATCH_SLOTS 24
+#define AF_SCRATCH_SLOTS 48
 
 typedef struct af_scratch {
     void *p[AF_SCRATCH_SLOTS];

@@ -104,6 +104,46 @@ void af_gemm_nn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, c
     }
 }
 
+void af_gemm_tn_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                    float *C, size_t ldc, int accumulate) {
+    if (M * N * K >= AF_BLAS_MIN_WORK) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B,
+                    (int)ldb, accumulate ? 1.0f : 0.0f, C, (int)ldc);
+        return;
+    }
+    if (!accumulate)
+        for (size_t i = 0; i < M; i++)
+            for (size_t j = 0; j < N; j++) C[i * ldc + j] = 0.0f;
+    for (size_t k = 0; k < K; k++) {
+        const float *b = B + k * ldb;
+        for (size_t i = 0; i < M; i++) {
+            float a = A[k * lda + i];
+            float *c = C + i * ldc;
+            for (size_t j = 0; j < N; j++) c[j] += a * b[j];
+        }
+    }
+}
+
+void af_gemm_tn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
+                    double *C, size_t ldc, int accumulate) {
+    if (M * N * K >= AF_BLAS_MIN_WORK) {
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B,
+                    (int)ldb, accumulate ? 1.0 : 0.0, C, (int)ldc);
+        return;
+    }
+    if (!accumulate)
+        for (size_t i = 0; i < M; i++)
+            for (size_t j = 0; j < N; j++) C[i * ldc + j] = 0.0;
+    for (size_t k = 0; k < K; k++) {
+        const double *b = B + k * ldb;
+        for (size_t i = 0; i < M; i++) {
+            double a = A[k * lda + i];
+            double *c = C + i * ldc;
+            for (size_t j = 0; j < N; j++) c[j] += a * b[j];
+        }
+    }
+}
+
 static inline uint32_t af_fbits(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -353,3 +393,32 @@ size_t af_split_nonfinite_f64(double *v, size_t S, size_t Dv, uint32_t *rows, do
     }
     return count;
 }
+
+#define AF_ADD_BACK(T, SUFFIX)                                                                     \
+    void af_add_back_keys_##SUFFIX(size_t rows, size_t Sk, const T *W, const T *F, const uint32_t *bad, size_t nbad, \
+                                   const T *saved, size_t n, T *C) {                               \
+        for (size_t b = 0; b < nbad; b++) {                                                        \
+            size_t j = bad[b];                                                                     \
+            for (size_t r = 0; r < rows; r++) {                                                    \
+                if (W[r * Sk + j] == 0) continue;                                                  \
+                T f = F[r * Sk + j];                                                               \
+                for (size_t d = 0; d < n; d++) C[r * n + d] += f * saved[b * n + d];               \
+            }                                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    void af_add_back_rows_##SUFFIX(size_t r0, size_t rows, size_t Sk, const T *W, const T *F, const uint32_t *bad, \
+                                   size_t nbad, const T *saved, size_t n, T *C) {                  \
+        for (size_t b = 0; b < nbad; b++) {                                                        \
+            size_t i = bad[b];                                                                     \
+            if (i < r0 || i >= r0 + rows) continue;                                                \
+            size_t r = i - r0;                                                                     \
+            for (size_t j = 0; j < Sk; j++) {                                                      \
+                if (W[r * Sk + j] == 0) continue;                                                  \
+                T f = F[r * Sk + j];                                                               \
+                for (size_t d = 0; d < n; d++) C[j * n + d] += f * saved[b * n + d];               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+AF_ADD_BACK(float, f32)
+AF_ADD_BACK(double, f64)
+#undef AF_ADD_BACK

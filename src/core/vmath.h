@@ -22,6 +22,13 @@ void af_gemm_nn_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, co
 void af_gemm_nn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
                     double *C, size_t ldc, int accumulate);
 
+/* C[M x N] = A[K x M]^T . B[K x N]  (+ C when accumulate): the products of a backward
+ * that sum over query rows (dV = P^T dO, dK = dS^T Q) */
+void af_gemm_tn_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *B, size_t ldb,
+                    float *C, size_t ldc, int accumulate);
+void af_gemm_tn_f64(size_t M, size_t N, size_t K, const double *A, size_t lda, const double *B, size_t ldb,
+                    double *C, size_t ldc, int accumulate);
+
 /* x[j] = exp((x[j] - m) * k) for j < n; returns the sum. Max error 2 ulp; exp(-inf) =
  * 0, NaN stays NaN. The f64 version flushes results below 2^-1022 to 0. With k = the
  * softmax scale (> 0) and m = the row max of the unscaled scores, the scale costs no pass
@@ -51,5 +58,20 @@ bool af_mask_row(const af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, u
  * live keys add their non-finite part back. */
 size_t af_split_nonfinite_f32(float *v, size_t S, size_t Dv, uint32_t *rows, float *saved);
 size_t af_split_nonfinite_f64(double *v, size_t S, size_t Dv, uint32_t *rows, double *saved);
+
+/* The split rows added back to a product for the terms of nonzero weight only (rule 5: a
+ * term of weight 0 gives nothing, even with a NaN or Inf factor). W and F are [rows x Sk]
+ * (W decides which terms count, F is the factor): for a key-side operand split by
+ * af_split_nonfinite (bad keys j, values saved), C[r] += F[r][j] saved_j where W[r][j] != 0
+ * (C [rows x n], dQ = dS K); for a query-side operand of rows r0 .. r0+rows-1 (bad rows i),
+ * C[j] += F[i][j] saved_i where W[i][j] != 0 (C [Sk x n], dK = dS^T Q, dV = P^T dO). */
+void af_add_back_keys_f32(size_t rows, size_t Sk, const float *W, const float *F, const uint32_t *bad, size_t nbad,
+                          const float *saved, size_t n, float *C);
+void af_add_back_keys_f64(size_t rows, size_t Sk, const double *W, const double *F, const uint32_t *bad, size_t nbad,
+                          const double *saved, size_t n, double *C);
+void af_add_back_rows_f32(size_t r0, size_t rows, size_t Sk, const float *W, const float *F, const uint32_t *bad,
+                          size_t nbad, const float *saved, size_t n, float *C);
+void af_add_back_rows_f64(size_t r0, size_t rows, size_t Sk, const double *W, const double *F, const uint32_t *bad,
+                          size_t nbad, const double *saved, size_t n, double *C);
 
 #endif

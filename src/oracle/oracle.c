@@ -30,6 +30,7 @@
 #include "attnfuzz/mem.h"
 #include "attnfuzz/rng.h"
 #include "backends/ref.h"
+#include "oracle_internal.h"
 #include "scratch.h"
 #include "vmath.h"
 
@@ -93,6 +94,8 @@ struct af_oracle {
     af_scratch ftz_ws;
     af_case_tensors ftz_in;
     af_oracle *ftz;
+    af_oracle_grads *grads; /* a backward case's (oracle_grad.c) */
+    bool backward;          /* the prepared case asks for gradients */
 };
 
 void af_oracle_opts_default(af_oracle_opts *o) {
@@ -104,6 +107,9 @@ void af_oracle_opts_default(af_oracle_opts *o) {
     o->floor_rtol[AF_F32] = 1.3e-6;
     o->floor_rtol[AF_F16] = 1e-3;
     o->floor_rtol[AF_BF16] = 1.6e-2;
+    /* PyTorch's SDPA tests for flash: dQ 4, dK 2, dV 2; the mask's gradient as dK's */
+    o->grad_fudge[0] = 4.0;
+    o->grad_fudge[1] = o->grad_fudge[2] = o->grad_fudge[3] = 2.0;
 }
 
 af_oracle *af_oracle_create(const af_oracle_opts *opts) {
@@ -123,6 +129,7 @@ void af_oracle_destroy(af_oracle *o) {
     if (!o) return;
     af_scratch_release(&o->ws);
     af_scratch_release(&o->refws);
+    af_oracle_grads_destroy(o->grads);
     for (int s = 0; s < AF_HONEST_SLOTS; s++) af_scratch_release(&o->hon[s].ws);
     af_scratch_release(&o->ftz_ws);
     af_oracle_destroy(o->ftz);
@@ -173,7 +180,23 @@ af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *e
     AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &exact, o->ref, o->rows, &o->refws, err));
     for (size_t r = 0; r < o->nrows; r++)
         if (!(o->vscale[r] > 1e-300)) o->vscale[r] = 1e-300;
+    o->backward = in->c->bwd.grads != 0;
+    if (o->backward) AF_TRY(af_oracle_grads_prepare(&o->grads, in, err));
     return AF_OK;
+}
+
+const double *af_oracle_ref_grad(const af_oracle *o, int g) { return o->backward ? af_oracle_grads_ref(o->grads, g) : NULL; }
+
+af_status af_oracle_compare_grad(af_oracle *o, int g, const af_tensor *got, af_result *res, af_error *err) {
+    AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
+    return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, NULL, got, NULL, NULL, NULL, 1.0, false, res, err);
+}
+
+af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
+                                      const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
+                                      af_result *res, af_error *err) {
+    AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
+    return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, a, b, row_map, col_map, leak_b, 2.0, false, res, err);
 }
 
 af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, const double *expected,
@@ -403,35 +426,6 @@ static af_status af_oracle_make_ftz(af_oracle *o, af_error *err) {
 
 /* --- comparing ------------------------------------------------------------------------- */
 
-/* 0 finite, 1 NaN, 2 +Inf, 3 -Inf */
-static inline int af_class(double x) {
-    if (isnan(x)) return 1;
-    if (isinf(x)) return x > 0 ? 2 : 3;
-    return 0;
-}
-
-static inline double af_out_at(const af_tensor *t, size_t e) {
-    switch (t->dtype) {
-    case AF_F64: return ((const double *)t->data)[e];
-    case AF_F16: return (double)af_f16_to_f32(((const uint16_t *)t->data)[e]);
-    case AF_BF16: return (double)af_bf16_to_f32(((const uint16_t *)t->data)[e]);
-    case AF_F32:
-    case AF_BOOL:
-    case AF_DTYPE_COUNT: break;
-    }
-    return (double)((const float *)t->data)[e];
-}
-
-/* Relative and absolute rounding of an output stored in t's dtype (f16/bf16: half an ulp
- * relative, half the smallest subnormal near 0; f32/f64 outputs are judged as the case). */
-static void af_out_rounding(const af_tensor *t, double *rel, double *abs_) {
-    *rel = *abs_ = 0.0;
-    if (t && (t->dtype == AF_F16 || t->dtype == AF_BF16)) {
-        *rel = af_dtype_eps(t->dtype);
-        *abs_ = 0.5 * af_dtype_min_subnormal(t->dtype);
-    }
-}
-
 /* One pass: compare `got` with `want` (the reference, or a's output for pairs). leak_b
  * (may be NULL) flags the elements of `got` where a zero-weight key holds a non-finite
  * V in the case `got` was computed on; else the prepared case's flags apply. The
@@ -460,7 +454,7 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
         double ov = af_dtype_overflow(got->dtype);
         overflow = ov < overflow ? ov : overflow;
     }
-    double fro_num = 0.0, fro_den = 0.0;
+    double fro[2] = {0.0, 0.0};
     double worst = -1.0;
     for (size_t r = 0; r < rows; r++) {
         size_t ra = row_map ? row_map[r] : r;
@@ -518,18 +512,11 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             } else if (cw != 0) {
                 continue; /* the same NaN or Inf */
             } else {
-                double diff = fabs(out - want);
                 double bound = tol.atol + tol.rtol * fabs(want);
                 if (hn->ready && !use_alt) bound += tol_mult * tol.fudge * hn->sens[ea];
                 /* an output stored in f16/bf16 carries that final rounding */
-                bound += out_rel * (fabs(want) + bound) + out_abs;
-                ratio = diff / bound;
-                if (diff > m->max_abs) m->max_abs = diff;
-                double rel = diff / (fabs(want) > tol.atol ? fabs(want) : tol.atol);
-                if (rel > m->max_rel) m->max_rel = rel;
-                fro_num += diff * diff;
-                fro_den += want * want;
-                if (diff > bound) {
+                ratio = af_oracle_measure(m, out, want, bound, tol.atol, out_rel, out_abs, fro);
+                if (ratio > 1.0) {
                     if (unstable) {
                         m->n_unstable++;
                         continue;
@@ -559,24 +546,8 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
         }
     }
     m->worst_ratio = worst < 0 ? 0.0 : worst;
-    m->rel_fro = fro_den > 0 ? sqrt(fro_num / fro_den) : sqrt(fro_num);
-    if (m->n_nan) {
-        res->kind = AF_KIND_NAN_MISMATCH;
-    } else if (m->n_inf) {
-        res->kind = AF_KIND_INF_MISMATCH;
-    } else if (m->n_masked_row_nan && !o->opts.waive_masked_row_nan) {
-        res->kind = AF_KIND_MASKED_ROW_NAN;
-    } else if (m->n_masked_value_leak && !o->opts.waive_masked_value_leak) {
-        res->kind = AF_KIND_MASKED_VALUE_LEAK;
-    } else if (m->n_diverge) {
-        res->kind = AF_KIND_DIVERGE;
-    } else {
-        res->kind = AF_KIND_OK;
-    }
-}
-
-static bool af_oracle_out_dtype_ok(af_dtype dt) {
-    return dt == AF_F32 || dt == AF_F64 || dt == AF_F16 || dt == AF_BF16;
+    m->rel_fro = fro[1] > 0 ? sqrt(fro[0] / fro[1]) : sqrt(fro[0]);
+    res->kind = af_oracle_kind_of(m, &o->opts);
 }
 
 static af_status af_oracle_check(af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
@@ -646,6 +617,36 @@ af_status af_oracle_compare_conv(af_oracle *o, const af_tensor *out, const af_co
         }
     }
     return af_oracle_compare_in(o, out, &rest, slack, res, err);
+}
+
+af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got, const af_conventions *conv,
+                                      af_result *res, af_error *err) {
+    static const af_conventions none;
+    if (!conv) conv = &none;
+    AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
+    const af_case *c = o->in->c;
+    bool any_masked = false, any_key_leak = false;
+    for (size_t r = 0; r < o->nrows; r++) {
+        any_masked |= o->rows[r] != 0;
+        any_key_leak |= o->key_leak[r] != 0;
+    }
+    bool ftz = false;
+    if (conv->denormals_flush) {
+        AF_TRY(af_oracle_make_ftz(o, err));
+        ftz = o->ftz_state == AF_FTZ_READY;
+    }
+    AF_RETURN_ERROR_IF(conv->masked_rows != AF_ROWS_ZERO && any_masked, err, AF_ERR_UNSUPPORTED,
+                       "masked_rows \"%s\" with a fully masked row: its gradients are not modelled",
+                       af_masked_rows_names[conv->masked_rows]);
+    AF_RETURN_ERROR_IF(c->dtype != AF_F32 && (conv->scores_dtype >> c->dtype & 1u), err, AF_ERR_UNSUPPORTED,
+                       "scores \"dtype\" in %s: its gradients are not modelled", af_dtype_names[c->dtype]);
+    AF_RETURN_ERROR_IF(ftz, err, AF_ERR_UNSUPPORTED, "denormals \"flush\" on subnormal inputs: its gradients are not modelled");
+    AF_RETURN_ERROR_IF(conv->masked_keys_ieee && any_key_leak, err, AF_ERR_UNSUPPORTED,
+                       "masked_keys \"ieee\" with a non-finite masked score: its gradients are not modelled");
+    af_oracle_opts opts = o->opts;
+    opts.waive_masked_value_leak |= conv->masked_values_ieee;
+    bool tf32 = conv->tf32_always && c->dtype == AF_F32;
+    return af_oracle_grads_compare(o->grads, &opts, o->rows, g, NULL, got, NULL, NULL, NULL, 1.0, tf32, res, err);
 }
 
 af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
@@ -754,6 +755,13 @@ void af_case_features_str(const af_case *c, char *buf, size_t len) {
     if (f >> AF_FEAT_OVERFLOW & 1) AF_PUT(" near_overflow");
     if (f >> AF_FEAT_DENORMAL & 1) AF_PUT(" denormal");
 #undef AF_PUT
+}
+
+uint64_t af_signature_tensor(af_kind kind, const char *who, const char *tensor, const af_case *c) {
+    if (!tensor || strcmp(tensor, "out") == 0) return af_signature(kind, who, c);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%.200s/%s", who, tensor);
+    return af_signature(kind, buf, c);
 }
 
 uint64_t af_signature(af_kind kind, const char *who, const af_case *c) {

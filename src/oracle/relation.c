@@ -11,7 +11,16 @@
  *   kv_perm        keys and values permuted together                 rows identical
  *   masked_values  fully masked keys get new K values and NaN in V   rows identical
  *
- * Choices (target layout, b0, permutations) are a deterministic function of the case. */
+ * Choices (target layout, b0, permutations) are a deterministic function of the case.
+ *
+ * A backward case on a backend that runs backward (af_relation_check_backward): dO is
+ * carried like Q (its batch and query heads mapped), the transformed run is a backward
+ * run, and each gradient is compared through its own rows: dQ's as the output's, dK's and
+ * dV's (b, g, j) by the batch, key/value head and key maps, dmask's (b, h, i) by the batch
+ * and head maps and its keys by the key map where the mask has those dims (a mask that
+ * broadcasts over the batch sums its gradient over every batch row: batch_split skips it).
+ * masked_values: dK and dV of the rewritten keys stay 0 (weight 0 everywhere); NaN in dQ,
+ * dK and dmask may come through the planted NaN (0 * NaN in dP, delta): a leak. */
 #include "attnfuzz/relation.h"
 
 #include <math.h>
@@ -31,12 +40,13 @@ int af_relation_from_name(const char *name) {
     return -1;
 }
 
-enum { WS_OUT, WS_BMAP, WS_HMAP, WS_GMAP, WS_JMAP, WS_ROWMAP, WS_DEAD, WS_LEAK };
+enum { WS_OUT, WS_BMAP, WS_HMAP, WS_GMAP, WS_JMAP, WS_ROWMAP, WS_DEAD, WS_LEAK, WS_GRAD0, WS_GMAP0 = WS_GRAD0 + AF_GRAD_COUNT };
 
 struct af_relation_ctx {
     af_inputs *in;
     af_scratch ws;
     af_tensor out;
+    af_grads grads; /* the transformed backward run's (data NULL: not run or not asked) */
     uint32_t *bmap, *hmap, *gmap, *jmap, *rowmap; /* new index -> source index */
 };
 
@@ -149,11 +159,12 @@ af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_re
         unsigned n = packable ? AF_LAYOUT_COUNT : AF_LAYOUT_FIRST_PACKED;
         af_layout cur = c->t[AF_Q].layout;
         af_layout next = (af_layout)((cur + 1 + af_rng_below(&rng, n - 1)) % n);
-        for (int w = 0; w < AF_QKV_COUNT; w++) {
-            t.t[w].layout = next;
-            t.t[w].perm = 0;
-            t.t[w].pad = 0;
-            t.t[w].bcast = AF_BCAST_NONE;
+        for (int w = 0; w <= AF_QKV_COUNT; w++) {
+            af_tensor_spec *ts = w < AF_QKV_COUNT ? &t.t[w] : &t.bwd.dout;
+            ts->layout = w < AF_QKV_COUNT ? next : af_out_layout(next);
+            ts->perm = 0;
+            ts->pad = 0;
+            ts->bcast = AF_BCAST_NONE;
         }
         break;
     }
@@ -201,6 +212,7 @@ af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_re
     af_copy_view(&d->qv, &src->qv, x->bmap, x->hmap, sm_q);
     af_copy_view(&d->kv, &src->kv, x->bmap, x->gmap, sm_kv);
     af_copy_view(&d->vv, &src->vv, x->bmap, x->gmap, sm_kv);
+    if (c->bwd.grads) af_copy_view(&d->dov, &src->dov, x->bmap, x->hmap, sm_q);
     if (c->amask.present) af_copy_mask(&d->am, &src->am, x->bmap, x->hmap, x->jmap);
     if (c->bmask.present) af_copy_mask(&d->bm, &src->bm, x->bmap, x->hmap, x->jmap);
 
@@ -260,3 +272,87 @@ af_status af_relation_check(af_relation r, af_backend *be, const af_case_tensors
 }
 
 const af_tensor *af_relation_output(const af_relation_ctx *x) { return &x->out; }
+const af_grads *af_relation_grads(const af_relation_ctx *x) { return &x->grads; }
+
+/* Gradient k's maps from the transformed run's rows (and dmask's keys) to the source's;
+ * *rows NULL when the relation changes what the gradient sums (dmask broadcast over the
+ * batch under batch_split): not comparable. */
+static af_status af_relation_grad_maps(af_relation_ctx *x, const af_case *c, const af_case *tc, int k, uint32_t **rows,
+                                       uint32_t **cols, af_error *err) {
+    *rows = *cols = NULL;
+    if (k == 0) {
+        *rows = x->rowmap;
+        return AF_OK;
+    }
+    size_t ne[4], sne[4];
+    af_case_grad_shape(tc, k, ne);
+    af_case_grad_shape(c, k, sne);
+    if (k == 3 && x->bmap && sne[0] != c->batch) return AF_OK;
+    size_t n = ne[0] * ne[1] * ne[2];
+    uint32_t *m = AF_SCRATCH(&x->ws, WS_GMAP0 + k, uint32_t, n, err);
+    if (!m) return AF_ERR_NOMEM;
+    const uint32_t *hm = k == 3 ? x->hmap : x->gmap, *sm = k == 3 ? NULL : x->jmap;
+    for (size_t r = 0; r < n; r++) {
+        size_t b = r / (ne[1] * ne[2]), h = r / ne[2] % ne[1], s = r % ne[2];
+        size_t sb = x->bmap && sne[0] > 1 ? x->bmap[b] : b, sh = hm && sne[1] > 1 ? hm[h] : h;
+        size_t ss = sm ? sm[s] : s;
+        m[r] = (uint32_t)((sb * sne[1] + sh) * sne[2] + ss);
+    }
+    *rows = m;
+    if (k == 3 && x->jmap && sne[3] > 1) *cols = x->jmap;
+    return AF_OK;
+}
+
+af_status af_relation_check_backward(af_relation r, af_backend *be, const af_case_tensors *src, const af_tensor *out_src,
+                                     const af_grads *g_src, af_oracle *o, af_relation_ctx *x,
+                                     af_result res[1 + AF_GRAD_COUNT], af_error *err) {
+    const af_case *c = src->c;
+    memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
+    memset(&x->grads, 0, sizeof x->grads);
+    if (!c->bwd.grads || !g_src) return af_relation_check(r, be, src, out_src, o, x, &res[0], err);
+    AF_TRY(af_relation_transform(r, src, x, err));
+    const af_case_tensors *t = af_inputs_get(x->in);
+    af_backend_out_shape(be, t->c, &x->out);
+    x->out.data = af_scratch_get(&x->ws, WS_OUT, af_tensor_span(&x->out), err);
+    if (!x->out.data) return AF_ERR_NOMEM;
+    af_backend_grads_shape(be, t->c, &x->grads);
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        af_tensor *gt = af_grads_at(&x->grads, k);
+        if (!gt->ndim) continue;
+        gt->data = af_scratch_get(&x->ws, WS_GRAD0 + k, af_tensor_span(gt), err);
+        if (!gt->data) return AF_ERR_NOMEM;
+    }
+    af_error berr;
+    if (af_backend_run_backward(be, t, &x->out, &x->grads, &berr) != AF_OK) {
+        res[0].kind = AF_KIND_ERROR;
+        memset(&x->grads, 0, sizeof x->grads);
+        af_error_set(err, berr.code, "%s", berr.msg);
+        return AF_OK;
+    }
+    const bool planted = r == AF_REL_MASKED_VALUES;
+    size_t nleak = (size_t)t->c->batch * t->c->q_heads * t->c->q_len * t->c->v_head_dim;
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        size_t ne[4];
+        af_case_grad_shape(t->c, k, ne);
+        size_t n = ne[0] * ne[1] * ne[2] * ne[3];
+        if (c->bwd.grads & (1u << k) && n > nleak) nleak = n;
+    }
+    uint8_t *leak = NULL;
+    if (planted) {
+        leak = AF_SCRATCH(&x->ws, WS_LEAK, uint8_t, nleak, err);
+        if (!leak) return AF_ERR_NOMEM;
+        memset(leak, 1, nleak);
+    }
+    AF_TRY(af_oracle_compare_pair_leak(o, out_src, &x->out, x->rowmap, leak, &res[0], err));
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        const af_tensor *a = af_grads_get(g_src, k), *b = af_grads_get(&x->grads, k);
+        if (!(c->bwd.grads & (1u << k)) || !a->data || !b->data) continue;
+        uint32_t *rows, *cols;
+        AF_TRY(af_relation_grad_maps(x, c, t->c, k, &rows, &cols, err));
+        if (!rows) continue;
+        /* dV: 0 * NaN never meets the planted values (Pd is 0 there, dO is untouched) */
+        const uint8_t *lk = planted && k != 2 ? leak : NULL;
+        AF_TRY(af_oracle_compare_grad_pair(o, k, a, b, rows, cols, lk, &res[1 + k], err));
+    }
+    return AF_OK;
+}
