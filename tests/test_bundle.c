@@ -246,6 +246,7 @@ static void fill_pattern(af_array *a, unsigned salt) {
         case AF_BOOL: ((uint8_t *)a->data)[i] = (k >> 3) & 1u; break;
         case AF_F16:
         case AF_BF16:
+        case AF_I32:
         case AF_DTYPE_COUNT: fail();
         }
     }
