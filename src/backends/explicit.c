@@ -1,5 +1,7 @@
-/* explicit.c - the unfused graph an exporter writes: matmul, scale, softcap, mask,
- * softmax, dropout, matmul. Inputs and the tensors between ops are in the case dtype;
+/* explicit.c - the unfused graph an exporter writes: matmul, scale, softcap, ALiBi's bias,
+ * mask, softmax (a sink logit in its denominator), dropout, matmul. It reads the padded
+ * canonical views of a serving case (a segment's lengths mask the rest), as a model that
+ * pads its batch does; fused.c reads the physical THD and paged tensors. Inputs and the tensors between ops are in the case dtype;
  * products accumulate in fp32 and scores stay fp32 (cuBLAS gemmEx with an f32 result);
  * softmax runs in fp32 and its output P is rounded to the dtype, as in PyTorch's math
  * path. The scale goes where the case places it; TF32 rounds the products' inputs when
@@ -16,7 +18,7 @@
 #include "scratch.h"
 #include "vmath.h"
 
-enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP };
+enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE, WS_BIAS };
 
 #define AF_EXPLICIT_BLOCK 262144u
 
@@ -52,8 +54,11 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
     float *add = AF_SCRATCH(ws, WS_ADD, float, Sk, err);
     uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, R * Sk, err);
     uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Sk, err);
-    uint8_t *rowstate = AF_SCRATCH(ws, WS_KEEP + 1, uint8_t, R, err);
-    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !rowstate) return AF_ERR_NOMEM;
+    uint8_t *rowstate = AF_SCRATCH(ws, WS_ROWSTATE, uint8_t, R, err);
+    float *bias = AF_SCRATCH(ws, WS_BIAS, float, Sk, err);
+    const bool alibi = c->serve.forms & AF_SERVE_ALIBI, sinks = c->serve.forms & AF_SERVE_SINKS;
+    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !rowstate || !bias)
+        return AF_ERR_NOMEM;
 
     for (size_t b = 0; b < B; b++) {
         for (size_t g = 0; g < Hkv; g++) {
@@ -89,6 +94,10 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
                             float cap = (float)c->softcap;
                             for (size_t j = 0; j < Sk; j++) s[j] = cap * tanhf(s[j] / cap);
                         }
+                        if (alibi) {
+                            af_serving_alibi_row_f32(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, bias);
+                            for (size_t j = 0; j < Sk; j++) s[j] += bias[j];
+                        }
                         if (c->amask.present)
                             for (size_t j = 0; j < Sk; j++) s[j] += add[j];
                         for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : -INFINITY;
@@ -112,7 +121,10 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
                             memset(s, 0, Sk * sizeof *s);
                             continue;
                         }
-                        float sum = af_exp_sub_sum_f32(s, Sk, m, 1.0f);
+                        /* a sink logit joins the denominator: exponents from max(m, z) */
+                        float z = sinks ? af_serving_sink(in, (uint32_t)h) : 0.0f;
+                        float ms = sinks && z > m ? z : m;
+                        float sum = af_exp_sub_sum_f32(s, Sk, ms, 1.0f) + (sinks ? expf(z - ms) : 0.0f);
                         for (size_t j = 0; j < Sk; j++) s[j] = s[j] / sum;
                         if (!isfinite(sum)) /* an infinite score: NaN weights, masked keys stay 0 */
                             for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : 0.0f;

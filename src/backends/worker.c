@@ -35,7 +35,7 @@
 #define AF_WORKER_KEYS 4096      /* compile keys remembered per process (then forgotten) */
 #define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
 #define AF_WORKER_SPARES 2       /* processes started ahead of a fault */
-#define AF_LEARN_FEATURES (17 + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
+#define AF_LEARN_FEATURES (AF_CAP_COUNT + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
 
 /* One child process and its pipes; its stderr kept in a ring. */
 typedef struct af_wproc {
@@ -601,7 +601,7 @@ static af_status af_worker_restart(af_worker *w, af_error *err) {
 static void af_worker_learn(af_worker *w, const af_case *c, bool ok) {
     uint32_t caps = af_case_required_caps(c);
     for (int f = 0; f < AF_LEARN_FEATURES; f++) {
-        bool has = f < 17 ? (caps >> f) & 1u : (int)c->t[AF_Q].layout == f - 17;
+        bool has = f < AF_CAP_COUNT ? (caps >> f) & 1u : (int)c->t[AF_Q].layout == f - AF_CAP_COUNT;
         if (!has) continue;
         if (ok) {
             w->accepted[f]++;
@@ -609,15 +609,15 @@ static void af_worker_learn(af_worker *w, const af_case *c, bool ok) {
         }
         w->refused[f]++;
         if (w->opts.unsupported_learn <= 0 || w->accepted[f] || (double)w->refused[f] < w->opts.unsupported_learn) continue;
-        bool was = f < 17 ? (w->learned_caps >> f) & 1u : (w->learned_layouts >> (f - 17)) & 1u;
+        bool was = f < AF_CAP_COUNT ? (w->learned_caps >> f) & 1u : (w->learned_layouts >> (f - AF_CAP_COUNT)) & 1u;
         if (was) continue;
-        if (f < 17)
+        if (f < AF_CAP_COUNT)
             w->learned_caps |= 1u << f;
         else
-            w->learned_layouts |= 1u << (f - 17);
+            w->learned_layouts |= 1u << (f - AF_CAP_COUNT);
         size_t n = strlen(w->learned);
         snprintf(w->learned + n, sizeof w->learned - n, "%s%s", n ? ", " : "",
-                 f < 17 ? af_cap_names[f] : af_layout_names[f - 17]);
+                 f < AF_CAP_COUNT ? af_cap_names[f] : af_layout_names[f - AF_CAP_COUNT]);
     }
 }
 

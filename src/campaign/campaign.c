@@ -70,6 +70,7 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->crashes_dir = "crashes";
     o->seed = 1;
     o->jobs = 1;
+    o->serving = -1.0;
 }
 
 void af_campaign_stats_free(af_campaign_stats *s) {
@@ -298,7 +299,7 @@ static void af_case_tiny(af_case *c, size_t budget) {
  * capabilities, or refused a feature often enough to have learned it (worker.h), gets
  * cases it runs instead of skipped ones. */
 static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t n, af_rng *rng, const af_exec *x,
-                             double max_flops, af_case *c) {
+                             double max_flops, double serving, af_case *c) {
     for (int tries = 0;; tries++) {
         uint32_t pick = af_rng_below(rng, 10);
         if (o->strategy == AF_STRATEGY_GRID) {
@@ -312,7 +313,8 @@ static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t 
             af_case_crossover(&pool->cases[af_rng_below(rng, (uint32_t)pool->n)],
                               &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
         } else {
-            af_case_generate(c, rng, o->exec.budget, max_flops);
+            af_gen_opts g = {o->exec.budget, max_flops, 0.0, serving};
+            af_case_generate_opts(c, rng, &g);
         }
         if (o->strategy != AF_STRATEGY_GENERATOR) break;
         af_case_cap_flops(c, max_flops, o->exec.budget);
@@ -359,6 +361,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
      * is checked again */
     size_t seeds = pool->n, seeds_run = 0;
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
+    double serving = o->serving;
+    for (size_t k = 0; serving < 0.0 && k < af_exec_backend_count(x); k++)
+        if (af_backend_caps(af_exec_backend_at(x, k)) & AF_CAP_SERVING) serving = AF_SERVING_AUTO;
+    if (serving < 0.0) serving = 0.0;
     double start = af_now(), last_status = start, last_stats = start;
     bool new_sig = false; /* a signature not yet in the stats file a --jobs parent reads */
     char last[256] = "";
@@ -403,7 +409,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 c = cases[0];
                 af_case_revalue(&c, &rng, key, o->exec.budget);
             } else {
-                af_campaign_draw(o, pool, s->execs + n, &rng, x, max_flops, &c);
+                af_campaign_draw(o, pool, s->execs + n, &rng, x, max_flops, serving, &c);
             }
             size_t cb = af_case_tensor_bytes(&c);
             if (n > 0 && (bytes + cb > bbytes || (seed && key && af_case_key_hash(&c, key) !=

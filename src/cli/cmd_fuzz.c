@@ -34,6 +34,9 @@ static void af_fuzz_usage(FILE *f) {
             "  --max-findings N    stop after N unique findings\n"
             "  --budget MIB        tensor memory per case (default 64)\n"
             "  --max-flops F       cap on the flops of one generated case (default 2e7)\n"
+            "  --serving SHARE     share of generated cases in a serving form (packed THD,\n"
+            "                      paged KV, sinks, ALiBi) or a decode shape, 0..1 (default\n"
+            "                      0.25 when some backend declares a serving capability, else 0)\n"
             "  --tiny              every dimension 1 (measures per-case overhead)\n"
             "  --timeout S         seconds a worker backend gets per case (default 10); past\n"
             "                      it the worker is killed and the case kept as a timeout\n"
@@ -79,7 +82,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_THREADS, O_NOSPARE };
+           O_BATCH, O_THREADS, O_NOSPARE, O_SERVING };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
@@ -99,6 +102,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"batch", required_argument, 0, O_BATCH},
         {"threads", required_argument, 0, O_THREADS},
         {"no-spare", no_argument, 0, O_NOSPARE},
+        {"serving", required_argument, 0, O_SERVING},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -134,6 +138,12 @@ int af_cmd_fuzz(int argc, char **argv) {
             o.max_flops = strtod(optarg, NULL);
             if (!(o.max_flops > 0)) goto bad;
             break;
+        case O_SERVING: {
+            char *end;
+            o.serving = strtod(optarg, &end);
+            if (*end || !(o.serving >= 0.0 && o.serving <= 1.0)) goto bad;
+            break;
+        }
         case O_QUIET: o.quiet = true; break;
         case O_NOMIN: o.no_minimize = true; break;
         case O_TINY: o.tiny = true; break;
