@@ -112,6 +112,8 @@ typedef struct af_serving_tensors {
     af_tensor sinks, slopes;
     uint32_t pages;     /* paged: P, the null page included */
     uint32_t null_page; /* paged: the page unused table entries name */
+    const void *base;   /* the one buffer every serving tensor lies in, and its bytes */
+    size_t bytes;
 } af_serving_tensors;
 
 /* -slope_h * (d(b, i) - j) (symmetric: -slope_h * |d(b, i) - j|) for keys j0 .. j0+n-1 of row

@@ -186,7 +186,9 @@ uint32_t af_backend_caps(const af_backend *be) {
 bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len) {
     uint32_t missing = af_case_required_caps(c) & ~af_backend_caps(be);
     for (int t = 0; t < AF_QKV_COUNT; t++) {
-        if (!(be->vt->layouts & (1u << c->t[t].layout))) {
+        /* a tensor in THD or page-cache form travels in no layout of section 3 */
+        bool physical = (c->serve.forms & AF_SERVE_PACKED) || (t != AF_Q && af_case_has_lens(c));
+        if (!physical && !(be->vt->layouts & (1u << c->t[t].layout))) {
             if (why) snprintf(why, why_len, "layout %s", af_layout_names[c->t[t].layout]);
             return false;
         }

@@ -638,6 +638,8 @@ static bool af_worker_supports(void *state, const af_case *c, char *why, size_t 
         AF_WHY("head dims %u/%u not multiples of %llu", c->head_dim, c->v_head_dim, (unsigned long long)h->head_dim_multiple);
     uint32_t s = c->q_len > c->kv_len ? c->q_len : c->kv_len;
     if (h->max_seq && s > h->max_seq) AF_WHY("sequence %u over its limit %llu", s, (unsigned long long)h->max_seq);
+    if (h->max_q_len && c->q_len > h->max_q_len)
+        AF_WHY("%u queries per row over its limit %llu (max_q_len)", c->q_len, (unsigned long long)h->max_q_len);
     if (h->max_batch && c->batch > h->max_batch) AF_WHY("batch %u over its limit", c->batch);
     if (h->max_heads && c->q_heads > h->max_heads) AF_WHY("%u heads over its limit", c->q_heads);
     if (h->max_bytes && af_case_tensor_bytes(c) > h->max_bytes) AF_WHY("tensors over its max_bytes");

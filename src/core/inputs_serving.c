@@ -89,6 +89,8 @@ size_t af_serving_place(const af_case *c, af_serving_tensors *s, void *base) {
         af_serving_vec(&s->slopes, AF_F32, c->q_heads, 0);
         af_serving_put(&s->slopes, base, &at);
     }
+    s->base = base;
+    s->bytes = at;
     return at;
 }
 
