@@ -145,6 +145,15 @@ af_status af_fuzz_config_from_env(af_fuzz_config *cfg, af_error *err) {
     }
     if ((v = getenv("ATTNFUZZ_MAX_FLOPS")) && *v)
         AF_TRY(af_fuzz_config_double("ATTNFUZZ_MAX_FLOPS", v, 1.0, 1e18, &cfg->max_flops, err));
+    if ((v = getenv("ATTNFUZZ_KNOWN")) && *v) {
+        if (!strcmp(v, "0") || !strcmp(v, "none")) {
+            cfg->no_known = true;
+        } else {
+            AF_TRY(af_fuzz_config_copy(cfg->known_buf, sizeof cfg->known_buf, "ATTNFUZZ_KNOWN", v, err));
+            cfg->n_known = af_fuzz_config_split(cfg->known_buf, ':', cfg->known, 8);
+            AF_RETURN_ERROR_IF(cfg->n_known > 8, err, AF_ERR_INVALID, "ATTNFUZZ_KNOWN: more than 8 files");
+        }
+    }
     if ((v = getenv("ATTNFUZZ_WAIVE")) && *v) {
         bool row = strcmp(v, "masked_row_nan") == 0, leak = strcmp(v, "masked_value_leak") == 0;
         AF_RETURN_ERROR_IF(!row && !leak, err, AF_ERR_INVALID,

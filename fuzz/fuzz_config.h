@@ -27,17 +27,22 @@ typedef struct af_fuzz_config {
     bool print_features;    /* ATTNFUZZ_PRINT_FEATURES=1 (replay driver) */
     bool quiet;             /* ATTNFUZZ_QUIET=1: no line per new bundle */
     const char *stats;      /* ATTNFUZZ_STATS: counters go to STATS.<pid> (benchmarks) */
+    bool no_known;          /* ATTNFUZZ_KNOWN=0: no known bugs (default: the repository's) */
+    const char *known[8];   /* ATTNFUZZ_KNOWN=FILE:FILE...: known.json files loaded besides */
+    size_t n_known;
     /* storage the pointers in exec and crashes point into */
     char backends_buf[1024];
     char pairs_buf[1024];
     char crashes_buf[1024];
     char stats_buf[1024];
+    char known_buf[1024];
 } af_fuzz_config;
 
 /* Reads ATTNFUZZ_BACKENDS (comma list, each compared with ref), ATTNFUZZ_PAIRS
  * (semicolon list of A,B), ATTNFUZZ_RELATIONS (comma list or "all"), ATTNFUZZ_CRASHES,
  * ATTNFUZZ_ABORT, ATTNFUZZ_MINIMIZE, ATTNFUZZ_MINIMIZE_EXECS, ATTNFUZZ_BUDGET_MIB, ATTNFUZZ_MAX_FLOPS, ATTNFUZZ_WAIVE,
- * ATTNFUZZ_SAMPLE_RELATIONS, ATTNFUZZ_PRINT_FEATURES, ATTNFUZZ_QUIET and ATTNFUZZ_STATS. With no
+ * ATTNFUZZ_SAMPLE_RELATIONS, ATTNFUZZ_PRINT_FEATURES, ATTNFUZZ_QUIET, ATTNFUZZ_STATS and
+ * ATTNFUZZ_KNOWN (0, or a colon list of known.json files to load besides the repository's). With no
  * backend, pair or relation given: af_exec_config_default (the pair explicit,fused and
  * every relation). Relations are sampled (one per backend and case) unless
  * ATTNFUZZ_SAMPLE_RELATIONS=0. AF_ERR_INVALID names the variable and the bad value. */

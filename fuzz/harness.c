@@ -25,6 +25,7 @@
 
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/exec.h"
+#include "attnfuzz/known.h"
 #include "attnfuzz/oracle.h"
 #include "attnfuzz/store.h"
 #include "feedback.h"
@@ -37,6 +38,7 @@ static struct {
     af_finding found[AF_EXEC_MAX_CHECKS]; /* the last input's findings, as found */
     uint64_t signed_as[AF_EXEC_MAX_CHECKS]; /* and the signature each is stored under */
     af_store *store;
+    af_known *known; /* the known bugs findings are matched against first (store.h) */
     af_campaign_stats sigs; /* signatures seen in this process, with counts */
     /* counters for ATTNFUZZ_STATS */
     uint64_t inputs, skipped, with_findings;
@@ -94,8 +96,20 @@ static void af_harness_setup(void) {
         fprintf(stderr, "attnfuzz harness: %s\n", err.msg);
         exit(2);
     }
+    /* the repository's known bugs (as attnfuzz fuzz loads them), and ATTNFUZZ_KNOWN's files */
+    if (!af_harness.cfg.no_known) {
+        af_harness.known = af_known_create();
+        af_status kst = af_harness.known ? AF_OK : af_error_set(&err, AF_ERR_NOMEM, "out of memory");
+        if (kst == AF_OK) kst = af_known_load_repo(af_harness.known, NULL, &err);
+        for (size_t i = 0; kst == AF_OK && i < af_harness.cfg.n_known; i++)
+            kst = af_known_load(af_harness.known, af_harness.cfg.known[i], &err);
+        if (kst != AF_OK) {
+            fprintf(stderr, "attnfuzz harness: %s (ATTNFUZZ_KNOWN=0 runs without known bugs)\n", err.msg);
+            exit(2);
+        }
+    }
     af_store_opts so = {.crashes_dir = af_harness.cfg.crashes, .no_minimize = af_harness.cfg.no_minimize,
-                        .minimize_execs = af_harness.cfg.minimize_execs};
+                        .minimize_execs = af_harness.cfg.minimize_execs, .known = af_harness.known};
     af_harness.store = af_store_create(&so, &err);
     if (!af_harness.store) {
         fprintf(stderr, "attnfuzz harness: %s\n", err.msg);
@@ -121,11 +135,11 @@ static void af_harness_setup(void) {
     }
     fprintf(stderr,
             "attnfuzz harness: checks %s + %zu relation checks%s; bundles -> %s/; max flops %.3g; "
-            "feedback %s%s%s\n",
+            "feedback %s%s%s; %zu known bugs\n",
             n ? checks : "(none)", nrel, af_harness.cfg.exec.sample_relations ? " (one sampled per backend)" : "",
             af_harness.cfg.crashes, af_harness.cfg.max_flops, af_feedback_mode(),
             af_harness.cfg.no_minimize ? "; findings stored as found" : "; findings minimized",
-            af_harness.cfg.abort_on_finding ? "; abort on finding" : "");
+            af_harness.cfg.abort_on_finding ? "; abort on finding" : "", af_known_count(af_harness.known));
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -179,9 +193,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     }
     for (size_t i = 0; i < out->findings; i++)
-        af_harness.signed_as[i] = i < nev ? af_harness.sigs.sigs[ev[i].entry].signature : 0;
+        af_harness.signed_as[i] = i < nev && ev[i].known < 0 ? af_harness.sigs.sigs[ev[i].entry].signature : 0;
     for (size_t i = 0; i < nev; i++) {
         if (!ev[i].stored) continue;
+        if (ev[i].known >= 0) { /* a known bug's exemplar */
+            const af_known_stat *k = &af_harness.sigs.known[ev[i].entry];
+            if (!af_harness.cfg.quiet) fprintf(stderr, "attnfuzz: KNOWN %s -> %s\n", k->id, k->bundle);
+            continue;
+        }
         const af_signature_entry *e = &af_harness.sigs.sigs[ev[i].entry];
         out->new_bundles++;
         if (!af_harness.cfg.quiet)

@@ -8,7 +8,8 @@
 #   3. lists the GPU variants available here (the stacks' declarations) in two groups: the
 #      eager kernels and the compiled ones;
 #   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
-#      CUDA_VISIBLE_DEVICES), one campaign of the eager group and one of the compiled group,
+#      CUDA_VISIBLE_DEVICES; --cards LIST names the card of each, e.g. 0,0 to run two cards'
+#      groups on one and check they do not get in each other's way), one campaign of the eager group and one of the compiled group,
 #      all for --time seconds: one process per group and card (one CUDA context per
 #      variant), cases in batches (--batch: a worker launches a batch back to back and
 #      synchronizes once), the inputs and float64 references on --threads host threads
@@ -31,17 +32,19 @@
 #   scripts/gpu_campaign.sh --bench 10 --time 0          # throughput table only
 #   scripts/gpu_campaign.sh --variants torch/cuda_sdpa_flash,torch/cuda_sdpa_math --time 600
 #   scripts/gpu_campaign.sh --time 0 --replay            # only replay what crashes/ holds
+#   scripts/gpu_campaign.sh --cards 0,0 --time 120       # two card groups simulated on card 0
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads=""
+time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads="" cards=""
 bench_variants=""
 extra=()
 while [ $# -gt 0 ]; do
   case $1 in
     --time) time_s=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
+    --cards) cards=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
@@ -52,7 +55,7 @@ while [ $# -gt 0 ]; do
     --corpus) corpus=$2; shift 2 ;;
     --replay) replay=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -86,11 +89,17 @@ py=${ATTNFUZZ_PYTHON:-$(command -v python3)}
 export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 ngpu=$("$py" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 [ "$ngpu" -gt 0 ] || { echo "gpu_campaign.sh: $py has no torch with a visible CUDA device" >&2; exit 2; }
-gpus=${gpus:-$ngpu}
-[ "$gpus" -le "$ngpu" ] || { echo "gpu_campaign.sh: --gpus $gpus, but $ngpu visible" >&2; exit 2; }
 visible=()
-if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then IFS=, read -r -a visible <<<"$CUDA_VISIBLE_DEVICES"; else
+if [ -n "$cards" ]; then
+  IFS=, read -r -a visible <<<"$cards"
+  gpus=${#visible[@]}
+  for c in "${visible[@]}"; do
+    [ "$c" -lt "$ngpu" ] 2>/dev/null || { echo "gpu_campaign.sh: --cards $cards: no card $c ($ngpu visible)" >&2; exit 2; }
+  done
+elif [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then IFS=, read -r -a visible <<<"$CUDA_VISIBLE_DEVICES"; else
   for ((g = 0; g < ngpu; g++)); do visible+=("$g"); done; fi
+gpus=${gpus:-$ngpu}
+[ "$gpus" -le "${#visible[@]}" ] || { echo "gpu_campaign.sh: --gpus $gpus, but $ngpu visible" >&2; exit 2; }
 gpu=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0), "torch", torch.__version__)')
 cores=$(nproc)
 log "attnfuzz $af, python $py, $gpus of $ngpu GPUs ($gpu), $cores cores"
@@ -161,7 +170,7 @@ for path in sorted(glob.glob(os.path.join(out, "stats-*-gpu*.json"))):
     mini = s.get("minimize_seconds", 0.0)
     busy = {k: t.get(k, 0.0) for k in ("generate", "reference", "protocol", "target", "compile", "restarts")}
     rows.append((group, gpu, s.get("execs", 0), ran, el, ran / el, 100 * (mini + busy["restarts"]) / el, busy,
-                 sum(s.get("findings_per_kind", {}).values()), s.get("known_hits_total", 0)))
+                 sum(s.get("findings_per_kind", {}).values()), s.get("known_hits", 0)))
     total[group] = total.get(group, 0.0) + ran / el
 print("%-9s %-5s %9s %9s %8s %10s %13s  %s" % ("group", "card", "cases", "ran", "seconds", "ran/s", "minim+restart", "time split (s)"))
 for g, gpu, ex, ran, el, rate, share, busy, nf, kh in rows:

@@ -19,7 +19,9 @@ done
 
 packages=(build-essential cmake pkg-config libcjson-dev libxxhash-dev libzstd-dev libopenblas-dev
           libcmocka-dev libpng-dev python3 python3-numpy python3-zstandard python3-venv zstd
-          clang libclang-rt-14-dev afl++ chromium)
+          clang libclang-rt-14-dev afl++ chromium
+          munge slurmctld slurmd slurm-client     # the Slurm test starts its own one-node cluster
+          python3-yaml python3-kubernetes)        # the Kubernetes manifests' schema check
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

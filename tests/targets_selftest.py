@@ -64,11 +64,19 @@ KNOWN = {
     ("tvm/torch_sdpa", "scale"): ("wrong", "", "tvm's SDPA importer drops the scale (corpus/findings/tvm)"),
 }
 
-# Variants whose fully masked rows follow neither declared convention: not checked row by
-# row; check_conventions pins what they do. jax "xla" replaces masked logits by
-# -0.7 * finfo.max (the row averages V over every key); jax "cudnn" adds that number as a
-# bias (the row is plain attention over every key).
+# The fully masked rows of these variants were measured as follows before a convention
+# could say so; each now declares it (masked_rows "mean" / "unmasked") and check_conventions
+# checks that the declaration and the measurement still agree. jax "xla" replaces masked
+# logits by -0.7 * finfo.max (the row averages V over every masked key); jax "cudnn" adds
+# that number as a bias (the row is plain attention over every key).
 ODD_ROWS = {"jax/xla": "mean", "jax/cudnn": "unmasked"}
+
+
+def rows_checked(conv):
+    """The masked_rows value check_close can check row by row ("zero", "nan"), else None
+    (check_conventions checks "mean" and "unmasked" on its probe)."""
+    rows = conv.get("masked_rows", "zero")
+    return rows if rows in ("zero", "nan") else None
 
 
 # -- cases ---------------------------------------------------------------------------------
@@ -307,7 +315,7 @@ def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
     hello = target.hello()
     ref = reference.attention(cs, q, k, v, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"),
                               keep=res.dropout_keep)
-    rows = None if tname in ODD_ROWS else hello["conventions"].get("masked_rows", "zero")
+    rows = rows_checked(hello["conventions"])
     check_close(label, out, ref, v, cs.dtype, dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask")), rows)
 
 
@@ -462,8 +470,11 @@ def check_backward(R, tname, target):
 
 
 def check_conventions(R, tname, target):
-    """A fully masked row (bool mask row all False) must give what the variant declares, and
-    NaN behind a masked key must not leak unless it declares masked_values "ieee"."""
+    """What the variant declares in its hello `conventions`, measured on probes: a fully
+    masked row (bool mask row all False) gives what masked_rows says; NaN behind a masked
+    key's value does not leak unless masked_values is "ieee"; an Inf in a masked key's K row
+    does not make its query NaN unless masked_keys is "ieee"; subnormal f32 values survive
+    unless denormals is "flush"."""
     hello = target.hello()
     conv = hello["conventions"]
     if "bmask" not in hello["caps"]:
@@ -483,26 +494,56 @@ def check_conventions(R, tname, target):
         return
     row = out[0, :, 2, :]
     want_rows = conv.get("masked_rows", "zero")
-    if ODD_ROWS.get(tname) == "mean":
-        msg, good = "fully masked row = mean of V over all keys", bool(np.allclose(row, v[0].mean(axis=1), atol=1e-2))
-    elif ODD_ROWS.get(tname) == "unmasked":
+    if tname in ODD_ROWS and ODD_ROWS[tname] != want_rows:
+        R.fail("%s declares masked_rows %r, measured %r" % (tname, want_rows, ODD_ROWS[tname]))
+    if want_rows == "mean":
+        # every key of row 2 is masked by the boolean mask: the mean over all of them
+        msg, good = "fully masked row = mean of V over its masked keys (declared mean)", \
+            bool(np.allclose(row, v[0].mean(axis=1), atol=1e-2))
+    elif want_rows == "unmasked":
         plain = reference.attention(Case(_case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4,
                                                kv_len=4)), q, k, v)[0, :, 2, :]
-        msg, good = "fully masked row = attention over all keys", bool(np.allclose(row, plain, atol=1e-2))
+        msg, good = "fully masked row = attention over all keys (declared unmasked)", \
+            bool(np.allclose(row, plain, atol=1e-2))
     elif want_rows == "nan":
         # "nan" allows NaN there; 0 stays right (the exporter's bool-mask path zeroes the row)
         msg, good = "fully masked row is NaN or 0 (declared nan)", bool(np.isnan(row).all() or (row == 0).all())
     else:
         msg, good = "fully masked row is 0 (declared)", bool((row == 0).all())
     (R.ok if good else R.fail)("%s %s: got %s" % (tname, msg, row[0, :3]))
-    v[:, :, 1, :] = np.nan    # NaN behind the masked key
-    out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, v, bool_mask=bm))
+    vn = v.copy()
+    vn[:, :, 1, :] = np.nan   # NaN behind the masked key
+    out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, vn, bool_mask=bm))
     leak = bool(np.isnan(np.delete(out[0], 2, axis=1)).any())
     if conv.get("masked_values", "exclude") == "ieee":
         # "ieee" allows the leak; it does not require it
         R.ok("%s NaN behind a masked key: %s (declared ieee)" % (tname, "leaks" if leak else "no leak"))
     else:
         (R.fail if leak else R.ok)("%s NaN behind a masked key does not leak (declared exclude)" % tname)
+    # an Inf in the K row of the masked key: its score is Inf, and Inf + -inf is NaN where the
+    # mask is added (masked_keys "ieee"); excluding the key exactly gives the live keys' answer
+    ki = k.copy()
+    ki[:, :, 1, :] = np.inf
+    out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, ki, v, bool_mask=bm))
+    live = np.delete(out[0], 2, axis=1)
+    nan = bool(np.isnan(live).any())
+    if conv.get("masked_keys", "exclude") == "ieee":
+        R.ok("%s Inf in a masked key's K: %s (declared ieee)" % (tname, "NaN rows" if nan else "no NaN"))
+    else:
+        (R.fail if nan else R.ok)("%s Inf in a masked key's K leaves the live rows finite (declared exclude)" % tname)
+    # subnormal f32 values in V (a case without masks): kept, unless declared flushed
+    if "f32" not in hello["dtypes"]:
+        return
+    c0 = _case(layout="bhsd", dtype="f32", batch=1, q_heads=2, kv_heads=2, q_len=4, kv_len=4)
+    vd = (np.sign(v) * 1e-39).astype(np.float32).astype(np.float64)
+    out, cs, _ = call_run(target, c0, testing.physical_inputs(c0, q, k, vd))
+    ref = reference.attention(Case(c0), q, k, vd)
+    kept = bool(np.all(np.abs(out - ref) <= 1e-2 * np.abs(ref) + 2e-45))
+    if conv.get("denormals", "keep") == "flush":
+        R.ok("%s subnormal V: %s (declared flush)" % (tname, "kept" if kept else "flushed"))
+    else:
+        (R.ok if kept else R.fail)("%s subnormal V kept (declared keep): got %s, want %s"
+                                   % (tname, out[0, 0, 0, :2], ref[0, 0, 0, :2]))
 
 
 def check_cache(R, tname, target):
@@ -563,7 +604,7 @@ def check_snippet(R, tname, mod, target):
         exec(compile(src, "<repro %s>" % tname, "exec"), ns)
         out = ns["attention"](cs, arrays["q"], arrays["k"], arrays["v"], bool_mask=arrays.get("bool_mask"))
         ref = reference.attention(cs, q, k, v, bool_mask=arrays.get("bool_mask"))
-        rows = None if tname in ODD_ROWS else hello["conventions"].get("masked_rows", "zero")
+        rows = rows_checked(hello["conventions"])
         check_close("repro_snippet", out, ref, v, dt, dead_rows(cs, None, arrays.get("bool_mask")), rows)
         R.ok("%s repro_snippet runs standalone and matches" % tname)
     except Exception as e:  # noqa: BLE001

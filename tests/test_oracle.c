@@ -745,6 +745,259 @@ static void test_low_precision_outputs(void **state) {
     }
 }
 
+/* --- conventions (conventions.h): each modelled for a backend that declares it only ----- */
+
+static af_kind conv_kind(bench *b, const af_conventions *conv, af_result *res) {
+    af_result tmp;
+    af_error err = {0};
+    if (!res) res = &tmp;
+    assert_int_equal(af_oracle_compare_conv(b->o, &b->out, conv, res, &err), AF_OK);
+    return res->kind;
+}
+
+static void expect_conv(bench *b, const af_conventions *conv, af_kind want, const char *what) {
+    af_result res;
+    af_kind got = conv_kind(b, conv, &res);
+    if (got != want)
+        fail_msg("%s: %s, expected %s (max_abs %.3g worst_ratio %.3g)", what, af_kind_names[got], af_kind_names[want],
+                 res.m.max_abs, res.m.worst_ratio);
+}
+
+/* Row 0 of every (b, h) masked by the boolean mask on every key; key 3 masked for every
+ * query of batch row 1 besides. */
+static void fill_row0_masked(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->bm, b, h, i, j, i == 0 || (b == 1 && j == 3) ? 0.0 : 1.0);
+}
+
+static void bmask_case(af_case *c) {
+    tame(c, AF_F32);
+    c->bmask.present = true;
+    c->bmask.dims = AF_MDIM_ALL;
+    c->bmask.dtype = AF_BOOL;
+}
+
+/* masked_rows "mean" (jax xla): the fully masked row is the mean of V over its masked keys
+ * (all of them here), computed here from V; the other rows are the reference's. */
+static void test_conv_masked_rows_mean(void **state) {
+    (void)state;
+    af_case c;
+    bmask_case(&c);
+    bench b;
+    bench_open(&b, &c, fill_row0_masked);
+    const af_case_tensors *t = af_inputs_get(b.in);
+    size_t dv = c.v_head_dim, sq = c.q_len, group = c.q_heads / c.kv_heads;
+    for (size_t e = 0; e < b.n; e++) {
+        size_t r = e / dv, d = e % dv, i = r % sq, h = r / sq % c.q_heads, bb = r / (sq * c.q_heads);
+        double mean = 0.0;
+        for (size_t j = 0; j < c.kv_len; j++) mean += af_view_get(&t->vv, bb, h / group, j, d) / (double)c.kv_len;
+        b.f[e] = (float)(i == 0 ? mean : b.ref[e]);
+    }
+    af_conventions mean = {.masked_rows = AF_ROWS_MEAN}, none = {0};
+    af_result res;
+    assert_int_equal(conv_kind(&b, &none, &res), AF_KIND_DIVERGE);
+    /* undeclared: every failing element sits in a fully masked row (known.h's masked_only) */
+    assert_true(res.m.n_diverge > 0);
+    assert_int_equal(res.m.n_fail_masked, res.m.n_diverge);
+    assert_true(isinf(res.m.fail_score_max) && res.m.fail_score_max < 0);
+    expect_conv(&b, &mean, AF_KIND_OK, "mean of V in the fully masked rows, declared mean");
+    expect_conv(&b, &(af_conventions){.masked_rows = AF_ROWS_NAN}, AF_KIND_DIVERGE, "mean of V, declared nan");
+    /* declared mean, but 0 there (or off by 0.1): a finding */
+    float keep = b.f[0];
+    b.f[0] = 0.0f;
+    if (fabs(keep) > 0.05) expect_conv(&b, &mean, AF_KIND_DIVERGE, "0 in a fully masked row, declared mean");
+    b.f[0] = keep + 0.1f;
+    expect_conv(&b, &mean, AF_KIND_DIVERGE, "a wrong mean");
+    b.f[0] = keep;
+    /* a live row off stays a finding whatever the masked rows do */
+    b.f[dv + 1] = (float)(b.ref[dv + 1] + 0.5);
+    af_kind k = conv_kind(&b, &mean, &res);
+    assert_int_equal(k, AF_KIND_DIVERGE);
+    assert_int_equal(res.m.n_fail_masked, 0);
+    bench_close(&b);
+}
+
+/* masked_rows "unmasked" (jax cudnn): the fully masked row is softmax(q.k * scale) V over
+ * every key, computed here by hand. */
+static void test_conv_masked_rows_unmasked(void **state) {
+    (void)state;
+    af_case c;
+    bmask_case(&c);
+    bench b;
+    bench_open(&b, &c, fill_row0_masked);
+    const af_case_tensors *t = af_inputs_get(b.in);
+    size_t dv = c.v_head_dim, sq = c.q_len, D = c.head_dim, Sk = c.kv_len, group = c.q_heads / c.kv_heads;
+    double scale = af_case_scale(&c);
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    for (size_t r = 0; r < (size_t)c.batch * c.q_heads * sq; r += sq) { /* row i = 0 */
+        size_t h = r / sq % c.q_heads, bb = r / (sq * c.q_heads);
+        double s[64], mx = -HUGE_VAL, sum = 0.0;
+        for (size_t j = 0; j < Sk; j++) {
+            s[j] = 0.0;
+            for (size_t d = 0; d < D; d++)
+                s[j] += af_view_get(&t->qv, bb, h, 0, d) * af_view_get(&t->kv, bb, h / group, j, d);
+            s[j] *= scale;
+            mx = s[j] > mx ? s[j] : mx;
+        }
+        for (size_t j = 0; j < Sk; j++) sum += (s[j] = exp(s[j] - mx));
+        for (size_t d = 0; d < dv; d++) {
+            double o = 0.0;
+            for (size_t j = 0; j < Sk; j++) o += s[j] / sum * af_view_get(&t->vv, bb, h / group, j, d);
+            b.f[r * dv + d] = (float)o;
+        }
+    }
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_DIVERGE, "plain attention in a fully masked row, undeclared");
+    expect_conv(&b, &(af_conventions){.masked_rows = AF_ROWS_UNMASKED}, AF_KIND_OK, "declared unmasked");
+    expect_conv(&b, &(af_conventions){.masked_rows = AF_ROWS_MEAN}, AF_KIND_DIVERGE, "plain attention, declared mean");
+    bench_close(&b);
+}
+
+/* masked_keys "ieee": key 1 masked by the boolean mask for every query of batch row 0, its
+ * K row +Inf there; an implementation adding the mask as -inf gets NaN rows (Inf + -inf). */
+static void fill_masked_inf_k(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->bm, b, h, i, j, b == 0 && j == 1 ? 0.0 : 1.0);
+    for (size_t g = 0; g < c->kv_heads; g++)
+        for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->kv, 0, g, 1, d, DINF);
+}
+
+static void test_conv_masked_keys_ieee(void **state) {
+    (void)state;
+    af_case c;
+    bmask_case(&c);
+    bench b;
+    bench_open(&b, &c, fill_masked_inf_k);
+    size_t half = b.n / c.batch; /* batch row 0's elements come first */
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference excludes the masked key: element %zu is %g", e, b.ref[e]);
+        b.f[e] = e < half ? NAN : (float)b.ref[e];
+    }
+    af_conventions ieee = {.masked_keys_ieee = true};
+    af_result res;
+    assert_int_equal(conv_kind(&b, &(af_conventions){0}, &res), AF_KIND_NAN_MISMATCH);
+    assert_int_equal(conv_kind(&b, &ieee, &res), AF_KIND_OK);
+    assert_int_equal(res.m.n_masked_key_nan, half);
+    /* batch row 1 has no such key: a NaN there is a finding under "ieee" too */
+    b.f[half + 2] = NAN;
+    expect_conv(&b, &ieee, AF_KIND_NAN_MISMATCH, "NaN in a row without a non-finite masked key");
+    /* "ieee" allows NaN, not another wrong value: the live keys' answer, or NaN */
+    b.f[half + 2] = (float)b.ref[half + 2];
+    b.f[0] = (float)(b.ref[0] + 1.0);
+    expect_conv(&b, &ieee, AF_KIND_DIVERGE, "a finite wrong value in such a row");
+    bench_close(&b);
+}
+
+/* denormals "flush": V of f32-subnormal values; a flushing implementation gives 0. */
+static void fill_subnormal_v(const af_case_tensors *t) {
+    const af_view *v = &t->vv;
+    for (size_t b = 0; b < v->ne[0]; b++)
+        for (size_t h = 0; h < v->ne[1]; h++)
+            for (size_t s = 0; s < v->ne[2]; s++)
+                for (size_t d = 0; d < v->ne[3]; d++) af_view_set(v, b, h, s, d, (double)((s + d) % 5 + 1) * 1e-39);
+}
+
+/* ... and Q subnormal against a -Inf in K row 0: exactly, q.k = -inf drops key 0; after
+ * DAZ, 0 * -inf is NaN (the jax finding of docs/findings-campaigns.md). */
+static void fill_subnormal_q_inf_k(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_view *q = &t->qv;
+    for (size_t b = 0; b < q->ne[0]; b++)
+        for (size_t h = 0; h < q->ne[1]; h++)
+            for (size_t s = 0; s < q->ne[2]; s++)
+                for (size_t d = 0; d < q->ne[3]; d++) af_view_set(q, b, h, s, d, d == 0 ? 1e-39 : 0.0);
+    for (size_t b = 0; b < t->kv.ne[0]; b++)
+        for (size_t g = 0; g < t->kv.ne[1]; g++) af_view_set(&t->kv, b, g, 0, 0, -DINF);
+}
+
+static void test_conv_denormals_flush(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    bench b;
+    bench_open(&b, &c, fill_subnormal_v);
+    for (size_t e = 0; e < b.n; e++) b.f[e] = 0.0f;
+    af_conventions flush = {.denormals_flush = true};
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_DIVERGE, "subnormal V flushed, undeclared");
+    expect_conv(&b, &flush, AF_KIND_OK, "subnormal V flushed, declared flush");
+    b.f[3] = 1e-3f;
+    expect_conv(&b, &flush, AF_KIND_DIVERGE, "declared flush, a wrong value");
+    bench_close(&b);
+
+    bench_open(&b, &c, fill_subnormal_q_inf_k);
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference drops key 0: element %zu is %g", e, b.ref[e]);
+        b.f[e] = NAN;
+    }
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_NAN_MISMATCH, "0 * -inf after DAZ, undeclared");
+    expect_conv(&b, &flush, AF_KIND_OK, "0 * -inf after DAZ, declared flush");
+    bench_close(&b);
+}
+
+/* scores "dtype": f16 scores past 65504 are Inf, the row NaN (softmax of Inf). */
+static void fill_big_qk(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_view *q = &t->qv, *k = &t->kv;
+    for (size_t b = 0; b < q->ne[0]; b++)
+        for (size_t h = 0; h < q->ne[1]; h++)
+            for (size_t s = 0; s < q->ne[2]; s++)
+                for (size_t d = 0; d < q->ne[3]; d++) af_view_set(q, b, h, s, d, 300.0);
+    for (size_t b = 0; b < k->ne[0]; b++)
+        for (size_t h = 0; h < k->ne[1]; h++)
+            for (size_t s = 0; s < k->ne[2]; s++)
+                for (size_t d = 0; d < k->ne[3]; d++) af_view_set(k, b, h, s, d, s == 0 ? 300.0 : -300.0);
+}
+
+static void test_conv_scores_dtype(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F16);
+    bench b;
+    bench_open(&b, &c, fill_big_qk);
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference is finite: element %zu is %g", e, b.ref[e]);
+        b.f[e] = NAN;
+    }
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_NAN_MISMATCH, "f16 score overflow, f32 scores declared");
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_BF16}, AF_KIND_NAN_MISMATCH,
+                "f16 score overflow, bf16 scores declared");
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_OK, "f16 score overflow, f16 scores declared");
+    /* a right output is right under either model */
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    expect_conv(&b, &(af_conventions){.scores_dtype = 7u}, AF_KIND_OK, "the exact answer, scores dtype");
+    bench_close(&b);
+}
+
+/* tf32 "always": TF32 matmuls on an f32 case that does not allow them (the silent_tf32
+ * mutant computes exactly that). */
+static void test_conv_tf32_always(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.head_dim = 64;
+    for (int t = 0; t < 3; t++) c.t[t].mag_q4 = 4;
+    bench b;
+    bench_open(&b, &c, NULL);
+    af_backend *be = NULL;
+    af_error err = {0};
+    assert_int_equal(af_backend_open("mutant:silent_tf32", &be, &err), AF_OK);
+    assert_int_equal(af_backend_run(be, af_inputs_get(b.in), &b.out64, &err), AF_OK);
+    af_backend_close(be);
+    af_result res;
+    assert_int_equal(af_oracle_compare_conv(b.o, &b.out64, &(af_conventions){0}, &res, &err), AF_OK);
+    if (res.kind != AF_KIND_DIVERGE) fail_msg("TF32 on an f32 case, undeclared: %s", af_kind_names[res.kind]);
+    assert_int_equal(af_oracle_compare_conv(b.o, &b.out64, &(af_conventions){.tf32_always = true}, &res, &err), AF_OK);
+    if (res.kind != AF_KIND_OK) fail_msg("TF32 on an f32 case, declared always: %s (worst %.3g)", af_kind_names[res.kind], res.m.worst_ratio);
+    bench_close(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
@@ -752,6 +1005,9 @@ int main(void) {
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
         cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
+        cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_unmasked),
+        cmocka_unit_test(test_conv_masked_keys_ieee), cmocka_unit_test(test_conv_denormals_flush),
+        cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -99,6 +99,41 @@ static void test_hello_defaults(void **state) {
     assert_non_null(strstr(hello.conventions, "\"masked_rows\":\"zero\""));
 }
 
+/* The conventions the oracle models (conventions.h), parsed; "scores" as a list of dtypes. */
+static void test_hello_conventions(void **state) {
+    (void)state;
+    af_wp_hello hello;
+    af_error err = {0};
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                         "\"conventions\":{\"masked_rows\":\"mean\",\"masked_keys\":\"ieee\",\"denormals\":\"flush\","
+                         "\"scores\":[\"bf16\"],\"tf32\":\"always\"}}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.masked_rows, AF_ROWS_MEAN);
+    assert_false(hello.masked_rows_nan);
+    assert_true(hello.conv.masked_keys_ieee);
+    assert_true(hello.conv.denormals_flush);
+    assert_true(hello.conv.tf32_always);
+    assert_int_equal(hello.conv.scores_dtype, 1u << AF_BF16);
+    assert_false(hello.conv.masked_values_ieee);
+    assert_non_null(strstr(hello.conventions, "\"masked_rows\":\"mean\""));
+    assert_non_null(strstr(hello.conventions, "\"scores\":[\"bf16\"]"));
+    assert_non_null(strstr(hello.conventions, "\"denormals\":\"flush\""));
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                  "\"conventions\":{\"masked_rows\":\"unmasked\",\"scores\":\"dtype\"}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.masked_rows, AF_ROWS_UNMASKED);
+    assert_int_equal(hello.conv.scores_dtype, 7u);
+    assert_non_null(strstr(hello.conventions, "\"scores\":\"dtype\""));
+    /* defaults: the reference's own semantics */
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.masked_rows, AF_ROWS_ZERO);
+    assert_false(hello.conv.masked_keys_ieee || hello.conv.denormals_flush || hello.conv.tf32_always);
+    assert_int_equal(hello.conv.scores_dtype, 0);
+}
+
 static void test_hello_malformed(void **state) {
     (void)state;
     static const struct {
@@ -118,6 +153,18 @@ static void test_hello_malformed(void **state) {
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
          "\"conventions\":{\"masked_rows\":\"one\"}}",
          "masked_rows"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"masked_keys\":\"add\"}}",
+         "masked_keys"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"denormals\":\"ftz\"}}",
+         "denormals"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"scores\":\"f16\"}}",
+         "conventions.scores"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"scores\":[\"f64\"]}}",
+         "conventions.scores dtype"},
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],\"compile_key\":[\"values\"]}",
          "unknown compile_key field"},
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":\"f32\",\"layouts\":[]}", "array of names"},
@@ -765,7 +812,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_full),
         cmocka_unit_test(test_hello_defaults),
-        cmocka_unit_test(test_hello_malformed),
+        cmocka_unit_test(test_hello_conventions), cmocka_unit_test(test_hello_malformed),
         cmocka_unit_test(test_result_ok_bhsd),
         cmocka_unit_test(test_result_ok_bshd_f16_strided),
         cmocka_unit_test(test_result_unsupported_and_error),

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "case.h"
+#include "conventions.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -90,6 +91,8 @@ typedef struct af_backend_ext {
     bool waive_masked_row_nan;     /* conventions.masked_rows "nan": not a finding for it */
     bool waive_masked_value_leak;  /* conventions.masked_values "ieee": likewise */
     bool own_dropout;          /* conventions.dropout "keep_mask": it returns its own keep mask */
+    af_conventions conv;       /* what the oracle models for it (conventions.h; the two waivers
+                                  above included) */
     uint32_t compile_key;      /* AF_KEY_* bits (case_key.h) */
     /* the last run */
     const char *stderr_tail;   /* the last 4 KiB of its stderr, NUL-terminated ("" if none) */

@@ -97,6 +97,8 @@ typedef struct af_bundle_spec {
     af_tolerance tol;
     const char *replay_cmd; /* e.g. "attnfuzz replay crashes/diverge-0123456789abcdef" */
     const char *extra_json; /* optional JSON object text merged into case.json as "extra" */
+    const char *name;       /* optional: the directory name ([A-Za-z0-9_.-], at most 63
+                               characters); NULL: <kind>-<signature> */
 } af_bundle_spec;
 
 /* Writes the bundle under crashes_dir (created if missing). On success path (if not
@@ -124,9 +126,12 @@ typedef struct af_bundle_record { /* one backend as recorded in case.json */
     af_kind kind;
     af_metrics m;
     bool has_output; /* out.<backend>.npy.zst present */
+    char error[512]; /* its recorded error message (error, crash, timeout), "" if none */
 } af_bundle_record;
 
-/* Loads dir/case.json (and checks the arrays present). Errors name the file. */
+/* Loads dir/case.json (and checks the arrays present). Errors name the file. A dir that
+ * is a symbolic link (a merged bundle, merge.h) is resolved once, here: every file this
+ * bundle handle reads comes from the directory case.json was read from. */
 af_status af_bundle_read(const char *dir, af_bundle **out, af_error *err);
 void af_bundle_free(af_bundle *b); /* NULL does nothing */
 

@@ -12,6 +12,8 @@
 #include <stdint.h>
 
 #include "exec.h"
+#include "shard.h"
+#include "known.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -52,8 +54,14 @@ typedef struct af_campaign_opts {
                                  More than one: the job is not bound to one CPU */
     size_t batch_bytes;       /* a batch stops growing past this many bytes of tensors; 0 = 256 MiB */
     double serving;           /* share of generated cases in a serving form or decode shape (0..1);
-                                 < 0 (the default): AF_SERVING_AUTO when some backend declares a
-                                 serving capability (packed, paged, sinks, alibi), else 0 */
+                                 < 0 (the default): AF_SERVING_AUTO when some external backend
+                                 (a worker or target) declares a serving capability (packed,
+                                 paged, sinks, alibi), else 0: the built-ins run serving cases
+                                 when asked */
+    af_shard shard;           /* --shard I/N: the case stream of shard I (shard.h); count 0 =
+                                 not sharded. The stats say which shard they are */
+    const af_known *known;    /* known bugs (known.h) findings are matched against before
+                                 they are minimized or stored; NULL: none (--no-known) */
 } af_campaign_opts;
 #define AF_SERVING_AUTO 0.25
 
@@ -72,6 +80,15 @@ typedef struct af_signature_entry {
     bool write_failed;       /* counted in write_errors: its bundle could not be written
                                 (a finding that did not fail again is not: no write error) */
 } af_signature_entry;
+
+/* One known bug (known.h) as a campaign met it. */
+typedef struct af_known_stat {
+    char id[AF_KNOWN_ID_MAX];
+    uint64_t hits;     /* findings counted against it: never minimized, never stored again */
+    uint64_t skipped;  /* backend runs the generator left out: cases that trigger it (its
+                          `when`) sent fewer to a backend it keeps hitting */
+    char bundle[512];  /* its exemplar bundle (known-<id>), "" when none was written */
+} af_known_stat;
 
 /* --jobs N supervision. The parent looks at its children once a second. A child that dies
  * (killed by a signal, as the OOM killer's SIGKILL, or exiting with an error) is reported
@@ -124,6 +141,14 @@ typedef struct af_campaign_stats {
     double generate_seconds, reference_seconds, backend_seconds, target_seconds, check_seconds;
     double restart_seconds;
     uint64_t worker_restarts;
+    double started_at;   /* wall clock (seconds since the epoch) when the campaign started */
+    bool finished;       /* the campaign has stopped: these are its final stats (the stats file
+                            is rewritten every second while it runs, finished false) */
+    /* known bugs (opts.known): per entry met, in the order first met (af_free'd by
+     * af_campaign_stats_free); the totals over them */
+    af_known_stat *known;
+    size_t n_known, cap_known;
+    uint64_t known_hits, known_skipped;
 } af_campaign_stats;
 
 void af_campaign_stats_free(af_campaign_stats *s);

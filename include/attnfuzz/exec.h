@@ -79,10 +79,12 @@ af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_err
 af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err);
 /* Runs n cases at once: their inputs and float64 references on up to `threads` threads,
  * every backend that takes batches (a worker that declared `batch`) sent its cases in one
- * frame while the references are computed, the others case by case. Findings of each case
- * are read after af_exec_select(x, i); af_exec_run_batch leaves case 0 selected. A later
- * af_exec_run_case reuses case 0's slot. n <= AF_EXEC_MAX_BATCH. */
-af_status af_exec_run_batch(af_exec *x, const af_case *cases, size_t n, unsigned threads, af_error *err);
+ * frame while the references are computed, the others case by case. skips (NULL: none):
+ * per case, the backends it leaves out for their known bugs (as af_exec_skip_next). Findings
+ * of each case are read after af_exec_select(x, i); af_exec_run_batch leaves case 0
+ * selected. A later af_exec_run_case reuses case 0's slot. n <= AF_EXEC_MAX_BATCH. */
+af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *skips, size_t n, unsigned threads,
+                           af_error *err);
 /* Makes case i of the last batch the one the accessors below see (findings, case, input,
  * check results, bundles). */
 af_status af_exec_select(af_exec *x, size_t i, af_error *err);
@@ -122,12 +124,23 @@ bool af_exec_would_run(const af_exec *x, const af_case *c);
 uint32_t af_exec_compile_key(const af_exec *x);
 double af_exec_compile_seconds(const af_exec *x);
 
+/* The generator's hook for known bugs (campaign.c): the next single execution does not run the
+ * backends whose bit (index as af_exec_backend_at) is set in mask, as if they did not
+ * support the case; later executions (minimizing, replaying) run every backend again.
+ * af_exec_skipped counts the backend runs skipped so far. */
+void af_exec_skip_next(af_exec *x, uint32_t mask);
+uint64_t af_exec_skipped(const af_exec *x);
+
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h). */
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len,
                                af_error *err);
 /* The same under a given signature (the campaign's, taken on the minimized case). */
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err);
+/* The same under a directory name of the caller's (bundle.h af_bundle_spec.name), with an
+ * optional JSON object text stored in case.json as "extra" (a known bug's exemplar). */
+af_status af_exec_write_bundle_named(af_exec *x, size_t i, uint64_t signature, const char *name, const char *extra_json,
+                                     const char *dir, char *path, size_t path_len, af_error *err);
 
 #ifdef __cplusplus
 }

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "case.h"
+#include "conventions.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -74,6 +75,14 @@ typedef struct af_metrics {
     double worst_out, worst_ref;
     size_t n_nan, n_inf, n_masked_row_nan, n_diverge, n_unstable;
     size_t n_masked_value_leak; /* NaN only through a zero-weight key (0 * Inf, 0 * NaN) */
+    /* where the failing elements (those counted above but n_unstable) sit, for matching a
+     * finding against known bugs (known.h) */
+    size_t n_nan_ref;        /* of n_nan: the reference is NaN and the output is not */
+    size_t n_fail_masked;    /* failing elements in fully masked rows */
+    double fail_score_max;   /* the largest score (after scale, softcap and masks) of any row
+                                holding a failing element: -Inf when they are all fully masked
+                                rows, +Inf for a row with a NaN score; NaN when none fails */
+    size_t n_masked_key_nan; /* NaN excused by conventions.masked_keys "ieee" (not failing) */
 } af_metrics;
 
 typedef struct af_result {
@@ -119,6 +128,14 @@ const uint8_t *af_oracle_masked_rows(const af_oracle *o);
 /* Compares an output (F32, F64, F16 or BF16, contiguous [B, Hq, Sq, Dv]) with the
  * reference; f16/bf16 outputs get their final rounding in the tolerance. */
 af_status af_oracle_compare(af_oracle *o, const af_tensor *out, af_result *res, af_error *err);
+
+/* af_oracle_compare for a backend that declared conventions (conventions.h; NULL: none):
+ * each models what the backend may do (oracle.c says how), so what they explain is no
+ * finding, and nothing else is loosened. masked_rows "mean"/"unmasked" and denormals
+ * "flush" apply against the reference (not an expected output of
+ * af_oracle_prepare_expected). */
+af_status af_oracle_compare_conv(af_oracle *o, const af_tensor *out, const af_conventions *conv, af_result *res,
+                                 af_error *err);
 
 /* Compares two outputs of one backend that must agree (relations). a is the output on
  * the prepared case; b may cover a subset or a permutation of its rows: row r of b

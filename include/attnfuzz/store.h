@@ -9,7 +9,12 @@
  * first time is written as a bundle named <kind>-<signature> (an existing bundle of that
  * name, stored by another process or an earlier run, is left as it is); repeats are
  * counted, not stored. A bundle that could not be written (a full disk) is retried when
- * the signature recurs at a power-of-two count, and its input is kept as hex meanwhile. */
+ * the signature recurs at a power-of-two count, and its input is kept as hex meanwhile.
+ *
+ * Before any of that, a finding that matches a known bug (known.h, opts.known) is counted
+ * against the entry (stats->known) and is neither minimized nor signed: the first one
+ * seen is written as the entry's exemplar bundle, named known-<id> (never overwritten: an
+ * exemplar an earlier run or another job wrote stays), later ones are only counted. */
 #ifndef ATTNFUZZ_STORE_H
 #define ATTNFUZZ_STORE_H
 
@@ -32,6 +37,7 @@ typedef struct af_store_opts {
     double deadline;         /* CLOCK_MONOTONIC seconds; minimizing stops there and findings
                                 after it are stored as found (0 = none): a campaign with a
                                 time limit ends on time */
+    const af_known *known;   /* known bugs to match first (NULL: none); must outlive the store */
 } af_store_opts;
 
 typedef struct af_store af_store;
@@ -43,6 +49,8 @@ void af_store_destroy(af_store *st); /* NULL does nothing */
 
 /* What af_store_findings did with one finding. */
 typedef struct af_store_event {
+    long known;    /* the known bug it is (index in opts.known), -1 for none; then entry
+                      indexes stats->known, not stats->sigs */
     size_t entry;  /* index of its signature in stats->sigs */
     bool first;    /* the signature showed for the first time (its count is 1) */
     bool stored;   /* a bundle was written for it now */
@@ -58,6 +66,13 @@ typedef struct af_store_event {
  * returned; AF_ERR_NOMEM. A bundle write failure is not an error (see the event). */
 af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *stats, double elapsed, af_store_event *ev,
                             size_t *n_ev, af_error *err);
+
+/* Known bugs counted by this store: findings of entry (index in opts.known) on backend
+ * (index as af_exec_backend_at of the executor it stored from; a pair's finding counts
+ * for both sides), what the generator learns from (campaign.c). */
+uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend);
+/* The stats record of known bug id, added (zeroed) when missing; NULL when out of memory. */
+af_known_stat *af_store_known_stat(af_campaign_stats *stats, const char *id);
 
 /* The signature table of stats: the entry for sig, or NULL. */
 af_signature_entry *af_store_find(af_campaign_stats *stats, uint64_t sig);

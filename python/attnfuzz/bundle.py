@@ -169,7 +169,10 @@ def number(x):
 def load(path):
     """The whole bundle as a dict: "case" (the case object), "meta" (all of case.json) and
     one numpy array per .npy.zst file, keyed by its name without .npy.zst ("q", "ref",
-    "out.fused", "expected", ...)."""
+    "out.fused", "expected", ...). A merged bundle is a symbolic link that attnfuzz merge
+    may point at a smaller version meanwhile: it is resolved once, so every file comes from
+    one version."""
+    path = os.path.realpath(path)
     cj = os.path.join(path, "case.json")
     with open(cj, "rb") as f:
         size = os.fstat(f.fileno()).st_size

@@ -151,27 +151,24 @@ class Case:
         """Keys of row b: kv_lens[b] with a packed or paged form, else kv_len."""
         return min(self.kv_lens[b], self.kv_len) if self.kv_lens is not None else self.kv_len
 
-    @property
-    def sinks(self):
-        """float32 [Hq]: the sink logits (the run request's, else drawn from the case), or None."""
-        if "sinks" not in self.forms:
+    def _table(self, name, form):
+        if form not in self.forms:
             return None
-        t = self.serving_tensors.get("sinks")
+        t = self.serving_tensors.get(name)
         if t is None:
-            from . import serving
-            t = self.serving_tensors["sinks"] = serving.sinks(self)
+            raise ValueError("case: a %s case without its %s tensor (the run request's, or "
+                             "attnfuzz.serving.physical's)" % (form, name))
         return t
 
     @property
+    def sinks(self):
+        """float32 [Hq]: the sink logits of the run request (serving_tensors), or None."""
+        return self._table("sinks", "sinks")
+
+    @property
     def alibi_slopes(self):
-        """float32 [Hq]: the ALiBi slopes (the run request's, else the case's), or None."""
-        if "alibi" not in self.forms:
-            return None
-        t = self.serving_tensors.get("alibi_slopes")
-        if t is None:
-            from . import serving
-            t = self.serving_tensors["alibi_slopes"] = serving.slopes(self)
-        return t
+        """float32 [Hq]: the ALiBi slopes of the run request (serving_tensors), or None."""
+        return self._table("alibi_slopes", "alibi")
 
     # --- derived values -------------------------------------------------------------
 

@@ -80,8 +80,9 @@ class WorkerProcess:
             raise protocol.ProtocolError("worker closed its stdout")
         return r
 
-    def close(self, timeout=5):
-        """Sends bye and returns the exit status."""
+    def close(self, timeout=60):
+        """Sends bye and returns the exit status (a stack's interpreter teardown, torch's or
+        TVM's, took more than 5 s on a loaded 2-core machine: the limit only catches a hang)."""
         try:
             self.send(BYE)
             self.proc.stdin.close()

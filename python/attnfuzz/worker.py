@@ -68,9 +68,42 @@ class Result:
         self.run_s = run_s
 
 
+# The conventions a hello may declare and their values (docs/worker-protocol.md; the first
+# is the default). "causal" is a list of diagonals; "scores" may also be a list of dtypes.
+CONVENTIONS = {
+    "causal": ("top_left", "bottom_right", "bottom_right_valid", "explicit"),
+    "masked_rows": ("zero", "nan", "mean", "unmasked"),
+    "masked_values": ("exclude", "ieee"),
+    "masked_keys": ("exclude", "ieee"),
+    "denormals": ("keep", "flush"),
+    "scores": ("f32", "dtype"),
+    "tf32": ("case", "always"),
+    "dropout": ("counter", "keep_mask", "none"),
+}
+
+
+def check_conventions(conventions):
+    """Raises ValueError for a convention or value attnfuzz does not know (it would refuse
+    the hello): a typo fails here, in the worker, not as a protocol error."""
+    for key, value in (conventions or {}).items():
+        if key not in CONVENTIONS:
+            raise ValueError("unknown convention %r (known: %s)" % (key, ", ".join(CONVENTIONS)))
+        allowed = CONVENTIONS[key]
+        if key == "scores" and isinstance(value, (list, tuple)):
+            allowed, values = ("f32", "f16", "bf16"), value
+        elif key == "causal":
+            values = value
+        else:
+            values = [value]
+        for v in values:
+            if v not in allowed:
+                raise ValueError("conventions %s: %r is none of %s" % (key, v, ", ".join(allowed)))
+
+
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
                  compile_key=None, batch=None):
-    """The hello frame's header serve() writes."""
+    """The hello frame's header serve() writes (conventions checked: check_conventions)."""
+    check_conventions(conventions)
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
          "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
     if dtypes is None:

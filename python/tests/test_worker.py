@@ -74,6 +74,22 @@ def run_header(rid, head_dim, nbytes_each, extra_entries=""):
             '"tensors":[%s%s]}' % (rid, CASE2 % d, ents, extra_entries))
 
 
+class Conventions(unittest.TestCase):
+    """hello_header checks the conventions against docs/worker-protocol.md's list."""
+
+    def test_known_values_pass(self):
+        from attnfuzz.worker import hello_header
+        conv = {"masked_rows": "mean", "masked_keys": "ieee", "denormals": "flush", "scores": ["bf16"],
+                "tf32": "always", "causal": ["top_left"], "dropout": "none", "masked_values": "ieee"}
+        self.assertEqual(hello_header("x", "1", ["f32"], ["bhsd"], conventions=conv)["conventions"], conv)
+
+    def test_typos_fail_in_the_worker(self):
+        from attnfuzz.worker import hello_header
+        for conv in ({"masked_row": "nan"}, {"masked_rows": "mean_v"}, {"scores": ["f64"]}, {"causal": ["left"]}):
+            with self.assertRaises(ValueError):
+                hello_header("x", "1", ["f32"], ["bhsd"], conventions=conv)
+
+
 class Serve(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -36,6 +36,9 @@ enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 
 #define AF_REF_BLOCK_ELEMS 131072u
 
+/* A score as the honest run holds it: in f32, or in the dtype under scores "dtype". */
+static inline double af_ref_rsc(bool lowp, af_dtype dt, double x) { return lowp ? af_rdt(x, dt) : af_r32(x); }
+
 af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const af_view *kv, const af_view *vv,
                            const af_ref_opts *opts, double *out, uint8_t *masked_rows, af_scratch *ws,
                            af_error *err) {
@@ -79,6 +82,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     double *sens = honest ? opts->sens : NULL;
     /* score error per unit of |scale| |q| . |k|: input roundings, fp32 accumulation */
     const double u32 = 0x1p-24, udt = af_dtype_eps(dt), ovf = af_dtype_overflow(dt);
+    /* scores held in f32, or in the dtype (conventions.scores "dtype") */
+    const bool lowp = honest && opts->scores_dtype;
+    const double u_sc = lowp ? udt : u32;
     /* Any placement is a legitimate rewrite (compilers move the scale), so the bound
      * covers rounding both scaled inputs to the dtype, whichever placement the case has. */
     double c_in = sqrt((double)D) * u32 + (tf32 ? 2.0 * 0x1p-11 : 0.0) + 2.0 * udt;
@@ -109,6 +115,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
             double kmax = af_ref_maxabs(k, Sk * D);
             bool k_tf32_inf = tf32 && af_ref_tf32_overflows(k, Sk * D);
             bool k_nonfinite = honest && af_ref_has_nonfinite(k, Sk * D);
+            bool k_leaky = opts->key_leak && af_ref_has_nonfinite(k, Sk * D);
             double kmin = honest ? af_ref_min_abs(k, Sk * D) : 0.0;
             if (tf32 && af_ref_tf32_overflows(v, Sk * Dv)) vrisk_force = true;
             /* An online-softmax kernel accumulates weights exp(s - running max), each up to 1,
@@ -133,6 +140,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
 
             for (size_t h = g * group; h < (g + 1) * group; h++) {
                 af_gather_f64(qv, b, h, q, D);
+                /* a non-finite Q or K can give a masked key a NaN or +Inf score (key_leak) */
+                bool qk_leaky = k_leaky || (opts->key_leak && af_ref_has_nonfinite(q, Sq * D));
                 /* |q| |k| bounds Q.K^T's partial sums, scaled or not (a fused kernel scales
                  * after the product, an explicit graph may scale before) */
                 bool qk_risk = honest && af_ref_maxabs(q, Sq * D) * kmax * (double)D *
@@ -174,6 +183,19 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         double *s = S + r * Sk;
                         uint8_t *lv = live + r * Sk;
                         bool all_live = af_mask_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, add, lv);
+                        if (opts->key_leak) {
+                            /* before the scores change: the score a masked key would have
+                             * had, had the mask been added (exact mode: s holds Q.K^T) */
+                            uint8_t kl = 0;
+                            for (size_t j = 0; qk_leaky && !all_live && j < Sk && !kl; j++) {
+                                if (lv[j]) continue;
+                                double x = s[j] * scale;
+                                if (c->softcap > 0.0) x = c->softcap * tanh(x / c->softcap);
+                                if (c->amask.present) x += (double)add[j];
+                                kl = isnan(x) || x == HUGE_VAL;
+                            }
+                            opts->key_leak[(b * Hq + h) * Sq + i] = kl;
+                        }
                         rowst[r] = all_live ? AF_ROW_ALL_LIVE : AF_ROW_SOME_LIVE;
                         sinkw[r] = 0.0;
                         if (alibi)
@@ -186,6 +208,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         /* exact path with nothing between scale and softmax: the scale is folded
                          * into the exponential (max taken on the unscaled scores) */
                         double fold = 1.0;
+                        /* honest mode: a live score that rounding (an overflow, or a finite
+                         * mask value rounded to the dtype's -Inf) turned into -inf */
+                        bool rounded_out = false;
                         if (!honest && !opts->qk_f16_before_scale && scale > 0.0 && !(c->softcap > 0.0) &&
                             !c->amask.present && !alibi && !sinks) {
                             fold = scale;
@@ -208,21 +233,28 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             if (!honest) {
                                 x *= scale;
                             } else {
-                                x = af_r32(x);
-                                if (c->placement == AF_PLACE_SCORES) x = af_r32(x * (double)(float)scale);
+                                double pre = x;
+                                x = af_ref_rsc(lowp, dt, x);
+                                if (c->placement == AF_PLACE_SCORES) x = af_ref_rsc(lowp, dt, x * (double)(float)scale);
+                                rounded_out |= lv[j] && isfinite(pre) && x == -HUGE_VAL;
                             }
                             double pre_cap = x;
                             if (c->softcap > 0.0) {
                                 x = c->softcap * tanh(x / c->softcap);
-                                if (honest) x = af_r32(x);
+                                if (honest) x = af_ref_rsc(lowp, dt, x);
                             }
                             if (alibi) { /* a kernel's f32 bias: -(slope * dist), one rounding */
                                 x += honest ? af_r32(bias[j]) : bias[j];
-                                if (honest) x = af_r32(x);
+                                if (honest) x = af_ref_rsc(lowp, dt, x);
                             }
+                            double mask_err = 0.0;
                             if (c->amask.present) {
-                                x += (double)add[j];
-                                if (honest) x = af_r32(x);
+                                double a = lowp ? af_rdt((double)add[j], dt) : (double)add[j];
+                                if (lowp && isfinite(a)) mask_err = fabs(a) * udt;
+                                bool finite_in = isfinite(x) && isfinite((double)add[j]);
+                                x += a;
+                                if (honest) x = af_ref_rsc(lowp, dt, x);
+                                rounded_out |= honest && lv[j] && finite_in && x == -HUGE_VAL;
                             }
                             s[j] = lv[j] ? x : -HUGE_VAL;
                             if (sens) {
@@ -230,14 +262,19 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                  * the rounding of the score and of the mask addition */
                                 double *dl = delta + r * Sk + j;
                                 double dc = c->softcap > 0.0 ? af_sens_cap(*dl, pre_cap, c->softcap) : *dl;
-                                *dl = lv[j] && isfinite(x) ? dc + 2.0 * fabs(x) * u32 + (alibi ? fabs(bias[j]) * u32 : 0.0)
+                                *dl = lv[j] && isfinite(x) ? dc + 2.0 * fabs(x) * u_sc + mask_err +
+                                                                 (alibi ? fabs(bias[j]) * u32 : 0.0)
                                                            : 0.0;
                             }
                         }
                         int has_nan;
                         double m = af_max_f64(s, Sk, &has_nan);
+                        /* every live key rounded away: the dtype cannot compute this row (an
+                         * f32 score + mask past f32's range, f32's lowest as a bf16 mask) */
+                        if (m == -HUGE_VAL && !has_nan && rounded_out) risky[r] = 1;
                         size_t row_out = ((b * Hq + h) * Sq + i);
                         if (masked_rows) masked_rows[row_out] = !has_nan && m == -HUGE_VAL;
+                        if (opts->row_max) opts->row_max[row_out] = has_nan ? (double)NAN : m * fold;
                         if (has_nan && p > 0.0) {
                             /* NaN weights, but dropout zeroes the dropped ones: with every live
                              * key dropped the row is all zero weights, as p = 1 gives zeros */
@@ -265,6 +302,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                              * weights); a non-finite V at a live key whose weight may round to
                              * 0 in the dtype (0 * Inf = NaN) makes the row unstable */
                             double p_zero = af_dtype_min_subnormal(dt);
+                            if (opts->ftz && p_zero < 0x1p-126) p_zero = 0x1p-126;
                             if (af_sens_weights(s, m, delta + r * Sk, Sk, bad, nbad, p_zero)) risky[r] = 1;
                         }
                         /* with a sink, exponents count from the larger of m and z (exp(z - m) may

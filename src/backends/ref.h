@@ -15,6 +15,15 @@ typedef struct af_ref_opts {
     bool honest;
     /* Round the inputs of both matrix products to TF32. */
     bool tf32;
+    /* Honest mode only: the scores in the case dtype (a worker's conventions.scores
+     * "dtype"): Q.K^T, the scale on the scores, the softcap and the additive mask (its
+     * values rounded to the dtype first) each rounded to the dtype instead of f32, so an
+     * f16 score past 65504 is Inf as in such an implementation. */
+    bool scores_dtype;
+    /* Honest mode only: results below f32's smallest normal are flushed (a worker's
+     * conventions.denormals "flush"): a weight that small becomes 0, so a non-finite V
+     * behind it gives 0 * Inf = NaN (the unstable flags). */
+    bool ftz;
     /* Round Q.K^T to f16 before applying the scale (a seeded bug). */
     bool qk_f16_before_scale;
     /* Seeded bugs of the serving forms (never with honest): ALiBi's distance plus this
@@ -43,6 +52,16 @@ typedef struct af_ref_opts {
     /* May be NULL: [B, Hq, Sq], the largest finite |v| over the keys of nonzero weight,
      * times 1/(1-p) under dropout (0 for rows without any): the row's error scale. */
     double *row_vscale;
+    /* May be NULL: [B, Hq, Sq], the row's largest score after scale, softcap and masks
+     * (-inf for a fully masked row, NaN when a live score is NaN): where a finding's rows
+     * sit (known.h's score_max). */
+    double *row_max;
+    /* Exact mode only, may be NULL: [B, Hq, Sq], 1 where a key masked by set semantics
+     * (causal, key padding, window, boolean mask) has a NaN or +Inf score before it is
+     * masked (scale, softcap and additive mask applied): an implementation that adds such
+     * a mask as -inf gets NaN + -inf or Inf + -inf = NaN there (conventions.masked_keys
+     * "ieee"). */
+    uint8_t *key_leak;
 } af_ref_opts;
 
 /* Attention of the case in float64 over the given canonical views (normally in->qv,

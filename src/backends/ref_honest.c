@@ -41,20 +41,36 @@ double af_sens_cap(double d, double x, double cap) {
 
 /* Turns per-key score error bounds d_j of one softmax row into bounds W_j on |dP_j|, in
  * place, from the scores s (max m; masked keys -inf). With every score off by e_k,
- * |e_k| <= d_k, and a_k = s_k - m:
- *   P'_j = e^{a_j + e_j} / sum_k e^{a_k + e_k}  in  [e^{a_j - d_j - L+}, min(1, e^{a_j + d_j - L-})],
- *   L+- = log sum_k e^{a_k +- d_k}.
- * Exact for any size of error and computed in log space, so a key whose weight underflows
- * to 0 but could take the lead still counts. Returns true when a live key whose V row is
- * not finite (bad) may get a weight at or below p_zero, which rounds to 0 (0 * Inf = NaN). */
+ * |e_k| <= d_k, and a_k = s_k - m, P'_j = 1 / (1 + sum_{k != j} e^{a_k + e_k - a_j - e_j})
+ * is monotone in each e, so
+ *   P'_j  in  [e^{a_j - d_j} / (e^{a_j - d_j} + R+_j),  e^{a_j + d_j} / (e^{a_j + d_j} + R-_j)],
+ *   R+-_j = sum_{k != j} e^{a_k +- d_k}
+ * exactly, for any size of error: errors every key shares move nothing (one live key keeps
+ * weight 1 however far its score is off). Computed in log space, so a key whose weight
+ * underflows to 0 but could take the lead still counts; R_j is the row's sum less key j's
+ * term, summed anew for the largest term (where subtracting would cancel). Returns true
+ * when a live key whose V row is not finite (bad) may get a weight at or below p_zero,
+ * which rounds to 0 (0 * Inf = NaN). */
+
+/* sum_{k != j} e^{a_k + sign d_k - shift} (masked keys left out). */
+static double af_sens_rest(const double *s, double m, const double *d, size_t n, size_t j, double sign, double shift) {
+    double r = 0.0;
+    for (size_t k = 0; k < n; k++) {
+        double a = s[k] - m;
+        if (k != j && a > -HUGE_VAL) r += exp(a + sign * d[k] - shift);
+    }
+    return r;
+}
+
 bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint32_t *bad, size_t nbad,
                      double p_zero) {
     double up = -HUGE_VAL, lo = -HUGE_VAL;
+    size_t jup = 0, jlo = 0;
     for (size_t j = 0; j < n; j++) {
         double a = s[j] - m;
         if (!(a > -HUGE_VAL)) continue; /* masked (or NaN): no weight */
-        up = a + d[j] > up ? a + d[j] : up;
-        lo = a - d[j] > lo ? a - d[j] : lo;
+        if (a + d[j] > up) up = a + d[j], jup = j;
+        if (a - d[j] > lo) lo = a - d[j], jlo = j;
     }
     if (!(up > -HUGE_VAL)) {
         for (size_t j = 0; j < n; j++) d[j] = 0.0;
@@ -68,11 +84,17 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
         sm += exp(a - d[j] - lo);
         s0 += exp(a);
     }
-    double lplus = up + log(sp), lminus = lo + log(sm), l0 = log(s0);
+    double l0 = log(s0);
+    /* the largest terms' rests, summed without them */
+    double rp_up = af_sens_rest(s, m, d, n, jup, 1.0, up), rm_lo = af_sens_rest(s, m, d, n, jlo, -1.0, lo);
     bool risky = false;
     for (size_t k = 0; k < nbad; k++) {
-        double a = s[bad[k]] - m;
-        if (a > -HUGE_VAL && exp(a - d[bad[k]] - lplus) <= p_zero) risky = true;
+        size_t j = bad[k];
+        double a = s[j] - m;
+        if (!(a > -HUGE_VAL)) continue;
+        double rp = j == jup ? rp_up : fmax(sp - exp(a + d[j] - up), 0.0);
+        double low = 1.0 / (1.0 + rp * exp(up - (a - d[j])));
+        if (!(low > p_zero)) risky = true;
     }
     for (size_t j = 0; j < n; j++) {
         double a = s[j] - m;
@@ -80,8 +102,12 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
             d[j] = 0.0;
             continue;
         }
-        double p = exp(a - l0), hi = exp(a + d[j] - lminus), low = exp(a - d[j] - lplus);
-        hi = hi < 1.0 ? hi : 1.0;
+        double rp = j == jup ? rp_up : fmax(sp - exp(a + d[j] - up), 0.0);
+        double rm = j == jlo ? rm_lo : fmax(sm - exp(a - d[j] - lo), 0.0);
+        /* rest * e^{shift - (a +- d)}: 0 when nothing else is live (0 * Inf counts as 0) */
+        double low = rp > 0.0 ? 1.0 / (1.0 + rp * exp(up - (a - d[j]))) : 1.0;
+        double hi = rm > 0.0 ? 1.0 / (1.0 + rm * exp(lo - (a + d[j]))) : 1.0;
+        double p = exp(a - l0);
         d[j] = hi - p > p - low ? hi - p : p - low;
     }
     return risky;

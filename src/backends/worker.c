@@ -987,6 +987,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->ext.waive_masked_row_nan = h->masked_rows_nan;
     w->ext.waive_masked_value_leak = h->masked_values_ieee;
     w->ext.own_dropout = h->dropout == AF_WP_DROPOUT_KEEP_MASK;
+    w->ext.conv = h->conv;
     w->ext.compile_key = h->compile_key;
     w->ext.stderr_tail = af_worker_tail(&w->p);
     w->ext.learned = w->learned;

@@ -156,8 +156,11 @@ static int af_wp_choice(const af_wp_header *h, long conv, const char *key, const
 
 static const char *const af_wp_float_names[3] = {"f32", "f16", "bf16"}; /* af_dtype order */
 static const char *const af_wp_unpacked[5] = {"bhsd", "bshd", "sbhd", "bsd", "channels_first"};
-static const char *const af_wp_masked_rows[2] = {"zero", "nan"};
 static const char *const af_wp_masked_values[2] = {"exclude", "ieee"};
+static const char *const af_wp_masked_keys[2] = {"exclude", "ieee"};
+static const char *const af_wp_denormals[2] = {"keep", "flush"};
+static const char *const af_wp_tf32[2] = {"case", "always"};
+static const char *const af_wp_scores[2] = {"f32", "dtype"};
 static const char *const af_wp_dropout[3] = {"counter", "keep_mask", "none"}; /* AF_WP_DROPOUT_* order */
 
 /* In the parsers below: fail with a message, or with what a call returned. */
@@ -225,14 +228,36 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     hl->diagonals = (1u << AF_DIAG_COUNT) - 1;
     long cc = af_wp_get(h, conv, "causal");
     if (cc >= 0) AF_WP_TRY(af_wp_name_bits(h, cc, "causal diagonal", af_diag_names, AF_DIAG_COUNT, &hl->diagonals, err));
-    int mr = af_wp_choice(h, conv, "masked_rows", af_wp_masked_rows, 2);
-    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\" or \"nan\"");
+    int mr = af_wp_choice(h, conv, "masked_rows", af_masked_rows_names, AF_ROWS_COUNT);
+    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\", \"nan\", \"mean\" or \"unmasked\"");
+    int mk = af_wp_choice(h, conv, "masked_keys", af_wp_masked_keys, 2);
+    if (mk < 0) AF_WP_FAIL("hello: conventions.masked_keys must be \"exclude\" or \"ieee\"");
+    int dn = af_wp_choice(h, conv, "denormals", af_wp_denormals, 2);
+    if (dn < 0) AF_WP_FAIL("hello: conventions.denormals must be \"keep\" or \"flush\"");
+    int tf = af_wp_choice(h, conv, "tf32", af_wp_tf32, 2);
+    if (tf < 0) AF_WP_FAIL("hello: conventions.tf32 must be \"case\" or \"always\"");
+    /* scores: "f32", "dtype" (every dtype), or the dtypes whose scores are in the dtype */
+    long sc = af_wp_get(h, conv, "scores");
+    uint32_t scores = 0;
+    if (af_wp_type(h, sc, AF_JS_ARRAY)) {
+        AF_WP_TRY(af_wp_name_bits(h, sc, "conventions.scores dtype", af_wp_float_names, 3, &scores, err));
+    } else if (sc >= 0) {
+        int k = af_wp_which(h, sc, af_wp_scores, 2);
+        if (k < 0) AF_WP_FAIL("hello: conventions.scores must be \"f32\", \"dtype\" or a list of dtypes");
+        scores = k == 1 ? 7u : 0u;
+    }
     int mv = af_wp_choice(h, conv, "masked_values", af_wp_masked_values, 2);
     if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
     int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
     if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
-    hl->masked_rows_nan = mr == 1;
+    hl->masked_rows_nan = mr == AF_ROWS_NAN;
     hl->masked_values_ieee = mv == 1;
+    hl->conv.masked_rows = (af_masked_rows)mr;
+    hl->conv.masked_values_ieee = mv == 1;
+    hl->conv.masked_keys_ieee = mk == 1;
+    hl->conv.denormals_flush = dn == 1;
+    hl->conv.tf32_always = tf == 1;
+    hl->conv.scores_dtype = scores;
     hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
     if (hl->dropout == AF_WP_DROPOUT_NONE) hl->caps &= ~(uint32_t)AF_CAP_DROPOUT;
     long bt = af_wp_get(h, 0, "batch");
@@ -253,9 +278,24 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
             int w = snprintf(diags + k, sizeof diags - k, "%s\"%s\"", k ? "," : "", af_diag_names[d]);
             if (w > 0) k += (size_t)w;
         }
+        char sct[64] = "\"f32\"";
+        if (scores == 7u) {
+            snprintf(sct, sizeof sct, "\"dtype\"");
+        } else if (scores) {
+            size_t at = 0;
+            sct[at++] = '[';
+            for (int d = 0; d < 3; d++)
+                if (scores >> d & 1u) {
+                    int w = snprintf(sct + at, sizeof sct - at, "%s\"%s\"", at > 1 ? "," : "", af_wp_float_names[d]);
+                    if (w > 0) at += (size_t)w;
+                }
+            snprintf(sct + at, sizeof sct - at, "]");
+        }
         snprintf(hl->conventions, sizeof hl->conventions,
-                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\"}", diags,
-                 af_wp_masked_rows[mr], af_wp_dropout[dr], af_wp_masked_values[mv]);
+                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\","
+                 "\"masked_keys\":\"%s\",\"denormals\":\"%s\",\"scores\":%s,\"tf32\":\"%s\"}",
+                 diags, af_masked_rows_names[mr], af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
+                 af_wp_denormals[dn], sct, af_wp_tf32[tf]);
     }
 done:
     af_wp_header_free(&hh);

@@ -44,6 +44,7 @@ typedef struct af_wp_hello {
     uint32_t diagonals;         /* bit per af_diag it implements (default all) */
     bool masked_rows_nan;       /* conventions.masked_rows == "nan" */
     bool masked_values_ieee;    /* conventions.masked_values == "ieee" */
+    af_conventions conv;        /* every convention the oracle models (conventions.h) */
     enum { AF_WP_DROPOUT_COUNTER, AF_WP_DROPOUT_KEEP_MASK, AF_WP_DROPOUT_NONE } dropout;
     uint32_t compile_key; /* AF_KEY_* bits; AF_KEY_ALL when not given */
     uint32_t batch;       /* the most cases it takes in one run frame (1: no batches) */

@@ -95,9 +95,9 @@ af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err
     const af_case *c = &b->c;
     static const char *const qkv[3] = {"q.npy.zst", "k.npy.zst", "v.npy.zst"};
     bool have[3], all = true;
-    for (int w = 0; w < 3; w++) all &= have[w] = af_bundle_is_file(b->dir, qkv[w]);
-    bool have_am = c->amask.present && af_bundle_is_file(b->dir, "mask.npy.zst");
-    bool have_bm = c->bmask.present && af_bundle_is_file(b->dir, "bool_mask.npy.zst");
+    for (int w = 0; w < 3; w++) all &= have[w] = af_bundle_is_file(b->files, qkv[w]);
+    bool have_am = c->amask.present && af_bundle_is_file(b->files, "mask.npy.zst");
+    bool have_bm = c->bmask.present && af_bundle_is_file(b->files, "bool_mask.npy.zst");
     all &= have_am == c->amask.present && have_bm == c->bmask.present;
     /* everything given: only lay out the storage; else draw what is missing from the case
      * and overwrite what is given */

@@ -23,7 +23,10 @@
 #define AF_BUNDLE_MAX_TEXT ((size_t)64 << 10)
 
 struct af_bundle {
-    char *dir;
+    char *dir;   /* as the caller named it (messages, af_bundle_dir) */
+    char *files; /* where its files are read from: dir, or the directory a symbolic link
+                    dir resolved to when the bundle was read (a merged bundle, merge.h),
+                    so every file of one read comes from one version of it */
     af_case c;
     af_kind kind;
     uint64_t signature;

@@ -64,6 +64,10 @@ static cJSON *af_bj_metrics(af_bj *w, const af_metrics *m) {
     af_bj_item(w, o, "n_masked_value_leak", af_bj_count(m->n_masked_value_leak));
     af_bj_item(w, o, "n_diverge", af_bj_count(m->n_diverge));
     af_bj_item(w, o, "n_unstable", af_bj_count(m->n_unstable));
+    af_bj_item(w, o, "n_nan_ref", af_bj_count(m->n_nan_ref));
+    af_bj_item(w, o, "n_fail_masked", af_bj_count(m->n_fail_masked));
+    af_bj_item(w, o, "fail_score_max", af_json_double(m->fail_score_max));
+    af_bj_item(w, o, "n_masked_key_nan", af_bj_count(m->n_masked_key_nan));
     return o;
 }
 
@@ -250,6 +254,11 @@ static void af_br_metrics(af_br *r, const cJSON *mo, const char *where, af_metri
     AF_BR_N(n_masked_value_leak);
     AF_BR_N(n_diverge);
     AF_BR_N(n_unstable);
+    AF_BR_N(n_nan_ref);
+    AF_BR_N(n_fail_masked);
+    AF_BR_N(n_masked_key_nan);
+    snprintf(f, sizeof f, "%s.fail_score_max", where);
+    m->fail_score_max = af_br_double(r, mo, "fail_score_max", f, (double)NAN); /* older bundles: unknown */
 #undef AF_BR_D
 #undef AF_BR_N
     const cJSON *wi = af_br_get(mo, "worst_index");
@@ -302,7 +311,8 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
         snprintf(fn, sizeof fn, "%s.verdict", f);
         rec->kind = af_br_kind(r, be, "verdict", fn);
         snprintf(fn, sizeof fn, "%s.error", f);
-        (void)af_br_string(r, be, "error", fn);
+        const char *error = af_br_string(r, be, "error", fn);
+        snprintf(rec->error, sizeof rec->error, "%s", error ? error : "");
         const cJSON *mo = af_br_get(be, "metrics");
         snprintf(fn, sizeof fn, "%s.metrics", f);
         if (mo && !cJSON_IsObject(mo)) {
@@ -326,7 +336,7 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
         }
         if (r->st != AF_OK) return;
         bool nomem = !(b->rec_names[i - 1] = af_strdup(name));
-        if (file && af_bundle_is_file(b->dir, file)) {
+        if (file && af_bundle_is_file(b->files, file)) {
             rec->has_output = true;
             nomem |= !(b->rec_files[i - 1] = af_strdup(file));
         }
@@ -367,7 +377,7 @@ static void af_br_files(af_br *r, const cJSON *root, const af_bundle *b) {
             af_br_fail(r, "files", "expected an array of file names inside the bundle");
             return;
         }
-        if (!af_bundle_is_file(b->dir, it->valuestring) && r->st == AF_OK)
+        if (!af_bundle_is_file(b->files, it->valuestring) && r->st == AF_OK)
             r->st = af_error_set(r->err, AF_ERR_FORMAT, "%s: lists %s, but %s/%s is missing", r->file,
                                  it->valuestring, b->dir, it->valuestring);
     }

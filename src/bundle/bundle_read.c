@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -17,15 +18,26 @@
 
 af_status af_bundle_read(const char *dir, af_bundle **out, af_error *err) {
     *out = NULL;
+    /* a merged bundle is a symbolic link that attnfuzz merge may point at a smaller
+     * version at any moment (merge.h): resolved once, here, every later read of this
+     * bundle sees the version case.json came from (a replaced version stays on disk for
+     * AF_MERGE_GRACE seconds) */
+    char resolved[PATH_MAX];
+    struct stat lsb;
+    const char *files = dir;
+    if (lstat(dir, &lsb) == 0 && S_ISLNK(lsb.st_mode) && realpath(dir, resolved)) files = resolved;
     char path[PATH_MAX];
-    AF_TRY(af_bundle_join(path, sizeof path, dir, "case.json", err));
+    AF_TRY(af_bundle_join(path, sizeof path, files, "case.json", err));
     char *text = NULL;
     size_t len = 0;
     AF_TRY(af_file_read(path, AF_BUNDLE_MAX_JSON, &text, &len, err));
     af_bundle *b = af_calloc(1, sizeof *b);
     af_status st = AF_ERR_NOMEM;
-    if (b) b->dir = af_strdup(dir);
-    if (!b || !b->dir) {
+    if (b) {
+        b->dir = af_strdup(dir);
+        b->files = af_strdup(files);
+    }
+    if (!b || !b->dir || !b->files) {
         af_error_set(err, AF_ERR_NOMEM, "%s: out of memory", path);
     } else {
         st = af_bundle_json_parse(path, text, len, b, err);
@@ -51,6 +63,7 @@ void af_bundle_free(af_bundle *b) {
     af_free(b->who);
     af_free(b->relation);
     af_free(b->dir);
+    af_free(b->files);
     af_free(b);
 }
 
@@ -83,7 +96,7 @@ bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol) {
 
 af_status af_bundle_load_array(const af_bundle *b, const char *name, const size_t want[4], af_array *a, char *path,
                                size_t path_len, af_error *err) {
-    AF_TRY(af_bundle_join(path, path_len, b->dir, name, err));
+    AF_TRY(af_bundle_join(path, path_len, b->files, name, err));
     char shape[160], what[176];
     af_bundle_shape_str(shape, sizeof shape, want, 4);
     snprintf(what, sizeof what, "the case %s", shape);
@@ -140,7 +153,7 @@ static af_status af_bundle_load_f64(const af_bundle *b, const char *name, double
 
 af_status af_bundle_load_expected(const af_bundle *b, double **out, af_error *err) {
     *out = NULL;
-    if (!af_bundle_is_file(b->dir, "expected.npy.zst")) return AF_OK;
+    if (!af_bundle_is_file(b->files, "expected.npy.zst")) return AF_OK;
     return af_bundle_load_f64(b, "expected.npy.zst", out, err);
 }
 
@@ -162,7 +175,7 @@ af_status af_bundle_load_text(const af_bundle *b, const char *name, char **out, 
     AF_RETURN_ERROR_IF(!af_bundle_plain_name(name), err, AF_ERR_INVALID, "%s: \"%s\" is not a file name inside it",
                        b->dir, name);
     char path[PATH_MAX];
-    AF_TRY(af_bundle_join(path, sizeof path, b->dir, name, err));
+    AF_TRY(af_bundle_join(path, sizeof path, b->files, name, err));
     struct stat st;
     if (lstat(path, &st) != 0 && errno == ENOENT) return AF_OK;
     return af_file_read(path, AF_BUNDLE_MAX_TEXT, out, len, err);

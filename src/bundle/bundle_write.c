@@ -155,27 +155,10 @@ static af_status af_bw_output(af_bw *bw, const char *name, const af_bundle_outpu
 }
 
 
-/* mkdir -p. */
+/* mkdir -p (fileio.h). */
 static af_status af_bundle_mkdirs(const char *dir, af_error *err) {
-    char buf[PATH_MAX];
-    size_t n = strlen(dir);
-    AF_RETURN_ERROR_IF(n == 0, err, AF_ERR_INVALID, "the crashes directory name is empty");
-    AF_RETURN_ERROR_IF(n >= sizeof buf, err, AF_ERR_IO, "%s: path is too long", dir);
-    memcpy(buf, dir, n + 1);
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != 0) continue;
-        char save = *p;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return af_error_set(err, AF_ERR_IO, "%s: cannot create directory %s: %s", dir, buf, strerror(errno));
-        *p = save;
-        if (!save) break;
-    }
-    struct stat st;
-    AF_RETURN_ERROR_IF(stat(dir, &st) != 0, err, AF_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
-    AF_RETURN_ERROR_IF(!S_ISDIR(st.st_mode), err, AF_ERR_IO, "%s: cannot create directory: %s", dir,
-                       strerror(ENOTDIR));
-    return AF_OK;
+    AF_RETURN_ERROR_IF(dir[0] == 0, err, AF_ERR_INVALID, "the crashes directory name is empty");
+    return af_file_mkdirs(dir, err);
 }
 
 /* Removes a directory we filled with plain files. */
@@ -278,7 +261,15 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
     AF_RETURN_ERROR_IF(!crashes_dir || !spec || !spec->c, err, AF_ERR_INVALID, "af_bundle_write: missing argument");
     AF_RETURN_ERROR_IF(!spec->input && spec->input_len, err, AF_ERR_INVALID, "af_bundle_write: input_len without input");
     char name[64], final[PATH_MAX];
-    af_bundle_name(spec->kind, spec->signature, name, sizeof name);
+    if (spec->name) {
+        size_t n = strlen(spec->name);
+        AF_RETURN_ERROR_IF(!n || n >= sizeof name || strspn(spec->name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != n ||
+                               spec->name[0] == '.',
+                           err, AF_ERR_INVALID, "af_bundle_write: bad bundle name \"%.80s\"", spec->name);
+        snprintf(name, sizeof name, "%s", spec->name);
+    } else {
+        af_bundle_name(spec->kind, spec->signature, name, sizeof name);
+    }
     AF_TRY(af_bundle_join(final, sizeof final, crashes_dir, name, err));
     if (path && path_len) snprintf(path, path_len, "%s", final);
     AF_TRY(af_bundle_mkdirs(crashes_dir, err));

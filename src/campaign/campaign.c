@@ -76,6 +76,7 @@ void af_campaign_opts_default(af_campaign_opts *o) {
 void af_campaign_stats_free(af_campaign_stats *s) {
     if (!s) return;
     af_free(s->sigs);
+    af_free(s->known);
     memset(s, 0, sizeof *s);
 }
 
@@ -123,6 +124,22 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON_AddNumberToObject(tm, "checks", s->check_seconds);
     cJSON_AddNumberToObject(tm, "restarts", s->restart_seconds);
     cJSON_AddNumberToObject(j, "worker_restarts", (double)s->worker_restarts);
+    /* known bugs: hits per entry, the backend runs left out for them, the exemplars */
+    cJSON_AddNumberToObject(j, "known_hits", (double)s->known_hits);
+    cJSON_AddNumberToObject(j, "known_skipped", (double)s->known_skipped);
+    cJSON *known = cJSON_AddArrayToObject(j, "known");
+    for (size_t i = 0; i < s->n_known; i++) {
+        const af_known_stat *k = &s->known[i];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "id", k->id);
+        cJSON_AddNumberToObject(x, "hits", (double)k->hits);
+        cJSON_AddNumberToObject(x, "skipped", (double)k->skipped);
+        if (k->bundle[0])
+            cJSON_AddStringToObject(x, "bundle", k->bundle);
+        else
+            cJSON_AddNullToObject(x, "bundle");
+        cJSON_AddItemToArray(known, x);
+    }
     cJSON *kinds = cJSON_AddObjectToObject(j, "findings_per_kind");
     for (int k = 1; k < AF_KIND_COUNT; k++) cJSON_AddNumberToObject(kinds, af_kind_names[k], (double)s->unique_by_kind[k]);
     cJSON *sigs = cJSON_AddArrayToObject(j, "signatures");
@@ -146,7 +163,15 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
         cJSON_AddBoolToObject(x, "stored_elsewhere", e->stored_elsewhere);
         cJSON_AddItemToArray(sigs, x);
     }
+    cJSON_AddBoolToObject(j, "finished", s->finished);
+    cJSON_AddNumberToObject(j, "started_at", s->started_at);
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+    cJSON_AddStringToObject(j, "host", host);
     if (o) {
+        /* which shard (shard.h): what attnfuzz merge sums and lists per shard */
+        cJSON_AddNumberToObject(j, "shard", o->shard.index);
+        cJSON_AddNumberToObject(j, "shards", o->shard.count);
         cJSON_AddNumberToObject(j, "seed", (double)o->seed);
         cJSON_AddNumberToObject(j, "jobs", o->jobs ? o->jobs : 1);
         cJSON_AddStringToObject(j, "crashes", o->crashes_dir);
@@ -239,6 +264,31 @@ static void af_kinds_text(const af_campaign_stats *s, char *kinds, size_t cap) {
     }
 }
 
+/* "known 37 (jax-xla-masked-rows-mean 20, ...)": hits per known bug, the most first */
+static void af_known_text(const af_campaign_stats *s, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (!s->known_hits) return;
+    size_t n = 0;
+    int w = snprintf(buf, cap, "known %llu (", (unsigned long long)s->known_hits);
+    if (w > 0) n = (size_t)w;
+    uint64_t above = UINT64_MAX;
+    for (size_t shown = 0; shown < s->n_known && n < cap;) {
+        uint64_t best = 0;
+        for (size_t i = 0; i < s->n_known; i++)
+            if (s->known[i].hits < above && s->known[i].hits > best) best = s->known[i].hits;
+        if (!best) break;
+        for (size_t i = 0; i < s->n_known && n < cap; i++) {
+            if (s->known[i].hits != best) continue;
+            w = snprintf(buf + n, cap - n, "%s%s %llu", shown ? ", " : "", s->known[i].id,
+                         (unsigned long long)s->known[i].hits);
+            if (w > 0) n += (size_t)w;
+            shown++;
+        }
+        above = best;
+    }
+    if (n < cap) snprintf(buf + n, cap - n, ")");
+}
+
 static void af_clock_text(double t, char *buf, size_t cap) {
     unsigned long v = t > 0 ? (unsigned long)t : 0;
     if (v >= 3600)
@@ -257,17 +307,18 @@ static void af_clock_text(double t, char *buf, size_t cap) {
  * jobs) over the time the jobs ran. */
 static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *o, const char *last, const char *tag,
                             bool tty) {
-    char kinds[256];
+    char kinds[256], known[512];
     af_kinds_text(s, kinds, sizeof kinds);
+    af_known_text(s, known, sizeof known);
     double elapsed = s->elapsed, rate = elapsed > 0 ? (double)s->execs / elapsed : 0.0;
     char died[64] = "";
     if (s->jobs_died)
         snprintf(died, sizeof died, "%sjobs died: %llu%s", tty ? "  " : "\t", (unsigned long long)s->jobs_died,
                  s->jobs_kept_dying ? " (kept dying)" : "");
     if (!tty) {
-        fprintf(stderr, "#%llu\t%s execs/s: %.0f\tunique: %zu%s%s%s\telapsed: %.0fs%s%s%s\n",
+        fprintf(stderr, "#%llu\t%s execs/s: %.0f\tunique: %zu%s%s%s%s%s\telapsed: %.0fs%s%s%s\n",
                 (unsigned long long)s->execs, tag, rate, s->n_sigs, kinds[0] ? " (" : "", kinds, kinds[0] ? ")" : "",
-                elapsed, died, last[0] ? "\tlast: " : "", last);
+                known[0] ? "\t" : "", known, elapsed, died, last[0] ? "\tlast: " : "", last);
         return;
     }
     char now[32], total[32] = "-", line[1024];
@@ -275,9 +326,10 @@ static void af_print_status(const af_campaign_stats *s, const af_campaign_opts *
     if (o->seconds > 0) af_clock_text(o->seconds, total, sizeof total);
     unsigned jobs = o->jobs > 1 ? o->jobs : 1;
     double share = elapsed > 0 ? 100.0 * s->compile_seconds / (elapsed * jobs) : 0.0;
-    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  compile %.0f%%  %zu finding%s%s%s%s%s%s%s", tag,
+    int n = snprintf(line, sizeof line, "%s%s%s/%s  %.0f execs/s  compile %.0f%%  %zu finding%s%s%s%s%s%s%s%s%s", tag,
                      tag[0] ? " " : "", now, total, rate, share, s->n_sigs, s->n_sigs == 1 ? "" : "s",
-                     kinds[0] ? " (" : "", kinds, kinds[0] ? ")" : "", died, last[0] ? "  last: " : "", last);
+                     kinds[0] ? " (" : "", kinds, kinds[0] ? ")" : "", known[0] ? "  " : "", known, died,
+                     last[0] ? "  last: " : "", last);
     struct winsize ws;
     size_t width = ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 ? (size_t)ws.ws_col - 1 : 79;
     if (n > 0 && (size_t)n > width && width < sizeof line) line[width] = 0;
@@ -294,12 +346,82 @@ static void af_case_tiny(af_case *c, size_t budget) {
     af_case_repair(c, budget);
 }
 
+/* --- known bugs: fewer of their trigger cases to a backend that keeps hitting them ---- */
+
+/* A backend that hit known bug e h times is sent a case that triggers e (its `when`) with
+ * probability 1 - AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF): after a few hits only
+ * about a tenth of such cases still reach it, so a known bug costs a bounded share of the
+ * executions, and a new bug among the same features is still found (more slowly). The
+ * draw is a hash of the case's seeds, so the same case is always treated alike. */
+#define AF_KNOWN_SKIP_MAX 0.9
+#define AF_KNOWN_SKIP_HALF 8.0
+
+static uint64_t af_known_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The backends case c should skip (bit k: af_exec_backend_at(x, k)), and for each the
+ * entry it skips for (why[k]); 0 when no known bug was hit yet. */
+static uint32_t af_campaign_known_skip(const af_campaign_opts *o, const af_store *store, const af_exec *x,
+                                       const af_case *c, size_t why[AF_EXEC_MAX_BACKENDS]) {
+    size_t nk = af_known_count(o->known), nbe = af_exec_backend_count(x);
+    if (!nk || !store) return 0;
+    af_known_vars vars;
+    bool have = false;
+    uint32_t mask = 0;
+    uint64_t seeds = (uint64_t)c->t[AF_Q].seed ^ (uint64_t)c->t[AF_K].seed << 21 ^ (uint64_t)c->t[AF_V].seed << 42;
+    for (size_t k = 0; k < nbe && k < AF_EXEC_MAX_BACKENDS; k++) {
+        for (size_t e = 0; e < nk; e++) {
+            double h = (double)af_store_known_hits(store, e, k); /* nonzero only where e applies to k */
+            if (h == 0.0) continue;
+            if (!have) {
+                af_known_vars_of_case(&vars, c);
+                have = true;
+            }
+            if (!af_known_when(o->known, e, &vars)) continue;
+            double p = AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF);
+            uint64_t u = af_known_mix(seeds ^ af_known_mix(e * 0x9e3779b97f4a7c15ull + k + 1));
+            if ((double)(u >> 11) * 0x1p-53 < p) {
+                mask |= 1u << k;
+                why[k] = e;
+                break;
+            }
+        }
+    }
+    return mask;
+}
+
+/* Counts the backend runs of mask as skipped for their known bugs. */
+static void af_campaign_known_count(const af_campaign_opts *o, af_campaign_stats *s, uint32_t mask,
+                                    const size_t why[AF_EXEC_MAX_BACKENDS]) {
+    for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) {
+        if (!(mask >> k & 1u)) continue;
+        af_known_info info;
+        af_known_info_of(o->known, why[k], &info);
+        af_known_stat *ks = af_store_known_stat(s, info.id);
+        if (ks) ks->skipped++;
+        s->known_skipped++;
+    }
+}
+
+/* Would c run on some backend that mask leaves in? */
+static bool af_campaign_runs_unskipped(const af_exec *x, const af_case *c, uint32_t mask) {
+    for (size_t k = 0; k < af_exec_backend_count(x); k++)
+        if (!(mask >> k & 1u) && af_backend_supports(af_exec_backend_at(x, k), c, NULL, 0)) return true;
+    return false;
+}
+
 /* The next case of the strategy. The generator's draws are redrawn (up to
  * AF_DRAW_TRIES times) while no backend would run them: a target that declares few
  * capabilities, or refused a feature often enough to have learned it (worker.h), gets
- * cases it runs instead of skipped ones. */
+ * cases it runs instead of skipped ones; so does one that keeps hitting a known bug
+ * (*skip: the backends this case leaves out for theirs). */
 static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t n, af_rng *rng, const af_exec *x,
-                             double max_flops, double serving, af_case *c) {
+                             const af_store *store, af_campaign_stats *s, double max_flops, double serving,
+                             af_case *c, uint32_t *skip) {
+    *skip = 0;
     for (int tries = 0;; tries++) {
         uint32_t pick = af_rng_below(rng, 10);
         if (o->strategy == AF_STRATEGY_GRID) {
@@ -319,7 +441,15 @@ static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t 
         if (o->strategy != AF_STRATEGY_GENERATOR) break;
         af_case_cap_flops(c, max_flops, o->exec.budget);
         if (o->tiny) af_case_tiny(c, o->exec.budget);
-        if (tries + 1 >= AF_DRAW_TRIES || af_exec_would_run(x, c)) break;
+        if (tries + 1 >= AF_DRAW_TRIES) break;
+        if (!af_exec_would_run(x, c)) continue;
+        size_t why[AF_EXEC_MAX_BACKENDS];
+        uint32_t mask = af_campaign_known_skip(o, store, x, c, why);
+        af_campaign_known_count(o, s, mask, why);
+        if (!mask || af_campaign_runs_unskipped(x, c, mask)) {
+            *skip = mask;
+            break;
+        }
     }
 }
 
@@ -350,9 +480,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     }
     af_rng rng;
-    af_rng_init(&rng, o->seed, 0x43414d50u);
+    af_rng_init(&rng, o->seed, af_shard_stream(&o->shard)); /* disjoint across shards (shard.h) */
     af_store_opts so = {.crashes_dir = o->crashes_dir, .no_minimize = o->no_minimize,
-                         .minimize_execs = o->minimize_execs, .deadline = o->seconds > 0 ? af_now() + o->seconds : 0};
+                         .minimize_execs = o->minimize_execs, .deadline = o->seconds > 0 ? af_now() + o->seconds : 0,
+                         .known = o->known};
     af_store *store = af_store_create(&so, err);
     af_status st = store ? AF_OK : AF_ERR_NOMEM;
     if (st == AF_OK && o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
@@ -362,8 +493,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     size_t seeds = pool->n, seeds_run = 0;
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
     double serving = o->serving;
-    for (size_t k = 0; serving < 0.0 && k < af_exec_backend_count(x); k++)
-        if (af_backend_caps(af_exec_backend_at(x, k)) & AF_CAP_SERVING) serving = AF_SERVING_AUTO;
+    for (size_t k = 0; serving < 0.0 && k < af_exec_backend_count(x); k++) {
+        const af_backend *be = af_exec_backend_at(x, k);
+        if (af_backend_ext_of(be) && (af_backend_caps(be) & AF_CAP_SERVING)) serving = AF_SERVING_AUTO;
+    }
     if (serving < 0.0) serving = 0.0;
     double start = af_now(), last_status = start, last_stats = start;
     bool new_sig = false; /* a signature not yet in the stats file a --jobs parent reads */
@@ -386,6 +519,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     if (bmax > 1 && af_exec_batch_max(x) < bmax) bmax = af_exec_batch_max(x);
     size_t bbytes = o->batch_bytes ? o->batch_bytes : (size_t)256 << 20;
     af_case *cases = af_calloc(bmax, sizeof *cases);
+    uint32_t skips[AF_EXEC_MAX_BATCH]; /* per case: the backends left out for their known bugs */
     if (!cases) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
 
     while (st == AF_OK && !af_campaign_stop) {
@@ -399,17 +533,24 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         size_t n = 0, bytes = 0;
         while (n < bmax && !(o->runs && s->execs + n >= o->runs)) {
             af_case c;
+            uint32_t skip = 0;
             bool seed = seeds_run < seeds;
             if (seed) {
                 c = pool->cases[seeds_run++];
-            } else if (reuse) {
-                c = structure;
+            } else if (reuse || (n > 0 && key)) {
+                /* a new value draw of a compiled structure (the batch's first case's) */
+                c = reuse ? structure : cases[0];
                 af_case_revalue(&c, &rng, key, o->exec.budget);
-            } else if (n > 0 && key) {
-                c = cases[0];
-                af_case_revalue(&c, &rng, key, o->exec.budget);
+                size_t why[AF_EXEC_MAX_BACKENDS];
+                skip = af_campaign_known_skip(o, store, x, &c, why);
+                af_campaign_known_count(o, s, skip, why);
+                if (skip && !af_campaign_runs_unskipped(x, &c, skip)) { /* the structure of a known bug */
+                    have_structure = reuse = false;
+                    if (n > 0) break; /* the next batch draws anew */
+                    af_campaign_draw(o, pool, s->execs, &rng, x, store, s, max_flops, serving, &c, &skip);
+                }
             } else {
-                af_campaign_draw(o, pool, s->execs + n, &rng, x, max_flops, serving, &c);
+                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, s, max_flops, serving, &c, &skip);
             }
             size_t cb = af_case_tensor_bytes(&c);
             if (n > 0 && (bytes + cb > bbytes || (seed && key && af_case_key_hash(&c, key) !=
@@ -417,10 +558,12 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 if (seed) seeds_run--; /* the next batch runs it */
                 break;
             }
+            skips[n] = skip;
             cases[n++] = c;
             bytes += cb;
         }
-        st = n == 1 ? af_exec_run_case(x, &cases[0], err) : af_exec_run_batch(x, cases, n, o->threads, err);
+        st = n == 1 ? (af_exec_skip_next(x, skips[0]), af_exec_run_case(x, &cases[0], err))
+                    : af_exec_run_batch(x, cases, skips, n, o->threads, err);
         if (st != AF_OK) break;
 
         for (size_t bi = 0; bi < n && st == AF_OK; bi++) {
@@ -455,6 +598,18 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             size_t nev = 0;
             st = af_store_findings(store, x, s, af_now() - start, ev, &nev, err);
             for (size_t i = 0; i < nev; i++) {
+                if (ev[i].known >= 0) { /* a known bug: counted against its entry (s->known) */
+                    const af_known_stat *k = &s->known[ev[i].entry];
+                    if (!ev[i].first) continue;
+                    snprintf(last, sizeof last, "known %s", k->id);
+                    last_time = s->elapsed;
+                    new_sig = true;
+                    if (status) {
+                        if (tty) fputs("\r\033[K", stderr);
+                        fprintf(stderr, "KNOWN %s -> %s\n", k->id, k->bundle[0] ? k->bundle : "(counted)");
+                    }
+                    continue;
+                }
                 const af_signature_entry *e = &s->sigs[ev[i].entry];
                 if (!ev[i].first && !ev[i].stored && !ev[i].failed) continue; /* a repeat: counted */
                 snprintf(last, sizeof last, "%s %s %016llx", af_kind_names[e->kind], e->who,
@@ -475,11 +630,11 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             af_print_status(s, o, tail, "", tty);
             last_status = now;
         }
-        /* progress for the parent, and at once after a new finding: a child killed next
-         * (the OOM killer) still has it counted */
-        if (!status && o->stats_path && (now - last_stats >= 1.0 || new_sig)) {
+        /* progress for a --jobs parent or a merge of shards (attnfuzz merge), and at once
+         * after a new finding: a child killed next (the OOM killer) still has it counted */
+        if (o->stats_path && (now - last_stats >= 1.0 || new_sig)) {
             new_sig = false;
-            af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress for the parent */
+            af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress, not finished */
             last_stats = now;
         }
     }
@@ -540,6 +695,19 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     }
     const cJSON *wr = cJSON_GetObjectItem(j, "worker_restarts");
     if (cJSON_IsNumber(wr)) s->worker_restarts += (uint64_t)wr->valuedouble;
+    const cJSON *kh = cJSON_GetObjectItem(j, "known_hits"), *ksk = cJSON_GetObjectItem(j, "known_skipped");
+    if (cJSON_IsNumber(kh)) s->known_hits += (uint64_t)kh->valuedouble;
+    if (cJSON_IsNumber(ksk)) s->known_skipped += (uint64_t)ksk->valuedouble;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "known")) {
+        const cJSON *id = cJSON_GetObjectItem(it, "id"), *h = cJSON_GetObjectItem(it, "hits");
+        const cJSON *ks = cJSON_GetObjectItem(it, "skipped"), *bun = cJSON_GetObjectItem(it, "bundle");
+        if (!cJSON_IsString(id)) continue;
+        af_known_stat *k = af_store_known_stat(s, id->valuestring);
+        if (!k) break;
+        if (cJSON_IsNumber(h)) k->hits += (uint64_t)h->valuedouble;
+        if (cJSON_IsNumber(ks)) k->skipped += (uint64_t)ks->valuedouble;
+        if (cJSON_IsString(bun) && !k->bundle[0]) snprintf(k->bundle, sizeof k->bundle, "%s", bun->valuestring);
+    }
     cJSON_Delete(j);
 }
 
@@ -560,12 +728,13 @@ static void af_job_path(char *buf, size_t len, const char *dir, unsigned k, unsi
 }
 
 /* Starts the child of slot k (generation job->gen). Its seed stream is new for every
- * generation: a restarted child does not replay what killed the last one. */
+ * generation: a restarted child does not replay what killed the last one; the slots and
+ * generations of one shard never share a stream (shard.h). */
 static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsigned k, af_job *job, double start,
                               int bind_lock, af_error *err) {
     af_campaign_opts co = *o;
     co.jobs = 1;
-    co.seed = o->seed + 0x9e3779b9ull * (k + 1) + 0xbf58476d1ce4e5b9ull * job->gen;
+    co.seed = af_shard_job_seed(o->seed, k + 1, job->gen);
     if (o->seconds > 0) co.seconds = fmax(o->seconds - (af_now() - start), 1e-3); /* 0 would be no limit */
     if (o->runs) co.runs = o->runs - job->execs_before;
     char path[512];
@@ -626,6 +795,7 @@ static void af_jobs_merge(af_campaign_stats *s, const char *dir, af_job *jobs, u
     s->jobs_died = keep.jobs_died;
     s->jobs_restarted = keep.jobs_restarted;
     s->jobs_kept_dying = keep.jobs_kept_dying;
+    s->started_at = keep.started_at;
     memcpy(s->deaths, keep.deaths, sizeof s->deaths);
 }
 
@@ -744,6 +914,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
         af_jobs_merge(s, dir, jobs, n);
         s->elapsed = af_now() - start;
         if (!o->quiet) af_print_status(s, o, "", running ? "" : "DONE", tty);
+        if (o->stats_path && running) af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress */
         if (o->max_findings && s->n_sigs >= o->max_findings)
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
@@ -756,12 +927,18 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
 
 af_status af_campaign_run(const af_campaign_opts *o, af_campaign_stats *s, af_error *err) {
     memset(s, 0, sizeof *s);
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    double started_at = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
+    s->started_at = started_at;
     if (o->jobs <= 1 && !o->no_bind) {
         int cpu, lock = af_cpu_bind_lock();
         if (af_cpu_bind_choose(&cpu, 1) == 1) af_cpu_bind(0, cpu);
         af_cpu_bind_unlock(lock);
     }
     af_status st = o->jobs > 1 ? af_campaign_jobs(o, s, err) : af_campaign_single(o, s, !o->quiet, err);
+    s->started_at = started_at;
+    s->finished = true;
     if (o->stats_path) {
         af_error serr;
         if (af_campaign_stats_write(s, o, o->stats_path, &serr) != AF_OK && st == AF_OK) {

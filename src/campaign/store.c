@@ -9,6 +9,7 @@
 #include "attnfuzz/mem.h"
 #include "attnfuzz/minimize.h"
 #include "clock.h"
+#include "store_known.h"
 
 /* Minimizing one new finding takes at most this long (besides minimize_execs): a target
  * compiling every new shape for a second would spend minutes on 400 steps. */
@@ -140,6 +141,7 @@ static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af
 struct af_store {
     af_store_opts o;
     af_alias_map aliases;
+    af_store_known *known; /* NULL: no known bugs to match */
 };
 
 af_store *af_store_create(const af_store_opts *o, af_error *err) {
@@ -150,13 +152,23 @@ af_store *af_store_create(const af_store_opts *o, af_error *err) {
     }
     st->o = *o;
     if (!st->o.crashes_dir) st->o.crashes_dir = "crashes";
+    st->known = af_store_known_create(o->known, err);
+    if (af_known_count(o->known) && !st->known) {
+        af_free(st);
+        return NULL;
+    }
     return st;
+}
+
+uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend) {
+    return af_store_known_count(st->known, entry, backend);
 }
 
 void af_store_destroy(af_store *st) {
     if (!st) return;
     af_free(st->aliases.keys);
     af_free(st->aliases.vals);
+    af_store_known_destroy(st->known);
     af_free(st);
 }
 
@@ -173,8 +185,18 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
     bool x_holds_ran = true;
     af_status st_ = AF_OK;
     size_t nev = 0;
+    /* known bugs (store_known.h): matched while x holds the execution that found them */
+    long known_bug[AF_EXEC_MAX_CHECKS];
+    af_store_known_match(st->known, x, found, nf, known_bug);
     for (size_t i = 0; i < nf && st_ == AF_OK; i++) {
         const af_finding *f = &found[i];
+        if (known_bug[i] >= 0) { /* counted against its entry, one exemplar, never minimized */
+            af_store_event event;
+            st_ = af_store_known_hit(st->known, x, s, f, known_bug[i], &ran, &x_holds_ran, o->crashes_dir, &event, err);
+            if (ev) ev[nev] = event;
+            nev++;
+            continue;
+        }
         uint64_t sig = f->signature;
         af_kind kind = f->kind; /* of the signed finding: a finite twin's may differ */
         /* a dead or hung worker is stored as found: each minimizing step could cost a
@@ -201,7 +223,7 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
             }
         }
         af_signature_entry *e = af_store_find(s, sig);
-        af_store_event event = {0};
+        af_store_event event = {.known = -1};
         if (e) {
             e->count++;
             event.entry = (size_t)(e - s->sigs);

@@ -15,6 +15,8 @@ int af_cmd_backends(int argc, char **argv);
 int af_cmd_minimize(int argc, char **argv);
 int af_cmd_regress(int argc, char **argv);
 int af_cmd_report(int argc, char **argv);
+int af_cmd_merge(int argc, char **argv);
+int af_cmd_known(int argc, char **argv);
 
 /* The checks a bundle recorded: its backends (without ref, relation outputs and expected
  * comparisons) and its relation; the default pair for a bundle of another tool. names
@@ -38,7 +40,28 @@ int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n, af_
 int af_cli_relation(af_exec_config *cfg, const char *name);
 
 enum { AF_OPT_BACKEND = 1000, AF_OPT_PAIR, AF_OPT_RELATION, AF_OPT_BUDGET, AF_OPT_WAIVE, AF_OPT_TIMEOUT,
-       AF_OPT_COMPILE_TIMEOUT };
+       AF_OPT_COMPILE_TIMEOUT, AF_OPT_KNOWN, AF_OPT_NO_KNOWN };
+
+/* Known bugs (known.h) for fuzz, replay, regress and report: by default every
+ * corpus/findings/<stack>/known.json of the repository (found from the project root, as
+ * the targets are), plus each --known FILE; none with --no-known. */
+#define AF_CLI_KNOWN_MAX 16
+typedef struct af_cli_known {
+    const char *files[AF_CLI_KNOWN_MAX];
+    size_t n;
+    bool none;
+} af_cli_known;
+#define AF_CLI_KNOWN_OPTIONS                                                                       \
+    {"known", required_argument, 0, AF_OPT_KNOWN}, {"no-known", no_argument, 0, AF_OPT_NO_KNOWN}
+/* 1 if opt was --known or --no-known (consumed), 0 if not, -1 on a bad value (printed). */
+int af_cli_known_option(af_cli_known *ko, int opt, const char *arg);
+/* Loads what ko asks for into *out (NULL with --no-known); on an error prints
+ * "attnfuzz CMD: <the file and the problem>" and returns -1. A root without known.json
+ * files gives an empty set. When verbose, says on stderr how many entries it loaded. */
+struct af_known;
+int af_cli_known_load(const af_cli_known *ko, const char *cmd, bool verbose, struct af_known **out);
+/* "  [known bug ID (CLASS): TITLE]" for entry (or "" for -1), for verdict lines. */
+void af_cli_known_text(const struct af_known *k, long entry, char *buf, size_t len);
 #define AF_CLI_EXEC_OPTIONS                                                                        \
     {"backend", required_argument, 0, AF_OPT_BACKEND}, {"pair", required_argument, 0, AF_OPT_PAIR}, \
         {"relation", required_argument, 0, AF_OPT_RELATION},                                       \

@@ -4,9 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "attnfuzz/campaign.h"
+#include "attnfuzz/shard.h"
+#include "attnfuzz/known.h"
 #include "cli.h"
+#include "core/fileio.h"
 
 static void af_fuzz_usage(FILE *f) {
     fprintf(f,
@@ -36,7 +40,8 @@ static void af_fuzz_usage(FILE *f) {
             "  --max-flops F       cap on the flops of one generated case (default 2e7)\n"
             "  --serving SHARE     share of generated cases in a serving form (packed THD,\n"
             "                      paged KV, sinks, ALiBi) or a decode shape, 0..1 (default\n"
-            "                      0.25 when some backend declares a serving capability, else 0)\n"
+            "                      0.25 when a worker or target declares a serving capability,\n"
+            "                      else 0)\n"
             "  --tiny              every dimension 1 (measures per-case overhead)\n"
             "  --timeout S         seconds a worker backend gets per case (default 10); past\n"
             "                      it the worker is killed and the case kept as a timeout\n"
@@ -56,9 +61,26 @@ static void af_fuzz_usage(FILE *f) {
             "                      more than 1: the job is not bound to one CPU)\n"
             "  --no-spare          no spare worker process after a worker's first crash (a\n"
             "                      spare started ahead makes each later restart cost no start-up)\n"
+            "  --shard I/N         shard I of a campaign of N (0 <= I < N): its own case stream,\n"
+            "                      disjoint from every other shard's with the same --seed\n"
+            "  --shard auto/N      I from SLURM_ARRAY_TASK_ID (a Slurm array task) or\n"
+            "                      JOB_COMPLETION_INDEX (a Kubernetes Indexed Job pod)\n"
+            "  --root DIR          the output root the shards share: bundles in\n"
+            "                      DIR/shard-I/crashes, stats in DIR/shard-I/stats.json, seeds\n"
+            "                      from DIR/corpus and known bugs from DIR/known.json when they\n"
+            "                      exist (--crashes, --stats and --corpus override); join them\n"
+            "                      with attnfuzz merge\n"
+            "  --known FILE        also match findings against the known bugs of FILE (a\n"
+            "                      known.json; repeatable). By default the repository's\n"
+            "                      corpus/findings/*/known.json are loaded: a finding of a\n"
+            "                      known bug is counted against it (status line, stats),\n"
+            "                      kept once as crashes/known-ID, never minimized, and its\n"
+            "                      trigger cases are sent less to a backend that keeps hitting it\n"
+            "  --no-known          load no known bugs: every finding is new\n"
             "  --quiet             no status lines\n"
             "\n"
-            "exit: 0 nothing found, 1 findings, 2 usage or runtime error\n");
+            "exit: 0 nothing new found (known bugs found again are counted, not findings),\n"
+            "1 new findings, 2 usage or runtime error\n");
 }
 
 static void af_on_signal(int sig) {
@@ -81,10 +103,12 @@ int af_cmd_fuzz(int argc, char **argv) {
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
+    af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_THREADS, O_NOSPARE, O_SERVING };
+           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_SERVING };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
+        AF_CLI_KNOWN_OPTIONS,
         {"runs", required_argument, 0, O_RUNS},
         {"time", required_argument, 0, O_TIME},
         {"seed", required_argument, 0, O_SEED},
@@ -102,14 +126,19 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"batch", required_argument, 0, O_BATCH},
         {"threads", required_argument, 0, O_THREADS},
         {"no-spare", no_argument, 0, O_NOSPARE},
+        {"shard", required_argument, 0, O_SHARD},
+        {"root", required_argument, 0, O_ROOT},
         {"serving", required_argument, 0, O_SERVING},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
+    const char *shard = NULL, *root = NULL;
+    bool crashes_set = false, stats_set = false;
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int r = af_cli_exec_option(&cfg, opt, optarg, &selected);
+        if (r == 0) r = af_cli_known_option(&ko, opt, optarg);
         if (r < 0) return 2;
         if (r > 0) continue;
         uint64_t v;
@@ -124,13 +153,19 @@ int af_cmd_fuzz(int argc, char **argv) {
         case O_SEED:
             if (af_parse_u64(optarg, &o.seed)) goto bad;
             break;
-        case O_CRASHES: o.crashes_dir = optarg; break;
+        case O_CRASHES:
+            o.crashes_dir = optarg;
+            crashes_set = true;
+            break;
         case O_CORPUS: o.corpus_dir = optarg; break;
         case O_JOBS:
             if (af_parse_u64(optarg, &v) || v < 1 || v > 256) goto bad;
             o.jobs = (unsigned)v;
             break;
-        case O_STATS: o.stats_path = optarg; break;
+        case O_STATS:
+            o.stats_path = optarg;
+            stats_set = true;
+            break;
         case O_MAXF:
             if (af_parse_u64(optarg, &o.max_findings)) goto bad;
             break;
@@ -157,6 +192,8 @@ int af_cmd_fuzz(int argc, char **argv) {
             o.threads = (unsigned)v;
             break;
         case O_NOSPARE: cfg.worker.no_spare = true; break;
+        case O_SHARD: shard = optarg; break;
+        case O_ROOT: root = optarg; break;
         case O_STRAT: {
             int k = 0;
             while (k < AF_STRATEGY_COUNT && strcmp(optarg, af_strategy_names[k]) != 0) k++;
@@ -177,10 +214,33 @@ int af_cmd_fuzz(int argc, char **argv) {
         fprintf(stderr, "attnfuzz fuzz: unexpected argument \"%s\"\n", argv[optind]);
         return 2;
     }
+    af_error err = {0};
+    af_shard_paths paths;
+    if (shard && af_shard_parse(shard, &o.shard, &err) != AF_OK) {
+        fprintf(stderr, "attnfuzz fuzz: %s\n", err.msg);
+        return 2;
+    }
+    if (root) {
+        /* the shared output root (shard.h): this shard's directory, the campaign's seeds */
+        struct stat sb;
+        if (af_shard_paths_of(root, &o.shard, &paths, &err) != AF_OK || af_file_mkdirs(paths.dir, &err) != AF_OK) {
+            fprintf(stderr, "attnfuzz fuzz: %s\n", err.msg);
+            return 2;
+        }
+        if (!crashes_set) o.crashes_dir = paths.crashes;
+        if (!stats_set) o.stats_path = paths.stats;
+        if (!o.corpus_dir && stat(paths.corpus, &sb) == 0 && S_ISDIR(sb.st_mode)) o.corpus_dir = paths.corpus;
+        /* the campaign's own known bugs, beside the repository's (a --known of every shard) */
+        if (stat(paths.known, &sb) == 0 && S_ISREG(sb.st_mode) && af_cli_known_option(&ko, AF_OPT_KNOWN, paths.known) < 0)
+            return 2;
+    }
     af_cli_default_checks(&cfg, selected);
     cfg.sample_relations = true;
     o.exec = cfg;
     if (o.threads > 1) o.no_bind = true; /* threads need CPUs of their own */
+    af_known *known = NULL;
+    if (af_cli_known_load(&ko, "fuzz", !o.quiet, &known) != 0) return 2;
+    o.known = known;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -189,7 +249,6 @@ int af_cmd_fuzz(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
 
     af_campaign_stats stats;
-    af_error err = {0};
     af_status st = af_campaign_run(&o, &stats, &err);
     int rc = 0;
     if (st != AF_OK) {
@@ -209,6 +268,19 @@ int af_cmd_fuzz(int argc, char **argv) {
             fprintf(stderr, "  %-15s %-32s x%-6llu %s\n", af_kind_names[e->kind], e->who, (unsigned long long)e->count,
                     e->bundle[0] ? e->bundle : "(not stored: see the error above)");
         }
+        if (stats.known_hits) {
+            fprintf(stderr, "attnfuzz: %llu findings of %zu known bugs (counted, not stored again):\n",
+                    (unsigned long long)stats.known_hits, stats.n_known);
+            for (size_t i = 0; i < stats.n_known; i++) {
+                const af_known_stat *k = &stats.known[i];
+                if (!k->hits && !k->skipped) continue;
+                fprintf(stderr, "  known %-40s x%-6llu skipped %-6llu %s\n", k->id, (unsigned long long)k->hits,
+                        (unsigned long long)k->skipped, k->bundle[0] ? k->bundle : "");
+            }
+        }
+        if (stats.known_skipped)
+            fprintf(stderr, "attnfuzz: %llu backend runs left out: cases of known bugs their backend keeps hitting\n",
+                    (unsigned long long)stats.known_skipped);
         if (stats.jobs_died)
             fprintf(stderr, "attnfuzz: %llu job processes died, %llu restarted (see the lines above%s)\n",
                     (unsigned long long)stats.jobs_died, (unsigned long long)stats.jobs_restarted,
@@ -223,5 +295,6 @@ int af_cmd_fuzz(int argc, char **argv) {
         }
     }
     af_campaign_stats_free(&stats);
+    af_known_destroy(known);
     return rc;
 }

@@ -18,15 +18,18 @@
 
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/exec.h"
+#include "attnfuzz/known.h"
 #include "attnfuzz/mem.h"
 #include "cli.h"
 #include "core/clock.h"
 
 static void af_regress_usage(FILE *f) {
-    fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--budget MIB] DIR...\n"
+    fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--budget MIB] [--known FILE]\n"
+               "                        [--no-known] DIR...\n"
                "\n"
-               "Replays every bundle under each DIR (a corpus of bundles) with the checks it\n"
-               "recorded and compares each verdict with the recorded one:\n"
+               "Replays every bundle under each DIR (a corpus of bundles, or a directory holding\n"
+               "crashes/: a shard's, or what attnfuzz merge wrote) with the checks it recorded\n"
+               "and compares each verdict with the recorded one:\n"
                "  same        the verdict is unchanged (a known bug still fails, a clean case is clean)\n"
                "  fixed       it failed when recorded and passes now\n"
                "  REGRESSED   it passed when recorded, or failed otherwise, and fails now\n"
@@ -39,6 +42,8 @@ static void af_regress_usage(FILE *f) {
                "--waive FILE known, accepted findings, one a line (# comments): a signature\n"
                "             (16 hex digits), a bundle name (<kind>-<signature>) or a kind\n"
                "             (diverge, nan_mismatch, ...); FILE may also be one such entry\n"
+               "--known FILE, --no-known   known bugs, as for fuzz: a check failing now that is\n"
+               "             one gets \"[known bug ID ...]\" on its verdict line (the verdict is the same)\n"
                "\n"
                "exit: 0 nothing regressed, 1 something regressed, 2 a bundle cannot be read\n");
 }
@@ -252,7 +257,7 @@ static af_exec *af_regress_exec(const af_exec_config *cfg, af_error *err) {
 }
 
 static int af_regress_bundle(const char *dir, const char *name, af_exec_config base, bool strict,
-                             const af_waive *waive, af_regress_counts *n, af_junit_case *jc) {
+                             const af_waive *waive, const af_known *known, af_regress_counts *n, af_junit_case *jc) {
     af_error err = {0};
     af_bundle *b;
     char line[1400];
@@ -312,6 +317,12 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
             snprintf(line, sizeof line, "%-9s %.900s: %.200s: recorded %s, now %s%s%.63s", verdict, dir, check, af_kind_names[was],
                      af_kind_names[now], by ? " (waive list: " : "", by ? by : "");
             if (by) strncat(line, ")", sizeof line - strlen(line) - 1);
+            for (size_t k = 0; k < af_exec_finding_count(x) && known; k++)
+                if (af_exec_finding(x, k)->check == i) {
+                    char kt[400];
+                    af_cli_known_text(known, af_known_match_exec(known, x, k), kt, sizeof kt);
+                    strncat(line, kt, sizeof line - strlen(line) - 1);
+                }
             printf("%s\n", line);
             if (failing) rc = 1;
             if (jc) {
@@ -338,8 +349,10 @@ int af_cmd_regress(int argc, char **argv) {
     bool strict = false;
     const char *junit = NULL;
     af_waive waive = {0};
+    af_cli_known ko = {0};
     enum { O_STRICT = 's', O_JUNIT = 'j', O_WAIVE_LIST = 'w' };
     static const struct option longopts[] = {{"budget", required_argument, 0, AF_OPT_BUDGET},
+                                             AF_CLI_KNOWN_OPTIONS,
                                              {"strict", no_argument, 0, O_STRICT},
                                              {"junit", required_argument, 0, O_JUNIT},
                                              {"waive", required_argument, 0, O_WAIVE_LIST},
@@ -349,6 +362,12 @@ int af_cmd_regress(int argc, char **argv) {
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         if (opt == AF_OPT_BUDGET && af_cli_exec_option(&cfg, opt, optarg, &selected) > 0) continue;
+        int kr = af_cli_known_option(&ko, opt, optarg);
+        if (kr < 0) {
+            af_free(waive.entries);
+            return 2;
+        }
+        if (kr > 0) continue;
         if (opt == O_STRICT) {
             strict = true;
             continue;
@@ -373,15 +392,25 @@ int af_cmd_regress(int argc, char **argv) {
         af_free(waive.entries);
         return 2;
     }
+    af_known *known = NULL;
+    if (af_cli_known_load(&ko, "regress", false, &known) != 0) {
+        af_free(waive.entries);
+        return 2;
+    }
     int rc = 0, bundles = 0;
     af_regress_counts n = {0};
     af_junit j = {0};
     double start = af_now();
     for (int a = optind; a < argc; a++) {
+        /* a merged directory or a shard's (attnfuzz merge, fuzz --root): its crashes/ */
+        char sub[2048];
+        struct stat ds;
+        int w = snprintf(sub, sizeof sub, "%s/crashes", argv[a]);
+        const char *dir = w > 0 && (size_t)w < sizeof sub && stat(sub, &ds) == 0 && S_ISDIR(ds.st_mode) ? sub : argv[a];
         struct dirent **ents;
-        int ne = scandir(argv[a], &ents, NULL, alphasort);
+        int ne = scandir(dir, &ents, NULL, alphasort);
         if (ne < 0) {
-            fprintf(stderr, "attnfuzz regress: %s: cannot open the directory\n", argv[a]);
+            fprintf(stderr, "attnfuzz regress: %s: cannot open the directory\n", dir);
             rc = 2;
             continue;
         }
@@ -389,9 +418,9 @@ int af_cmd_regress(int argc, char **argv) {
             char path[4096];
             struct stat sb;
             const char *name = ents[e]->d_name;
-            snprintf(path, sizeof path, "%s/%s/case.json", argv[a], name);
+            snprintf(path, sizeof path, "%s/%s/case.json", dir, name);
             bool bundle = name[0] != '.' && stat(path, &sb) == 0;
-            snprintf(path, sizeof path, "%s/%s", argv[a], name);
+            snprintf(path, sizeof path, "%s/%s", dir, name);
             if (bundle) {
                 af_junit_case *jc = NULL;
                 if (junit) {
@@ -413,7 +442,7 @@ int af_cmd_regress(int argc, char **argv) {
                     }
                 }
                 double t0 = af_now();
-                int r = af_regress_bundle(path, name, cfg, strict, &waive, &n, jc);
+                int r = af_regress_bundle(path, name, cfg, strict, &waive, known, &n, jc);
                 if (jc) jc->seconds = af_now() - t0;
                 bundles++;
                 if (r > rc) rc = r;
@@ -436,6 +465,7 @@ int af_cmd_regress(int argc, char **argv) {
         af_free(j.cases);
     }
     af_free(waive.entries);
+    af_known_destroy(known);
     af_exec_destroy(af_regress_cache.x);
     af_regress_cache.x = NULL;
     return rc;

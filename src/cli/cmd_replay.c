@@ -8,6 +8,7 @@
 
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/exec.h"
+#include "attnfuzz/known.h"
 #include "cli.h"
 
 static void af_replay_usage(FILE *f) {
@@ -23,23 +24,26 @@ static void af_replay_usage(FILE *f) {
             "  --budget MIB     tensor memory per case (default 64; raise for big bundles)\n"
             "  --waive masked_row_nan, --waive masked_value_leak\n"
             "  --timeout S, --compile-timeout S   a worker's limits, as for fuzz\n"
+            "  --known FILE, --no-known   known bugs, as for fuzz: a failing check that is one\n"
+            "                   says which (\"[known bug ID ...]\"); it still fails\n"
             "  -q, --quiet      print only failing checks\n"
             "\n"
             "exit: 0 all clean, 1 something still fails, 2 usage error or unreadable input\n");
 }
 
-static void af_print_result(const char *path, const char *check, const af_result *r, const char *msg) {
+static void af_print_result(const char *path, const char *check, const af_result *r, const char *msg,
+                            const char *known) {
     if (r->kind == AF_KIND_ERROR || r->kind == AF_KIND_CRASH || r->kind == AF_KIND_TIMEOUT) {
-        printf("%s: %s: %s: %s\n", path, check, af_kind_names[r->kind], msg && *msg ? msg : "(no message)");
+        printf("%s: %s: %s: %s%s\n", path, check, af_kind_names[r->kind], msg && *msg ? msg : "(no message)", known);
         return;
     }
     printf("%s: %s: %s  max_abs %.3g  max_rel %.3g  rel_fro %.3g  worst %.3g x tol at [%zu,%zu,%zu,%zu]"
-           " (got %.9g, want %.9g)\n",
+           " (got %.9g, want %.9g)%s\n",
            path, check, af_kind_names[r->kind], r->m.max_abs, r->m.max_rel, r->m.rel_fro, r->m.worst_ratio,
-           r->m.worst[0], r->m.worst[1], r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref);
+           r->m.worst[0], r->m.worst[1], r->m.worst[2], r->m.worst[3], r->m.worst_out, r->m.worst_ref, known);
 }
 
-static int af_replay_one(const char *path, const af_exec_config *base, int selected, bool quiet) {
+static int af_replay_one(const char *path, const af_exec_config *base, int selected, bool quiet, const af_known *known) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
         fprintf(stderr, "attnfuzz replay: %s: no such file or directory\n", path);
@@ -89,9 +93,13 @@ static int af_replay_one(const char *path, const af_exec_config *base, int selec
                 continue;
             }
             const char *msg = "";
+            char kt[400] = "";
             for (size_t k = 0; k < af_exec_finding_count(x); k++)
-                if (af_exec_finding(x, k)->check == i) msg = af_exec_finding(x, k)->message;
-            if (r->kind != AF_KIND_OK || !quiet) af_print_result(path, af_exec_check_name(x, i), r, msg);
+                if (af_exec_finding(x, k)->check == i) {
+                    msg = af_exec_finding(x, k)->message;
+                    af_cli_known_text(known, af_known_match_exec(known, x, k), kt, sizeof kt);
+                }
+            if (r->kind != AF_KIND_OK || !quiet) af_print_result(path, af_exec_check_name(x, i), r, msg, kt);
         }
         rc = af_exec_finding_count(x) ? 1 : 0;
     }
@@ -106,12 +114,15 @@ int af_cmd_replay(int argc, char **argv) {
     af_oracle_opts_default(&cfg.oracle);
     int selected = 0;
     bool quiet = false;
-    static const struct option longopts[] = {
-        AF_CLI_EXEC_OPTIONS, {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    af_cli_known ko = {0};
+    static const struct option longopts[] = {AF_CLI_EXEC_OPTIONS, AF_CLI_KNOWN_OPTIONS,
+                                             {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "qh", longopts, NULL)) != -1) {
         int r = af_cli_exec_option(&cfg, opt, optarg, &selected);
+        if (r == 0) r = af_cli_known_option(&ko, opt, optarg);
         if (r < 0) return 2;
         if (r > 0) continue;
         if (opt == 'q') {
@@ -128,10 +139,13 @@ int af_cmd_replay(int argc, char **argv) {
         af_replay_usage(stderr);
         return 2;
     }
+    af_known *known = NULL;
+    if (af_cli_known_load(&ko, "replay", false, &known) != 0) return 2;
     int rc = 0;
     for (int i = optind; i < argc; i++) {
-        int r = af_replay_one(argv[i], &cfg, selected, quiet);
+        int r = af_replay_one(argv[i], &cfg, selected, quiet, known);
         if (r > rc) rc = r;
     }
+    af_known_destroy(known);
     return rc;
 }

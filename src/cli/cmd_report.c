@@ -22,7 +22,9 @@
 
 #include "attnfuzz/backend.h"
 #include "attnfuzz/bundle.h"
+#include "attnfuzz/known.h"
 #include "attnfuzz/mem.h"
+#include "attnfuzz/merge.h"
 #include "attnfuzz/oracle.h"
 #include "cli.h"
 #include "core/proc.h"
@@ -50,10 +52,11 @@ typedef struct af_report_item {
     long long count;   /* from --stats, -1 when unknown */
     time_t written;    /* bundle directory mtime: when it was stored */
     int dup;           /* other copies of the same bundle name under the DIRs */
+    char known[600];   /* the known bug it is: "ID (class): title; repro ...", "" if none */
 } af_report_item;
 
 static void af_report_usage(FILE *f) {
-    fprintf(f, "usage: attnfuzz report [-o OUT] [--stats FILE]... [--no-repro] DIR...\n"
+    fprintf(f, "usage: attnfuzz report [-o OUT] [--stats FILE]... [--no-repro] [--known FILE]... [--no-known] DIR...\n"
                "\n"
                "Writes OUT/index.html and OUT/report.md (default OUT: report) over every bundle\n"
                "found under the DIRs (a crashes directory, a corpus, a bundle): a table grouped\n"
@@ -64,7 +67,11 @@ static void af_report_usage(FILE *f) {
                "$ATTNFUZZ_PYTHON, else python3).\n"
                "\n"
                "  --stats FILE   a campaign's --stats JSON: how often each signature recurred\n"
+               "                 (default: DIR/stats.json of each DIR that has one, e.g. what\n"
+               "                 attnfuzz merge wrote: then a campaign section, one row per shard)\n"
                "  --no-repro     do not write repro scripts\n"
+               "  --known FILE   known bugs, as for fuzz (default: the repository's): a finding\n"
+               "                 that is one says which; --no-known: none\n"
                "\n"
                "exit: 0 written, 2 an error (unreadable bundles are listed in the report)\n");
 }
@@ -85,6 +92,7 @@ typedef struct af_report {
     char bad[64][600]; /* unreadable bundles: path and message */
     size_t n_bad;
     const char *out_dir;
+    cJSON *campaign;   /* the stats of a merged campaign (merge.h), NULL when none */
 } af_report;
 
 static void af_report_add(af_report *r, const char *dir, const char *name) {
@@ -164,7 +172,20 @@ static void af_report_stats(af_report *r, const char *path) {
             if (af_bundle_signature(r->items[i]->b) == sig)
                 r->items[i]->count = (r->items[i]->count < 0 ? 0 : r->items[i]->count) + (long long)cnt->valuedouble;
     }
+    /* known bugs (known-<id> bundles): hits per id */
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "known")) {
+        const cJSON *id = cJSON_GetObjectItem(it, "id"), *hits = cJSON_GetObjectItem(it, "hits");
+        if (!cJSON_IsString(id) || !cJSON_IsNumber(hits)) continue;
+        for (size_t i = 0; i < r->n; i++)
+            if (!strncmp(r->items[i]->name, "known-", 6) && !strcmp(r->items[i]->name + 6, id->valuestring))
+                r->items[i]->count = (r->items[i]->count < 0 ? 0 : r->items[i]->count) + (long long)hits->valuedouble;
+    }
     if (!j) fprintf(stderr, "attnfuzz report: --stats %s: not JSON\n", path);
+    const cJSON *fmt = cJSON_GetObjectItem(j, "format");
+    if (!r->campaign && cJSON_IsString(fmt) && !strcmp(fmt->valuestring, AF_MERGE_FORMAT)) {
+        r->campaign = j; /* the merged campaign's summary, written above the findings */
+        return;
+    }
     cJSON_Delete(j);
 }
 
@@ -345,6 +366,74 @@ static void af_report_time(time_t t, char *buf, size_t len) {
     if (!t || !gmtime_r(&t, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%SZ", &tm)) snprintf(buf, len, "?");
 }
 
+/* --- the campaign of a merged directory (attnfuzz merge) ---------------------------------- */
+
+static double af_report_num(const cJSON *j, const char *name) {
+    const cJSON *v = cJSON_GetObjectItem(j, name);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0.0;
+}
+
+/* "3 of 4 shards (2 finished; missing: 3), 123456 execs in 1:02:03 (the longest shard),
+ * 345 execs/s over all shards" */
+static void af_report_campaign_line(const cJSON *c, char *buf, size_t len) {
+    char missing[256] = "";
+    size_t n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(c, "shards_missing")) {
+        if (n + 16 >= sizeof missing) break;
+        int w = snprintf(missing + n, sizeof missing - n, "%s%.0f", n ? ", " : "; missing: ", it->valuedouble);
+        if (w > 0) n += (size_t)w;
+    }
+    double t = af_report_num(c, "elapsed");
+    unsigned long v = t > 0 ? (unsigned long)t : 0;
+    snprintf(buf, len,
+             "%.0f of %.0f shards (%.0f finished%s), %.0f execs in %lu:%02lu:%02lu (the longest shard), %.0f execs/s "
+             "over all shards",
+             af_report_num(c, "shards_merged"), af_report_num(c, "shards"), af_report_num(c, "shards_finished"), missing,
+             af_report_num(c, "execs"), v / 3600, v / 60 % 60, v % 60, af_report_num(c, "execs_per_sec"));
+}
+
+static void af_report_campaign_html(FILE *f, const cJSON *c) {
+    char line[512];
+    af_report_campaign_line(c, line, sizeof line);
+    fprintf(f, "<h2>Campaign</h2>\n<p>%s.</p>\n", line);
+    fprintf(f, "<table><tr><th>shard</th><th>host</th><th>execs</th><th>seconds</th><th>execs/s</th>"
+               "<th>findings</th><th>state</th></tr>\n");
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(c, "per_shard")) {
+        const cJSON *h = cJSON_GetObjectItem(row, "host");
+        fprintf(f, "<tr><td>%.0f</td><td>", af_report_num(row, "shard"));
+        af_html_esc(f, cJSON_IsString(h) ? h->valuestring : "");
+        fprintf(f, "</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%s</td></tr>\n",
+                af_report_num(row, "execs"), af_report_num(row, "elapsed"), af_report_num(row, "execs_per_sec"),
+                af_report_num(row, "unique_signatures"),
+                !cJSON_IsTrue(cJSON_GetObjectItem(row, "stats"))    ? "no stats yet"
+                : cJSON_IsTrue(cJSON_GetObjectItem(row, "finished")) ? "finished"
+                                                                     : "running");
+    }
+    fprintf(f, "</table>\n");
+}
+
+static void af_report_campaign_md(FILE *f, const cJSON *c) {
+    char line[512];
+    af_report_campaign_line(c, line, sizeof line);
+    fprintf(f, "Campaign: %s.\n\n| shard | host | execs | seconds | execs/s | findings | state |\n"
+               "| --- | --- | --- | --- | --- | --- | --- |\n",
+            line);
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(c, "per_shard")) {
+        const cJSON *h = cJSON_GetObjectItem(row, "host");
+        fprintf(f, "| %.0f | ", af_report_num(row, "shard"));
+        af_md_esc(f, cJSON_IsString(h) ? h->valuestring : "");
+        fprintf(f, " | %.0f | %.0f | %.0f | %.0f | %s |\n", af_report_num(row, "execs"), af_report_num(row, "elapsed"),
+                af_report_num(row, "execs_per_sec"), af_report_num(row, "unique_signatures"),
+                !cJSON_IsTrue(cJSON_GetObjectItem(row, "stats"))    ? "no stats yet"
+                : cJSON_IsTrue(cJSON_GetObjectItem(row, "finished")) ? "finished"
+                                                                     : "running");
+    }
+    fprintf(f, "\n");
+}
+
 static const char af_report_css[] =
     "body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}"
     "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
@@ -377,6 +466,7 @@ static int af_report_write_html(const af_report *r, const char *path, const char
         af_html_esc(f, py_note);
         fprintf(f, "</p>\n");
     }
+    if (r->campaign) af_report_campaign_html(f, r->campaign);
     fprintf(f, "<table><tr><th>target</th><th>kind</th><th>findings</th><th>seen</th><th>bundles</th></tr>\n");
     for (size_t i = 0; i < r->n;) {
         size_t j = i;
@@ -412,6 +502,11 @@ static int af_report_write_html(const af_report *r, const char *path, const char
         fprintf(f, "</code>%s%s</td></tr>\n", af_bundle_relation(it->b) ? " under relation " : "",
                 af_bundle_relation(it->b) ? af_bundle_relation(it->b) : "");
         fprintf(f, "<tr><th>kind</th><td>%s</td></tr>\n", af_kind_names[af_bundle_kind(it->b)]);
+        if (it->known[0]) {
+            fprintf(f, "<tr><th>known bug</th><td>");
+            af_html_esc(f, it->known);
+            fprintf(f, "</td></tr>\n");
+        }
         fprintf(f, "<tr><th>first seen</th><td>%s", when);
         if (it->count >= 0) fprintf(f, "; seen %lld time%s", it->count, it->count == 1 ? "" : "s");
         if (it->dup) fprintf(f, "; %d more cop%s under the directories", it->dup, it->dup == 1 ? "y" : "ies");
@@ -469,8 +564,9 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
     if (!f) return -1;
     fprintf(f, "## attnfuzz report: %zu finding%s\n\n", r->n, r->n == 1 ? "" : "s");
     if (py_note[0]) fprintf(f, "_%s_\n\n", py_note);
-    fprintf(f, "| target | kind | bundle | seen | first seen | shape | features | max abs | tolerance | replay | repro |\n");
-    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    if (r->campaign) af_report_campaign_md(f, r->campaign);
+    fprintf(f, "| target | kind | bundle | known bug | seen | first seen | shape | features | max abs | tolerance | replay | repro |\n");
+    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < r->n; i++) {
         const af_report_item *it = r->items[i];
         const af_case *c = af_bundle_case(it->b);
@@ -481,6 +577,8 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
         fprintf(f, "| `");
         af_md_esc(f, af_bundle_who(it->b));
         fprintf(f, "` | %s | %s | ", af_kind_names[af_bundle_kind(it->b)], it->name);
+        af_md_esc(f, it->known);
+        fprintf(f, " | ");
         if (it->count >= 0) fprintf(f, "%lld", it->count);
         fprintf(f, " | %s | %s | ", when, shape);
         af_md_esc(f, feat);
@@ -521,12 +619,14 @@ int af_cmd_report(int argc, char **argv) {
     const char *stats[16];
     int n_stats = 0;
     bool no_repro = false;
+    af_cli_known ko = {0};
     static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
+                                             AF_CLI_KNOWN_OPTIONS,
                                              {"stats", required_argument, 0, 's'},
                                              {"no-repro", no_argument, 0, 'n'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
-    int opt;
+    int opt, kr;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
         if (opt == 'o') {
@@ -535,6 +635,8 @@ int af_cmd_report(int argc, char **argv) {
             stats[n_stats++] = optarg;
         } else if (opt == 'n') {
             no_repro = true;
+        } else if ((kr = af_cli_known_option(&ko, opt, optarg)) != 0) {
+            if (kr < 0) return 2;
         } else {
             af_report_usage(opt == 'h' ? stdout : stderr);
             return opt == 'h' ? 0 : 2;
@@ -561,6 +663,7 @@ int af_cmd_report(int argc, char **argv) {
     }
     r->items = items;
     r->out_dir = out_dir;
+    bool explicit_stats = n_stats > 0;
     for (int a = optind; a < argc; a++) {
         struct stat sb;
         if (stat(argv[a], &sb) != 0 || !S_ISDIR(sb.st_mode)) {
@@ -572,9 +675,42 @@ int af_cmd_report(int argc, char **argv) {
         snprintf(dir, sizeof dir, "%s", argv[a]);
         while (len > 1 && dir[len - 1] == '/') dir[--len] = 0;
         af_report_scan(r, dir, 0);
+        /* a campaign's stats beside its bundles (attnfuzz merge's OUT/stats.json, or
+         * fuzz --stats DIR/stats.json): used unless --stats names some */
+        static char auto_stats[16][4200];
+        if (!explicit_stats && n_stats < 16) {
+            snprintf(auto_stats[n_stats], sizeof auto_stats[0], "%s/stats.json", dir);
+            if (stat(auto_stats[n_stats], &sb) == 0 && S_ISREG(sb.st_mode)) {
+                stats[n_stats] = auto_stats[n_stats];
+                n_stats++;
+            }
+        }
     }
     qsort(r->items, r->n, sizeof *r->items, af_report_cmp);
     for (int s = 0; s < n_stats; s++) af_report_stats(r, stats[s]);
+    af_known *known = NULL;
+    if (af_cli_known_load(&ko, "report", false, &known) != 0) {
+        for (size_t i = 0; i < r->n; i++) {
+            af_bundle_free(r->items[i]->b);
+            af_free(r->items[i]);
+        }
+        af_free(items);
+        af_free(r);
+        return 2;
+    }
+    size_t n_known = 0;
+    for (size_t i = 0; i < r->n && known; i++) {
+        long e = -1;
+        af_error kerr;
+        if (af_known_match_bundle(known, r->items[i]->b, &e, &kerr) != AF_OK || e < 0) continue;
+        af_known_info info;
+        af_known_info_of(known, (size_t)e, &info);
+        snprintf(r->items[i]->known, sizeof r->items[i]->known, "%s (%s): %s%s%s%s%s", info.id,
+                 af_known_class_names[info.cls], info.title, info.repro[0] ? "; repro " : "", info.repro,
+                 info.issue[0] ? "; issue: " : "", info.issue);
+        n_known++;
+    }
+    af_known_destroy(known);
 
     /* the project's Python (proc.h), its PYTHONPATH in a copy of the environment */
     af_proc_python py;
@@ -617,9 +753,11 @@ int af_cmd_report(int argc, char **argv) {
         af_free(r->items[i]);
     }
     if (rc == 0)
-        printf("attnfuzz report: %zu findings, %zu pictures, %zu repro scripts, %zu unreadable -> %s (and report.md)\n",
-               r->n, pics, repros, r->n_bad, html);
+        printf("attnfuzz report: %zu findings (%zu of them known bugs), %zu pictures, %zu repro scripts, %zu unreadable "
+               "-> %s (and report.md)\n",
+               r->n, n_known, pics, repros, r->n_bad, html);
     if (py_note[0]) fprintf(stderr, "attnfuzz report: %s\n", py_note);
+    cJSON_Delete(r->campaign);
     af_free(items);
     af_free(r);
     return rc;

@@ -21,6 +21,8 @@ static void af_usage(FILE *f) {
             "  regress   replay a corpus of bundles against their recorded verdicts (CI)\n"
             "  report    every bundle of some directories on one page (HTML, Markdown, repro scripts)\n"
             "  backends  list the backends and what they support\n"
+            "  merge     join the bundles and stats of a campaign's shards (fuzz --shard)\n"
+            "  known     list the known bugs, or say which one each bundle is\n"
             "\n"
             "attnfuzz COMMAND --help shows the options of a command.\n"
             "exit codes: 0 clean, 1 findings, 2 usage or runtime error\n");
@@ -49,6 +51,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "minimize")) return af_cmd_minimize(argc - 1, argv + 1);
     if (!strcmp(cmd, "regress")) return af_cmd_regress(argc - 1, argv + 1);
     if (!strcmp(cmd, "report")) return af_cmd_report(argc - 1, argv + 1);
+    if (!strcmp(cmd, "merge")) return af_cmd_merge(argc - 1, argv + 1);
+    if (!strcmp(cmd, "known")) return af_cmd_known(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         af_usage(stdout);
         return 0;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "attnfuzz/bundle.h"
+#include "attnfuzz/known.h"
 #include "attnfuzz/mem.h"
 #include "cli.h"
 #include "core/fileio.h"
@@ -123,4 +124,60 @@ int af_cli_read_input(const char *path, uint8_t *buf, size_t cap, size_t *n, af_
     memcpy(buf, data, *n);
     af_free(data);
     return 0;
+}
+
+int af_cli_known_option(af_cli_known *ko, int opt, const char *arg) {
+    if (opt == AF_OPT_NO_KNOWN) {
+        ko->none = true;
+        return 1;
+    }
+    if (opt != AF_OPT_KNOWN) return 0;
+    if (ko->n == AF_CLI_KNOWN_MAX) {
+        fprintf(stderr, "attnfuzz: at most %d --known options\n", AF_CLI_KNOWN_MAX);
+        return -1;
+    }
+    ko->files[ko->n++] = arg;
+    return 1;
+}
+
+int af_cli_known_load(const af_cli_known *ko, const char *cmd, bool verbose, af_known **out) {
+    *out = NULL;
+    if (ko->none) {
+        if (ko->n) fprintf(stderr, "attnfuzz %s: --no-known: the --known files are not loaded either\n", cmd);
+        return 0;
+    }
+    af_known *k = af_known_create();
+    if (!k) {
+        fprintf(stderr, "attnfuzz %s: out of memory\n", cmd);
+        return -1;
+    }
+    af_error err = {0};
+    size_t files = 0;
+    if (af_known_load_repo(k, &files, &err) != AF_OK) {
+        fprintf(stderr, "attnfuzz %s: %s (--no-known runs without known bugs)\n", cmd, err.msg);
+        af_known_destroy(k);
+        return -1;
+    }
+    for (size_t i = 0; i < ko->n; i++) {
+        if (af_known_load(k, ko->files[i], &err) != AF_OK) {
+            fprintf(stderr, "attnfuzz %s: --known %s\n", cmd, err.msg);
+            af_known_destroy(k);
+            return -1;
+        }
+        files++;
+    }
+    if (verbose)
+        fprintf(stderr, "attnfuzz: %zu known bugs from %zu known.json files (--no-known: none)\n", af_known_count(k),
+                files);
+    *out = k;
+    return 0;
+}
+
+void af_cli_known_text(const af_known *k, long entry, char *buf, size_t len) {
+    if (len) buf[0] = 0;
+    if (!k || entry < 0) return;
+    af_known_info info;
+    af_known_info_of(k, (size_t)entry, &info);
+    snprintf(buf, len, "  [known bug %s (%s)%s%s]", info.id, af_known_class_names[info.cls], info.title[0] ? ": " : "",
+             info.title);
 }

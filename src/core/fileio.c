@@ -47,6 +47,28 @@ af_status af_file_write(const char *path, const void *data, size_t n, bool exclu
     return AF_OK;
 }
 
+af_status af_file_mkdirs(const char *dir, af_error *err) {
+    char buf[PATH_MAX];
+    size_t n = strlen(dir);
+    AF_RETURN_ERROR_IF(n == 0, err, AF_ERR_IO, "cannot create a directory with an empty name");
+    AF_RETURN_ERROR_IF(n >= sizeof buf, err, AF_ERR_IO, "%s: path is too long", dir);
+    memcpy(buf, dir, n + 1);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != 0) continue;
+        char save = *p;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return af_error_set(err, AF_ERR_IO, "%s: cannot create directory %s: %s", dir, buf, strerror(errno));
+        *p = save;
+        if (!save) break;
+    }
+    struct stat st;
+    AF_RETURN_ERROR_IF(stat(dir, &st) != 0, err, AF_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+    AF_RETURN_ERROR_IF(!S_ISDIR(st.st_mode), err, AF_ERR_IO, "%s: cannot create directory: %s", dir,
+                       strerror(ENOTDIR));
+    return AF_OK;
+}
+
 af_status af_file_write_atomic(const char *path, const void *data, size_t n, af_error *err) {
     char tmp[PATH_MAX];
     int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());

@@ -16,6 +16,10 @@ af_status af_file_write(const char *path, const void *data, size_t n, bool exclu
  * old file or the whole new one. */
 af_status af_file_write_atomic(const char *path, const void *data, size_t n, af_error *err);
 
+/* mkdir -p: creates dir and every missing parent (mode 0755). AF_ERR_IO naming the part
+ * that could not be made, or dir when it exists but is not a directory. */
+af_status af_file_mkdirs(const char *dir, af_error *err);
+
 /* Reads a whole regular file of at most cap bytes into an af_malloc'ed buffer with a NUL
  * after the last byte (*out, *len; the caller af_frees *out). What it reads comes from
  * outside (a bundle, a corpus, a worker), so it is bounded before anything is allocated:

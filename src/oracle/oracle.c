@@ -1,7 +1,25 @@
 /* oracle.c - classification of outputs against the float64 reference (see oracle.h for
  * the tolerance rule). Each comparison is one pass over the elements; when something
  * fails under the floor-only tolerance and the honest run has not been made yet, the
- * honest run is made and the pass repeated with the full tolerance. */
+ * honest run is made and the pass repeated with the full tolerance.
+ *
+ * A backend's conventions (conventions.h) are modelled here, each only for a backend
+ * that declares it:
+ *   masked_rows "nan"        masked_row_nan is not its kind (a waiver)
+ *   masked_rows "mean"       a fully masked row is compared with the mean of V over the keys
+ *                            a set-semantics mask masks (NaN when none does)
+ *   masked_rows "unmasked"   ... with the reference of the case without its set-semantics
+ *                            masks (causal, key padding, window, boolean mask)
+ *   masked_values "ieee"     masked_value_leak is not its kind (a waiver)
+ *   masked_keys "ieee"       NaN is accepted in a row where a set-masked key has a NaN or +Inf
+ *                            score (the reference's key_leak flag): adding -inf to it is NaN
+ *   denormals "flush"        the output is compared with a second oracle prepared on the
+ *                            inputs with their f32-subnormal values flushed to zero, and every
+ *                            element gets (2 Sk + 2 D + 4) * 2^-126 more absolute room for the
+ *                            intermediate results flushed on the way
+ *   scores "dtype", tf32 "always"   the honest run rounds as that implementation does (its
+ *                            own honest slot), so the tolerance and the unstable elements
+ *                            are those of that precision model */
 #include "attnfuzz/oracle.h"
 
 #include <math.h>
@@ -10,6 +28,7 @@
 #include <xxhash.h>
 
 #include "attnfuzz/mem.h"
+#include "attnfuzz/rng.h"
 #include "backends/ref.h"
 #include "scratch.h"
 #include "vmath.h"
@@ -25,24 +44,55 @@ int af_kind_from_name(const char *name) {
     return -1;
 }
 
-enum { WS_REF, WS_HONEST, WS_ROWS, WS_V, WS_SENS, WS_UNSTABLE, WS_EXPECTED, WS_LEAK, WS_VSCALE };
+enum { WS_REF, WS_ROWS, WS_EXPECTED, WS_LEAK, WS_VSCALE, WS_ROWMAX, WS_KEYLEAK, WS_ALT, WS_ALT_VSCALE, WS_ADD,
+       WS_LIVE, WS_KEEP };
+enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE };
+
+/* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
+ * bit 2 flushed denormals. */
+enum { AF_HONEST_SCORES_DTYPE = 1, AF_HONEST_TF32 = 2, AF_HONEST_FTZ = 4, AF_HONEST_SLOTS = 8 };
+
+/* One honest run (ref.h): the case recomputed with an implementation's roundings. */
+typedef struct af_oracle_honest {
+    af_scratch ws;
+    double *out, *sens;
+    uint8_t *unstable; /* no implementation at this precision is bound there */
+    double err;        /* max |honest - ref| beyond sens, over elements finite in both,
+                        * relative to the row's vscale */
+    bool ready;
+} af_oracle_honest;
+
+/* Flushing the f32-subnormal values of the inputs (denormals "flush"). */
+#define AF_FTZ_MIN 0x1p-126 /* f32's smallest normal: what an FTZ/DAZ unit keeps */
+enum { AF_FTZ_UNKNOWN, AF_FTZ_NONE, AF_FTZ_READY };
 
 struct af_oracle {
     af_oracle_opts opts;
     const af_case_tensors *in;
-    af_scratch ws;    /* WS_REF, WS_HONEST, WS_ROWS, WS_V */
+    af_scratch ws;    /* WS_* */
     af_scratch refws; /* for af_ref_attention */
-    double *ref, *honest, *sens;
+    double *ref;
     double *target; /* what outputs are compared with: ref, or an expected output */
     uint8_t *rows;     /* fully masked rows */
-    uint8_t *unstable; /* from the honest run: no fp32 implementation is bound there */
     uint8_t *leak;     /* [n]: a zero-weight key holds a non-finite V in this column */
     double *vscale;    /* [nrows]: max |V| over the row's keys of nonzero weight (ref.h) */
+    double *row_max;   /* [nrows]: the row's largest score (ref.h) */
+    uint8_t *key_leak; /* [nrows]: a set-masked key has a NaN or +Inf score (ref.h) */
     size_t n, nrows, dv;
     double overflow; /* values at or past this round to Inf in the case dtype */
-    bool honest_ready;
-    double honest_err; /* max |honest - ref| beyond sens, over elements finite in both,
-                        * relative to the row's vscale */
+    af_oracle_honest hon[AF_HONEST_SLOTS];
+    /* the comparison in progress: its conventions and honest slot */
+    af_conventions conv;
+    af_oracle_honest *h;
+    double abs_slack; /* added to every bound (denormals "flush") */
+    /* masked_rows "mean" / "unmasked": the alternative target of the fully masked rows */
+    double *alt, *alt_vscale;
+    int alt_mode; /* the af_masked_rows computed into alt, -1 none */
+    /* denormals "flush": the flushed inputs and their oracle */
+    int ftz_state;
+    af_scratch ftz_ws;
+    af_case_tensors ftz_in;
+    af_oracle *ftz;
 };
 
 void af_oracle_opts_default(af_oracle_opts *o) {
@@ -64,6 +114,8 @@ af_oracle *af_oracle_create(const af_oracle_opts *opts) {
     } else {
         af_oracle_opts_default(&o->opts);
     }
+    o->h = &o->hon[0];
+    o->alt_mode = -1;
     return o;
 }
 
@@ -71,6 +123,9 @@ void af_oracle_destroy(af_oracle *o) {
     if (!o) return;
     af_scratch_release(&o->ws);
     af_scratch_release(&o->refws);
+    for (int s = 0; s < AF_HONEST_SLOTS; s++) af_scratch_release(&o->hon[s].ws);
+    af_scratch_release(&o->ftz_ws);
+    af_oracle_destroy(o->ftz);
     af_free(o);
 }
 
@@ -84,10 +139,18 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
     o->rows = AF_SCRATCH(&o->ws, WS_ROWS, uint8_t, o->nrows, err);
     o->leak = AF_SCRATCH(&o->ws, WS_LEAK, uint8_t, o->n, err);
     o->vscale = AF_SCRATCH(&o->ws, WS_VSCALE, double, o->nrows, err);
-    if (!o->ref || !o->rows || !o->leak || !o->vscale) return AF_ERR_NOMEM;
-    o->honest = NULL;
-    o->honest_ready = false;
-    o->honest_err = 0.0;
+    o->row_max = AF_SCRATCH(&o->ws, WS_ROWMAX, double, o->nrows, err);
+    o->key_leak = AF_SCRATCH(&o->ws, WS_KEYLEAK, uint8_t, o->nrows, err);
+    if (!o->ref || !o->rows || !o->leak || !o->vscale || !o->row_max || !o->key_leak) return AF_ERR_NOMEM;
+    for (int s = 0; s < AF_HONEST_SLOTS; s++) {
+        o->hon[s].ready = false;
+        o->hon[s].err = 0.0;
+    }
+    o->h = &o->hon[0];
+    memset(&o->conv, 0, sizeof o->conv);
+    o->abs_slack = 0.0;
+    o->alt_mode = -1;
+    o->ftz_state = AF_FTZ_UNKNOWN;
     o->overflow = af_dtype_overflow(c->dtype);
     return AF_OK;
 }
@@ -106,7 +169,7 @@ bool af_oracle_waived(const af_oracle *o, af_kind kind) {
 af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err) {
     AF_TRY(af_oracle_setup(o, in, err));
     o->target = o->ref;
-    af_ref_opts exact = {.leak = o->leak, .row_vscale = o->vscale};
+    af_ref_opts exact = {.leak = o->leak, .row_vscale = o->vscale, .row_max = o->row_max, .key_leak = o->key_leak};
     AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &exact, o->ref, o->rows, &o->refws, err));
     for (size_t r = 0; r < o->nrows; r++)
         if (!(o->vscale[r] > 1e-300)) o->vscale[r] = 1e-300;
@@ -127,42 +190,58 @@ af_status af_oracle_prepare_expected(af_oracle *o, const af_case_tensors *in, co
 const double *af_oracle_ref(const af_oracle *o) { return o->target; }
 const uint8_t *af_oracle_masked_rows(const af_oracle *o) { return o->rows; }
 
+/* The honest slot a backend's conventions call for on this case. */
+static int af_oracle_honest_slot(const af_oracle *o, const af_conventions *conv) {
+    af_dtype dt = o->in->c->dtype;
+    int slot = 0;
+    if (dt != AF_F32 && (conv->scores_dtype >> dt & 1u)) slot |= AF_HONEST_SCORES_DTYPE;
+    if (dt == AF_F32 && conv->tf32_always && !o->in->c->allow_tf32) slot |= AF_HONEST_TF32;
+    if (conv->denormals_flush) slot |= AF_HONEST_FTZ;
+    return slot;
+}
+
 static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
-    if (o->honest_ready) return AF_OK;
-    o->honest = AF_SCRATCH(&o->ws, WS_HONEST, double, o->n, err);
-    o->sens = AF_SCRATCH(&o->ws, WS_SENS, double, o->n, err);
-    o->unstable = AF_SCRATCH(&o->ws, WS_UNSTABLE, uint8_t, o->n, err);
-    if (!o->honest || !o->sens || !o->unstable) return AF_ERR_NOMEM;
-    af_ref_opts honest = {.honest = true, .sens = o->sens, .unstable = o->unstable};
+    af_oracle_honest *hn = o->h;
+    if (hn->ready) return AF_OK;
+    int slot = (int)(hn - o->hon);
+    hn->out = AF_SCRATCH(&hn->ws, HWS_OUT, double, o->n, err);
+    hn->sens = AF_SCRATCH(&hn->ws, HWS_SENS, double, o->n, err);
+    hn->unstable = AF_SCRATCH(&hn->ws, HWS_UNSTABLE, uint8_t, o->n, err);
+    if (!hn->out || !hn->sens || !hn->unstable) return AF_ERR_NOMEM;
+    af_ref_opts honest = {.honest = true, .sens = hn->sens, .unstable = hn->unstable,
+                          .scores_dtype = (slot & AF_HONEST_SCORES_DTYPE) != 0,
+                          .tf32 = (slot & AF_HONEST_TF32) != 0, .ftz = (slot & AF_HONEST_FTZ) != 0};
     const af_case_tensors *in = o->in;
-    AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &honest, o->honest, NULL, &o->refws, err));
+    AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &honest, hn->out, NULL, &o->refws, err));
     /* what the score-sensitivity bound does not explain: P and output rounding,
      * accumulation in P V */
     double mx = 0.0;
     for (size_t e = 0; e < o->n; e++) {
-        double d = (fabs(o->honest[e] - o->ref[e]) - o->sens[e]) / o->vscale[e / o->dv];
-        if (isfinite(d) && d > mx && !o->unstable[e]) mx = d;
+        double d = (fabs(hn->out[e] - o->ref[e]) - hn->sens[e]) / o->vscale[e / o->dv];
+        if (isfinite(d) && d > mx && !hn->unstable[e]) mx = d;
     }
-    o->honest_err = mx;
-    o->honest_ready = true;
+    hn->err = mx;
+    hn->ready = true;
     return AF_OK;
 }
 
-/* The tolerance of one row (row < nrows): atol in units of the row's vscale, times it. */
-static af_tolerance af_oracle_tol(const af_oracle *o, size_t row) {
+/* The tolerance of one row (row < nrows) whose V scale is vs: atol in units of vs, times it. */
+static af_tolerance af_oracle_tol_at(const af_oracle *o, double vs) {
     af_dtype dt = o->in->c->dtype;
     af_tolerance t;
     t.fudge = o->opts.fudge;
     t.atol = o->opts.floor_atol[dt];
     t.rtol = o->opts.floor_rtol[dt];
     t.honest = false;
-    if (o->honest_ready && o->opts.fudge * o->honest_err > t.atol) {
-        t.atol = o->opts.fudge * o->honest_err;
+    if (o->h->ready && o->opts.fudge * o->h->err > t.atol) {
+        t.atol = o->opts.fudge * o->h->err;
         t.honest = true;
     }
-    t.atol *= o->vscale[row];
+    t.atol *= vs;
     return t;
 }
+
+static af_tolerance af_oracle_tol(const af_oracle *o, size_t row) { return af_oracle_tol_at(o, o->vscale[row]); }
 
 /* The tolerance of the row with the largest V scale: the loosest atol in force. */
 static af_tolerance af_oracle_tol_widest(const af_oracle *o) {
@@ -177,6 +256,152 @@ af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err) {
     *tol = af_oracle_tol_widest(o);
     return AF_OK;
 }
+
+/* --- masked_rows "mean" and "unmasked" ------------------------------------------------ */
+
+/* alt (for the fully masked rows) under masked_rows "mean": the mean of V over the keys a
+ * set-semantics mask masks (their logits all become the same finite number; keys live but
+ * at -inf stay out), with the counter dropout's keep mask; NaN when no key is set-masked
+ * (a row of -inf: softmax is NaN). alt_vscale: the largest finite |V| averaged. */
+static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
+    const af_case_tensors *in = o->in;
+    const af_case *c = in->c;
+    const size_t Sk = c->kv_len, group = c->q_heads / c->kv_heads;
+    float *add = AF_SCRATCH(&o->ws, WS_ADD, float, Sk, err);
+    uint8_t *lv = AF_SCRATCH(&o->ws, WS_LIVE, uint8_t, Sk, err);
+    uint8_t *keep = AF_SCRATCH(&o->ws, WS_KEEP, uint8_t, Sk, err);
+    if (!add || !lv || !keep) return AF_ERR_NOMEM;
+    const double p = c->dropout_p;
+    const uint64_t thr = af_dropout_threshold(p);
+    for (size_t r = 0; r < o->nrows; r++) {
+        if (!o->rows[r]) continue;
+        uint32_t b = (uint32_t)(r / ((size_t)c->q_heads * c->q_len)), h = (uint32_t)(r / c->q_len % c->q_heads);
+        uint32_t i = (uint32_t)(r % c->q_len);
+        double *dst = o->alt + r * o->dv;
+        bool all = af_mask_row(in, b, h, i, 0, (uint32_t)Sk, add, lv);
+        size_t nmask = 0;
+        for (size_t j = 0; !all && j < Sk; j++) nmask += !lv[j];
+        o->alt_vscale[r] = 1e-300;
+        if (nmask == 0) {
+            for (size_t d = 0; d < o->dv; d++) dst[d] = (double)NAN;
+            continue;
+        }
+        if (p > 0.0) af_dropout_keep_row(in, thr, b, h, i, keep);
+        double w = p > 0.0 ? 1.0 / ((double)nmask * (1.0 - p)) : 1.0 / (double)nmask;
+        for (size_t d = 0; d < o->dv; d++) dst[d] = 0.0;
+        double vs = 0.0;
+        for (size_t j = 0; j < Sk; j++) {
+            if (lv[j] || (p > 0.0 && !keep[j])) continue;
+            for (size_t d = 0; d < o->dv; d++) {
+                double v = af_view_get(&in->vv, b, h / group, j, d);
+                dst[d] += w * v;
+                if (isfinite(v) && fabs(v) > vs) vs = fabs(v);
+            }
+        }
+        double scale = p > 0.0 && p < 1.0 ? 1.0 / (1.0 - p) : 1.0;
+        if (vs * scale > 1e-300) o->alt_vscale[r] = vs * scale;
+    }
+    return AF_OK;
+}
+
+/* alt under masked_rows "unmasked": the reference of the case without its set-semantics
+ * masks (an implementation that adds them as a finite bias: a fully masked row is then
+ * softmax(s + bias) over every key, the additive mask still applied). */
+static af_status af_oracle_alt_unmasked(af_oracle *o, af_error *err) {
+    af_case c2 = *o->in->c;
+    c2.causal = false;
+    c2.key_padding = false;
+    c2.window_left = c2.window_right = -1;
+    c2.bmask.present = false;
+    af_case_tensors in2 = *o->in;
+    in2.c = &c2;
+    af_ref_opts exact = {.row_vscale = o->alt_vscale};
+    AF_TRY(af_ref_attention(&in2, &in2.qv, &in2.kv, &in2.vv, &exact, o->alt, NULL, &o->refws, err));
+    for (size_t r = 0; r < o->nrows; r++)
+        if (!(o->alt_vscale[r] > 1e-300)) o->alt_vscale[r] = 1e-300;
+    return AF_OK;
+}
+
+static af_status af_oracle_make_alt(af_oracle *o, af_masked_rows mode, af_error *err) {
+    if (o->alt_mode == (int)mode) return AF_OK;
+    bool any = false;
+    for (size_t r = 0; r < o->nrows && !any; r++) any = o->rows[r] != 0;
+    o->alt = AF_SCRATCH(&o->ws, WS_ALT, double, o->n, err);
+    o->alt_vscale = AF_SCRATCH(&o->ws, WS_ALT_VSCALE, double, o->nrows, err);
+    if (!o->alt || !o->alt_vscale) return AF_ERR_NOMEM;
+    if (any) AF_TRY(mode == AF_ROWS_MEAN ? af_oracle_alt_mean(o, err) : af_oracle_alt_unmasked(o, err));
+    o->alt_mode = (int)mode;
+    return AF_OK;
+}
+
+/* --- denormals "flush" --------------------------------------------------------------- */
+
+/* Flushes the f32-subnormal values of a buffer of dtype dt in place (f16 subnormals are
+ * normal f32 numbers: an FTZ/DAZ unit computing in f32 keeps them); returns how many. */
+static size_t af_oracle_flush(void *data, size_t bytes, af_dtype dt) {
+    size_t n = 0;
+    if (dt == AF_F32) {
+        float *f = data;
+        for (size_t i = 0; i < bytes / sizeof *f; i++)
+            if (f[i] != 0.0f && fabsf(f[i]) < (float)AF_FTZ_MIN) f[i] = copysignf(0.0f, f[i]), n++;
+    } else if (dt == AF_BF16) {
+        uint16_t *u = data;
+        for (size_t i = 0; i < bytes / sizeof *u; i++)
+            if ((u[i] & 0x7f80u) == 0 && (u[i] & 0x007fu) != 0) u[i] &= 0x8000u, n++;
+    }
+    return n;
+}
+
+/* Prepares the oracle of the flushed inputs (o->ftz) when the inputs hold an f32-subnormal
+ * value; AF_FTZ_NONE when they hold none (the oracle itself then serves). Each distinct
+ * buffer (a packed QKV buffer once) is copied, flushed, and the views rebased onto it. */
+static af_status af_oracle_make_ftz(af_oracle *o, af_error *err) {
+    if (o->ftz_state != AF_FTZ_UNKNOWN) return AF_OK;
+    const af_case_tensors *in = o->in;
+    o->ftz_in = *in;
+    af_case_tensors *f = &o->ftz_in;
+    af_tensor *ts[4] = {&f->q, &f->k, &f->v, &f->amask};
+    const af_tensor *orig[4] = {&in->q, &in->k, &in->v, &in->amask};
+    af_view *views[4] = {&f->qv, &f->kv, &f->vv, &f->am};
+    size_t flushed = 0;
+    for (int t = 0; t < 4; t++) {
+        if (t == 3 && !in->c->amask.present) break;
+        const unsigned char *base = orig[t]->data;
+        size_t span = af_tensor_span(orig[t]);
+        int same = -1;
+        for (int u = 0; u < t; u++)
+            if (orig[u]->data == orig[t]->data) same = u;
+        if (same >= 0) {
+            ts[t]->data = ts[same]->data;
+        } else {
+            void *copy = af_scratch_get(&o->ftz_ws, t, span, err);
+            if (!copy) return AF_ERR_NOMEM;
+            memcpy(copy, base, span);
+            flushed += af_oracle_flush(copy, span, orig[t]->dtype);
+            ts[t]->data = copy;
+        }
+        /* every view that points into this buffer follows it */
+        for (int v = 0; v < 4; v++) {
+            const af_view *ov = v == 0 ? &in->qv : v == 1 ? &in->kv : v == 2 ? &in->vv : &in->am;
+            if (v == 3 && !in->c->amask.present) continue;
+            const unsigned char *p = ov->data;
+            if (p >= base && p < base + span) views[v]->data = (const unsigned char *)ts[t]->data + (p - base);
+        }
+    }
+    if (!flushed) {
+        o->ftz_state = AF_FTZ_NONE;
+        return AF_OK;
+    }
+    if (!o->ftz) {
+        o->ftz = af_oracle_create(&o->opts);
+        AF_RETURN_ERROR_IF(!o->ftz, err, AF_ERR_NOMEM, "out of memory");
+    }
+    AF_TRY(af_oracle_prepare(o->ftz, &o->ftz_in, err));
+    o->ftz_state = AF_FTZ_READY;
+    return AF_OK;
+}
+
+/* --- comparing ------------------------------------------------------------------------- */
 
 /* 0 finite, 1 NaN, 2 +Inf, 3 -Inf */
 static inline int af_class(double x) {
@@ -210,7 +435,8 @@ static void af_out_rounding(const af_tensor *t, double *rel, double *abs_) {
 
 /* One pass: compare `got` with `want` (the reference, or a's output for pairs). leak_b
  * (may be NULL) flags the elements of `got` where a zero-weight key holds a non-finite
- * V in the case `got` was computed on; else the prepared case's flags apply. */
+ * V in the case `got` was computed on; else the prepared case's flags apply. The
+ * conventions in o->conv apply (alt rows only against the reference itself). */
 static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
                            const uint32_t *row_map, const uint8_t *leak_b, double tol_mult, af_result *res) {
     af_metrics *m = &res->m;
@@ -218,13 +444,18 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
     res->tol = af_oracle_tol_widest(o);
     res->tol.atol *= tol_mult;
     res->tol.rtol *= tol_mult;
+    m->fail_score_max = (double)NAN;
     const af_case *c = o->in->c;
+    const af_oracle_honest *hn = o->h;
+    const bool alt = want_ref && want_ref == o->ref && o->alt_mode >= 0 &&
+                     (o->conv.masked_rows == AF_ROWS_MEAN || o->conv.masked_rows == AF_ROWS_UNMASKED);
+    const bool keys_ieee = o->conv.masked_keys_ieee;
     size_t rows = got->ne[0] * got->ne[1] * got->ne[2];
     size_t dv = o->dv;
     double rel_a, abs_a, rel_b, abs_b;
     af_out_rounding(want_t, &rel_a, &abs_a);
     af_out_rounding(got, &rel_b, &abs_b);
-    const double out_rel = rel_a + rel_b, out_abs = abs_a + abs_b;
+    const double out_rel = rel_a + rel_b, out_abs = abs_a + abs_b + o->abs_slack;
     double overflow = o->overflow;
     if (got->dtype == AF_F16 || got->dtype == AF_BF16) {
         double ov = af_dtype_overflow(got->dtype);
@@ -234,26 +465,37 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
     double worst = -1.0;
     for (size_t r = 0; r < rows; r++) {
         size_t ra = row_map ? row_map[r] : r;
-        bool masked = o->rows[ra] != 0;
-        af_tolerance tol = af_oracle_tol(o, ra);
+        bool in_masked = o->rows[ra] != 0;
+        /* a fully masked row of a backend whose convention gives it another value is
+         * compared with that value, as a row like any other */
+        bool use_alt = alt && in_masked;
+        bool masked = in_masked && !use_alt;
+        af_tolerance tol = use_alt ? af_oracle_tol_at(o, o->alt_vscale[ra]) : af_oracle_tol(o, ra);
         tol.atol *= tol_mult;
         tol.rtol *= tol_mult;
         for (size_t d = 0; d < dv; d++) {
             size_t ea = ra * dv + d, eb = r * dv + d;
-            double want = want_ref ? want_ref[ea] : af_out_at(want_t, ea);
+            double want = use_alt ? o->alt[ea] : want_ref ? want_ref[ea] : af_out_at(want_t, ea);
             double out = af_out_at(got, eb);
             int cw = af_class(want), co = af_class(out);
-            bool unstable = o->honest_ready &&
-                            (o->unstable[ea] || af_class(o->honest[ea]) != af_class(o->ref[ea]));
+            /* the risk flags (no implementation at this precision is bound there) hold for an
+             * alternative target too; the class comparison is the reference's */
+            bool unstable = hn->ready && (hn->unstable[ea] || (!use_alt && af_class(hn->out[ea]) != af_class(o->ref[ea])));
             double ratio;
-            if (cw != co && o->honest_ready && (co == 2 || co == 3) && cw == 0 && (want > 0) == (co == 2)) {
+            bool failed = true;
+            if (cw != co && hn->ready && (co == 2 || co == 3) && cw == 0 && (want > 0) == (co == 2)) {
                 /* rounding a value this close to the dtype's largest may overflow */
-                double bound = tol.atol + tol.rtol * fabs(want) + tol_mult * tol.fudge * o->sens[ea];
+                double bound = tol.atol + tol.rtol * fabs(want) + (use_alt ? 0.0 : tol_mult * tol.fudge * hn->sens[ea]);
                 if (fabs(want) + bound >= overflow) unstable = true;
             }
             if (cw != co) {
                 if (unstable) {
                     m->n_unstable++;
+                    continue;
+                }
+                if (co == 1 && keys_ieee && o->key_leak[ra]) {
+                    /* masked_keys "ieee": a set-masked key's NaN or +Inf score plus -inf */
+                    m->n_masked_key_nan++;
                     continue;
                 }
                 bool leak = leak_b ? leak_b[eb] != 0 : o->leak[ea] != 0;
@@ -263,12 +505,13 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                      * declared IEEE P @ V (masked_values "ieee"), 0 * Inf explains the NaN
                      * and it counts as the masked_value_leak below instead */
                     m->n_masked_row_nan++;
-                } else if (co == 1 && leak) {
+                } else if (co == 1 && leak && !use_alt) {
                     /* NaN only through a key of weight 0 (0 * Inf, 0 * NaN): IEEE
                      * arithmetic, a legitimate choice, not a nan_mismatch */
                     m->n_masked_value_leak++;
                 } else if (co == 1 || cw == 1) {
                     m->n_nan++;
+                    if (co != 1) m->n_nan_ref++;
                 } else {
                     m->n_inf++;
                 }
@@ -278,7 +521,7 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             } else {
                 double diff = fabs(out - want);
                 double bound = tol.atol + tol.rtol * fabs(want);
-                if (o->honest_ready) bound += tol_mult * tol.fudge * o->sens[ea];
+                if (hn->ready && !use_alt) bound += tol_mult * tol.fudge * hn->sens[ea];
                 /* an output stored in f16/bf16 carries that final rounding */
                 bound += out_rel * (fabs(want) + bound) + out_abs;
                 ratio = diff / bound;
@@ -293,7 +536,16 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                         continue;
                     }
                     m->n_diverge++;
+                } else {
+                    failed = false;
                 }
+            }
+            if (failed) {
+                /* where the failing elements sit (known.h matches on it): in fully masked
+                 * rows, and the rows' largest scores (a NaN score counts as +Inf) */
+                double rm = isnan(o->row_max[ra]) ? HUGE_VAL : o->row_max[ra];
+                if (in_masked) m->n_fail_masked++;
+                if (isnan(m->fail_score_max) || rm > m->fail_score_max) m->fail_score_max = rm;
             }
             if (ratio > worst) {
                 worst = ratio;
@@ -338,7 +590,7 @@ static af_status af_oracle_check(af_oracle *o, const af_tensor *want_t, const do
     af_oracle_pass(o, want_t, want_ref, got, row_map, leak_b, tol_mult, res);
     bool failing = res->m.n_nan || res->m.n_inf || res->m.n_masked_row_nan || res->m.n_masked_value_leak ||
                    res->m.n_diverge;
-    if (failing && !o->honest_ready) {
+    if (failing && !o->h->ready) {
         AF_TRY(af_oracle_make_honest(o, err));
         af_oracle_pass(o, want_t, want_ref, got, row_map, leak_b, tol_mult, res);
     }
@@ -348,6 +600,53 @@ static af_status af_oracle_check(af_oracle *o, const af_tensor *want_t, const do
 af_status af_oracle_compare(af_oracle *o, const af_tensor *out, af_result *res, af_error *err) {
     AF_RETURN_ERROR_IF(out->ne[0] != o->in->c->batch, err, AF_ERR_INVALID, "output has the wrong batch size");
     return af_oracle_check(o, NULL, o->target, out, NULL, NULL, 1.0, res, err);
+}
+
+/* af_oracle_compare under conventions conv, every bound widened by slack. */
+static af_status af_oracle_compare_in(af_oracle *o, const af_tensor *out, const af_conventions *conv, double slack,
+                                      af_result *res, af_error *err) {
+    bool against_ref = o->target == o->ref;
+    af_oracle_opts saved = o->opts;
+    if (conv->masked_rows == AF_ROWS_NAN) o->opts.waive_masked_row_nan = true;
+    if (conv->masked_values_ieee) o->opts.waive_masked_value_leak = true;
+    if (against_ref && (conv->masked_rows == AF_ROWS_MEAN || conv->masked_rows == AF_ROWS_UNMASKED)) {
+        af_status st = af_oracle_make_alt(o, conv->masked_rows, err);
+        if (st != AF_OK) {
+            o->opts = saved;
+            return st;
+        }
+    }
+    o->conv = *conv;
+    o->h = &o->hon[af_oracle_honest_slot(o, conv)];
+    o->abs_slack = slack;
+    af_status st = af_oracle_check(o, NULL, o->target, out, NULL, NULL, 1.0, res, err);
+    o->opts = saved;
+    memset(&o->conv, 0, sizeof o->conv);
+    o->h = &o->hon[0];
+    o->abs_slack = 0.0;
+    return st;
+}
+
+af_status af_oracle_compare_conv(af_oracle *o, const af_tensor *out, const af_conventions *conv, af_result *res,
+                                 af_error *err) {
+    static const af_conventions none;
+    if (!conv) conv = &none;
+    AF_RETURN_ERROR_IF(out->ne[0] != o->in->c->batch, err, AF_ERR_INVALID, "output has the wrong batch size");
+    if (!conv->denormals_flush) return af_oracle_compare_in(o, out, conv, 0.0, res, err);
+    /* FTZ/DAZ: each flushed product or partial sum (Q.K over D, P V over Sk) is off by less
+     * than the smallest normal; and against the flushed inputs when they had subnormals */
+    const af_case *c = o->in->c;
+    double slack = AF_FTZ_MIN * (2.0 * c->kv_len + 2.0 * c->head_dim + 4.0);
+    af_conventions rest = *conv; /* compare_in does not delegate again; its honest slot flushes */
+    if (o->target == o->ref) {
+        AF_TRY(af_oracle_make_ftz(o, err));
+        if (o->ftz_state == AF_FTZ_READY) {
+            o->ftz->opts.waive_masked_row_nan = o->opts.waive_masked_row_nan;
+            o->ftz->opts.waive_masked_value_leak = o->opts.waive_masked_value_leak;
+            return af_oracle_compare_in(o->ftz, out, &rest, slack, res, err);
+        }
+    }
+    return af_oracle_compare_in(o, out, &rest, slack, res, err);
 }
 
 af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,

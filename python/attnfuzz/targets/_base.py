@@ -45,7 +45,8 @@ CAUSAL_ALL = ("top_left", "bottom_right", "bottom_right_valid", "explicit")
 
 # The conventions a target follows unless it declares otherwise: the reference's own.
 DEFAULT_CONVENTIONS = {"causal": list(CAUSAL_ALL), "masked_rows": "zero", "dropout": "none",
-                       "masked_values": "exclude"}
+                       "masked_values": "exclude", "masked_keys": "exclude", "denormals": "keep",
+                       "scores": "f32"}
 
 # The float32 scores [B, Hq, Sq, Sk] a target may materialize (explicit graphs, host
 # masks, XLA's dot_product_attention): a case needing more is unsupported, not an OOM.

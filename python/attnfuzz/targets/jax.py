@@ -16,13 +16,15 @@ diagonal is a boolean [B, 1, Sq, Sk] input combined with `mask`, as user code do
 
 Measured on jax 0.10.2 CPU: implementation "xla" replaces masked logits (mask, is_causal,
 window, seq lengths) by -0.7 * finfo.max rather than -inf, so a row that these mask
-entirely gets the mean of V over all keys (docs/design.md wants 0; there is no convention for
-it, so such rows show as `diverge`); a row masked entirely by -inf in `bias` gives NaN
-(declared: masked_rows "nan").
+entirely gets the mean of V over the keys they mask, and a row masked entirely by -inf in
+`bias` gives NaN (declared: masked_rows "mean", which the oracle models as exactly that).
 Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
+XLA flushes subnormal inputs and results to zero (FTZ/DAZ; jax "sharp bits", jax-ml/jax#16200):
+declared denormals "flush" for every variant. The explicit function's einsum makes the
+scores in the case dtype (scores "dtype").
 Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
 -0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
-attention over all keys; it takes a right window only as 0 or under plain causal, and a
+attention over all keys (declared: masked_rows "unmasked"); it takes a right window only as 0 or under plain causal, and a
 window only for Sq <= Sk (other windows go in the boolean mask here), and wants bias and
 mask at full Sq x Sk (broadcast here). The explicit function gives NaN for fully masked
 rows (softmax of all -inf).
@@ -320,7 +322,7 @@ class Target(_base.Target):
     LAZY_COMPILE = True           # jit compiles on the first call of a structure
 
     def declare(self) -> dict:
-        conv = {"masked_values": "ieee"}
+        conv = {"masked_values": "ieee", "denormals": "flush"}
         base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
                 "strided", "mask_dtype", "tf32"]
         limits = {"max_bytes": 64 << 20}
@@ -328,19 +330,20 @@ class Target(_base.Target):
             # jax.nn.dot_product_attention needs V's head dim equal to K's and has no softcap
             # and no dropout: only the explicit function takes those
             caps = base + ["dv", "softcap", "dropout"]
-            conv.update(masked_rows="nan", dropout="counter")
+            conv.update(masked_rows="nan", dropout="counter", scores="dtype")
         elif self.variant == "xla":
-            # A row masked entirely by -inf in `bias` is NaN (the bias is added as is, softmax of
-            # all -inf): declared. Rows masked through `mask` / is_causal / windows / seq lengths
-            # get the mean of V instead (-0.7 * finfo.max); no convention says that, they stay
-            # `diverge` findings.
-            conv["masked_rows"] = "nan"
+            # Rows masked through `mask` / is_causal / windows / seq lengths get the mean of V
+            # over those keys (-0.7 * finfo.max); a row masked entirely by -inf in `bias` is NaN
+            # (the bias is added as is, softmax of all -inf): both are masked_rows "mean".
+            conv["masked_rows"] = "mean"
             # jit of dot_product_attention on f16 fails to compile on a CPU: its F16_F16_F32 dot
             # algorithm is refused at lowering, where its own try/except fallback does not reach
             # (known: keras-team/keras-hub#2354); f16 only where a GPU runs it
             caps = base if _has_gpu() else [c for c in base if c != "f16"]
         else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
             caps = [c for c in base if c != "f32"]
+            # the boolean mask is added as a finite bias: a fully masked row is plain attention
+            conv["masked_rows"] = "unmasked"
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
         return {"caps": caps, "limits": limits, "conventions": conv}
 

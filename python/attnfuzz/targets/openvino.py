@@ -336,6 +336,15 @@ class Target(_base.Target):
         caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding",
                 "window", "strided", "tf32"]
         conv = {"masked_rows": "nan", "masked_values": "ieee"}
+        # The inference precision each case gets (inference_precision): bf16 for bf16 cases,
+        # f16 for f16 ones where the CPU runs f16 natively. The plugin then computes the
+        # scores and adds the mask at that precision (the campaign's bf16 mask findings).
+        import openvino as ov
+        conv["scores"] = ["bf16"] + (["f16"] if inference_precision(ov.Core(), "f16") == "f16" else [])
+        if self.variant != "explicit":
+            # opset13 ScaledDotProductAttention turns a boolean mask into select(m, 0, -inf)
+            # and adds it: a masked key's NaN or +Inf score makes the row NaN
+            conv["masked_keys"] = "ieee"
         if self.variant == "explicit":
             # ScaledDotProductAttention has no softcap and no dropout, and wants the mask in
             # Q's type: only the explicit model takes those

@@ -56,16 +56,21 @@ class Target(_base.Target):
     def declare(self) -> dict:
         caps = ["f32", "f16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal",
                 "padding", "window", "strided", "mask_dtype"]
-        conv = {}
+        # ONNX computes MatMul, Mul and Add in their input type (T1): f16 scores, scale and
+        # additive mask in f16 (the Attention op's spec too; onnx.reference agrees)
+        conv = {"scores": "dtype"}
         if self.kind == "attention":
             caps.append("softcap")
-            conv["masked_values"] = "ieee"
+            # the boolean masks become an additive -inf that is added to the scores: a masked
+            # key's NaN or +Inf score makes its row NaN (pytorch#101967's class; the spec's)
+            conv.update(masked_values="ieee", masked_keys="ieee")
         elif self.kind == "explicit":
             caps += ["softcap", "dropout"]
             conv.update(masked_rows="nan", masked_values="ieee", dropout="counter")
         else:
-            # A float attn_mask path has no IsNaN guard: fully masked rows give NaN there.
-            conv.update(masked_rows="nan", masked_values="ieee")
+            # A float attn_mask path has no IsNaN guard: fully masked rows give NaN there. The
+            # exporter adds a boolean mask as Where(m, 0, -inf) (masked_keys "ieee").
+            conv.update(masked_rows="nan", masked_values="ieee", masked_keys="ieee")
         # ORT's CPU provider lacks the bf16 kernels
         return {"caps": caps, "dtypes": ["f32", "f16"], "conventions": conv}
 

@@ -30,7 +30,10 @@ Conventions, measured on torch 2.15 CPU (and 2.11 on an H100 for the CUDA varian
 (math and CPU flash) gives 0 for a fully masked row (the eager SDPA variants measure this
 when they start and declare "nan" where a version gives NaN); the explicit module's softmax gives NaN
 there (declared "nan"), and its P @ V lets 0 * NaN through (masked_values "ieee"), as the
-math kernel does. TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
+math kernel does; it computes in the case dtype (scores "dtype": f16/bf16 scores, softcap and
+mask). SDPA adds a boolean mask as -inf, so an Inf or NaN in a masked key's row makes the row
+NaN (masked_keys "ieee", measured per forced kernel at start, pytorch#101967). The CUDA SDPA
+kernels that flush subnormal values to zero are measured at start (denormals "flush"). TF32: `allow_tf32` maps to torch.backends.cuda.matmul.allow_tf32 and
 torch.backends.cudnn.allow_tf32 on the CUDA variants (cap tf32 only there). Dropout:
 explicit/compile apply the counter RNG's keep mask (attnfuzz.rng.dropout_keep) as an input;
 cuda_sdpa_efficient runs the kernel's own dropout and returns its keep mask, extracted the
@@ -502,7 +505,9 @@ class Target(_base.Target):
         conventions = {}
         if self.kind == "explicit":
             caps += ["softcap", "dropout"]
-            conventions.update(masked_rows="nan", masked_values="ieee", dropout="counter")
+            # the module computes in the case dtype: f16/bf16 scores, softcap, and the
+            # additive mask cast to the scores' dtype (as its forward says)
+            conventions.update(masked_rows="nan", masked_values="ieee", dropout="counter", scores="dtype")
         if self.kind == "flex":
             # the block mask gives masked keys of a partly masked block weight 0, and P @ V
             # runs over them: 0 * NaN leaks (measured by the self-test on torch 2.15 CPU)
@@ -521,6 +526,13 @@ class Target(_base.Target):
                 conventions["dropout"] = "keep_mask"
         if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
             conventions["masked_rows"] = "nan"
+        # SDPA adds a boolean mask as -inf: measured where a kernel is forced, known for the
+        # compiled module (Inductor's decomposition adds it as the math kernel does)
+        if self.kind == "sdpa" and (self.backend == "compile" or (self.sdpa_ctx is not None and self._masked_keys_leak())):
+            conventions["masked_keys"] = "ieee"
+        # CUDA kernels that flush subnormal values to zero (measured on a probe)
+        if self.cuda and self.kind == "sdpa" and self._flushes_denormals():
+            conventions["denormals"] = "flush"
         if self.cuda:
             caps.append("tf32")
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
@@ -564,6 +576,40 @@ class Target(_base.Target):
             o = self._probe_sdpa(query=q, key=q, value=v, **kw)
             leaked |= o is not None and bool(self.torch.isnan(o[0, 0, 0]).any())
         return leaked
+
+    def _masked_keys_leak(self) -> bool:
+        """Measured: does an Inf in the key row of a masked key make its query's row NaN
+        (the mask added as -inf: Inf + -inf)? Key 1 masked for query 0 by a boolean mask,
+        and by a top-left causal mask for kernels that take no mask."""
+        q, _ = self._probe_tensors()
+        k = q.clone()
+        k[0, 0, 1] = float("inf")
+        m = self.torch.tensor([[True, False], [True, True]], device=self.device)
+        leaked = False
+        for kw in ({"attn_mask": m}, {"is_causal": True}):
+            o = self._probe_sdpa(query=q, key=k, value=q, **kw)
+            leaked |= o is not None and bool(self.torch.isnan(o[0, 0, 0]).any())
+        return leaked
+
+    def _flushes_denormals(self) -> bool:
+        """Measured: does a V of subnormal values (f32: 1e-39; bf16 has f32's exponent range)
+        come out 0? Only dtypes whose subnormals are subnormal in f32 can show it."""
+        torch = self.torch
+        dt = {"f32": torch.float32, "bf16": torch.bfloat16}.get(next((d for d in self.dtypes if d != "f16"), ""))
+        if dt is None:
+            return False
+        q = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
+        v = torch.full((1, 1, 2, 16), 1e-39, dtype=dt, device=self.device)
+        try:
+            if self.sdpa_ctx is not None:
+                with torch.no_grad(), self.sdpa_ctx():
+                    o = torch.nn.functional.scaled_dot_product_attention(q, q, v)
+            else:
+                o = torch.nn.functional.scaled_dot_product_attention(q, q, v)
+            torch.cuda.synchronize()
+        except RuntimeError:
+            return False
+        return bool((o == 0).all())
 
     # -- running -----------------------------------------------------------------------
     def refuse(self, case, mask, bool_mask):

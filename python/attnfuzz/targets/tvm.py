@@ -345,6 +345,11 @@ class Target(_base.Target):
         conv = {"masked_rows": "nan", "masked_values": "ieee"}
         if self.variant == "torch_sdpa_decomp":
             conv["masked_rows"] = "zero"
+        if self.variant != "explicit":
+            # R.nn.attention and torch's decomposition add a boolean mask as -inf: a masked
+            # key's NaN or +Inf score (or a NaN query) makes the row NaN (measured by the
+            # self-test's check_conventions)
+            conv["masked_keys"] = "ieee"
         if self.variant == "explicit":
             # R.nn.attention has no softcap and adds the bias in Q's dtype; tvm's SDPA importer
             # asserts dropout_p == 0: only the explicit module takes those

@@ -1,0 +1,50 @@
+/* conventions.h - what a correct implementation may choose where docs/design.md section 2
+ * picks one answer (docs/design.md section 5 "Conventions"; the hello's `conventions`,
+ * docs/worker-protocol.md). A backend declares them, the oracle models them
+ * (af_oracle_compare_conv): what a declared convention explains is no finding, and
+ * nothing is loosened for a backend that did not declare it. All zeros: the reference's
+ * own semantics. */
+#ifndef ATTNFUZZ_CONVENTIONS_H
+#define ATTNFUZZ_CONVENTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a fully masked row gives (every key masked, or of weight 0). */
+typedef enum af_masked_rows {
+    AF_ROWS_ZERO,     /* 0 (section 2 rule 5) */
+    AF_ROWS_NAN,      /* NaN (softmax of a row of -inf): masked_row_nan is no finding */
+    AF_ROWS_MEAN,     /* the mean of V over the keys a set-semantics mask (causal, key padding,
+                         window, boolean) masks, NaN when none does: masked logits replaced by a
+                         finite large negative (jax "xla": -0.7 * finfo.max) */
+    AF_ROWS_UNMASKED, /* attention as if the set-semantics masks were absent: the mask added as
+                         a finite bias (jax "cudnn") */
+    AF_ROWS_COUNT
+} af_masked_rows;
+extern const char *const af_masked_rows_names[AF_ROWS_COUNT]; /* "zero", "nan", "mean", "unmasked" */
+
+typedef struct af_conventions {
+    af_masked_rows masked_rows;
+    /* masked_values "ieee": 0 * Inf = NaN leaks from a zero-weight key's V */
+    bool masked_values_ieee;
+    /* masked_keys "ieee": a set-semantics mask is added as -inf, so a masked key whose score
+     * is NaN or +Inf (a non-finite Q or K) makes its row NaN (pytorch#101967's class) */
+    bool masked_keys_ieee;
+    /* denormals "flush": subnormal inputs and results are flushed to zero (FTZ/DAZ) */
+    bool denormals_flush;
+    /* scores "dtype" (or a list of dtypes): bit d set = for case dtype d, Q K^T, the scale on
+     * the scores, the softcap and the additive mask (itself rounded to d first) are computed
+     * and rounded in d, not in f32 */
+    uint32_t scores_dtype;
+    /* tf32 "always": f32 matmuls run in TF32 whatever the case allows */
+    bool tf32_always;
+} af_conventions;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

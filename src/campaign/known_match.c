@@ -1,0 +1,99 @@
+/* known_match.c - matching what an executor or a bundle holds against the known bugs
+ * (known.h, its last section): the findings of an execution, with the failing backend's
+ * stderr tail; a bundle's recorded finding, its output judged again for where the failing
+ * elements sit. */
+#include <stdio.h>
+#include <string.h>
+
+#include "attnfuzz/bundle.h"
+#include "attnfuzz/exec.h"
+#include "attnfuzz/known.h"
+#include "attnfuzz/mem.h"
+
+/* Is backend name one of who's: "B", a side of "A,B", the B of "R@B"? */
+static bool af_km_names(const char *who, const char *name) {
+    const char *at = strchr(who, '@');
+    if (at) return !strcmp(at + 1, name);
+    if (!strcmp(who, name)) return true;
+    size_t wn = strlen(who), n = strlen(name);
+    if (n >= wn) return false;
+    return (!strncmp(who, name, n) && who[n] == ',') || (!strcmp(who + wn - n, name) && who[wn - n - 1] == ',');
+}
+
+uint32_t af_known_exec_backends(const af_exec *x, const char *who) {
+    uint32_t mask = 0;
+    for (size_t k = 0; k < af_exec_backend_count(x) && k < 32; k++)
+        if (af_km_names(who, af_backend_name(af_exec_backend_at(x, k)))) mask |= 1u << k;
+    return mask;
+}
+
+long af_known_match_exec(const af_known *k, const af_exec *x, size_t i) {
+    const af_finding *f = af_exec_finding(x, i);
+    if (!k || !f) return -1;
+    uint32_t be = af_known_exec_backends(x, f->who);
+    const char *tail = NULL;
+    for (size_t j = 0; j < af_exec_backend_count(x) && !tail; j++) {
+        const af_backend_ext *e = (be >> j & 1u) ? af_backend_ext_of(af_exec_backend_at(x, j)) : NULL;
+        if (e && e->stderr_tail && e->stderr_tail[0]) tail = e->stderr_tail;
+    }
+    af_known_finding kf = {f->kind, f->who, af_exec_case(x), &f->result, f->message, tail};
+    return af_known_match(k, &kf);
+}
+
+/* The failing backend's output judged again against the reference of the bundle's inputs:
+ * the result with where its failing elements sit (older bundles do not record that). */
+static af_status af_km_rejudge(const af_bundle *b, const char *backend, af_result *res, af_error *err) {
+    const af_case *c = af_bundle_case(b);
+    af_inputs *in = af_inputs_create();
+    af_oracle *o = af_oracle_create(NULL);
+    double *out = NULL;
+    af_status st = in && o ? AF_OK : af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK) st = af_bundle_check_budget(b, 0, err);
+    if (st == AF_OK) st = af_bundle_load_inputs(b, in, err);
+    if (st == AF_OK) st = af_oracle_prepare(o, af_inputs_get(in), err);
+    if (st == AF_OK) st = af_bundle_load_output(b, backend, &out, err);
+    if (st == AF_OK) {
+        af_tensor t;
+        size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+        af_tensor_contiguous(&t, AF_F64, 4, ne);
+        t.data = out;
+        st = af_oracle_compare(o, &t, res, err);
+    }
+    af_free(out);
+    af_oracle_destroy(o);
+    af_inputs_destroy(in);
+    return st;
+}
+
+af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *entry, af_error *err) {
+    *entry = -1;
+    af_kind kind = af_bundle_kind(b);
+    const char *who = af_bundle_who(b);
+    if (!af_known_count(k) || kind == AF_KIND_OK || !who[0]) return AF_OK;
+    /* the failing backend's record: its error, its output */
+    const af_bundle_record *rec = NULL;
+    for (size_t i = 0; i < af_bundle_record_count(b) && !rec; i++) {
+        const af_bundle_record *r = af_bundle_record_at(b, i);
+        if (r->kind != AF_KIND_OK && strcmp(r->backend, "ref") && af_km_names(who, r->backend)) rec = r;
+    }
+    af_result res;
+    memset(&res, 0, sizeof res);
+    bool have = false;
+    if (rec) {
+        res.kind = rec->kind;
+        res.m = rec->m;
+        have = true;
+        bool numeric = kind != AF_KIND_ERROR && kind != AF_KIND_CRASH && kind != AF_KIND_TIMEOUT;
+        if (numeric && rec->has_output && !strchr(who, '@')) {
+            AF_TRY(af_km_rejudge(b, rec->backend, &res, err));
+            res.kind = kind;
+        }
+    }
+    char *tail = NULL;
+    size_t len = 0;
+    AF_TRY(af_bundle_load_text(b, "stderr.txt", &tail, &len, err));
+    af_known_finding kf = {kind, who, af_bundle_case(b), have ? &res : NULL, rec ? rec->error : NULL, tail};
+    *entry = af_known_match(k, &kf);
+    af_free(tail);
+    return AF_OK;
+}
