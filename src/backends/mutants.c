@@ -6,6 +6,7 @@
 
 #include "attnfuzz/backend.h"
 #include "backends.h"
+#include "mutants_serving.h"
 #include "ref.h"
 #include "vmath.h"
 
@@ -16,6 +17,14 @@ typedef enum af_mutant_id {
     AF_MUT_BSHD_AS_BHSD,
     AF_MUT_MHAV2_CONCAT,
     AF_MUT_CAUSAL_TOP_LEFT,
+    /* serving forms (mutants_serving.c) */
+    AF_MUT_SPLITKV_BATCH_STRIDE,
+    AF_MUT_BLOCK_TABLE_OFF_BY_ONE,
+    AF_MUT_ALIBI_OFF_BY_ONE,
+    AF_MUT_SINK_IGNORED,
+    AF_MUT_SINK_IN_NUMERATOR,
+    AF_MUT_ZERO_LEN_NAN,
+    AF_MUT_SEGMENT_LEAK,
     AF_MUT_COUNT
 } af_mutant_id;
 
@@ -92,9 +101,24 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
         if (c->causal && (c->diag == AF_DIAG_BOTTOM_RIGHT || c->diag == AF_DIAG_BOTTOM_RIGHT_VALID))
             bent.diag = AF_DIAG_TOP_LEFT;
         break;
+    case AF_MUT_BLOCK_TABLE_OFF_BY_ONE:
+        if (af_mutant_block_table_applies(c)) AF_TRY(af_mutant_block_table_misread(in, &m->misread, views, err));
+        break;
+    case AF_MUT_ALIBI_OFF_BY_ONE: opts.alibi_shift = 1; break;
+    case AF_MUT_SINK_IGNORED: opts.sink_mode = 1; break;
+    case AF_MUT_SINK_IN_NUMERATOR: opts.sink_mode = 2; break;
+    case AF_MUT_SEGMENT_LEAK:
+        if (af_mutant_segment_leak_applies(c)) AF_TRY(af_mutant_segment_leak(in, &bent, &m->misread, views, err));
+        break;
+    case AF_MUT_SPLITKV_BATCH_STRIDE:
+    case AF_MUT_ZERO_LEN_NAN:
     case AF_MUT_COUNT: break;
     }
-    return af_ref_attention(&bin, &views[0], &views[1], &views[2], &opts, outt->data, NULL, &m->ws, err);
+    AF_TRY(af_ref_attention(&bin, &views[0], &views[1], &views[2], &opts, outt->data, NULL, &m->ws, err));
+    /* deviations in what the kernel writes */
+    if (m->id == AF_MUT_SPLITKV_BATCH_STRIDE) af_mutant_splitkv_fold(c, outt->data);
+    if (m->id == AF_MUT_ZERO_LEN_NAN) af_mutant_zero_len_nan(c, outt->data);
+    return AF_OK;
 }
 
 static void af_mutant_destroy(void *state) {
@@ -136,10 +160,26 @@ AF_MUTANT(AF_MUT_MHAV2_CONCAT, mhav2_concat,
           "TensorRT MHAv2 plugin: per-head interleaved packed QKV read as concatenated")
 AF_MUTANT(AF_MUT_CAUSAL_TOP_LEFT, causal_top_left,
           "FlashAttention/PyTorch/ONNX Runtime: top-left causal alignment applied when bottom-right is asked")
+AF_MUTANT(AF_MUT_SPLITKV_BATCH_STRIDE, splitkv_batch_stride,
+          "vllm flash-attention PR#176: the split-KV combine's batch stride is 0, every sequence gets sequence 0's output")
+AF_MUTANT(AF_MUT_BLOCK_TABLE_OFF_BY_ONE, block_table_off_by_one,
+          "paged KV (vllm PR#27547 kind): block-table entries after a sequence's first read one page too far")
+AF_MUTANT(AF_MUT_ALIBI_OFF_BY_ONE, alibi_off_by_one,
+          "vllm PR#945: ALiBi's distance off by one, (d - j + 1): shows with the symmetric form or a sink")
+AF_MUTANT(AF_MUT_SINK_IGNORED, sink_ignored, "attention sinks: the sink logit left out of the softmax denominator")
+AF_MUTANT(AF_MUT_SINK_IN_NUMERATOR, sink_in_numerator,
+          "attention sinks: the sink's weight also reaches the output, as a value row of ones")
+AF_MUTANT(AF_MUT_ZERO_LEN_NAN, zero_len_nan,
+          "flash-attention PR#2421: a segment without keys gives NaN (0 / 0) instead of 0")
+AF_MUTANT(AF_MUT_SEGMENT_LEAK, segment_leak,
+          "pytorch#177378: packed segments attend to the next segment's keys (the key range ends at cu_seqlens_k[b + 2])")
 
 const af_backend_vtable *const af_mutant_vtables[] = {
     &af_mutant_vt_scale_sqrt_q_only, &af_mutant_vt_packed_fp16_overflow, &af_mutant_vt_silent_tf32,
     &af_mutant_vt_bshd_as_bhsd,      &af_mutant_vt_mhav2_concat,         &af_mutant_vt_causal_top_left,
+    &af_mutant_vt_splitkv_batch_stride, &af_mutant_vt_block_table_off_by_one, &af_mutant_vt_alibi_off_by_one,
+    &af_mutant_vt_sink_ignored,      &af_mutant_vt_sink_in_numerator,    &af_mutant_vt_zero_len_nan,
+    &af_mutant_vt_segment_leak,
 };
 const size_t af_mutant_count = sizeof af_mutant_vtables / sizeof af_mutant_vtables[0];
 _Static_assert(sizeof af_mutant_vtables / sizeof af_mutant_vtables[0] == AF_MUT_COUNT, "every mutant registered");

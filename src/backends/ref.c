@@ -69,6 +69,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     double *vrowmax = AF_SCRATCH(ws, WS_VROWMAX, double, Sk, err);
     /* serving forms: ALiBi's bias of one row, each row's sink weight exp(z - m) */
     const bool alibi = c->serve.forms & AF_SERVE_ALIBI, sinks = (c->serve.forms & AF_SERVE_SINKS) && opts->sink_mode != 1;
+    const bool sink_numerator = sinks && opts->sink_mode == 2; /* a seeded bug's */
     double *bias = AF_SCRATCH(ws, WS_BIAS, double, Sk, err);
     double *sinkw = AF_SCRATCH(ws, WS_SINKW, double, R, err);
     if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky || !rinv || !rowst ||
@@ -297,20 +298,22 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             if (sens) memset(delta + r * Sk, 0, Sk * sizeof *delta);
                             continue;
                         }
+                        double z = sinks ? (double)af_serving_sink(in, (uint32_t)h) : 0.0;
                         if (sens) {
                             /* the weights' error bounds, from the scores (before they become
-                             * weights); a non-finite V at a live key whose weight may round to
-                             * 0 in the dtype (0 * Inf = NaN) makes the row unstable */
+                             * weights; a sink's term in every denominator); a non-finite V at a
+                             * live key whose weight may round to 0 in the dtype (0 * Inf = NaN)
+                             * makes the row unstable */
                             double p_zero = af_dtype_min_subnormal(dt);
                             if (opts->ftz && p_zero < 0x1p-126) p_zero = 0x1p-126;
-                            if (af_sens_weights(s, m, delta + r * Sk, Sk, bad, nbad, p_zero)) risky[r] = 1;
+                            if (af_sens_weights(s, m, delta + r * Sk, Sk, bad, nbad, p_zero, sinks ? z : -HUGE_VAL))
+                                risky[r] = 1;
                         }
                         /* with a sink, exponents count from the larger of m and z (exp(z - m) may
                          * overflow where every weight is tiny) */
-                        double z = sinks || opts->sink_mode == 2 ? (double)af_serving_sink(in, (uint32_t)h) : 0.0;
-                        double ms = (sinks || opts->sink_mode == 2) && z > m ? z : m;
+                        double ms = sinks && z > m ? z : m;
                         double sum = af_exp_sub_sum_f64(s, Sk, ms, fold);
-                        double ez = sinks || opts->sink_mode == 2 ? exp(z - ms) : 0.0;
+                        double ez = sinks ? exp(z - ms) : 0.0;
                         if (honest) { /* fp32 exponentials and sum */
                             sum = 0.0;
                             for (size_t j = 0; j < Sk; j++) {
@@ -322,7 +325,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         } else if (sinks) {
                             sum += ez;
                         }
-                        if (opts->sink_mode == 2) sinkw[r] = ez; /* a seeded bug: the sink meets a value row of ones */
+                        if (sink_numerator) sinkw[r] = ez; /* the sink meets a value row of ones */
                         /* exact path: P stays unnormalized, the output row is divided instead
                          * (Dv products instead of Sk; the same value in exact arithmetic) */
                         rinv[r] = 1.0;

@@ -40,7 +40,8 @@ double af_sens_cap(double d, double x, double cap) {
 }
 
 /* Turns per-key score error bounds d_j of one softmax row into bounds W_j on |dP_j|, in
- * place, from the scores s (max m; masked keys -inf). With every score off by e_k,
+ * place, from the scores s (max m; masked keys -inf) and a sink logit z (-inf: none): a
+ * term of the denominator without error and without a value row. With every score off by e_k,
  * |e_k| <= d_k, and a_k = s_k - m, P'_j = 1 / (1 + sum_{k != j} e^{a_k + e_k - a_j - e_j})
  * is monotone in each e, so
  *   P'_j  in  [e^{a_j - d_j} / (e^{a_j - d_j} + R+_j),  e^{a_j + d_j} / (e^{a_j + d_j} + R-_j)],
@@ -63,8 +64,9 @@ static double af_sens_rest(const double *s, double m, const double *d, size_t n,
 }
 
 bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint32_t *bad, size_t nbad,
-                     double p_zero) {
-    double up = -HUGE_VAL, lo = -HUGE_VAL;
+                     double p_zero, double z) {
+    double az = z - m; /* the sink's term, exact */
+    double up = az, lo = az;
     size_t jup = 0, jlo = 0;
     for (size_t j = 0; j < n; j++) {
         double a = s[j] - m;
@@ -76,7 +78,8 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
         for (size_t j = 0; j < n; j++) d[j] = 0.0;
         return false;
     }
-    double sp = 0.0, sm = 0.0, s0 = 0.0;
+    double sp = az > -HUGE_VAL ? exp(az - up) : 0.0, sm = az > -HUGE_VAL ? exp(az - lo) : 0.0;
+    double s0 = az > -HUGE_VAL ? exp(az) : 0.0;
     for (size_t j = 0; j < n; j++) {
         double a = s[j] - m;
         if (!(a > -HUGE_VAL)) continue;
