@@ -152,13 +152,27 @@ def alibi_bias(case, b, h, i0, i1, slope=None):
 
 
 def _strided(shape, dtype, perm, pad):
+    if 0 in shape:
+        return np.empty(shape, dtype)
     from .layouts import strided_empty
     return strided_empty(shape, dtype, perm, pad)
 
 
+def share(case, k, v):
+    """(k, v) with row 0's keys and values of the shared pages copied into each row sharing
+    them (af_serving_share: a shared page holds one copy, so the padded views must agree)."""
+    k, v = np.array(k, copy=True), np.array(v, copy=True)
+    for b in range(1, case.batch):
+        n = shared(case, b) * case.page_size
+        k[b, :, :n] = k[0, :, :n]
+        v[b, :, :n] = v[0, :, :n]
+    return k, v
+
+
 def physical(case, q, k, v, dtype_of=None):
     """{name: array} of a serving case's tensors as attnfuzz sends them, from canonical
-    q [B, Hq, Sq, D], k, v (padded views; what lies past a row's lengths is a masked key's):
+    q [B, Hq, Sq, D], k, v (padded views; what lies past a row's lengths is a masked key's;
+    rows sharing pages must hold row 0's values there: share()):
     q (THD [Tq, Hq, D] when packed), k and v (the caches [P, page_size, Hkv, D] when paged,
     THD when packed), and the tables TABLES the case has. A tensor in its dense form (q of a
     paged case) is not included: attnfuzz.layouts.physical_inputs makes it."""
