@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from . import layouts, rng
+
 FORMS = ("packed", "paged", "sinks", "alibi")
 TABLES = ("cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table", "sinks", "alibi_slopes")
 
@@ -26,8 +28,7 @@ NULL_PAGE_K, NULL_PAGE_V = 64.0, -64.0
 
 def _philox_at(seed, stream, index):
     """af_philox_at: the four words of block index of stream under seed (ints)."""
-    from .rng import philox4x32
-    w = philox4x32((index & 0xFFFFFFFF, index >> 32, stream, 0x41465A5A), (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
+    w = rng.philox4x32((index & 0xFFFFFFFF, index >> 32, stream, 0x41465A5A), (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
     return [int(x) for x in w]
 
 
@@ -154,8 +155,7 @@ def alibi_bias(case, b, h, i0, i1, slope=None):
 def _strided(shape, dtype, perm, pad):
     if 0 in shape:
         return np.empty(shape, dtype)
-    from .layouts import strided_empty
-    return strided_empty(shape, dtype, perm, pad)
+    return layouts.strided_empty(shape, dtype, perm, pad)
 
 
 def share(case, k, v):
@@ -231,14 +231,16 @@ def gather(case, t):
     read from a serving case's physical tensors t ({name: array}: q, k, v and the tables, as
     a run request carries them; a dense one in the case's layout): rows past a segment's
     lengths are 0. THD rows are found through cu_seqlens, cache slots through the block
-    table, as a kernel finds them."""
-    from .layouts import to_bhsd
+    table, as a kernel finds them. A tensor missing from t comes back None."""
     lay = case.layouts
     B = case.batch
     shapes = {"q": (case.q_heads, case.q_len, case.head_dim), "k": (case.kv_heads, case.kv_len, case.head_dim),
               "v": (case.kv_heads, case.kv_len, case.v_head_dim)}
     out = {}
     for n in ("q", "k", "v"):
+        if n not in t:
+            out[n] = None
+            continue
         H, S, D = shapes[n]
         x = np.asarray(t[n])
         if n == "q" and case.thd:
@@ -261,7 +263,7 @@ def gather(case, t):
                 m = int(cu[b + 1] - cu[b])
                 y[b, :, :m] = np.asarray(x[cu[b]:cu[b + 1]], dtype=np.float64).transpose(1, 0, 2)
         else:
-            y = np.asarray(to_bhsd(x, lay[n], H, D), dtype=np.float64)
+            y = np.asarray(layouts.to_bhsd(x, lay[n], H, D), dtype=np.float64)
         out[n] = y
     return out["q"], out["k"], out["v"]
 
@@ -271,3 +273,22 @@ def _dtype_of(name):
         import ml_dtypes
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype({"f32": np.float32, "f16": np.float16, "f64": np.float64}[name])
+
+
+def padded_out(case, out, layout):
+    """A result's out as [B, Hq, Sq, Dv] the way attnfuzz reads it: THD rows (layout "thd")
+    scattered to their segments, a padded view as it is; a packed case's rows past a segment
+    0 either way (they do not exist)."""
+    out = np.asarray(out)
+    if layout == "thd":
+        full = np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim), dtype=out.dtype)
+        cu = cu_seqlens([seg_q(case, b) for b in range(case.batch)])
+        for b in range(case.batch):
+            full[b, :, :cu[b + 1] - cu[b]] = out[cu[b]:cu[b + 1]].transpose(1, 0, 2)
+        return full
+    full = np.array(layouts.to_bhsd(out, layout, case.q_heads, case.v_head_dim))
+    if case.thd:
+        for b in range(case.batch):
+            full[b, :, seg_q(case, b):] = 0
+    return full
+

@@ -19,7 +19,8 @@ from attnfuzz.targets import _base
 from attnfuzz.worker import Result
 
 STACK = _base.Stack("numpy_ref", imports=("numpy",), reference=True, default="float64", trains=True, variants=(
-    _base.Variant("float64", "numpy float64 reference of docs/design.md section 2 (every layout and feature)"),))
+    _base.Variant("float64", "numpy float64 reference of docs/design.md section 2 (every layout and feature)",
+                  serving=("packed", "paged", "sinks", "alibi")),))
 
 
 class Target(_base.Target):
@@ -27,8 +28,7 @@ class Target(_base.Target):
 
     def declare(self):
         return {"caps": ["f32", "f16", "bf16", "tf32", "gqa", "cross", "dv", "scale", "softcap", "amask", "bmask",
-                         "causal", "padding", "window", "dropout", "strided", "mask_dtype", "packed", "paged",
-                         "sinks", "alibi"],
+                         "causal", "padding", "window", "dropout", "strided", "mask_dtype"],
                 "conventions": {"dropout": "counter"}}
 
     def execute(self, art, case, q, k, v, mask, bool_mask):
