@@ -12,7 +12,9 @@
  *
  * Findings go through the campaign's store step (store.h): a new raw signature is
  * minimized once and signed on the minimized case, so the same bug found here and by
- * `attnfuzz fuzz` lands in the same bundle; repeats are counted, not stored. With
+ * `attnfuzz fuzz` lands in the same bundle; repeats are counted, not stored. The shared
+ * record of the crashes directory (store.h) lets engine instances and campaigns on one
+ * crashes directory read each other's minimizations instead of repeating them. With
  * ATTNFUZZ_ABORT the harness still aborts on every finding after that, so the engine
  * keeps its own crash file of the input as found. */
 #include "harness.h"

@@ -28,7 +28,8 @@
 #   VARIANT       STACK/VARIANT (default: every variant `python -m attnfuzz.targets --list`
 #                 says is available here, numpy_ref excepted)
 # e.g.  scripts/bench_targets.sh --tiny 10 --default 120 torch/sdpa_math ort/attention
-# Environment: ATTNFUZZ_BIN (default build/attnfuzz), ATTNFUZZ_PYTHON (default .venv/bin/python).
+# Environment: ATTNFUZZ_BIN (default build/attnfuzz; or the `attnfuzz` a wheel installed),
+# ATTNFUZZ_PYTHON (default .venv/bin/python).
 # scripts/gpu_campaign.sh --bench runs it for the CUDA variants.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --stock) stock=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     -*) echo "bench_targets.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -51,7 +52,11 @@ py=${ATTNFUZZ_PYTHON:-$repo/.venv/bin/python}
 [ -x "$af" ] || { echo "bench_targets.sh: $af not found (scripts/setup.sh builds it)" >&2; exit 2; }
 [ -x "$py" ] || py=$(command -v python3)
 [ -x /usr/bin/time ] || { echo "bench_targets.sh: needs GNU time (/usr/bin/time)" >&2; exit 2; }
-export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+export ATTNFUZZ_PYTHON=$py
+# python/ goes on PYTHONPATH, unless this Python has attnfuzz installed from the wheel (as
+# gpu_campaign.sh --wheel leaves it): then the installed package runs, as attnfuzz runs it
+"$py" -c 'import os, sys, attnfuzz.__main__ as m; sys.exit(not os.access(m.binary(), os.X_OK))' 2>/dev/null \
+  || export PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "$out" ]; then out=$(mktemp -d); fi
 mkdir -p "$out"
 
@@ -174,11 +179,12 @@ for stack in open(rows).read().split():
     ratio = r1 / r0 if r0 > 0 else 0.0
     el = st.get("elapsed") or 1e-9
     t = st.get("seconds", {})
-    mini = t.get("minimize", 0.0)
+    mini = st.get("minimize_seconds", 0.0)
     known = st.get("known_hits", {})
     known = sum(known.values()) if isinstance(known, dict) else known
     split = " ".join("%s %.0f" % (k, t.get(k, 0.0)) for k in ("generate", "reference", "protocol", "target",
-                                                               "compile", "checks", "minimize", "restarts"))
+                                                               "compile", "checks", "restarts"))
+    split += " minimize %.0f" % mini
     print("  ".join([stack, "%.1f" % r0, "%.1f" % r1, "%.2f" % ratio, "%.0f%%" % (100 * mini / el),
                      "%.0f%%" % (100 * t.get("restarts", 0.0) / el), str(len(st.get("signatures", []))),
                      str(known), split]))

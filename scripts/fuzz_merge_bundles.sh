@@ -5,7 +5,8 @@
 #   scripts/fuzz_merge_bundles.sh [-n] TARGET SOURCE...
 #
 # Every directory holding a case.json under each SOURCE (at any depth: a crashes/ dir,
-# an AFL++ sync dir, a tree rsync'ed from several machines) is a bundle. Its name is
+# an AFL++ sync dir, a tree rsync'ed from several machines) is a bundle, except those in a
+# .raw/ directory (stored as found, since replaced by their minimized bundle). Its name is
 # <kind>-<signature> as recorded in its case.json (read with python3 when available;
 # otherwise the directory name is trusted, which is what attnfuzz writes). A bundle
 # whose signature is already in TARGET - under that name - is a duplicate and skipped;
@@ -47,6 +48,7 @@ while IFS= read -r -d '' json; do
     src=$(dirname "$json")
     base=$(basename "$src")
     case $base in .tmp* | *.tmp.*) continue ;; esac # a bundle still being written
+    case $src in */.raw/*) continue ;; esac         # stored as found, replaced by its minimized bundle
     # the target itself may lie under a source
     [ "$(cd "$src/.." && pwd -P)" = "$(cd "$target" && pwd -P)" ] && continue
     seen=$((seen + 1))
@@ -77,4 +79,4 @@ while IFS= read -r -d '' json; do
     copied=$((copied + 1))
 done < <(for s in "$@"; do find "$s" -name case.json -type f -print0; done)
 
-echo "merge: $seen bundles seen, $copied copied, $dups duplicates, $renamed renamed to their case.json signature, $bad unreadable -> $target ($(find "$target" -mindepth 1 -maxdepth 1 -type d ! -name '.tmp-*' | wc -l) bundles)"
+echo "merge: $seen bundles seen, $copied copied, $dups duplicates, $renamed renamed to their case.json signature, $bad unreadable -> $target ($(find "$target" -mindepth 1 -maxdepth 1 -type d ! -name '.*' | wc -l) bundles)"

@@ -2,9 +2,13 @@
 # The campaign over the GPU targets (torch/cuda_*, jax/cudnn, tensorrt where installed) on a
 # Linux machine with NVIDIA GPUs and the stacks installed; needs no network. From this
 # checkout it:
-#   1. finds attnfuzz: $ATTNFUZZ_BIN, build/attnfuzz if it runs here, the packed build
-#      .gpu/attnfuzz-dist.tar.gz (scripts/pack_gpu.sh), or builds it with CMake;
-#   2. puts python/ on PYTHONPATH and uses the python3 that has torch ($ATTNFUZZ_PYTHON);
+#   1. uses the python3 that has torch ($ATTNFUZZ_PYTHON to choose);
+#   2. finds attnfuzz: with --wheel PATH, the wheel (scripts/build_wheel.sh, built where the
+#      C libraries are) installed into that Python's environment offline (pip --no-deps
+#      --no-index; the environment needs numpy and ml_dtypes, as a torch or jax one has);
+#      else $ATTNFUZZ_BIN, build/attnfuzz if it runs here, an attnfuzz already installed in
+#      that environment, or a build with CMake. A checkout binary gets python/ on
+#      PYTHONPATH; an installed one runs the package installed beside it;
 #   3. lists the GPU variants available here (the stacks' declarations) in two groups: the
 #      eager kernels and the compiled ones;
 #   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
@@ -28,6 +32,7 @@
 # one file, for machines that return few files), stats-<group>-gpu<N>.json,
 # campaign-<group>-gpu<N>.log, gpu-util.csv, bench/ (bench.tsv), regress*.log, summary.txt.
 #   scripts/gpu_campaign.sh --time 600
+#   scripts/gpu_campaign.sh --wheel dist/attnfuzz-0.1.0-py3-none-manylinux_2_34_x86_64.whl --time 60
 #   scripts/gpu_campaign.sh --gpus 2 --time 3600 --out run1
 #   scripts/gpu_campaign.sh --bench 10 --time 0          # throughput table only
 #   scripts/gpu_campaign.sh --variants torch/cuda_sdpa_flash,torch/cuda_sdpa_math --time 600
@@ -37,7 +42,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads="" cards=""
+time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads="" cards="" wheel=""
 bench_variants=""
 extra=()
 while [ $# -gt 0 ]; do
@@ -54,8 +59,9 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --corpus) corpus=$2; shift 2 ;;
     --replay) replay=1; shift ;;
+    --wheel) wheel=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -64,29 +70,52 @@ out=$(cd "$out" && pwd)
 : >"$out/summary.txt"
 log() { echo "gpu_campaign: $*" | tee -a "$out/summary.txt" >&2; }
 
-# 1. attnfuzz
-af=${ATTNFUZZ_BIN:-}
-if [ -z "$af" ] && [ -x build/attnfuzz ] && build/attnfuzz backends --no-targets >/dev/null 2>&1; then
+# 1. Python
+py=${ATTNFUZZ_PYTHON:-$(command -v python3)}
+
+# 2. attnfuzz
+installed() { # does $py's environment hold attnfuzz installed from the wheel (its binary)?
+  "$py" -c 'import os, sys, attnfuzz.__main__ as m; sys.exit(not os.access(m.binary(), os.X_OK))' 2>/dev/null
+}
+if [ -n "$wheel" ]; then
+  [ -f "$wheel" ] || { echo "gpu_campaign.sh: --wheel $wheel: no such file" >&2; exit 2; }
+  log "installing $(basename "$wheel") into the environment of $py (pip --no-deps --no-index)"
+  "$py" -m pip install -q --disable-pip-version-check --no-deps --no-index --force-reinstall "$wheel" \
+    >"$out/pip.log" 2>&1 || { tail -n 5 "$out/pip.log" >&2
+      echo "gpu_campaign.sh: pip cannot install $wheel for $py (ATTNFUZZ_PYTHON=VENV/bin/python picks a writable environment)" >&2
+      exit 2; }
+  "$py" -c 'import numpy, ml_dtypes' || { echo "gpu_campaign.sh: $py lacks numpy or ml_dtypes, which the worker kit needs" >&2; exit 2; }
+  "$py" -c 'import zstandard' 2>/dev/null \
+    || log "no zstandard for $py: the campaign does not need it (the bundle loader and the report's repro scripts do)"
+  installed || { echo "gpu_campaign.sh: $py does not import the attnfuzz it installed (PYTHONPATH hides it?)" >&2; exit 2; }
+fi
+af="" mode=checkout
+if [ -n "$wheel" ]; then
+  mode=installed
+elif [ -n "${ATTNFUZZ_BIN:-}" ]; then
+  af=$ATTNFUZZ_BIN
+elif [ -x build/attnfuzz ] && build/attnfuzz backends --no-targets >/dev/null 2>&1; then
   af=$repo/build/attnfuzz
-fi
-if [ -z "$af" ] && [ -f .gpu/attnfuzz-dist.tar.gz ]; then
-  dist=$(mktemp -d)
-  tar -C "$dist" -xzf .gpu/attnfuzz-dist.tar.gz
-  export LD_LIBRARY_PATH="$dist/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  af=$dist/dist/bin/attnfuzz
-fi
-if [ -z "$af" ]; then
+elif installed; then
+  mode=installed
+else
   log "no usable attnfuzz binary; building with CMake"
   { cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DAF_TESTS=OFF >/dev/null &&
     cmake --build build-gpu -j"$(nproc)" --target attnfuzz >/dev/null; } \
-    || { echo "gpu_campaign.sh: cannot build attnfuzz here (libcjson, libxxhash, libzstd, libopenblas, libpng needed); run scripts/pack_gpu.sh on a machine that has them and bring .gpu/" >&2; exit 2; }
+    || { echo "gpu_campaign.sh: cannot build attnfuzz here (libcjson, libxxhash, libzstd, libopenblas, libpng needed); build the wheel on a machine that has them (scripts/build_wheel.sh) and pass --wheel dist/attnfuzz-*.whl" >&2; exit 2; }
   af=$repo/build-gpu/attnfuzz
+fi
+if [ $mode = installed ]; then
+  # the `attnfuzz` command pip wrote beside the environment's python: the packaged binary,
+  # run with this Python, the package and its targets as installed (no PYTHONPATH)
+  af=$("$py" -c 'import os, sysconfig; print(os.path.join(sysconfig.get_path("scripts"), "attnfuzz"))')
+  export ATTNFUZZ_PYTHON=$py
+else
+  export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
 "$af" backends --no-targets >/dev/null || { echo "gpu_campaign.sh: $af does not run here" >&2; exit 2; }
 
-# 2. Python and the GPUs
-py=${ATTNFUZZ_PYTHON:-$(command -v python3)}
-export ATTNFUZZ_PYTHON=$py PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+# the GPUs
 ngpu=$("$py" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 [ "$ngpu" -gt 0 ] || { echo "gpu_campaign.sh: $py has no torch with a visible CUDA device" >&2; exit 2; }
 visible=()

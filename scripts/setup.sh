@@ -22,17 +22,7 @@ packages=(build-essential cmake pkg-config libcjson-dev libxxhash-dev libzstd-de
           clang libclang-rt-14-dev afl++ chromium
           munge slurmctld slurmd slurm-client     # the Slurm test starts its own one-node cluster
           python3-yaml python3-kubernetes)        # the Kubernetes manifests' schema check
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+scripts/apt_install.sh "${packages[@]}"
 
 # before configuring: the Python test groups look for .venv/bin/python
 if [ $python = 1 ]; then

@@ -939,6 +939,96 @@ static void test_bundle_exists(void **state) {
     run_free(&r);
 }
 
+/* case.json "minimized" as written; the bundle at dir says it. */
+static int minimized_at(const char *dir) {
+    af_error err = {0};
+    af_bundle *b = NULL;
+    expect_ok(af_bundle_read(dir, &b, &err), &err);
+    int m = af_bundle_minimized(b);
+    af_bundle_free(b);
+    return m;
+}
+
+/* A bundle stored as found ("minimized": false) is replaced in one step by the minimized
+ * one of the same name, and kept in old_dir; a minimized one, or one that does not say,
+ * never is. af_bundle_retire moves only bundles stored as found. */
+static void test_bundle_write_over(void **state) {
+    (void)state;
+    af_case c;
+    small_case(&c);
+    run r;
+    run_make(&r, &c, 0);
+    char crashes[PATH_MAX], old[PATH_MAX], path[PATH_MAX], kept[PATH_MAX], name[64];
+    path_in(crashes, g_dir, "crashes");
+    path_in(old, crashes, ".raw");
+    af_error err = {0};
+    /* not said: never replaced, and case.json has no "minimized" */
+    expect_ok(af_bundle_write(crashes, &r.spec, path, sizeof path, &err), &err);
+    assert_int_equal(minimized_at(path), 0);
+    r.spec.minimized = 1;
+    expect_error(af_bundle_write_over(crashes, &r.spec, old, NULL, 0, &err), &err, AF_ERR_EXISTS, path);
+
+    /* as found, then minimized under the same name: replaced, the old one kept */
+    r.spec.signature ^= 1;
+    r.spec.minimized = -1;
+    r.spec.who = "as found";
+    expect_ok(af_bundle_write(crashes, &r.spec, path, sizeof path, &err), &err);
+    assert_int_equal(minimized_at(path), -1);
+    r.spec.minimized = 1;
+    r.spec.who = "explicit,fused";
+    expect_error(af_bundle_write(crashes, &r.spec, NULL, 0, &err), &err, AF_ERR_EXISTS, path); /* not over */
+    expect_ok(af_bundle_write_over(crashes, &r.spec, old, NULL, 0, &err), &err);
+    assert_int_equal(minimized_at(path), 1);
+    check_bundle(&r, path);
+    af_bundle_name(r.spec.kind, r.spec.signature, name, sizeof name);
+    path_in(kept, old, name);
+    assert_int_equal(minimized_at(kept), -1);
+    af_bundle *b = NULL;
+    expect_ok(af_bundle_read(kept, &b, &err), &err);
+    assert_string_equal(af_bundle_who(b), "as found");
+    af_bundle_free(b);
+    /* minimized now: not replaced again */
+    expect_error(af_bundle_write_over(crashes, &r.spec, old, NULL, 0, &err), &err, AF_ERR_EXISTS, path);
+    assert_int_equal(count_entries(crashes, ".tmp-"), 0);
+    assert_int_equal(count_entries(crashes, NULL), 3); /* two bundles and .raw */
+
+    /* retire: a bundle as found moves, a minimized one stays */
+    r.spec.signature ^= 2;
+    r.spec.minimized = -1;
+    expect_ok(af_bundle_write(crashes, &r.spec, path, sizeof path, &err), &err);
+    af_bundle_name(r.spec.kind, r.spec.signature, name, sizeof name);
+    assert_true(af_bundle_retire(crashes, name, old));
+    struct stat st;
+    assert_int_not_equal(stat(path, &st), 0);
+    path_in(kept, old, name);
+    assert_int_equal(minimized_at(kept), -1);
+    af_bundle_name(r.spec.kind, r.spec.signature ^ 2, name, sizeof name); /* the minimized one */
+    assert_false(af_bundle_retire(crashes, name, old));
+    assert_false(af_bundle_retire(crashes, "no-such-bundle", old));
+    assert_int_equal(count_entries(old, NULL), 2);
+
+    /* "minimized" must be a bool */
+    path_in(path, crashes, name);
+    path_in(kept, path, "case.json");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = fopen(kept, "rb");
+    assert_non_null(f);
+    text = malloc(1 << 20);
+    len = fread(text, 1, (1 << 20) - 1, f);
+    fclose(f);
+    text[len] = 0;
+    char *at = strstr(text, "\"minimized\":");
+    assert_non_null(at);
+    at = strstr(at, "true");
+    assert_non_null(at);
+    memcpy(at, "1   ", 4);
+    write_bytes(kept, text, len);
+    free(text);
+    expect_error(af_bundle_read(path, &b, &err), &err, AF_ERR_FORMAT, "minimized");
+    run_free(&r);
+}
+
 /* Doubles of the case come back bit for bit: cJSON alone prints these three with 15
  * digits, which read back one ulp away. */
 static void test_bundle_exact_numbers(void **state) {
@@ -1825,6 +1915,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_npy_write_errors, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_round_trip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_exists, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bundle_write_over, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_exact_numbers, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_io_errors, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_corrupt_json, setup_dir, teardown_dir),

@@ -100,15 +100,17 @@ static af_status run_campaign(const char *crashes, uint64_t seed, uint64_t runs,
     return s;
 }
 
+/* Bundles in path; half-written ones (".tmp*") go to *tmp_leftovers. Other hidden
+ * entries are not bundles (.minimized: the shared record of minimized signatures; .raw:
+ * bundles as found that a minimized one replaced). */
 static size_t count_dirs(const char *path, int *tmp_leftovers) {
     DIR *d = opendir(path);
     if (!d) return 0;
     size_t n = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' && (e->d_name[1] == 0 || (e->d_name[1] == '.' && e->d_name[2] == 0))) continue;
         if (strncmp(e->d_name, ".tmp", 4) == 0) (*tmp_leftovers)++;
-        else n++;
+        else if (e->d_name[0] != '.') n++;
     }
     closedir(d);
     return n;

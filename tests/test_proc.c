@@ -1,8 +1,8 @@
 /* test_proc.c - external processes (src/core/proc.c): word splitting against hand-split
- * command lines, the project root found in a temporary directory tree, the project's
- * Python, the child environment, and children: spawned without a shell with a clean signal
- * state, output captured into bounded buffers, a sleeping child killed at the deadline
- * together with what it started. */
+ * command lines, the project root found in a temporary directory tree, the wheel's installed
+ * layout recognized, the project's Python, the child environment, and children: spawned
+ * without a shell with a clean signal state, output captured into bounded buffers, a
+ * sleeping child killed at the deadline together with what it started. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -193,6 +193,52 @@ static void test_root(void **state) {
         setenv("ATTNFUZZ_PYTHON", saved_copy, 1);
     else
         unsetenv("ATTNFUZZ_PYTHON");
+    remove_tree(top);
+}
+
+/* The wheel's layout: <site-packages>/attnfuzz/bin/attnfuzz beside the package's
+ * __init__.py is installed; a checkout's build directory, a bin/ elsewhere or a package of
+ * another name are not. */
+static void test_installed(void **state) {
+    (void)state;
+    char top[] = "/tmp/af_proc_XXXXXX";
+    assert_non_null(mkdtemp(top));
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/site/attnfuzz/bin", top), make_dirs(p);
+    snprintf(p, sizeof p, "%s/site/attnfuzz/__init__.py", top), make_file(p, 0644);
+    snprintf(p, sizeof p, "%s/site/other/bin", top), make_dirs(p);
+    snprintf(p, sizeof p, "%s/site/other/__init__.py", top), make_file(p, 0644);
+    snprintf(p, sizeof p, "%s/site/xattnfuzz/bin", top), make_dirs(p);
+    snprintf(p, sizeof p, "%s/site/xattnfuzz/__init__.py", top), make_file(p, 0644);
+    snprintf(p, sizeof p, "%s/bare/attnfuzz/bin", top), make_dirs(p); /* no __init__.py */
+    snprintf(p, sizeof p, "%s/proj/python/attnfuzz", top), make_dirs(p);
+    snprintf(p, sizeof p, "%s/proj/python/attnfuzz/__init__.py", top), make_file(p, 0644);
+    snprintf(p, sizeof p, "%s/proj/build", top), make_dirs(p);
+
+    snprintf(p, sizeof p, "%s/site/attnfuzz/bin", top);
+    assert_true(af_proc_installed_at(p));
+    snprintf(p, sizeof p, "%s/site/attnfuzz/bin//", top);
+    assert_true(af_proc_installed_at(p));
+    snprintf(p, sizeof p, "%s/site/attnfuzz", top); /* the package itself is not its bin/ */
+    assert_false(af_proc_installed_at(p));
+    snprintf(p, sizeof p, "%s/site/other/bin", top);
+    assert_false(af_proc_installed_at(p));
+    snprintf(p, sizeof p, "%s/site/xattnfuzz/bin", top);
+    assert_false(af_proc_installed_at(p));
+    snprintf(p, sizeof p, "%s/bare/attnfuzz/bin", top);
+    assert_false(af_proc_installed_at(p));
+    snprintf(p, sizeof p, "%s/proj/build", top); /* a checkout: af_proc_root's business */
+    assert_false(af_proc_installed_at(p));
+    assert_false(af_proc_installed_at("attnfuzz/bin"));
+    assert_false(af_proc_installed_at(""));
+    assert_false(af_proc_installed_at(NULL));
+
+    /* this test program is not installed: the project's Python is found as in a checkout */
+    af_proc_python py;
+    af_error err;
+    assert_int_equal(af_proc_python_find(&py, &err), AF_OK);
+    assert_false(py.installed);
+    assert_int_equal(af_proc_package(p, sizeof p, &err), AF_ERR_IO);
     remove_tree(top);
 }
 
@@ -488,6 +534,7 @@ static void test_spawn(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split),   cmocka_unit_test(test_root),
+        cmocka_unit_test(test_installed),
         cmocka_unit_test(test_env),     cmocka_unit_test(test_capture),
         cmocka_unit_test(test_capture_leftover), cmocka_unit_test(test_capture_timeout),
         cmocka_unit_test(test_spawn),

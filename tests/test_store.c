@@ -7,7 +7,19 @@
  *   - without minimization the f16 case signs differently (so the check above could
  *     fail), and its bundle holds the case as found;
  *   - a NaN on a planted value that the wrong diagonal unmasks is signed on the finite
- *     twin: the plain case's diverge. */
+ *     twin: the plain case's diverge;
+ *   - minimizing runs only the failing check: a correct backend beside the mutant (a test
+ *     backend that counts its runs) runs once, for the execution that found the bug, not
+ *     once per minimizing step; as one side of a pair with the mutant it runs every step;
+ *   - the shared record: a second store on the same crashes directory (another job, a
+ *     later campaign) reads the first one's alias and minimizes nothing;
+ *   - a finding of a bug already minimized, with other incidental features, takes one
+ *     execution: the minimized case is a pattern (all it lacks removed at once), which lands
+ *     on the known signature (a fresh store spends dozens on the same finding);
+ *   - the budget: with none left the finding is stored as found (case.json says so) and
+ *     queued; af_store_finish minimizes it to the signature minimizing at once gives,
+ *     replaces it, records the alias; a minimization the budget cuts short is queued with
+ *     its progress and finished later; after the deadline nothing is minimized. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,12 +27,71 @@
 
 #include <cmocka.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "attnfuzz/backend.h"
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/store.h"
+#include "backends/ref.h"
+
+/* --- counting test backends: the reference, rounded to f32, and a count of runs ------- */
+
+static unsigned count_a, count_b;
+
+typedef struct {
+    af_scratch ws;
+    double *buf;
+    size_t cap;
+    unsigned *runs;
+} counting;
+
+static af_status counting_create(unsigned *runs, void **state) {
+    counting *c = calloc(1, sizeof *c);
+    c->runs = runs;
+    *state = c;
+    return AF_OK;
+}
+static af_status counting_create_a(const char *args, void **state, af_error *err) {
+    (void)args;
+    (void)err;
+    return counting_create(&count_a, state);
+}
+static af_status counting_create_b(const char *args, void **state, af_error *err) {
+    (void)args;
+    (void)err;
+    return counting_create(&count_b, state);
+}
+static void counting_destroy(void *state) {
+    counting *c = state;
+    af_scratch_release(&c->ws);
+    free(c->buf);
+    free(c);
+}
+static af_status counting_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    counting *c = state;
+    (*c->runs)++;
+    size_t n = af_tensor_numel(out);
+    if (n > c->cap) {
+        free(c->buf);
+        c->buf = malloc(n * sizeof *c->buf);
+        c->cap = n;
+    }
+    af_ref_opts opts = {0};
+    af_status st = af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, c->buf, NULL, &c->ws, err);
+    float *o = out->data;
+    for (size_t e = 0; e < n; e++) o[e] = (float)c->buf[e];
+    return st;
+}
+#define COUNTING_VT(NAME, CREATE)                                                                      \
+    {.name = NAME, .version = "0", .summary = "test only: the reference, counting its runs", .caps = AF_CAP_ALL, \
+     .layouts = AF_LAYOUTS_ALL, .out_dtype = AF_F32, .create = CREATE, .destroy = counting_destroy,             \
+     .run = counting_run}
+static const af_backend_vtable counting_a_vt = COUNTING_VT("test:count_a", counting_create_a);
+static const af_backend_vtable counting_b_vt = COUNTING_VT("test:count_b", counting_create_b);
 
 static char af_tmp[256];
 
@@ -195,10 +266,276 @@ static void test_finite_twin(void **state) {
     af_exec_destroy(x);
 }
 
+/* Minimizing the mutant's finding runs the mutant (and the reference), never a backend of
+ * another check; a pair runs both of its sides. */
+static void test_only_the_failing_check_runs(void **state) {
+    (void)state;
+    af_error err = {0};
+    for (int pair = 0; pair < 2; pair++) {
+        af_exec_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        af_oracle_opts_default(&cfg.oracle);
+        if (pair) {
+            cfg.pairs[cfg.n_pairs++] = "mutant:causal_top_left,test:count_a";
+            cfg.backends[cfg.n_backends++] = "test:count_b";
+        } else {
+            cfg.backends[cfg.n_backends++] = "mutant:causal_top_left";
+            cfg.backends[cfg.n_backends++] = "test:count_a";
+            cfg.backends[cfg.n_backends++] = "test:count_b";
+        }
+        af_exec *x = af_exec_create(&cfg, &err);
+        assert_non_null(x);
+        char dir[300];
+        snprintf(dir, sizeof dir, "%s/only%d", af_tmp, pair);
+        af_store_opts o = {.crashes_dir = dir};
+        af_store *st = af_store_create(&o, &err);
+        assert_non_null(st);
+        af_campaign_stats s;
+        memset(&s, 0, sizeof s);
+        count_a = count_b = 0;
+        af_store_event ev[AF_EXEC_MAX_CHECKS];
+        size_t nev;
+        run_and_store(x, st, &s, diverging_case(2, 3, AF_F32, AF_LAYOUT_BSHD), ev, &nev);
+        assert_true(ev[0].stored);
+        assert_string_equal(s.sigs[0].who, pair ? "mutant:causal_top_left,test:count_a" : "mutant:causal_top_left");
+        assert_true(s.minimize_execs > 10);
+        assert_int_equal(count_b, 1); /* the execution that found it, and nothing else */
+        /* a pair's other side runs at each step of minimizing the pair */
+        assert_int_equal(count_a, pair ? 1 + s.minimize_execs : 1);
+        af_campaign_stats_free(&s);
+        af_store_destroy(st);
+        af_exec_destroy(x);
+    }
+}
+
+/* The signature minimizing `c` at once gives (a store of its own, no budget). */
+static uint64_t minimized_signature(af_exec *x, af_case c, const char *sub, uint64_t *execs) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/%s", af_tmp, sub);
+    af_store_opts o = {.crashes_dir = dir};
+    af_error err = {0};
+    af_store *st = af_store_create(&o, &err);
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev;
+    run_and_store(x, st, &s, c, ev, &nev);
+    assert_true(s.minimize_execs > 0 && !s.sigs[0].unminimized);
+    uint64_t sig = s.sigs[0].signature;
+    if (execs) *execs = s.minimize_execs;
+    af_campaign_stats_free(&s);
+    af_store_destroy(st);
+    return sig;
+}
+
+static int bundle_minimized(const char *dir) {
+    af_bundle *b = NULL;
+    af_error err = {0};
+    assert_int_equal(af_bundle_read(dir, &b, &err), AF_OK);
+    int m = af_bundle_minimized(b);
+    af_bundle_free(b);
+    return m;
+}
+
+/* A second store on the same crashes directory reads the alias the first one recorded. */
+static void test_shared_record(void **state) {
+    (void)state;
+    af_exec *x = mutant_exec();
+    af_case c = diverging_case(2, 2, AF_F16, AF_LAYOUT_SBHD);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/shared", af_tmp);
+    af_store_opts o = {.crashes_dir = dir};
+    af_error err = {0};
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev;
+    uint64_t sig[2];
+    for (int k = 0; k < 2; k++) {
+        af_store *st = af_store_create(&o, &err);
+        af_campaign_stats s;
+        memset(&s, 0, sizeof s);
+        run_and_store(x, st, &s, c, ev, &nev);
+        sig[k] = s.sigs[ev[0].entry].signature;
+        assert_false(s.sigs[0].unminimized);
+        if (k == 0) {
+            assert_true(ev[0].stored && s.minimize_execs > 10 && s.aliases_read == 0);
+        } else { /* nothing minimized: the alias read, the bundle there already */
+            assert_false(ev[0].stored);
+            assert_true(s.sigs[0].stored_elsewhere);
+            assert_int_equal(s.minimize_execs, 0);
+            assert_int_equal(s.aliases_read, 1);
+        }
+        af_campaign_stats_free(&s);
+        af_store_destroy(st);
+    }
+    assert_true(sig[0] == sig[1]);
+    assert_int_equal(count_dirs(dir), 1); /* the bundle (.minimized is hidden) */
+    af_exec_destroy(x);
+}
+
+static void test_patterns(void **state) {
+    (void)state;
+    af_exec *x = mutant_exec();
+    af_case first = diverging_case(1, 1, AF_F32, AF_LAYOUT_BHSD), other = diverging_case(2, 3, AF_BF16, AF_LAYOUT_BSHD);
+    other.t[AF_K].perm = 1;
+    other.t[AF_V].pad = 3;
+    af_case_repair(&other, 0);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/patterns", af_tmp);
+    af_store_opts o = {.crashes_dir = dir};
+    af_error err = {0};
+    af_store *st = af_store_create(&o, &err);
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev;
+    run_and_store(x, st, &s, first, ev, &nev);
+    uint64_t sig = s.sigs[0].signature, before = s.minimize_execs;
+    run_and_store(x, st, &s, other, ev, &nev);
+    assert_true(s.sigs[ev[0].entry].signature == sig);
+    assert_int_equal(s.n_sigs, 1);
+    assert_int_equal(s.minimize_execs - before, 1); /* the pattern, which held */
+    af_campaign_stats_free(&s);
+    af_store_destroy(st);
+    /* the same finding in a store without that pattern: minimized step by step */
+    uint64_t execs = 0, alone = minimized_signature(x, other, "patterns-alone", &execs);
+    assert_true(alone == sig);
+    assert_true(execs > 20);
+    af_exec_destroy(x);
+}
+
+static void test_budget(void **state) {
+    (void)state;
+    af_exec *x = mutant_exec();
+    af_case c = diverging_case(2, 3, AF_F16, AF_LAYOUT_BSHD);
+    uint64_t want = minimized_signature(x, c, "budget-ref", NULL);
+    char dir[300], path[600];
+    snprintf(dir, sizeof dir, "%s/budget", af_tmp);
+    af_store_opts o = {.crashes_dir = dir, .minimize_share = 0.1};
+    af_error err = {0};
+    af_store *st = af_store_create(&o, &err);
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev;
+
+    /* no time has passed: no budget; stored as found, queued */
+    run_and_store(x, st, &s, c, ev, &nev);
+    assert_true(ev[0].first && ev[0].stored && ev[0].unminimized);
+    uint64_t raw = s.sigs[0].signature;
+    assert_true(raw != want);
+    assert_true(s.sigs[0].unminimized);
+    assert_int_equal(s.minimize_execs, 0);
+    assert_int_equal(s.stored_unminimized, 1);
+    assert_int_equal(af_store_queued(st), 1);
+    snprintf(path, sizeof path, "%s", s.sigs[0].bundle);
+    assert_int_equal(bundle_minimized(path), -1);
+    /* a repeat: counted there, still no budget */
+    run_and_store(x, st, &s, c, ev, &nev);
+    assert_false(ev[0].first);
+    assert_true(ev[0].unminimized);
+    assert_int_equal(s.sigs[0].count, 2);
+
+    /* the end pass: minimized to what minimizing at once gives, the bundle as found moved */
+    assert_int_equal(af_store_finish(st, x, &s, 0, &err), AF_OK);
+    assert_int_equal(af_store_queued(st), 0);
+    assert_int_equal(s.n_sigs, 1);
+    assert_true(s.sigs[0].signature == want);
+    assert_false(s.sigs[0].unminimized);
+    assert_int_equal(s.sigs[0].count, 2);
+    assert_int_equal(s.minimized_later, 1);
+    assert_true(s.minimize_execs > 10 && s.minimize_seconds > 0 && s.minimize_end_seconds > 0);
+    assert_int_equal(bundle_minimized(s.sigs[0].bundle), 1);
+    struct stat sb;
+    assert_int_not_equal(stat(path, &sb), 0);
+    char raw_name[64], moved[700];
+    af_bundle_name(AF_KIND_DIVERGE, raw, raw_name, sizeof raw_name);
+    snprintf(moved, sizeof moved, "%s/.raw/%s", dir, raw_name);
+    assert_int_equal(bundle_minimized(moved), -1);
+    assert_int_equal(count_dirs(dir), 1); /* the minimized bundle (beside .minimized, .raw) */
+    uint64_t as;
+    af_kind kind;
+    assert_true(af_store_alias(st, raw, &as, &kind) && as == want);
+    /* after it: the same finding maps straight to the minimized signature */
+    uint64_t execs = s.minimize_execs;
+    run_and_store(x, st, &s, c, ev, &nev);
+    assert_true(s.sigs[ev[0].entry].signature == want);
+    assert_int_equal(s.sigs[0].count, 3);
+    assert_int_equal(s.minimize_execs, execs);
+
+    /* time has passed (1000 s, nothing minimized in them): the budget allows it at once */
+    af_case other = diverging_case(1, 2, AF_BF16, AF_LAYOUT_BHSD);
+    assert_int_equal(af_exec_run_case(x, &other, &err), AF_OK);
+    s.execs++;
+    assert_int_equal(af_store_findings(st, x, &s, 1000.0, ev, &nev, &err), AF_OK);
+    assert_false(ev[0].unminimized);
+    assert_true(s.minimize_execs > execs);
+    assert_int_equal(s.stored_unminimized, 1);
+    af_campaign_stats_free(&s);
+    af_store_destroy(st);
+
+    /* a budget of a microsecond cuts minimizing short: queued with its progress, which
+     * the end pass finishes to the same signature */
+    snprintf(dir, sizeof dir, "%s/budget-cut", af_tmp);
+    af_store *cut = af_store_create(&o, &err);
+    memset(&s, 0, sizeof s);
+    assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    s.execs++;
+    assert_int_equal(af_store_findings(cut, x, &s, 1e-5, ev, &nev, &err), AF_OK);
+    assert_true(ev[0].unminimized && s.minimize_execs > 0);
+    assert_true(s.sigs[0].signature == raw);
+    assert_int_equal(af_store_finish(cut, x, &s, 0, &err), AF_OK);
+    assert_true(s.sigs[0].signature == want);
+    af_campaign_stats_free(&s);
+    af_store_destroy(cut);
+
+    /* queued, then seen again a second later with budget to spare: minimized then, while
+     * the campaign runs (the event of the repeat names the minimized signature) */
+    snprintf(dir, sizeof dir, "%s/budget-recur", af_tmp);
+    af_store *recur = af_store_create(&o, &err);
+    memset(&s, 0, sizeof s);
+    run_and_store(x, recur, &s, c, ev, &nev);
+    assert_true(ev[0].unminimized);
+    struct timespec pause = {1, 100000000}; /* a queued finding is looked at once a second */
+    nanosleep(&pause, NULL);
+    assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    s.execs++;
+    assert_int_equal(af_store_findings(recur, x, &s, 1000.0, ev, &nev, &err), AF_OK);
+    assert_int_equal(nev, 1);
+    assert_false(ev[0].unminimized);
+    assert_true(s.sigs[ev[0].entry].signature == want);
+    assert_int_equal(s.sigs[ev[0].entry].count, 2);
+    assert_int_equal(s.n_sigs, 1);
+    assert_int_equal(s.minimized_later, 1);
+    assert_int_equal(af_store_queued(recur), 0);
+    af_campaign_stats_free(&s);
+    af_store_destroy(recur);
+
+    /* past the deadline: nothing is minimized, not even at the end */
+    snprintf(dir, sizeof dir, "%s/budget-late", af_tmp);
+    af_store_opts late = {.crashes_dir = dir, .deadline = 1e-9};
+    af_store *st3 = af_store_create(&late, &err);
+    memset(&s, 0, sizeof s);
+    run_and_store(x, st3, &s, c, ev, &nev);
+    assert_true(ev[0].unminimized);
+    assert_int_equal(s.minimize_execs, 0);
+    assert_int_equal(af_store_finish(st3, x, &s, 1e-9, &err), AF_OK);
+    assert_int_equal(af_store_queued(st3), 1);
+    assert_true(s.sigs[0].signature == raw && s.sigs[0].unminimized);
+    af_campaign_stats_free(&s);
+    af_store_destroy(st3);
+    af_exec_destroy(x);
+}
+
 int main(void) {
     snprintf(af_tmp, sizeof af_tmp, "/tmp/attnfuzz-test-store-XXXXXX");
     if (!mkdtemp(af_tmp)) return 1;
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin)};
+    af_error err;
+    if (af_backend_register(&counting_a_vt, &err) != AF_OK || af_backend_register(&counting_b_vt, &err) != AF_OK)
+        return 1;
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin),
+                                       cmocka_unit_test(test_only_the_failing_check_runs),
+                                       cmocka_unit_test(test_shared_record), cmocka_unit_test(test_patterns),
+                                       cmocka_unit_test(test_budget)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", af_tmp);

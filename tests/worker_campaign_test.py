@@ -27,6 +27,19 @@ batch: c_worker --batch 64 with errors and refusals on some cases, run with --ba
 bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
   --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
   (exit 77) where this process may run on one CPU only.
+min_only_failing: a mutant's finding is minimized while a correct c_worker runs beside it
+  (--count-file counts its runs): the worker runs once per campaign execution, never for a
+  minimizing step.
+min_jobs_shared: one failing seed run by --jobs 2 is minimized once (the executions of a
+  single job's minimizing, not twice that), the other job reads the alias from the shared
+  record; a later campaign on that crashes directory minimizes nothing.
+min_budget: a slow wrong worker (--run-sleep) under a small --minimize-share: findings stored as
+  found (case.json "minimized": false, stats), minimized in the end pass within its grace,
+  or, with --minimize-grace 0, by `attnfuzz minimize DIR`.
+min_dir: `attnfuzz minimize DIR` on bundles stored as found ends with minimized bundles of
+  the same checks as minimizing at once, each replaying, each bundle as found in DIR/.raw/
+  with its alias; of two `minimize DIR` at once, each finding is minimized by one and read
+  from the record by the other; a second run has nothing to do.
 
 Standard library only; exit 0 pass, 1 fail.
 """
@@ -34,6 +47,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -330,6 +344,186 @@ def batch(attnfuzz, c_worker, tmp, fault):
         check(s["worker_restarts"] >= len(found), f"batch_crash: {s['worker_restarts']} restarts for {len(found)} crashes")
 
 
+def top_bundles(d):
+    """{name: case.json} of the bundles directly in d (hidden ones are not bundles)."""
+    return {os.path.basename(p): b for p, b in bundles(d)}
+
+
+def min_only_failing(attnfuzz, c_worker, tmp):
+    counts, crashes, stats = (os.path.join(tmp, n) for n in ("counts", "crashes", "stats.json"))
+    p = run([attnfuzz, "fuzz", "--backend", "mutant:causal_top_left", "--backend",
+             f"worker:{c_worker} --count-file {counts}", "--runs", "300", "--seed", "2", "--minimize-share", "1",
+             "--crashes", crashes, "--stats", stats, "--quiet"])
+    check(p.returncode == 1, f"min_only_failing: exit {p.returncode}: {p.stderr[-400:]}")
+    st = stats_of(stats)
+    with open(counts) as f:
+        worker_runs = sum(int(line.split()[1]) for line in f if line.strip())
+    check(st["minimize_execs"] > 50, f"min_only_failing: {st['minimize_execs']} minimize executions, want many")
+    check(all(s["who"] == "mutant:causal_top_left" for s in st["signatures"]), f"min_only_failing: {st['signatures']}")
+    # every campaign execution runs the worker once (it supports every case); minimizing
+    # the mutant's findings runs the mutant alone
+    check(worker_runs <= st["execs"], f"min_only_failing: the worker ran {worker_runs} times in {st['execs']} "
+                                      f"executions and {st['minimize_execs']} minimizing steps")
+    check(worker_runs >= st["execs"] - st["skipped"] - 5, f"min_only_failing: the worker ran only {worker_runs} times")
+    print(f"min_only_failing: {st['execs']} execs, {st['minimize_execs']} minimizing steps, worker runs {worker_runs}")
+
+
+def failing_seed(attnfuzz, tmp):
+    """A corpus of one input on which mutant:causal_top_left fails, as found (large)."""
+    raw = os.path.join(tmp, "raw")
+    run([attnfuzz, "fuzz", "--backend", "mutant:causal_top_left", "--runs", "2000", "--seed", "4", "--no-minimize",
+         "--max-findings", "1", "--crashes", raw, "--quiet"])
+    found = bundles(raw)
+    if not check(len(found) == 1, f"no raw finding to seed with: {found}"):
+        sys.exit(1)
+    seeds = os.path.join(tmp, "seeds")
+    os.makedirs(seeds)
+    with open(os.path.join(found[0][0], "input.bin"), "rb") as f, open(os.path.join(seeds, "seed.bin"), "wb") as g:
+        g.write(f.read())
+    return seeds
+
+
+def min_jobs_shared(attnfuzz, c_worker, tmp):
+    seeds = failing_seed(attnfuzz, tmp)
+
+    def campaign(name, jobs, crashes):
+        stats = os.path.join(tmp, name + ".json")
+        p = run([attnfuzz, "fuzz", "--backend", "mutant:causal_top_left", "--corpus", seeds, "--runs", "1", "--jobs",
+                 str(jobs), "--minimize-share", "1", "--crashes", crashes, "--stats", stats, "--quiet"])
+        check(p.returncode == 1, f"min_jobs_shared: {name}: exit {p.returncode}: {p.stderr[-400:]}")
+        return stats_of(stats)
+
+    one = campaign("one", 1, os.path.join(tmp, "one"))
+    shared = os.path.join(tmp, "two")
+    two = campaign("two", 2, shared)
+    check(one["minimize_execs"] > 20 and one["aliases_read"] == 0, f"min_jobs_shared: one job: {one}")
+    # each job ran the seed and found the same raw signature: one minimized it (the same
+    # executions as the single job), the other read its alias
+    check(two["execs"] == 2 and two["findings_total"] == 2, f"min_jobs_shared: {two['execs']} execs")
+    check(two["minimize_execs"] == one["minimize_execs"],
+          f"min_jobs_shared: --jobs 2 spent {two['minimize_execs']} minimizing executions, one job "
+          f"{one['minimize_execs']}")
+    check(two["aliases_read"] == 1, f"min_jobs_shared: aliases read {two['aliases_read']}, want 1")
+    sigs = [(s["signature"], s["count"], s["minimized"]) for s in two["signatures"]]
+    check(sigs == [(one["signatures"][0]["signature"], 2, True)], f"min_jobs_shared: {sigs} vs {one['signatures']}")
+    check(len(top_bundles(shared)) == 1, f"min_jobs_shared: bundles {sorted(top_bundles(shared))}")
+    later = campaign("later", 1, shared)  # an earlier campaign's record
+    check(later["minimize_execs"] == 0 and later["aliases_read"] == 1,
+          f"min_jobs_shared: a later campaign: {later['minimize_execs']} minimizing, {later['aliases_read']} read")
+    print(f"min_jobs_shared: one job {one['minimize_execs']}, two jobs {two['minimize_execs']} minimizing executions")
+
+
+def check_dir_minimized(d, name):
+    found = top_bundles(d)
+    check(found and all(b.get("minimized") is True for b in found.values()),
+          f"{name}: bundles not minimized: {[n for n, b in found.items() if b.get('minimized') is not True]}")
+    raw = os.path.join(d, ".raw")
+    moved = top_bundles(raw) if os.path.isdir(raw) else {}
+    check(all(b.get("minimized") is False for b in moved.values()), f"{name}: .raw holds minimized bundles")
+    record = os.path.join(d, ".minimized")
+    for n, b in moved.items():
+        alias = os.path.join(record, b["signature"])
+        if not check(os.path.exists(alias), f"{name}: no alias for {n}"):
+            continue
+        with open(alias) as f:
+            parts = f.read().split()
+        check(len(parts) == 5 and parts[2] == b["signature"] and f"{parts[4]}-{parts[3]}" in found,
+              f"{name}: the alias of {n} ({parts}) names no bundle")
+    return found, moved
+
+
+def min_budget(attnfuzz, c_worker, tmp):
+    spec = f"worker:{c_worker} --bug scale --run-sleep 0.01"
+    # no end pass: the findings stay stored as found, then `attnfuzz minimize DIR`
+    crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "2", "--seed", "3", "--minimize-share", "0.02",
+             "--minimize-grace", "0", "--crashes", crashes, "--stats", stats, "--quiet"])
+    check(p.returncode == 1, f"min_budget: exit {p.returncode}: {p.stderr[-400:]}")
+    st = stats_of(stats)
+    found = top_bundles(crashes)
+    as_found = [n for n, b in found.items() if b.get("minimized") is False]
+    check(st["stored_unminimized"] >= 1 and len(as_found) >= 1 and st["minimized_later"] == 0,
+          f"min_budget: stored_unminimized {st['stored_unminimized']}, {len(as_found)} of {len(found)} as found")
+    check(st["minimize_seconds"] <= 0.02 * st["elapsed"] + 0.5,
+          f"min_budget: {st['minimize_seconds']:.2f}s minimizing in {st['elapsed']:.1f}s")
+    check(sorted(s["signature"] for s in st["signatures"] if not s["minimized"]) ==
+          sorted(found[n]["signature"] for n in as_found), "min_budget: the stats and the bundles disagree")
+    check("attnfuzz minimize" in p.stderr, f"min_budget: no hint to run attnfuzz minimize: {p.stderr[-300:]}")
+    m = run([attnfuzz, "minimize", crashes])
+    check(m.returncode == 1, f"min_budget: minimize DIR: exit {m.returncode}: {m.stderr[-400:]}")
+    after, moved = check_dir_minimized(crashes, "min_budget")
+    check(len(moved) + sum(1 for n in as_found if n in after) >= len(as_found),
+          f"min_budget: {len(as_found)} as found, {len(moved)} moved")
+    for path, b in bundles(crashes):  # each still fails, as its check
+        r = run([attnfuzz, "replay", path])
+        check(r.returncode == 1, f"min_budget: {os.path.basename(path)} replays with exit {r.returncode}")
+
+    # an end pass within its grace
+    crashes, stats = os.path.join(tmp, "crashes2"), os.path.join(tmp, "stats2.json")
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "2", "--seed", "3", "--minimize-share", "0.02",
+             "--minimize-grace", "20", "--crashes", crashes, "--stats", stats, "--quiet"])
+    st = stats_of(stats)
+    check(p.returncode == 1 and st["stored_unminimized"] >= 1 and st["minimized_later"] == st["stored_unminimized"],
+          f"min_budget: end pass: exit {p.returncode}, {st['stored_unminimized']} stored as found, "
+          f"{st['minimized_later']} minimized later")
+    check(0 < st["minimize_end_seconds"] <= 21 and p.elapsed < 2 + 21 + 10,
+          f"min_budget: end pass {st['minimize_end_seconds']:.1f}s, campaign {p.elapsed:.1f}s")
+    check_dir_minimized(crashes, "min_budget end pass")
+    print(f"min_budget: {st['stored_unminimized']} stored as found, end pass {st['minimize_end_seconds']:.1f}s")
+
+
+def min_dir(attnfuzz, c_worker, tmp):
+    def campaign(crashes, *opts):
+        stats = crashes + ".json"
+        p = run([attnfuzz, "fuzz", "--backend", "mutant:causal_top_left", "--backend", "mutant:scale_sqrt_q_only",
+                 "--runs", "300", "--seed", "9", "--crashes", crashes, "--stats", stats, "--quiet", *opts])
+        check(p.returncode == 1, f"min_dir: exit {p.returncode}: {p.stderr[-400:]}")
+        return stats_of(stats)
+
+    at_once = campaign(os.path.join(tmp, "at_once"), "--minimize-share", "1")
+    deferred = os.path.join(tmp, "deferred")
+    st = campaign(deferred, "--minimize-share", "0.01", "--minimize-grace", "0")
+    before = top_bundles(deferred)
+    n_found = sum(1 for b in before.values() if b.get("minimized") is False)
+    check(n_found >= 3, f"min_dir: only {n_found} bundles stored as found")
+    twice = os.path.join(tmp, "twice")
+    shutil.copytree(deferred, twice)
+
+    m = run([attnfuzz, "minimize", deferred])
+    check(m.returncode == 1, f"min_dir: exit {m.returncode}: {m.stderr[-400:]}")
+    after, moved = check_dir_minimized(deferred, "min_dir")
+    # which findings merge depends on the order (a minimized bug is a pattern for the next):
+    # the same checks fail, fewer bundles than findings, each replays
+    want = sorted({s["who"] for s in at_once["signatures"]})
+    check(sorted({b["who"] for b in after.values()}) == want and len(after) < n_found,
+          f"min_dir: {len(after)} bundles of {sorted({b['who'] for b in after.values()})}, at once: {want}")
+    for path, b in bundles(deferred):
+        r = run([attnfuzz, "replay", path])
+        check(r.returncode == 1, f"min_dir: {os.path.basename(path)} replays with exit {r.returncode}")
+    check(len(moved) + len([n for n in before if n in after and before[n].get("minimized") is False]) == n_found,
+          f"min_dir: {n_found} as found, {len(moved)} in .raw")
+    execs = re.search(r"\((\d+) executions", m.stderr)
+    again = run([attnfuzz, "minimize", deferred])
+    check(again.returncode == 0 and " 0 of 0 " in again.stderr, f"min_dir: second run: exit {again.returncode}: "
+                                                                 f"{again.stderr[-200:]}")
+
+    # two at once on a copy: each finding is minimized by one of them, whose alias the other
+    # reads from the record (the aliases read add up to the findings)
+    procs = [subprocess.Popen([attnfuzz, "minimize", twice], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [pr.communicate() for pr in procs]
+    read = [re.search(r" of (\d+) bundles? .*, (\d+) read from the shared record", err) for _, err in outs]
+    check(all(read), f"min_dir: no summary: {[e[-200:] for _, e in outs]}")
+    if all(read):
+        n = [int(m.group(1)) for m in read]
+        both = sum(int(m.group(2)) for m in read)
+        check(n == [n_found, n_found] and both == n_found,
+              f"min_dir: two at once each saw {n} of {n_found} and read {both} aliases: something minimized twice")
+    after2, _ = check_dir_minimized(twice, "min_dir (two at once)")
+    check(sorted({b["who"] for b in after2.values()}) == want, "min_dir: two at once end elsewhere")
+    print(f"min_dir: {n_found} as found -> {len(after)} bundles, {execs.group(1) if execs else '?'} executions")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -358,6 +552,8 @@ def main():
             batch(attnfuzz, c_worker, tmp, "error")
         elif scenario == "batch_crash":
             batch(attnfuzz, c_worker, tmp, "crash")
+        elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir"):
+            globals()[scenario](attnfuzz, c_worker, tmp)
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))
         else:

@@ -99,6 +99,9 @@ typedef struct af_bundle_spec {
     const char *extra_json; /* optional JSON object text merged into case.json as "extra" */
     const char *name;       /* optional: the directory name ([A-Za-z0-9_.-], at most 63
                                characters); NULL: <kind>-<signature> */
+    signed char minimized;  /* case.json "minimized": +1 true (the case was minimized, the name is
+                               its signature), -1 false (stored as found: `attnfuzz minimize DIR`
+                               minimizes it later), 0 not written (other tools) */
 } af_bundle_spec;
 
 /* Writes the bundle under crashes_dir (created if missing). On success path (if not
@@ -107,6 +110,22 @@ typedef struct af_bundle_spec {
  * removes the partial temporary directory. */
 af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, char *path, size_t path_len,
                           af_error *err);
+
+/* As af_bundle_write, except where a bundle of that name exists that case.json marks as
+ * stored as found ("minimized": false): the new bundle then replaces it in one step (it is
+ * written beside it and exchanged with it, renameat2 RENAME_EXCHANGE; where the file system
+ * lacks that, two renames), and the old one is moved to old_dir/<name> (old_dir created if
+ * missing; when old_dir already holds that name, the old copy is dropped). A reader sees
+ * the old bundle or the new one, never none or half of one. A minimized bundle, or one
+ * that does not say, is never replaced: AF_ERR_EXISTS. */
+af_status af_bundle_write_over(const char *crashes_dir, const af_bundle_spec *spec, const char *old_dir, char *path,
+                               size_t path_len, af_error *err);
+
+/* Moves crashes_dir/name to old_dir/name (as af_bundle_write_over moves the bundle it
+ * replaces) when its case.json marks it as stored as found: once its minimized bundle is
+ * stored under another name, it is no longer needed where reports and regress look, but
+ * is kept. Nothing when it is missing, minimized or does not say. True when moved. */
+bool af_bundle_retire(const char *crashes_dir, const char *name, const char *old_dir);
 
 /* Removes the temporary directories that process pid left in crashes_dir: a writer
  * killed mid-write (the OOM killer) cannot remove its own. Stored bundles are never
@@ -144,6 +163,8 @@ const char *af_bundle_relation(const af_bundle *b); /* NULL if none */
 size_t af_bundle_record_count(const af_bundle *b);
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i);
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol);
+/* case.json "minimized": +1 true, -1 false (stored as found), 0 absent. */
+int af_bundle_minimized(const af_bundle *b);
 
 /* The case in case.json is a claim like any other: AF_ERR_INVALID naming case.json when
  * its tensors need more than budget bytes (0 = AF_DEFAULT_BUDGET; --budget raises it).

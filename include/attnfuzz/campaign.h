@@ -47,6 +47,13 @@ typedef struct af_campaign_opts {
     bool quiet;               /* no status lines */
     bool no_minimize;         /* store raw findings (signature of the case as found) */
     unsigned minimize_execs;  /* budget per new finding; 0 = 400 */
+    double minimize_share;    /* minimizing takes at most this share of each job's wall time so
+                                 far (default 0.1; >= 1: no budget); what does not fit is stored
+                                 as found and minimized at the end (store.h) */
+    double minimize_grace;    /* seconds after the end for minimizing what was queued; < 0 (the
+                                 default): minimize_share x --time (x the time it ran without
+                                 --time), at least AF_MINIMIZE_GRACE_MIN; 0: none (left for
+                                 `attnfuzz minimize DIR`) */
     bool no_bind;             /* do not bind each job (and its workers) to one CPU */
     unsigned batch;           /* cases per execution batch (af_exec_run_batch); 0 or 1 = one at
                                  a time. A worker that declared `batch` gets them in one frame */
@@ -67,6 +74,11 @@ typedef struct af_campaign_opts {
 
 void af_campaign_opts_default(af_campaign_opts *o);
 
+#define AF_MINIMIZE_SHARE 0.1      /* the default minimize_share */
+#define AF_MINIMIZE_GRACE_MIN 10.0 /* seconds: the least default end-of-campaign pass */
+/* The end-of-campaign pass o gets, in seconds, for a campaign that ran `ran` seconds. */
+double af_campaign_minimize_grace(const af_campaign_opts *o, double ran);
+
 typedef struct af_signature_entry {
     uint64_t signature;
     af_kind kind;
@@ -79,6 +91,7 @@ typedef struct af_signature_entry {
     bool stored_elsewhere;   /* another process had stored it already */
     bool write_failed;       /* counted in write_errors: its bundle could not be written
                                 (a finding that did not fail again is not: no write error) */
+    bool unminimized;        /* signed and stored as found (not minimized, or not yet) */
 } af_signature_entry;
 
 /* One known bug (known.h) as a campaign met it. */
@@ -102,7 +115,8 @@ typedef struct af_known_stat {
  * then exits 2). */
 #define AF_JOB_MAX_RESTARTS 3
 #define AF_JOB_MIN_LIFE 1.0
-/* Seconds past --time after which the parent sends its children SIGINT, then SIGKILL. */
+/* Seconds past --time and the minimization grace (af_campaign_minimize_grace) after which
+ * the parent sends its children SIGINT, then SIGKILL. */
 #define AF_JOB_LATE_STOP 10.0
 #define AF_JOB_LATE_KILL 120.0
 #define AF_JOB_MAX_DEATHS 64 /* deaths recorded one by one; more are only counted */
@@ -128,6 +142,17 @@ typedef struct af_campaign_stats {
     size_t n_sigs, cap_sigs;
     uint64_t write_errors;                  /* findings whose bundle could not be written */
     uint64_t minimize_execs;                /* executions spent minimizing (not in execs) */
+    double minimize_seconds;                /* wall time spent minimizing, the end pass included
+                                               (summed over jobs) */
+    uint64_t stored_unminimized;            /* findings stored as found because minimizing did not
+                                               fit then (the budget, the time limit, another
+                                               process minimizing it): queued */
+    uint64_t minimized_later;               /* of those, minimized since (by this campaign, or read
+                                               from the shared record) */
+    uint64_t aliases_read;                  /* raw signatures whose minimized signature came from
+                                               the shared record (another job, an earlier run) */
+    double minimize_end_seconds;            /* the end-of-campaign pass (after elapsed; summed
+                                               over jobs) */
     /* --jobs only */
     uint64_t jobs_died;                     /* children that died (signal or error exit) */
     uint64_t jobs_restarted;

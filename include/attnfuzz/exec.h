@@ -93,6 +93,14 @@ size_t af_exec_batch_max(const af_exec *x);
 /* Where the time went, since the executor was created. */
 const af_exec_timing *af_exec_timing_of(const af_exec *x);
 
+/* Runs one check on a case (generated from its seeds): the reference (the oracle needs
+ * it) and only the backends of that check - its backend, both sides of a pair, a
+ * relation's backend (twice) - never the others; a relation runs whether or not a sampled
+ * execution would have picked it. The other checks do not run (af_exec_check_ran is
+ * false for them). Minimizing a finding (minimize.h) runs only its check this way: a
+ * step costs the failing backend, not every backend of the campaign. AF_ERR_INVALID when
+ * there is no such check; otherwise as af_exec_run_case. */
+af_status af_exec_run_check(af_exec *x, size_t check, const af_case *c, af_error *err);
 /* Runs the inputs of a bundle (its arrays or its case's seeds); when the bundle has an
  * expected output, every backend, and the reference itself, is also compared with it
  * (who = "B~expected"). */
@@ -137,10 +145,18 @@ af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path
 /* The same under a given signature (the campaign's, taken on the minimized case). */
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err);
-/* The same under a directory name of the caller's (bundle.h af_bundle_spec.name), with an
- * optional JSON object text stored in case.json as "extra" (a known bug's exemplar). */
-af_status af_exec_write_bundle_named(af_exec *x, size_t i, uint64_t signature, const char *name, const char *extra_json,
-                                     const char *dir, char *path, size_t path_len, af_error *err);
+/* How a bundle is written (the store step, store.h; a known bug's exemplar). */
+typedef struct af_exec_bundle_opts {
+    uint64_t signature;     /* the name's signature (the campaign's, taken on the minimized case) */
+    signed char minimized;  /* case.json "minimized": +1 true, -1 false (stored as found), 0 unsaid */
+    const char *old_dir;    /* non-NULL: a bundle of that name stored as found is replaced and moved
+                               there (af_bundle_write_over) */
+    const char *name;       /* NULL: <kind>-<signature>; else the directory name (bundle.h
+                               af_bundle_spec.name: a known bug's known-<id>) */
+    const char *extra_json; /* NULL, or a JSON object text stored in case.json as "extra" */
+} af_exec_bundle_opts;
+af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const af_exec_bundle_opts *bo, char *path,
+                                    size_t path_len, af_error *err);
 
 #ifdef __cplusplus
 }

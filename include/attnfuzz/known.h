@@ -64,8 +64,10 @@ af_status af_known_load_root(af_known *k, const char *root, size_t *files, af_er
 
 /* af_known_load_root on the project root of the running executable (the first ancestor of
  * its directory, else of the current directory, holding python/attnfuzz: where the targets
- * come from too); no root found loads nothing. The default set of `attnfuzz fuzz`, replay,
- * regress, report and the fuzz harnesses. */
+ * come from too), or on its package directory when it was installed from the wheel (which
+ * ships the repository's corpus/findings/STACK/known.json there); no root found loads
+ * nothing. The default set of `attnfuzz fuzz`, replay, regress, report and the fuzz
+ * harnesses. */
 af_status af_known_load_repo(af_known *k, size_t *files, af_error *err);
 
 size_t af_known_count(const af_known *k); /* 0 for NULL */

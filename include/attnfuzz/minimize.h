@@ -19,13 +19,41 @@
 extern "C" {
 #endif
 
-/* Minimizes *c, on which check `check` of x fails with `kind`, in at most max_execs
- * executions (0 = 400) and, when max_seconds > 0, no new step after max_seconds (a target
- * that compiles each new shape for seconds would otherwise spend minutes). On return *c is the smallest failing case found and x holds its
- * execution (so af_exec_write_bundle can store it); *execs (if not NULL) counts the
- * executions spent. An execution error is returned as is. */
-af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs, double max_seconds,
-                      unsigned *execs, af_error *err);
+/* How far af_minimize goes. All zeros: 400 executions, no time limit, no early stop. */
+typedef struct af_minimize_opts {
+    unsigned max_execs; /* 0 = 400 */
+    double max_seconds; /* > 0: no new step after this long (a target that compiles each new
+                           shape for seconds would otherwise spend minutes) */
+    /* Optional: asked about the signature of each smaller failing case found; true ends
+     * minimizing there. The store step answers true for a signature whose minimized
+     * signature it knows: that case is a finding of the same bug (store.h). */
+    bool (*known)(void *ctx, uint64_t signature);
+    void *ctx;
+    /* Optional: minimized cases of bugs found before (the same check and kind), tried
+     * first, one execution each: the case with every simplification that the pattern is
+     * already simple in applied at once (its dtype, layouts, plain strides and values, the
+     * masks and options it lacks). A new finding of a known bug with other incidental
+     * features then reaches that bug's signature in one step instead of dozens. */
+    const af_case *hints;
+    size_t n_hints;
+} af_minimize_opts;
+
+typedef struct af_minimize_result {
+    unsigned execs;     /* executions spent */
+    bool cut;           /* max_seconds stopped it before it was done (a case that may shrink
+                           further: store.h does not sign on it) */
+    bool known;         /* opts.known ended it: *c signs as `signature` */
+    uint64_t signature;
+    size_t hint;        /* 1 + the index of the pattern that held, 0 for none */
+} af_minimize_result;
+
+/* Minimizes *c, on which check `check` of x fails with `kind`, within o (NULL: the
+ * defaults). Each step runs that check alone (af_exec_run_check): the backends of the
+ * other checks never run. On return *c is the smallest failing case found and x holds its
+ * execution of that check (so af_exec_write_bundle can store it); *r (may be NULL) says
+ * what it spent and why it stopped. An execution error is returned as is. */
+af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, const af_minimize_opts *o,
+                      af_minimize_result *r, af_error *err);
 
 /* The finding of x's last execution for check `check`, or NULL. */
 const af_finding *af_exec_finding_for(const af_exec *x, size_t check);

@@ -2,14 +2,31 @@
  * harnesses, the replay driver), so one bug lands in one bundle whichever engine finds it.
  *
  * For each finding of an execution: the first time its raw signature shows, the case is
- * minimized (minimize.h) and the finding is signed on the minimized case; later repeats
- * of that raw signature map straight to the same signature. A NaN/Inf finding whose case
- * holds planted non-finite values is signed on its finite twin (the case without them)
- * when that fails the same check too: the planted values only changed how the bug looks. A signature seen for the
- * first time is written as a bundle named <kind>-<signature> (an existing bundle of that
- * name, stored by another process or an earlier run, is left as it is); repeats are
- * counted, not stored. A bundle that could not be written (a full disk) is retried when
- * the signature recurs at a power-of-two count, and its input is kept as hex meanwhile.
+ * minimized (minimize.h: only the failing check runs) and the finding is signed on the
+ * minimized case; later repeats of that raw signature map straight to the same signature.
+ * A NaN/Inf finding whose case holds planted non-finite values is signed on its finite
+ * twin (the case without them) when that fails the same check too: the planted values only
+ * changed how the bug looks. A signature seen for the first time is written as a bundle
+ * named <kind>-<signature> (an existing bundle of that name, stored by another process or
+ * an earlier run, is left as it is); repeats are counted, not stored. A bundle that could
+ * not be written (a full disk) is retried when the signature recurs at a power-of-two
+ * count, and its input is kept as hex meanwhile.
+ *
+ * Minimizing is shared and bounded:
+ *   - the shared record of the crashes directory (src/campaign/minrec.h) maps each raw
+ *     signature minimized by any process (another job, an earlier campaign, a fuzz engine
+ *     instance) to its minimized signature, and a claim there makes sure two processes do
+ *     not minimize the same raw signature at once: what another process minimized is read,
+ *     not minimized again;
+ *   - with a budget (minimize_share), minimizing takes at most that share of the wall time
+ *     so far. A finding that does not fit (no budget left, the deadline passed, another
+ *     process minimizing it, or a minimization the budget cut short) is stored as found -
+ *     its bundle says "minimized": false - and queued; it is minimized later, when it
+ *     recurs with budget to spare, or by af_store_finish (the campaign's end, `attnfuzz
+ *     minimize DIR`): the minimized bundle is written under its own signature, the alias
+ *     recorded, and the bundle as found moved to <crashes>/.raw/.
+ * Crashes and timeouts, and everything with no_minimize, are stored as found and not
+ * queued (each step could cost a restart or a whole timeout).
  *
  * Before any of that, a finding that matches a known bug (known.h, opts.known) is counted
  * against the entry (stats->known) and is neither minimized nor signed: the first one
@@ -34,11 +51,18 @@ typedef struct af_store_opts {
     const char *crashes_dir; /* where bundles go (created if missing) */
     bool no_minimize;        /* sign and store findings as found */
     unsigned minimize_execs; /* budget per new raw signature; 0 = 400 */
+    double minimize_seconds; /* the most one minimization takes; 0 = 60, < 0 no limit. A
+                                minimization this stops is used as far as it got */
+    double minimize_share;   /* 0 < share < 1: minimizing takes at most this share of the
+                                elapsed time af_store_findings is given; 0 or >= 1: no budget */
     double deadline;         /* CLOCK_MONOTONIC seconds; minimizing stops there and findings
-                                after it are stored as found (0 = none): a campaign with a
-                                time limit ends on time */
+                                after it are stored as found and queued (0 = none): a campaign
+                                with a time limit ends on time */
     const af_known *known;   /* known bugs to match first (NULL: none); must outlive the store */
 } af_store_opts;
+
+/* Where a store moves a bundle stored as found once its minimized bundle is written. */
+#define AF_STORE_RAW_DIR ".raw"
 
 typedef struct af_store af_store;
 
@@ -49,12 +73,13 @@ void af_store_destroy(af_store *st); /* NULL does nothing */
 
 /* What af_store_findings did with one finding. */
 typedef struct af_store_event {
-    long known;    /* the known bug it is (index in opts.known), -1 for none; then entry
-                      indexes stats->known, not stats->sigs */
-    size_t entry;  /* index of its signature in stats->sigs */
-    bool first;    /* the signature showed for the first time (its count is 1) */
-    bool stored;   /* a bundle was written for it now */
-    bool failed;   /* its bundle could not be written (the message went to stderr) */
+    long known;        /* the known bug it is (index in opts.known), -1 for none; then entry
+                          indexes stats->known, not stats->sigs */
+    size_t entry;      /* index of its signature in stats->sigs */
+    bool first;        /* the signature showed for the first time (its count is 1) */
+    bool stored;       /* a bundle was written for it now */
+    bool failed;       /* its bundle could not be written (the message went to stderr) */
+    bool unminimized;  /* stored (or counted) as found: queued for minimizing later */
 } af_store_event;
 
 /* Stores the findings of x's last execution (the execution of the case `ran`, counted
@@ -73,6 +98,28 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *stats, 
 uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend);
 /* The stats record of known bug id, added (zeroed) when missing; NULL when out of memory. */
 af_known_stat *af_store_known_stat(af_campaign_stats *stats, const char *id);
+/* Minimizes what is queued (findings stored as found), until the queue is empty or the
+ * deadline (CLOCK_MONOTONIC seconds; 0 = none) or af_campaign_interrupt: for each, the
+ * shared record first (another process may have minimized it: its alias is taken), then a
+ * claim, minimizing (cut by the deadline: left as it is), the minimized bundle (replacing
+ * the one as found when they share a name), the alias, and the bundle as found moved to
+ * <crashes>/.raw/. Its entry in stats becomes the minimized signature's (counts merged).
+ * One that another live process is minimizing is waited for (its alias comes). What is
+ * left stays stored as found, marked so, for `attnfuzz minimize DIR`. x must be the
+ * executor the findings came from (queued findings name its checks). Time spent goes to
+ * stats->minimize_end_seconds. Errors: an execution error, AF_ERR_NOMEM. */
+af_status af_store_finish(af_store *st, af_exec *x, af_campaign_stats *stats, double deadline, af_error *err);
+/* Findings queued and not minimized yet. */
+size_t af_store_queued(const af_store *st);
+/* The signature (and kind) raw is stored under after minimizing, as this store knows it
+ * (minimized here or read from the shared record); false when it does not know one. */
+bool af_store_alias(const af_store *st, uint64_t raw, uint64_t *sig, af_kind *kind);
+
+/* Queues a bundle stored as found (`attnfuzz minimize DIR`): its check `check` of x, its
+ * kind, raw signature and case; it is counted in stats as a stored entry with its bundle,
+ * and af_store_finish minimizes it. AF_ERR_NOMEM. */
+af_status af_store_adopt(af_store *st, af_campaign_stats *stats, size_t check, const char *who, af_kind kind,
+                         uint64_t raw, const af_case *c, const char *bundle, af_error *err);
 
 /* The signature table of stats: the entry for sig, or NULL. */
 af_signature_entry *af_store_find(af_campaign_stats *stats, uint64_t sig);

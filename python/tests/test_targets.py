@@ -134,6 +134,39 @@ class Registry(unittest.TestCase):
         self.assertIn("RuntimeError: no GPU here", declared[0]["error"])
         self.assertEqual([v["variant"] for v in declared[1]["variants"]], ["a", "b"])
 
+    def test_missing_module_names_its_extra(self):
+        # the wheel's extras are the stacks with pins (python/wheel_metadata.py): a module
+        # that does not import is named with the extra of the stack that imports it
+        extras = targets.extras_by_module(targets.load(s)[0] for s in targets.stack_names())
+        self.assertEqual({m: extras.get(m) for m in ("torch", "onnx", "onnxruntime", "tvm", "jax", "openvino")},
+                         {"torch": "torch", "onnx": "ort", "onnxruntime": "ort", "tvm": "tvm", "jax": "jax",
+                          "openvino": "openvino"})
+        self.assertNotIn("tensorrt", extras)   # declares no pins: no extra installs it
+        self.assertNotIn("numpy", extras)      # the reference stacks pin nothing
+        provider = ('from attnfuzz.targets import _base\n'
+                    'STACK = _base.Stack("zz_provider", imports=("zz_absent_mod.sub",), pip=("zz-absent==1.0",),\n'
+                    '                    variants=(_base.Variant("a", "one"),))\n')
+        user = ('from attnfuzz.targets import _base\n'
+                'STACK = _base.Stack("zz_user", imports=("math",), variants=(\n'
+                '    _base.Variant("plain", "math only"), _base.Variant("needs", "also zz", needs=("zz_absent_mod",))))\n')
+        with tempfile.TemporaryDirectory() as d:
+            for name, src in (("zz_provider", provider), ("zz_user", user)):
+                with open(os.path.join(d, name + ".py"), "w") as f:
+                    f.write(src)
+            targets.__path__.append(d)
+            try:
+                rows = {r["target"]: r for r in targets.list_targets(["zz_provider", "zz_user"])}
+            finally:
+                targets.__path__.remove(d)
+                for name in ("zz_provider", "zz_user"):
+                    sys.modules.pop("attnfuzz.targets." + name, None)
+        self.assertEqual(rows["zz_provider/a"]["reason"], "zz_absent_mod.sub does not import: ModuleNotFoundError: "
+                         "No module named 'zz_absent_mod' (pip install 'attnfuzz[zz_provider]')")
+        self.assertTrue(rows["zz_user/plain"]["available"])
+        self.assertFalse(rows["zz_user/needs"]["available"])
+        self.assertTrue(rows["zz_user/needs"]["reason"].endswith("(pip install 'attnfuzz[zz_provider]')"),
+                        rows["zz_user/needs"])
+
     def test_numpy_ref_module(self):
         self.assertEqual(numpy_ref.STACK.available("float64"), (True, ""))
         self.assertFalse(numpy_ref.STACK.available("nope")[0])

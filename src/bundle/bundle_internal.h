@@ -38,6 +38,7 @@ struct af_bundle {
     size_t n_recs;
     bool has_tol;
     af_tolerance tol;
+    int minimized; /* case.json "minimized": +1, -1, 0 absent */
 };
 
 /* --- npy.c ---------------------------------------------------------------------------- */

@@ -86,6 +86,7 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
     af_bj_item(&w, root, "signature", cJSON_CreateString(buf));
     af_bj_item(&w, root, "who", cJSON_CreateString(s->who ? s->who : ""));
     af_bj_item(&w, root, "relation", af_bj_string(s->relation));
+    if (s->minimized) af_bj_item(&w, root, "minimized", cJSON_CreateBool(s->minimized > 0));
     cJSON *case_obj = af_case_to_cjson(s->c); /* numbers already exact */
     af_bj_item(&w, root, "case", case_obj);
     af_case_features_str(s->c, buf, sizeof buf);
@@ -412,6 +413,9 @@ static af_status af_br_root(af_br *r, const cJSON *root, af_bundle *b) {
     b->who = af_strdup(who ? who : "");
     if (rel) b->relation = af_strdup(rel);
     if (!b->who || (rel && !b->relation)) return af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+    const cJSON *minimized = af_br_get(root, "minimized");
+    if (minimized && !cJSON_IsBool(minimized)) af_br_fail(r, "minimized", "expected true or false");
+    if (minimized) b->minimized = cJSON_IsTrue(minimized) ? 1 : -1;
     af_br_backends(r, root, b);
     af_br_tolerance(r, root, b);
     af_br_files(r, root, b);

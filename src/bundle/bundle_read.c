@@ -86,6 +86,8 @@ const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i) {
     return i < b->n_recs ? &b->recs[i] : NULL;
 }
 
+int af_bundle_minimized(const af_bundle *b) { return b->minimized; }
+
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol) {
     if (b->has_tol && tol) *tol = b->tol;
     return b->has_tol;

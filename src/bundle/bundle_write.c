@@ -255,8 +255,53 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
     return st;
 }
 
-af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, char *path, size_t path_len,
-                          af_error *err) {
+/* The bundle at dir says it was stored as found ("minimized": false). */
+static bool af_bundle_unminimized_at(const char *dir) {
+    af_bundle *b = NULL;
+    af_error err;
+    bool yes = af_bundle_read(dir, &b, &err) == AF_OK && af_bundle_minimized(b) < 0;
+    af_bundle_free(b);
+    return yes;
+}
+
+/* Moves the bundle directory at `from` to old_dir/name. Where that name is taken, `from`
+ * is removed (a copy is kept there already); where old_dir cannot be had, `from` is removed
+ * only when `drop` says so (a temporary name nobody else would clean). */
+static void af_bundle_move_old(const char *from, const char *old_dir, const char *name, bool drop) {
+    char to[PATH_MAX];
+    af_error err;
+    if (af_bundle_mkdirs(old_dir, &err) != AF_OK || af_bundle_join(to, sizeof to, old_dir, name, &err) != AF_OK) {
+        if (drop) af_bundle_rmtree(from);
+        return;
+    }
+    if (af_bundle_rename_noreplace(from, to) != 0 && (drop || errno == EEXIST || errno == ENOTEMPTY))
+        af_bundle_rmtree(from);
+}
+
+/* Puts the written bundle tmp at final: without replacing anything, or (old_dir) in
+ * exchange for the bundle stored as found there, which goes to old_dir. */
+static af_status af_bundle_place(const char *tmp, const char *final, const char *name, const char *old_dir,
+                                 af_error *err) {
+    struct stat st;
+    if (old_dir && lstat(final, &st) == 0) {
+        if (!af_bundle_unminimized_at(final)) return af_error_set(err, AF_ERR_EXISTS, "%s: already stored", final);
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            af_bundle_move_old(tmp, old_dir, name, true); /* tmp now holds the bundle as found */
+            return AF_OK;
+        }
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+            return af_error_set(err, AF_ERR_IO, "%s: cannot exchange %s with it: %s", final, tmp, strerror(errno));
+        /* no exchange on this file system: the old one out of the way first (kept in old_dir) */
+        af_bundle_move_old(final, old_dir, name, false);
+    }
+    if (af_bundle_rename_noreplace(tmp, final) == 0) return AF_OK;
+    int e = errno;
+    if (e == EEXIST || e == ENOTEMPTY) return af_error_set(err, AF_ERR_EXISTS, "%s: already stored", final);
+    return af_error_set(err, AF_ERR_IO, "%s: cannot rename %s into place: %s", final, tmp, strerror(e));
+}
+
+static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spec *spec, const char *old_dir,
+                                    char *path, size_t path_len, af_error *err) {
     static atomic_uint af_bundle_counter;
     AF_RETURN_ERROR_IF(!crashes_dir || !spec || !spec->c, err, AF_ERR_INVALID, "af_bundle_write: missing argument");
     AF_RETURN_ERROR_IF(!spec->input && spec->input_len, err, AF_ERR_INVALID, "af_bundle_write: input_len without input");
@@ -274,7 +319,8 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
     if (path && path_len) snprintf(path, path_len, "%s", final);
     AF_TRY(af_bundle_mkdirs(crashes_dir, err));
     struct stat st;
-    AF_RETURN_ERROR_IF(lstat(final, &st) == 0, err, AF_ERR_EXISTS, "%s: already stored", final);
+    AF_RETURN_ERROR_IF(lstat(final, &st) == 0 && !(old_dir && af_bundle_unminimized_at(final)), err, AF_ERR_EXISTS,
+                       "%s: already stored", final);
     cJSON *extra = NULL;
     if (spec->extra_json) {
         extra = cJSON_Parse(spec->extra_json);
@@ -316,17 +362,8 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
     }
     if (status == AF_OK) {
         af_bundle_sync_dir(bw.tmp);
-        if (af_bundle_rename_noreplace(bw.tmp, final) != 0) {
-            int e = errno;
-            if (e == EEXIST || e == ENOTEMPTY) {
-                status = af_error_set(err, AF_ERR_EXISTS, "%s: already stored", final);
-            } else {
-                status = af_error_set(err, AF_ERR_IO, "%s: cannot rename %s into place: %s", final, bw.tmp,
-                                      strerror(e));
-            }
-        } else {
-            af_bundle_sync_dir(crashes_dir);
-        }
+        status = af_bundle_place(bw.tmp, final, name, old_dir, err);
+        if (status == AF_OK) af_bundle_sync_dir(crashes_dir);
     }
     if (status != AF_OK) af_bundle_rmtree(bw.tmp);
     for (size_t i = 0; bw.files && i < bw.n_files; i++) af_free(bw.files[i]);
@@ -334,6 +371,26 @@ af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, c
     af_free(bw.files);
     af_free(bw.out_files);
     return status;
+}
+
+bool af_bundle_retire(const char *crashes_dir, const char *name, const char *old_dir) {
+    char from[PATH_MAX];
+    af_error err;
+    if (af_bundle_join(from, sizeof from, crashes_dir, name, &err) != AF_OK || !af_bundle_unminimized_at(from))
+        return false;
+    af_bundle_move_old(from, old_dir, name, false);
+    return true;
+}
+
+af_status af_bundle_write(const char *crashes_dir, const af_bundle_spec *spec, char *path, size_t path_len,
+                          af_error *err) {
+    return af_bundle_write_to(crashes_dir, spec, NULL, path, path_len, err);
+}
+
+af_status af_bundle_write_over(const char *crashes_dir, const af_bundle_spec *spec, const char *old_dir, char *path,
+                               size_t path_len, af_error *err) {
+    AF_RETURN_ERROR_IF(!old_dir, err, AF_ERR_INVALID, "af_bundle_write_over: missing old_dir");
+    return af_bundle_write_to(crashes_dir, spec, old_dir, path, path_len, err);
 }
 
 

@@ -33,6 +33,7 @@
 #include "cpu_bind.h"
 #include "fileio.h"
 #include "clock.h"
+#include "minrec.h"
 
 static volatile sig_atomic_t af_campaign_stop;
 
@@ -71,6 +72,15 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->seed = 1;
     o->jobs = 1;
     o->serving = -1.0;
+    o->minimize_share = AF_MINIMIZE_SHARE;
+    o->minimize_grace = -1.0;
+}
+
+double af_campaign_minimize_grace(const af_campaign_opts *o, double ran) {
+    if (o->no_minimize) return 0.0;
+    if (o->minimize_grace >= 0) return o->minimize_grace;
+    double share = o->minimize_share > 0 && o->minimize_share < 1 ? o->minimize_share : AF_MINIMIZE_SHARE;
+    return fmax(AF_MINIMIZE_GRACE_MIN, share * (o->seconds > 0 ? o->seconds : ran));
 }
 
 void af_campaign_stats_free(af_campaign_stats *s) {
@@ -94,6 +104,14 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON_AddNumberToObject(j, "unique_signatures", (double)s->n_sigs);
     cJSON_AddNumberToObject(j, "write_errors", (double)s->write_errors);
     cJSON_AddNumberToObject(j, "minimize_execs", (double)s->minimize_execs);
+    cJSON_AddNumberToObject(j, "minimize_seconds", s->minimize_seconds);
+    /* of the jobs' time: each ran elapsed, then its end pass */
+    double job_time = s->elapsed * (o && o->jobs > 1 ? o->jobs : 1) + s->minimize_end_seconds;
+    cJSON_AddNumberToObject(j, "minimize_share", job_time > 0 ? s->minimize_seconds / job_time : 0.0);
+    cJSON_AddNumberToObject(j, "stored_unminimized", (double)s->stored_unminimized);
+    cJSON_AddNumberToObject(j, "minimized_later", (double)s->minimized_later);
+    cJSON_AddNumberToObject(j, "aliases_read", (double)s->aliases_read);
+    cJSON_AddNumberToObject(j, "minimize_end_seconds", s->minimize_end_seconds);
     cJSON_AddNumberToObject(j, "jobs_died", (double)s->jobs_died);
     cJSON_AddNumberToObject(j, "jobs_restarted", (double)s->jobs_restarted);
     cJSON_AddBoolToObject(j, "jobs_kept_dying", s->jobs_kept_dying);
@@ -161,6 +179,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
             cJSON_AddStringToObject(x, "input_hex", e->input_hex); /* replayable: xxd -r -p */
         }
         cJSON_AddBoolToObject(x, "stored_elsewhere", e->stored_elsewhere);
+        cJSON_AddBoolToObject(x, "minimized", !e->unminimized);
         cJSON_AddItemToArray(sigs, x);
     }
     cJSON_AddBoolToObject(j, "finished", s->finished);
@@ -482,8 +501,8 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     af_rng rng;
     af_rng_init(&rng, o->seed, af_shard_stream(&o->shard)); /* disjoint across shards (shard.h) */
     af_store_opts so = {.crashes_dir = o->crashes_dir, .no_minimize = o->no_minimize,
-                         .minimize_execs = o->minimize_execs, .deadline = o->seconds > 0 ? af_now() + o->seconds : 0,
-                         .known = o->known};
+                         .minimize_execs = o->minimize_execs, .minimize_share = o->minimize_share,
+                         .deadline = o->seconds > 0 ? af_now() + o->seconds : 0, .known = o->known};
     af_store *store = af_store_create(&so, err);
     af_status st = store ? AF_OK : AF_ERR_NOMEM;
     if (st == AF_OK && o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
@@ -618,8 +637,9 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 new_sig |= ev[i].first;
                 if (status && ev[i].first) {
                     if (tty) fputs("\r\033[K", stderr); /* over the updating line */
-                    fprintf(stderr, "NEW %s %s -> %s\n", af_kind_names[e->kind], e->who,
-                            e->bundle[0] ? e->bundle : "(not stored)");
+                    fprintf(stderr, "NEW %s %s -> %s%s\n", af_kind_names[e->kind], e->who,
+                            e->bundle[0] ? e->bundle : "(not stored)",
+                            ev[i].unminimized && e->bundle[0] ? " (as found: minimized later)" : "");
                 }
             }
         }
@@ -640,6 +660,15 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     }
     af_free(cases);
     s->elapsed = af_now() - start;
+    /* the end-of-campaign pass: what did not fit the minimization budget, within a grace
+     * period (a stop or an error skips it: those findings stay stored as found) */
+    if (st == AF_OK && store && af_store_queued(store) > 0 && !af_campaign_stop) {
+        double grace = af_campaign_minimize_grace(o, s->elapsed);
+        if (status && grace > 0)
+            fprintf(stderr, "%sminimizing %zu finding%s stored as found (at most %.0fs)\n", tty ? "\r\033[K" : "",
+                    af_store_queued(store), af_store_queued(store) == 1 ? "" : "s", grace);
+        if (grace > 0) st = af_store_finish(store, x, s, af_now() + grace, err);
+    }
     if (status) af_print_status(s, o, last, "DONE", tty);
     af_free(pool);
     af_store_destroy(store);
@@ -669,14 +698,18 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     cJSON_ArrayForEach(it, sigs) {
         const cJSON *sg = cJSON_GetObjectItem(it, "signature"), *kd = cJSON_GetObjectItem(it, "kind");
         const cJSON *who = cJSON_GetObjectItem(it, "who"), *cnt = cJSON_GetObjectItem(it, "count");
-        const cJSON *bun = cJSON_GetObjectItem(it, "bundle");
+        const cJSON *bun = cJSON_GetObjectItem(it, "bundle"), *mz = cJSON_GetObjectItem(it, "minimized");
         if (!cJSON_IsString(sg) || !cJSON_IsString(kd) || !cJSON_IsString(who)) continue;
         uint64_t sig = strtoull(sg->valuestring, NULL, 16);
         int kind = af_kind_from_name(kd->valuestring);
         if (kind < 0) continue;
         af_signature_entry *x = af_store_find(s, sig);
+        bool fresh = !x;
         if (!x) x = af_store_add(s, sig, (af_kind)kind, who->valuestring, NULL);
         if (!x) break;
+        /* stored as found only while no job says it is minimized */
+        bool unmin = cJSON_IsFalse(mz);
+        x->unminimized = fresh ? unmin : x->unminimized && unmin;
         x->count += cJSON_IsNumber(cnt) ? (uint64_t)cnt->valuedouble : 1;
         if (cJSON_IsString(bun) && !x->bundle[0]) snprintf(x->bundle, sizeof x->bundle, "%s", bun->valuestring);
     }
@@ -708,6 +741,15 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
         if (cJSON_IsNumber(ks)) k->skipped += (uint64_t)ks->valuedouble;
         if (cJSON_IsString(bun) && !k->bundle[0]) snprintf(k->bundle, sizeof k->bundle, "%s", bun->valuestring);
     }
+    const cJSON *me = cJSON_GetObjectItem(j, "minimize_execs"), *ms = cJSON_GetObjectItem(j, "minimize_seconds");
+    if (cJSON_IsNumber(me)) s->minimize_execs += (uint64_t)me->valuedouble;
+    if (cJSON_IsNumber(ms)) s->minimize_seconds += ms->valuedouble;
+    const cJSON *su = cJSON_GetObjectItem(j, "stored_unminimized"), *ml = cJSON_GetObjectItem(j, "minimized_later");
+    const cJSON *ar = cJSON_GetObjectItem(j, "aliases_read"), *mes = cJSON_GetObjectItem(j, "minimize_end_seconds");
+    if (cJSON_IsNumber(su)) s->stored_unminimized += (uint64_t)su->valuedouble;
+    if (cJSON_IsNumber(ml)) s->minimized_later += (uint64_t)ml->valuedouble;
+    if (cJSON_IsNumber(ar)) s->aliases_read += (uint64_t)ar->valuedouble;
+    if (cJSON_IsNumber(mes)) s->minimize_end_seconds += mes->valuedouble;
     cJSON_Delete(j);
 }
 
@@ -736,6 +778,8 @@ static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsign
     co.jobs = 1;
     co.seed = af_shard_job_seed(o->seed, k + 1, job->gen);
     if (o->seconds > 0) co.seconds = fmax(o->seconds - (af_now() - start), 1e-3); /* 0 would be no limit */
+    /* the campaign's end pass, not one computed from the time left */
+    if (o->seconds > 0) co.minimize_grace = af_campaign_minimize_grace(o, o->seconds);
     if (o->runs) co.runs = o->runs - job->execs_before;
     char path[512];
     af_job_path(path, sizeof path, dir, k, job->gen);
@@ -823,6 +867,8 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
     }
     af_cpu_bind_unlock(lock); /* every child is bound, visibly to other campaigns */
     bool tty = !o->quiet && isatty(STDERR_FILENO);
+    /* past --time, each job minimizes what it queued within this grace (store.h) */
+    double grace = o->seconds > 0 ? af_campaign_minimize_grace(o, o->seconds) : 0.0;
     unsigned running = n;
     bool failed = false, stopping = false, stop_sent = false, kill_sent = false;
     af_status status = AF_OK;
@@ -838,7 +884,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
                     (o->max_findings && s->n_sigs >= o->max_findings);
         /* a child past the time limit (a long compile or hung worker in flight) is asked to
          * stop, then killed: its findings are on disk as found (bundles are atomic) */
-        double late = o->seconds > 0 ? now - start - o->seconds : -1.0;
+        double late = o->seconds > 0 ? now - start - o->seconds - grace : -1.0;
         if ((af_campaign_stop || late >= AF_JOB_LATE_STOP) && !stop_sent) {
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
@@ -848,7 +894,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) {
                     fprintf(stderr, "attnfuzz: job %u (pid %ld) still running %.0fs after the time limit: killed\n", k,
-                            (long)jobs[k].pid, late);
+                            (long)jobs[k].pid, late + grace);
                     kill(jobs[k].pid, SIGKILL);
                 }
             kill_sent = true;
@@ -865,6 +911,7 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
             double lived = now - jobs[k].started;
             /* a bundle it was writing is a temporary directory nobody else will remove */
             size_t partial = af_bundle_remove_partial(o->crashes_dir, (long)pid);
+            af_minrec_remove_partial(o->crashes_dir, (long)pid); /* its claims are stale by themselves */
             af_job_death d = {k, (long)pid, WIFSIGNALED(ws) ? WTERMSIG(ws) : 0, WIFEXITED(ws) ? WEXITSTATUS(ws) : 0,
                               lived, false};
             /* kept dying: too many restarts, or a restarted child that could not live a second */
@@ -912,7 +959,9 @@ static af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *
         if (running > 0 && now - last_status < 1.0) continue;
         last_status = now;
         af_jobs_merge(s, dir, jobs, n);
-        s->elapsed = af_now() - start;
+        /* the campaign's time, as a single process counts it: the jobs' end pass (their
+         * minimize_end_seconds) comes after it */
+        s->elapsed = o->seconds > 0 ? fmin(af_now() - start, o->seconds) : af_now() - start;
         if (!o->quiet) af_print_status(s, o, "", running ? "" : "DONE", tty);
         if (o->stats_path && running) af_campaign_stats_write(s, o, o->stats_path, NULL); /* progress */
         if (o->max_findings && s->n_sigs >= o->max_findings)

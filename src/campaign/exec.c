@@ -287,11 +287,18 @@ static void af_exec_slot_begin(af_exec_slot *sl) {
     sl->compile_s = 0;
 }
 
-/* Which backends support the current slot's case; their output buffers. */
-static af_status af_exec_slot_outputs(af_exec *x, af_error *err) {
+/* Does check ck need backend k? */
+static bool af_exec_check_uses(const af_check *ck, size_t k) {
+    return ck->a == k || (ck->type == AF_CHECK_PAIR && ck->b == k);
+}
+
+/* Which backends support the current slot's case (with only != SIZE_MAX: only those check
+ * `only` needs); their output buffers. */
+static af_status af_exec_slot_outputs(af_exec *x, size_t only, af_error *err) {
     af_exec_slot *sl = x->s;
     for (size_t k = 0; k < x->nbe; k++) {
-        sl->supported[k] = af_backend_supports(x->be[k], &sl->c, NULL, 0);
+        sl->supported[k] = (only == SIZE_MAX || af_exec_check_uses(&x->checks[only], k)) &&
+                           af_backend_supports(x->be[k], &sl->c, NULL, 0);
         if (sl->supported[k] && (sl->skip >> k & 1u)) { /* left out for a known bug */
             sl->supported[k] = false;
             x->skipped++;
@@ -346,7 +353,7 @@ static af_status af_exec_run_backend(af_exec *x, size_t k, af_error *err) {
 }
 
 /* Evaluates every check on the current slot, whose backends have run. */
-static af_status af_exec_checks(af_exec *x, af_error *err) {
+static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
     af_exec_slot *sl = x->s;
     const af_case_tensors *t = af_inputs_get(sl->in);
     const af_case *c = t->c;
@@ -357,6 +364,7 @@ static af_status af_exec_checks(af_exec *x, af_error *err) {
         memset(res, 0, sizeof *res);
         x->s->check_ran[i] = false;
         const char *message = "";
+        if (only != SIZE_MAX && i != only) continue;
         switch (ck->type) {
         case AF_CHECK_BACKEND:
             if (!x->s->supported[ck->a]) break;
@@ -389,7 +397,8 @@ static af_status af_exec_checks(af_exec *x, af_error *err) {
             if (!x->s->supported[ck->a] || x->s->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c) ||
                 !af_exec_repeatable(x, ck->a, c))
                 break;
-            if (x->cfg.sample_relations && ck->rel != af_exec_sampled_relation(x, c, ck->a)) break;
+            if (x->cfg.sample_relations && only == SIZE_MAX && ck->rel != af_exec_sampled_relation(x, c, ck->a))
+                break;
             af_error rerr;
             af_status st = af_relation_check(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], x->s->oracle, x->rel, res, &rerr);
             if (st == AF_ERR_UNSUPPORTED) break;
@@ -432,16 +441,18 @@ static af_status af_exec_checks(af_exec *x, af_error *err) {
     return AF_OK;
 }
 
-/* Runs every backend and every check on the inputs in the current slot. */
-static af_status af_exec_execute(af_exec *x, af_error *err) {
+/* Runs the checks on the inputs in the current slot: every check and every backend (only
+ * == SIZE_MAX), or check `only` alone with the backends it needs and nothing else (a
+ * sampled relation then runs whatever the sample says: it was named). */
+static af_status af_exec_execute(af_exec *x, size_t only, af_error *err) {
     af_exec_slot *sl = x->s;
     af_exec_slot_begin(sl);
     double t0 = af_now();
     AF_TRY(af_oracle_prepare(sl->oracle, af_inputs_get(sl->in), err));
     x->timing.reference_s += af_now() - t0;
-    AF_TRY(af_exec_slot_outputs(x, err));
+    AF_TRY(af_exec_slot_outputs(x, only, err));
     for (size_t k = 0; k < x->nbe; k++) AF_TRY(af_exec_run_backend(x, k, err));
-    return af_exec_checks(x, err);
+    return af_exec_checks(x, only, err);
 }
 
 /* Drops the checks against an expected output of a previous bundle. */
@@ -459,7 +470,20 @@ af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err) {
     AF_TRY(af_inputs_generate(x->s->in, c, err));
     x->timing.generate_s += af_now() - t0;
     x->timing.cases++;
-    return af_exec_execute(x, err);
+    return af_exec_execute(x, SIZE_MAX, err);
+}
+
+af_status af_exec_run_check(af_exec *x, size_t check, const af_case *c, af_error *err) {
+    af_exec_drop_expected(x);
+    AF_RETURN_ERROR_IF(check >= x->nchecks, err, AF_ERR_INVALID, "no check %zu (the executor has %zu)", check,
+                       x->nchecks);
+    x->s = x->slots[0];
+    x->s->skip = 0;
+    double t0 = af_now();
+    AF_TRY(af_inputs_generate(x->s->in, c, err));
+    x->timing.generate_s += af_now() - t0;
+    x->timing.cases++;
+    return af_exec_execute(x, check, err);
 }
 
 /* --- batches ----------------------------------------------------------------------------- */
@@ -507,7 +531,7 @@ af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *sk
     AF_TRY(af_exec_prep_status(x, n, err));
     for (size_t i = 0; i < n; i++) {
         x->s = x->slots[i];
-        AF_TRY(af_exec_slot_outputs(x, err));
+        AF_TRY(af_exec_slot_outputs(x, SIZE_MAX, err));
     }
     /* 2. each backend that takes batches gets its cases now, in one frame, and works on
      * them while the references are computed here */
@@ -557,7 +581,7 @@ af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *sk
     /* 5. the checks, case by case */
     for (size_t i = 0; i < n; i++) {
         x->s = x->slots[i];
-        AF_TRY(af_exec_checks(x, err));
+        AF_TRY(af_exec_checks(x, SIZE_MAX, err));
     }
     x->s = x->slots[0];
     return AF_OK;
@@ -607,7 +631,7 @@ af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
         }
         x->has_expected = true;
     }
-    return af_exec_execute(x, err);
+    return af_exec_execute(x, SIZE_MAX, err);
 }
 
 size_t af_exec_finding_count(const af_exec *x) { return x->s->nfind; }
@@ -668,12 +692,14 @@ af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path
 
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
                                   size_t path_len, af_error *err) {
-    return af_exec_write_bundle_named(x, i, signature, NULL, NULL, dir, path, path_len, err);
+    af_exec_bundle_opts bo = {.signature = signature};
+    return af_exec_write_bundle_with(x, i, dir, &bo, path, path_len, err);
 }
 
-af_status af_exec_write_bundle_named(af_exec *x, size_t i, uint64_t signature, const char *bname, const char *extra_json,
-                                     const char *dir, char *path, size_t path_len, af_error *err) {
+af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const af_exec_bundle_opts *bo, char *path,
+                                    size_t path_len, af_error *err) {
     AF_RETURN_ERROR_IF(i >= x->s->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    uint64_t signature = bo->signature;
     const af_finding *f = &x->s->findings[i];
     const af_check *ck = &x->checks[f->check];
     const af_case_tensors *t = af_inputs_get(x->s->in);
@@ -718,8 +744,8 @@ af_status af_exec_write_bundle_named(af_exec *x, size_t i, uint64_t signature, c
     }
     }
     char name[64], replay[1024];
-    if (bname)
-        snprintf(name, sizeof name, "%s", bname);
+    if (bo->name)
+        snprintf(name, sizeof name, "%s", bo->name);
     else
         af_bundle_name(f->kind, signature, name, sizeof name);
     snprintf(replay, sizeof replay, "attnfuzz replay %s/%s", dir, name);
@@ -739,7 +765,9 @@ af_status af_exec_write_bundle_named(af_exec *x, size_t i, uint64_t signature, c
     spec.n_outputs = nout;
     spec.tol = f->result.tol;
     spec.replay_cmd = replay;
-    spec.name = bname;
-    spec.extra_json = extra_json;
-    return af_bundle_write(dir, &spec, path, path_len, err);
+    spec.name = bo->name;
+    spec.extra_json = bo->extra_json;
+    spec.minimized = bo->minimized;
+    return bo->old_dir ? af_bundle_write_over(dir, &spec, bo->old_dir, path, path_len, err)
+                       : af_bundle_write(dir, &spec, path, path_len, err);
 }

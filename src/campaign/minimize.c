@@ -98,15 +98,51 @@ static void af_reseed(af_case *c, unsigned k, unsigned attempt) {
 /* Redraws per simplification that lost the finding (only in the passes with redraws). */
 static unsigned af_reseeds(unsigned k) { return k >= 24 && k <= 36 ? 8u : 6u; }
 
+/* The simplifications that change what a case is rather than how large it is (the shape
+ * steps 40-51 halve and shorten): a pattern decides these. */
+static bool af_feature_step(unsigned k) { return k < 40 || k >= 52; }
+
+/* c with, at once, every feature simplification that `pattern` is already simple in (the
+ * step would change nothing on it); never a costlier case. */
+static af_case af_follow(const af_case *c, const af_case *pattern) {
+    af_case out = *c, o, tmp;
+    for (unsigned k = 0; k < AF_SIMPLIFY_COUNT; k++)
+        if (af_feature_step(k) && !af_simplify(pattern, k, &tmp) && af_simplify(&out, k, &o) &&
+            af_case_flops(&o) <= af_case_flops(&out))
+            out = o;
+    return out;
+}
+
 /* Passes of plain simplifications until one changes nothing, then one pass that also
  * tries redrawn values for each simplification that lost the finding; repeated while
- * that pass changes something. */
-af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs, double max_seconds,
-                      unsigned *execs, af_error *err) {
-    if (max_execs == 0) max_execs = 400;
-    unsigned spent = 0;
-    bool changed = true, reseed = false;
-    double deadline = max_seconds > 0 ? af_now() + max_seconds : HUGE_VAL;
+ * that pass changes something. Patterns (o->hints) are tried first. */
+af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, const af_minimize_opts *o,
+                      af_minimize_result *r, af_error *err) {
+    static const af_minimize_opts none = {0};
+    if (!o) o = &none;
+    af_minimize_result local;
+    if (!r) r = &local;
+    memset(r, 0, sizeof *r);
+    unsigned max_execs = o->max_execs ? o->max_execs : 400, spent = 0;
+    bool changed = true, reseed = false, done = false;
+    double deadline = o->max_seconds > 0 ? af_now() + o->max_seconds : HUGE_VAL;
+    for (size_t h = 0; h < o->n_hints && spent < max_execs && af_now() < deadline; h++) {
+        af_case trial = af_follow(c, &o->hints[h]);
+        if (af_case_equal(&trial, c)) continue;
+        spent++;
+        AF_TRY(af_exec_run_check(x, check, &trial, err));
+        const af_finding *f = af_exec_finding_for(x, check);
+        if (!f || f->kind != kind) continue;
+        *c = trial;
+        r->hint = h + 1;
+        if (o->known && o->known(o->ctx, f->signature)) {
+            r->known = true;
+            r->signature = f->signature;
+            r->execs = spent;
+            return AF_OK;
+        }
+        break;
+    }
     while (spent < max_execs && af_now() < deadline) {
         changed = false;
         for (unsigned k = 0; k < AF_SIMPLIFY_COUNT && spent < max_execs; k++) {
@@ -120,22 +156,31 @@ af_status af_minimize(af_exec *x, size_t check, af_kind kind, af_case *c, unsign
                 af_case trial = cand;
                 if (attempt) af_reseed(&trial, k, attempt);
                 spent++;
-                AF_TRY(af_exec_run_case(x, &trial, err));
+                AF_TRY(af_exec_run_check(x, check, &trial, err)); /* the failing check only */
                 const af_finding *f = af_exec_finding_for(x, check);
                 if (f && f->kind == kind) {
                     *c = trial;
                     changed = true;
                     k--; /* the same step again at once: halving a length goes on while it holds */
+                    if (o->known && o->known(o->ctx, f->signature)) {
+                        r->known = true; /* x holds *c's execution: nothing to run again */
+                        r->signature = f->signature;
+                        r->execs = spent;
+                        return AF_OK;
+                    }
                     break;
                 }
             }
         }
-        if (reseed && !changed) break; /* nothing more, even with other values */
-        reseed = !changed;              /* plain passes until stuck, then one with redraws */
+        if (reseed && !changed) {
+            done = true; /* nothing more, even with other values */
+            break;
+        }
+        reseed = !changed; /* plain passes until stuck, then one with redraws */
     }
+    r->cut = !done && spent < max_execs; /* the time ran out, not the steps or the executions */
     /* leave x holding the execution of the result */
-    AF_TRY(af_exec_run_case(x, c, err));
-    spent++;
-    if (execs) *execs = spent;
+    AF_TRY(af_exec_run_check(x, check, c, err));
+    r->execs = ++spent;
     return AF_OK;
 }

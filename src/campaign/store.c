@@ -2,18 +2,33 @@
  * campaign loop and the fuzz harnesses. */
 #include "attnfuzz/store.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "attnfuzz/mem.h"
 #include "attnfuzz/minimize.h"
 #include "clock.h"
 #include "store_known.h"
+#include "minrec.h"
 
 /* Minimizing one new finding takes at most this long (besides minimize_execs): a target
  * compiling every new shape for a second would spend minutes on 400 steps. */
 #define AF_MINIMIZE_SECONDS 60.0
+/* Seconds between two looks at a queued finding: at the shared record (has another
+ * process minimized it?) and, when it recurs, at the budget (can it be minimized now?). */
+#define AF_STORE_RETRY 1.0
+/* The end pass waits this long between looks for the alias of a finding another process
+ * is minimizing. */
+#define AF_STORE_WAIT_NS 50000000L
+/* Minimized cases kept as patterns (minimize.h: af_minimize_opts.hints), most recently
+ * useful first, and how many of those (of the finding's check and kind) a minimization
+ * tries: each costs one execution when it does not hold. */
+#define AF_STORE_HINTS 16
+#define AF_STORE_HINT_TRIES 3
 
 /* --- the signature table -------------------------------------------------------------- */
 
@@ -48,33 +63,37 @@ af_signature_entry *af_store_add(af_campaign_stats *s, uint64_t sig, af_kind kin
 /* --- raw signature -> minimized signature ---------------------------------------- */
 
 /* Every new raw signature is minimized once; its repeats map straight to the signature
- * of the minimized case. Open addressing, grown at half load. */
+ * (and kind) of the minimized case. Open addressing, grown at half load. */
 typedef struct af_alias_map {
     uint64_t *keys, *vals; /* key 0 = empty (raw signatures are hashes; 0 is remapped) */
+    uint8_t *kinds;
     size_t cap, n;
 } af_alias_map;
 
 static uint64_t af_alias_key(uint64_t k) { return k ? k : 1; }
 
-static bool af_alias_get(const af_alias_map *m, uint64_t key, uint64_t *val) {
+static bool af_alias_get(const af_alias_map *m, uint64_t key, uint64_t *val, af_kind *kind) {
     if (!m->cap) return false;
     key = af_alias_key(key);
     for (size_t i = (size_t)(key % m->cap);; i = (i + 1) % m->cap) {
         if (m->keys[i] == 0) return false;
         if (m->keys[i] == key) {
             *val = m->vals[i];
+            *kind = (af_kind)m->kinds[i];
             return true;
         }
     }
 }
 
-static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val) {
+static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val, af_kind kind) {
     if (2 * (m->n + 1) > m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 1024;
         uint64_t *k = af_calloc(cap, sizeof *k), *v = af_calloc(cap, sizeof *v);
-        if (!k || !v) {
+        uint8_t *kd = af_calloc(cap, sizeof *kd);
+        if (!k || !v || !kd) {
             af_free(k);
             af_free(v);
+            af_free(kd);
             return false;
         }
         for (size_t i = 0; i < m->cap; i++) {
@@ -83,10 +102,12 @@ static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val) {
             while (k[j]) j = (j + 1) % cap;
             k[j] = m->keys[i];
             v[j] = m->vals[i];
+            kd[j] = m->kinds[i];
         }
         af_free(m->keys);
         af_free(m->vals);
-        m->keys = k, m->vals = v, m->cap = cap;
+        af_free(m->kinds);
+        m->keys = k, m->vals = v, m->kinds = kd, m->cap = cap;
     }
     key = af_alias_key(key);
     size_t i = (size_t)(key % m->cap);
@@ -94,6 +115,7 @@ static bool af_alias_put(af_alias_map *m, uint64_t key, uint64_t val) {
     if (!m->keys[i]) m->n++;
     m->keys[i] = key;
     m->vals[i] = val;
+    m->kinds[i] = (uint8_t)kind;
     return true;
 }
 
@@ -115,33 +137,67 @@ static bool af_store_numeric_kind(af_kind k) {
  * twin (the same case without them) fails the same check too is the twin's finding: the
  * bug shows without the planted values, which only change how it looks (a wrong causal
  * diagonal gives a diverge, and a NaN or an Inf wherever a planted value falls under the
- * wrong mask: one bug, one bundle). Then *c becomes the twin, minimized for its own kind,
- * and x holds its execution; otherwise *c is unchanged and x holds *c's execution again. */
-static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af_case *c, unsigned max_execs,
-                                      double max_seconds, unsigned *spent, af_error *err) {
+ * wrong mask: one bug, one bundle). Then *c becomes the twin, minimized for its own kind
+ * within o (tr says how that went), and x holds its execution; otherwise *c is unchanged
+ * and x holds *c's execution again. A time limit of 0 leaves no time: cut, nothing runs. */
+static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af_case *c, const af_minimize_opts *o,
+                                      unsigned *spent, af_minimize_result *tr, af_error *err) {
+    memset(tr, 0, sizeof *tr);
     bool special = false;
     for (int t = 0; t < AF_QKV_COUNT; t++) special |= c->t[t].special != AF_SPECIAL_NONE;
     if (!special || kind == AF_KIND_DIVERGE || !af_store_numeric_kind(kind)) return AF_OK;
+    if (o->max_seconds < 0) {
+        tr->cut = true;
+        return AF_OK;
+    }
     af_case twin = *c;
     for (int t = 0; t < AF_QKV_COUNT; t++) twin.t[t].special = AF_SPECIAL_NONE;
-    af_status st = af_exec_run_case(x, &twin, err);
+    af_status st = af_exec_run_check(x, check, &twin, err);
     if (st != AF_OK) return st;
     (*spent)++;
     const af_finding *f = af_exec_finding_for(x, check);
-    if (!f || !af_store_numeric_kind(f->kind)) return af_exec_run_case(x, c, err);
-    unsigned more = 0;
-    st = af_minimize(x, check, f->kind, &twin, max_execs, max_seconds, &more, err);
-    *spent += more;
-    if (st == AF_OK) *c = twin;
+    if (!f || !af_store_numeric_kind(f->kind)) return af_exec_run_check(x, check, c, err);
+    st = af_minimize(x, check, f->kind, &twin, o, tr, err);
+    *spent += tr->execs;
+    if (st == AF_OK && !tr->cut) *c = twin;
+    if (st == AF_OK && tr->cut) st = af_exec_run_check(x, check, c, err);
     return st;
 }
 
 /* --- the store -------------------------------------------------------------------------- */
 
+/* A finding stored as found, to be minimized later (store.h). Counted in stats under its
+ * raw signature until then. */
+typedef struct af_store_item {
+    uint64_t raw;  /* its raw signature */
+    af_kind kind;  /* its kind as found */
+    size_t check;  /* its check (an index into the executor's checks) */
+    af_case c;     /* where minimizing (re)starts: the case as found, or as far as a
+                      minimization that the budget cut short got */
+    double looked; /* af_now() of the last look at the shared record for it */
+} af_store_item;
+
+/* A minimized case: a pattern for minimizing later findings of its check and kind. */
+typedef struct af_store_hint {
+    af_case c;
+    size_t check;
+    af_kind kind;
+    uint64_t sig;
+} af_store_hint;
+
 struct af_store {
     af_store_opts o;
+    af_store_hint hints[AF_STORE_HINTS];
+    size_t n_hints;
     af_alias_map aliases;
     af_store_known *known; /* NULL: no known bugs to match */
+    af_minrec *rec;
+    af_store_item *queue;
+    size_t nq, capq;
+    double spent;     /* seconds minimizing in af_store_findings: what the budget counts */
+    const af_campaign_stats *stats; /* while minimizing: whose entries af_store_sig_minimized asks */
+    double refreshed; /* af_now() of the last look at the record for the whole queue */
+    char raw_dir[PATH_MAX];
 };
 
 af_store *af_store_create(const af_store_opts *o, af_error *err) {
@@ -157,6 +213,14 @@ af_store *af_store_create(const af_store_opts *o, af_error *err) {
         af_free(st);
         return NULL;
     }
+    snprintf(st->raw_dir, sizeof st->raw_dir, "%s/%s", st->o.crashes_dir, AF_STORE_RAW_DIR);
+    st->rec = af_minrec_open(st->o.crashes_dir);
+    if (!st->rec) {
+        af_store_known_destroy(st->known);
+        af_free(st);
+        af_error_set(err, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
     return st;
 }
 
@@ -166,137 +230,614 @@ uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend) {
 
 void af_store_destroy(af_store *st) {
     if (!st) return;
+    af_minrec_close(st->rec);
     af_free(st->aliases.keys);
     af_free(st->aliases.vals);
     af_store_known_destroy(st->known);
+    af_free(st->aliases.kinds);
+    af_free(st->queue);
     af_free(st);
+}
+
+size_t af_store_queued(const af_store *st) { return st->nq; }
+
+bool af_store_alias(const af_store *st, uint64_t raw, uint64_t *sig, af_kind *kind) {
+    return af_alias_get(&st->aliases, raw, sig, kind);
+}
+
+static size_t af_store_item_of(const af_store *st, uint64_t raw) {
+    for (size_t i = 0; i < st->nq; i++)
+        if (st->queue[i].raw == raw) return i;
+    return SIZE_MAX;
+}
+
+static af_status af_store_enqueue(af_store *st, uint64_t raw, af_kind kind, size_t check, const af_case *c,
+                                  af_error *err) {
+    if (af_store_item_of(st, raw) != SIZE_MAX) return AF_OK;
+    if (st->nq == st->capq) {
+        size_t cap = st->capq ? 2 * st->capq : 16;
+        af_store_item *q = af_calloc(cap, sizeof *q);
+        AF_RETURN_ERROR_IF(!q, err, AF_ERR_NOMEM, "out of memory");
+        if (st->queue) memcpy(q, st->queue, st->nq * sizeof *q);
+        af_free(st->queue);
+        st->queue = q;
+        st->capq = cap;
+    }
+    af_store_item *it = &st->queue[st->nq++];
+    memset(it, 0, sizeof *it);
+    it->raw = raw;
+    it->kind = kind;
+    it->check = check;
+    it->c = *c;
+    it->looked = af_now();
+    return AF_OK;
+}
+
+static void af_store_dequeue(af_store *st, size_t i) { st->queue[i] = st->queue[--st->nq]; }
+
+/* The seconds the next minimization may take: the per-finding cap, the deadline, and
+ * (budget) what is left of the share of `elapsed`. *bounded: the deadline or the budget
+ * decides, not the cap, so a minimization cut short is not signed on (it would sign as a
+ * half-way case: another bundle for the same bug) but queued. */
+static double af_store_limit(const af_store *st, double elapsed, bool budget, double deadline, bool *bounded) {
+    const af_store_opts *o = &st->o;
+    double cap = o->minimize_seconds < 0 ? HUGE_VAL : o->minimize_seconds > 0 ? o->minimize_seconds
+                                                                             : AF_MINIMIZE_SECONDS;
+    double lim = deadline > 0 ? deadline - af_now() : HUGE_VAL;
+    if (budget && o->minimize_share > 0 && o->minimize_share < 1)
+        lim = fmin(lim, o->minimize_share * elapsed - st->spent);
+    *bounded = lim < cap;
+    return fmin(lim, cap);
+}
+
+/* af_minimize_opts.known: a signature this store knows the minimized signature of (its
+ * own alias to a minimized entry, or the shared record's). A case of it found while
+ * minimizing is a finding of that bug, as the store signs every finding: minimizing
+ * stops there (a raw signature's minimization mostly reaches, once the incidental
+ * features are gone, the signature of a bug already minimized). */
+static bool af_store_sig_minimized(void *ctx, uint64_t sig) {
+    af_store *st = ctx;
+    uint64_t to;
+    af_kind kind;
+    if (af_alias_get(&st->aliases, sig, &to, &kind)) {
+        const af_signature_entry *e = st->stats ? af_store_find((af_campaign_stats *)st->stats, to) : NULL;
+        return !(e && e->unminimized); /* not one stored as found (a flaky target's) */
+    }
+    af_minrec_alias a;
+    if (af_minrec_lookup(st->rec, sig, &a) != AF_MINREC_ALIAS) return false;
+    return af_alias_put(&st->aliases, sig, a.sig, a.kind);
+}
+
+/* Puts a minimized case first among the patterns (once per signature; the least recently
+ * useful one goes when they are all taken). */
+static void af_store_hint_add(af_store *st, size_t check, af_kind kind, uint64_t sig, const af_case *c) {
+    size_t i = 0;
+    while (i < st->n_hints && st->hints[i].sig != sig) i++;
+    if (i == st->n_hints && st->n_hints < AF_STORE_HINTS) st->n_hints++;
+    if (i == AF_STORE_HINTS) i--;
+    memmove(&st->hints[1], &st->hints[0], i * sizeof st->hints[0]);
+    st->hints[0] = (af_store_hint){*c, check, kind, sig};
+}
+
+/* A bug another process minimized (alias a) becomes a pattern here: its bundle's case. */
+static void af_store_hint_read(af_store *st, size_t check, const af_minrec_alias *a) {
+    for (size_t i = 0; i < st->n_hints; i++)
+        if (st->hints[i].sig == a->sig) return;
+    char name[64], dir[PATH_MAX + 80];
+    af_bundle_name(a->kind, a->sig, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", st->o.crashes_dir, name);
+    af_bundle *b = NULL;
+    af_error err;
+    if (af_bundle_read(dir, &b, &err) == AF_OK && af_bundle_minimized(b) > 0)
+        af_store_hint_add(st, check, a->kind, a->sig, af_bundle_case(b));
+    af_bundle_free(b);
+}
+
+/* How a minimization went. */
+typedef struct af_store_min {
+    bool done;    /* not cut short by a bounded limit (else *c holds how far it got) */
+    bool known;   /* it reached a known signature: the finding is the bug `sig` names */
+    uint64_t sig; /* when known: the minimized signature and its kind */
+    af_kind kind;
+} af_store_min;
+
+/* Minimizes *c (check fails with kind) within limit seconds, then its finite twin; stops
+ * at a known signature. The result is unusable (done false) when `bounded` and the limit
+ * cut it short. Counted in stats (and, in_budget, in the budget). Unless known, x holds
+ * *c's execution of the check afterwards. */
+static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *s, size_t check, af_kind kind,
+                                   af_case *c, double limit, bool bounded, bool in_budget, af_store_min *m,
+                                   af_error *err) {
+    double t0 = af_now();
+    memset(m, 0, sizeof *m);
+    af_minimize_opts mo = {.max_execs = st->o.minimize_execs, .max_seconds = isinf(limit) ? 0 : limit,
+                           .known = af_store_sig_minimized, .ctx = st};
+    af_minimize_result mr, tr;
+    memset(&tr, 0, sizeof tr);
+    af_case small = *c;
+    /* the patterns of this check and kind, most recently useful first */
+    af_case hints[AF_STORE_HINT_TRIES];
+    size_t from[AF_STORE_HINT_TRIES];
+    for (size_t i = 0; i < st->n_hints && mo.n_hints < AF_STORE_HINT_TRIES; i++)
+        if (st->hints[i].check == check && st->hints[i].kind == kind) {
+            from[mo.n_hints] = i;
+            hints[mo.n_hints++] = st->hints[i].c;
+        }
+    mo.hints = hints;
+    st->stats = s;
+    af_status r = af_minimize(x, check, kind, &small, &mo, &mr, err);
+    if (r == AF_OK && mr.hint) { /* that pattern held: first from now on */
+        af_store_hint h = st->hints[from[mr.hint - 1]];
+        af_store_hint_add(st, h.check, h.kind, h.sig, &h.c);
+    }
+    unsigned spent = r == AF_OK ? mr.execs : 0;
+    if (r == AF_OK && !mr.known && !(mr.cut && bounded)) {
+        double left = limit - (af_now() - t0);
+        if (!isinf(limit)) mo.max_seconds = left > 0 ? left : -1; /* -1: no time left for it */
+        r = af_store_finite_twin(x, check, kind, &small, &mo, &spent, &tr, err);
+    }
+    st->stats = NULL;
+    m->done = !((mr.cut || tr.cut) && bounded);
+    m->known = mr.known || tr.known;
+    if (m->known) {
+        bool got = af_alias_get(&st->aliases, mr.known ? mr.signature : tr.signature, &m->sig, &m->kind);
+        AF_ASSERT(got); /* af_store_sig_minimized put it there */
+    } else if (r == AF_OK && m->done) { /* a bug minimized to the end: a pattern for later ones */
+        const af_finding *f = af_exec_finding_for(x, check);
+        if (f) af_store_hint_add(st, check, f->kind, f->signature, &small);
+    }
+    double dt = af_now() - t0;
+    s->minimize_execs += spent;
+    s->minimize_seconds += dt;
+    if (in_budget) st->spent += dt;
+    if (r == AF_OK) *c = small;
+    return r;
+}
+
+/* Moves entry `from`'s count into entry `to` (kind), which is created, or is `from`
+ * renamed, when it does not exist yet: a finding stored as found is now the minimized
+ * signature's. Returns the entry of `to` (NULL when out of memory). */
+static af_signature_entry *af_store_merge(af_campaign_stats *s, uint64_t from, uint64_t to, af_kind kind,
+                                          const char *who) {
+    af_signature_entry *a = af_store_find(s, from), *b = af_store_find(s, to);
+    if (a && a != b && !b) { /* renamed */
+        s->unique_by_kind[a->kind]--;
+        s->unique_by_kind[kind]++;
+        a->signature = to;
+        a->kind = kind;
+        a->bundle[0] = 0;
+        a->input_hex[0] = 0;
+        a->stored_elsewhere = false;
+        if (a->write_failed) s->write_errors--;
+        a->write_failed = false;
+        return a;
+    }
+    if (a && b && a != b) { /* merged */
+        b->count += a->count;
+        if (a->first_exec < b->first_exec) b->first_exec = a->first_exec;
+        if (a->first_time < b->first_time) b->first_time = a->first_time;
+        if (a->write_failed) s->write_errors--;
+        s->unique_by_kind[a->kind]--;
+        *a = s->sigs[--s->n_sigs];
+        return af_store_find(s, to);
+    }
+    if (b) return b;
+    return af_store_add(s, to, kind, who, NULL);
+}
+
+/* Writes the bundle of entry e from x's execution of check: a minimized case (replacing a
+ * bundle of that name stored as found), or the case as found. A bundle that cannot be
+ * written keeps the finding's input in e (the stats) and says so on stderr once. */
+static void af_store_write(af_store *st, af_exec *x, af_campaign_stats *s, af_signature_entry *e, size_t check,
+                           bool minimized, af_store_event *event) {
+    size_t fi = af_store_failing(x, check);
+    af_error werr;
+    af_status ws = AF_OK;
+    if (fi == SIZE_MAX) {
+        ws = af_error_set(&werr, AF_ERR_INVALID, "it did not fail again when re-run (a flaky target)");
+    } else {
+        af_exec_bundle_opts bo = {.signature = e->signature, .minimized = (signed char)(minimized ? 1 : -1),
+                                  .old_dir = minimized ? st->raw_dir : NULL};
+        ws = af_exec_write_bundle_with(x, fi, st->o.crashes_dir, &bo, e->bundle, sizeof e->bundle, &werr);
+    }
+    if (ws == AF_ERR_EXISTS) {
+        e->stored_elsewhere = true;
+        af_bundle_name(e->kind, e->signature, e->bundle, sizeof e->bundle);
+    } else if (ws != AF_OK) {
+        /* the finding is not lost: its input goes to stderr and to the stats, and the
+         * bundle is written when the signature recurs (and the disk has room, or the
+         * target fails again) */
+        if (fi != SIZE_MAX && !e->write_failed) {
+            e->write_failed = true;
+            s->write_errors++;
+        }
+        e->bundle[0] = 0;
+        event->failed = true;
+        const uint8_t *bytes;
+        size_t nb = af_exec_input(x, &bytes);
+        for (size_t k = 0; k < nb && 2 * k + 2 < sizeof e->input_hex; k++)
+            snprintf(e->input_hex + 2 * k, 3, "%02x", bytes[k]);
+        if (e->count == 1)
+            fprintf(stderr, "attnfuzz: could not store a %s finding of %s: %s\nattnfuzz: its input (hex): %s\n",
+                    af_kind_names[e->kind], e->who, werr.msg, e->input_hex);
+    } else {
+        event->stored = true;
+        if (e->write_failed) s->write_errors--; /* stored on a retry */
+        e->write_failed = false;
+    }
+}
+
+/* Records raw -> the minimized signature of entry e in the shared record (and e's own
+ * signature as its own alias: a raw finding that signs as a minimized one is that one)
+ * once e's bundle is there; else only drops the claim. A record that cannot be written
+ * costs sharing, nothing else. */
+static void af_store_publish(af_store *st, uint64_t raw, const af_signature_entry *e) {
+    if (!e->bundle[0] && !e->stored_elsewhere) {
+        af_minrec_release(st->rec, raw);
+        return;
+    }
+    af_minrec_alias a = {raw, e->signature, e->kind}, self = {e->signature, e->signature, e->kind};
+    af_error err;
+    af_minrec_publish(st->rec, &a, &err);
+    if (raw != e->signature) af_minrec_publish(st->rec, &self, &err);
+    (void)af_alias_put(&st->aliases, e->signature, e->signature, e->kind);
+}
+
+/* Queued item i turned out minimized by another process (alias a): its entry becomes
+ * a->sig's, its bundle as found goes to <crashes>/.raw/. *entry: the index of the entry. */
+static af_status af_store_resolve_alias(af_store *st, af_campaign_stats *s, size_t i, const af_minrec_alias *a,
+                                        bool from_record, size_t *entry, af_error *err) {
+    af_store_item it = st->queue[i];
+    af_store_dequeue(st, i);
+    (void)af_alias_put(&st->aliases, it.raw, a->sig, a->kind); /* else the record is read again: no harm */
+    const af_signature_entry *was = af_store_find(s, it.raw);
+    char who[sizeof was->who];
+    snprintf(who, sizeof who, "%s", was ? was->who : "");
+    af_signature_entry *e = af_store_merge(s, it.raw, a->sig, a->kind, who);
+    AF_RETURN_ERROR_IF(!e, err, AF_ERR_NOMEM, "out of memory");
+    if (from_record) s->aliases_read++;
+    s->minimized_later++;
+    e->unminimized = false;
+    if (!e->bundle[0]) { /* a renamed entry: the bundle is another one's */
+        e->stored_elsewhere = true;
+        af_bundle_name(e->kind, e->signature, e->bundle, sizeof e->bundle);
+    }
+    char name[64];
+    af_bundle_name(it.kind, it.raw, name, sizeof name);
+    if (it.raw != a->sig) af_bundle_retire(st->o.crashes_dir, name, st->raw_dir);
+    if (entry) *entry = (size_t)(e - s->sigs);
+    return AF_OK;
+}
+
+typedef enum { AF_STORE_RESOLVED, AF_STORE_BUSY, AF_STORE_LATER, AF_STORE_DROPPED } af_store_outcome;
+
+/* One go at queued item i: the shared record, then, when limit > 0 and the claim is ours,
+ * minimizing it. Resolved (minimized here or by another process: the item is gone and
+ * *entry is the minimized signature's entry), busy (another process is at it), later
+ * (no time, or cut short: progress kept), dropped (it no longer fails: it stays stored as
+ * found). */
+static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s, size_t i, double limit,
+                                  bool bounded, bool in_budget, af_store_outcome *out, size_t *entry,
+                                  af_error *err) {
+    af_store_item *it = &st->queue[i];
+    uint64_t raw = it->raw;
+    it->looked = af_now();
+    af_minrec_alias a;
+    af_minrec_state rs = limit > 0 ? af_minrec_claim(st->rec, raw, &a) : af_minrec_lookup(st->rec, raw, &a);
+    *out = rs == AF_MINREC_BUSY ? AF_STORE_BUSY : AF_STORE_LATER;
+    if (rs == AF_MINREC_ALIAS) {
+        *out = AF_STORE_RESOLVED;
+        return af_store_resolve_alias(st, s, i, &a, true, entry, err);
+    }
+    if (limit <= 0 || rs != AF_MINREC_MINE) return AF_OK;
+    af_case c = it->c;
+    af_store_min m;
+    af_status r = af_store_minimize(st, x, s, it->check, it->kind, &c, limit, bounded, in_budget, &m, err);
+    it = &st->queue[i];
+    if (r != AF_OK || !m.done) {
+        if (r == AF_OK) it->c = c;
+        af_minrec_release(st->rec, raw);
+        return r;
+    }
+    if (m.known) { /* it reached a known bug: that bug's bundle, this alias */
+        af_minrec_alias to = {raw, m.sig, m.kind};
+        size_t ei;
+        *out = AF_STORE_RESOLVED;
+        r = af_store_resolve_alias(st, s, i, &to, false, &ei, err);
+        if (r == AF_OK) af_store_publish(st, raw, &s->sigs[ei]);
+        else af_minrec_release(st->rec, raw);
+        if (entry) *entry = ei;
+        return r;
+    }
+    const af_finding *fm = af_exec_finding_for(x, it->check);
+    if (!fm) { /* it does not fail again (a flaky target): left as found */
+        af_minrec_release(st->rec, raw);
+        (void)af_alias_put(&st->aliases, raw, raw, it->kind);
+        af_store_dequeue(st, i);
+        *out = AF_STORE_DROPPED;
+        return AF_OK;
+    }
+    af_store_item was = *it;
+    af_store_dequeue(st, i);
+    const af_signature_entry *old = af_store_find(s, raw), *there = af_store_find(s, fm->signature);
+    /* the minimized signature's bundle is stored already (not one as found of that name) */
+    bool stored = there && there != old && !there->unminimized && (there->bundle[0] || there->stored_elsewhere);
+    char who[sizeof old->who];
+    snprintf(who, sizeof who, "%s", old ? old->who : "");
+    af_signature_entry *e = af_store_merge(s, raw, fm->signature, fm->kind, who);
+    if (!e) {
+        af_minrec_release(st->rec, raw);
+        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    }
+    (void)af_alias_put(&st->aliases, raw, e->signature, e->kind);
+    s->minimized_later++;
+    e->unminimized = false;
+    af_store_event ev = {0};
+    if (!stored) af_store_write(st, x, s, e, was.check, true, &ev);
+    af_store_publish(st, raw, e);
+    char name[64];
+    af_bundle_name(was.kind, raw, name, sizeof name);
+    if ((e->bundle[0] || e->stored_elsewhere) && raw != e->signature)
+        af_bundle_retire(st->o.crashes_dir, name, st->raw_dir); /* the minimized bundle is there */
+    *out = AF_STORE_RESOLVED;
+    if (entry) *entry = (size_t)(e - s->sigs);
+    return AF_OK;
+}
+
+/* Resolves queued findings another process has minimized since the last look (at most
+ * once every AF_STORE_RETRY seconds: one open(2) per queued finding). */
+static af_status af_store_refresh(af_store *st, af_campaign_stats *s, af_error *err) {
+    double now = af_now();
+    if (st->nq == 0 || now - st->refreshed < AF_STORE_RETRY) return AF_OK;
+    st->refreshed = now;
+    for (size_t i = 0; i < st->nq;) {
+        af_minrec_alias a;
+        if (af_minrec_lookup(st->rec, st->queue[i].raw, &a) == AF_MINREC_ALIAS) {
+            AF_TRY(af_store_resolve_alias(st, s, i, &a, true, NULL, err)); /* i now holds another item */
+        } else {
+            i++;
+        }
+    }
+    return AF_OK;
+}
+
+/* What x holds of the case as found: every check of it, one check of it, or another case. */
+#define AF_HOLDS_ALL SIZE_MAX
+#define AF_HOLDS_OTHER (SIZE_MAX - 1)
+
+/* Makes x hold ran's execution of check (running that check alone when it does not). */
+static af_status af_store_hold(af_exec *x, const af_case *ran, size_t check, size_t *holds, af_error *err) {
+    if (*holds == AF_HOLDS_ALL || *holds == check) return AF_OK;
+    af_case again = *ran;
+    *holds = AF_HOLDS_OTHER;
+    AF_TRY(af_exec_run_check(x, check, &again, err));
+    *holds = check;
+    return AF_OK;
+}
+
+/* One finding f of the execution of `ran`: decides its signature (the minimized one,
+ * through the in-memory alias, the queue, the shared record or minimizing now; or the
+ * raw one, stored as found), counts it and stores its bundle when new. */
+static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f,
+                              const af_case *ran, size_t *holds, double elapsed, af_store_event *event,
+                              af_error *err) {
+    const af_store_opts *o = &st->o;
+    uint64_t raw = f->signature, sig = raw;
+    af_kind kind = f->kind; /* of the signed finding: a finite twin's may differ */
+    bool mapped = false;    /* signed through an alias: its bundle is the minimized one's */
+    bool minimized = false; /* minimized now: x holds the minimized case's execution */
+    bool claimed = false, queue = false;
+    af_case start = *ran; /* where a queued finding's minimizing restarts */
+    /* a dead or hung worker is stored as found: each minimizing step could cost a
+     * restart or a whole timeout */
+    bool as_found = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT;
+    if (!as_found && !(mapped = af_alias_get(&st->aliases, raw, &sig, &kind))) {
+        size_t qi = af_store_item_of(st, raw);
+        bool bounded;
+        double lim = af_store_limit(st, elapsed, true, o->deadline, &bounded);
+        if (qi != SIZE_MAX) {
+            /* a repeat of a finding stored as found: counted there; now and then another go */
+            if (af_now() - st->queue[qi].looked >= AF_STORE_RETRY) {
+                af_store_outcome out;
+                AF_TRY(af_store_attempt(st, x, s, qi, lim, bounded, true, &out, NULL, err));
+                if (lim > 0) *holds = AF_HOLDS_OTHER;
+            }
+            mapped = af_alias_get(&st->aliases, raw, &sig, &kind);
+            event->unminimized = !mapped;
+        } else {
+            af_minrec_alias a;
+            af_minrec_state rs = lim > 0 ? af_minrec_claim(st->rec, raw, &a) : af_minrec_lookup(st->rec, raw, &a);
+            if (rs == AF_MINREC_ALIAS) { /* another process minimized it */
+                s->aliases_read++;
+                af_store_hint_read(st, f->check, &a);
+                (void)af_alias_put(&st->aliases, raw, a.sig, a.kind);
+                sig = a.sig;
+                kind = a.kind;
+                mapped = true;
+            } else if (lim > 0 && rs == AF_MINREC_MINE) {
+                claimed = true;
+                af_store_min m;
+                *holds = AF_HOLDS_OTHER;
+                af_status r = af_store_minimize(st, x, s, f->check, f->kind, &start, lim, bounded, true, &m, err);
+                if (r != AF_OK) {
+                    af_minrec_release(st->rec, raw);
+                    return r;
+                }
+                const af_finding *fm = af_exec_finding_for(x, f->check);
+                bool done = m.done;
+                if (!done) {
+                    queue = true; /* the budget or the deadline cut it short: later, from here */
+                } else if (m.known) { /* it reached a known bug */
+                    mapped = true;
+                    sig = m.sig;
+                    kind = m.kind;
+                } else if (fm) {
+                    minimized = true;
+                    sig = fm->signature;
+                    kind = fm->kind;
+                } else { /* minimizing lost it (a flaky target: the first step did not fail again) */
+                    as_found = true;
+                    af_minrec_release(st->rec, raw); /* nothing for others to read */
+                    claimed = false;
+                }
+                if (done && !af_alias_put(&st->aliases, raw, sig, kind)) {
+                    af_minrec_release(st->rec, raw);
+                    return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+                }
+            } else {
+                queue = true; /* no budget left, or another process is minimizing it */
+            }
+            if (queue && claimed) af_minrec_release(st->rec, raw);
+            if (queue) claimed = false;
+        }
+    }
+    bool first = false, replace = false;
+    af_signature_entry *e = af_store_find(s, sig);
+    if (e) {
+        e->count++;
+        /* its bundle holds a case as found that signs as this minimized one: replaced */
+        replace = minimized && e->unminimized;
+    } else {
+        e = af_store_add(s, sig, kind, f->who, err);
+        if (!e) {
+            if (claimed) af_minrec_release(st->rec, raw);
+            return AF_ERR_NOMEM;
+        }
+        e->count = 1;
+        e->first_exec = s->execs;
+        e->first_time = elapsed; /* after the execution that found it */
+        e->unminimized = !mapped && !minimized;
+        first = event->first = true;
+    }
+    event->entry = (size_t)(e - s->sigs);
+    if (queue) {
+        AF_TRY(af_store_enqueue(st, raw, f->kind, f->check, &start, err));
+        s->stored_unminimized++;
+        event->unminimized = true;
+    }
+    /* a new signature is stored; one not stored yet (disk full?) is tried again now and
+     * then, space may be back */
+    bool retry = !first && !e->bundle[0] && !e->stored_elsewhere && (e->count & (e->count - 1)) == 0;
+    if (!first && !retry && !replace) {
+        if (claimed) af_store_publish(st, raw, e);
+        return AF_OK;
+    }
+    if (mapped && first) { /* the minimized bundle is there already (the record checked) */
+        char path[PATH_MAX + 80];
+        struct stat sb;
+        af_bundle_name(e->kind, sig, e->bundle, sizeof e->bundle);
+        snprintf(path, sizeof path, "%s/%s", o->crashes_dir, e->bundle);
+        if (stat(path, &sb) == 0) {
+            e->stored_elsewhere = true;
+            if (claimed) af_store_publish(st, raw, e);
+            return AF_OK;
+        }
+        e->bundle[0] = 0;
+        e->unminimized = true; /* gone since: the case as found goes there, and no alias */
+        if (claimed) af_minrec_release(st->rec, raw);
+        claimed = false;
+    }
+    /* x must hold the execution to store: the minimized case (just run), or the case as found */
+    if (!minimized) AF_TRY(af_store_hold(x, ran, f->check, holds, err));
+    if (replace) {
+        e->unminimized = false;
+        e->bundle[0] = 0;
+        e->stored_elsewhere = false;
+    }
+    af_store_write(st, x, s, e, f->check, minimized, event);
+    if (claimed) af_store_publish(st, raw, e);
+    return AF_OK;
 }
 
 af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, double elapsed, af_store_event *ev,
                             size_t *n_ev, af_error *err) {
-    const af_store_opts *o = &st->o;
     if (n_ev) *n_ev = 0;
+    if (st->nq) AF_TRY(af_store_refresh(st, s, err));
     size_t nf = af_exec_finding_count(x);
     if (nf == 0) return AF_OK;
     /* the findings and case of this execution: minimizing re-runs the executor */
     af_finding found[AF_EXEC_MAX_CHECKS];
     for (size_t i = 0; i < nf; i++) found[i] = *af_exec_finding(x, i);
     af_case ran = *af_exec_case(x);
-    bool x_holds_ran = true;
+    size_t holds = AF_HOLDS_ALL;
     af_status st_ = AF_OK;
     size_t nev = 0;
     /* known bugs (store_known.h): matched while x holds the execution that found them */
     long known_bug[AF_EXEC_MAX_CHECKS];
     af_store_known_match(st->known, x, found, nf, known_bug);
+    uint64_t signed_as[AF_EXEC_MAX_CHECKS];
     for (size_t i = 0; i < nf && st_ == AF_OK; i++) {
         const af_finding *f = &found[i];
+        af_store_event event = {.known = -1};
         if (known_bug[i] >= 0) { /* counted against its entry, one exemplar, never minimized */
-            af_store_event event;
-            st_ = af_store_known_hit(st->known, x, s, f, known_bug[i], &ran, &x_holds_ran, o->crashes_dir, &event, err);
+            bool all = holds == AF_HOLDS_ALL;
+            st_ = af_store_known_hit(st->known, x, s, f, known_bug[i], &ran, &all, st->o.crashes_dir, &event, err);
+            if (all) holds = AF_HOLDS_ALL; /* it ran the case as found again for the exemplar */
+            if (st_ != AF_OK) break;
+            signed_as[nev] = 0;
             if (ev) ev[nev] = event;
             nev++;
             continue;
         }
-        uint64_t sig = f->signature;
-        af_kind kind = f->kind; /* of the signed finding: a finite twin's may differ */
-        /* a dead or hung worker is stored as found: each minimizing step could cost a
-         * restart or a whole timeout */
-        double left = o->deadline > 0 ? o->deadline - af_now() : HUGE_VAL;
-        bool raw = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT || left <= 0;
-        bool known = raw || af_alias_get(&st->aliases, f->signature, &sig);
-        if (!known) {
-            af_case small = ran;
-            unsigned spent = 0;
-            st_ = af_minimize(x, f->check, f->kind, &small, o->minimize_execs, fmin(AF_MINIMIZE_SECONDS, left), &spent, err);
-            if (st_ == AF_OK)
-                st_ = af_store_finite_twin(x, f->check, f->kind, &small, o->minimize_execs,
-                                           fmin(AF_MINIMIZE_SECONDS, left), &spent, err);
-            if (st_ != AF_OK) break;
-            s->minimize_execs += spent;
-            x_holds_ran = false;
-            const af_finding *fm = af_exec_finding_for(x, f->check);
-            sig = fm ? fm->signature : f->signature;
-            if (fm) kind = fm->kind;
-            if (!af_alias_put(&st->aliases, f->signature, sig)) {
-                st_ = af_error_set(err, AF_ERR_NOMEM, "out of memory");
-                break;
-            }
-        }
-        af_signature_entry *e = af_store_find(s, sig);
-        af_store_event event = {.known = -1};
-        if (e) {
-            e->count++;
-            event.entry = (size_t)(e - s->sigs);
-            /* not stored yet (disk full?): try again now and then, space may be back */
-            bool retry = !e->bundle[0] && !e->stored_elsewhere && (e->count & (e->count - 1)) == 0;
-            if (!retry) {
-                if (ev) ev[nev] = event;
-                nev++;
-                continue;
-            }
-        } else {
-            e = af_store_add(s, sig, kind, f->who, err);
-            if (!e) {
-                st_ = AF_ERR_NOMEM;
-                break;
-            }
-            e->count = 1;
-            e->first_exec = s->execs;
-            e->first_time = elapsed; /* after the execution that found it */
-            event.entry = (size_t)(e - s->sigs);
-            event.first = true;
-        }
-        /* x must hold the execution to store: the minimized case (just run), or the raw one */
-        if (known && !x_holds_ran) {
-            af_case again = ran; /* a retry of a known signature stores the raw case */
-            st_ = af_exec_run_case(x, &again, err);
-            x_holds_ran = true;
-            if (st_ != AF_OK) break;
-        }
-        size_t fi = af_store_failing(x, f->check);
-        if (fi == SIZE_MAX && !x_holds_ran) {
-            /* minimizing lost it (a flaky target: the first step did not fail again) */
-            af_case again = ran;
-            st_ = af_exec_run_case(x, &again, err);
-            x_holds_ran = true;
-            if (st_ != AF_OK) break;
-            fi = af_store_failing(x, f->check);
-        }
-        af_error werr;
-        af_status ws = AF_OK;
-        if (fi == SIZE_MAX) {
-            ws = af_error_set(&werr, AF_ERR_INVALID, "it did not fail again when re-run (a flaky target)");
-        } else {
-            ws = af_exec_write_bundle_as(x, fi, sig, o->crashes_dir, e->bundle, sizeof e->bundle, &werr);
-        }
-        if (ws == AF_ERR_EXISTS) {
-            e->stored_elsewhere = true;
-            af_bundle_name(e->kind, sig, e->bundle, sizeof e->bundle);
-        } else if (ws != AF_OK) {
-            /* the finding is not lost: its input goes to stderr and to the stats, and
-             * the bundle is written when the signature recurs (and the disk has room, or
-             * the target fails again) */
-            if (fi != SIZE_MAX && !e->write_failed) {
-                e->write_failed = true;
-                s->write_errors++;
-            }
-            e->bundle[0] = 0;
-            event.failed = true;
-            const uint8_t *bytes;
-            size_t nb = af_exec_input(x, &bytes);
-            for (size_t k = 0; k < nb && 2 * k + 2 < sizeof e->input_hex; k++)
-                snprintf(e->input_hex + 2 * k, 3, "%02x", bytes[k]);
-            if (e->count == 1)
-                fprintf(stderr, "attnfuzz: could not store a %s finding of %s: %s\nattnfuzz: its input (hex): %s\n",
-                        af_kind_names[f->kind], f->who, werr.msg, e->input_hex);
-        } else {
-            event.stored = true;
-            if (e->write_failed) s->write_errors--; /* stored on a retry */
-            e->write_failed = false;
-        }
+        st_ = af_store_one(st, x, s, f, &ran, &holds, elapsed, &event, err);
+        if (st_ != AF_OK) break;
+        signed_as[nev] = s->sigs[event.entry].signature;
         if (ev) ev[nev] = event;
         nev++;
     }
+    /* a later finding may have merged entries (a queued one minimized at last): each
+     * event's entry is found again by its signature, or the one that signature became */
+    for (size_t i = 0; ev && i < nev; i++) {
+        if (ev[i].known >= 0) continue; /* entry indexes stats->known */
+        af_signature_entry *e = af_store_find(s, signed_as[i]);
+        uint64_t sig;
+        af_kind kind;
+        if (!e && af_alias_get(&st->aliases, signed_as[i], &sig, &kind)) e = af_store_find(s, sig);
+        AF_ASSERT(e); /* an entry only ever becomes another one */
+        ev[i].entry = (size_t)(e - s->sigs);
+    }
     if (n_ev) *n_ev = nev;
     return st_;
+}
+
+af_status af_store_finish(af_store *st, af_exec *x, af_campaign_stats *s, double deadline, af_error *err) {
+    double t0 = af_now();
+    af_status r = AF_OK;
+    while (st->nq > 0 && r == AF_OK) {
+        bool busy = false, more = false;
+        for (size_t i = 0; i < st->nq && r == AF_OK;) {
+            if (af_campaign_interrupted() || (deadline > 0 && af_now() >= deadline)) goto out;
+            bool bounded;
+            double lim = af_store_limit(st, 0, false, deadline, &bounded);
+            af_store_outcome out;
+            r = af_store_attempt(st, x, s, i, lim, bounded, false, &out, NULL, err);
+            busy |= out == AF_STORE_BUSY;
+            more |= out == AF_STORE_RESOLVED || out == AF_STORE_DROPPED;
+            if (out == AF_STORE_BUSY || out == AF_STORE_LATER) i++; /* else item i is gone */
+        }
+        if (!busy) break; /* what is left was cut short by the deadline */
+        if (!more) {      /* only others' work left: their aliases come */
+            struct timespec ts = {0, AF_STORE_WAIT_NS};
+            nanosleep(&ts, NULL);
+        }
+    }
+out:;
+    double dt = af_now() - t0;
+    s->minimize_end_seconds += dt;
+    return r;
+}
+
+af_status af_store_adopt(af_store *st, af_campaign_stats *s, size_t check, const char *who, af_kind kind,
+                         uint64_t raw, const af_case *c, const char *bundle, af_error *err) {
+    af_signature_entry *e = af_store_find(s, raw);
+    if (!e) {
+        e = af_store_add(s, raw, kind, who, err);
+        if (!e) return AF_ERR_NOMEM;
+    }
+    e->count++;
+    e->unminimized = true;
+    snprintf(e->bundle, sizeof e->bundle, "%s", bundle);
+    AF_TRY(af_store_enqueue(st, raw, kind, check, c, err));
+    st->queue[af_store_item_of(st, raw)].looked = 0;
+    return AF_OK;
 }

@@ -95,7 +95,8 @@ static af_status af_store_known_exemplar(af_store_known *sk, af_exec *x, const a
     cJSON_Delete(extra);
     AF_RETURN_ERROR_IF(!text, err, AF_ERR_NOMEM, "out of memory");
     af_error werr;
-    af_status ws = af_exec_write_bundle_named(x, fi, f->signature, name, text, dir, ks->bundle, sizeof ks->bundle, &werr);
+    af_exec_bundle_opts bo = {.signature = f->signature, .name = name, .extra_json = text};
+    af_status ws = af_exec_write_bundle_with(x, fi, dir, &bo, ks->bundle, sizeof ks->bundle, &werr);
     free(text);
     if (ws == AF_OK) {
         ev->stored = true;

@@ -77,6 +77,11 @@ static void af_fuzz_usage(FILE *f) {
             "                      kept once as crashes/known-ID, never minimized, and its\n"
             "                      trigger cases are sent less to a backend that keeps hitting it\n"
             "  --no-known          load no known bugs: every finding is new\n"
+            "  --minimize-share F  minimizing takes at most this share of each job's time so far\n"
+            "                      (default 0.1; 1: no limit); what does not fit is stored as\n"
+            "                      found and minimized at the end\n"
+            "  --minimize-grace S  seconds after --time for that (default: the share of --time,\n"
+            "                      at least 10); 0: none, run `attnfuzz minimize CRASHES` later\n"
             "  --quiet             no status lines\n"
             "\n"
             "exit: 0 nothing new found (known bugs found again are counted, not findings),\n"
@@ -105,7 +110,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     int selected = 0;
     af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_SERVING };
+           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_MINSHARE, O_MINGRACE, O_SERVING };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         AF_CLI_KNOWN_OPTIONS,
@@ -121,6 +126,8 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"quiet", no_argument, 0, O_QUIET},
         {"strategy", required_argument, 0, O_STRAT},
         {"no-minimize", no_argument, 0, O_NOMIN},
+        {"minimize-share", required_argument, 0, O_MINSHARE},
+        {"minimize-grace", required_argument, 0, O_MINGRACE},
         {"tiny", no_argument, 0, O_TINY},
         {"no-bind", no_argument, 0, O_NOBIND},
         {"batch", required_argument, 0, O_BATCH},
@@ -181,6 +188,18 @@ int af_cmd_fuzz(int argc, char **argv) {
         }
         case O_QUIET: o.quiet = true; break;
         case O_NOMIN: o.no_minimize = true; break;
+        case O_MINSHARE: {
+            char *end;
+            o.minimize_share = strtod(optarg, &end);
+            if (*end || !(o.minimize_share > 0 && o.minimize_share <= 1)) goto bad;
+            break;
+        }
+        case O_MINGRACE: {
+            char *end;
+            o.minimize_grace = strtod(optarg, &end);
+            if (*end || !(o.minimize_grace >= 0 && o.minimize_grace <= 1e7)) goto bad;
+            break;
+        }
         case O_TINY: o.tiny = true; break;
         case O_NOBIND: o.no_bind = true; break;
         case O_BATCH:
@@ -281,6 +300,20 @@ int af_cmd_fuzz(int argc, char **argv) {
         if (stats.known_skipped)
             fprintf(stderr, "attnfuzz: %llu backend runs left out: cases of known bugs their backend keeps hitting\n",
                     (unsigned long long)stats.known_skipped);
+        if (stats.minimize_execs || stats.stored_unminimized || stats.aliases_read)
+            fprintf(stderr,
+                    "attnfuzz: minimizing: %llu execs in %.1fs (an end pass of %.1fs), %llu read from the shared record, "
+                    "%llu stored as found, %llu of them minimized since\n",
+                    (unsigned long long)stats.minimize_execs, stats.minimize_seconds, stats.minimize_end_seconds,
+                    (unsigned long long)stats.aliases_read, (unsigned long long)stats.stored_unminimized,
+                    (unsigned long long)stats.minimized_later);
+        size_t unmin = 0;
+        for (size_t i = 0; i < stats.n_sigs; i++) unmin += stats.sigs[i].unminimized && !o.no_minimize &&
+                                                          stats.sigs[i].kind != AF_KIND_CRASH &&
+                                                          stats.sigs[i].kind != AF_KIND_TIMEOUT;
+        if (unmin)
+            fprintf(stderr, "attnfuzz: %zu finding%s stored as found, not minimized yet: attnfuzz minimize %s\n", unmin,
+                    unmin == 1 ? " is" : "s are", o.crashes_dir);
         if (stats.jobs_died)
             fprintf(stderr, "attnfuzz: %llu job processes died, %llu restarted (see the lines above%s)\n",
                     (unsigned long long)stats.jobs_died, (unsigned long long)stats.jobs_restarted,

@@ -297,8 +297,11 @@ static af_status af_report_run_python(const af_proc_python *py, char **envp, con
     return AF_OK;
 }
 
+/* Writes the repro script of it, a real target's finding. When Python cannot run attnfuzz.repro
+ * at all (it cannot be started, or a module is missing: attnfuzz itself, numpy, zstandard),
+ * sets *python_missing, says why in why (len bytes), and later items are not tried. */
 static void af_report_repro(af_report_item *it, const af_proc_python *py, char **envp, const char *out_dir,
-                            bool *python_missing) {
+                            bool *python_missing, char *why, size_t len) {
     if (!it->real) return;
     if (*python_missing) {
         snprintf(it->note, sizeof it->note, "no repro script: Python unavailable");
@@ -318,6 +321,7 @@ static void af_report_repro(af_report_item *it, const af_proc_python *py, char *
     it->repro[0] = 0;
     if (st != AF_OK) {
         *python_missing = st == AF_ERR_INVALID; /* it cannot be run: no use trying again */
+        if (*python_missing) snprintf(why, len, "%.500s", perr.msg);
         snprintf(it->note, sizeof it->note, "no repro script: %.400s", perr.msg);
         unlink(err);
         return;
@@ -331,7 +335,10 @@ static void af_report_repro(af_report_item *it, const af_proc_python *py, char *
         fclose(f);
     }
     msg[strcspn(msg, "\n")] = 0;
-    if (rc == 1 && strstr(msg, "No module named")) *python_missing = true;
+    if (rc == 1 && strstr(msg, "No module named")) {
+        *python_missing = true;
+        snprintf(why, len, "%.300s: %.250s", py->exe, msg);
+    }
     snprintf(it->note, sizeof it->note, "no repro script: %s", msg[0] ? msg : "attnfuzz.repro failed");
 }
 
@@ -725,12 +732,14 @@ int af_cmd_report(int argc, char **argv) {
     for (size_t i = 0; i < r->n; i++) {
         af_report_draw(r->items[i], out_dir);
         if (r->items[i]->real) any_real = true;
-        if (!no_repro) af_report_repro(r->items[i], &py, envp, out_dir, &python_missing);
+        if (!no_repro) af_report_repro(r->items[i], &py, envp, out_dir, &python_missing, py_why, sizeof py_why);
     }
     af_free(envp);
     if (python_missing && !py_why[0])
         snprintf(py_why, sizeof py_why, "%.300s%s", py.exe,
-                 py.root[0] ? "" : "; no python/attnfuzz/__init__.py above the executable or the current directory");
+                 py.root[0] || py.installed
+                     ? ""
+                     : "; no python/attnfuzz/__init__.py above the executable or the current directory");
     char py_note[800] = "";
     if (any_real && !no_repro && python_missing)
         snprintf(py_note, sizeof py_note, "Python is unavailable (%.600s): no repro scripts were written; the rest of the "

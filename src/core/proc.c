@@ -119,24 +119,41 @@ af_status af_proc_root_from(const char *start, char *root, size_t len, af_error 
     return af_error_set(err, AF_ERR_IO, "no python/attnfuzz/__init__.py in %s or a directory above it", start);
 }
 
+/* The directory of this executable (/proc/self/exe; "/" for a program in the root) into
+ * dir of len bytes; false when it does not read or fit. */
+static bool af_proc_exe_dir(char *dir, size_t len) {
+    ssize_t n = readlink("/proc/self/exe", dir, len - 1);
+    if (n <= 0 || (size_t)n >= len - 1) return false;
+    dir[n] = 0;
+    char *slash = strrchr(dir, '/');
+    if (!slash) return false;
+    *(slash == dir ? slash + 1 : slash) = 0;
+    return true;
+}
+
 af_status af_proc_root(char *root, size_t len, af_error *err) {
     char exe[AF_PROC_PATH_MAX] = "?", cwd[AF_PROC_PATH_MAX] = "?";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    char *slash = NULL;
-    if (n > 0) {
-        exe[n] = 0;
-        slash = strrchr(exe, '/');
-    }
-    if (slash) {
-        /* the executable's directory ("/" for a program in the root) */
-        *(slash == exe ? slash + 1 : slash) = 0;
-        if (af_proc_root_from(exe, root, len, NULL) == AF_OK) return AF_OK;
-    }
+    bool have_exe = af_proc_exe_dir(exe, sizeof exe);
+    if (have_exe && af_proc_root_from(exe, root, len, NULL) == AF_OK) return AF_OK;
     if (getcwd(cwd, sizeof cwd) && af_proc_root_from(cwd, root, len, NULL) == AF_OK) return AF_OK;
     return af_error_set(err, AF_ERR_IO,
                         "no python/attnfuzz/__init__.py in the executable's directory (%.200s), the current "
                         "directory (%.200s) or a directory above them",
-                        slash ? exe : "?", cwd);
+                        have_exe ? exe : "?", cwd);
+}
+
+bool af_proc_installed_at(const char *dir) {
+    static const char tail[] = "/attnfuzz/bin", init[] = "/__init__.py";
+    char path[AF_PROC_PATH_MAX + sizeof init];
+    size_t n = dir ? strlen(dir) : 0;
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t t = sizeof tail - 1;
+    if (n < t || n >= AF_PROC_PATH_MAX || memcmp(dir + n - t, tail, t) != 0) return false;
+    /* <package>/__init__.py, <package> being dir without its "/bin" */
+    size_t pkg = n - (sizeof "/bin" - 1);
+    memcpy(path, dir, pkg);
+    memcpy(path + pkg, init, sizeof init);
+    return access(path, R_OK) == 0;
 }
 
 af_status af_proc_python_at(const char *root, af_proc_python *py, af_error *err) {
@@ -156,7 +173,28 @@ af_status af_proc_python_at(const char *root, af_proc_python *py, af_error *err)
     return AF_OK;
 }
 
+af_status af_proc_package(char *dir, size_t len, af_error *err) {
+    char exe[AF_PROC_PATH_MAX];
+    AF_RETURN_ERROR_IF(!af_proc_exe_dir(exe, sizeof exe) || !af_proc_installed_at(exe), err, AF_ERR_IO,
+                       "this attnfuzz was not installed from the wheel");
+    size_t n = strlen(exe);
+    while (n > 1 && exe[n - 1] == '/') n--;
+    n -= sizeof "/bin" - 1; /* af_proc_installed_at saw ".../attnfuzz/bin" */
+    AF_RETURN_ERROR_IF(n >= len, err, AF_ERR_INVALID, "%.64s...: path too long", exe);
+    memcpy(dir, exe, n);
+    dir[n] = 0;
+    return AF_OK;
+}
+
 af_status af_proc_python_find(af_proc_python *py, af_error *err) {
+    char dir[AF_PROC_PATH_MAX];
+    if (af_proc_package(dir, sizeof dir, NULL) == AF_OK) {
+        /* installed from the wheel: the environment's interpreter imports the package; a
+         * checkout around the current directory has nothing to do with it */
+        AF_TRY(af_proc_python_at(NULL, py, err));
+        py->installed = true;
+        return AF_OK;
+    }
     char root[AF_PROC_PATH_MAX];
     if (af_proc_root(root, sizeof root, NULL) != AF_OK) root[0] = 0;
     return af_proc_python_at(root, py, err);

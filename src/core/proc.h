@@ -44,12 +44,26 @@ af_status af_proc_root_from(const char *start, char *root, size_t len, af_error 
  * (/proc/self/exe), else from the current directory. AF_ERR_IO when neither has one. */
 af_status af_proc_root(char *root, size_t len, af_error *err);
 
+/* Is dir (an executable's directory, as /proc/self/exe spells it) the bin/ folder of an
+ * installed attnfuzz Python package: ".../attnfuzz/bin" (trailing slashes aside) whose
+ * parent holds __init__.py? That is where the wheel (pyproject.toml) puts the binary, in
+ * site-packages, with the package it runs as workers. */
+bool af_proc_installed_at(const char *dir);
+
+/* The package directory (<site-packages>/attnfuzz) of this executable when it was installed
+ * from the wheel (its directory passes af_proc_installed_at): the data the wheel ships
+ * lies there as it lies under a project root (corpus/findings/STACK/known.json). dir gets
+ * len bytes with the NUL (AF_ERR_INVALID when it does not fit); AF_ERR_IO when this
+ * executable is not installed so. */
+af_status af_proc_package(char *dir, size_t len, af_error *err);
+
 /* The Python that runs the project's code (target: workers, `python -m attnfuzz.repro`,
  * the listing of targets). */
 typedef struct af_proc_python {
     char root[AF_PROC_PATH_MAX];       /* the project root, "" when none was found */
     char exe[AF_PROC_PATH_MAX];        /* the interpreter: a path, or a name looked up on PATH */
     char pythonpath[AF_PROC_PATH_MAX]; /* <root>/python, to put first on PYTHONPATH; "" without a root */
+    bool installed;                    /* this executable was installed from the wheel (no root) */
 } af_proc_python;
 
 /* The Python of the project at root (NULL or "": no project): <root>/.venv/bin/python if
@@ -57,8 +71,12 @@ typedef struct af_proc_python {
  * AF_ERR_INVALID only when a path does not fit AF_PROC_PATH_MAX. */
 af_status af_proc_python_at(const char *root, af_proc_python *py, af_error *err);
 
-/* af_proc_python_at(af_proc_root()): the project's Python as found from this process.
- * Finding no root is not an error (py->root is "", py->exe $ATTNFUZZ_PYTHON or python3);
+/* The project's Python as found from this process. Installed from the wheel (this
+ * executable's directory passes af_proc_installed_at): af_proc_python_at(NULL), that is
+ * $ATTNFUZZ_PYTHON, which the `attnfuzz` command sets to the interpreter of its
+ * environment (python/attnfuzz/__main__.py), else python3; py->installed is true and no
+ * checkout is looked for. Otherwise af_proc_python_at(af_proc_root()), as in a checkout:
+ * finding no root is not an error (py->root is "", py->exe $ATTNFUZZ_PYTHON or python3).
  * AF_ERR_INVALID only when a path does not fit. */
 af_status af_proc_python_find(af_proc_python *py, af_error *err);
 

@@ -935,7 +935,9 @@ af_status af_known_load_root(af_known *k, const char *root, size_t *files, af_er
 af_status af_known_load_repo(af_known *k, size_t *files, af_error *err) {
     char root[AF_PROC_PATH_MAX];
     if (files) *files = 0;
-    if (af_proc_root(root, sizeof root, NULL) != AF_OK) return AF_OK;
+    /* installed from the wheel: the package holds the repository's known.json files */
+    if (af_proc_package(root, sizeof root, NULL) != AF_OK && af_proc_root(root, sizeof root, NULL) != AF_OK)
+        return AF_OK;
     return af_known_load_root(k, root, files, err);
 }
 

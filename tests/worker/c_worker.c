@@ -5,6 +5,7 @@
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
  *            [--dropout keep_mask] [--bug scale] [--fault KIND] [--fault-mod N] [--fault-run N]
  *            [--name NAME] [--affinity-file PATH] [--start-sleep S] [--batch N] [--unsupported-mod N]
+ *            [--count-file PATH]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -19,6 +20,7 @@
  * --run-sleep S       sleep S seconds on every case (a slow kernel)
  * --batch N           declare batch N and answer run frames holding a batch of cases
  * --unsupported-mod N answer "unsupported" on cases with (q_len + kv_len + head_dim) % N == 0
+ * --count-file P      append "PID RUNS" (the run requests it answered) to P when it ends
  *
  * Only libm and src/core/json_scan.c (a JSON reader that depends on the C library alone):
  * the frames are read and written here, not through attnfuzz. A header is read in place
@@ -44,9 +46,10 @@ typedef struct cw_opts {
     long fault_mod, fault_run;
     const char *name;
     const char *affinity_file;
+    const char *count_file;
 } cw_opts;
 
-static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL};
+static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL};
 static long runs_seen; /* run requests so far */
 
 /* Whether --fault applies to this run request. */
@@ -571,6 +574,13 @@ static int serve_run(long req, const uint8_t *payload) {
     return 0;
 }
 
+static void write_count(void) {
+    FILE *f = fopen(opt.count_file, "a");
+    if (!f) return;
+    fprintf(f, "%ld %ld\n", (long)getpid(), runs_seen);
+    fclose(f);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -588,6 +598,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--fault-run") && v) opt.fault_run = atol(v), i++;
         else if (!strcmp(a, "--name") && v) opt.name = v, i++;
         else if (!strcmp(a, "--affinity-file") && v) opt.affinity_file = v, i++;
+        else if (!strcmp(a, "--count-file") && v) opt.count_file = v, i++;
         else {
             fprintf(stderr, "c_worker: unknown option %s\n", a);
             return 2;
@@ -614,6 +625,7 @@ int main(int argc, char **argv) {
         struct timespec ts = {(time_t)opt.start_sleep, (long)((opt.start_sleep - floor(opt.start_sleep)) * 1e9)};
         nanosleep(&ts, NULL);
     }
+    if (opt.count_file) atexit(write_count);
     char hello[2048], batch[64] = "";
     if (opt.batch > 1) snprintf(batch, sizeof batch, ",\"batch\":%ld", opt.batch);
     snprintf(hello, sizeof hello,

@@ -57,8 +57,21 @@ def list_targets(stacks=None):
         return _list(stacks or stack_names())
 
 
+def extras_by_module(mods):
+    """{top-level module: stack} for the modules each stack imports, among the stack modules
+    mods that declare pip pins: the stack's name is the wheel's extra that installs them
+    (python/wheel_metadata.py), e.g. torch -> "torch", onnxruntime -> "ort"."""
+    out = {}
+    for mod in mods:
+        if mod is not None and mod.STACK.pip:
+            for name in mod.STACK.imports:
+                out.setdefault(name.split(".")[0], mod.STACK.name)
+    return out
+
+
 def _list(stacks):
     rows = []
+    extras = extras_by_module(load(stack)[0] for stack in stack_names())
     for stack in stacks:
         mod, why = load(stack)
         if mod is None:
@@ -67,7 +80,7 @@ def _list(stacks):
             continue
         st = mod.STACK
         for v in st.variants.values():
-            ok, reason = st.available(v.name)
+            ok, reason = st.available(v.name, extras)
             rows.append({"target": "%s/%s" % (st.name, v.name), "available": ok, "reason": reason,
                          "summary": v.summary, "gpu": v.gpu, "compiled": v.compiled, "smoke": v.smoke,
                          "reference": st.reference, "backward": st.backward(v.name), "serving": list(v.serving)})

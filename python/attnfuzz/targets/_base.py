@@ -127,9 +127,10 @@ class Stack:
         except KeyError:
             raise KeyError("%s: unknown variant %r (known: %s)" % (self.name, name, ", ".join(self.variants))) from None
 
-    def available(self, variant):
+    def available(self, variant, extras=None):
         """(True, "") when the variant can run here, else (False, why). Imports the stack;
-        never raises."""
+        never raises. extras: {top-level module: the wheel's extra that installs it}
+        (attnfuzz.targets.extras_by_module), to name the extra when a module is missing."""
         if variant not in self.variants:
             return False, "unknown variant %r (known: %s)" % (variant, ", ".join(self.variants))
         for mod in self.imports + self.variants[variant].needs:
@@ -138,7 +139,9 @@ class Stack:
             except BaseException as e:  # noqa: BLE001 - any import failure means unavailable
                 if isinstance(e, KeyboardInterrupt):
                     raise
-                return False, "%s does not import: %s" % (mod, describe(e))
+                extra = (extras or {}).get(mod.split(".")[0])
+                hint = " (pip install 'attnfuzz[%s]')" % extra if extra and isinstance(e, ImportError) else ""
+                return False, "%s does not import: %s%s" % (mod, describe(e), hint)
         if self.probe is not None:
             try:
                 why = self.probe(variant)
