@@ -21,6 +21,7 @@
 #include "attnfuzz/case.h"
 #include "attnfuzz/rng.h"
 #include "attnfuzz/tensor.h"
+#include "backends/ref_honest.h"
 
 static void print_case(const char *what, const af_case *c) {
     char *j = af_case_to_json(c);
@@ -212,11 +213,62 @@ static void test_alibi_by_hand(void **state) {
     }
 }
 
+/* The weight of key j with every score off by e_k (the sink's term exact). */
+static double weight_with(const double *s, const double *e, size_t n, double z, size_t j) {
+    double mx = z;
+    for (size_t k = 0; k < n; k++) mx = fmax(mx, s[k] + e[k]);
+    double den = z > -HUGE_VAL ? exp(z - mx) : 0.0;
+    for (size_t k = 0; k < n; k++) den += exp(s[k] + e[k] - mx);
+    return exp(s[j] + e[j] - mx) / den;
+}
+
+/* af_sens_weights with a sink: each key's bound is its weight's largest move, reached with
+ * its own score off by +-d_j and every other key's by -+d_k (the weight is monotone in
+ * each error), computed here directly; rows where the sink is the largest term, where a key
+ * is, and where the sink is far below or above every key; random errors inside the bounds
+ * stay inside. */
+static void test_sens_weights_sink(void **state) {
+    (void)state;
+    af_rng r;
+    af_rng_init(&r, 77, 0x53454e53);
+    enum { N = 6 };
+    size_t rows = 0;
+    for (int it = 0; it < 4000; it++) {
+        size_t n = 1 + af_rng_below(&r, N);
+        double s[N] = {0}, d[N] = {0}, w[N], e[N];
+        double m = -HUGE_VAL;
+        for (size_t k = 0; k < n; k++) {
+            s[k] = 4.0 * (af_rng_uniform(&r) - 0.5);
+            d[k] = af_rng_uniform(&r) * (it % 3 ? 1e-3 : 0.5);
+            m = fmax(m, s[k]);
+        }
+        double z = it % 5 == 0 ? -HUGE_VAL : m + 12.0 * (af_rng_uniform(&r) - 0.5);
+        memcpy(w, d, sizeof w);
+        af_sens_weights(s, m, w, n, NULL, 0, 0.0, z);
+        for (size_t j = 0; j < n; j++) {
+            double p = weight_with(s, (double[N]){0}, n, z, j);
+            for (size_t k = 0; k < n; k++) e[k] = k == j ? d[k] : -d[k];
+            double hi = weight_with(s, e, n, z, j);
+            for (size_t k = 0; k < n; k++) e[k] = -e[k];
+            double lo = weight_with(s, e, n, z, j);
+            double want = fmax(hi - p, p - lo);
+            if (!(fabs(w[j] - want) <= 1e-12 + 1e-9 * want))
+                fail_msg("row %d key %zu of %zu (sink %g, max %g): bound %.17g, largest move %.17g", it, j, n, z, m,
+                         w[j], want);
+            for (size_t k = 0; k < n; k++) e[k] = d[k] * (2.0 * af_rng_uniform(&r) - 1.0);
+            assert_true(fabs(weight_with(s, e, n, z, j) - p) <= w[j] + 1e-15);
+        }
+        rows++;
+    }
+    print_message("%zu rows\n", rows);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_segments_vs_dense_twins),
         cmocka_unit_test(test_sink_by_hand),
         cmocka_unit_test(test_alibi_by_hand),
+        cmocka_unit_test(test_sens_weights_sink),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,9 +53,10 @@ double af_sens_cap(double d, double x, double cap) {
  * when a live key whose V row is not finite (bad) may get a weight at or below p_zero,
  * which rounds to 0 (0 * Inf = NaN). */
 
-/* sum_{k != j} e^{a_k + sign d_k - shift} (masked keys left out). */
-static double af_sens_rest(const double *s, double m, const double *d, size_t n, size_t j, double sign, double shift) {
-    double r = 0.0;
+/* sum_{k != j} e^{a_k + sign d_k - shift} (masked keys left out) plus the sink's e^{az - shift}. */
+static double af_sens_rest(const double *s, double m, const double *d, size_t n, size_t j, double sign, double shift,
+                           double az) {
+    double r = az > -HUGE_VAL ? exp(az - shift) : 0.0;
     for (size_t k = 0; k < n; k++) {
         double a = s[k] - m;
         if (k != j && a > -HUGE_VAL) r += exp(a + sign * d[k] - shift);
@@ -67,7 +68,7 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
                      double p_zero, double z) {
     double az = z - m; /* the sink's term, exact */
     double up = az, lo = az;
-    size_t jup = 0, jlo = 0;
+    size_t jup = n, jlo = n; /* n: the largest term is the sink's (no key's rest to sum anew) */
     for (size_t j = 0; j < n; j++) {
         double a = s[j] - m;
         if (!(a > -HUGE_VAL)) continue; /* masked (or NaN): no weight */
@@ -89,7 +90,7 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
     }
     double l0 = log(s0);
     /* the largest terms' rests, summed without them */
-    double rp_up = af_sens_rest(s, m, d, n, jup, 1.0, up), rm_lo = af_sens_rest(s, m, d, n, jlo, -1.0, lo);
+    double rp_up = af_sens_rest(s, m, d, n, jup, 1.0, up, az), rm_lo = af_sens_rest(s, m, d, n, jlo, -1.0, lo, az);
     bool risky = false;
     for (size_t k = 0; k < nbad; k++) {
         size_t j = bad[k];
