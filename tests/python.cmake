@@ -2,7 +2,7 @@
 # project's virtual environment (.venv/, made by scripts/setup.sh). Without it the tests are
 # skipped with a message; -DAF_VENV_PYTHON=/path/to/python picks another interpreter.
 set(AF_VENV_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH "Python with numpy and ml_dtypes for the Python tests")
-set(AF_PYTHON_TESTS protocol case layouts rng reference reference_backward worker targets repro)
+set(AF_PYTHON_TESTS protocol case layouts rng reference reference_backward worker targets repro serving)
 
 if(NOT EXISTS ${AF_VENV_PYTHON})
   message(STATUS "Python tests skipped: ${AF_VENV_PYTHON} not found (run scripts/setup.sh, or pass -DAF_VENV_PYTHON=...)")
@@ -27,6 +27,16 @@ if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
   add_test(NAME python_numpy_ref_campaign
            COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/campaign_numpy_ref.py $<TARGET_FILE:attnfuzz> 3000 3)
   set_tests_properties(python_numpy_ref_campaign PROPERTIES LABELS "python" TIMEOUT 300 SKIP_RETURN_CODE 77
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
+endif()
+
+# 1500 serving cases (fuzz --serving 1) against a worker that checks every serving tensor
+# attnfuzz sends with attnfuzz.serving's mirror of it and answers with the Python reference:
+# clean, every combination of forms met (python/tests/campaign_serving.py; about 15 s).
+if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
+  add_test(NAME python_serving_campaign
+           COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/campaign_serving.py $<TARGET_FILE:attnfuzz> 1500)
+  set_tests_properties(python_serving_campaign PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
 endif()
 

@@ -33,7 +33,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # jax workers s
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-from attnfuzz import dtypes, layouts, masks, protocol, reference, testing  # noqa: E402
+from attnfuzz import dtypes, layouts, masks, protocol, reference, serving, testing  # noqa: E402
 from attnfuzz import targets as registry  # noqa: E402
 from attnfuzz.case import Case  # noqa: E402
 from attnfuzz.worker import Result, Unsupported  # noqa: E402
@@ -157,11 +157,60 @@ CASES = [
                                                     v={"layout": "bhsd", "pad": 3}, q_len=5, kv_len=5)),
 ]
 
+def _serving(forms, **kw):
+    """A serving part (docs/case-json.md "serving"): forms and their fields."""
+    return dict(kw, forms=list(forms))
+
+
+# The serving forms (docs/design.md section 2): segments of 0, 1 and many tokens, queries and
+# keys of different lengths, shared and partly filled pages, page sizes of 1, 3 and over 16,
+# decode steps of 1 and 4 queries against a long cache, sinks and both ALiBi forms, GQA, f16.
+SERVING_CASES = [
+    ("packed self segments", _case(layout="bshd", q_len=6, kv_len=6, batch=3,
+                                   serving=_serving(["packed"], q_lens=[6, 1, 4], kv_lens=[6, 1, 4]))),
+    ("packed cross, empty segments", _case(layout="bshd", q_len=5, kv_len=9, batch=4,
+                                           serving=_serving(["packed"], q_lens=[5, 0, 3, 2], kv_lens=[9, 4, 0, 7]))),
+    ("packed causal bottom-right gqa", _case(layout="bshd", q_len=4, kv_len=8, batch=2, q_heads=4, kv_heads=2,
+                                             causal=True, diagonal="bottom_right",
+                                             serving=_serving(["packed"], q_lens=[4, 2], kv_lens=[8, 5]))),
+    ("packed self causal f16", _case(layout="bshd", dtype="f16", q_len=16, kv_len=16, batch=2, head_dim=16,
+                                     causal=True, serving=_serving(["packed"], q_lens=[16, 9], kv_lens=[16, 9]))),
+    ("paged pages of 4, shared", _case(q_len=3, kv_len=13, batch=3, causal=True, diagonal="bottom_right",
+                                       serving=_serving(["paged"], kv_lens=[13, 9, 5], page_size=4,
+                                                        shared_pages=2, page_seed=7))),
+    ("paged pages of 16, window", _case(q_len=4, kv_len=40, batch=2, window=[6, 0], diagonal="bottom_right",
+                                        serving=_serving(["paged"], kv_lens=[40, 17], page_size=16, page_seed=9))),
+    ("paged pages of 1", _case(q_len=2, kv_len=5, batch=2,
+                               serving=_serving(["paged"], kv_lens=[5, 3], page_size=1, page_seed=3))),
+    ("packed queries, paged keys f16", _case(layout="bshd", dtype="f16", q_len=4, kv_len=20, batch=2, head_dim=16,
+                                             causal=True, diagonal="bottom_right",
+                                             serving=_serving(["packed", "paged"], q_lens=[4, 1], kv_lens=[20, 11],
+                                                              page_size=16, page_seed=5))),
+    ("decode of 1 query, 300 keys", _case(q_len=1, kv_len=300, batch=3, head_dim=16, causal=True,
+                                          diagonal="bottom_right_valid",
+                                          serving=_serving(["paged"], kv_lens=[300, 129, 257], page_size=16,
+                                                           page_seed=11))),
+    ("decode of 4 queries, bf16", _case(q_len=4, kv_len=272, batch=2, head_dim=16, dtype="bf16", causal=True,
+                                        diagonal="bottom_right")),
+    ("sinks", _case(q_len=5, kv_len=5, serving=_serving(["sinks"], sink_seed=4, sink_log10_magnitude=0.5))),
+    ("alibi causal", _case(q_len=6, kv_len=6, causal=True, serving=_serving(["alibi"]))),
+    ("alibi symmetric random slopes", _case(q_len=4, kv_len=7, diagonal="bottom_right",
+                                            serving=_serving(["alibi"], alibi_symmetric=True, alibi_slopes="random",
+                                                             alibi_log10_magnitude=-0.5, alibi_seed=8))),
+    ("paged with sinks and alibi", _case(q_len=2, kv_len=20, batch=2, causal=True, diagonal="bottom_right",
+                                         serving=_serving(["paged", "sinks", "alibi"], kv_lens=[20, 6], page_size=16,
+                                                          page_seed=2, sink_seed=6))),
+]
+
 # What a `quick` variant runs (every layout family, GQA, masks, causal diagonals, padding,
 # f16, dropout: each compile takes seconds).
 QUICK = ("sbhd gqa bottom-right", "mixed layouts padding window", "qkv_channels_first additive 2-D",
          "f16 bshd causal gqa", "bsd additive 4-D mask + scale", "qkv_bsh3d padding bottom-right-valid",
          "dropout")
+
+# What a `quick` variant runs of the serving cases (each compile takes seconds).
+QUICK_SERVING = ("packed cross, empty segments", "paged pages of 4, shared", "decode of 1 query, 300 keys",
+                 "paged with sinks and alibi", "alibi symmetric random slopes")
 
 # The cases a variant that declares "backward" runs again as backward cases (every gradient,
 # dmask with an additive mask, dO with its own strides): the quick set and the features whose
@@ -196,6 +245,13 @@ PROTOCOL_CASES = [
      _case(q={"layout": "sbhd"}, k={"layout": "channels_first", "perm": 1, "pad": 2},
            v={"layout": "bhsd", "broadcast": "heads"}, scale=0.7, q_len=1, kv_len=4,
            bool_mask=_mask(rank=2, full_dims="k"))),
+    # serving forms: THD with permuted, padded strides; page caches with a shuffled table
+    ("packed THD permuted + padded, empty segment",
+     _case(q={"layout": "bshd", "perm": 3, "pad": 2}, k={"layout": "bshd", "pad": 1}, v={"layout": "bshd", "perm": 1},
+           batch=3, q_len=5, kv_len=7, serving=_serving(["packed"], q_lens=[5, 0, 2], kv_lens=[7, 3, 2]))),
+    ("paged pages of 4, sinks, alibi",
+     _case(batch=2, q_len=2, kv_len=11, causal=True, diagonal="bottom_right",
+           serving=_serving(["paged", "sinks", "alibi"], kv_lens=[11, 6], page_size=4, page_seed=12, sink_seed=1))),
 ]
 
 
@@ -213,8 +269,11 @@ def sendable(c, hello):
     lim = hello.get("limits", {})
     mult = lim.get("head_dim_multiple", 1)
     uses_diag = cs.causal or cs.has_window
+    # tensors in THD or page-cache form travel in no layout of section 3
+    travel = [n for n in ("q", "k", "v") if not (cs.thd or (n != "q" and cs.paged))]
     return (caps <= set(hello["caps"]) and cs.dtype in hello["dtypes"]
-            and set(cs.layouts.values()) <= set(hello["layouts"])
+            and {cs.layouts[n] for n in travel} <= set(hello["layouts"])
+            and cs.q_len <= lim.get("max_q_len", 1 << 30)
             and not (uses_diag and cs.diagonal not in conv.get("causal", ()))
             and cs.head_dim % mult == 0 and cs.v_head_dim % mult == 0
             and cs.head_dim <= lim.get("max_head_dim", 1 << 30))
@@ -246,6 +305,8 @@ def inputs_for(c, seed, magnitude=1.0):
     if cs.bmask:
         shape = tuple(n if letter in cs.bmask.get("full_dims", "qk") else 1 for n, letter in zip(full, "bhqk"))
         bmask = r.random(shape) > 0.3
+    if cs.paged:  # rows sharing pages hold row 0's keys there (one copy in the cache)
+        k, v = serving.share(cs, k, v)
     dout = None
     if cs.grads:
         dout = r.standard_normal((B, Hq, Sq, Dv)).astype(dt).astype(np.float64)
@@ -264,6 +325,7 @@ def call_run(target, c, arrays):
     cs = Case(c, testing.derived(c))
     cs.qkv = arrays.get("qkv")
     cs.dout = arrays.get("do")
+    cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
     for a in arrays.values():
         a.flags.writeable = False
     res = target.run(cs, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
@@ -271,9 +333,14 @@ def call_run(target, c, arrays):
     if not isinstance(res, Result):
         res = Result(res)
     out = np.asarray(res.out)
-    want = layouts.out_shape(res.layout, cs.batch, cs.q_heads, cs.q_len, cs.v_head_dim)
+    if res.layout == "thd" and cs.thd:
+        want = (sum(cs.seg_q(b) for b in range(cs.batch)), cs.q_heads, cs.v_head_dim)
+    else:
+        want = layouts.out_shape(res.layout, cs.batch, cs.q_heads, cs.q_len, cs.v_head_dim)
     if out.shape != want:
         raise AssertionError("output shape %s, the %s output is %s" % (list(out.shape), res.layout, list(want)))
+    if cs.forms:  # as attnfuzz reads it: THD scattered, rows past a segment 0
+        return serving.padded_out(cs, out, res.layout), cs, res
     return layouts.to_bhsd(out, res.layout, cs.q_heads, cs.v_head_dim), cs, res
 
 
@@ -387,8 +454,8 @@ def test_cases(R, tname, target):
     """False when the variant's process can run no more (a CUDA context lost)."""
     hello = target.hello()
     quick = target.decl.quick
-    for i, (label, c) in enumerate(CASES):
-        if quick and label not in QUICK:
+    for i, (label, c) in enumerate(CASES + SERVING_CASES):
+        if quick and label not in QUICK and label not in QUICK_SERVING:
             continue
         if not sendable(c, hello):
             continue
@@ -582,6 +649,10 @@ def check_snippet(R, tname, mod, target):
     # the first of these the variant runs (a kernel may take no mask, or no packed layout)
     probes = [_case(layout=lay, dtype=dt, q_len=8, kv_len=8, causal=True, **extra)
               for lay, extra in (("qkv_bs3hd", {"bool_mask": _mask(full_dims="bqk")}), ("bsd", {}), ("bhsd", {}))]
+    # a variant of the serving forms: one of its serving cases first, then a non-causal case
+    serving_probes = [dict(c, dtype=dt) for _, c in SERVING_CASES
+                      if set(c.get("serving", {}).get("forms", ())) & set(hello["caps"])]
+    probes = serving_probes + probes + [_case(layout="bhsd", dtype=dt, q_len=8, kv_len=8)]
     for c in probes:
         if not sendable(c, hello):
             continue
@@ -596,9 +667,10 @@ def check_snippet(R, tname, mod, target):
     else:
         R.skip("%s repro_snippet: the variant runs none of the probe cases" % tname)
         return
-    lay = c["q"]["layout"]
+    lay = c.get("q", {}).get("layout", "bhsd")
     cs = Case(c, testing.derived(c))
     cs.qkv = arrays.get("qkv")
+    cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
     ns = {}
     try:
         exec(compile(src, "<repro %s>" % tname, "exec"), ns)
@@ -657,7 +729,11 @@ def check_protocol(R, stack, variant, target):
                 continue
             out = protocol.tensors_from_header(header, payload)["out"]
             cs = Case(c, testing.derived(c))
-            out = layouts.to_bhsd(out, header.get("layout", "bhsd"), cs.q_heads, cs.v_head_dim)
+            cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
+            if cs.forms:
+                out = serving.padded_out(cs, out, header.get("layout", "bhsd"))
+            else:
+                out = layouts.to_bhsd(out, header.get("layout", "bhsd"), cs.q_heads, cs.v_head_dim)
             keep = protocol.tensors_from_header(header, payload).get("dropout_keep")
             try:
                 check_result(tname, label, target, c, q, k, v, arrays, out, cs, Result(out, dropout_keep=keep))

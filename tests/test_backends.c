@@ -87,19 +87,21 @@ static void print_result(const char *who, const af_result *r) {
 
 /* --- explicit and fused against ref on generated cases ------------------------------- */
 
-static void test_generated_zero_findings(void **state) {
-    (void)state;
+/* n generated cases (a share of them in serving forms) through explicit and fused: no
+ * finding against the reference. */
+static void generated_zero_findings(double serving, size_t n, uint64_t seed) {
     af_backend *be[2] = {open_backend("explicit"), open_backend("fused")};
     af_inputs *in = af_inputs_create();
     af_oracle *o = af_oracle_create(NULL);
     outbuf ob = {0};
     af_rng r;
-    af_rng_init(&r, 20240601, 0);
-    size_t n = scaled(100000, 200), findings[2][AF_KIND_COUNT] = {{0}}, printed = 0, unsupported = 0;
+    af_rng_init(&r, seed, 0);
+    size_t findings[2][AF_KIND_COUNT] = {{0}}, printed = 0, unsupported = 0;
     clock_t t0 = clock();
+    af_gen_opts go = {0, 2e6, 0.0, serving};
     for (size_t k = 0; k < n; k++) {
         af_case c;
-        af_case_generate(&c, &r, 0, 2e6);
+        af_case_generate_opts(&c, &r, &go);
         af_error err = {0};
         if (af_inputs_generate(in, &c, &err) != AF_OK) fail_msg("inputs: %s", err.msg);
         const af_case_tensors *t = af_inputs_get(in);
@@ -155,6 +157,18 @@ static void test_generated_zero_findings(void **state) {
     af_backend_close(be[0]);
     af_backend_close(be[1]);
     if (total) fail_msg("%zu findings in %zu generated cases (expected none)", total, n);
+}
+
+static void test_generated_zero_findings(void **state) {
+    (void)state;
+    generated_zero_findings(0.0, scaled(100000, 200), 20240601);
+}
+
+/* Every case in a serving form or a decode shape: fused reads the THD and paged tensors
+ * and takes the split-KV path, explicit the padded views. */
+static void test_generated_serving_zero_findings(void **state) {
+    (void)state;
+    generated_zero_findings(1.0, scaled(20000, 200), 20260303);
 }
 
 /* --- planted wrong outputs -------------------------------------------------------------- */
@@ -550,9 +564,10 @@ static void test_mutants_found(void **state) {
     af_rng r;
     af_rng_init(&r, 5000, 0);
     size_t n = 5000, left = count; /* the bar is fixed: not scaled */
+    af_gen_opts go = {0, 2e6, 0.0, 0.5}; /* half the cases serving ones, as the time-to-bug benchmark draws */
     for (size_t k = 0; k < n && left; k++) {
         af_case c;
-        af_case_generate(&c, &r, 0, 2e6);
+        af_case_generate_opts(&c, &r, &go);
         af_error err = {0};
         assert_int_equal(af_inputs_generate(in, &c, &err), AF_OK);
         const af_case_tensors *t = af_inputs_get(in);
@@ -716,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_mutants_hand_cases),
         cmocka_unit_test(test_mutants_found),
         cmocka_unit_test(test_generated_zero_findings),
+        cmocka_unit_test(test_generated_serving_zero_findings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -246,6 +246,7 @@ static void fill_pattern(af_array *a, unsigned salt) {
         case AF_BOOL: ((uint8_t *)a->data)[i] = (k >> 3) & 1u; break;
         case AF_F16:
         case AF_BF16:
+        case AF_I32:
         case AF_DTYPE_COUNT: fail();
         }
     }
@@ -901,7 +902,7 @@ static void test_bundle_backward(void **state) {
     af_rng_init(&rng, 4242, 1);
     for (int i = 0; i < 6; i++) {
         af_case c;
-        af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0};
+        af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0, 0.0};
         af_case_generate_opts(&c, &rng, &go);
         if (i % 2) { /* an additive mask: dmask asked too */
             c.amask.present = true, c.amask.dims = AF_MDIM_Q | AF_MDIM_K, c.amask.pattern = AF_MASK_RANDOM;

@@ -295,6 +295,10 @@ static void tame_input(xorshift *x, uint8_t *buf) {
     buf[OFF_KV_LEN] = (uint8_t)(buf[OFF_KV_LEN] % 32), buf[OFF_KV_LEN + 1] = 0;
     buf[OFF_HEAD_DIM] = (uint8_t)(buf[OFF_HEAD_DIM] % 16), buf[OFF_HEAD_DIM + 1] = 0;
     buf[OFF_V_HEAD_DIM] = (uint8_t)(buf[OFF_V_HEAD_DIM] % 16), buf[OFF_V_HEAD_DIM + 1] = 0;
+    /* a serving record's page size (pages of up to 1024 slots for sequences of a few keys
+     * would take the budget) */
+    size_t sv = off_bwd(buf) + BWD_LEN + 1;
+    if (sv + 1 < INPUT_MAX) buf[sv] = (uint8_t)(buf[sv] % 64), buf[sv + 1] = 0;
 }
 
 static void test_decode_adversarial(void **state) {
@@ -415,8 +419,11 @@ enum {
     F_DTYPE = 1 << 6, F_TF32 = 1 << 7, F_SCALE = 1 << 8, F_PLACE = 1 << 9, F_SOFTCAP = 1 << 10,
     F_CAUSAL = 1 << 11, F_DIAG = 1 << 12, F_KP = 1 << 13, F_KVVALID = 1 << 14, F_WINDOW = 1 << 15,
     F_AMASK = 1 << 16, F_BMASK = 1 << 17, F_DROP = 1 << 18, F_DSEED = 1 << 19, F_TQ = 1 << 20,
-    F_TK = 1 << 21, F_TV = 1 << 22, F_BWD = 1 << 23
+    F_TK = 1 << 21, F_TV = 1 << 22, F_BWD = 1 << 23, F_SERVE = 1 << 24
 };
+/* A serving form (whose bytes follow the backward ones) repairs Q/K/V's layouts and
+ * broadcasts, drops key padding and the backward part: what a change of it may change. */
+#define F_SERVE_ALL (F_SERVE | F_TQ | F_TK | F_TV | F_KP | F_KVVALID | F_BWD)
 
 static bool spec_eq(const af_tensor_spec *x, const af_tensor_spec *y) {
     return x->layout == y->layout && x->perm == y->perm && x->pad == y->pad && x->bcast == y->bcast &&
@@ -455,6 +462,7 @@ static unsigned case_diff(const af_case *a, const af_case *b) {
     if (!spec_eq(&a->t[AF_K], &b->t[AF_K])) f |= F_TK;
     if (!spec_eq(&a->t[AF_V], &b->t[AF_V])) f |= F_TV;
     if (a->bwd.grads != b->bwd.grads || !spec_eq(&a->bwd.dout, &b->bwd.dout)) f |= F_BWD;
+    if (memcmp(&a->serve, &b->serve, sizeof a->serve)) f |= F_SERVE;
     return f;
 }
 
@@ -463,7 +471,13 @@ static unsigned case_diff(const af_case *a, const af_case *b) {
  * (dmask needs one). */
 static unsigned allowed_fields(size_t off, const uint8_t *in, const af_case *a, const af_case *b) {
     bool packed = af_case_is_packed(a) || af_case_is_packed(b);
-    if (off == OFF_BATCH) return F_BATCH | F_KVVALID | F_BWD;
+    bool serve = a->serve.forms || b->serve.forms;
+    /* the batch byte places the serving bytes too */
+    if (off == OFF_BATCH) return F_BATCH | F_KVVALID | F_BWD | (serve ? F_SERVE_ALL : 0);
+    if (off >= off_bwd(in) + BWD_LEN) return F_SERVE_ALL;
+    /* a planted special of K or V ends shared pages */
+    if (serve && off >= OFF_TK && off < OFF_TV) return F_TK | F_SERVE;
+    if (serve && off >= OFF_TV && off < OFF_KV_VALID) return F_TV | F_SERVE;
     if (off == OFF_DTYPE) return F_DTYPE | F_TF32;
     if (off == OFF_FLAGS) return F_TF32 | F_SCALE | F_CAUSAL | F_KP | F_KVVALID;
     if (off == OFF_PLACEMENT) return F_PLACE;
@@ -477,7 +491,10 @@ static unsigned allowed_fields(size_t off, const uint8_t *in, const af_case *a, 
     if (off >= OFF_BMASK && off < OFF_TQ) return F_BMASK;
     if (off >= OFF_TQ && off < OFF_TK) {
         /* Q's layout decides packing, which ties K/V's layout and the K/V shapes to Q */
-        return (packed ? F_TQ | F_TK | F_TV | F_KVLEN | F_HEADS | F_VDIM | F_KVVALID : F_TQ) | F_BWD;
+        /* (a packed or paged serving form turns a packed QKV buffer into three bshd tensors,
+         * so neither case may look packed; the lengths follow the shapes packing forced) */
+        return (packed || serve ? F_TQ | F_TK | F_TV | F_KVLEN | F_HEADS | F_VDIM | F_KVVALID : F_TQ) | F_BWD |
+               (serve ? F_SERVE : 0);
     }
     if (off >= OFF_TK && off < OFF_TV) return F_TK;
     if (off >= OFF_TV && off < OFF_KV_VALID) return F_TV;
@@ -961,7 +978,7 @@ static void test_generate_backward(void **state) {
     size_t n = scaled(20000);
     size_t bwd = 0, all = 0, with_mask = 0, dmask = 0, bcast = 0, special = 0, overflow = 0, denormal = 0;
     size_t single[AF_GRAD_COUNT] = {0};
-    af_gen_opts o = {0, 0.0, 0.25};
+    af_gen_opts o = {0, 0.0, 0.25, 0.0};
     for (size_t t = 0; t < n; t++) {
         af_case c, fw;
         f = r; /* both from the same point of the stream */

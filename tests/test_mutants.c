@@ -22,11 +22,13 @@
 #include "attnfuzz/tensor.h"
 
 static const char *const mutant_names[] = {
-    "mutant:scale_sqrt_q_only",        "mutant:packed_fp16_overflow",      "mutant:silent_tf32",
-    "mutant:bshd_as_bhsd",             "mutant:mhav2_concat",              "mutant:causal_top_left",
-    "mutant:bwd_dq_no_scale",          "mutant:bwd_gqa_no_sum",            "mutant:bwd_dropout_not_reapplied",
-    "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds", "mutant:bwd_tail_tile_past_sk",
-    "mutant:bwd_lse_nan",
+    "mutant:scale_sqrt_q_only",         "mutant:packed_fp16_overflow",      "mutant:silent_tf32",
+    "mutant:bshd_as_bhsd",              "mutant:mhav2_concat",              "mutant:causal_top_left",
+    "mutant:splitkv_batch_stride",      "mutant:block_table_off_by_one",    "mutant:alibi_off_by_one",
+    "mutant:sink_ignored",              "mutant:sink_in_numerator",         "mutant:zero_len_nan",
+    "mutant:segment_leak",              "mutant:bwd_dq_no_scale",           "mutant:bwd_gqa_no_sum",
+    "mutant:bwd_dropout_not_reapplied", "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds",
+    "mutant:bwd_tail_tile_past_sk",     "mutant:bwd_lse_nan",
 };
 #define N_MUTANTS (sizeof mutant_names / sizeof mutant_names[0])
 
@@ -491,6 +493,148 @@ static void test_bwd_lse_nan(void **state) {
     expect_bwd(m, &c, fill_scores_neg, nan, 0, "log-sum-exp -4 + log 4");
 }
 
+/* --- serving forms ------------------------------------------------------------------- */
+
+/* base_case with a serving form: packed segments of q_lens / kv_lens (B = 2), bshd. */
+static void segments_case(af_case *c, uint32_t q0, uint32_t k0, uint32_t q1, uint32_t k1) {
+    base_case(c);
+    set_layout(c, AF_LAYOUT_BSHD);
+    c->q_len = q0 > q1 ? q0 : q1, c->kv_len = k0 > k1 ? k0 : k1;
+    if (!c->q_len) c->q_len = 1;
+    if (!c->kv_len) c->kv_len = 1;
+    c->serve.forms = AF_SERVE_PACKED;
+    c->serve.q_lens[0] = q0, c->serve.kv_lens[0] = k0, c->serve.q_lens[1] = q1, c->serve.kv_lens[1] = k1;
+}
+
+/* base_case with K and V paged: kv_lens k0, k1 in pages of ps tokens. */
+static void paged_case(af_case *c, uint32_t k0, uint32_t k1, uint16_t ps) {
+    base_case(c);
+    c->kv_len = k0 > k1 ? k0 : k1;
+    c->serve.forms = AF_SERVE_PAGED;
+    c->serve.kv_lens[0] = k0, c->serve.kv_lens[1] = k1;
+    c->serve.page_size = ps, c->serve.page_seed = 77;
+}
+
+static void test_splitkv_batch_stride(void **state) {
+    (void)state;
+    const char *m = "mutant:splitkv_batch_stride";
+    af_case c;
+    base_case(&c);
+    EXPECT_OK(m, &c, SAME_BITS, "dense prefill");
+    c.q_len = 1, c.kv_len = 256;
+    EXPECT_OK(m, &c, SAME_BITS, "decode of 256 keys: one split");
+    c.kv_len = 300, c.batch = 1;
+    EXPECT_OK(m, &c, SAME_BITS, "decode, one sequence");
+    /* every sequence alike: folding them onto sequence 0 changes nothing */
+    c.batch = 3;
+    for (int t = 0; t < AF_QKV_COUNT; t++) c.t[t].bcast = AF_BCAST_BATCH;
+    EXPECT_OK(m, &c, SAME_BITS, "decode, sequences broadcast from one");
+
+    base_case(&c);
+    c.q_len = 1, c.kv_len = 300;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "decode of 300 keys, B = 2");
+    paged_case(&c, 700, 257, 16);
+    c.q_len = 4, c.causal = true, c.diag = AF_DIAG_BOTTOM_RIGHT;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "paged speculative decode, 4 queries");
+}
+
+static void test_block_table_off_by_one(void **state) {
+    (void)state;
+    const char *m = "mutant:block_table_off_by_one";
+    af_case c;
+    base_case(&c);
+    EXPECT_OK(m, &c, SAME_BITS, "not paged");
+    paged_case(&c, 9, 16, 16);
+    EXPECT_OK(m, &c, SAME_BITS, "one page a row");
+    segments_case(&c, 3, 9, 2, 12);
+    EXPECT_OK(m, &c, SAME_BITS, "packed, not paged");
+
+    paged_case(&c, 9, 12, 4);
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "pages of 4, 3 pages a row");
+    paged_case(&c, 9, 12, 4);
+    c.serve.forms |= AF_SERVE_PACKED, c.serve.q_lens[0] = 4, c.serve.q_lens[1] = 1, c.t[AF_Q].layout = AF_LAYOUT_BSHD;
+    set_layout(&c, AF_LAYOUT_BSHD);
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "packed queries, paged keys");
+}
+
+static void test_alibi_off_by_one(void **state) {
+    (void)state;
+    const char *m = "mutant:alibi_off_by_one";
+    af_case c;
+    base_case(&c);
+    EXPECT_OK(m, &c, SAME_BITS, "no ALiBi");
+    /* the linear form: one more step of distance is the same shift of every score of a row */
+    c.serve.forms = AF_SERVE_ALIBI, c.causal = true;
+    EXPECT_OK(m, &c, 0, "linear ALiBi, causal");
+    c.causal = false;
+    EXPECT_OK(m, &c, 0, "linear ALiBi, not causal");
+
+    c.serve.alibi_symmetric = true;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "symmetric ALiBi");
+    c.serve.alibi_symmetric = false, c.causal = true;
+    c.serve.forms |= AF_SERVE_SINKS, c.serve.sink_seed = 5;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "linear ALiBi with a sink: the sink does not shift with the row");
+}
+
+static void test_sink_mutants(void **state) {
+    (void)state;
+    static const char *const ms[] = {"mutant:sink_ignored", "mutant:sink_in_numerator"};
+    for (int k = 0; k < 2; k++) {
+        af_case c;
+        base_case(&c);
+        EXPECT_OK(ms[k], &c, SAME_BITS, "no sinks");
+        c.serve.forms = AF_SERVE_ALIBI;
+        EXPECT_OK(ms[k], &c, SAME_BITS, "ALiBi, no sinks");
+        /* every row fully masked: no weight anywhere, the sink's included */
+        base_case(&c);
+        c.serve.forms = AF_SERVE_SINKS | AF_SERVE_PAGED, c.serve.page_size = 2;
+        EXPECT_OK(ms[k], &c, SAME_BITS, "sinks, no keys at all");
+
+        base_case(&c);
+        c.serve.forms = AF_SERVE_SINKS, c.serve.sink_seed = 9;
+        EXPECT_FOUND(ms[k], &c, AF_KIND_DIVERGE, "sinks of unit size");
+        segments_case(&c, 3, 5, 4, 2);
+        c.serve.forms |= AF_SERVE_SINKS, c.serve.sink_seed = 10, c.dtype = AF_BF16;
+        EXPECT_FOUND(ms[k], &c, AF_KIND_DIVERGE, "packed segments with sinks, bf16");
+    }
+}
+
+static void test_zero_len_nan(void **state) {
+    (void)state;
+    const char *m = "mutant:zero_len_nan";
+    af_case c;
+    segments_case(&c, 3, 5, 4, 2);
+    EXPECT_OK(m, &c, SAME_BITS, "every segment has keys");
+    segments_case(&c, 0, 0, 4, 2);
+    EXPECT_OK(m, &c, SAME_BITS, "an empty segment: no queries either");
+
+    segments_case(&c, 3, 0, 4, 2);
+    EXPECT_FOUND(m, &c, AF_KIND_MASKED_ROW_NAN, "3 queries, no keys");
+    paged_case(&c, 0, 7, 4);
+    EXPECT_FOUND(m, &c, AF_KIND_MASKED_ROW_NAN, "paged, a sequence without keys");
+}
+
+static void test_segment_leak(void **state) {
+    (void)state;
+    const char *m = "mutant:segment_leak";
+    af_case c;
+    segments_case(&c, 3, 4, 2, 5);
+    c.causal = true, c.diag = AF_DIAG_BOTTOM_RIGHT;
+    EXPECT_OK(m, &c, SAME_BITS, "causal: the next segment's keys lie past the diagonal");
+    segments_case(&c, 3, 4, 2, 5);
+    c.batch = 1;
+    EXPECT_OK(m, &c, SAME_BITS, "one segment");
+    segments_case(&c, 3, 4, 2, 0);
+    EXPECT_OK(m, &c, SAME_BITS, "the next segment has no keys");
+    base_case(&c);
+    EXPECT_OK(m, &c, SAME_BITS, "dense");
+
+    segments_case(&c, 3, 4, 2, 5);
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "two segments, not causal");
+    segments_case(&c, 1, 1, 1, 1);
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "segments of one token");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mutants_registered),
@@ -507,6 +651,12 @@ int main(void) {
         cmocka_unit_test(test_bwd_causal_missing_in_ds),
         cmocka_unit_test(test_bwd_tail_tile_past_sk),
         cmocka_unit_test(test_bwd_lse_nan),
+        cmocka_unit_test(test_splitkv_batch_stride),
+        cmocka_unit_test(test_block_table_off_by_one),
+        cmocka_unit_test(test_alibi_off_by_one),
+        cmocka_unit_test(test_sink_mutants),
+        cmocka_unit_test(test_zero_len_nan),
+        cmocka_unit_test(test_segment_leak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

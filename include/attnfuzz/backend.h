@@ -43,10 +43,17 @@ enum {
     AF_CAP_STRIDED = 1u << 15,   /* padded, permuted and stride-0 tensors */
     AF_CAP_MASK_DTYPE = 1u << 16,/* an additive mask whose dtype differs from the case's */
     AF_CAP_BACKWARD = 1u << 17,  /* gradients (run_backward); never a plugin's (plugin.h is forward-only) */
-    AF_CAP_FORWARD_ALL = (1u << 17) - 1, /* every forward capability: the plugin ABI's AF_PLUGIN_CAP_ALL */
-    AF_CAP_ALL = (1u << 18) - 1
+    /* serving forms (docs/design.md section 2, "Serving forms"): the physical tensors of the
+     * worker protocol; never a plugin's (plugin.h knows dense tensors only) */
+    AF_CAP_PACKED = 1u << 18,    /* THD tensors with cu_seqlens, per-segment lengths */
+    AF_CAP_PAGED = 1u << 19,     /* K and V in page caches with a block table */
+    AF_CAP_SINKS = 1u << 20,     /* per-head sink logits */
+    AF_CAP_ALIBI = 1u << 21,     /* per-head ALiBi slopes */
+    AF_CAP_SERVING = AF_CAP_PACKED | AF_CAP_PAGED | AF_CAP_SINKS | AF_CAP_ALIBI,
+    AF_CAP_FORWARD_ALL = (1u << 17) - 1, /* every capability of a dense forward case: the plugin ABI's AF_PLUGIN_CAP_ALL */
+    AF_CAP_ALL = (1u << 22) - 1
 };
-#define AF_CAP_COUNT 18
+#define AF_CAP_COUNT 22
 #define AF_LAYOUTS_ALL ((1u << AF_LAYOUT_COUNT) - 1)
 extern const char *const af_cap_names[AF_CAP_COUNT]; /* bit b: af_cap_names[b] ("f32", ..., "backward") */
 

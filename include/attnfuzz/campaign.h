@@ -64,11 +64,17 @@ typedef struct af_campaign_opts {
     unsigned threads;         /* threads for a batch's inputs and references; 0 or 1 = this one.
                                  More than one: the job is not bound to one CPU */
     size_t batch_bytes;       /* a batch stops growing past this many bytes of tensors; 0 = 256 MiB */
+    double serving;           /* share of generated cases in a serving form or decode shape (0..1);
+                                 < 0 (the default): AF_SERVING_AUTO when some external backend
+                                 (a worker or target) declares a serving capability (packed,
+                                 paged, sinks, alibi), else 0: the built-ins run serving cases
+                                 when asked */
     af_shard shard;           /* --shard I/N: the case stream of shard I (shard.h); count 0 =
                                  not sharded. The stats say which shard they are */
     const af_known *known;    /* known bugs (known.h) findings are matched against before
                                  they are minimized or stored; NULL: none (--no-known) */
 } af_campaign_opts;
+#define AF_SERVING_AUTO 0.25
 
 void af_campaign_opts_default(af_campaign_opts *o);
 

@@ -172,6 +172,45 @@ typedef struct af_backward_spec {
  * qkv_bs3hd and qkv_bsh3d give bshd, qkv_channels_first gives channels_first. */
 af_layout af_out_layout(af_layout l);
 
+/* Serving forms (docs/design.md section 2, "Serving forms"): bits of af_serving_spec.forms,
+ * named af_serve_form_names[bit] ("packed", "paged", "sinks", "alibi"). */
+enum { AF_SERVE_PACKED = 1, AF_SERVE_PAGED = 2, AF_SERVE_SINKS = 4, AF_SERVE_ALIBI = 8, AF_SERVE_ALL = 15 };
+#define AF_SERVE_FORM_COUNT 4
+extern const char *const af_serve_form_names[AF_SERVE_FORM_COUNT];
+#define AF_MAX_PAGE_SIZE 1024
+#define AF_DECODE_MAX_Q 16 /* the generator's decode shapes: Sq 1..16 against long keys */
+
+/* The optional serving part of a case (forms == 0: none, every other field 0).
+ * packed: batch row b is a segment of q_lens[b] queries and kv_lens[b] keys (0 allowed),
+ *   its own attention: positions count from the segment's start; the canonical view is
+ *   padded to [B, H, Sq, D] / [B, H, Sk, D] (rows i >= q_lens[b] and keys j >= kv_lens[b]
+ *   do not exist; a missing row's output is 0), the physical tensors are THD [total, H, D]
+ *   with cu_seqlens (the prefix sums).
+ * paged: K and V live in pages of page_size tokens; row b's kv_lens[b] keys are the pages
+ *   its block table lists (a shuffle drawn from page_seed), the last one partly filled;
+ *   rows b > 0 share their first shared_pages full pages with row 0 where both have them.
+ * With packed or paged, kv_lens[b] replaces key padding (valid keys) and the diagonal's
+ *   presets count from the segment: bottom-right is kv_lens[b] - q_lens[b].
+ * sinks: a per-head logit z_h = N(0, 1) * 10^(sink_mag_q4 / 4), rounded to the case dtype,
+ *   joins each row's softmax denominator only.
+ * alibi: a per-head slope s_h adds -s_h * (d(b, i) - j) to score (i, j) (symmetric:
+ *   -s_h * |d(b, i) - j|) after softcap, before the masks; slopes are the geometric ALiBi
+ *   sequence for Hq heads, or (alibi_random) U(0, 1) * 10^(alibi_mag_q4 / 4), in f32. */
+typedef struct af_serving_spec {
+    uint8_t forms;                  /* AF_SERVE_* bits */
+    uint32_t q_lens[AF_MAX_BATCH];  /* packed: queries of segment b, 0..q_len */
+    uint32_t kv_lens[AF_MAX_BATCH]; /* packed or paged: keys of row b, 0..kv_len */
+    uint16_t page_size;             /* paged: 1..AF_MAX_PAGE_SIZE */
+    uint8_t shared_pages;           /* paged: leading full pages rows b > 0 share with row 0 */
+    uint32_t page_seed;             /* paged: the block table's shuffle */
+    int8_t sink_mag_q4;             /* sinks: AF_MAG_Q4_MIN..AF_MAG_Q4_MAX */
+    uint32_t sink_seed;
+    bool alibi_symmetric;           /* alibi: |d - j| */
+    bool alibi_random;              /* alibi: random slopes instead of the geometric ones */
+    int8_t alibi_mag_q4;            /* alibi_random: -12..4 */
+    uint32_t alibi_seed;
+} af_serving_spec;
+
 typedef struct af_case {
     /* shapes */
     uint32_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
@@ -200,6 +239,8 @@ typedef struct af_case {
     af_tensor_spec t[AF_QKV_COUNT];
     /* gradients (docs/design.md section 2, "Backward") */
     af_backward_spec bwd;
+    /* serving forms (docs/design.md section 2, "Serving forms"; case_serving.c) */
+    af_serving_spec serve;
 } af_case;
 
 /* The smallest valid case: 1x1x1x1, f32, contiguous BHSD, no masks. */
@@ -210,7 +251,7 @@ void af_case_default(af_case *c);
 void af_case_decode(af_case *c, const uint8_t *data, size_t size, size_t budget);
 
 /* Upper bound on af_case_encode's output. */
-#define AF_CASE_ENCODED_MAX 512
+#define AF_CASE_ENCODED_MAX 1024
 /* Largest input file attnfuzz reads (replay, minimize, --corpus): the decoder reads at most
  * AF_CASE_ENCODED_MAX bytes of it, so more is no case, only a file that should not be here. */
 #define AF_CASE_INPUT_MAX ((size_t)1 << 20)
@@ -234,6 +275,19 @@ bool af_case_is_packed(const af_case *c);
 int32_t af_case_diag_offset(const af_case *c, uint32_t b); /* offset(b) of the diagonal */
 uint32_t af_case_valid_keys(const af_case *c, uint32_t b); /* kv_valid[b] or kv_len */
 bool af_case_has_window(const af_case *c);
+/* Serving forms (case_serving.c): per-row lengths exist with a packed or paged form. */
+bool af_case_has_lens(const af_case *c);
+uint32_t af_case_seg_q(const af_case *c, uint32_t b); /* queries of row b: q_lens[b] packed, else q_len */
+uint32_t af_case_seg_k(const af_case *c, uint32_t b); /* keys of row b: kv_lens[b] with lengths, else kv_len */
+uint32_t af_case_pages(const af_case *c, uint32_t b); /* paged: pages row b's keys take (0 otherwise) */
+/* Does the case take the split-KV (decode) path of kernels that have one: at most
+ * AF_DECODE_MAX_Q queries per row against more than AF_SPLIT_KV_CHUNK keys in some row? */
+#define AF_SPLIT_KV_CHUNK 256
+bool af_case_split_kv(const af_case *c);
+/* What of the serving part a finding's signature counts: the form bits, then split-KV, then
+ * symmetric ALiBi; and the same in words (" packed paged(16) sinks split_kv"; "" for none). */
+uint32_t af_case_serving_features(const af_case *c);
+void af_case_serving_str(const af_case *c, char *buf, size_t len);
 /* Bytes of all tensors of the case: Q, K, V storage (packed counted once), masks,
  * and the output at the case dtype; a backward case adds dO's storage and each gradient
  * it asks for (dmask at the mask's dtype). */
@@ -266,6 +320,8 @@ typedef struct af_gen_opts {
     double max_flops; /* 0 = no limit */
     double backward;  /* share of cases that ask for gradients, 0..1 (0: forward-only, and the
                          draws are exactly af_case_generate's) */
+    double serving;   /* share of cases in a serving form or decode shape, 0..1 (0: none, and the
+                         draws are exactly as without it); such a case is forward-only */
 } af_gen_opts;
 /* af_case_generate with options: a share of the cases also asks for gradients (any
  * non-empty set, weighted towards all of them; dO drawn like Q, K and V, stride-0 more

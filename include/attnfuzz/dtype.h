@@ -12,13 +12,14 @@
 extern "C" {
 #endif
 
-/* Case dtypes are the first three; F64 and BOOL are tensor dtypes (reference output,
- * boolean masks stored one byte per element, nonzero = attend). */
-typedef enum af_dtype { AF_F32, AF_F16, AF_BF16, AF_F64, AF_BOOL, AF_DTYPE_COUNT } af_dtype;
+/* Case dtypes are the first three; F64, BOOL and I32 are tensor dtypes (reference output,
+ * boolean masks stored one byte per element, nonzero = attend; the serving forms' integer
+ * tables: cu_seqlens, block tables). */
+typedef enum af_dtype { AF_F32, AF_F16, AF_BF16, AF_F64, AF_BOOL, AF_I32, AF_DTYPE_COUNT } af_dtype;
 
 #define AF_CASE_DTYPE_COUNT 3
 
-extern const char *const af_dtype_names[AF_DTYPE_COUNT]; /* "f32", "f16", "bf16", "f64", "bool" */
+extern const char *const af_dtype_names[AF_DTYPE_COUNT]; /* "f32", "f16", "bf16", "f64", "bool", "i32" */
 
 size_t af_dtype_size(af_dtype dt);
 /* Name to dtype; returns -1 when unknown. */

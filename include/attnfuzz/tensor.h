@@ -86,6 +86,54 @@ size_t af_case_dout_span(const af_case *c);
 /* Number of memory orders available for perm (the permutations of ndim dims). */
 unsigned af_layout_perm_count(af_layout l);
 
+/* --- serving tensors (inputs_serving.c) ------------------------------------------ */
+
+struct af_case_tensors;
+
+/* The physical tensors of a case's serving forms (docs/design.md section 2, "Serving
+ * forms"), built from the canonical values (the padded views qv, kv, vv stay the reference's
+ * input). A tensor a case does not have has ndim 0 and data NULL.
+ *   q, k, v        packed: THD [Tq, Hq, D], [Tk, Hkv, D], [Tk, Hkv, Dv] (segments one after
+ *                  the other, with the spec's perm over the 3 dims and pad); paged: k and v
+ *                  are the caches [P, page_size, Hkv, D|Dv] instead (perm over 4 dims, pad)
+ *   cu_seqlens_q   packed: i32 [B + 1], prefix sums of q_lens
+ *   cu_seqlens_k   packed: i32 [B + 1], prefix sums of kv_lens
+ *   seqlens_k      packed or paged: i32 [B], kv_lens
+ *   block_table    paged: i32 [B, W]: row b's pages in order, then the null page
+ *   page_ids       paged: i32 [P]: the physical id of the k-th fresh page in order of (row,
+ *                  page), the last the null page's (the shuffle the table draws from)
+ *   sinks, slopes  f32 [Hq]: the sink logits, the ALiBi slopes
+ * A cache page slot past a row's keys holds the canonical value of that key position (a
+ * masked key) where the padded view has one, else 0; the null page holds 64 in K and -64
+ * in V (stale data: read by no correct kernel). */
+typedef struct af_serving_tensors {
+    af_tensor q, k, v;
+    af_tensor cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, page_ids;
+    af_tensor sinks, slopes;
+    uint32_t pages;     /* paged: P, the null page included */
+    uint32_t null_page; /* paged: the page unused table entries name */
+    const void *base;   /* the one buffer every serving tensor lies in, and its bytes */
+    size_t bytes;
+} af_serving_tensors;
+
+/* -slope_h * (d(b, i) - j) (symmetric: -slope_h * |d(b, i) - j|) for keys j0 .. j0+n-1 of row
+ * (b, h, i), exact in float64 (shift adds to the distance: a seeded bug's). */
+void af_serving_alibi_row(const struct af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j0,
+                          uint32_t n, int32_t shift, double *bias);
+/* The same in f32 arithmetic, as kernels compute it: -(slope * (float)(d - j)). */
+void af_serving_alibi_row_f32(const struct af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i, uint32_t j0,
+                              uint32_t n, float *bias);
+/* Head h's sink logit (case with sinks). */
+float af_serving_sink(const struct af_case_tensors *t, uint32_t h);
+/* Key j (< kv_lens[b]) of row b in the physical paged or THD form: a pointer to element
+ * [.., 0] of its row for kv head g in tensor which (AF_K or AF_V), as an implementation
+ * reading the physical tensors finds it. */
+const void *af_serving_key_row(const struct af_case_tensors *t, af_tensor_id which, uint32_t b, uint32_t g,
+                               uint32_t j);
+/* Query i (< q_lens[b]) of packed segment b, head h: a pointer to element [.., 0] of its
+ * row in THD Q. */
+const void *af_serving_query_row(const struct af_case_tensors *t, uint32_t b, uint32_t h, uint32_t i);
+
 /* --- materialized inputs (inputs.c) --------------------------------------------- */
 
 /* The tensors of one case, as every implementation receives them. For packed layouts
@@ -98,6 +146,8 @@ typedef struct af_case_tensors {
     const af_case *c;
     af_tensor q, k, v, amask, bmask, dout;
     af_view qv, kv, vv, am, bm, dov;
+    /* a serving case's physical tensors (zeroed without a serving form) */
+    af_serving_tensors srv;
     /* NULL: dropout keeps by the counter rule (rng.h). Else [B, Hq, Sq, Sk] bytes, 1 = kept:
      * the keep mask a worker drew with its own RNG, which the reference then follows. */
     const uint8_t *dropout_keep;
@@ -114,8 +164,13 @@ void af_inputs_destroy(af_inputs *in); /* NULL does nothing */
  * elements are filled with NaN, values are left for the caller. */
 af_status af_inputs_alloc(af_inputs *in, const af_case *c, af_error *err);
 /* af_inputs_alloc, then draws every value from the case's distributions and seeds: in
- * float64, rounded once to the tensor dtype. Deterministic in c. */
+ * float64, rounded once to the tensor dtype, and builds the serving tensors. Deterministic
+ * in c. */
 af_status af_inputs_generate(af_inputs *in, const af_case *c, af_error *err);
+/* A serving case whose canonical values the caller wrote itself (a bundle's arrays, a
+ * relation's transform): copies row 0's shared page keys into the rows sharing them, then
+ * builds the physical serving tensors from the canonical values. Nothing for other cases. */
+void af_inputs_serving(af_inputs *in);
 
 const af_case_tensors *af_inputs_get(const af_inputs *in);
 af_case_tensors *af_inputs_get_mut(af_inputs *in);

@@ -4,6 +4,11 @@
     case.batch, case.q_heads, case.scale, case.diag_offset[b], case.valid_keys[b]
     cache_key = case.key("shapes", "dtype", "layouts")
 
+A serving case (docs/design.md section 2, "Serving forms") also has forms (a subset of
+packed, paged, sinks, alibi), thd and paged, the per-row lengths q_lens/kv_lens, the page
+geometry, and the tensors of its run request (serving_tensors: cu_seqlens, block table,
+sinks, slopes; its q, k, v are then THD or page caches: attnfuzz.serving).
+
 Attributes follow the JSON field names where they exist, with defaults applied; derived
 values (scale, diag_offset, valid_keys) come from the request's "derived" object when it
 gives them, else they are computed here by the rules of docs/design.md section 2."""
@@ -15,6 +20,7 @@ UNPACKED_LAYOUTS = ("bhsd", "bshd", "sbhd", "bsd", "channels_first")
 LAYOUTS = UNPACKED_LAYOUTS + PACKED_LAYOUTS
 DIAGONALS = ("top_left", "bottom_right", "bottom_right_valid", "explicit")
 KEY_FIELDS = ("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
+SERVING_FORMS = ("packed", "paged", "sinks", "alibi")
 GRADS = ("dq", "dk", "dv", "dmask")
 
 
@@ -54,7 +60,9 @@ class Case:
                  "head_dim", "v_head_dim", "dtype", "allow_tf32", "scale", "scale_given", "placement",
                  "softcap", "causal", "diagonal", "diagonal_offset", "key_padding", "window", "amask",
                  "bmask", "dropout_p", "dropout_seed", "layout", "packed", "grads", "dout", "_diag", "_valid",
-                 "_specs")
+                 "_specs", "forms", "thd", "paged", "q_lens", "kv_lens", "page_size", "shared_pages", "page_seed",
+                 "sink_mag_q4", "sink_seed", "alibi_symmetric", "alibi_random", "alibi_mag_q4", "alibi_seed",
+                 "serving_tensors")
 
     def __init__(self, raw, derived=None, tensors=None):
         if not isinstance(raw, dict):
@@ -106,9 +114,61 @@ class Case:
                              % (", ".join(sorted(unknown)), ", ".join(GRADS)))
         self.grads = tuple(n for n in GRADS if n in asked)
         self.dout = None
+        self._serving(g("serving") or {})
         self._diag = None
         self._valid = None
         self._specs = None
+
+    def _serving(self, sv):
+        forms = set(sv.get("forms") or ())
+        unknown = forms - set(SERVING_FORMS)
+        if unknown:
+            raise ValueError("case: serving forms %s unknown (known: %s)" % (", ".join(sorted(unknown)),
+                                                                          ", ".join(SERVING_FORMS)))
+        self.forms = frozenset(forms)
+        self.thd = "packed" in forms
+        self.paged = "paged" in forms
+        self.q_lens = [int(x) for x in sv["q_lens"]] if self.thd else None
+        self.kv_lens = [int(x) for x in sv["kv_lens"]] if (self.thd or self.paged) else None
+        self.page_size = int(_get(sv, "page_size", 16)) if self.paged else 0
+        self.shared_pages = int(_get(sv, "shared_pages", 0)) if self.paged else 0
+        self.page_seed = _seed(sv.get("page_seed")) if self.paged else 0
+        self.sink_mag_q4 = int(round(4 * float(_get(sv, "sink_log10_magnitude", 0.0))))
+        self.sink_seed = _seed(sv.get("sink_seed"))
+        self.alibi_symmetric = bool(sv.get("alibi_symmetric"))
+        self.alibi_random = _get(sv, "alibi_slopes", "geometric") == "random"
+        self.alibi_mag_q4 = int(round(4 * float(_get(sv, "alibi_log10_magnitude", 0.0))))
+        self.alibi_seed = _seed(sv.get("alibi_seed"))
+        self.serving_tensors = {}
+
+    # --- serving --------------------------------------------------------------------
+
+    def seg_q(self, b):
+        """Queries of row b: q_lens[b] in a packed case, else q_len."""
+        return min(self.q_lens[b], self.q_len) if self.thd else self.q_len
+
+    def seg_k(self, b):
+        """Keys of row b: kv_lens[b] with a packed or paged form, else kv_len."""
+        return min(self.kv_lens[b], self.kv_len) if self.kv_lens is not None else self.kv_len
+
+    def _table(self, name, form):
+        if form not in self.forms:
+            return None
+        t = self.serving_tensors.get(name)
+        if t is None:
+            raise ValueError("case: a %s case without its %s tensor (the run request's, or "
+                             "attnfuzz.serving.physical's)" % (form, name))
+        return t
+
+    @property
+    def sinks(self):
+        """float32 [Hq]: the sink logits of the run request (serving_tensors), or None."""
+        return self._table("sinks", "sinks")
+
+    @property
+    def alibi_slopes(self):
+        """float32 [Hq]: the ALiBi slopes of the run request (serving_tensors), or None."""
+        return self._table("alibi_slopes", "alibi")
 
     # --- derived values -------------------------------------------------------------
 
@@ -117,7 +177,9 @@ class Case:
         """Valid keys per batch row: key_padding[b], or kv_len without key padding."""
         if self._valid is None:
             v = self.derived.get("valid_keys")
-            if v is None:
+            if v is None and self.kv_lens is not None:
+                v = [self.seg_k(b) for b in range(self.batch)]
+            elif v is None:
                 v = list(self.key_padding) if self.key_padding is not None else [self.kv_len] * self.batch
             self._valid = [int(x) for x in v]
         return self._valid
@@ -131,10 +193,10 @@ class Case:
                 d = self.diagonal
                 if d == "top_left":
                     v = [0] * self.batch
-                elif d == "bottom_right":
-                    v = [self.kv_len - self.q_len] * self.batch
+                elif d == "bottom_right":  # a serving segment counts from its own lengths
+                    v = [self.seg_k(b) - self.seg_q(b) for b in range(self.batch)]
                 elif d == "bottom_right_valid":
-                    v = [n - self.q_len for n in self.valid_keys]
+                    v = [n - self.seg_q(b) for b, n in enumerate(self.valid_keys)]
                 elif d == "explicit":
                     v = [self.diagonal_offset] * self.batch
                 else:
@@ -195,10 +257,12 @@ class Case:
     def required_caps(self):
         """The capability names (AF_CAP_*) a backend must declare to be sent this case: the
         rule of af_case_required_caps (src/backends/backend.c)."""
-        caps = {self.dtype}
+        caps = {self.dtype} | set(self.forms)
         if self.allow_tf32:
             caps.add("tf32")
-        for cap, needed in (("gqa", self.q_heads != self.kv_heads), ("cross", self.q_len != self.kv_len),
+        rows = range(self.batch) if self.kv_lens is not None else range(1)
+        cross = any(self.seg_q(b) != self.seg_k(b) for b in rows)
+        for cap, needed in (("gqa", self.q_heads != self.kv_heads), ("cross", cross),
                             ("dv", self.head_dim != self.v_head_dim), ("scale", self.scale_given),
                             ("softcap", self.softcap > 0), ("amask", self.amask is not None),
                             ("bmask", self.bmask is not None), ("causal", self.causal),
@@ -255,6 +319,10 @@ class Case:
                 v = self.dropout_p
             elif f == "backward":
                 v = (self.grads, self._entry_key("do"))
+            elif f == "serving":
+                v = (tuple(sorted(self.forms)), tuple(self.q_lens or ()), tuple(self.kv_lens or ()), self.page_size,
+                     self.shared_pages, self.alibi_symmetric,
+                     tuple(self._entry_key(n) for n in ("q", "k", "v", "block_table")))
             else:
                 raise ValueError("case.key: unknown field %r (known: %s)" % (f, ", ".join(KEY_FIELDS)))
             parts.append((f, v))

@@ -12,6 +12,7 @@ NUMPY_DTYPES = {
     "bf16": ml_dtypes.bfloat16,
     "f64": np.float64,
     "bool": np.bool_,
+    "i32": np.int32,  # the serving forms' tables (cu_seqlens, block tables)
 }
 
 # np.dtype objects, for constructing views without re-resolving the type each time

@@ -1,7 +1,8 @@
 """Which keys a query may attend to (docs/design.md section 2, step 4).
 
 The structural masks share one diagonal d(b, i) = i + offset(b):
-  key padding  j >= valid_keys[b] is masked
+  key padding  j >= valid_keys[b] is masked (a serving row's kv_lens[b]; a packed segment's
+               rows i >= q_lens[b] do not exist: every key is masked there)
   causal       j > d(b, i) is masked
   window       (left, right), -1 unbounded: j < d - left and j > d + right are masked
 The additive and boolean masks arrive 2-D [Sq', Sk'] or 4-D [B', Hq', Sq', Sk'], each dim
@@ -21,6 +22,9 @@ def allowed(case, i0=0, i1=None):
     i = np.arange(i0, i1, dtype=np.int64).reshape(1, 1, Sq, 1)
     valid = np.asarray(case.valid_keys, dtype=np.int64).reshape(B, 1, 1, 1)
     ok = np.broadcast_to(j < valid, (B, 1, Sq, Sk))
+    if case.thd:
+        rows = np.asarray([case.seg_q(b) for b in range(B)], dtype=np.int64).reshape(B, 1, 1, 1)
+        ok = ok & (i < rows)
     left, right = case.window
     if case.causal or left >= 0 or right >= 0:
         d = i + np.asarray(case.diag_offset, dtype=np.int64).reshape(B, 1, 1, 1)
@@ -62,7 +66,8 @@ def bool_bhsd(case, bool_mask):
 
 def has_structural(case):
     """Does any structural mask (key padding, causal, window) apply?"""
-    return case.causal or case.key_padding is not None or case.window[0] >= 0 or case.window[1] >= 0
+    return (case.causal or case.key_padding is not None or case.kv_lens is not None or case.window[0] >= 0
+            or case.window[1] >= 0)
 
 
 def live(case, bool_mask=None, i0=0, i1=None):

@@ -3,12 +3,14 @@ rules as the C oracle (src/backends/ref.c):
 
 1. GQA: query head h reads key/value head h / (Hq / Hkv).
 2. s = scale * q . k (IEEE: Inf * 0 in a dot product is NaN).
-3. softcap c > 0: s = c * tanh(s / c).
+3. softcap c > 0: s = c * tanh(s / c); ALiBi (a serving form) adds -slope_h (d(b, i) - j)
+   (symmetric: -slope_h |d(b, i) - j|).
 4. the additive mask is added; the boolean mask (False) and the structural masks
    (masks.allowed) make a key masked: its score is -inf and it is left out of step 7.
 5. softmax over the keys. A NaN score at a live key makes the row's live weights NaN. A
    fully masked row (no NaN, every live score -inf) gives output 0. exp results below
-   2^-1022 flush to 0, as the C kernels do.
+   2^-1022 flush to 0, as the C kernels do. A sink logit z_h (a serving form) joins the
+   denominator only: sum_j exp(s_j - m) + exp(z_h - m), m the larger of the row max and z_h.
 6. dropout p: kept weights (rng.dropout_keep, or the keep-mask given) are divided by
    1 - p, dropped ones are exactly 0, NaN or not; p = 1 keeps nothing.
 7. out[i] = sum over the keys j of nonzero weight of P[i][j] * v[j]: a key of weight
@@ -67,10 +69,16 @@ def _scores(case, q, k, mask, bool_mask, i0, i1):
     s0 = np.matmul(q.reshape(B, Hkv, g * Sq, D), k.swapaxes(-1, -2)).reshape(B, Hq, Sq, Sk)
     s0 *= case.scale
     s = s0
-    # 3. softcap
+    # 3. softcap, then ALiBi's bias
     if case.softcap > 0.0:
         c = case.softcap
         s = c * np.tanh(s0 / c)
+    if "alibi" in case.forms:
+        d = np.arange(i0, i0 + Sq, dtype=np.float64).reshape(1, 1, Sq, 1) + np.asarray(
+            case.diag_offset, dtype=np.float64).reshape(B, 1, 1, 1)
+        dist = d - np.arange(Sk, dtype=np.float64).reshape(1, 1, 1, Sk)
+        slopes = np.asarray(case.alibi_slopes, dtype=np.float64).reshape(1, Hq, 1, 1)
+        s = s - slopes * (np.abs(dist) if case.alibi_symmetric else dist)
     # 4. masks (live is None when every key is live)
     if mask is not None:
         full = isinstance(mask, np.ndarray) and mask.dtype == np.float64 and mask.shape == s.shape
@@ -81,9 +89,10 @@ def _scores(case, q, k, mask, bool_mask, i0, i1):
     return s0, s, live
 
 
-def _softmax(s, live, flush):
+def _softmax(s, live, flush, z=None):
     """Rule 5: the weights over the keys (NaN on a row with a NaN score at a live key, 0 at
-    masked keys and on fully masked rows); exp below 2^-1022 flushed to 0 when flush.
+    masked keys and on fully masked rows); exp below 2^-1022 flushed to 0 when flush; z
+    (broadcast to [..., 1]): a sink logit in each row's denominator.
     Returns (w, dead): dead marks fully masked rows [..., 1]."""
     isn = np.isnan(s)
     any_nan = isn.any()
@@ -92,10 +101,11 @@ def _softmax(s, live, flush):
         m = np.where(isn, -np.inf, s).max(axis=-1, keepdims=True)
     else:
         m = s.max(axis=-1, keepdims=True)
-    e = np.exp(s - m)
+    ms = m if z is None else np.maximum(m, z)
+    e = np.exp(s - ms)
     if flush:
         e[e < _TINY] = 0.0  # the C kernels flush; only 0 * Inf can tell
-    w = e / e.sum(axis=-1, keepdims=True)
+    w = e / (e.sum(axis=-1, keepdims=True) + (0.0 if z is None else np.exp(z - ms)))
     if any_nan:
         w = np.where(has_nan, np.nan, w)
     if live is not None:
@@ -127,7 +137,8 @@ def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
         _, s, live = _scores(case, q, k, mask, bool_mask, i0, i1)
         fin = np.isfinite(v)
         allfin = fin.all()
-        w, _ = _softmax(s, live, flush=not allfin)
+        z = None if case.sinks is None else np.asarray(case.sinks, dtype=np.float64).reshape(1, Hq, 1, 1)
+        w, _ = _softmax(s, live, flush=not allfin, z=z)
         w, _ = _dropout(case, w, keep, B, Hq, Sq, Sk, i0)
         # 7. P V; V's non-finite entries added back for the keys of nonzero weight only
         vf = v if allfin else np.where(fin, v, 0.0)

@@ -13,7 +13,7 @@ import subprocess
 
 import numpy as np
 
-from . import dtypes, layouts, protocol
+from . import dtypes, layouts, protocol, serving
 from .case import Case
 
 # The physical placement lives in attnfuzz.layouts (repro scripts copy it); these names
@@ -30,8 +30,11 @@ def physical_inputs(case, q, k, v, mask=None, bool_mask=None, dout=None):
     backward case. case: a Case or a case dict."""
     if not isinstance(case, Case):
         case = Case(case)
-    return layouts.physical_inputs(case, q, k, v, mask, bool_mask, dtype_of=dtypes.DTYPES.__getitem__,
-                                   dout=dout)
+    out = layouts.physical_inputs(case, q, k, v, mask, bool_mask, dtype_of=dtypes.DTYPES.__getitem__,
+                                  dout=dout)
+    if case.forms:  # a serving case: q, k, v in THD or page-cache form, and its tables
+        out.update(serving.physical(case, q, k, v, dtype_of=dtypes.DTYPES.__getitem__))
+    return out
 
 
 def derived(case):
@@ -45,7 +48,7 @@ def run_frame(case, arrays, rid=1):
     """The bytes of a run frame for case (a dict) and the physical arrays (physical_inputs),
     packed arrays travelling once."""
     raw = case.raw if isinstance(case, Case) else case
-    order = [n for n in ("q", "k", "v", "qkv", "mask", "bool_mask", "do") if n in arrays]
+    order = [n for n in ("q", "k", "v", "qkv", "mask", "bool_mask", "do") + serving.TABLES if n in arrays]
     entries, parts = protocol.entries_for([(n, arrays[n]) for n in order])
     header = {"type": "run", "id": rid, "case": raw, "derived": derived(case), "tensors": entries}
     return protocol.encode_frame(header, parts)

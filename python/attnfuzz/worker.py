@@ -22,6 +22,12 @@ layout (case.out_layout) with its strides; run returns Result(out, grads={"dq": 
 every gradient asked: dq, dk, dv in the result's layout like out (Hkv heads and Sk for dk,
 dv), dmask at the additive mask's shape as sent (2-D or 4-D; a dimension the mask
 broadcasts may come back full and is summed here).
+
+Serving cases (caps "packed", "paged", "sinks", "alibi"; docs/worker-protocol.md): q, k, v
+arrive in their physical forms (THD [T, H, D] when packed, the page caches
+[P, page_size, H, D] when paged), case.serving_tensors holds the tables of the request
+(cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, sinks, alibi_slopes: attnfuzz.serving),
+and a packed case's output may come back as Result(out, layout="thd"), [Tq, Hq, Dv].
 """
 
 import os
@@ -31,7 +37,7 @@ import traceback
 
 import numpy as np
 
-from . import dtypes, layouts, protocol
+from . import dtypes, layouts, protocol, serving
 from .case import Case
 
 _FLOAT_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", dtypes.DTYPES["bf16"]: "bf16",
@@ -133,6 +139,7 @@ def _request(header, payload):
     case = Case(header.get("case") or {}, header.get("derived"), header.get("tensors"))
     case.qkv = views.get("qkv")
     case.dout = views.get("do")
+    case.serving_tensors = {n: views[n] for n in serving.TABLES if n in views}
     if case.grads and case.dout is None:
         raise protocol.ProtocolError("run %s: a backward case without tensor do" % (rid,))
     for n in ("q", "k", "v"):
@@ -148,7 +155,10 @@ def _answer(rid, case, res, seconds):
     else:
         out, lay, keep, compile_s, run_s = res, "bhsd", None, None, None
     out = _as_output(out)
-    want = layouts.out_shape(lay, case.batch, case.q_heads, case.q_len, case.v_head_dim)
+    if lay == "thd" and case.thd:   # a packed case's output in THD form
+        want = (sum(case.seg_q(b) for b in range(case.batch)), case.q_heads, case.v_head_dim)
+    else:
+        want = layouts.out_shape(lay, case.batch, case.q_heads, case.q_len, case.v_head_dim)
     if out.shape != want:
         raise ValueError("the output has shape %s, the case's %s output is %s"
                          % (list(out.shape), lay, list(want)))

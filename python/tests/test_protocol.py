@@ -97,7 +97,7 @@ class ReadFrames(unittest.TestCase):
         bad = [
             {"name": "x", "dtype": "f32", "shape": [2, 2], "strides": [8, 4], "offset": 4},   # ends at 20 > 16
             {"name": "x", "dtype": "f32", "shape": [5], "strides": [4], "offset": 0},         # 20 bytes
-            {"name": "x", "dtype": "i32", "shape": [1], "strides": [4], "offset": 0},
+            {"name": "x", "dtype": "i64", "shape": [1], "strides": [4], "offset": 0},
             {"name": "x", "dtype": "f32", "shape": [2], "strides": [-4], "offset": 4},
             {"name": "x", "dtype": "f32", "shape": [2, 2], "strides": [4], "offset": 0},
             {"name": "x", "dtype": "f32", "shape": [2], "strides": [4], "offset": -1},

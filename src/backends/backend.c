@@ -13,6 +13,7 @@
 const char *const af_cap_names[AF_CAP_COUNT] = {
     "f32",     "f16",   "bf16",   "tf32",    "gqa",    "cross",   "dv",      "scale",      "softcap",
     "amask",   "bmask", "causal", "padding", "window", "dropout", "strided", "mask_dtype", "backward",
+    "packed",  "paged", "sinks",  "alibi",
 };
 _Static_assert(sizeof af_cap_names / sizeof af_cap_names[0] == AF_CAP_COUNT, "names");
 _Static_assert(AF_CAP_ALL == (1u << AF_CAP_COUNT) - 1, "every capability has a name");
@@ -190,7 +191,9 @@ uint32_t af_case_required_caps(const af_case *c) {
     uint32_t caps = c->dtype == AF_F32 ? AF_CAP_F32 : c->dtype == AF_F16 ? AF_CAP_F16 : AF_CAP_BF16;
     if (c->allow_tf32) caps |= AF_CAP_TF32;
     if (c->q_heads != c->kv_heads) caps |= AF_CAP_GQA;
-    if (c->q_len != c->kv_len) caps |= AF_CAP_CROSS;
+    /* Sq != Sk; in a serving case, some row's queries and keys (a segment is its own attention) */
+    for (uint32_t b = 0; b < (af_case_has_lens(c) ? c->batch : 1); b++)
+        if (af_case_seg_q(c, b) != af_case_seg_k(c, b)) caps |= AF_CAP_CROSS;
     if (c->head_dim != c->v_head_dim) caps |= AF_CAP_DV;
     if (c->scale_set) caps |= AF_CAP_SCALE;
     if (c->softcap > 0.0) caps |= AF_CAP_SOFTCAP;
@@ -205,6 +208,10 @@ uint32_t af_case_required_caps(const af_case *c) {
         if (c->t[t].perm || c->t[t].pad || c->t[t].bcast != AF_BCAST_NONE) caps |= AF_CAP_STRIDED;
     if ((c->amask.present && c->amask.expanded) || (c->bmask.present && c->bmask.expanded)) caps |= AF_CAP_STRIDED;
     if (c->bwd.grads) caps |= AF_CAP_BACKWARD;
+    if (c->serve.forms & AF_SERVE_PACKED) caps |= AF_CAP_PACKED;
+    if (c->serve.forms & AF_SERVE_PAGED) caps |= AF_CAP_PAGED;
+    if (c->serve.forms & AF_SERVE_SINKS) caps |= AF_CAP_SINKS;
+    if (c->serve.forms & AF_SERVE_ALIBI) caps |= AF_CAP_ALIBI;
     return caps;
 }
 
@@ -216,7 +223,9 @@ uint32_t af_backend_caps(const af_backend *be) {
 bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len) {
     uint32_t missing = af_case_required_caps(c) & ~af_backend_caps(be);
     for (int t = 0; t < AF_QKV_COUNT; t++) {
-        if (!(be->vt->layouts & (1u << c->t[t].layout))) {
+        /* a tensor in THD or page-cache form travels in no layout of section 3 */
+        bool physical = (c->serve.forms & AF_SERVE_PACKED) || (t != AF_Q && af_case_has_lens(c));
+        if (!physical && !(be->vt->layouts & (1u << c->t[t].layout))) {
             if (why) snprintf(why, why_len, "layout %s", af_layout_names[c->t[t].layout]);
             return false;
         }

@@ -1,5 +1,7 @@
-/* explicit.c - the unfused graph an exporter writes: matmul, scale, softcap, mask,
- * softmax, dropout, matmul. Inputs and the tensors between ops are in the case dtype;
+/* explicit.c - the unfused graph an exporter writes: matmul, scale, softcap, ALiBi's bias,
+ * mask, softmax (a sink logit in its denominator), dropout, matmul. It reads the padded
+ * canonical views of a serving case (a segment's lengths mask the rest), as a model that
+ * pads its batch does; fused.c reads the physical THD and paged tensors. Inputs and the tensors between ops are in the case dtype;
  * products accumulate in fp32 and scores stay fp32 (cuBLAS gemmEx with an f32 result);
  * softmax runs in fp32 and its output P is rounded to the dtype, as in PyTorch's math
  * path. The scale goes where the case places it; TF32 rounds the products' inputs when
@@ -22,7 +24,7 @@
 #include "scratch.h"
 #include "vmath.h"
 
-enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE,
+enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE, WS_BIAS,
        /* the backward's (af_bwd_bufs from WS_BWD) */
        WS_BWD, WS_PS = WS_BWD + AF_BWD_NSLOTS, WS_BROWSTATE, WS_DMASK, WS_COUNT };
 _Static_assert(WS_COUNT <= AF_SCRATCH_SLOTS, "scratch slots");
@@ -47,6 +49,8 @@ typedef struct af_ex {
     bool tf32;
     float scale, sq, p, keep_scale;
     uint64_t thr;
+    bool alibi, sinks; /* serving forms (forward-only cases) */
+    float *bias;       /* Sk floats: a row's ALiBi bias */
 } af_ex;
 
 static void af_ex_init(af_ex *x, const af_case_tensors *in) {
@@ -62,6 +66,9 @@ static void af_ex_init(af_ex *x, const af_case_tensors *in) {
     x->p = (float)c->dropout_p;
     x->keep_scale = 1.0f / (1.0f - x->p);
     x->thr = af_dropout_threshold(c->dropout_p);
+    x->alibi = c->serve.forms & AF_SERVE_ALIBI;
+    x->sinks = c->serve.forms & AF_SERVE_SINKS;
+    x->bias = NULL;
     x->R = x->Sk >= AF_EXPLICIT_BLOCK ? 1 : (AF_EXPLICIT_BLOCK / x->Sk < x->Sq ? AF_EXPLICIT_BLOCK / x->Sk : x->Sq);
 }
 
@@ -108,6 +115,10 @@ static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t 
             float cap = (float)c->softcap;
             for (size_t j = 0; j < Sk; j++) s[j] = cap * tanhf(s[j] / cap);
         }
+        if (x->alibi) {
+            af_serving_alibi_row_f32(x->in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, x->bias);
+            for (size_t j = 0; j < Sk; j++) s[j] += x->bias[j];
+        }
         if (c->amask.present)
             for (size_t j = 0; j < Sk; j++) s[j] += add[j];
         for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : -INFINITY;
@@ -133,7 +144,10 @@ static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t 
             float w = ps && rowstate[r] == AF_EX_NAN ? NAN : 0.0f;
             for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? w : 0.0f;
         } else {
-            float sum = af_exp_sub_sum_f32(s, Sk, m, 1.0f);
+            /* a sink logit joins the denominator: exponents from max(m, z) */
+            float z = x->sinks ? af_serving_sink(x->in, (uint32_t)h) : 0.0f;
+            float ms = x->sinks && z > m ? z : m;
+            float sum = af_exp_sub_sum_f32(s, Sk, ms, 1.0f) + (x->sinks ? expf(z - ms) : 0.0f);
             for (size_t j = 0; j < Sk; j++) s[j] = s[j] / sum;
             if (!isfinite(sum)) /* an infinite score: NaN weights, masked keys stay 0 */
                 for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : 0.0f;
@@ -171,7 +185,10 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
     uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, R * Sk, err);
     uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Sk, err);
     uint8_t *rowstate = AF_SCRATCH(ws, WS_ROWSTATE, uint8_t, R, err);
-    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !rowstate) return AF_ERR_NOMEM;
+    float *bias = AF_SCRATCH(ws, WS_BIAS, float, Sk, err);
+    if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !rowstate || !bias)
+        return AF_ERR_NOMEM;
+    x.bias = bias;
 
     for (size_t b = 0; b < B; b++) {
         for (size_t g = 0; g < Hkv; g++) {
@@ -252,7 +269,8 @@ static af_status af_explicit_run_backward(void *state, const af_case_tensors *in
     uint8_t *live = bb.live, *keep = bb.keep;
     uint8_t *rowstate = AF_SCRATCH(ws, WS_BROWSTATE, uint8_t, R, err);
     float *ps = AF_SCRATCH(ws, WS_PS, float, R * Sk, err);
-    if (!rowstate || !ps) return AF_ERR_NOMEM;
+    x.bias = AF_SCRATCH(ws, WS_BIAS, float, Sk, err); /* unused: serving cases run forward only */
+    if (!rowstate || !ps || !x.bias) return AF_ERR_NOMEM;
     size_t mne[4] = {1, 1, 1, 1}, nm = 1;
     float *dmask = NULL;
     if (gm) {

@@ -10,6 +10,14 @@
  *   l      = l * exp(m - m_new) + rowsum(P)     (before rounding and dropout, as FA2)
  *   acc    = acc * exp(m - m_new) + dropout(P) V_tile
  * and at the end out = acc / l, a row with m = -inf (fully masked) giving 0.
+ *
+ * Serving forms: Q, K and V are read from the physical tensors (THD rows through
+ * cu_seqlens, cache slots through the block table; inputs_serving.h), ALiBi's bias is added
+ * after softcap in f32, a sink logit z joins l at the end (l * e^(m - m') + e^(z - m'),
+ * m' = max(m, z)). A decode step (af_case_split_kv: at most 16 queries, a row of more than
+ * 256 keys) takes the split-KV path: each key tile is a split with its own (m, l, acc),
+ * kept in a partials buffer and combined at the end (FlashDecoding):
+ *   m = max_s m_s,  l = sum_s l_s e^(m_s - m),  acc = sum_s acc_s e^(m_s - m).
  * Key tiles outside every row's structural window are skipped: they contribute exactly
  * nothing. Inputs stay in the case dtype (exact in fp32), P is rounded to it before the
  * second product, and the output is rounded to it once. The scale applies to the fp32
@@ -21,15 +29,17 @@
 #include "attnfuzz/rng.h"
 #include "backends.h"
 #include "scratch.h"
+#include "inputs_serving.h"
 #include "vmath.h"
 
-enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_ACC, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE,
+enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_ACC, WS_ADD, WS_LIVE, WS_KEEP, WS_ROWSTATE, WS_BIAS, WS_PART,
        /* the backward's (af_bwd_bufs from WS_BWD) */
        WS_BWD, WS_LSE = WS_BWD + AF_BWD_NSLOTS, WS_DELTA, WS_P, WS_PD, WS_DMASK, WS_COUNT };
 _Static_assert(WS_COUNT <= AF_SCRATCH_SLOTS, "scratch slots");
 
 #define AF_FUSED_BR 128u
 #define AF_FUSED_BC 256u
+_Static_assert(AF_FUSED_BC == AF_SPLIT_KV_CHUNK, "a split-KV split is one key tile");
 
 
 typedef struct af_row_state {
@@ -55,7 +65,10 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
     const uint64_t thr = af_dropout_threshold(c->dropout_p);
     const bool bmask = c->bmask.present, amask = c->amask.present;
     const size_t Br = AF_FUSED_BR, Bc = AF_FUSED_BC;
-    const bool fold = scale > 0.0f && !(c->softcap > 0.0) && !amask;
+    const bool alibi = c->serve.forms & AF_SERVE_ALIBI, sinks = c->serve.forms & AF_SERVE_SINKS;
+    const bool fold = scale > 0.0f && !(c->softcap > 0.0) && !amask && !alibi && !sinks;
+    const bool split = af_case_split_kv(c);
+    const size_t nsplit = (Sk + Bc - 1) / Bc, pw = Dv + 2; /* a split's partial: m, l, acc[Dv] */
     const float k_exp = fold ? scale : 1.0f;
     float *out = outt->data;
 
@@ -70,12 +83,15 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
     uint8_t *live = AF_SCRATCH(ws, WS_LIVE, uint8_t, Br * Bc, err);
     uint8_t *keep = AF_SCRATCH(ws, WS_KEEP, uint8_t, Bc, err);
     af_row_state *rs = AF_SCRATCH(ws, WS_ROWSTATE, af_row_state, Br, err);
-    if (!q || !k || !v || !saved || !bad || !S || !acc || !add || !live || !keep || !rs) return AF_ERR_NOMEM;
+    float *bias = AF_SCRATCH(ws, WS_BIAS, float, Bc, err);
+    float *part = split ? AF_SCRATCH(ws, WS_PART, float, Br * nsplit * pw, err) : NULL;
+    if (!q || !k || !v || !saved || !bad || !S || !acc || !add || !live || !keep || !rs || !bias || (split && !part))
+        return AF_ERR_NOMEM;
 
     for (size_t b = 0; b < B; b++) {
         for (size_t g = 0; g < Hkv; g++) {
-            af_gather_f32(&in->kv, b, g, k, D);
-            af_gather_f32(&in->vv, b, g, v, Dv);
+            af_serving_gather_f32(in, AF_K, (uint32_t)b, (uint32_t)g, k, D);
+            af_serving_gather_f32(in, AF_V, (uint32_t)b, (uint32_t)g, v, Dv);
             if (tf32) {
                 af_round_tf32_array(k, Sk * D);
                 af_round_tf32_array(v, Sk * Dv);
@@ -83,7 +99,7 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
             size_t nbad = af_split_nonfinite_f32(v, Sk, Dv, bad, saved);
 
             for (size_t h = g * group; h < (g + 1) * group; h++) {
-                af_gather_f32(&in->qv, b, h, q, D);
+                af_serving_gather_f32(in, AF_Q, (uint32_t)b, (uint32_t)h, q, D);
                 if (tf32) af_round_tf32_array(q, Sq * D);
 
                 for (size_t i0 = 0; i0 < Sq; i0 += Br) {
@@ -102,10 +118,19 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
                         }
                     }
                     memset(acc, 0, rn * Dv * sizeof *acc);
+                    if (split) /* every split starts empty: a tile outside every row stays so */
+                        for (size_t e = 0; e < rn * nsplit; e++) {
+                            part[e * pw] = -INFINITY;
+                            memset(part + e * pw + 1, 0, (pw - 1) * sizeof *part);
+                        }
 
                     for (size_t j0 = 0; j0 < Sk; j0 += Bc) {
                         size_t cn = Sk - j0 < Bc ? Sk - j0 : Bc;
                         if ((int64_t)j0 > jmax || (int64_t)(j0 + cn - 1) < jmin) continue; /* all masked */
+                        if (split) { /* each split starts its own running state */
+                            for (size_t r = 0; r < rn; r++) rs[r].m = -INFINITY, rs[r].l = 0.0f;
+                            memset(acc, 0, rn * Dv * sizeof *acc);
+                        }
                         /* S = Q_tile K_tile^T, fp32 */
                         af_gemm_nt_f32(rn, cn, D, q + i0 * D, D, k + j0 * D, D, S, cn, 0);
                         for (size_t r = 0; r < rn; r++) {
@@ -120,6 +145,11 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
                             if (c->softcap > 0.0) {
                                 float cap = (float)c->softcap;
                                 for (size_t j = 0; j < cn; j++) s[j] = cap * tanhf(s[j] / cap);
+                            }
+                            if (alibi) {
+                                af_serving_alibi_row_f32(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, (uint32_t)j0,
+                                                         (uint32_t)cn, bias);
+                                for (size_t j = 0; j < cn; j++) s[j] += bias[j];
                             }
                             bool inside = !bmask && (int64_t)j0 >= st->lo && (int64_t)(j0 + cn - 1) <= st->hi;
                             if (inside) {
@@ -178,7 +208,32 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
                                 for (size_t d = 0; d < Dv; d++) acc[r * Dv + d] += w * saved[n * Dv + d];
                             }
                         }
+                        if (split) /* the split's partial, for the combine */
+                            for (size_t r = 0; r < rn; r++) {
+                                float *pp = part + (r * nsplit + j0 / Bc) * pw;
+                                pp[0] = rs[r].m, pp[1] = rs[r].l;
+                                memcpy(pp + 2, acc + r * Dv, Dv * sizeof *acc);
+                            }
                     }
+                    if (split) /* combine: m = max m_s, l and acc rescaled by e^(m_s - m) */
+                        for (size_t r = 0; r < rn; r++) {
+                            af_row_state *st = &rs[r];
+                            float *a = acc + r * Dv;
+                            st->m = -INFINITY;
+                            for (size_t t = 0; t < nsplit; t++) {
+                                float ms = part[(r * nsplit + t) * pw];
+                                st->m = ms > st->m ? ms : st->m;
+                            }
+                            st->l = 0.0f;
+                            memset(a, 0, Dv * sizeof *a);
+                            for (size_t t = 0; t < nsplit && st->m > -INFINITY; t++) {
+                                const float *pp = part + (r * nsplit + t) * pw;
+                                if (pp[0] == -INFINITY) continue;
+                                float f = pp[0] == st->m ? 1.0f : expf((pp[0] - st->m) * k_exp);
+                                st->l += pp[1] * f;
+                                for (size_t d = 0; d < Dv; d++) a[d] += pp[2 + d] * f;
+                            }
+                        }
                     for (size_t r = 0; r < rn; r++) {
                         const af_row_state *st = &rs[r];
                         float *dst = out + ((b * Hq + h) * Sq + i0 + r) * Dv;
@@ -196,6 +251,11 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
                             for (size_t d = 0; d < Dv; d++) dst[d] = af_round_f32(a[d], dt);
                         } else if (st->m == -INFINITY) {
                             for (size_t d = 0; d < Dv; d++) dst[d] = 0.0f;
+                        } else if (sinks) { /* l * e^(m - m') + e^(z - m'), m' = max(m, z); fold is off */
+                            float z = af_serving_sink(in, (uint32_t)h);
+                            float mz = z > st->m ? z : st->m;
+                            float f = expf(st->m - mz), inv = f / (st->l * f + expf(z - mz));
+                            for (size_t d = 0; d < Dv; d++) dst[d] = af_round_f32(a[d] * inv, dt);
                         } else {
                             float inv = 1.0f / st->l;
                             for (size_t d = 0; d < Dv; d++) dst[d] = af_round_f32(a[d] * inv, dt);

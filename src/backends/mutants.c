@@ -8,6 +8,7 @@
 
 #include "attnfuzz/backend.h"
 #include "backends.h"
+#include "mutants_serving.h"
 #include "ref.h"
 #include "vmath.h"
 
@@ -25,6 +26,14 @@ typedef enum af_mutant_id {
     AF_MUT_BWD_CAUSAL_MISSING_IN_DS,
     AF_MUT_BWD_TAIL_TILE_PAST_SK,
     AF_MUT_BWD_LSE_NAN,
+    /* serving forms (mutants_serving.c) */
+    AF_MUT_SPLITKV_BATCH_STRIDE,
+    AF_MUT_BLOCK_TABLE_OFF_BY_ONE,
+    AF_MUT_ALIBI_OFF_BY_ONE,
+    AF_MUT_SINK_IGNORED,
+    AF_MUT_SINK_IN_NUMERATOR,
+    AF_MUT_ZERO_LEN_NAN,
+    AF_MUT_SEGMENT_LEAK,
     AF_MUT_COUNT
 } af_mutant_id;
 
@@ -101,6 +110,17 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
         if (c->causal && (c->diag == AF_DIAG_BOTTOM_RIGHT || c->diag == AF_DIAG_BOTTOM_RIGHT_VALID))
             bent.diag = AF_DIAG_TOP_LEFT;
         break;
+    case AF_MUT_BLOCK_TABLE_OFF_BY_ONE:
+        if (af_mutant_block_table_applies(c)) AF_TRY(af_mutant_block_table_misread(in, &m->misread, views, err));
+        break;
+    case AF_MUT_ALIBI_OFF_BY_ONE: opts.alibi_shift = 1; break;
+    case AF_MUT_SINK_IGNORED: opts.sink_mode = 1; break;
+    case AF_MUT_SINK_IN_NUMERATOR: opts.sink_mode = 2; break;
+    case AF_MUT_SEGMENT_LEAK:
+        if (af_mutant_segment_leak_applies(c)) AF_TRY(af_mutant_segment_leak(in, &bent, &m->misread, views, err));
+        break;
+    case AF_MUT_SPLITKV_BATCH_STRIDE:
+    case AF_MUT_ZERO_LEN_NAN: /* bent after (below) */
     case AF_MUT_BWD_DQ_NO_SCALE:
     case AF_MUT_BWD_GQA_NO_SUM:
     case AF_MUT_BWD_DROPOUT_NOT_REAPPLIED:
@@ -110,7 +130,11 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
     case AF_MUT_BWD_LSE_NAN: /* their forward is ref's */
     case AF_MUT_COUNT: break;
     }
-    return af_ref_attention(&bin, &views[0], &views[1], &views[2], &opts, outt->data, NULL, &m->ws, err);
+    AF_TRY(af_ref_attention(&bin, &views[0], &views[1], &views[2], &opts, outt->data, NULL, &m->ws, err));
+    /* deviations in what the kernel writes */
+    if (m->id == AF_MUT_SPLITKV_BATCH_STRIDE) af_mutant_splitkv_fold(c, outt->data);
+    if (m->id == AF_MUT_ZERO_LEN_NAN) af_mutant_zero_len_nan(c, outt->data);
+    return AF_OK;
 }
 
 /* The bug a backward mutant brings to case c: AF_GRAD_BUG_NONE where the real bug could not
@@ -132,6 +156,13 @@ static af_grad_bug af_mutant_grad_bug(af_mutant_id id, const af_case *c) {
     case AF_MUT_BSHD_AS_BHSD:
     case AF_MUT_MHAV2_CONCAT:
     case AF_MUT_CAUSAL_TOP_LEFT:
+    case AF_MUT_SPLITKV_BATCH_STRIDE:
+    case AF_MUT_BLOCK_TABLE_OFF_BY_ONE:
+    case AF_MUT_ALIBI_OFF_BY_ONE:
+    case AF_MUT_SINK_IGNORED:
+    case AF_MUT_SINK_IN_NUMERATOR:
+    case AF_MUT_ZERO_LEN_NAN:
+    case AF_MUT_SEGMENT_LEAK:
     case AF_MUT_COUNT: break;
     }
     return AF_GRAD_BUG_NONE;
@@ -180,7 +211,7 @@ static void af_mutant_destroy(void *state) {
         .run_backward = BACKWARD,                                                                  \
     };
 /* a forward mutant (forward cases only), a backward one (its forward is ref's) */
-#define AF_MUTANT(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_FORWARD_ALL, NULL)
+#define AF_MUTANT(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL & ~AF_CAP_BACKWARD, NULL)
 #define AF_MUTANT_BWD(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL, af_mutant_run_backward)
 
 AF_MUTANT(AF_MUT_SCALE_SQRT_Q_ONLY, scale_sqrt_q_only,
@@ -193,6 +224,19 @@ AF_MUTANT(AF_MUT_MHAV2_CONCAT, mhav2_concat,
           "TensorRT MHAv2 plugin: per-head interleaved packed QKV read as concatenated")
 AF_MUTANT(AF_MUT_CAUSAL_TOP_LEFT, causal_top_left,
           "FlashAttention/PyTorch/ONNX Runtime: top-left causal alignment applied when bottom-right is asked")
+AF_MUTANT(AF_MUT_SPLITKV_BATCH_STRIDE, splitkv_batch_stride,
+          "vllm flash-attention PR#176: the split-KV combine's batch stride is 0, every sequence gets sequence 0's output")
+AF_MUTANT(AF_MUT_BLOCK_TABLE_OFF_BY_ONE, block_table_off_by_one,
+          "paged KV (vllm PR#27547 kind): block-table entries after a sequence's first read one page too far")
+AF_MUTANT(AF_MUT_ALIBI_OFF_BY_ONE, alibi_off_by_one,
+          "vllm PR#945: ALiBi's distance off by one, (d - j + 1): shows with the symmetric form or a sink")
+AF_MUTANT(AF_MUT_SINK_IGNORED, sink_ignored, "attention sinks: the sink logit left out of the softmax denominator")
+AF_MUTANT(AF_MUT_SINK_IN_NUMERATOR, sink_in_numerator,
+          "attention sinks: the sink's weight also reaches the output, as a value row of ones")
+AF_MUTANT(AF_MUT_ZERO_LEN_NAN, zero_len_nan,
+          "flash-attention PR#2421: a segment without keys gives NaN (0 / 0) instead of 0")
+AF_MUTANT(AF_MUT_SEGMENT_LEAK, segment_leak,
+          "pytorch#177378: packed segments attend to the next segment's keys (the key range ends at cu_seqlens_k[b + 2])")
 
 AF_MUTANT_BWD(AF_MUT_BWD_DQ_NO_SCALE, bwd_dq_no_scale,
               "TransformerEngine#3216: with batch >= 2 the dQ kernel leaves the softmax scale out (dQ 1/scale off)")
@@ -210,11 +254,13 @@ AF_MUTANT_BWD(AF_MUT_BWD_LSE_NAN, bwd_lse_nan,
               "cudnn-frontend#1072: a row whose log-sum-exp is negative gives NaN in every gradient it touches")
 
 const af_backend_vtable *const af_mutant_vtables[] = {
-    &af_mutant_vt_scale_sqrt_q_only,       &af_mutant_vt_packed_fp16_overflow,  &af_mutant_vt_silent_tf32,
-    &af_mutant_vt_bshd_as_bhsd,            &af_mutant_vt_mhav2_concat,          &af_mutant_vt_causal_top_left,
-    &af_mutant_vt_bwd_dq_no_scale,         &af_mutant_vt_bwd_gqa_no_sum,        &af_mutant_vt_bwd_dropout_not_reapplied,
-    &af_mutant_vt_bwd_softcap_no_derivative, &af_mutant_vt_bwd_causal_missing_in_ds,
-    &af_mutant_vt_bwd_tail_tile_past_sk,   &af_mutant_vt_bwd_lse_nan,
+    &af_mutant_vt_scale_sqrt_q_only,         &af_mutant_vt_packed_fp16_overflow,    &af_mutant_vt_silent_tf32,
+    &af_mutant_vt_bshd_as_bhsd,              &af_mutant_vt_mhav2_concat,            &af_mutant_vt_causal_top_left,
+    &af_mutant_vt_splitkv_batch_stride,      &af_mutant_vt_block_table_off_by_one,  &af_mutant_vt_alibi_off_by_one,
+    &af_mutant_vt_sink_ignored,              &af_mutant_vt_sink_in_numerator,       &af_mutant_vt_zero_len_nan,
+    &af_mutant_vt_segment_leak,              &af_mutant_vt_bwd_dq_no_scale,         &af_mutant_vt_bwd_gqa_no_sum,
+    &af_mutant_vt_bwd_dropout_not_reapplied, &af_mutant_vt_bwd_softcap_no_derivative,
+    &af_mutant_vt_bwd_causal_missing_in_ds,  &af_mutant_vt_bwd_tail_tile_past_sk,   &af_mutant_vt_bwd_lse_nan,
 };
 const size_t af_mutant_count = sizeof af_mutant_vtables / sizeof af_mutant_vtables[0];
 _Static_assert(sizeof af_mutant_vtables / sizeof af_mutant_vtables[0] == AF_MUT_COUNT, "every mutant registered");

@@ -6,9 +6,11 @@
  *
  * Passes per row block:
  *   1. S = Q K^T (dgemm or loops)
- *   2. per row: scale, softcap, masks (set -inf / add), softmax (a fully masked row -> 0,
- *      a NaN score -> NaN weights), dropout (dropped weights are exactly 0, so a NaN row
- *      whose live keys are all dropped gives 0, as p = 1 does)
+ *   2. per row: scale, softcap, ALiBi's bias, masks (set -inf / add), softmax (a fully
+ *      masked row -> 0, a NaN score -> NaN weights; a sink logit z_h joins the denominator
+ *      only: sum_j exp(s_j - m) + exp(z_h - m), m the larger of the row's max and z_h),
+ *      dropout (dropped weights are exactly 0, so a NaN row whose live keys are all dropped
+ *      gives 0, as p = 1 does)
  *   3. O = P V with V's non-finite rows zeroed, then their contribution added back for
  *      the keys of nonzero weight only: a key of weight 0 (masked, an additive -inf, a
  *      score of -inf, dropped) must not leak 0 * NaN (docs/design.md section 2 rule 5).
@@ -28,7 +30,7 @@
 #include "vmath.h"
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_F32A, WS_F32B, WS_F32C,
-       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST, WS_VROWMAX };
+       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST, WS_VROWMAX, WS_BIAS, WS_SINKW };
 /* per row of a block: which keys are live, or why the row is special */
 enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 
@@ -65,8 +67,13 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     double *rinv = AF_SCRATCH(ws, WS_RINV, double, R, err);
     uint8_t *rowst = AF_SCRATCH(ws, WS_ROWST, uint8_t, R, err);
     double *vrowmax = AF_SCRATCH(ws, WS_VROWMAX, double, Sk, err);
+    /* serving forms: ALiBi's bias of one row, each row's sink weight exp(z - m) */
+    const bool alibi = c->serve.forms & AF_SERVE_ALIBI, sinks = (c->serve.forms & AF_SERVE_SINKS) && opts->sink_mode != 1;
+    const bool sink_numerator = sinks && opts->sink_mode == 2; /* a seeded bug's */
+    double *bias = AF_SCRATCH(ws, WS_BIAS, double, Sk, err);
+    double *sinkw = AF_SCRATCH(ws, WS_SINKW, double, R, err);
     if (!q || !k || !v || !saved || !bad || !S || !O || !add || !live || !keep || !risky || !rinv || !rowst ||
-        !vrowmax)
+        !vrowmax || !bias || !sinkw)
         return AF_ERR_NOMEM;
     const double vdrop = p > 0.0 && p < 1.0 ? 1.0 / (1.0 - p) : 1.0;
     size_t big = Sk * (D > Dv ? D : Dv) + R * (Sk > Dv ? Sk : Dv) + Sq * D;
@@ -191,6 +198,10 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             opts->key_leak[(b * Hq + h) * Sq + i] = kl;
                         }
                         rowst[r] = all_live ? AF_ROW_ALL_LIVE : AF_ROW_SOME_LIVE;
+                        sinkw[r] = 0.0;
+                        if (alibi)
+                            af_serving_alibi_row(in, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk,
+                                                 opts->alibi_shift, bias);
                         if (all_live && (honest || opts->qk_f16_before_scale)) {
                             memset(lv, 1, Sk); /* the general path below reads it */
                             rowst[r] = AF_ROW_SOME_LIVE;
@@ -202,7 +213,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                          * mask value rounded to the dtype's -Inf) turned into -inf */
                         bool rounded_out = false;
                         if (!honest && !opts->qk_f16_before_scale && scale > 0.0 && !(c->softcap > 0.0) &&
-                            !c->amask.present) {
+                            !c->amask.present && !alibi && !sinks) {
                             fold = scale;
                             if (!all_live)
                                 for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : -HUGE_VAL;
@@ -211,6 +222,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             for (size_t j = 0; j < Sk; j++) s[j] *= scale;
                             if (c->softcap > 0.0)
                                 for (size_t j = 0; j < Sk; j++) s[j] = c->softcap * tanh(s[j] / c->softcap);
+                            if (alibi)
+                                for (size_t j = 0; j < Sk; j++) s[j] += bias[j];
                             if (c->amask.present)
                                 for (size_t j = 0; j < Sk; j++) s[j] += (double)add[j];
                             if (!all_live)
@@ -231,6 +244,10 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                 x = c->softcap * tanh(x / c->softcap);
                                 if (honest) x = af_ref_rsc(lowp, dt, x);
                             }
+                            if (alibi) { /* a kernel's f32 bias: -(slope * dist), one rounding */
+                                x += honest ? af_r32(bias[j]) : bias[j];
+                                if (honest) x = af_ref_rsc(lowp, dt, x);
+                            }
                             double mask_err = 0.0;
                             if (c->amask.present) {
                                 double a = lowp ? af_rdt((double)add[j], dt) : (double)add[j];
@@ -246,7 +263,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                  * the rounding of the score and of the mask addition */
                                 double *dl = delta + r * Sk + j;
                                 double dc = c->softcap > 0.0 ? af_sens_cap(*dl, pre_cap, c->softcap) : *dl;
-                                *dl = lv[j] && isfinite(x) ? dc + 2.0 * fabs(x) * u_sc + mask_err : 0.0;
+                                *dl = lv[j] && isfinite(x) ? dc + 2.0 * fabs(x) * u_sc + mask_err +
+                                                                 (alibi ? fabs(bias[j]) * u32 : 0.0)
+                                                           : 0.0;
                             }
                         }
                         int has_nan;
@@ -279,23 +298,34 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             if (sens) memset(delta + r * Sk, 0, Sk * sizeof *delta);
                             continue;
                         }
+                        double z = sinks ? (double)af_serving_sink(in, (uint32_t)h) : 0.0;
                         if (sens) {
                             /* the weights' error bounds, from the scores (before they become
-                             * weights); a non-finite V at a live key whose weight may round to
-                             * 0 in the dtype (0 * Inf = NaN) makes the row unstable */
+                             * weights; a sink's term in every denominator); a non-finite V at a
+                             * live key whose weight may round to 0 in the dtype (0 * Inf = NaN)
+                             * makes the row unstable */
                             double p_zero = af_dtype_min_subnormal(dt);
                             if (opts->ftz && p_zero < 0x1p-126) p_zero = 0x1p-126;
-                            if (af_sens_weights(s, m, delta + r * Sk, Sk, bad, nbad, p_zero)) risky[r] = 1;
+                            if (af_sens_weights(s, m, delta + r * Sk, Sk, bad, nbad, p_zero, sinks ? z : -HUGE_VAL))
+                                risky[r] = 1;
                         }
-                        double sum = af_exp_sub_sum_f64(s, Sk, m, fold);
+                        /* with a sink, exponents count from the larger of m and z (exp(z - m) may
+                         * overflow where every weight is tiny) */
+                        double ms = sinks && z > m ? z : m;
+                        double sum = af_exp_sub_sum_f64(s, Sk, ms, fold);
+                        double ez = sinks ? exp(z - ms) : 0.0;
                         if (honest) { /* fp32 exponentials and sum */
                             sum = 0.0;
                             for (size_t j = 0; j < Sk; j++) {
                                 s[j] = af_r32(s[j]);
                                 sum += s[j];
                             }
-                            sum = af_r32(sum);
+                            ez = af_r32(ez);
+                            sum = af_r32(sum + (sinks ? ez : 0.0));
+                        } else if (sinks) {
+                            sum += ez;
                         }
+                        if (sink_numerator) sinkw[r] = ez; /* the sink meets a value row of ones */
                         /* exact path: P stays unnormalized, the output row is divided instead
                          * (Dv products instead of Sk; the same value in exact arithmetic) */
                         rinv[r] = 1.0;
@@ -362,6 +392,8 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                     if (s[j] != 0.0 && vrowmax[j] > vs) vs = vrowmax[j];
                             opts->row_vscale[(b * Hq + h) * Sq + i] = vs * vdrop;
                         }
+                        if (!special_row && sinkw[r] != 0.0) /* (never in honest mode) */
+                            for (size_t d = 0; d < Dv; d++) o[d] += sinkw[r];
                         if (!special_row && rinv[r] != 1.0)
                             for (size_t d = 0; d < Dv; d++) o[d] *= rinv[r];
                         double *dst = out + ((b * Hq + h) * Sq + i) * Dv;

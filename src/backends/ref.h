@@ -27,6 +27,10 @@ typedef struct af_ref_opts {
     bool ftz;
     /* Round Q.K^T to f16 before applying the scale (a seeded bug). */
     bool qk_f16_before_scale;
+    /* Seeded bugs of the serving forms (never with honest): ALiBi's distance plus this
+     * (d - j + shift); sinks ignored (1) or meeting a value row of ones in the numerator (2). */
+    int32_t alibi_shift;
+    int sink_mode;
     /* Honest mode only, may be NULL: [B, Hq, Sq, Dv] first-order bound on how far any
      * implementation at the case precision may land from the exact output because its
      * scores are off by their rounding error d_ij (the scaled inputs rounded to the dtype

@@ -375,7 +375,7 @@ static void af_rg_weights(af_rg *g, size_t b, size_t h, size_t r, size_t i) {
          * non-finite V at a live key whose weight may round to 0 makes the row unstable */
         memcpy(g->wstar + r * Sk, g->dl + r * Sk, Sk * sizeof *g->wstar);
         if (!has_nan && m > -HUGE_VAL &&
-            af_sens_weights(s, m, g->wstar + r * Sk, Sk, g->vbad, g->nvbad, 2.0 * g->h_st))
+            af_sens_weights(s, m, g->wstar + r * Sk, Sk, g->vbad, g->nvbad, 2.0 * g->h_st, -HUGE_VAL)) /* no sink */
             g->risky[r] = 1;
     }
     if (!has_nan && m == -HUGE_VAL) {

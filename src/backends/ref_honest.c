@@ -40,7 +40,8 @@ double af_sens_cap(double d, double x, double cap) {
 }
 
 /* Turns per-key score error bounds d_j of one softmax row into bounds W_j on |dP_j|, in
- * place, from the scores s (max m; masked keys -inf). With every score off by e_k,
+ * place, from the scores s (max m; masked keys -inf) and a sink logit z (-inf: none): a
+ * term of the denominator without error and without a value row. With every score off by e_k,
  * |e_k| <= d_k, and a_k = s_k - m, P'_j = 1 / (1 + sum_{k != j} e^{a_k + e_k - a_j - e_j})
  * is monotone in each e, so
  *   P'_j  in  [e^{a_j - d_j} / (e^{a_j - d_j} + R+_j),  e^{a_j + d_j} / (e^{a_j + d_j} + R-_j)],
@@ -52,9 +53,10 @@ double af_sens_cap(double d, double x, double cap) {
  * when a live key whose V row is not finite (bad) may get a weight at or below p_zero,
  * which rounds to 0 (0 * Inf = NaN). */
 
-/* sum_{k != j} e^{a_k + sign d_k - shift} (masked keys left out). */
-static double af_sens_rest(const double *s, double m, const double *d, size_t n, size_t j, double sign, double shift) {
-    double r = 0.0;
+/* sum_{k != j} e^{a_k + sign d_k - shift} (masked keys left out) plus the sink's e^{az - shift}. */
+static double af_sens_rest(const double *s, double m, const double *d, size_t n, size_t j, double sign, double shift,
+                           double az) {
+    double r = az > -HUGE_VAL ? exp(az - shift) : 0.0;
     for (size_t k = 0; k < n; k++) {
         double a = s[k] - m;
         if (k != j && a > -HUGE_VAL) r += exp(a + sign * d[k] - shift);
@@ -63,9 +65,10 @@ static double af_sens_rest(const double *s, double m, const double *d, size_t n,
 }
 
 bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint32_t *bad, size_t nbad,
-                     double p_zero) {
-    double up = -HUGE_VAL, lo = -HUGE_VAL;
-    size_t jup = 0, jlo = 0;
+                     double p_zero, double z) {
+    double az = z - m; /* the sink's term, exact */
+    double up = az, lo = az;
+    size_t jup = n, jlo = n; /* n: the largest term is the sink's (no key's rest to sum anew) */
     for (size_t j = 0; j < n; j++) {
         double a = s[j] - m;
         if (!(a > -HUGE_VAL)) continue; /* masked (or NaN): no weight */
@@ -76,7 +79,8 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
         for (size_t j = 0; j < n; j++) d[j] = 0.0;
         return false;
     }
-    double sp = 0.0, sm = 0.0, s0 = 0.0;
+    double sp = az > -HUGE_VAL ? exp(az - up) : 0.0, sm = az > -HUGE_VAL ? exp(az - lo) : 0.0;
+    double s0 = az > -HUGE_VAL ? exp(az) : 0.0;
     for (size_t j = 0; j < n; j++) {
         double a = s[j] - m;
         if (!(a > -HUGE_VAL)) continue;
@@ -86,7 +90,7 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
     }
     double l0 = log(s0);
     /* the largest terms' rests, summed without them */
-    double rp_up = af_sens_rest(s, m, d, n, jup, 1.0, up), rm_lo = af_sens_rest(s, m, d, n, jlo, -1.0, lo);
+    double rp_up = af_sens_rest(s, m, d, n, jup, 1.0, up, az), rm_lo = af_sens_rest(s, m, d, n, jlo, -1.0, lo, az);
     bool risky = false;
     for (size_t k = 0; k < nbad; k++) {
         size_t j = bad[k];

@@ -23,7 +23,7 @@ void af_ref_tf32(double *x, size_t n);
 bool af_ref_tf32_overflows(const double *x, size_t n);
 double af_sens_cap(double d, double x, double cap);
 bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint32_t *bad, size_t nbad,
-                     double p_zero);
+                     double p_zero, double z);
 bool af_ref_has_nonfinite(const double *x, size_t n);
 double af_ref_min_abs(const double *x, size_t n);
 double af_ref_maxabs(const double *x, size_t n);

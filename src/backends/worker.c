@@ -35,7 +35,7 @@
 #define AF_WORKER_KEYS 4096      /* compile keys remembered per process (then forgotten) */
 #define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
 #define AF_WORKER_SPARES 2       /* processes started ahead of a fault */
-#define AF_LEARN_FEATURES (17 + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
+#define AF_LEARN_FEATURES (AF_CAP_COUNT + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
 
 /* One child process and its pipes; its stderr kept in a ring. */
 typedef struct af_wproc {
@@ -601,7 +601,7 @@ static af_status af_worker_restart(af_worker *w, af_error *err) {
 static void af_worker_learn(af_worker *w, const af_case *c, bool ok) {
     uint32_t caps = af_case_required_caps(c);
     for (int f = 0; f < AF_LEARN_FEATURES; f++) {
-        bool has = f < 17 ? (caps >> f) & 1u : (int)c->t[AF_Q].layout == f - 17;
+        bool has = f < AF_CAP_COUNT ? (caps >> f) & 1u : (int)c->t[AF_Q].layout == f - AF_CAP_COUNT;
         if (!has) continue;
         if (ok) {
             w->accepted[f]++;
@@ -609,15 +609,15 @@ static void af_worker_learn(af_worker *w, const af_case *c, bool ok) {
         }
         w->refused[f]++;
         if (w->opts.unsupported_learn <= 0 || w->accepted[f] || (double)w->refused[f] < w->opts.unsupported_learn) continue;
-        bool was = f < 17 ? (w->learned_caps >> f) & 1u : (w->learned_layouts >> (f - 17)) & 1u;
+        bool was = f < AF_CAP_COUNT ? (w->learned_caps >> f) & 1u : (w->learned_layouts >> (f - AF_CAP_COUNT)) & 1u;
         if (was) continue;
-        if (f < 17)
+        if (f < AF_CAP_COUNT)
             w->learned_caps |= 1u << f;
         else
-            w->learned_layouts |= 1u << (f - 17);
+            w->learned_layouts |= 1u << (f - AF_CAP_COUNT);
         size_t n = strlen(w->learned);
         snprintf(w->learned + n, sizeof w->learned - n, "%s%s", n ? ", " : "",
-                 f < 17 ? af_cap_names[f] : af_layout_names[f - 17]);
+                 f < AF_CAP_COUNT ? af_cap_names[f] : af_layout_names[f - AF_CAP_COUNT]);
     }
 }
 
@@ -638,6 +638,8 @@ static bool af_worker_supports(void *state, const af_case *c, char *why, size_t 
         AF_WHY("head dims %u/%u not multiples of %llu", c->head_dim, c->v_head_dim, (unsigned long long)h->head_dim_multiple);
     uint32_t s = c->q_len > c->kv_len ? c->q_len : c->kv_len;
     if (h->max_seq && s > h->max_seq) AF_WHY("sequence %u over its limit %llu", s, (unsigned long long)h->max_seq);
+    if (h->max_q_len && c->q_len > h->max_q_len)
+        AF_WHY("%u queries per row over its limit %llu (max_q_len)", c->q_len, (unsigned long long)h->max_q_len);
     if (h->max_batch && c->batch > h->max_batch) AF_WHY("batch %u over its limit", c->batch);
     if (h->max_heads && c->q_heads > h->max_heads) AF_WHY("%u heads over its limit", c->q_heads);
     if (h->max_bytes && af_case_tensor_bytes(c) > h->max_bytes) AF_WHY("tensors over its max_bytes");

@@ -9,6 +9,7 @@
 
 #include "attnfuzz/mem.h"
 #include "case_json.h"
+#include "case_serving.h"
 
 /* {"type":"bye"} and the newline, after its length (15, little-endian) */
 const uint8_t af_wp_bye[AF_WP_BYE_LEN] = {15, 0, 0, 0, '{', '"', 't', 'y', 'p', 'e', '"', ':',
@@ -210,11 +211,11 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     if (dts >= 0) AF_WP_TRY(af_wp_name_bits(h, dts, "dtype", af_wp_float_names, 3, &hl->dtypes, err));
     long lim = af_wp_get(h, 0, "limits");
     if (!af_wp_none(h, lim) && !af_wp_type(h, lim, AF_JS_OBJECT)) AF_WP_FAIL("hello: limits must be an object");
-    static const char *const lim_names[6] = {"max_head_dim", "head_dim_multiple", "max_seq",
-                                             "max_batch",    "max_heads",         "max_bytes"};
-    uint64_t *lim_vals[6] = {&hl->max_head_dim, &hl->head_dim_multiple, &hl->max_seq,
-                             &hl->max_batch,    &hl->max_heads,         &hl->max_bytes};
-    for (int i = 0; i < 6 && af_wp_type(h, lim, AF_JS_OBJECT); i++) {
+    static const char *const lim_names[7] = {"max_head_dim", "head_dim_multiple", "max_seq", "max_batch",
+                                             "max_heads",    "max_bytes",         "max_q_len"};
+    uint64_t *lim_vals[7] = {&hl->max_head_dim, &hl->head_dim_multiple, &hl->max_seq, &hl->max_batch,
+                             &hl->max_heads,    &hl->max_bytes,         &hl->max_q_len};
+    for (int i = 0; i < 7 && af_wp_type(h, lim, AF_JS_OBJECT); i++) {
         long x = af_wp_get(h, lim, lim_names[i]);
         size_t v = 0;
         if (!af_wp_none(h, x) && !af_wp_uint(h, x, &v))
@@ -391,12 +392,15 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
     }
     r->status = AF_WP_OK;
     long lay = af_wp_get(h, obj, "layout");
-    if (!af_wp_none(h, lay)) {
+    if ((c->serve.forms & AF_SERVE_PACKED) && lay >= 0 && af_js_is(h->text, h->tok, lay, "thd")) {
+        r->thd = true;
+    } else if (!af_wp_none(h, lay)) {
         int l = af_wp_which(h, lay, af_wp_unpacked, 5);
         if (l < 0) {
             char s[65] = "(not a string)";
             if (af_wp_type(h, lay, AF_JS_STRING)) af_wp_str(h, lay, s, sizeof s);
-            AF_WP_FAIL("result: layout %s is not one of bhsd, bshd, sbhd, bsd, channels_first", s);
+            AF_WP_FAIL("result: layout %s is not one of bhsd, bshd, sbhd, bsd, channels_first%s", s,
+                       (c->serve.forms & AF_SERVE_PACKED) ? ", thd" : "");
         }
         r->layout = (af_layout)l;
     }
@@ -431,7 +435,16 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
         if ((c->bwd.grads & (1u << g)) && !(grads & (1u << g)))
             AF_WP_FAIL("the backward case asks for %s and the result has none", af_grad_names[g]);
     *need_out = need;
-    AF_WP_TRY(af_wp_check_float(&r->out, r->layout, c, -1, err));
+    if (r->thd) {
+        size_t want[3] = {af_serving_total(c, false), c->q_heads, c->v_head_dim};
+        bool ok = r->out.ndim == 3 && r->out.ne[0] == want[0] && r->out.ne[1] == want[1] && r->out.ne[2] == want[2];
+        af_dtype dt = r->out.dtype;
+        if (!ok || (dt != AF_F32 && dt != AF_F64 && dt != AF_F16 && dt != AF_BF16))
+            AF_WP_FAIL("out in layout thd must be a float [%zu,%zu,%zu] tensor (total query tokens, Hq, Dv)", want[0],
+                       want[1], want[2]);
+    } else {
+        AF_WP_TRY(af_wp_check_float(&r->out, r->layout, c, -1, err));
+    }
     for (int g = 0; g < AF_GRAD_COUNT; g++)
         if (c->bwd.grads & (1u << g)) AF_WP_TRY(af_wp_check_float(&r->grad[g], r->layout, c, g, err));
     if (r->has_keep) {
@@ -493,7 +506,47 @@ af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, 
     return st;
 }
 
+/* A packed serving case's out: its THD rows scattered to their segments, or its padded
+ * view read for the rows that exist; every other row 0. */
+static void af_wp_copy_segments(const af_wp_result *r, const uint8_t *payload, const af_case *c, af_tensor *dst) {
+    af_view v;
+    memset(&v, 0, sizeof v);
+    if (!r->thd) {
+        af_tensor phys;
+        memset(&phys, 0, sizeof phys);
+        phys.dtype = r->out.dtype;
+        phys.ndim = r->out.ndim;
+        for (int k = 0; k < phys.ndim; k++) phys.ne[k] = r->out.ne[k], phys.nb[k] = r->out.nb[k];
+        phys.data = (void *)(uintptr_t)(payload + r->out.offset);
+        af_layout_view(r->layout, &phys, AF_Q, c->q_heads, c->v_head_dim, &v);
+    }
+    size_t tok = 0, e = 0, Dv = c->v_head_dim;
+    for (uint32_t b = 0; b < c->batch; b++) {
+        uint32_t n = af_case_seg_q(c, b);
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t d = 0; d < Dv; d++, e++) {
+                    double x = 0.0;
+                    if (i < n && r->thd)
+                        x = af_dtype_load(r->out.dtype, payload + r->out.offset,
+                                          (tok + i) * r->out.nb[0] + h * r->out.nb[1] + d * r->out.nb[2]);
+                    else if (i < n)
+                        x = af_dtype_load(v.dtype, v.data, af_view_offset(&v, b, h, i, d));
+                    if (dst->dtype == AF_F64)
+                        ((double *)dst->data)[e] = x;
+                    else
+                        ((float *)dst->data)[e] = (float)x;
+                }
+        tok += n;
+    }
+}
+
 void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case *c, af_tensor *dst) {
+    AF_ASSERT(dst->dtype == AF_F32 || dst->dtype == AF_F64);
+    if (r->thd || (c->serve.forms & AF_SERVE_PACKED)) {
+        af_wp_copy_segments(r, payload, c, dst);
+        return;
+    }
     /* out in r->layout, as a canonical [B, Hq, Sq, Dv] view (the layout's output is the
      * layout of one tensor with Hq heads, Sq positions and head dim Dv) */
     af_tensor phys;
@@ -504,7 +557,6 @@ void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case
     phys.data = (void *)(uintptr_t)(payload + r->out.offset);
     af_view v;
     af_layout_view(r->layout, &phys, AF_Q, c->q_heads, c->v_head_dim, &v);
-    AF_ASSERT(dst->dtype == AF_F32 || dst->dtype == AF_F64);
     const uint8_t *base = v.data;
     size_t e = 0;
     for (size_t b = 0; b < v.ne[0]; b++)
@@ -638,6 +690,53 @@ static int af_wp_packed_view(af_layout l, const af_tensor *t, int w, size_t H, s
     return 0;
 }
 
+/* A serving case's tensors: q, k, v in their physical forms (THD when packed; K and V as
+ * page caches when paged; else dense in the case's layout) and the serving tables, the
+ * serving buffer travelling as one piece. */
+static void af_wp_write_serving(af_jw *hdr, const af_case_tensors *t, af_wp_part *parts, size_t *np, size_t *off) {
+    const af_case *c = t->c;
+    const af_serving_tensors *s = &t->srv;
+    size_t base = *off;
+    parts[(*np)++] = (af_wp_part){s->base, s->bytes};
+    const af_tensor *qkv[3] = {(c->serve.forms & AF_SERVE_PACKED) ? &s->q : &t->q,
+                               af_case_has_lens(c) ? &s->k : &t->k, af_case_has_lens(c) ? &s->v : &t->v};
+    const af_tensor *dense[3] = {&t->q, &t->k, &t->v};
+    *off += s->bytes;
+    for (int w = 0; w < AF_QKV_COUNT; w++) {
+        const af_tensor *x = qkv[w];
+        size_t at;
+        if (x == dense[w] && af_case_is_packed(c)) { /* sinks or ALiBi on a packed QKV buffer */
+            af_layout l = c->t[AF_Q].layout;
+            size_t ne[AF_MAX_DIMS], nb[AF_MAX_DIMS], voff;
+            if (w == 0) {
+                af_wp_entry(hdr, "qkv", t->q.dtype, t->q.ndim, t->q.ne, t->q.nb, *off);
+                parts[(*np)++] = (af_wp_part){t->q.data, af_tensor_span(&t->q)};
+            }
+            int nd = af_wp_packed_view(l, &t->q, w, c->q_heads, c->head_dim, ne, nb, &voff);
+            af_wp_entry(hdr, af_tensor_names[w], t->q.dtype, nd, ne, nb, *off + voff);
+            if (w == AF_QKV_COUNT - 1) *off += af_tensor_span(&t->q);
+            continue;
+        }
+        if (x == dense[w]) {
+            at = *off;
+            parts[(*np)++] = (af_wp_part){x->data, af_tensor_span(x)};
+            *off += af_tensor_span(x);
+        } else {
+            at = base + (size_t)((const uint8_t *)x->data - (const uint8_t *)s->base);
+        }
+        af_wp_entry(hdr, af_tensor_names[w], x->dtype, x->ndim, x->ne, x->nb, at);
+    }
+    const af_tensor *tabs[7] = {&s->cu_seqlens_q, &s->cu_seqlens_k, &s->seqlens_k, &s->block_table,
+                                &s->sinks, &s->slopes, NULL};
+    static const char *const names[6] = {"cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table", "sinks",
+                                         "alibi_slopes"};
+    for (int k = 0; tabs[k]; k++) {
+        if (!tabs[k]->data) continue;
+        af_wp_entry(hdr, names[k], tabs[k]->dtype, tabs[k]->ndim, tabs[k]->ne, tabs[k]->nb,
+                    base + (size_t)((const uint8_t *)tabs[k]->data - (const uint8_t *)s->base));
+    }
+}
+
 /* One run item: id, case, derived values and the tensor entries, their payload pieces
  * appended to parts (*np of them so far) at byte *off of the payload. */
 static void af_wp_write_item(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part *parts, size_t *np,
@@ -656,7 +755,9 @@ static void af_wp_write_item(af_jw *hdr, uint64_t id, const af_case_tensors *t, 
     af_jw_end(hdr, '}');
     af_jw_key(hdr, "tensors"), af_jw_begin(hdr, '[');
     size_t ne[AF_MAX_DIMS], nb[AF_MAX_DIMS];
-    if (af_case_is_packed(c)) {
+    if (c->serve.forms) {
+        af_wp_write_serving(hdr, t, parts, np, off);
+    } else if (af_case_is_packed(c)) {
         af_layout l = c->t[AF_Q].layout;
         size_t span = af_tensor_span(&t->q);
         af_wp_entry(hdr, "qkv", t->q.dtype, t->q.ndim, t->q.ne, t->q.nb, *off);

@@ -19,7 +19,7 @@
 
 #define AF_WP_MAX_HEADER ((size_t)1 << 20) /* a reader refuses a header over 1 MiB */
 #define AF_WP_MAX_PARTS 8                    /* payload pieces of a run frame (of one case: q, k, v or qkv,
-                                                two masks, do) */
+                                                two masks, do; a serving case's buffer) */
 #define AF_WP_MAX_BATCH 256                  /* cases per run frame, at most */
 
 /* One tensor entry of a header, checked against the payload it points into. */
@@ -40,6 +40,7 @@ typedef struct af_wp_hello {
     uint32_t layouts; /* bit per af_layout */
     uint32_t dtypes;  /* bit per af_dtype among F32, F16, BF16 */
     uint64_t max_head_dim, head_dim_multiple, max_seq, max_batch, max_heads, max_bytes; /* 0 = none */
+    uint64_t max_q_len;         /* queries per row at most (a decode kernel's), 0 = none */
     uint32_t diagonals;         /* bit per af_diag it implements (default all) */
     bool masked_rows_nan;       /* conventions.masked_rows == "nan" */
     bool masked_values_ieee;    /* conventions.masked_values == "ieee" */
@@ -56,7 +57,8 @@ typedef enum af_wp_status { AF_WP_OK, AF_WP_UNSUPPORTED, AF_WP_ERROR } af_wp_sta
 typedef struct af_wp_result {
     af_wp_status status;
     char message[512];     /* reason (unsupported) or message (error) */
-    af_layout layout;      /* of out: one of the five unpacked layouts */
+    af_layout layout;      /* of out: one of the five unpacked layouts (a packed case's padded view) */
+    bool thd;              /* out of a packed serving case in THD form [Tq, Hq, Dv] (layout "thd") */
     af_wp_tensor out;      /* ok: its shape is the layout's output shape */
     bool has_keep;
     af_wp_tensor keep;     /* bool [B, Hq, Sq, Sk] */
@@ -110,7 +112,9 @@ af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, 
                             af_error *err);
 
 /* Copies a checked out tensor into dst, a contiguous [B, Hq, Sq, Dv] tensor whose dtype
- * the caller chose (F32 or F64; values converted, f16/bf16 exactly). */
+ * the caller chose (F32 or F64; values converted, f16/bf16 exactly). A packed serving
+ * case's rows past a segment's queries do not exist: 0 whatever the worker sent there
+ * (THD rows scatter to their segments). */
 void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case *c, af_tensor *dst);
 /* Copies checked gradient g (af_grad_names order) into dst, a contiguous tensor of
  * af_case_grad_shape(c, g) with room for F64: F64 stays F64, f32 becomes F32, f16 and bf16

@@ -114,6 +114,7 @@ af_status af_bundle_load_inputs(const af_bundle *b, af_inputs *in, af_error *err
     if (have_am) AF_TRY(af_bundle_fill_mask(b, "mask.npy.zst", &t->am, &c->amask, true, err));
     if (have_bm) AF_TRY(af_bundle_fill_mask(b, "bool_mask.npy.zst", &t->bm, &c->bmask, false, err));
     if (have_do) AF_TRY(af_bundle_fill_qkv(b, "do.npy.zst", &t->dov, err));
+    af_inputs_serving(in); /* a serving case's physical tensors, from the values read */
     return AF_OK;
 }
 

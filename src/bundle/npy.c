@@ -75,6 +75,7 @@ static const char *af_npy_descr(af_dtype dt) {
     case AF_F64: return "<f8";
     case AF_F16: return "<f2";
     case AF_BOOL: return "|b1";
+    case AF_I32: return "<i4";
     case AF_BF16:
     case AF_DTYPE_COUNT: break;
     }

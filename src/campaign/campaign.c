@@ -72,6 +72,7 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->seed = 1;
     o->jobs = 1;
     o->backward = -1.0;
+    o->serving = -1.0;
     o->minimize_share = AF_MINIMIZE_SHARE;
     o->minimize_grace = -1.0;
 }
@@ -81,6 +82,17 @@ static double af_campaign_backward_share(const af_campaign_opts *o, const af_exe
     if (o->backward >= 0.0) return o->backward > 1.0 ? 1.0 : o->backward;
     for (size_t k = 0; k < af_exec_backend_count(x); k++)
         if (af_backend_caps(af_exec_backend_at(x, k)) & AF_CAP_BACKWARD) return 1.0 / 3.0;
+    return 0.0;
+}
+
+/* The serving share: --serving, or AF_SERVING_AUTO when a worker or target declares a
+ * serving capability (the built-ins run serving cases when asked with --serving). */
+static double af_campaign_serving_share(const af_campaign_opts *o, const af_exec *x) {
+    if (o->serving >= 0.0) return o->serving > 1.0 ? 1.0 : o->serving;
+    for (size_t k = 0; k < af_exec_backend_count(x); k++) {
+        const af_backend *be = af_exec_backend_at(x, k);
+        if (af_backend_ext_of(be) && (af_backend_caps(be) & AF_CAP_SERVING)) return AF_SERVING_AUTO;
+    }
     return 0.0;
 }
 
@@ -448,8 +460,8 @@ static bool af_campaign_runs_unskipped(const af_exec *x, const af_case *c, uint3
  * cases it runs instead of skipped ones; so does one that keeps hitting a known bug
  * (*skip: the backends this case leaves out for theirs). */
 static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t n, af_rng *rng, const af_exec *x,
-                             const af_store *store, af_campaign_stats *s, double max_flops, double backward, af_case *c,
-                             uint32_t *skip) {
+                             const af_store *store, af_campaign_stats *s, double max_flops, double backward,
+                             double serving, af_case *c, uint32_t *skip) {
     *skip = 0;
     for (int tries = 0;; tries++) {
         uint32_t pick = af_rng_below(rng, 10);
@@ -464,7 +476,7 @@ static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t 
             af_case_crossover(&pool->cases[af_rng_below(rng, (uint32_t)pool->n)],
                               &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
         } else {
-            af_gen_opts go = {o->exec.budget, max_flops, backward};
+            af_gen_opts go = {o->exec.budget, max_flops, backward, serving};
             af_case_generate_opts(c, rng, &go);
         }
         if (backward <= 0.0 && c->bwd.grads) { /* forward-only campaign */
@@ -526,6 +538,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     size_t seeds = pool->n, seeds_run = 0;
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
     double backward = af_campaign_backward_share(o, x);
+    double serving = af_campaign_serving_share(o, x);
     double start = af_now(), last_status = start, last_stats = start;
     bool new_sig = false; /* a signature not yet in the stats file a --jobs parent reads */
     char last[256] = "";
@@ -575,10 +588,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 if (skip && !af_campaign_runs_unskipped(x, &c, skip)) { /* the structure of a known bug */
                     have_structure = reuse = false;
                     if (n > 0) break; /* the next batch draws anew */
-                    af_campaign_draw(o, pool, s->execs, &rng, x, store, s, max_flops, backward, &c, &skip);
+                    af_campaign_draw(o, pool, s->execs, &rng, x, store, s, max_flops, backward, serving, &c, &skip);
                 }
             } else {
-                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, s, max_flops, backward, &c, &skip);
+                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, s, max_flops, backward, serving, &c, &skip);
             }
             size_t cb = af_case_tensor_bytes(&c);
             if (n > 0 && (bytes + cb > bbytes || (seed && key && af_case_key_hash(&c, key) !=

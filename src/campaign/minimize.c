@@ -84,12 +84,19 @@ static bool af_simplify(const af_case *c, unsigned k, af_case *o) {
     case 49: o->v_head_dim = o->v_head_dim > 1 ? o->v_head_dim / 2 : 1; break;
     case 50: o->head_dim = o->head_dim > 1 ? o->head_dim - 1 : 1; break;
     case 51: o->v_head_dim = o->v_head_dim > 1 ? o->v_head_dim - 1 : 1; break;
+    /* serving forms: each one off (a bug that shows without it signs as the dense one),
+     * whole segments, plain pages */
+    case 64: case 65: case 66: case 67: o->serve.forms &= (uint8_t)~(1u << (k - 64)); break;
+    case 68:
+        for (uint32_t b = 0; b < o->batch; b++) o->serve.q_lens[b] = o->q_len, o->serve.kv_lens[b] = o->kv_len;
+        break;
+    case 69: o->serve.shared_pages = 0; o->serve.page_size = 16; break;
     default: return false;
     }
     af_case_repair(o, 0);
     return !af_case_equal(o, c);
 }
-#define AF_SIMPLIFY_COUNT 64u
+#define AF_SIMPLIFY_COUNT 70u
 
 /* The seeds of a candidate's values, redrawn (attempt 1, 2, ...). Where a planted special
  * value or a large entry lands depends on the shapes and the seeds together, so a

@@ -41,6 +41,10 @@ static void af_fuzz_usage(FILE *f) {
             "  --backward SHARE    share of generated cases that also ask for gradients\n"
             "                      (dQ, dK, dV, dmask), 0..1 (default 1/3 when some backend\n"
             "                      declares the backward capability, else 0)\n"
+            "  --serving SHARE     share of generated cases in a serving form (packed THD,\n"
+            "                      paged KV, sinks, ALiBi) or a decode shape, 0..1 (default\n"
+            "                      0.25 when a worker or target declares a serving capability,\n"
+            "                      else 0)\n"
             "  --tiny              every dimension 1 (measures per-case overhead)\n"
             "  --timeout S         seconds a worker backend gets per case (default 10); past\n"
             "                      it the worker is killed and the case kept as a timeout\n"
@@ -109,7 +113,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     int selected = 0;
     af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE };
+           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         AF_CLI_KNOWN_OPTIONS,
@@ -135,6 +139,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"no-spare", no_argument, 0, O_NOSPARE},
         {"shard", required_argument, 0, O_SHARD},
         {"root", required_argument, 0, O_ROOT},
+        {"serving", required_argument, 0, O_SERVING},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -183,6 +188,12 @@ int af_cmd_fuzz(int argc, char **argv) {
             char *end = NULL;
             o.backward = strtod(optarg, &end);
             if (end == optarg || *end || !(o.backward >= 0.0 && o.backward <= 1.0)) goto bad;
+            break;
+        }
+        case O_SERVING: {
+            char *end = NULL;
+            o.serving = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.serving >= 0.0 && o.serving <= 1.0)) goto bad;
             break;
         }
         case O_QUIET: o.quiet = true; break;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "attnfuzz/tensor.h"
+#include "case_serving.h"
 
 const char *const af_layout_names[AF_LAYOUT_COUNT] = {
     "bhsd", "bshd", "sbhd", "bsd", "channels_first", "qkv_bs3hd", "qkv_bsh3d", "qkv_channels_first",
@@ -83,14 +84,16 @@ double af_case_scale(const af_case *c) {
 }
 
 uint32_t af_case_valid_keys(const af_case *c, uint32_t b) {
+    if (af_case_has_lens(c)) return af_case_seg_k(c, b);
     return c->key_padding ? c->kv_valid[b] : c->kv_len;
 }
 
 int32_t af_case_diag_offset(const af_case *c, uint32_t b) {
     switch (c->diag) {
     case AF_DIAG_TOP_LEFT: return 0;
-    case AF_DIAG_BOTTOM_RIGHT: return (int32_t)c->kv_len - (int32_t)c->q_len;
-    case AF_DIAG_BOTTOM_RIGHT_VALID: return (int32_t)af_case_valid_keys(c, b) - (int32_t)c->q_len;
+    /* a serving segment is its own attention: its lengths, not the padded view's */
+    case AF_DIAG_BOTTOM_RIGHT: return (int32_t)af_case_seg_k(c, b) - (int32_t)af_case_seg_q(c, b);
+    case AF_DIAG_BOTTOM_RIGHT_VALID: return (int32_t)af_case_valid_keys(c, b) - (int32_t)af_case_seg_q(c, b);
     case AF_DIAG_EXPLICIT: return c->diag_offset;
     case AF_DIAG_COUNT: break;
     }
@@ -228,6 +231,10 @@ void af_case_repair(af_case *c, size_t budget) {
         }
     }
 
+    /* after packing: a serving form turns a packed QKV buffer into three bshd tensors
+     * (the shapes packing forced stay) */
+    af_serving_repair_pre(c);
+
     if (c->scale_set) {
         if (!isfinite(c->scale)) {
             c->scale_set = false;
@@ -255,6 +262,7 @@ void af_case_repair(af_case *c, size_t budget) {
     if (c->dropout_p > 1.0) c->dropout_p = 1.0;
 
     for (int guard = 0; guard < 200 && af_case_tensor_bytes(c) > budget; guard++) af_case_shrink_step(c);
+    af_serving_repair_post(c);
 
     for (uint32_t b = 0; b < AF_MAX_BATCH; b++) {
         if (!c->key_padding || b >= c->batch) {
@@ -366,6 +374,7 @@ af_status af_case_validate(const af_case *c, size_t budget, af_error *err) {
                        "backward.do: layout %s is not the output layout of q (%s)",
                        af_layout_names[c->bwd.dout.layout % AF_LAYOUT_COUNT],
                        af_layout_names[af_out_layout(c->t[AF_Q].layout)]);
+    AF_TRY(af_serving_validate(c, err));
     size_t bytes = af_case_tensor_bytes(c);
     AF_RETURN_ERROR_IF(bytes > budget, err, AF_ERR_INVALID,
                        "tensors need %zu bytes, over the budget of %zu (raise it with --budget)", bytes, budget);
@@ -391,7 +400,7 @@ bool af_case_equal(const af_case *a, const af_case *b) {
         return false;
     if (memcmp(a->kv_valid, b->kv_valid, sizeof a->kv_valid) != 0) return false;
     if (!af_mask_equal(&a->amask, &b->amask) || !af_mask_equal(&a->bmask, &b->bmask)) return false;
-    if (a->bwd.grads != b->bwd.grads) return false;
+    if (a->bwd.grads != b->bwd.grads || !af_serving_equal(a, b)) return false;
     for (int t = 0; t <= AF_QKV_COUNT; t++) {
         const af_tensor_spec *x = t < AF_QKV_COUNT ? &a->t[t] : &a->bwd.dout;
         const af_tensor_spec *y = t < AF_QKV_COUNT ? &b->t[t] : &b->bwd.dout;
@@ -431,6 +440,7 @@ size_t af_case_tensor_bytes(const af_case *c) {
             sum += n;
         }
     }
+    sum += af_serving_tensor_bytes(c);
     return sum > (double)SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)sum;
 }
 

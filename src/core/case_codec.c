@@ -17,9 +17,11 @@
  *   14  8    scale (f64)               X   1    backward: grads (AF_GRAD_* bits)
  *   22  8    softcap (f64)             X+1 10   backward: dO spec, without layout
  *
- * with X = 114 + 4*B (B as the batch byte reads, before repair). The backward bytes come
- * last, so an input written before they existed (it ends at X) decodes forward-only, and
- * a forward-only case encodes without them.
+ * with X = 114 + 4*B (B as the batch byte reads, before repair), then at X+11 the serving
+ * record (case_serving.c). Each part comes after everything older, so an input written
+ * before it existed (it ends at X, or at X+11) decodes without it (missing bytes read 0:
+ * forward-only, no serving form), a forward-only case without a serving form encodes
+ * without either, and one with a serving form writes eleven zero backward bytes first.
  *
  * mask spec: flags (present, rank2, expanded, live_zero), dims, dtype, pattern, density,
  * fill, mag_q4, seed(4). tensor spec: layout, perm, pad, bcast, dist, mag_q4, special,
@@ -28,9 +30,11 @@
 #include <string.h>
 
 #include "attnfuzz/case.h"
+#include "case_serving.h"
 
 /* The longest encoding: the fixed record, every batch row's key padding, the backward. */
-_Static_assert(114 + 4 * AF_MAX_BATCH + 1 + 10 <= AF_CASE_ENCODED_MAX, "AF_CASE_ENCODED_MAX holds every case");
+_Static_assert(114 + 4 * AF_MAX_BATCH + 1 + 10 + AF_SERVING_FIXED_BYTES + 8 * AF_MAX_BATCH <= AF_CASE_ENCODED_MAX,
+               "AF_CASE_ENCODED_MAX holds every case");
 
 typedef struct af_reader {
     const uint8_t *p;
@@ -115,6 +119,7 @@ void af_case_decode(af_case *c, const uint8_t *data, size_t size, size_t budget)
     for (uint32_t b = 0; b < c->batch; b++) c->kv_valid[b] = af_read_u32(&r);
     c->bwd.grads = af_read_u8(&r);
     af_read_tensor(&r, &c->bwd.dout, false);
+    af_serving_decode(c, r.p, r.left, c->batch);
     /* kv_valid (and the backward bytes after it) are read before repair clamps the batch,
      * so their position depends only on the batch byte; repair then fits every field. */
     af_case_repair(c, budget);
@@ -188,9 +193,17 @@ size_t af_case_encode(const af_case *c, uint8_t *out, size_t cap) {
     af_write_mask(&w, &c->bmask);
     for (int t = 0; t < AF_QKV_COUNT; t++) af_write_tensor(&w, &c->t[t], true);
     for (uint32_t b = 0; b < c->batch; b++) af_write_le(&w, c->kv_valid[b], 4);
-    if (c->bwd.grads) {
+    if (c->bwd.grads || c->serve.forms) {
         af_write_le(&w, c->bwd.grads, 1);
         af_write_tensor(&w, &c->bwd.dout, false);
+    }
+    if (c->serve.forms && !w.overflow) {
+        size_t n = 0;
+        if (af_serving_encode(c, w.p, w.left, &n)) {
+            w.p += n, w.left -= n;
+        } else {
+            w.overflow = true;
+        }
     }
     return w.overflow ? 0 : cap - w.left;
 }

@@ -12,6 +12,7 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/rng.h"
+#include "case_serving.h"
 
 /* Picks index i with probability w[i] / sum(w). */
 static unsigned af_pick(af_rng *r, const unsigned *w, unsigned n) {
@@ -134,7 +135,7 @@ static void af_gen_backward(af_rng *r, af_case *c) {
 }
 
 void af_case_generate(af_case *c, af_rng *r, size_t budget, double max_flops) {
-    af_gen_opts o = {budget, max_flops, 0.0};
+    af_gen_opts o = {budget, max_flops, 0.0, 0.0};
     af_case_generate_opts(c, r, &o);
 }
 
@@ -218,6 +219,12 @@ void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
 
     /* last, so that a forward-only generator draws what it always drew */
     if (o->backward > 0.0 && af_rng_uniform(r) < o->backward) af_gen_backward(r, c);
+    /* after it, for the same reason; a serving case is forward-only (repair drops the
+     * backward part); a decode step is a medium or a large case */
+    if (o->serving > 0.0 && af_rng_uniform(r) < o->serving) {
+        int dc = af_serving_generate(c, r);
+        if (dc) cls = dc;
+    }
 
     af_case_repair(c, budget);
     /* medium cases get a sixteenth of the cap: a campaign spends its time evenly */

@@ -12,6 +12,7 @@
 
 #include "attnfuzz/case.h"
 #include "case_json.h"
+#include "case_serving.h"
 #include "json_exact.h"
 
 /* --- writing --------------------------------------------------------------------- */
@@ -119,6 +120,7 @@ void af_case_write_json(af_jw *w, const af_case *c) {
         af_case_json_tensor(w, "do", &c->bwd.dout, false); /* in the output's layout */
         af_jw_end(w, '}');
     }
+    af_serving_write_json(w, c); /* absent: no serving form */
     af_jw_end(w, '}');
 }
 
@@ -395,6 +397,7 @@ af_status af_case_from_cjson(af_case *c, const void *json, af_error *err) {
     for (int t = 0; t < AF_QKV_COUNT; t++) af_jr_tensor(&jr, o, af_tensor_names[t], af_tensor_names[t], &c->t[t], true);
     af_jr_backward(&jr, o, c);
     if (jr.st != AF_OK) return jr.st;
+    AF_TRY(af_serving_read_json(c, o, err));
     /* Fields a writer may leave out: packed K/V follow Q. */
     if (af_case_is_packed(c)) {
         for (int t = AF_K; t <= AF_V; t++) {

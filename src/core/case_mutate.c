@@ -7,6 +7,7 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/rng.h"
+#include "case_serving.h"
 
 /* A new value for a dimension, always within 1..hi (the case's arrays are sized by the
  * maxima: kv_valid[] is written up to the batch before repair runs). */
@@ -160,14 +161,18 @@ static void af_mutate_backward(af_case *c, af_rng *r) {
 void af_case_mutate(af_case *c, af_rng *r, size_t budget) {
     unsigned edits = 1 + af_rng_below(r, 3);
     for (unsigned e = 0; e < edits; e++) {
-        /* a forward-only case draws among the first five, as it always did */
-        switch (af_rng_below(r, c->bwd.grads ? 6 : 5)) {
+        /* a forward-only case without a serving form draws among the first five, as it
+         * always did; a backward case adds the sixth, a serving case (forward-only) the seventh */
+        unsigned op = af_rng_below(r, 5u + (c->bwd.grads ? 1u : 0u) + (c->serve.forms ? 1u : 0u));
+        if (op == 5 && !c->bwd.grads) op = 6;
+        switch (op) {
         case 0: af_mutate_dims(c, r); break;
         case 1: af_mutate_layout(c, r); break;
         case 2: af_mutate_masks(c, r); break;
         case 3: af_mutate_values(c, r); break;
         case 4: af_mutate_numerics(c, r); break;
-        default: af_mutate_backward(c, r); break;
+        case 5: af_mutate_backward(c, r); break;
+        default: af_serving_mutate(c, r); break;
         }
     }
     af_case_repair(c, budget);
@@ -194,6 +199,7 @@ void af_case_crossover(const af_case *a, const af_case *b, af_case *out, af_rng 
     for (int t = 0; t < AF_QKV_COUNT; t++)
         if (af_rng_chance(r, 1, 2)) x.t[t] = y->t[t];
     if ((a->bwd.grads || b->bwd.grads) && af_rng_chance(r, 1, 2)) x.bwd = y->bwd;
+    if ((a->serve.forms || b->serve.forms) && af_rng_chance(r, 1, 2)) x.serve = y->serve;
     af_case_repair(&x, budget);
     *out = x;
 }

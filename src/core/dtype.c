@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-const char *const af_dtype_names[AF_DTYPE_COUNT] = {"f32", "f16", "bf16", "f64", "bool"};
+const char *const af_dtype_names[AF_DTYPE_COUNT] = {"f32", "f16", "bf16", "f64", "bool", "i32"};
 _Static_assert(sizeof(af_dtype_names) / sizeof(af_dtype_names[0]) == AF_DTYPE_COUNT, "names");
 
 size_t af_dtype_size(af_dtype dt) {
@@ -19,6 +19,7 @@ size_t af_dtype_size(af_dtype dt) {
     case AF_BF16: return 2;
     case AF_F64: return 8;
     case AF_BOOL: return 1;
+    case AF_I32: return 4;
     case AF_DTYPE_COUNT: break;
     }
     return 0;
@@ -49,6 +50,7 @@ static af_fmt af_dtype_fmt(af_dtype dt) {
     case AF_F32: return (af_fmt){23, -126, 0x1.fffffep127};
     case AF_F64: return (af_fmt){52, -1022, 0x1.fffffffffffffp1023};
     case AF_BOOL:
+    case AF_I32:
     case AF_DTYPE_COUNT: break;
     }
     return (af_fmt){52, -1022, 0x1.fffffffffffffp1023};
@@ -140,6 +142,7 @@ float af_round_f32(float x, af_dtype dt) {
     case AF_F32:
     case AF_F64:
     case AF_BOOL:
+    case AF_I32:
     case AF_DTYPE_COUNT: break;
     }
     return x;
@@ -228,6 +231,11 @@ double af_dtype_load(af_dtype dt, const void *base, size_t off) {
         return d;
     }
     case AF_BOOL: return *p ? 1.0 : 0.0;
+    case AF_I32: {
+        int32_t i;
+        memcpy(&i, p, 4);
+        return (double)i;
+    }
     case AF_DTYPE_COUNT: break;
     }
     return 0.0;
@@ -253,6 +261,11 @@ void af_dtype_store(af_dtype dt, void *base, size_t off, double x) {
     }
     case AF_F64: memcpy(p, &x, 8); return;
     case AF_BOOL: *p = (x != 0.0) ? 1 : 0; return;
+    case AF_I32: {
+        int32_t i = (int32_t)x;
+        memcpy(p, &i, 4);
+        return;
+    }
     case AF_DTYPE_COUNT: break;
     }
 }

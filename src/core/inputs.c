@@ -12,9 +12,11 @@
 #include "attnfuzz/mem.h"
 #include "attnfuzz/rng.h"
 #include "attnfuzz/tensor.h"
+#include "inputs_serving.h"
 #include "layout_internal.h"
 
-enum { AF_BUF_Q, AF_BUF_K, AF_BUF_V, AF_BUF_AMASK, AF_BUF_BMASK, AF_BUF_DEAD, AF_BUF_DOUT, AF_BUF_COUNT };
+enum { AF_BUF_Q, AF_BUF_K, AF_BUF_V, AF_BUF_AMASK, AF_BUF_BMASK, AF_BUF_DEAD, AF_BUF_DOUT, AF_BUF_SERVE,
+       AF_BUF_COUNT };
 
 /* Philox streams: one per drawn object, so no two share random numbers. A tensor's
  * streams are offset by its index: q 0, k 1, v 2, dO 3. */
@@ -128,7 +130,19 @@ af_status af_inputs_alloc(af_inputs *in, const af_case *c, af_error *err) {
         t->dout.data = in->buf[AF_BUF_DOUT];
         af_layout_view(c->bwd.dout.layout, &t->dout, AF_Q, c->q_heads, c->v_head_dim, &t->dov);
     }
+    if (c->serve.forms) { /* the physical serving tensors, in one buffer (inputs_serving.c) */
+        size_t bytes = af_serving_place(c, &t->srv, NULL);
+        AF_TRY(af_inputs_reserve(in, AF_BUF_SERVE, bytes, err));
+        af_fill_nan(in->buf[AF_BUF_SERVE], bytes, c->dtype);
+        af_serving_place(c, &t->srv, in->buf[AF_BUF_SERVE]);
+    }
     return AF_OK;
+}
+
+void af_inputs_serving(af_inputs *in) {
+    if (!in->c.serve.forms) return;
+    af_serving_share(&in->t);
+    af_serving_fill(&in->t);
 }
 
 /* --- values ---------------------------------------------------------------------- */
@@ -333,5 +347,6 @@ af_status af_inputs_generate(af_inputs *in, const af_case *c, af_error *err) {
     }
     for (uint32_t w = 0; w < ntensors; w++)
         if (af_spec_of(c, w)->special != AF_SPECIAL_NONE) af_plant(in, w, dead);
+    af_inputs_serving(in);
     return AF_OK;
 }

@@ -1,14 +1,20 @@
 /* mask.c - which keys a query may attend to (docs/design.md section 2, step 4).
  *
  * The structural masks share one diagonal d(b, i) = i + offset(b) and together leave a
- * contiguous interval of live keys: key padding cuts at kv_valid[b], causal at d, the
- * sliding window at [d - left, d + right]. The boolean mask then removes single keys. */
+ * contiguous interval of live keys: key padding (or a serving row's kv_lens[b]) cuts at the
+ * valid keys, causal at d, the sliding window at [d - left, d + right]; a packed segment's
+ * rows past its q_lens[b] see nothing. The boolean mask then removes single keys. */
 #include <string.h>
 
 #include "attnfuzz/rng.h"
 #include "attnfuzz/tensor.h"
 
 void af_mask_row_bounds(const af_case *c, uint32_t b, uint32_t i, int64_t *lo, int64_t *hi) {
+    if (i >= af_case_seg_q(c, b)) { /* past a packed segment's queries: no such row */
+        *lo = 0;
+        *hi = -1;
+        return;
+    }
     int64_t l = 0;
     int64_t h = (int64_t)af_case_valid_keys(c, b) - 1;
     int64_t d = (int64_t)i + af_case_diag_offset(c, b);

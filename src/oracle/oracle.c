@@ -685,7 +685,8 @@ enum {
     AF_FEAT_MASK_DTYPE = 29,
     AF_FEAT_OVERFLOW = 30,
     AF_FEAT_DENORMAL = 31,
-    AF_FEAT_BITS = 32
+    AF_FEAT_SERVING = 32,   /* af_case_serving_features: forms, split-KV, symmetric ALiBi (0 for a dense case) */
+    AF_FEAT_BITS = 40
 };
 
 uint64_t af_case_features(const af_case *c) {
@@ -720,6 +721,7 @@ uint64_t af_case_features(const af_case *c) {
     f |= (uint64_t)(c->amask.present && c->amask.dtype != c->dtype) << AF_FEAT_MASK_DTYPE;
     f |= (uint64_t)overflow << AF_FEAT_OVERFLOW;
     f |= (uint64_t)denormal << AF_FEAT_DENORMAL;
+    f |= (uint64_t)af_case_serving_features(c) << AF_FEAT_SERVING;
     return f;
 }
 
@@ -754,6 +756,9 @@ void af_case_features_str(const af_case *c, char *buf, size_t len) {
     if (f >> AF_FEAT_SPECIAL & 1) AF_PUT(" specials");
     if (f >> AF_FEAT_OVERFLOW & 1) AF_PUT(" near_overflow");
     if (f >> AF_FEAT_DENORMAL & 1) AF_PUT(" denormal");
+    char serving[96];
+    af_case_serving_str(c, serving, sizeof serving);
+    AF_PUT("%s", serving);
 #undef AF_PUT
 }
 

@@ -24,6 +24,7 @@ static inline double af_out_at(const af_tensor *t, size_t e) {
     case AF_BF16: return (double)af_bf16_to_f32(((const uint16_t *)t->data)[e]);
     case AF_F32:
     case AF_BOOL:
+    case AF_I32:
     case AF_DTYPE_COUNT: break;
     }
     return (double)((const float *)t->data)[e];

@@ -11,7 +11,11 @@
  *   kv_perm        keys and values permuted together                 rows identical
  *   masked_values  fully masked keys get new K values and NaN in V   rows identical
  *
- * Choices (target layout, b0, permutations) are a deterministic function of the case.
+ * Choices (target layout, b0, permutations) are a deterministic function of the case. A
+ * serving case's physical tensors are rebuilt from the transformed values (its lengths go
+ * with batch_split, its sinks and slopes with head_perm; kv_perm needs no lengths and no
+ * ALiBi, whose bias depends on the key's position; masked_values ends page sharing, which
+ * would copy a rewritten key of row 0 into a row where it is live).
  *
  * A backward case on a backend that runs backward (af_relation_check_backward): dO is
  * carried like Q (its batch and query heads mapped), the transformed run is a backward
@@ -80,7 +84,7 @@ bool af_relation_applies(af_relation r, const af_case *c) {
     case AF_REL_HEAD_PERM: return c->q_heads > 1 && !af_dropout_pins_indices(c);
     case AF_REL_KV_PERM:
         return c->kv_len > 1 && !c->causal && !c->key_padding && !af_case_has_window(c) &&
-               !af_dropout_pins_indices(c);
+               !af_dropout_pins_indices(c) && !af_case_has_lens(c) && !(c->serve.forms & AF_SERVE_ALIBI);
     case AF_REL_MASKED_VALUES:
         return c->causal || c->key_padding || af_case_has_window(c) || c->bmask.present;
     case AF_REL_COUNT: break;
@@ -155,7 +159,8 @@ af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_re
     switch (r) {
     case AF_REL_LAYOUT: {
         /* another layout (packed ones only where the shape allows), plain strides */
-        bool packable = c->q_len == c->kv_len && c->q_heads == c->kv_heads && c->head_dim == c->v_head_dim;
+        bool packable = c->q_len == c->kv_len && c->q_heads == c->kv_heads && c->head_dim == c->v_head_dim &&
+                        !af_case_has_lens(c);
         unsigned n = packable ? AF_LAYOUT_COUNT : AF_LAYOUT_FIRST_PACKED;
         af_layout cur = c->t[AF_Q].layout;
         af_layout next = (af_layout)((cur + 1 + af_rng_below(&rng, n - 1)) % n);
@@ -176,6 +181,10 @@ af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_re
         t.batch = 1;
         memset(t.kv_valid, 0, sizeof t.kv_valid);
         t.kv_valid[0] = c->kv_valid[b0];
+        memset(t.serve.q_lens, 0, sizeof t.serve.q_lens);
+        memset(t.serve.kv_lens, 0, sizeof t.serve.kv_lens);
+        t.serve.q_lens[0] = c->serve.q_lens[b0];
+        t.serve.kv_lens[0] = c->serve.kv_lens[b0];
         x->bmap = AF_SCRATCH(&x->ws, WS_BMAP, uint32_t, 1, err);
         if (!x->bmap) return AF_ERR_NOMEM;
         x->bmap[0] = b0;
@@ -202,6 +211,7 @@ af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_re
     case AF_REL_MASKED_VALUES:
         /* rows of dead keys are rewritten, so no storage may be shared across batch/heads */
         for (int w = 0; w < AF_QKV_COUNT; w++) t.t[w].bcast = AF_BCAST_NONE;
+        t.serve.shared_pages = 0;
         break;
     case AF_REL_COUNT: break;
     }
@@ -232,6 +242,16 @@ af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_re
                         af_view_set(&d->kv, b, g, j, e, 1e3 * af_rng_normal(&rng));
                     for (size_t e = 0; e < c->v_head_dim; e++) af_view_set(&d->vv, b, g, j, e, (double)NAN);
                 }
+    }
+    af_inputs_serving(x->in);
+    if (x->hmap) { /* a head's sink and slope go with it */
+        af_case_tensors *m = af_inputs_get_mut(x->in);
+        for (int k = 0; k < 2; k++) {
+            const af_tensor *from = k ? &src->srv.slopes : &src->srv.sinks;
+            if (!from->data) continue;
+            float *to = (k ? m->srv.slopes : m->srv.sinks).data;
+            for (size_t h = 0; h < c->q_heads; h++) to[h] = ((const float *)from->data)[x->hmap[h]];
+        }
     }
 
     /* rows of the transformed output -> rows of the source output */

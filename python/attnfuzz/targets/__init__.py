@@ -76,24 +76,26 @@ def _list(stacks):
         mod, why = load(stack)
         if mod is None:
             rows.append({"target": stack, "available": False, "reason": why, "summary": "", "gpu": False,
-                         "compiled": False, "smoke": False, "reference": False, "backward": False})
+                         "compiled": False, "smoke": False, "reference": False, "backward": False, "serving": []})
             continue
         st = mod.STACK
         for v in st.variants.values():
             ok, reason = st.available(v.name, extras)
             rows.append({"target": "%s/%s" % (st.name, v.name), "available": ok, "reason": reason,
                          "summary": v.summary, "gpu": v.gpu, "compiled": v.compiled, "smoke": v.smoke,
-                         "reference": st.reference, "backward": st.backward(v.name)})
+                         "reference": st.reference, "backward": st.backward(v.name), "serving": list(v.serving)})
     return rows
 
 
 def select(rows, where):
     """The rows (list_targets or flattened declared()) that match every word of where:
     cpu, gpu, eager, compiled, smoke, available, campaign (not a reference), backward (answers
-    backward cases), or a stack name (several stack names: any of them)."""
+    backward cases), serving (runs a serving form), or a stack name (several stack names: any
+    of them)."""
     words = set(where)
     stacks = {w for w in words
-              if w not in ("cpu", "gpu", "eager", "compiled", "smoke", "available", "campaign", "backward")}
+              if w not in ("cpu", "gpu", "eager", "compiled", "smoke", "available", "campaign", "backward",
+                           "serving")}
 
     def ok(r):
         stack = r["target"].split("/", 1)[0]
@@ -103,6 +105,7 @@ def select(rows, where):
                 and ("available" not in words or r.get("available", True))
                 and ("campaign" not in words or not r["reference"])
                 and ("backward" not in words or r.get("backward"))
+                and ("serving" not in words or r.get("serving"))
                 and (not stacks or stack in stacks))
     return [r for r in rows if ok(r)]
 
@@ -114,7 +117,7 @@ def declared_rows(stacks=None):
         for v in st.get("variants", ()):
             rows.append({"target": "%s/%s" % (st["stack"], v["variant"]), "summary": v["summary"], "gpu": v["gpu"],
                          "compiled": v["compiled"], "reference": st["reference"], "quick": v["quick"],
-                         "smoke": v["smoke"], "backward": v["backward"]})
+                         "smoke": v["smoke"], "backward": v["backward"], "serving": v.get("serving", [])})
     return rows
 
 

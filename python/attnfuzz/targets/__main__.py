@@ -7,7 +7,8 @@
     python -m attnfuzz.targets --requirements FILE    FILE's pins, then every stack's pip pins
 
 WHERE words narrow the variants (all must hold): cpu, gpu, eager, compiled, campaign (not
-a reference oracle), smoke (in CI's smoke campaign), available (can run here: imports the stacks), or stack names (any of
+a reference oracle), smoke (in CI's smoke campaign), serving (runs a serving form: packed,
+paged, sinks, alibi), available (can run here: imports the stacks), or stack names (any of
 them), e.g. `--names available cpu campaign` for a CPU campaign over every stack installed.
 Worker: python -m attnfuzz.targets.STACK VARIANT (docs/worker-protocol.md)."""
 

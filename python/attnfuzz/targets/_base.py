@@ -36,7 +36,7 @@ import time
 import warnings
 
 from attnfuzz import rng
-from attnfuzz.case import KEY_FIELDS
+from attnfuzz.case import KEY_FIELDS, SERVING_FORMS
 from attnfuzz.layouts import ALL as ALL_LAYOUTS
 
 # Every causal alignment (docs/design.md section 2): what a target implements unless it
@@ -68,19 +68,28 @@ class Variant:
               alone would not fit: the self-test covers those)
     backward  answers backward cases (gradients; the hello's cap "backward"): None takes
               the stack's `trains`
+    serving   the serving forms it runs (docs/design.md section 2, "Serving forms"): any of
+              "packed", "paged", "sinks", "alibi", caps of its hello; a campaign draws a
+              share of serving cases for a variant with any (fuzz --serving)
     """
 
-    __slots__ = ("name", "summary", "gpu", "compiled", "needs", "quick", "smoke", "backward")
+    __slots__ = ("name", "summary", "gpu", "compiled", "needs", "quick", "smoke", "backward", "serving")
 
-    def __init__(self, name, summary, gpu=False, compiled=False, needs=(), quick=False, smoke=True, backward=None):
+    def __init__(self, name, summary, gpu=False, compiled=False, needs=(), quick=False, smoke=True, backward=None,
+                 serving=()):
         self.name, self.summary = str(name), str(summary)
         self.gpu, self.compiled, self.quick, self.smoke = bool(gpu), bool(compiled), bool(quick), bool(smoke)
         self.needs = tuple(needs)
         self.backward = backward if backward is None else bool(backward)
+        unknown = set(serving) - set(SERVING_FORMS)
+        if unknown:
+            raise ValueError("variant %s: unknown serving forms %s" % (name, ", ".join(sorted(unknown))))
+        self.serving = tuple(f for f in SERVING_FORMS if f in serving)
 
     def as_dict(self):
         return {"variant": self.name, "summary": self.summary, "gpu": self.gpu, "compiled": self.compiled,
-                "needs": list(self.needs), "quick": self.quick, "smoke": self.smoke, "backward": self.backward}
+                "needs": list(self.needs), "quick": self.quick, "smoke": self.smoke, "backward": self.backward,
+                "serving": list(self.serving)}
 
 
 class Stack:
@@ -272,8 +281,10 @@ class Target:
         """The complete hello fields (what serve() sends), computed once."""
         if self._hello is None:
             d = dict(self.declare())
-            # "backward" comes from the declaration (Variant.backward), never from declare()
-            caps = [c for c in d["caps"] if c != "backward"] + (["backward"] if self.decl.backward else [])
+            # "backward" and the serving forms come from the declaration (Variant.backward,
+            # Variant.serving), never from declare()
+            caps = ([c for c in d["caps"] if c != "backward" and c not in SERVING_FORMS]
+                    + (["backward"] if self.decl.backward else []) + list(self.decl.serving))
             conv = dict(DEFAULT_CONVENTIONS)
             conv.update(d.get("conventions") or {})
             self._hello = {

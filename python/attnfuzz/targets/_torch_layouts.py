@@ -86,4 +86,16 @@ def to_numpy(t):
     return t.numpy()
 
 
-FUNCTIONS = (to_bhsd, unpack_qkv, from_bhsd, to_torch, to_numpy)
+def band(ok, kv, d, causal, left, right):
+    """A mask_mod's structural band: ok where key kv is at or before diagonal d (causal) and
+    inside the window [d - left, d + right] (a side < 0: unbounded)."""
+    if causal:
+        ok = ok & (kv <= d)
+    if left >= 0:
+        ok = ok & (kv >= d - left)
+    if right >= 0:
+        ok = ok & (kv <= d + right)
+    return ok
+
+
+FUNCTIONS = (to_bhsd, unpack_qkv, from_bhsd, to_torch, to_numpy, band)

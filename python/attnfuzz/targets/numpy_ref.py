@@ -3,19 +3,24 @@ backward included.
 
     python -m attnfuzz.targets.numpy_ref [float64]
 
-Every layout and feature, dropout by the counter RNG; the output is float64, so against
+Every layout and feature, the serving forms included (THD and paged inputs gathered back to
+the padded view as a kernel reads them, a packed case's output returned in THD form),
+dropout by the counter RNG; the output is float64, so against
 the C oracle it must be clean: a finding names a disagreement between the two oracles (or
 the protocol). A reference, not a stack under test: campaign scripts leave it out."""
 
 import inspect
 import sys
 
-from attnfuzz import layouts, reference
+import numpy as np
+
+from attnfuzz import layouts, reference, serving
 from attnfuzz.targets import _base
 from attnfuzz.worker import Result
 
 STACK = _base.Stack("numpy_ref", imports=("numpy",), reference=True, default="float64", trains=True, variants=(
-    _base.Variant("float64", "numpy float64 reference of docs/design.md section 2 (every layout and feature)"),))
+    _base.Variant("float64", "numpy float64 reference of docs/design.md section 2 (every layout and feature)",
+                  serving=("packed", "paged", "sinks", "alibi")),))
 
 
 class Target(_base.Target):
@@ -28,6 +33,9 @@ class Target(_base.Target):
 
     def execute(self, art, case, q, k, v, mask, bool_mask):
         out = attention(case, q, k, v, mask=mask, bool_mask=bool_mask)
+        if case.thd:  # the packed case's rows in THD form, as a varlen kernel returns them
+            return Result(np.concatenate([out[b, :, :case.seg_q(b)].transpose(1, 0, 2) for b in range(case.batch)]),
+                          layout="thd")
         if not case.grads:
             return out
         g = gradients(case, q, k, v, case.dout, mask=mask, bool_mask=bool_mask)
@@ -35,7 +43,10 @@ class Target(_base.Target):
 
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    qb, kb, vb = layouts.case_inputs_bhsd(case, q, k, v)
+    if case.forms:  # THD and page caches back to the padded view
+        qb, kb, vb = serving.gather(case, dict(case.serving_tensors, q=q, k=k, v=v))
+    else:
+        qb, kb, vb = layouts.case_inputs_bhsd(case, q, k, v)
     return reference.attention(case, qb, kb, vb, mask=mask, bool_mask=bool_mask, keep=keep)
 
 
@@ -49,7 +60,7 @@ def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
 def repro_snippet(variant="float64"):
     """The reference itself: a repro of a numpy_ref finding is a disagreement between the
     two oracles, so it runs with attnfuzz."""
-    return ("import numpy as np\nfrom attnfuzz import layouts, reference\n\n" + inspect.getsource(attention)
+    return ("import numpy as np\nfrom attnfuzz import layouts, reference, serving\n\n" + inspect.getsource(attention)
             + "\n\n" + inspect.getsource(gradients))
 
 

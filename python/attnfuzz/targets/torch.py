@@ -19,6 +19,13 @@ CUDA (the same modules on device cuda; declared unavailable where torch sees no 
   cuda_sdpa_math, cuda_sdpa_flash, cuda_sdpa_efficient, cuda_sdpa_cudnn, cuda_explicit,
   cuda_compile, cuda_compile_sdpa, cuda_flex
 
+Serving paths (docs/design.md section 2, "Serving forms"; attnfuzz.targets._torch_serving):
+  sdpa_jagged, cuda_sdpa_jagged   SDPA on nested jagged tensors (THD + offsets)
+  flex_paged, cuda_flex_paged     FlexAttention over a page cache (PagedAttention), ALiBi as a
+                                  score_mod, a sink through the log-sum-exp (CUDA)
+  cuda_flex_decode                the same with at most 16 queries: the flex decode kernel
+  cuda_varlen                     torch.nn.attention.varlen.varlen_attn (FlashAttention varlen)
+
 Masks: SDPA's is_causal is top-left; the modules use it for a plain top-left causal case and
 otherwise build an explicit boolean mask (causal on any diagonal, key padding, window) and
 combine it with the case's masks the way user code does (`torch.where(mask, add, -inf)`),
@@ -48,6 +55,7 @@ attnfuzz records a crash and restarts it.
 
 from __future__ import annotations
 
+import importlib
 import math
 import shutil
 import sys
@@ -56,8 +64,8 @@ import warnings
 import numpy as np
 
 from attnfuzz import masks
-from attnfuzz.targets import _base, _common, _torch_layouts
-from attnfuzz.targets._torch_layouts import from_bhsd, to_bhsd, to_numpy, to_torch, unpack_qkv
+from attnfuzz.targets import _base, _common, _torch_layouts, _torch_serving
+from attnfuzz.targets._torch_layouts import band, from_bhsd, to_bhsd, to_numpy, to_torch, unpack_qkv
 
 # The module kind and SDPA backend of each variant (without the cuda_ prefix).
 _KIND = {
@@ -83,6 +91,17 @@ def _probe(variant):
     base, cuda = _base_of(variant)
     if cuda and not torch.cuda.is_available():
         return "torch sees no CUDA device"
+    if base in _torch_serving.KINDS:
+        mods = {"jagged": "torch.nested", "flex_paged": "torch.nn.attention.experimental._paged_attention",
+                "varlen": "torch.nn.attention.varlen"}
+        try:
+            importlib.import_module(mods[_torch_serving.KINDS[base]])
+        except Exception as e:  # noqa: BLE001
+            return "%s does not import: %s" % (mods[_torch_serving.KINDS[base]], e)
+        if _torch_serving.KINDS[base] == "flex_paged" and not cuda and not (
+                shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
+            return "Inductor on CPU needs a C++ compiler (c++, g++ or clang++) on PATH"
+        return None
     if base == "flex":
         try:
             import torch.nn.attention.flex_attention  # noqa: F401
@@ -114,7 +133,20 @@ STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_
     _V("cuda_compile", "torch.compile of the explicit module (CUDA)", gpu=True, compiled=True, quick=True),
     _V("cuda_compile_sdpa", "torch.compile of the SDPA module (CUDA)", gpu=True, compiled=True, quick=True),
     _V("cuda_flex", "FlexAttention, compiled (CUDA)", gpu=True, compiled=True, quick=True),
+    # serving paths (attnfuzz.targets._torch_serving); forward only
+    _V("sdpa_jagged", "F.scaled_dot_product_attention on nested jagged tensors (THD + offsets, CPU)",
+       backward=False, serving=("packed",)),
+    _V("flex_paged", "FlexAttention over a page cache (PagedAttention), ALiBi score_mod, compiled (CPU)",
+       compiled=True, quick=True, smoke=False, backward=False, serving=("packed", "paged", "alibi")),
+    _V("cuda_sdpa_jagged", "SDPA on nested jagged tensors (CUDA)", gpu=True, backward=False, serving=("packed",)),
+    _V("cuda_flex_paged", "FlexAttention over a page cache, ALiBi score_mod, a sink through the LSE (CUDA)",
+       gpu=True, compiled=True, quick=True, backward=False, serving=("packed", "paged", "sinks", "alibi")),
+    _V("cuda_flex_decode", "FlexAttention's decode kernel (at most 16 queries) over a page cache (CUDA)",
+       gpu=True, compiled=True, quick=True, backward=False, serving=("packed", "paged", "sinks", "alibi")),
+    _V("cuda_varlen", "torch.nn.attention.varlen.varlen_attn: FlashAttention varlen, paged KV where torch has it "
+       "(CUDA)", gpu=True, backward=False, serving=("packed", "paged")),
 ))
+_torch_serving.ServingTarget.STACK = STACK
 
 
 # ---------------------------------------------------------------------------------------
@@ -274,13 +306,7 @@ def make_modules():
             def mask_mod(b, h, qi, kv):
                 ok = kv >= 0
                 if struct is not None:
-                    d = qi + struct[0, b]
-                    if causal:
-                        ok = ok & (kv <= d)
-                    if left >= 0:
-                        ok = ok & (kv >= d - left)
-                    if right >= 0:
-                        ok = ok & (kv <= d + right)
+                    ok = band(ok, kv, qi + struct[0, b], causal, left, right)
                     if padding:
                         ok = ok & (kv < struct[1, b])
                 if bm is not None:
@@ -466,6 +492,12 @@ _VALUE_FIELDS = ("scale", "scale_arg", "softcap", "dropout_p")
 class Target(_base.Target):
     STACK = STACK
     LAZY_COMPILE = True          # torch.compile compiles on the first call
+
+    def __new__(cls, variant: str):
+        # the serving paths have their own worker class (attnfuzz.targets._torch_serving)
+        if cls is Target and _base_of(variant)[0] in _torch_serving.KINDS:
+            return _torch_serving.ServingTarget(variant)
+        return super().__new__(cls)
 
     def __init__(self, variant: str):
         import torch
@@ -790,6 +822,8 @@ def repro_snippet(variant: str) -> str:
     with torch and numpy only (the same module code the worker runs, on the same physical
     inputs); returns the output as [B, Hq, Sq, Dv]."""
     base, cuda = _base_of(variant)
+    if base in _torch_serving.KINDS:
+        return _torch_serving.repro_snippet_source(variant)
     kind, backend = _KIND[base]
     sdpa_backend = backend if kind == "sdpa" and backend not in (None, "compile") else None
     return _common.snippet(

@@ -1,0 +1,393 @@
+"""PyTorch's serving paths as attnfuzz targets (docs/design.md section 2, "Serving forms"):
+the variants of attnfuzz.targets.torch whose kind is here.
+
+  sdpa_jagged, cuda_sdpa_jagged   F.scaled_dot_product_attention on nested jagged tensors
+                                  (torch.nested.nested_tensor_from_jagged of THD values and
+                                  cu_seqlens offsets)
+  flex_paged, cuda_flex_paged     FlexAttention over a page cache with
+                                  torch.nn.attention.experimental._paged_attention.PagedAttention:
+                                  the case's block table as its page table, the logical block
+                                  mask converted to physical pages, ALiBi and softcap as a
+                                  score_mod, a sink through the returned log-sum-exp (CUDA)
+  cuda_flex_decode                the same with at most 16 queries a row: FlexAttention's
+                                  decode (split-KV) kernel
+  cuda_varlen                     torch.nn.attention.varlen.varlen_attn (FlashAttention varlen)
+                                  with cu_seqlens; paged KV through its block_table where the
+                                  installed torch has it
+
+A dense case is served the way a serving stack would batch it: each batch row a segment of
+Sq queries and its valid keys (THD for jagged and varlen; a page cache of 16-token pages in
+order for the flex variants). Outputs: THD for a packed case (jagged, varlen), else the
+padded [B, Hq, Sq, Dv] view (rows past a segment are ignored by attnfuzz).
+
+Conventions (torch 2.15 CPU; the CUDA ones are written from the APIs and run by
+scripts/gpu_campaign.sh): NJT's is_causal is CUDA only (the CPU math path refuses it) and sent
+only where top-left and bottom-right agree (every segment's diagonal at 0); FlexAttention gives weight 0 to masked keys inside
+a block but multiplies them (masked_values "ieee"); CPU FlexAttention cannot return the
+log-sum-exp a sink needs (no cap sinks there)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import numpy as np
+
+from attnfuzz import serving
+from attnfuzz.targets import _base, _torch_layouts
+from attnfuzz.targets._torch_layouts import band, to_bhsd, to_numpy, to_torch, unpack_qkv
+
+KINDS = {"sdpa_jagged": "jagged", "flex_paged": "flex_paged", "flex_decode": "flex_paged", "varlen": "varlen"}
+DENSE_PAGE = 16  # the pages a flex variant cuts a dense case's keys into
+
+
+# ---------------------------------------------------------------------------------------
+# The model code: torch, numpy and math only (repro_snippet copies it).
+# ---------------------------------------------------------------------------------------
+
+def segment_lengths(case):
+    """(nq, nk) per batch row: a packed case's segments, else Sq and the valid keys."""
+    return [(case.seg_q(b), case.valid_keys[b] if case.kv_lens is None else case.seg_k(b)) for b in range(case.batch)]
+
+
+def dense_thd(x, lens):
+    """[B, H, S, D] torch -> THD [sum(lens), H, D]: row b's first lens[b] positions."""
+    return torch_cat([x[b, :, :n].transpose(0, 1) for b, n in enumerate(lens)], x.shape[1], x.shape[3], x)
+
+
+def torch_cat(parts, H, D, like):
+    import torch
+    return torch.cat(parts) if parts else torch.empty((0, H, D), dtype=like.dtype, device=like.device)
+
+
+def dense_bhsd(case, q, k, v, dev):
+    """The dense inputs as torch [B, H, S, D] views (a packed QKV buffer split as models do)."""
+    if case.packed:
+        return unpack_qkv(to_torch(case.qkv, dev), case.layout, case.q_heads, case.head_dim)
+    return (to_bhsd(to_torch(q, dev), case.layouts["q"], case.q_heads, case.head_dim),
+            to_bhsd(to_torch(k, dev), case.layouts["k"], case.kv_heads, case.head_dim),
+            to_bhsd(to_torch(v, dev), case.layouts["v"], case.kv_heads, case.v_head_dim))
+
+
+def thd_inputs(case, q, k, v, dev):
+    """THD q, k, v (torch, contiguous) and cu_seqlens_q, cu_seqlens_k (int32 torch) of a case:
+    a packed case's own tensors (its paged K and V gathered to THD), else its batch rows."""
+    import torch
+    lens = segment_lengths(case)
+    cu_q = torch.tensor(serving.cu_seqlens([a for a, _ in lens]), device=dev)
+    cu_k = torch.tensor(serving.cu_seqlens([b for _, b in lens]), device=dev)
+    dense = None if (case.thd or case.paged) else dense_bhsd(case, q, k, v, dev)
+    if case.thd:
+        qt = to_torch(q, dev)
+    else:
+        qb = dense[0] if dense else to_bhsd(to_torch(q, dev), case.layouts["q"], case.q_heads,
+                                                           case.head_dim)
+        qt = dense_thd(qb, [a for a, _ in lens])
+    if case.thd and not case.paged:
+        kt, vt = to_torch(k, dev), to_torch(v, dev)
+    else:
+        if case.paged:
+            _, kb, vb = serving.gather(case, dict(case.serving_tensors, k=k, v=v))
+            kb, vb = (torch.from_numpy(x).to(dev).to(qt.dtype) for x in (kb, vb))
+        else:
+            kb, vb = dense[1], dense[2]
+        kt, vt = dense_thd(kb, [b for _, b in lens]), dense_thd(vb, [b for _, b in lens])
+    return qt.contiguous(), kt.contiguous(), vt.contiguous(), cu_q, cu_k
+
+
+def jagged_attention(case, qt, kt, vt, cu_q, cu_k, causal, scale):
+    """F.scaled_dot_product_attention on nested jagged tensors [B, H, j, D] made from THD
+    values and their cu_seqlens offsets; the output's values as THD [Tq, Hq, Dv]."""
+    import torch
+    import torch.nn.functional as F
+    if case.q_heads != case.kv_heads:  # GQA as user code writes it for NJT: repeat the heads
+        rep = case.q_heads // case.kv_heads
+        kt, vt = kt.repeat_interleave(rep, dim=1), vt.repeat_interleave(rep, dim=1)
+    nq = torch.nested.nested_tensor_from_jagged(qt, cu_q.to(torch.int64)).transpose(1, 2)
+    nk = torch.nested.nested_tensor_from_jagged(kt, cu_k.to(torch.int64)).transpose(1, 2)
+    nv = torch.nested.nested_tensor_from_jagged(vt, cu_k.to(torch.int64)).transpose(1, 2)
+    o = F.scaled_dot_product_attention(nq, nk, nv, is_causal=causal, scale=scale)
+    return o.transpose(1, 2).values()
+
+
+def flex_paged_attention(case, q, k, v, dev, cfg):
+    """FlexAttention over a page cache: q padded [B, Hq, Sq, D]; the case's caches and block
+    table (a dense case: its keys cut into DENSE_PAGE-token pages in order); PagedAttention
+    maps logical key blocks to pages; ALiBi and softcap in the score_mod; a sink through the
+    log-sum-exp: out * sigmoid(lse - z). Returns [B, Hq, Sq, Dv] and its log-sum-exp use."""
+    import torch
+    from torch.nn.attention.experimental._paged_attention import PagedAttention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    B, Hq, Hkv, Sq = case.batch, case.q_heads, case.kv_heads, case.q_len
+    if case.thd:
+        qb = torch.zeros((B, Hq, Sq, case.head_dim), dtype=cfg["dtype"], device=dev)
+        qt, cu = to_torch(q, dev), serving.cu_seqlens([case.seg_q(b) for b in range(B)])
+        for b in range(B):
+            qb[b, :, :cu[b + 1] - cu[b]] = qt[cu[b]:cu[b + 1]].transpose(0, 1)
+    else:
+        qb = dense_bhsd(case, q, k, v, dev)[0]
+    lens = [nk for _, nk in segment_lengths(case)]
+    if case.paged:
+        ps = case.page_size
+        table = torch.from_numpy(np.asarray(case.serving_tensors["block_table"], dtype=np.int64)).to(dev)
+        kc, vc = to_torch(k, dev), to_torch(v, dev)                        # [P, ps, Hkv, D]
+    else:  # a dense case's (or THD) keys, paged in order
+        ps = DENSE_PAGE
+        if case.thd:
+            _, kb, vb = serving.gather(case, dict(case.serving_tensors, k=k, v=v))
+            kb, vb = (torch.from_numpy(x).to(dev).to(cfg["dtype"]) for x in (kb, vb))
+        else:
+            _, kb, vb = dense_bhsd(case, q, k, v, dev)
+        W = max(1, -(-case.kv_len // ps))
+        pad = W * ps - case.kv_len
+        kc = torch.nn.functional.pad(kb, (0, 0, 0, pad)).transpose(1, 2).reshape(B * W, ps, Hkv, case.head_dim)
+        vc = torch.nn.functional.pad(vb, (0, 0, 0, pad)).transpose(1, 2).reshape(B * W, ps, Hkv, case.v_head_dim)
+        table = torch.arange(B * W, device=dev).reshape(B, W)
+    P, W = kc.shape[0], table.shape[1]
+    paged = PagedAttention(n_pages=P, page_size=ps, max_batch_size=B, device=dev)
+    paged.page_table[:, :W] = table
+    for b in range(B):
+        n = -(-lens[b] // ps)
+        paged.physical_to_logical[b, table[b, :n]] = torch.arange(n, device=dev)
+    # PagedAttention's cache: [1, H, pages * page_size, D]
+    kf = kc.permute(2, 0, 1, 3).reshape(1, Hkv, P * ps, case.head_dim)
+    vf = vc.permute(2, 0, 1, 3).reshape(1, Hkv, P * ps, case.v_head_dim)
+    if B > 1:
+        kf, vf = kf.expand(B, -1, -1, -1), vf.expand(B, -1, -1, -1)
+    kv_len = torch.tensor(lens, device=dev)
+    q_len = torch.tensor([case.seg_q(b) for b in range(B)], device=dev)
+    off = torch.tensor(case.diag_offset, device=dev)
+    causal, (left, right) = bool(case.causal), case.window
+
+    def mask_mod(b, h, qi, kv):
+        return band((kv < kv_len[b]) & (qi < q_len[b]), kv, qi + off[b], causal, left, right)
+
+    cap = cfg["softcap"]
+    slopes = None if case.alibi_slopes is None else torch.from_numpy(np.asarray(case.alibi_slopes)).to(dev)
+    symmetric = case.alibi_symmetric
+
+    def score_mod(score, b, h, qi, kv):
+        if cap > 0:
+            score = cap * torch.tanh(score / cap)
+        if slopes is not None:
+            dist = (qi + off[b] - kv).to(torch.float32)
+            score = score - slopes[h] * (dist.abs() if symmetric else dist)
+        return score
+
+    block_mask = create_block_mask(mask_mod, B, None, Sq, W * ps, device=dev, BLOCK_SIZE=(cfg["q_block"], ps))
+    block_mask = paged.convert_logical_block_mask(block_mask, kv_len=kv_len)
+    mod = paged.get_score_mod(score_mod, kv_len) if (cap > 0 or slopes is not None) else None
+    fn = cfg["flex"] or flex_attention
+    if case.sinks is None:
+        return fn(qb, kf, vf, score_mod=mod, block_mask=block_mask, scale=cfg["scale_arg"],
+                  enable_gqa=Hq != Hkv)
+    from torch.nn.attention.flex_attention import AuxRequest
+    out, aux = fn(qb, kf, vf, score_mod=mod, block_mask=block_mask, scale=cfg["scale_arg"], enable_gqa=Hq != Hkv,
+                  return_aux=AuxRequest(lse=True))
+    z = torch.from_numpy(np.asarray(case.sinks)).to(dev).reshape(1, Hq, 1)
+    w = torch.sigmoid(aux.lse.float() - z)  # e^lse / (e^lse + e^z): a row without keys has lse -inf, weight 0
+    return (out.float() * w[..., None]).to(out.dtype)
+
+
+def varlen_window(case):
+    """FlashAttention's window (left, right) around each segment's bottom-right diagonal: the
+    case's window, right capped at 0 by causal; (-1, -1) for neither."""
+    left, right = case.window
+    if case.causal:
+        right = 0
+    return (int(left), int(right))
+
+
+def varlen_attention(case, q, k, v, dev, cfg):
+    """torch.nn.attention.varlen.varlen_attn on THD tensors (paged K and V through its
+    block_table and seqused_k where the installed torch takes them); THD [Tq, Hq, Dv]."""
+    import torch
+    from torch.nn.attention.varlen import varlen_attn
+    params = inspect.signature(varlen_attn).parameters
+    kw = {}
+    if "scale" in params:
+        kw["scale"] = cfg["scale_arg"]
+    window = varlen_window(case)
+    if "window_size" in params:
+        kw["window_size"] = window
+    elif "is_causal" in params:
+        kw["is_causal"] = window == (-1, 0)
+    if "enable_gqa" in params and case.q_heads != case.kv_heads:
+        kw["enable_gqa"] = True
+    lens = segment_lengths(case)
+    max_q, max_k = max([a for a, _ in lens] + [1]), max([b for _, b in lens] + [1])
+    if case.paged and "block_table" in params:
+        qt = to_torch(q, dev).contiguous() if case.thd else thd_inputs(case, q, k, v, dev)[0]
+        cu_q = torch.tensor(serving.cu_seqlens([a for a, _ in lens]), device=dev)
+        t = case.serving_tensors
+        kw.update(seqused_k=torch.from_numpy(np.asarray(t["seqlens_k"])).to(dev),
+                  block_table=torch.from_numpy(np.asarray(t["block_table"])).to(dev))
+        return varlen_attn(qt, to_torch(k, dev).contiguous(), to_torch(v, dev).contiguous(), cu_q, None, max_q,
+                           max_k, **kw)
+    qt, kt, vt, cu_q, cu_k = thd_inputs(case, q, k, v, dev)
+    return varlen_attn(qt, kt, vt, cu_q, cu_k, max_q, max_k, **kw)
+
+
+def serving_config(case, base, cuda):
+    """What a serving variant's call of one case depends on."""
+    import torch
+    dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
+    return {"kind": KINDS[base], "dtype": dt, "scale": float(case.scale),
+            "scale_arg": float(case.scale) if case.scale_given else None, "softcap": float(case.softcap),
+            "q_block": 16, "flex": None}
+
+
+def serving_attention(case, q, k, v, dev, cfg):
+    """One case through the variant's API: (output as numpy, its layout)."""
+    kind = cfg["kind"]
+    if kind == "flex_paged":
+        return to_numpy(flex_paged_attention(case, q, k, v, dev, cfg)), "bhsd"
+    if kind == "jagged":
+        qt, kt, vt, cu_q, cu_k = thd_inputs(case, q, k, v, dev)
+        out = jagged_attention(case, qt, kt, vt, cu_q, cu_k, bool(case.causal), cfg["scale_arg"])
+    else:
+        out = varlen_attention(case, q, k, v, dev, cfg)
+    out = to_numpy(out)
+    if case.thd:
+        return out, "thd"
+    # a dense case's segments back to [B, Hq, Sq, Dv] (rows past the valid ones: 0)
+    full = np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim), dtype=out.dtype)
+    cu = serving.cu_seqlens([a for a, _ in segment_lengths(case)])
+    for b in range(case.batch):
+        full[b, :, :cu[b + 1] - cu[b]] = out[cu[b]:cu[b + 1]].transpose(1, 0, 2)
+    return full, "bhsd"
+
+
+# ---------------------------------------------------------------------------------------
+# The worker side.
+# ---------------------------------------------------------------------------------------
+
+_COMMON = ["f32", "f16", "bf16", "gqa", "cross", "scale", "causal", "padding", "strided"]
+
+
+class ServingTarget(_base.Target):
+    """A serving variant of the torch stack (STACK is set by attnfuzz.targets.torch)."""
+    LAZY_COMPILE = True
+    SCORE_BUDGET = False   # none of these forms the [B, Hq, Sq, Sk] scores
+
+    def __init__(self, variant):
+        import torch
+        self.torch = torch
+        self.cuda = variant.startswith("cuda_")
+        self.base = variant[5:] if self.cuda else variant
+        self.kind = KINDS[self.base]
+        self.device = "cuda" if self.cuda else "cpu"
+        super().__init__(variant)
+        torch.set_num_threads(1)
+        torch.set_grad_enabled(False)
+        self._flex = None
+        if self.kind == "flex_paged":
+            import torch._dynamo as dynamo
+            for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                         "accumulated_cache_size_limit"):
+                if hasattr(dynamo.config, name):
+                    setattr(dynamo.config, name, 1 << 20)
+
+    def declare(self):
+        conv = {}
+        limits = {}
+        if self.kind == "jagged":
+            # NJT's math path (the CPU one) refuses is_causal=True (_can_use_math_sdpa_jagged);
+            # on CUDA the flash and efficient kernels take it
+            caps = _COMMON + ["dv"] if self.cuda else [c for c in _COMMON if c != "causal"] + ["dv"]
+        elif self.kind == "flex_paged":
+            caps = _COMMON + ["dv", "softcap", "window"]
+            conv["masked_values"] = "ieee"
+            if self.base == "flex_decode":
+                limits["max_q_len"] = 16
+        else:  # varlen: FlashAttention, f16/bf16, head dims multiples of 8 up to 256, bottom-right windows
+            caps = [c for c in _COMMON if c != "f32"] + ["window"]
+            limits.update(max_head_dim=256, head_dim_multiple=8)
+            conv["causal"] = ["bottom_right", "bottom_right_valid"]
+        return {"caps": caps, "limits": limits, "conventions": conv}
+
+    def hello(self):
+        h = super().hello()
+        # CPU FlexAttention returns no log-sum-exp under torch.compile: no sinks there
+        if self.kind == "flex_paged" and not self.cuda and "sinks" in h["caps"]:
+            h["caps"].remove("sinks")
+        return h
+
+    def refuse(self, case, mask, bool_mask):
+        from attnfuzz.worker import Unsupported
+        if self.kind == "jagged" and case.causal:
+            # NJT's is_causal: top-left per sequence on the math path, bottom-right on flash;
+            # sent only where the two agree
+            for b, (nq, nk) in enumerate(segment_lengths(case)):
+                if nq and case.diag_offset[b] != 0:
+                    raise Unsupported("sdpa_jagged: is_causal only where every segment's diagonal starts at 0")
+        if self.kind == "varlen":
+            if case.head_dim != case.v_head_dim:
+                raise Unsupported("varlen_attn needs head_dim == v_head_dim")
+            if case.key_padding is not None and case.causal and case.diagonal == "bottom_right":
+                raise Unsupported("varlen aligns causal to each sequence's valid keys (bottom_right_valid)")
+        if self.kind == "flex_paged" and case.paged and self.cuda and case.page_size % 16:
+            raise Unsupported("FlexAttention's kernels take key blocks (pages) of a multiple of 16 tokens")
+
+    def structure(self, case, mask, bool_mask):
+        # a compiled flex kernel per shape of its inputs (the page cache's and the table's
+        # included) and per score_mod and mask_mod
+        if self.kind != "flex_paged":
+            return None
+        return (_base.dense_structure(case, mask, bool_mask), case.key("serving"))
+
+    def build(self, case, q, k, v, mask, bool_mask):
+        if self.kind == "flex_paged" and self._flex is None:
+            from torch.nn.attention.flex_attention import flex_attention
+            self._flex = self.torch.compile(flex_attention, dynamic=False)
+        return self._flex
+
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        from attnfuzz.worker import Result
+        cfg = serving_config(case, self.base, self.cuda)
+        cfg["flex"] = art
+        out, lay = serving_attention(case, q, k, v, self.device, cfg)
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        return Result(out, layout=lay)
+
+    def refusal(self, exc):
+        msg = str(exc)
+        for pat in ("NotImplementedError: NYI", "not supported", "must be a multiple", "does not support"):
+            if pat in msg:
+                return "torch/%s: %s" % (self.variant, msg.strip().splitlines()[0][:300])
+        return None
+
+    def fatal(self, exc):
+        return self.cuda and ("CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError")
+
+
+def repro_snippet_source(variant):
+    """Standalone source of `attention(case, q, k, v, ...)` for a serving variant (the case's
+    serving tensors on case.serving_tensors, as the worker kit puts them)."""
+    from attnfuzz.targets import _common
+    cuda = variant.startswith("cuda_")
+    base = variant[5:] if cuda else variant
+    return _common.snippet(
+        ["import inspect", "import torch"],
+        _torch_layouts.FUNCTIONS + (segment_lengths, dense_thd, torch_cat, dense_bhsd, thd_inputs, jagged_attention,
+                                    flex_paged_attention, varlen_window, varlen_attention, serving_config,
+                                    serving_attention),
+        consts={"KINDS": KINDS, "DENSE_PAGE": DENSE_PAGE},
+        namespaces={"serving": [serving.cu_seqlens, serving.gather]},
+        tail=f'''
+
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
+    """{variant}: q, k, v as the worker kit hands them (THD or page caches for a serving case,
+    its tables on case.serving_tensors). Returns the output as [B, Hq, Sq, Dv]."""
+    dev = {"'cuda'" if cuda else "'cpu'"}
+    cfg = serving_config(case, {base!r}, {cuda!r})
+    out, lay = serving_attention(case, q, k, v, dev, cfg)
+    if lay == "thd":
+        full = np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim), dtype=out.dtype)
+        cu = serving.cu_seqlens([case.seg_q(b) for b in range(case.batch)])
+        for b in range(case.batch):
+            full[b, :, :cu[b + 1] - cu[b]] = out[cu[b]:cu[b + 1]].transpose(1, 0, 2)
+        return full
+    return out
+''')
