@@ -54,15 +54,19 @@ af_status af_backend_spec_open(const char *spec, const af_worker_opts *wopts, af
     if (p) return p->open(spec, wopts, out, err);
     const af_backend_vtable *vt = af_backend_builtin_find(spec);
     if (vt) return af_backend_open_vtable(vt, NULL, out, err);
-    /* the known names, then the prefixed forms (the message is cut at its buffer's end) */
+    /* the plain names, the prefixed forms, then the mutants (the message is cut at its
+     * buffer's end; `attnfuzz backends` lists everything) */
     char known[1024];
-    size_t n = 0;
-    for (size_t i = 0; i < af_backend_builtin_count() + AF_BACKEND_PREFIX_COUNT && n < sizeof known; i++) {
-        size_t b = af_backend_builtin_count();
-        const char *name = i < b ? af_backend_builtin(i)->name : af_backend_prefixes[i - b].form;
-        int w = snprintf(known + n, sizeof known - n, "%s%s", i ? ", " : "", name);
-        if (w < 0) break;
-        n += (size_t)w;
+    size_t n = 0, b = af_backend_builtin_count();
+    for (int pass = 0; pass < 3; pass++) {
+        size_t count = pass == 1 ? (size_t)AF_BACKEND_PREFIX_COUNT : b;
+        for (size_t i = 0; i < count && n < sizeof known; i++) {
+            const char *name = pass == 1 ? af_backend_prefixes[i].form : af_backend_builtin(i)->name;
+            if (pass != 1 && (strncmp(name, "mutant:", 7) == 0) != (pass == 2)) continue;
+            int w = snprintf(known + n, sizeof known - n, "%s%s", n ? ", " : "", name);
+            if (w < 0) break;
+            n += (size_t)w;
+        }
     }
     return af_error_set(err, AF_ERR_INVALID, "unknown backend \"%s\" (known: %s)", spec, known);
 }
