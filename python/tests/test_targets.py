@@ -55,11 +55,12 @@ class Registry(unittest.TestCase):
         self.assertEqual({r["target"].split("/")[0] for r in rows}, set(targets.stack_names()))
         for r in rows:
             self.assertEqual(set(r), {"target", "available", "reason", "summary", "gpu", "compiled", "smoke",
-                                      "reference", "backward"})
+                                      "reference", "backward", "serving"})
             if not r["available"]:
                 self.assertTrue(r["reason"], r)
         self.assertIn({"target": "numpy_ref/float64", "available": True, "reason": "", "gpu": False,
                        "compiled": False, "smoke": True, "reference": True, "backward": True,
+                       "serving": ["packed", "paged", "sinks", "alibi"],
                        "summary": numpy_ref.STACK.variants["float64"].summary}, rows)
         p = subprocess.run([sys.executable, "-m", "attnfuzz.targets"], env=_env(), capture_output=True)
         self.assertEqual(p.returncode, 2)
@@ -78,7 +79,8 @@ class Registry(unittest.TestCase):
         self.assertNotIn("torch/cuda_sdpa_flash", cpu)
         self.assertIn("numpy_ref/float64", cpu)
         self.assertNotIn("numpy_ref/float64", names("cpu", "campaign"))
-        self.assertEqual(names("torch", "cpu", "eager"), ["torch/sdpa_math", "torch/sdpa_flash", "torch/explicit"])
+        self.assertEqual(names("torch", "cpu", "eager"),
+                         ["torch/sdpa_math", "torch/sdpa_flash", "torch/explicit", "torch/sdpa_jagged"])
         self.assertEqual(set(names("ort", "jax", "compiled", "cpu")),
                          {"ort/attention", "ort/explicit", "ort/explicit_noopt", "ort/exported_sdpa", "jax/xla",
                           "jax/explicit"})
@@ -128,7 +130,7 @@ class Registry(unittest.TestCase):
         self.assertIn("declares no STACK", rows[2]["reason"])
         self.assertEqual(rows[3], {"target": "zz_wobbly/a", "available": True, "reason": "", "summary": "first",
                                    "gpu": False, "compiled": False, "smoke": True, "reference": False,
-                                   "backward": False})
+                                   "backward": False, "serving": []})
         self.assertEqual((rows[4]["target"], rows[4]["available"], rows[4]["gpu"]), ("zz_wobbly/b", False, True))
         self.assertIn("OSError: driver missing", rows[4]["reason"])
         self.assertIn("RuntimeError: no GPU here", declared[0]["error"])

@@ -315,6 +315,12 @@ class ServingTarget(_base.Target):
 
     def refuse(self, case, mask, bool_mask):
         from attnfuzz.worker import Unsupported
+        if self.kind == "jagged":
+            lens = segment_lengths(case)
+            # NJT's SDPA pads through to_padded_tensor, which raises "at least one constituent
+            # tensor should have non-zero numel" when every query or every key segment is empty
+            if not any(nq for nq, _ in lens) or not any(nk for _, nk in lens):
+                raise Unsupported("sdpa_jagged: nested tensors need a non-empty query and key segment")
         if self.kind == "jagged" and case.causal:
             # NJT's is_causal: top-left per sequence on the math path, bottom-right on flash;
             # sent only where the two agree
