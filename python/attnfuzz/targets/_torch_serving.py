@@ -38,7 +38,12 @@ from attnfuzz.targets import _base, _torch_layouts
 from attnfuzz.targets._torch_layouts import band, to_bhsd, to_numpy, to_torch, unpack_qkv
 
 KINDS = {"sdpa_jagged": "jagged", "flex_paged": "flex_paged", "flex_decode": "flex_paged", "varlen": "varlen"}
-DENSE_PAGE = 16  # the pages a flex variant cuts a dense case's keys into
+# The pages a flex variant cuts a dense case's keys into, and its query block: on CUDA
+# FlexAttention's Triton kernel tiles (BLOCK_M, BLOCK_N up to 128) must divide the block
+# mask's blocks, so there both are PyTorch's default 128 (with 16, f16 has no kernel
+# config: Inductor's NoValidChoicesError)
+DENSE_PAGE = 16
+CUDA_BLOCK = 128
 
 
 # ---------------------------------------------------------------------------------------
@@ -112,7 +117,7 @@ def jagged_attention(case, qt, kt, vt, cu_q, cu_k, causal, scale):
 
 def flex_paged_attention(case, q, k, v, dev, cfg):
     """FlexAttention over a page cache: q padded [B, Hq, Sq, D]; the case's caches and block
-    table (a dense case: its keys cut into DENSE_PAGE-token pages in order); PagedAttention
+    table (a dense case: its keys cut into cfg["dense_page"]-token pages in order); PagedAttention
     maps logical key blocks to pages; ALiBi and softcap in the score_mod; a sink through the
     log-sum-exp: out * sigmoid(lse - z). Returns [B, Hq, Sq, Dv] and its log-sum-exp use."""
     import torch
@@ -132,7 +137,7 @@ def flex_paged_attention(case, q, k, v, dev, cfg):
         table = torch.from_numpy(np.asarray(case.serving_tensors["block_table"], dtype=np.int64)).to(dev)
         kc, vc = to_torch(k, dev), to_torch(v, dev)                        # [P, ps, Hkv, D]
     else:  # a dense case's (or THD) keys, paged in order
-        ps = DENSE_PAGE
+        ps = cfg["dense_page"]
         if case.thd:
             _, kb, vb = serving.gather(case, dict(case.serving_tensors, k=k, v=v))
             kb, vb = (torch.from_numpy(x).to(dev).to(cfg["dtype"]) for x in (kb, vb))
@@ -149,11 +154,10 @@ def flex_paged_attention(case, q, k, v, dev, cfg):
     for b in range(B):
         n = -(-lens[b] // ps)
         paged.physical_to_logical[b, table[b, :n]] = torch.arange(n, device=dev)
-    # PagedAttention's cache: [1, H, pages * page_size, D]
+    # PagedAttention's cache: [1, H, pages * page_size, D], its batch broadcast by
+    # flex_attention (a block mask given) as PyTorch's paged-attention tests call it
     kf = kc.permute(2, 0, 1, 3).reshape(1, Hkv, P * ps, case.head_dim)
     vf = vc.permute(2, 0, 1, 3).reshape(1, Hkv, P * ps, case.v_head_dim)
-    if B > 1:
-        kf, vf = kf.expand(B, -1, -1, -1), vf.expand(B, -1, -1, -1)
     kv_len = torch.tensor(lens, device=dev)
     q_len = torch.tensor([case.seg_q(b) for b in range(B)], device=dev)
     off = torch.tensor(case.diag_offset, device=dev)
@@ -234,7 +238,8 @@ def serving_config(case, base, cuda):
     dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
     return {"kind": KINDS[base], "dtype": dt, "scale": float(case.scale),
             "scale_arg": float(case.scale) if case.scale_given else None, "softcap": float(case.softcap),
-            "q_block": 16, "flex": None}
+            "q_block": CUDA_BLOCK if cuda else 16, "dense_page": CUDA_BLOCK if cuda else DENSE_PAGE,
+            "flex": None}
 
 
 def serving_attention(case, q, k, v, dev, cfg):
@@ -359,7 +364,10 @@ class ServingTarget(_base.Target):
 
     def refusal(self, exc):
         msg = str(exc)
-        for pat in ("NotImplementedError: NYI", "not supported", "must be a multiple", "does not support"):
+        # NoValidChoicesError: Inductor has no FlexAttention kernel config whose tiles divide
+        # the block mask's blocks (a case's page size) for this dtype and head dim
+        for pat in ("NotImplementedError: NYI", "not supported", "must be a multiple", "does not support",
+                    "NoValidChoicesError"):
             if pat in msg:
                 return "torch/%s: %s" % (self.variant, msg.strip().splitlines()[0][:300])
         return None
@@ -379,7 +387,7 @@ def repro_snippet_source(variant):
         _torch_layouts.FUNCTIONS + (segment_lengths, dense_thd, torch_cat, dense_bhsd, thd_inputs, jagged_attention,
                                     flex_paged_attention, varlen_window, varlen_attention, serving_config,
                                     serving_attention),
-        consts={"KINDS": KINDS, "DENSE_PAGE": DENSE_PAGE},
+        consts={"KINDS": KINDS, "DENSE_PAGE": DENSE_PAGE, "CUDA_BLOCK": CUDA_BLOCK},
         namespaces={"serving": [serving.cu_seqlens, serving.gather]},
         tail=f'''
 

@@ -320,6 +320,9 @@ class Target(_base.Target):
     """One variant: a cache of jitted functions keyed by structure."""
     STACK = STACK
     LAZY_COMPILE = True           # jit compiles on the first call of a structure
+    # jax's cuDNN checks (check_is_flash_attention): NotImplementedError for what cuDNN's
+    # flash attention does not take, e.g. a training graph with a bias and an odd length
+    REFUSALS = ("Unsupported sequence length", "The head dim must be")
 
     def declare(self) -> dict:
         conv = {"masked_values": "ieee", "denormals": "flush"}
@@ -342,8 +345,10 @@ class Target(_base.Target):
             caps = base if _has_gpu() else [c for c in base if c != "f16"]
         else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
             caps = [c for c in base if c != "f32"]
-            # the boolean mask is added as a finite bias: a fully masked row is plain attention
+            # the boolean mask is added as a finite bias: a fully masked row is plain attention,
+            # and an Inf score of a masked key stays Inf (Inf + finite): NaN rows
             conv["masked_rows"] = "unmasked"
+            conv["masked_keys"] = "ieee"
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
         return {"caps": caps, "limits": limits, "conventions": conv}
 
