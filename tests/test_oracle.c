@@ -1194,7 +1194,7 @@ static void test_conv_denormals_flush(void **state) {
     bench b;
     bench_open(&b, &c, fill_subnormal_v);
     for (size_t e = 0; e < b.n; e++) b.f[e] = 0.0f;
-    af_conventions flush = {.denormals_flush = true};
+    af_conventions flush = {.denormals_flush = 7u};
     expect_conv(&b, &(af_conventions){0}, AF_KIND_DIVERGE, "subnormal V flushed, undeclared");
     expect_conv(&b, &flush, AF_KIND_OK, "subnormal V flushed, declared flush");
     b.f[3] = 1e-3f;

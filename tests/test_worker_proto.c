@@ -112,7 +112,8 @@ static void test_hello_conventions(void **state) {
     assert_int_equal(hello.conv.masked_rows, AF_ROWS_MEAN);
     assert_false(hello.masked_rows_nan);
     assert_true(hello.conv.masked_keys_ieee);
-    assert_true(hello.conv.denormals_flush);
+    assert_int_equal(hello.conv.denormals_flush, 7u);
+    assert_true(af_conv_flushes(&hello.conv, AF_F32) && af_conv_flushes(&hello.conv, AF_BF16));
     assert_true(hello.conv.tf32_always);
     assert_int_equal(hello.conv.scores_dtype, 1u << AF_BF16);
     assert_false(hello.conv.masked_values_ieee);
@@ -126,6 +127,19 @@ static void test_hello_conventions(void **state) {
     assert_int_equal(hello.conv.masked_rows, AF_ROWS_UNMASKED);
     assert_int_equal(hello.conv.scores_dtype, 7u);
     assert_non_null(strstr(hello.conventions, "\"scores\":\"dtype\""));
+    /* denormals as a list of dtypes: only those flush */
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                  "\"conventions\":{\"denormals\":[\"bf16\"]}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.denormals_flush, 1u << AF_BF16);
+    assert_true(af_conv_flushes(&hello.conv, AF_BF16));
+    assert_false(af_conv_flushes(&hello.conv, AF_F32) || af_conv_flushes(&hello.conv, AF_F16));
+    assert_non_null(strstr(hello.conventions, "\"denormals\":[\"bf16\"]"));
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                  "\"conventions\":{\"denormals\":[\"f64\"]}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_ERR_FORMAT);
     /* defaults: the reference's own semantics */
     n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", NULL, 0);
     assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);

@@ -34,8 +34,10 @@ typedef struct af_conventions {
     /* masked_keys "ieee": a set-semantics mask is added as -inf, so a masked key whose score
      * is NaN or +Inf (a non-finite Q or K) makes its row NaN (pytorch#101967's class) */
     bool masked_keys_ieee;
-    /* denormals "flush": subnormal inputs and results are flushed to zero (FTZ/DAZ) */
-    bool denormals_flush;
+    /* denormals "flush" (or a list of dtypes): bit d set = for case dtype d, subnormal inputs
+     * and results are flushed to zero (FTZ/DAZ; e.g. bf16 dot products that treat subnormal
+     * inputs as 0). af_conv_flushes tells for a case's dtype */
+    uint32_t denormals_flush;
     /* scores "dtype" (or a list of dtypes): bit d set = for case dtype d, Q K^T, the scale on
      * the scores, the softcap and the additive mask (itself rounded to d first) are computed
      * and rounded in d, not in f32 */
@@ -43,6 +45,11 @@ typedef struct af_conventions {
     /* tf32 "always": f32 matmuls run in TF32 whatever the case allows */
     bool tf32_always;
 } af_conventions;
+
+/* Whether conv flushes denormals in a case of dtype dt. */
+static inline bool af_conv_flushes(const af_conventions *conv, unsigned dt) {
+    return conv && dt < 32 && (conv->denormals_flush >> dt & 1u);
+}
 
 #ifdef __cplusplus
 }

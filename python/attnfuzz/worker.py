@@ -69,7 +69,8 @@ class Result:
 
 
 # The conventions a hello may declare and their values (docs/worker-protocol.md; the first
-# is the default). "causal" is a list of diagonals; "scores" may also be a list of dtypes.
+# is the default). "causal" is a list of diagonals; "scores" and "denormals" may also be a
+# list of dtypes (the case dtypes the convention holds for).
 CONVENTIONS = {
     "causal": ("top_left", "bottom_right", "bottom_right_valid", "explicit"),
     "masked_rows": ("zero", "nan", "mean", "unmasked"),
@@ -89,7 +90,7 @@ def check_conventions(conventions):
         if key not in CONVENTIONS:
             raise ValueError("unknown convention %r (known: %s)" % (key, ", ".join(CONVENTIONS)))
         allowed = CONVENTIONS[key]
-        if key == "scores" and isinstance(value, (list, tuple)):
+        if key in ("scores", "denormals") and isinstance(value, (list, tuple)):
             allowed, values = ("f32", "f16", "bf16"), value
         elif key == "causal":
             values = value

@@ -159,6 +159,23 @@ static const char *const af_wp_unpacked[5] = {"bhsd", "bshd", "sbhd", "bsd", "ch
 static const char *const af_wp_masked_values[2] = {"exclude", "ieee"};
 static const char *const af_wp_masked_keys[2] = {"exclude", "ieee"};
 static const char *const af_wp_denormals[2] = {"keep", "flush"};
+
+/* A set of float dtypes (bit d: af_wp_float_names[d]) as the hello's JSON: "all" for all
+ * three, "none" for none, else a list. */
+static void af_wp_dtype_list(uint32_t bits, const char *all, const char *none, char *buf, size_t len) {
+    if (bits == 7u || !bits) {
+        snprintf(buf, len, "\"%s\"", bits ? all : none);
+        return;
+    }
+    size_t at = 0;
+    buf[at++] = '[';
+    for (int d = 0; d < 3; d++)
+        if (bits >> d & 1u) {
+            int w = snprintf(buf + at, len - at, "%s\"%s\"", at > 1 ? "," : "", af_wp_float_names[d]);
+            if (w > 0) at += (size_t)w;
+        }
+    snprintf(buf + at, len - at, "]");
+}
 static const char *const af_wp_tf32[2] = {"case", "always"};
 static const char *const af_wp_scores[2] = {"f32", "dtype"};
 static const char *const af_wp_dropout[3] = {"counter", "keep_mask", "none"}; /* AF_WP_DROPOUT_* order */
@@ -232,8 +249,16 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\", \"nan\", \"mean\" or \"unmasked\"");
     int mk = af_wp_choice(h, conv, "masked_keys", af_wp_masked_keys, 2);
     if (mk < 0) AF_WP_FAIL("hello: conventions.masked_keys must be \"exclude\" or \"ieee\"");
-    int dn = af_wp_choice(h, conv, "denormals", af_wp_denormals, 2);
-    if (dn < 0) AF_WP_FAIL("hello: conventions.denormals must be \"keep\" or \"flush\"");
+    /* denormals: "keep", "flush" (every dtype) or the dtypes that flush */
+    long dnv = af_wp_get(h, conv, "denormals");
+    uint32_t flushes = 0;
+    if (af_wp_type(h, dnv, AF_JS_ARRAY)) {
+        AF_WP_TRY(af_wp_name_bits(h, dnv, "conventions.denormals dtype", af_wp_float_names, 3, &flushes, err));
+    } else {
+        int dn = af_wp_choice(h, conv, "denormals", af_wp_denormals, 2);
+        if (dn < 0) AF_WP_FAIL("hello: conventions.denormals must be \"keep\", \"flush\" or a list of dtypes");
+        flushes = dn == 1 ? 7u : 0u;
+    }
     int tf = af_wp_choice(h, conv, "tf32", af_wp_tf32, 2);
     if (tf < 0) AF_WP_FAIL("hello: conventions.tf32 must be \"case\" or \"always\"");
     /* scores: "f32", "dtype" (every dtype), or the dtypes whose scores are in the dtype */
@@ -255,7 +280,7 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     hl->conv.masked_rows = (af_masked_rows)mr;
     hl->conv.masked_values_ieee = mv == 1;
     hl->conv.masked_keys_ieee = mk == 1;
-    hl->conv.denormals_flush = dn == 1;
+    hl->conv.denormals_flush = flushes;
     hl->conv.tf32_always = tf == 1;
     hl->conv.scores_dtype = scores;
     hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
@@ -278,24 +303,14 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
             int w = snprintf(diags + k, sizeof diags - k, "%s\"%s\"", k ? "," : "", af_diag_names[d]);
             if (w > 0) k += (size_t)w;
         }
-        char sct[64] = "\"f32\"";
-        if (scores == 7u) {
-            snprintf(sct, sizeof sct, "\"dtype\"");
-        } else if (scores) {
-            size_t at = 0;
-            sct[at++] = '[';
-            for (int d = 0; d < 3; d++)
-                if (scores >> d & 1u) {
-                    int w = snprintf(sct + at, sizeof sct - at, "%s\"%s\"", at > 1 ? "," : "", af_wp_float_names[d]);
-                    if (w > 0) at += (size_t)w;
-                }
-            snprintf(sct + at, sizeof sct - at, "]");
-        }
+        char sct[64], dnt[64];
+        af_wp_dtype_list(scores, "dtype", "f32", sct, sizeof sct);
+        af_wp_dtype_list(flushes, "flush", "keep", dnt, sizeof dnt);
         snprintf(hl->conventions, sizeof hl->conventions,
                  "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\","
-                 "\"masked_keys\":\"%s\",\"denormals\":\"%s\",\"scores\":%s,\"tf32\":\"%s\"}",
+                 "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
                  diags, af_masked_rows_names[mr], af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
-                 af_wp_denormals[dn], sct, af_wp_tf32[tf]);
+                 dnt, sct, af_wp_tf32[tf]);
     }
 done:
     af_wp_header_free(&hh);

@@ -219,7 +219,7 @@ static int af_oracle_honest_slot(const af_oracle *o, const af_conventions *conv)
     int slot = 0;
     if (dt != AF_F32 && (conv->scores_dtype >> dt & 1u)) slot |= AF_HONEST_SCORES_DTYPE;
     if (dt == AF_F32 && conv->tf32_always && !o->in->c->allow_tf32) slot |= AF_HONEST_TF32;
-    if (conv->denormals_flush) slot |= AF_HONEST_FTZ;
+    if (af_conv_flushes(conv, o->in->c->dtype)) slot |= AF_HONEST_FTZ;
     return slot;
 }
 
@@ -602,7 +602,7 @@ af_status af_oracle_compare_conv(af_oracle *o, const af_tensor *out, const af_co
     static const af_conventions none;
     if (!conv) conv = &none;
     AF_RETURN_ERROR_IF(out->ne[0] != o->in->c->batch, err, AF_ERR_INVALID, "output has the wrong batch size");
-    if (!conv->denormals_flush) return af_oracle_compare_in(o, out, conv, 0.0, res, err);
+    if (!af_conv_flushes(conv, o->in->c->dtype)) return af_oracle_compare_in(o, out, conv, 0.0, res, err);
     /* FTZ/DAZ: each flushed product or partial sum (Q.K over D, P V over Sk) is off by less
      * than the smallest normal; and against the flushed inputs when they had subnormals */
     const af_case *c = o->in->c;
@@ -619,6 +619,21 @@ af_status af_oracle_compare_conv(af_oracle *o, const af_tensor *out, const af_co
     return af_oracle_compare_in(o, out, &rest, slack, res, err);
 }
 
+/* The largest |x| over a view's elements, and whether one is an f32 subnormal (what an
+ * FTZ/DAZ unit reads as 0; f16's are normal f32 numbers). */
+static double af_view_maxabs_sub(const af_view *v, bool *subnormal) {
+    double m = 0.0;
+    for (size_t a = 0; a < v->ne[0]; a++)
+        for (size_t b = 0; b < v->ne[1]; b++)
+            for (size_t i = 0; i < v->ne[2]; i++)
+                for (size_t d = 0; d < v->ne[3]; d++) {
+                    double x = fabs(af_view_get(v, a, b, i, d));
+                    if (x > m) m = x;
+                    if (x != 0.0 && x < AF_FTZ_MIN && v->dtype != AF_F16) *subnormal = true;
+                }
+    return m;
+}
+
 af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got, const af_conventions *conv,
                                       af_result *res, af_error *err) {
     static const af_conventions none;
@@ -631,9 +646,20 @@ af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got,
         any_key_leak |= o->key_leak[r] != 0;
     }
     bool ftz = false;
-    if (conv->denormals_flush) {
+    double slack = 0.0;
+    if (af_conv_flushes(conv, c->dtype)) {
         AF_TRY(af_oracle_make_ftz(o, err));
         ftz = o->ftz_state == AF_FTZ_READY;
+        /* FTZ/DAZ: subnormal dO as Q, K and V (not modelled); and each product or partial
+         * sum of the backward that lands below the smallest normal is flushed, which moves
+         * a gradient element by less than that times the largest factor met on the way
+         * (scale, Q, K, V, dO) for every term it sums (Sq for dK and dV, Sk for dQ, D and
+         * Dv for dP and the delta) */
+        double m = 1.0;
+        const af_view *vs[4] = {&o->in->qv, &o->in->kv, &o->in->vv, &o->in->dov};
+        for (int t = 0; t < 4; t++) m = fmax(m, af_view_maxabs_sub(vs[t], &ftz));
+        m *= fmax(1.0, fabs(af_case_scale(c)));
+        slack = AF_FTZ_MIN * m * (2.0 * (c->q_len + c->kv_len + c->head_dim + c->v_head_dim) + 8.0);
     }
     AF_RETURN_ERROR_IF(conv->masked_rows != AF_ROWS_ZERO && any_masked, err, AF_ERR_UNSUPPORTED,
                        "masked_rows \"%s\" with a fully masked row: its gradients are not modelled",
@@ -646,7 +672,7 @@ af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got,
     af_oracle_opts opts = o->opts;
     opts.waive_masked_value_leak |= conv->masked_values_ieee;
     bool tf32 = conv->tf32_always && c->dtype == AF_F32;
-    return af_oracle_grads_compare(o->grads, &opts, o->rows, g, NULL, got, NULL, NULL, NULL, 1.0, tf32, res, err);
+    return af_oracle_grads_compare_slack(o->grads, &opts, o->rows, g, got, slack, tf32, res, err);
 }
 
 af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,

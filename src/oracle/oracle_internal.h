@@ -91,5 +91,10 @@ af_status af_oracle_grads_compare(af_oracle_grads *g, const af_oracle_opts *opts
                                   const af_tensor *want_t, const af_tensor *got, const uint32_t *row_map,
                                   const uint32_t *col_map, const uint8_t *leak_b, double tol_mult, bool tf32,
                                   af_result *res, af_error *err);
+/* The same against the reference with slack added to every element's absolute tolerance
+ * (a convention's: denormals "flush"). */
+af_status af_oracle_grads_compare_slack(af_oracle_grads *g, const af_oracle_opts *opts, const uint8_t *masked_rows,
+                                        int k, const af_tensor *got, double slack, bool tf32, af_result *res,
+                                        af_error *err);
 
 #endif

@@ -340,7 +340,12 @@ class Target(_base.Target):
         # f16 for f16 ones where the CPU runs f16 natively. The plugin then computes the
         # scores and adds the mask at that precision (the campaign's bf16 mask findings).
         import openvino as ov
-        conv["scores"] = ["bf16"] + (["f16"] if inference_precision(ov.Core(), "f16") == "f16" else [])
+        core = ov.Core()
+        conv["scores"] = ["bf16"] + (["f16"] if inference_precision(core, "f16") == "f16" else [])
+        if "BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+            # native bf16 kernels (AVX512_BF16's VDPBF16PS, AMX) read a subnormal bf16 as 0
+            # and flush subnormal results: a bf16 case's denormals are flushed
+            conv["denormals"] = ["bf16"]
         if self.variant != "explicit":
             # opset13 ScaledDotProductAttention turns a boolean mask into select(m, 0, -inf)
             # and adds it: a masked key's NaN or +Inf score makes the row NaN
