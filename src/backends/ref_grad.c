@@ -567,7 +567,10 @@ static double af_rg_ds_row(af_rg *g, size_t b, size_t h, size_t r, size_t i) {
 /* Where an IEEE implementation meets 0 * Inf through a term of weight 0 (rows r0 .. r0+rn-1
  * of head h): dV where a zero Pd meets a non-finite dO; every dQ element of a row (and its
  * dmask row, and all of dK) where a zero weight meets a non-finite dP (V's row or dO's
- * row not finite); dQ where a zero weight meets a non-finite K, dK a non-finite Q. */
+ * row not finite) or a non-finite delta (dS_ij = P_ij (dP_ij - delta_i): a non-finite V
+ * row at a key of nonzero weight, or a NaN row); dQ where a zero weight meets a
+ * non-finite K, dK a non-finite Q. A NaN row (a NaN score at a live key) has NaN weights
+ * at its masked keys too in an IEEE softmax (its max is NaN): their dK and dV rows. */
 static void af_rg_leaks(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, size_t rn) {
     const size_t Sk = g->Sk, D = g->D, Dv = g->Dv;
     uint8_t *const *lk = g->o->leak;
@@ -577,7 +580,12 @@ static void af_rg_leaks(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
         const double *qn = g->qnorm + i * 4;
         bool do_bad = qn[3] != 0.0, q_bad = false;
         for (size_t d = 0; d < D; d++) q_bad |= !isfinite(g->q[i * D + d]);
-        bool rowleak = false;
+        bool rowleak = false, row_nan = false, delta_bad = do_bad;
+        for (size_t j = 0; j < Sk; j++) {
+            row_nan |= isnan(w[j]);
+            delta_bad |= w[j] != 0.0 && g->knorm[j * 4 + 3] != 0.0;
+        }
+        delta_bad |= row_nan;
         uint8_t *lq = lk[0] && g->grads[0] ? lk[0] + ((b * g->Hq + h) * g->Sq + i) * D : NULL;
         for (size_t j = 0; j < Sk; j++) {
             const double *kn = g->knorm + j * 4;
@@ -585,7 +593,9 @@ static void af_rg_leaks(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, siz
                 for (size_t d = 0; d < Dv; d++)
                     if (!isfinite(g->dO[i * Dv + d])) lk[2][((b * g->Hkv + kvh) * Sk + j) * Dv + d] = 1;
             if (w[j] != 0.0) continue;
-            rowleak |= do_bad || kn[3] != 0.0;
+            rowleak |= delta_bad || kn[3] != 0.0;
+            if (row_nan && lk[2] && g->grads[2]) memset(lk[2] + ((b * g->Hkv + kvh) * Sk + j) * Dv, 1, Dv);
+            if (row_nan && lk[1] && g->grads[1]) memset(lk[1] + ((b * g->Hkv + kvh) * Sk + j) * D, 1, D);
             if (lq && g->nkbad)
                 for (size_t d = 0; d < D; d++)
                     if (!isfinite(g->k[j * D + d])) lq[d] = 1;
