@@ -285,7 +285,10 @@ af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err) {
 /* alt (for the fully masked rows) under masked_rows "mean": the mean of V over the keys a
  * set-semantics mask masks (their logits all become the same finite number; keys live but
  * at -inf stay out), with the counter dropout's keep mask; NaN when no key is set-masked
- * (a row of -inf: softmax is NaN). alt_vscale: the largest finite |V| averaged. */
+ * (a row of -inf: softmax is NaN). alt_vscale: the largest finite |V| averaged. In a
+ * serving case the keys past a row's kv_lens exist in no physical tensor: they count as
+ * zero vectors (the padding of the Sk-long batch such an implementation is called on), and
+ * a row past a packed segment's queries, which no worker returns, is 0. */
 static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
     const af_case_tensors *in = o->in;
     const af_case *c = in->c;
@@ -301,10 +304,15 @@ static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
         uint32_t b = (uint32_t)(r / ((size_t)c->q_heads * c->q_len)), h = (uint32_t)(r / c->q_len % c->q_heads);
         uint32_t i = (uint32_t)(r % c->q_len);
         double *dst = o->alt + r * o->dv;
+        o->alt_vscale[r] = 1e-300;
+        if (i >= af_case_seg_q(c, b)) { /* no such row */
+            for (size_t d = 0; d < o->dv; d++) dst[d] = 0.0;
+            continue;
+        }
+        const size_t nk = af_case_seg_k(c, b); /* Sk without serving lengths */
         bool all = af_mask_row(in, b, h, i, 0, (uint32_t)Sk, add, lv);
         size_t nmask = 0;
         for (size_t j = 0; !all && j < Sk; j++) nmask += !lv[j];
-        o->alt_vscale[r] = 1e-300;
         if (nmask == 0) {
             for (size_t d = 0; d < o->dv; d++) dst[d] = (double)NAN;
             continue;
@@ -313,7 +321,7 @@ static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
         double w = p > 0.0 ? 1.0 / ((double)nmask * (1.0 - p)) : 1.0 / (double)nmask;
         for (size_t d = 0; d < o->dv; d++) dst[d] = 0.0;
         double vs = 0.0;
-        for (size_t j = 0; j < Sk; j++) {
+        for (size_t j = 0; j < nk; j++) {
             if (lv[j] || (p > 0.0 && !keep[j])) continue;
             for (size_t d = 0; d < o->dv; d++) {
                 double v = af_view_get(&in->vv, b, h / group, j, d);
