@@ -1135,6 +1135,58 @@ static void test_conv_masked_rows_mean_serving(void **state) {
     bench_close(&b);
 }
 
+/* Row 0 of every (b, h) fully masked: key 2 by an additive -inf, every other key by the
+ * boolean mask; V[2][0] is NaN (a key of weight 0 in the "mean" model, the others sharing
+ * the row equally) and V[4][1] NaN (a set-masked key: the mean itself is NaN there). */
+static void fill_mean_leak(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++) {
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) {
+                    af_view_set(&t->bm, b, h, i, j, i == 0 && j != 2 ? 0.0 : 1.0);
+                    af_view_set(&t->am, b, h, i, j, i == 0 && j == 2 ? -DINF : 0.0);
+                }
+        for (size_t g = 0; g < c->kv_heads; g++) {
+            af_view_set(&t->vv, b, g, 2, 0, DNAN);
+            af_view_set(&t->vv, b, g, 4, 1, DNAN);
+        }
+    }
+}
+
+/* masked_rows "mean" with masked_values "ieee" (jax xla): in a fully masked row, a NaN
+ * through a key of weight 0 in the mean's model (live but at -inf) is IEEE's 0 * NaN, a
+ * masked_value_leak (waived), not a nan_mismatch; a NaN where the mean itself is finite and
+ * no such key explains it stays a finding. */
+static void test_conv_masked_rows_mean_leak(void **state) {
+    (void)state;
+    af_case c;
+    bmask_case(&c);
+    c.amask.present = true, c.amask.dims = AF_MDIM_ALL, c.amask.dtype = AF_F32;
+    bench b;
+    bench_open(&b, &c, fill_mean_leak);
+    const af_case_tensors *t = af_inputs_get(b.in);
+    size_t dv = c.v_head_dim, sq = c.q_len, group = c.q_heads / c.kv_heads;
+    for (size_t e = 0; e < b.n; e++) {
+        size_t r = e / dv, d = e % dv, i = r % sq, h = r / sq % c.q_heads, bb = r / (sq * c.q_heads);
+        double mean = 0.0;
+        for (size_t j = 0; j < c.kv_len; j++)
+            if (j != 2) mean += af_view_get(&t->vv, bb, h / group, j, d) / (double)(c.kv_len - 1);
+        /* IEEE P @ V: weight 0 times V[2][0] = NaN */
+        b.f[e] = (float)(i == 0 ? (d == 0 ? (double)NAN : mean) : b.ref[e]);
+    }
+    af_conventions mean = {.masked_rows = AF_ROWS_MEAN}, ieee = {.masked_rows = AF_ROWS_MEAN, .masked_values_ieee = true};
+    af_result res;
+    expect_conv(&b, &ieee, AF_KIND_OK, "0 * NaN through a weight-0 key of a mean row, declared ieee");
+    assert_int_equal(conv_kind(&b, &mean, &res), AF_KIND_MASKED_VALUE_LEAK);
+    assert_int_equal(res.m.n_nan, 0);
+    /* column 2 has no NaN key: a NaN there is no leak */
+    b.f[2] = NAN;
+    expect_conv(&b, &ieee, AF_KIND_NAN_MISMATCH, "NaN in a mean row that no weight-0 key explains");
+    bench_close(&b);
+}
+
 /* masked_rows "unmasked" (jax cudnn): the fully masked row is softmax(q.k * scale) V over
  * every key, computed here by hand. */
 static void test_conv_masked_rows_unmasked(void **state) {
@@ -1322,6 +1374,7 @@ int main(void) {
         cmocka_unit_test(test_grad_tolerance), cmocka_unit_test(test_grad_poisoned_masked_value),
         cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),
+        cmocka_unit_test(test_conv_masked_rows_mean_leak),
         cmocka_unit_test(test_conv_masked_rows_unmasked),
         cmocka_unit_test(test_conv_masked_keys_ieee), cmocka_unit_test(test_conv_denormals_flush),
         cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),
