@@ -222,6 +222,36 @@ class XlaSeqlens(unittest.TestCase):
         self.assertTrue((out[1] == 0).all())
 
 
+@unittest.skipIf(jax is None, "jax is not installed")
+class Structure(unittest.TestCase):
+    def test_lengths_do_not_recompile(self):
+        """Two packed draws of one shape with other lengths share the jitted function (the
+        THD tensors padded to the capacities); another native diagonal does not."""
+        t = js.ServingTarget("xla_seqlens")
+        r = np.random.default_rng(9)
+        base = {"batch": 3, "q_heads": 2, "kv_heads": 1, "q_len": 5, "kv_len": 7, "head_dim": 8, "dtype": "f32",
+                "causal": True, "q": {"layout": "bshd"}, "k": {"layout": "bshd"}, "v": {"layout": "bshd"}}
+        runs = []
+        for lens in (([5, 0, 2], [7, 3, 2]), ([1, 4, 5], [6, 7, 0]), ([5, 5, 5], [5, 5, 5])):
+            c = dict(base, serving={"forms": ["packed"], "q_lens": lens[0], "kv_lens": lens[1]})
+            cs, q, k, v, phys = inputs(c, r)
+            cs = Case(c, testing.derived(c))
+            cs.serving_tensors = {n: phys[n] for n in serving.TABLES if n in phys}
+            res = t.run(cs, phys["q"], phys["k"], phys["v"])
+            runs.append(res)
+            ref = reference.attention(cs, q, k, v)
+            out = serving.padded_out(cs, res.out, res.layout)
+            np.testing.assert_allclose(out[:, :, :1], ref[:, :, :1], rtol=2e-5, atol=1e-5)
+        self.assertEqual(len(t.cache), 1)
+        self.assertTrue(runs[0].compile_s > 0 and runs[1].compile_s == 0 and runs[2].compile_s == 0)
+        c = dict(base, diagonal="bottom_right", serving={"forms": ["packed"], "q_lens": [2, 1, 5], "kv_lens": [7, 3, 5]})
+        cs, q, k, v, phys = inputs(c, r)
+        cs = Case(c, testing.derived(c))
+        cs.serving_tensors = {n: phys[n] for n in serving.TABLES if n in phys}
+        t.run(cs, phys["q"], phys["k"], phys["v"])
+        self.assertEqual(len(t.cache), 2)   # bottom-right offsets != 0: the structural mask as an input
+
+
 def pallas_available(kind):
     try:
         importlib.import_module(js.PALLAS_MODULES[kind])

@@ -380,7 +380,10 @@ def config(case, mask, bool_mask, variant, interpret=False):
            "scale": float(case.scale), "scale_arg": float(case.scale) if case.scale_given else None,
            "softcap": float(case.softcap), "is_causal": False, "window_arg": None, "causal": bool(case.causal),
            "precision": "default" if (case.allow_tf32 and case.dtype == "f32") else "highest",
-           "device": None if (variant == "xla_seqlens" or interpret) else "gpu", "interpret": bool(interpret)}
+           "device": None if (variant == "xla_seqlens" or interpret) else "gpu", "interpret": bool(interpret),
+           # capacities, so that a structure's shapes do not depend on the lengths: THD rows
+           # (and call rows) padded to B * Sq, THD keys to B * Sk
+           "rows": case.batch * case.q_len, "keys": case.batch * case.kv_len}
     inputs = []
     if kind == "seqlens":
         if mask is not None:
@@ -403,8 +406,7 @@ def config(case, mask, bool_mask, variant, interpret=False):
         if case.thd:
             inputs += ["q_index", "k_index", "out_b", "out_s"]
     elif kind == "segments":
-        total = sum(a for a, _ in segment_lengths(case)) if case.thd else case.batch * case.q_len
-        cfg["t_pad"] = segments_length(total)
+        cfg["t_pad"] = segments_length(cfg["rows"])
         inputs.append("segment_ids")
     else:
         if case.thd:
@@ -415,22 +417,35 @@ def config(case, mask, bool_mask, variant, interpret=False):
             if case.sinks is not None:
                 inputs.append("sinks")
         else:
-            if case.paged:
-                ps, width = case.page_size, np.asarray(case.serving_tensors["block_table"]).shape[1]
-            else:
-                ps, width = DENSE_PAGE, max(1, -(-case.kv_len // DENSE_PAGE))
-            cfg["page_size"], cfg["width"] = ps, width
+            ps = case.page_size if case.paged else DENSE_PAGE
+            width = max(1, -(-case.kv_len // ps))
+            # the case's cache has at most B * width pages and its null page; a dense case's
+            # keys make B * width pages
+            cfg["page_size"], cfg["width"], cfg["pages"] = ps, width, case.batch * width + int(case.paged)
             cfg["table_width"], cfg["k_splits"], cfg["pages_per_block"] = paged_geometry(width, ps)
             inputs.append("table")
     cfg["inputs"] = inputs
     return cfg
 
 
+def pad_rows(x, n):
+    """x with zero rows appended along its first axis up to n rows."""
+    x = np.asarray(x)
+    if x.shape[0] >= n:
+        return x
+    return np.concatenate([x, np.zeros((n - x.shape[0],) + x.shape[1:], dtype=x.dtype)])
+
+
 def serving_arguments(case, q, k, v, mask, bool_mask, cfg):
-    """The inputs of the jitted function, in order, as contiguous numpy arrays."""
+    """The inputs of the jitted function, in order, as contiguous numpy arrays: THD tensors,
+    call rows and page caches padded to the structure's capacities (zeros; rows past the
+    lengths come back unused)."""
     lens = segment_lengths(case)
-    if cfg["thd"] or cfg["paged"]:
-        args = [q, k, v]
+    if cfg["paged"]:
+        q = pad_rows(q, cfg["rows"]) if cfg["thd"] else q
+        args = [q, pad_rows(k, cfg["pages"]), pad_rows(v, cfg["pages"])]
+    elif cfg["thd"]:
+        args = [pad_rows(q, cfg["rows"]), pad_rows(k, cfg["keys"]), pad_rows(v, cfg["keys"])]
     else:
         args = [case.qkv] if case.packed else [q, k, v]
     rows = None
@@ -450,25 +465,23 @@ def serving_arguments(case, q, k, v, mask, bool_mask, cfg):
         elif n == "k_index":
             args.append(pad_index([b for _, b in lens], case.kv_len))
         elif n in ("out_b", "out_s"):
-            args.append(thd_rows([a for a, _ in lens])[0 if n == "out_b" else 1])
+            args.append(pad_rows(thd_rows([a for a, _ in lens])[0 if n == "out_b" else 1], cfg["rows"]))
         elif n == "segment_ids":
             args.append(segment_ids([a for a, _ in lens] if case.thd else [case.q_len] * case.batch, cfg["t_pad"]))
         elif n in ("row_b", "start", "end"):
-            if rows is None:
+            if rows is None:   # padding rows: batch row 0, no key
                 rows = query_rows(case)
-                rows = (rows[0],) + key_bounds(case, *rows)
+                rows = tuple(pad_rows(x, cfg["rows"]) for x in (rows[0],) + key_bounds(case, *rows))
             args.append(rows[("row_b", "start", "end").index(n)])
         elif n == "sinks":
             args.append(np.asarray(case.sinks, dtype=np.float32))
         elif n == "table":
             if case.paged:
                 tab = np.asarray(case.serving_tensors["block_table"], dtype=np.int32)
-                null = int(np.asarray(k).shape[0])       # the zero page the model code appends
             else:
-                W = cfg["width"]
-                tab = np.arange(case.batch * W, dtype=np.int32).reshape(case.batch, W)
-                null = case.batch * W
-            args.append(padded_table_with(tab, cfg["table_width"], null))
+                tab = np.arange(cfg["pages"], dtype=np.int32).reshape(case.batch, cfg["width"])
+            # spare entries: the zero page the model code appends past the (padded) cache
+            args.append(padded_table_with(tab, cfg["table_width"], cfg["pages"]))
         else:
             raise ValueError("serving_arguments: unknown input %r" % (n,))
     return [np.ascontiguousarray(x) for x in args]
@@ -567,9 +580,11 @@ class ServingTarget(_base.Target):
                                   "(a window's left side, a causal diagonal with a negative offset)" % name)
 
     def structure(self, case, mask, bool_mask):
-        # a jitted function per shape of its inputs: the THD and page tensors' shapes and the
-        # lengths (a packed case's diagonals and padding) come with the serving key
-        return (_base.dense_structure(case, mask, bool_mask), case.key("serving"))
+        # the inputs' shapes are the dense ones and the capacities (not the lengths): one
+        # jitted function serves every draw of lengths whose static choices (a packed case's
+        # native diagonal, the inputs it needs) are the same, all of them in its config
+        cfg = config(case, mask, bool_mask, self.variant, self.interpret)
+        return (_base.dense_structure(case, mask, bool_mask), tuple(sorted(case.forms)), repr(sorted(cfg.items())))
 
     def build(self, case, q, k, v, mask, bool_mask):
         cfg = config(case, mask, bool_mask, self.variant, self.interpret)
@@ -580,9 +595,11 @@ class ServingTarget(_base.Target):
         fn, cfg = art
         if no_query_rows(case):
             return Result(np.zeros((0, case.q_heads, case.v_head_dim), dtype=np.float32), layout="thd")
-        # the structure fixes everything but the values; key ranges and tables are inputs
+        # the structure fixes everything but the values; lengths, key ranges and tables are inputs
         out = call(fn, serving_arguments(case, q, k, v, mask, bool_mask, cfg), cfg)
-        return Result(out, layout="thd" if case.thd else cfg["out_layout"])
+        if case.thd:   # the valid THD rows: the first Tq of the padded ones
+            return Result(out[:sum(case.seg_q(b) for b in range(case.batch))], layout="thd")
+        return Result(out, layout=cfg["out_layout"])
 
     def refusal(self, exc):
         """cuDNN's refusals of a shape (NotImplementedError, "cuDNN doesn't support ...",
@@ -605,7 +622,7 @@ def repro_snippet_source(variant):
         (to_btnh, unpack_btnh, from_btnh, full_qk, segment_lengths, pad_index, thd_rows, query_rows, key_bounds,
          next_pow2, segment_ids, segments_length, decode_geometry, paged_geometry, padded_table_with, thd_to_padded,
          dense_btnh, make_fn, seqlens_attention, query_inputs, padded_keys, rows_output, segments_attention,
-         decode_attention_rows, paged_attention_rows, native_diagonal, config, serving_arguments, call),
+         decode_attention_rows, paged_attention_rows, native_diagonal, config, pad_rows, serving_arguments, call),
         consts={"VARIANT": variant, "KINDS": KINDS, "DENSE_PAGE": DENSE_PAGE, "INTERPRET": interpret_mode()},
         namespaces={"serving": [serving.cu_seqlens]},
         tail='''
