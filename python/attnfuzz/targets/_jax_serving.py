@@ -41,7 +41,16 @@ a masked key's NaN or +Inf score makes its row NaN (masked_keys "ieee"). paged_a
 no scale argument: q is scaled in its dtype before the call, as its callers do.
 In pallas's interpret mode (ATTNFUZZ_PALLAS_INTERPRET=1: the kernels run as jax programs on
 the CPU) the pallas variants run without a GPU: the conversion code and the kernels' logic
-are tested there, not the Triton lowering.
+are tested there, not the Triton lowering. What that mode showed (docs/findings.md): mha lets
+a NaN in one segment's V into the other segments' rows; decode and paged overflow f16 in
+their unnormalized partition outputs; a row whose live keys all score -inf takes the mean of
+masked keys (the finite mask value); decode's added mask turns an Inf query times its zero
+padding keys into NaN.
+
+Shapes: THD tensors, call rows and page caches are padded (zeros) to the shape's capacities
+(B * Sq rows, B * Sk keys, B * ceil(Sk / page) pages), so one jitted function (one Triton
+compile) serves every draw of lengths with the same static choices; the structure key is
+the config itself.
 """
 
 from __future__ import annotations
