@@ -9,7 +9,8 @@
 #                              smoke variants; fails on a bundle of kind error or crash
 #   findings_repros            every corpus/findings/<stack>/*.py still shows its bug
 #   regress_findings           attnfuzz regress --strict over the campaigns' bundles
-# GPU variants are not registered (no GPU here: scripts/gpu_campaign.sh runs them). They need
+# GPU variants are not registered (no GPU here: scripts/gpu_campaign.sh runs them), but for the
+# jax pallas ones in interpret mode (targets_jax_pallas_*_interpret, below). They need
 # the project's Python environment (.venv, scripts/setup.sh); without it they are not
 # registered. A variant whose stack does not import skips (exit 77).
 if(NOT DEFINED AF_VENV_PYTHON)   # tests/python.cmake may have set it (a cache variable)
@@ -39,6 +40,20 @@ foreach(t ${af_cpu_variants})
   add_test(NAME targets_${name} COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py ${t})
   set_tests_properties(targets_${name} PROPERTIES ENVIRONMENT "${af_targets_env}"
                        SKIP_RETURN_CODE 77 LABELS "python;targets" TIMEOUT 900)
+endforeach()
+# The jax pallas variants (GPU kernels) in pallas's interpret mode on the CPU
+# (ATTNFUZZ_PALLAS_INTERPRET=1, attnfuzz.targets._jax_serving): the same self-test, the
+# conversion code and the kernels' logic run as jax programs; the Triton lowering is the GPU
+# run's (scripts/gpu_campaign.sh). A jax without the module skips (exit 77).
+af_target_names(af_jax_gpu_variants gpu jax)
+foreach(t ${af_jax_gpu_variants})
+  if(t MATCHES "^jax/pallas_")
+    string(REPLACE "/" "_" name "${t}")
+    add_test(NAME targets_${name}_interpret
+             COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py ${t})
+    set_tests_properties(targets_${name}_interpret PROPERTIES ENVIRONMENT "${af_targets_env};ATTNFUZZ_PALLAS_INTERPRET=1"
+                         SKIP_RETURN_CODE 77 LABELS "python;targets" TIMEOUT 900)
+  endif()
 endforeach()
 add_test(NAME targets_unavailable COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py --unavailable)
 set_tests_properties(targets_unavailable PROPERTIES ENVIRONMENT "${af_targets_env}"

@@ -252,6 +252,20 @@ PROTOCOL_CASES = [
     ("paged pages of 4, sinks, alibi",
      _case(batch=2, q_len=2, kv_len=11, causal=True, diagonal="bottom_right",
            serving=_serving(["paged", "sinks", "alibi"], kv_lens=[11, 6], page_size=4, page_seed=12, sink_seed=1))),
+    # what kernels of one form run: self-attention segments (segment ids), single queries
+    # against long keys with a sink (decode), a page cache alone (paged decode)
+    ("packed THD self segments permuted, gqa causal",
+     _case(q={"layout": "bshd", "perm": 4, "pad": 1}, k={"layout": "bshd", "perm": 2}, v={"layout": "bshd", "pad": 2},
+           batch=3, q_heads=4, kv_heads=2, q_len=6, kv_len=6, causal=True,
+           serving=_serving(["packed"], q_lens=[6, 0, 3], kv_lens=[6, 0, 3]))),
+    ("packed single queries, long keys, sinks",
+     _case(q={"layout": "bshd", "pad": 1}, k={"layout": "bshd", "perm": 3}, v={"layout": "bshd"}, batch=3,
+           q_len=1, kv_len=300, causal=True, diagonal="bottom_right",
+           serving=_serving(["packed", "sinks"], q_lens=[1, 1, 0], kv_lens=[9, 300, 4], sink_seed=5,
+                            sink_log10_magnitude=0.25))),
+    ("paged pages of 8, two queries",
+     _case(batch=2, q_len=2, kv_len=21, causal=True, diagonal="bottom_right",
+           serving=_serving(["paged"], kv_lens=[21, 5], page_size=8, page_seed=4))),
 ]
 
 

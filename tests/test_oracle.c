@@ -1091,6 +1091,102 @@ static void test_conv_masked_rows_mean(void **state) {
     bench_close(&b);
 }
 
+/* masked_rows "mean" in a packed serving case (jax xla_seqlens: a batch padded to Sq x Sk
+ * with zeros): a fully masked row is the mean over the view's Sk keys with 0 for the keys
+ * past the segment's kv_lens (no physical tensor holds them), a row of a segment without
+ * keys is 0, and a row past a segment's queries (no worker returns it) is 0. */
+static void test_conv_masked_rows_mean_serving(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.q_len = 4, c.kv_len = 6;
+    for (int t = 0; t < 3; t++) c.t[t].layout = AF_LAYOUT_BSHD;
+    c.serve.forms = AF_SERVE_PACKED;
+    c.serve.q_lens[0] = 3, c.serve.kv_lens[0] = 5; /* row 0: query 0 sees no key (offset -1) */
+    c.serve.q_lens[1] = 2, c.serve.kv_lens[1] = 0; /* row 1: no keys at all */
+    c.causal = true, c.diag = AF_DIAG_EXPLICIT, c.diag_offset = -1;
+    bench b;
+    bench_open(&b, &c, fill_v2);
+    const af_case_tensors *t = af_inputs_get(b.in);
+    size_t dv = c.v_head_dim, sq = c.q_len, group = c.q_heads / c.kv_heads;
+    bool canon_differs = false;
+    for (size_t e = 0; e < b.n; e++) {
+        size_t r = e / dv, d = e % dv, i = r % sq, h = r / sq % c.q_heads, bb = r / (sq * c.q_heads);
+        double mean = 0.0, canon = 0.0; /* the padded batch's, and over the canonical view */
+        for (size_t j = 0; j < c.kv_len; j++) {
+            double v = af_view_get(&t->vv, bb, h / group, j, d) / (double)c.kv_len;
+            canon += v;
+            if (j < af_case_seg_k(&c, (uint32_t)bb)) mean += v;
+        }
+        bool dead = i >= af_case_seg_q(&c, (uint32_t)bb) || bb == 1 || i == 0;
+        if (bb == 0 && i == 0 && fabs(canon - mean) > 0.05) canon_differs = true;
+        b.f[e] = (float)(i >= af_case_seg_q(&c, (uint32_t)bb) ? 0.0 : dead ? mean : b.ref[e]);
+    }
+    assert_true(canon_differs); /* the test tells the two means apart */
+    af_conventions mean = {.masked_rows = AF_ROWS_MEAN};
+    expect_conv(&b, &mean, AF_KIND_OK, "the padded batch's mean, 0 for a keyless row and a missing one");
+    /* the canonical view's keys past kv_lens do not count */
+    for (size_t d = 0; d < dv; d++) {
+        double canon = 0.0;
+        for (size_t j = 0; j < c.kv_len; j++) canon += af_view_get(&t->vv, 0, 0, j, d) / (double)c.kv_len;
+        b.f[d] = (float)canon; /* row (0, 0, 0) */
+    }
+    expect_conv(&b, &mean, AF_KIND_DIVERGE, "the mean over the canonical view's keys past kv_lens");
+    bench_close(&b);
+}
+
+/* Row 0 of every (b, h) fully masked: key 2 by an additive -inf, every other key by the
+ * boolean mask; V[2][0] is NaN (a key of weight 0 in the "mean" model, the others sharing
+ * the row equally) and V[4][1] NaN (a set-masked key: the mean itself is NaN there). */
+static void fill_mean_leak(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++) {
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) {
+                    af_view_set(&t->bm, b, h, i, j, i == 0 && j != 2 ? 0.0 : 1.0);
+                    af_view_set(&t->am, b, h, i, j, i == 0 && j == 2 ? -DINF : 0.0);
+                }
+        for (size_t g = 0; g < c->kv_heads; g++) {
+            af_view_set(&t->vv, b, g, 2, 0, DNAN);
+            af_view_set(&t->vv, b, g, 4, 1, DNAN);
+        }
+    }
+}
+
+/* masked_rows "mean" with masked_values "ieee" (jax xla): in a fully masked row, a NaN
+ * through a key of weight 0 in the mean's model (live but at -inf) is IEEE's 0 * NaN, a
+ * masked_value_leak (waived), not a nan_mismatch; a NaN where the mean itself is finite and
+ * no such key explains it stays a finding. */
+static void test_conv_masked_rows_mean_leak(void **state) {
+    (void)state;
+    af_case c;
+    bmask_case(&c);
+    c.amask.present = true, c.amask.dims = AF_MDIM_ALL, c.amask.dtype = AF_F32;
+    bench b;
+    bench_open(&b, &c, fill_mean_leak);
+    const af_case_tensors *t = af_inputs_get(b.in);
+    size_t dv = c.v_head_dim, sq = c.q_len, group = c.q_heads / c.kv_heads;
+    for (size_t e = 0; e < b.n; e++) {
+        size_t r = e / dv, d = e % dv, i = r % sq, h = r / sq % c.q_heads, bb = r / (sq * c.q_heads);
+        double mean = 0.0;
+        for (size_t j = 0; j < c.kv_len; j++)
+            if (j != 2) mean += af_view_get(&t->vv, bb, h / group, j, d) / (double)(c.kv_len - 1);
+        /* IEEE P @ V: weight 0 times V[2][0] = NaN */
+        b.f[e] = (float)(i == 0 ? (d == 0 ? (double)NAN : mean) : b.ref[e]);
+    }
+    af_conventions mean = {.masked_rows = AF_ROWS_MEAN}, ieee = {.masked_rows = AF_ROWS_MEAN, .masked_values_ieee = true};
+    af_result res;
+    expect_conv(&b, &ieee, AF_KIND_OK, "0 * NaN through a weight-0 key of a mean row, declared ieee");
+    assert_int_equal(conv_kind(&b, &mean, &res), AF_KIND_MASKED_VALUE_LEAK);
+    assert_int_equal(res.m.n_nan, 0);
+    /* column 2 has no NaN key: a NaN there is no leak */
+    b.f[2] = NAN;
+    expect_conv(&b, &ieee, AF_KIND_NAN_MISMATCH, "NaN in a mean row that no weight-0 key explains");
+    bench_close(&b);
+}
+
 /* masked_rows "unmasked" (jax cudnn): the fully masked row is softmax(q.k * scale) V over
  * every key, computed here by hand. */
 static void test_conv_masked_rows_unmasked(void **state) {
@@ -1277,7 +1373,9 @@ int main(void) {
         cmocka_unit_test(test_low_precision_outputs),
         cmocka_unit_test(test_grad_tolerance), cmocka_unit_test(test_grad_poisoned_masked_value),
         cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
-        cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_unmasked),
+        cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),
+        cmocka_unit_test(test_conv_masked_rows_mean_leak),
+        cmocka_unit_test(test_conv_masked_rows_unmasked),
         cmocka_unit_test(test_conv_masked_keys_ieee), cmocka_unit_test(test_conv_denormals_flush),
         cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),
     };

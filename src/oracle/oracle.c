@@ -46,7 +46,7 @@ int af_kind_from_name(const char *name) {
 }
 
 enum { WS_REF, WS_ROWS, WS_EXPECTED, WS_LEAK, WS_VSCALE, WS_ROWMAX, WS_KEYLEAK, WS_ALT, WS_ALT_VSCALE, WS_ADD,
-       WS_LIVE, WS_KEEP };
+       WS_LIVE, WS_KEEP, WS_ALT_LEAK };
 enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE };
 
 /* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
@@ -88,6 +88,7 @@ struct af_oracle {
     double abs_slack; /* added to every bound (denormals "flush") */
     /* masked_rows "mean" / "unmasked": the alternative target of the fully masked rows */
     double *alt, *alt_vscale;
+    uint8_t *alt_leak; /* [n]: in alt's model, a zero-weight key holds a non-finite V here */
     int alt_mode; /* the af_masked_rows computed into alt, -1 none */
     /* denormals "flush": the flushed inputs and their oracle */
     int ftz_state;
@@ -285,7 +286,11 @@ af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err) {
 /* alt (for the fully masked rows) under masked_rows "mean": the mean of V over the keys a
  * set-semantics mask masks (their logits all become the same finite number; keys live but
  * at -inf stay out), with the counter dropout's keep mask; NaN when no key is set-masked
- * (a row of -inf: softmax is NaN). alt_vscale: the largest finite |V| averaged. */
+ * (a row of -inf: softmax is NaN). alt_vscale: the largest finite |V| averaged. In a
+ * serving case the keys past a row's kv_lens exist in no physical tensor: they count as
+ * zero vectors (the padding of the Sk-long batch such an implementation is called on), and
+ * a row past a packed segment's queries, which no worker returns, is 0. alt_leak: the keys
+ * of weight 0 there (not set-masked, so at -inf; dropped) that hold a non-finite V. */
 static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
     const af_case_tensors *in = o->in;
     const af_case *c = in->c;
@@ -301,10 +306,17 @@ static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
         uint32_t b = (uint32_t)(r / ((size_t)c->q_heads * c->q_len)), h = (uint32_t)(r / c->q_len % c->q_heads);
         uint32_t i = (uint32_t)(r % c->q_len);
         double *dst = o->alt + r * o->dv;
+        uint8_t *lk = o->alt_leak + r * o->dv;
+        o->alt_vscale[r] = 1e-300;
+        memset(lk, 0, o->dv);
+        if (i >= af_case_seg_q(c, b)) { /* no such row */
+            for (size_t d = 0; d < o->dv; d++) dst[d] = 0.0;
+            continue;
+        }
+        const size_t nk = af_case_seg_k(c, b); /* Sk without serving lengths */
         bool all = af_mask_row(in, b, h, i, 0, (uint32_t)Sk, add, lv);
         size_t nmask = 0;
         for (size_t j = 0; !all && j < Sk; j++) nmask += !lv[j];
-        o->alt_vscale[r] = 1e-300;
         if (nmask == 0) {
             for (size_t d = 0; d < o->dv; d++) dst[d] = (double)NAN;
             continue;
@@ -313,8 +325,12 @@ static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
         double w = p > 0.0 ? 1.0 / ((double)nmask * (1.0 - p)) : 1.0 / (double)nmask;
         for (size_t d = 0; d < o->dv; d++) dst[d] = 0.0;
         double vs = 0.0;
-        for (size_t j = 0; j < Sk; j++) {
-            if (lv[j] || (p > 0.0 && !keep[j])) continue;
+        for (size_t j = 0; j < nk; j++) {
+            if (lv[j] || (p > 0.0 && !keep[j])) { /* weight 0: 0 * Inf in an IEEE P @ V */
+                for (size_t d = 0; d < o->dv; d++)
+                    if (!isfinite(af_view_get(&in->vv, b, h / group, j, d))) lk[d] = 1;
+                continue;
+            }
             for (size_t d = 0; d < o->dv; d++) {
                 double v = af_view_get(&in->vv, b, h / group, j, d);
                 dst[d] += w * v;
@@ -338,7 +354,7 @@ static af_status af_oracle_alt_unmasked(af_oracle *o, af_error *err) {
     c2.bmask.present = false;
     af_case_tensors in2 = *o->in;
     in2.c = &c2;
-    af_ref_opts exact = {.row_vscale = o->alt_vscale};
+    af_ref_opts exact = {.row_vscale = o->alt_vscale, .leak = o->alt_leak};
     AF_TRY(af_ref_attention(&in2, &in2.qv, &in2.kv, &in2.vv, &exact, o->alt, NULL, &o->refws, err));
     for (size_t r = 0; r < o->nrows; r++)
         if (!(o->alt_vscale[r] > 1e-300)) o->alt_vscale[r] = 1e-300;
@@ -351,7 +367,8 @@ static af_status af_oracle_make_alt(af_oracle *o, af_masked_rows mode, af_error 
     for (size_t r = 0; r < o->nrows && !any; r++) any = o->rows[r] != 0;
     o->alt = AF_SCRATCH(&o->ws, WS_ALT, double, o->n, err);
     o->alt_vscale = AF_SCRATCH(&o->ws, WS_ALT_VSCALE, double, o->nrows, err);
-    if (!o->alt || !o->alt_vscale) return AF_ERR_NOMEM;
+    o->alt_leak = AF_SCRATCH(&o->ws, WS_ALT_LEAK, uint8_t, o->n, err);
+    if (!o->alt || !o->alt_vscale || !o->alt_leak) return AF_ERR_NOMEM;
     if (any) AF_TRY(mode == AF_ROWS_MEAN ? af_oracle_alt_mean(o, err) : af_oracle_alt_unmasked(o, err));
     o->alt_mode = (int)mode;
     return AF_OK;
@@ -491,14 +508,15 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                     m->n_masked_key_nan++;
                     continue;
                 }
-                bool leak = leak_b ? leak_b[eb] != 0 : o->leak[ea] != 0;
+                /* in an alternative row, the zero-weight keys of its own model */
+                bool leak = leak_b ? leak_b[eb] != 0 : use_alt ? o->alt_leak[ea] != 0 : o->leak[ea] != 0;
                 if (co == 1 && masked && cw != 1 && !(leak && o->opts.waive_masked_value_leak)) {
                     /* a fully masked row that is NaN; when a zero-weight key of the row
                      * holds a non-finite V (every key has weight 0 here) and the backend
                      * declared IEEE P @ V (masked_values "ieee"), 0 * Inf explains the NaN
                      * and it counts as the masked_value_leak below instead */
                     m->n_masked_row_nan++;
-                } else if (co == 1 && leak && !use_alt) {
+                } else if (co == 1 && leak) {
                     /* NaN only through a key of weight 0 (0 * Inf, 0 * NaN): IEEE
                      * arithmetic, a legitimate choice, not a nan_mismatch */
                     m->n_masked_value_leak++;

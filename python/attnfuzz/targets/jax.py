@@ -8,6 +8,15 @@ Variants (`python -m attnfuzz.targets.jax VARIANT`, `--backend target:jax/VARIAN
             float32 (the Hugging Face habit), dropout by the counter RNG's keep mask, einsum
   cudnn     jax.nn.dot_product_attention(implementation="cudnn"): needs a CUDA GPU
 
+Serving paths (docs/design.md section 2, "Serving forms"; attnfuzz.targets._jax_serving):
+  xla_seqlens     dot_product_attention(implementation="xla") with query_seq_lengths and
+                  key_value_seq_lengths on a padded batch (packed THD segments gathered)
+  cudnn_seqlens   the same with implementation="cudnn" (CUDA GPU)
+  pallas_mha      pallas attention.mha with segment_ids over one packed sequence (CUDA GPU)
+  pallas_decode   pallas decode_attention.gqa (split-KV decode), sinks through its residuals
+                  (CUDA GPU)
+  pallas_paged    pallas paged_attention over the page cache and block table (CUDA GPU)
+
 Masks (xla, cudnn): the additive mask goes to `bias` as sent (its own dtype, 2-D or 4-D),
 the boolean mask to `mask`. A structural mask whose diagonal offset is 0 for every draw
 (top-left, explicit 0, bottom-right with Sq == Sk) uses the native arguments: is_causal,
@@ -38,6 +47,7 @@ f32 matmuls in TF32 (measured: 6.5e-4 off float64 on a unit-scale case, 5.4e-7 a
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -46,15 +56,29 @@ import numpy as np
 from attnfuzz import layouts, masks
 from attnfuzz.targets import _base, _common
 
+# The serving variants (attnfuzz.targets._jax_serving) and the CUDA-only ones among them.
+SERVING = ("xla_seqlens", "cudnn_seqlens", "pallas_mha", "pallas_decode", "pallas_paged")
+PALLAS = ("pallas_mha", "pallas_decode", "pallas_paged")
+
+
 def _probe(variant):
-    if variant != "cudnn":
+    if variant in PALLAS:
+        from attnfuzz.targets import _jax_serving
+        mod = _jax_serving.PALLAS_MODULES[_jax_serving.KINDS[variant]]
+        try:
+            importlib.import_module(mod)
+        except Exception as e:  # noqa: BLE001 - the module is not in this jax
+            return "%s does not import: %s" % (mod, _base.describe(e))
+        if _jax_serving.interpret_mode():
+            return None       # pallas's interpret mode: the kernels as jax programs on the CPU
+    elif variant not in ("cudnn", "cudnn_seqlens"):
         return None
     import jax
     try:
         gpus = jax.devices("gpu")
     except Exception as e:  # noqa: BLE001 - no GPU backend at all
-        return "cudnn needs a CUDA GPU; jax has none (%s)" % _base.describe(e)
-    return None if gpus else "cudnn needs a CUDA GPU; jax sees none"
+        return "%s needs a CUDA GPU; jax has none (%s)" % (variant, _base.describe(e))
+    return None if gpus else "%s needs a CUDA GPU; jax sees none" % variant
 
 
 _V = _base.Variant
@@ -65,6 +89,19 @@ STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2
     _V("explicit", "jnp under jit: einsum / scale / softcap / masks / f32 softmax / dropout / einsum", compiled=True),
     _V("cudnn", "jax.nn.dot_product_attention(implementation='cudnn') under jit (CUDA GPU only)", gpu=True,
        compiled=True),
+    # serving paths (attnfuzz.targets._jax_serving); forward only
+    _V("xla_seqlens", "jax.nn.dot_product_attention(implementation='xla') with query/key_value_seq_lengths on a "
+       "padded batch: THD segments gathered, the valid rows back to THD", compiled=True, backward=False,
+       serving=("packed",)),
+    _V("cudnn_seqlens", "the same with implementation='cudnn' (CUDA GPU only)", gpu=True, compiled=True,
+       backward=False, serving=("packed",)),
+    _V("pallas_mha", "pallas attention.mha over one packed sequence with segment_ids (CUDA GPU only)", gpu=True,
+       compiled=True, backward=False, serving=("packed",)),
+    _V("pallas_decode", "pallas decode_attention.gqa (split-KV), a call row per query with its key range; a sink "
+       "through the residuals (CUDA GPU only)", gpu=True, compiled=True, backward=False,
+       serving=("packed", "sinks")),
+    _V("pallas_paged", "pallas paged_attention over the page cache and block table, a call row per query with its "
+       "length (CUDA GPU only)", gpu=True, compiled=True, backward=False, serving=("packed", "paged")),
 ))
 
 
@@ -324,6 +361,13 @@ class Target(_base.Target):
     # flash attention does not take, e.g. a training graph with a bias and an odd length
     REFUSALS = ("Unsupported sequence length", "The head dim must be")
 
+    def __new__(cls, variant: str):
+        # the serving paths have their own worker class (attnfuzz.targets._jax_serving)
+        if cls is Target and variant in SERVING:
+            from attnfuzz.targets import _jax_serving
+            return _jax_serving.ServingTarget(variant)
+        return super().__new__(cls)
+
     def declare(self) -> dict:
         conv = {"masked_values": "ieee", "denormals": "flush"}
         base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",
@@ -372,6 +416,9 @@ def repro_snippet(variant: str) -> str:
     """Python source defining attention(case, q, k, v, mask=None, bool_mask=None, keep=None)
     with jax and numpy only; returns the output as [B, Hq, Sq, Dv]."""
     STACK.variant(variant)
+    if variant in SERVING:
+        from attnfuzz.targets import _jax_serving
+        return _jax_serving.repro_snippet_source(variant)
     return _common.snippet(
         ["import jax", "import jax.numpy as jnp"],
         (to_btnh, unpack_btnh, from_btnh, full_qk, make_fn, explicit_btnh, config, arguments, call),
