@@ -83,7 +83,7 @@ class Registry(unittest.TestCase):
                          ["torch/sdpa_math", "torch/sdpa_flash", "torch/explicit", "torch/sdpa_jagged"])
         self.assertEqual(set(names("ort", "jax", "compiled", "cpu")),
                          {"ort/attention", "ort/explicit", "ort/explicit_noopt", "ort/exported_sdpa", "jax/xla",
-                          "jax/explicit"})
+                          "jax/explicit", "jax/xla_seqlens"})
         self.assertNotIn("torch/flex", names("smoke"))
         # backward: the training stacks' variants (CPU flex aside), never an inference stack's
         bwd = names("backward")
