@@ -78,10 +78,15 @@ static af_result result_of(af_kind kind, size_t n, size_t n_masked, size_t n_nan
     return r;
 }
 
+static long match_on(const af_known *k, af_kind kind, const char *who, const af_case *c, const af_result *r,
+                     const char *msg, const char *tail, const char *tensor) {
+    af_known_finding f = {kind, who, c, r, msg, tail, tensor};
+    return af_known_match(k, &f);
+}
+
 static long match(const af_known *k, af_kind kind, const char *who, const af_case *c, const af_result *r,
                   const char *msg, const char *tail) {
-    af_known_finding f = {kind, who, c, r, msg, tail};
-    return af_known_match(k, &f);
+    return match_on(k, kind, who, c, r, msg, tail, NULL);
 }
 
 static void test_predicates(void **state) {
@@ -177,6 +182,41 @@ static void test_match_and_near_misses(void **state) {
     assert_true(info.kinds == 1u << AF_KIND_CRASH);
     assert_int_equal(af_known_find(k, "scale"), 1);
     assert_int_equal(af_known_find(k, "nope"), -1);
+    af_known_destroy(k);
+}
+
+/* The backward and serving parts of a case and the finding's tensor as predicate variables. */
+static void test_backward_and_serving_vars(void **state) {
+    (void)state;
+    af_known *k = load(HEAD
+                       "{\"id\": \"do-pad\", \"class\": \"real_bug\", \"backends\": [\"target:torch/cuda_sdpa_cudnn\"],"
+                       " \"kinds\": [\"error\"], \"when\": [\"backward\", \"do.pad > 0\"]},"
+                       "{\"id\": \"dv\", \"class\": \"real_bug\", \"backends\": [\"mutant:*\"],"
+                       " \"kinds\": [\"diverge\"], \"symptom\": \"tensor in [dk, dv]\"},"
+                       "{\"id\": \"pages\", \"class\": \"real_bug\", \"backends\": [\"target:jax/pallas_paged\"],"
+                       " \"kinds\": [\"diverge\"], \"when\": [\"paged\", \"page_size < 16\", \"!sinks\"]}" TAIL);
+    af_case c = small_case();
+    const char *cudnn = "target:torch/cuda_sdpa_cudnn";
+    assert_int_equal(match(k, AF_KIND_ERROR, cudnn, &c, NULL, "execute", NULL), -1); /* forward-only */
+    c.bwd.grads = AF_GRAD_DQ | AF_GRAD_DK | AF_GRAD_DV;
+    af_case_repair(&c, 0);
+    assert_int_equal(match(k, AF_KIND_ERROR, cudnn, &c, NULL, "execute", NULL), -1); /* a dense dO */
+    c.bwd.dout.pad = 3;
+    af_case_repair(&c, 0);
+    assert_int_equal(match(k, AF_KIND_ERROR, cudnn, &c, NULL, "execute", NULL), 0);
+    af_result r = result_of(AF_KIND_DIVERGE, 4, 0, 0);
+    assert_int_equal(match_on(k, AF_KIND_DIVERGE, "mutant:bwd_gqa_no_sum", &c, &r, NULL, NULL, "dv"), 1);
+    assert_int_equal(match_on(k, AF_KIND_DIVERGE, "mutant:bwd_gqa_no_sum", &c, &r, NULL, NULL, "dq"), -1);
+    assert_int_equal(match_on(k, AF_KIND_DIVERGE, "mutant:bwd_gqa_no_sum", &c, &r, NULL, NULL, NULL), -1);
+    af_case p = small_case();
+    p.serve.forms = AF_SERVE_PAGED, p.serve.page_size = 8;
+    af_case_repair(&p, 0);
+    assert_true(p.serve.forms & AF_SERVE_PAGED);
+    assert_int_equal(match(k, AF_KIND_DIVERGE, "target:jax/pallas_paged", &p, &r, NULL, NULL), 2);
+    p.serve.forms |= AF_SERVE_SINKS;
+    af_case_repair(&p, 0);
+    assert_int_equal(match(k, AF_KIND_DIVERGE, "target:jax/pallas_paged", &p, &r, NULL, NULL), -1);
+    assert_int_equal(match(k, AF_KIND_DIVERGE, "target:jax/pallas_paged", &c, &r, NULL, NULL), -1);
     af_known_destroy(k);
 }
 
@@ -541,6 +581,7 @@ int main(void) {
     if (!mkdtemp(af_tmp)) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_predicates),  cmocka_unit_test(test_match_and_near_misses),
+        cmocka_unit_test(test_backward_and_serving_vars),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_store_known),
         cmocka_unit_test(test_campaign_known), cmocka_unit_test(test_repository_entries),
     };

@@ -91,6 +91,7 @@ typedef struct af_known_finding {
                                  entry with a symptom clause then does not match) */
     const char *message;      /* the backend's error message, may be NULL */
     const char *stderr_tail;  /* the worker's stderr tail, may be NULL */
+    const char *tensor;       /* "out" (or NULL), or the gradient the finding is on ("dq", ...) */
 } af_known_finding;
 
 /* The first entry (in load order) the finding matches, -1 for none. Cheap: no I/O, no

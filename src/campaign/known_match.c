@@ -36,7 +36,7 @@ long af_known_match_exec(const af_known *k, const af_exec *x, size_t i) {
         const af_backend_ext *e = (be >> j & 1u) ? af_backend_ext_of(af_exec_backend_at(x, j)) : NULL;
         if (e && e->stderr_tail && e->stderr_tail[0]) tail = e->stderr_tail;
     }
-    af_known_finding kf = {f->kind, f->who, af_exec_case(x), &f->result, f->message, tail};
+    af_known_finding kf = {f->kind, f->who, af_exec_case(x), &f->result, f->message, tail, f->tensor};
     return af_known_match(k, &kf);
 }
 
@@ -92,7 +92,8 @@ af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *ent
     char *tail = NULL;
     size_t len = 0;
     AF_TRY(af_bundle_load_text(b, "stderr.txt", &tail, &len, err));
-    af_known_finding kf = {kind, who, af_bundle_case(b), have ? &res : NULL, rec ? rec->error : NULL, tail};
+    af_known_finding kf = {kind, who, af_bundle_case(b), have ? &res : NULL, rec ? rec->error : NULL, tail,
+                           af_bundle_tensor(b)};
     *entry = af_known_match(k, &kf);
     af_free(tail);
     return AF_OK;

@@ -51,6 +51,7 @@ typedef struct af_kv_def {
 
 static const char *const af_kv_bool_names[2] = {"false", "true"};
 static const char *const af_kv_float_names[3] = {"f32", "f16", "bf16"}; /* af_dtype order */
+static const char *const af_kv_tensor_names[1 + AF_GRAD_COUNT] = {"out", "dq", "dk", "dv", "dmask"};
 
 enum {
     /* case */
@@ -62,12 +63,15 @@ enum {
     KV_AMASK_LIVE_ZERO, KV_AMASK_MAG,
     KV_BMASK, KV_BMASK_RANK, KV_BMASK_DIMS, KV_BMASK_PATTERN, KV_BMASK_EXPANDED,
     KV_MASK_DTYPE, KV_PACKED, KV_STRIDED, KV_SPECIALS, KV_DENORMAL, KV_NEAR_OVERFLOW,
+    /* backward and serving parts */
+    KV_BACKWARD, KV_DO_PERM, KV_DO_PAD, KV_DO_BCAST, KV_DO_DIST, KV_DO_SPECIAL,
+    KV_SEGMENTS, KV_PAGED, KV_PAGE_SIZE, KV_SINKS, KV_ALIBI,
     KV_TENSOR0, /* then per tensor q, k, v: the KV_T_* fields */
     KV_CASE_END = KV_TENSOR0 + 3 * 10,
     /* result */
     KV_KIND = KV_CASE_END, KV_N_NAN, KV_N_NAN_REF, KV_N_NAN_OUT, KV_N_INF, KV_N_MASKED_ROW_NAN,
     KV_N_MASKED_VALUE_LEAK, KV_N_DIVERGE, KV_N_UNSTABLE, KV_N_FAIL, KV_N_FAIL_MASKED, KV_MASKED_ONLY,
-    KV_WORST_RATIO, KV_MAX_ABS, KV_MAX_REL, KV_REL_FRO, KV_WORST_OUT, KV_WORST_REF, KV_SCORE_MAX,
+    KV_WORST_RATIO, KV_MAX_ABS, KV_MAX_REL, KV_REL_FRO, KV_WORST_OUT, KV_WORST_REF, KV_SCORE_MAX, KV_TENSOR,
     KV_COUNT
 };
 enum { KV_T_LAYOUT, KV_T_PERM, KV_T_PAD, KV_T_BCAST, KV_T_DIST, KV_T_MAG, KV_T_SPECIAL, KV_T_CONTIG, KV_T_ROW_STRIDE,
@@ -142,6 +146,17 @@ static const af_kv_def af_kv_defs[KV_COUNT] = {
     [KV_SPECIALS] = {"specials", AF_KV_BOOL, NULL, 0, false, "planted NaN/Inf in some tensor"},
     [KV_DENORMAL] = {"denormal", AF_KV_BOOL, NULL, 0, false, "some tensor draws subnormals"},
     [KV_NEAR_OVERFLOW] = {"near_overflow", AF_KV_BOOL, NULL, 0, false, "some tensor draws values near overflow"},
+    [KV_BACKWARD] = {"backward", AF_KV_BOOL, NULL, 0, false, "the case asks for gradients"},
+    [KV_DO_PERM] = {"do.perm", AF_KV_NUM, NULL, 0, false, "dO's memory order (0 = the output layout's own)"},
+    [KV_DO_PAD] = {"do.pad", AF_KV_NUM, NULL, 0, false, "dO's elements of padding after each innermost row"},
+    [KV_DO_BCAST] = {"do.bcast", AF_KV_ENUM, af_bcast_names, AF_BCAST_COUNT, false, "dO's stride-0 dimension"},
+    [KV_DO_DIST] = {"do.dist", AF_KV_ENUM, af_dist_names, AF_DIST_COUNT, false, "dO's value distribution"},
+    [KV_DO_SPECIAL] = {"do.special", AF_KV_ENUM, af_special_names, AF_SPECIAL_COUNT, false, "dO's planted NaN/Inf"},
+    [KV_SEGMENTS] = {"segments", AF_KV_BOOL, NULL, 0, false, "packed variable-length segments (THD, cu_seqlens)"},
+    [KV_PAGED] = {"paged", AF_KV_BOOL, NULL, 0, false, "K and V in page caches with a block table"},
+    [KV_PAGE_SIZE] = {"page_size", AF_KV_NUM, NULL, 0, false, "tokens per page (0: not paged)"},
+    [KV_SINKS] = {"sinks", AF_KV_BOOL, NULL, 0, false, "per-head sink logits"},
+    [KV_ALIBI] = {"alibi", AF_KV_BOOL, NULL, 0, false, "ALiBi slopes"},
     AF_KV_TENSOR(q),
     AF_KV_TENSOR(k),
     AF_KV_TENSOR(v),
@@ -166,6 +181,8 @@ static const af_kv_def af_kv_defs[KV_COUNT] = {
     [KV_WORST_REF] = {"worst_ref", AF_KV_NUM, NULL, 0, true, "... and reference"},
     [KV_SCORE_MAX] = {"score_max", AF_KV_NUM, NULL, 0, true,
                       "the largest score of any row holding a failing element (-inf: all fully masked)"},
+    [KV_TENSOR] = {"tensor", AF_KV_ENUM, af_kv_tensor_names, 1 + AF_GRAD_COUNT, true,
+                   "what the finding is on: the output or a gradient"},
 };
 
 const char *af_known_var(size_t i, char *buf, size_t len) {
@@ -286,10 +303,25 @@ void af_known_vars_of_case(af_known_vars *vars, const af_case *c) {
         overflow |= s->dist == AF_DIST_NEAR_OVERFLOW;
     }
     v[KV_STRIDED] = strided, v[KV_SPECIALS] = specials, v[KV_DENORMAL] = denormal, v[KV_NEAR_OVERFLOW] = overflow;
+    const af_tensor_spec *d = &c->bwd.dout;
+    v[KV_BACKWARD] = c->bwd.grads != 0;
+    v[KV_DO_PERM] = c->bwd.grads ? d->perm % af_layout_perm_count(af_out_layout(c->t[AF_Q].layout)) : 0;
+    v[KV_DO_PAD] = c->bwd.grads ? d->pad : 0;
+    v[KV_DO_BCAST] = c->bwd.grads ? d->bcast : AF_BCAST_NONE;
+    v[KV_DO_DIST] = c->bwd.grads ? d->dist : AF_DIST_NORMAL;
+    v[KV_DO_SPECIAL] = c->bwd.grads ? d->special : AF_SPECIAL_NONE;
+    v[KV_SEGMENTS] = (c->serve.forms & AF_SERVE_PACKED) != 0;
+    v[KV_PAGED] = (c->serve.forms & AF_SERVE_PAGED) != 0;
+    v[KV_PAGE_SIZE] = (c->serve.forms & AF_SERVE_PAGED) ? c->serve.page_size : 0;
+    v[KV_SINKS] = (c->serve.forms & AF_SERVE_SINKS) != 0;
+    v[KV_ALIBI] = (c->serve.forms & AF_SERVE_ALIBI) != 0;
 }
 
-static void af_known_vars_of_result(af_known_vars *vars, af_kind kind, const af_result *r) {
+static void af_known_vars_of_result(af_known_vars *vars, af_kind kind, const af_result *r, const char *tensor) {
     double *v = vars->v;
+    v[KV_TENSOR] = 0;
+    for (int g = 0; tensor && g < AF_GRAD_COUNT; g++)
+        if (strcmp(tensor, af_grad_names[g]) == 0) v[KV_TENSOR] = 1 + g;
     const af_metrics *m = &r->m;
     v[KV_KIND] = kind;
     v[KV_N_NAN] = (double)m->n_nan;
@@ -330,8 +362,8 @@ typedef struct af_kn_node {
     int16_t a, b;     /* children; KN_IN: b = first list item, n = count */
     int16_t n;
     int16_t var;      /* KN_VAR */
-    double num;       /* KN_NUM; KN_SYM: offset of the name in the clause text (for resolution) */
-    uint16_t sym_len; /* KN_SYM */
+    double num;       /* KN_NUM; KN_SYM, KN_VAR: offset of the name in the clause text (for resolution) */
+    uint16_t sym_len; /* KN_SYM, KN_VAR */
 } af_kn_node;
 
 typedef struct af_kn_expr {
@@ -437,7 +469,11 @@ static int af_kn_atom(af_kn_parser *p) {
             return af_kn_fail(p, msg);
         }
         int x = af_kn_node_new(p, KN_VAR, -1, -1);
-        if (x >= 0) p->e->node[x].var = (int16_t)var;
+        if (x >= 0) { /* its text kept: compared with an enum variable, it may be one of its values */
+            p->e->node[x].var = (int16_t)var;
+            p->e->node[x].num = (double)(s - p->s);
+            p->e->node[x].sym_len = (uint16_t)n;
+        }
         return x;
     }
     return af_kn_fail(p, *s ? "expected a number, a name or (" : "unexpected end");
@@ -565,6 +601,19 @@ static int af_kn_resolve_sym(af_kn_parser *p, int sym, int var) {
 /* The enum variable node x compares with, -1 when it is no plain variable. */
 static int af_kn_var_of(const af_kn_expr *e, int x) { return x >= 0 && e->node[x].op == KN_VAR ? e->node[x].var : -1; }
 
+/* A variable's name compared with an enum variable var that has a value of that name
+ * ("tensor == dv": the gradient, not the head dim dv) is that value: node x becomes KN_SYM,
+ * resolved against var. */
+static void af_kn_enum_name(af_kn_parser *p, int x, int var) {
+    af_kn_expr *e = p->e;
+    if (x < 0 || var < 0 || e->node[x].op != KN_VAR || af_kv_defs[var].type != AF_KV_ENUM) return;
+    const af_kv_def *d = &af_kv_defs[var];
+    const char *name = p->s + (size_t)e->node[x].num;
+    for (int i = 0; i < d->nnames; i++)
+        if (d->names[i] && strlen(d->names[i]) == e->node[x].sym_len && !strncmp(d->names[i], name, e->node[x].sym_len))
+            e->node[x].op = KN_SYM;
+}
+
 /* Resolves every name in the subtree rooted at x; checks that enum variables are only
  * compared with names. */
 static int af_kn_resolve(af_kn_parser *p, int x) {
@@ -577,6 +626,8 @@ static int af_kn_resolve(af_kn_parser *p, int x) {
     case KN_EQ:
     case KN_NE: {
         int va = af_kn_var_of(e, n->a), vb = af_kn_var_of(e, n->b);
+        af_kn_enum_name(p, n->a, vb);
+        af_kn_enum_name(p, n->b, va);
         if (e->node[n->a].op == KN_SYM) return af_kn_resolve_sym(p, n->a, vb) || af_kn_resolve(p, n->b);
         if (e->node[n->b].op == KN_SYM) return af_kn_resolve_sym(p, n->b, va) || af_kn_resolve(p, n->a);
         break;
@@ -585,6 +636,7 @@ static int af_kn_resolve(af_kn_parser *p, int x) {
         int va = af_kn_var_of(e, n->a);
         for (int i = 0; i < n->n; i++) {
             int item = e->list[n->b + i];
+            af_kn_enum_name(p, item, va);
             if (e->node[item].op == KN_SYM && af_kn_resolve_sym(p, item, va)) return -1;
             if (e->node[item].op != KN_NUM && e->node[item].op != KN_NEG)
                 return af_kn_fail(p, "a list holds numbers or names");
@@ -978,7 +1030,7 @@ long af_known_match(const af_known *k, const af_known_finding *f) {
         if (e->symptom.root >= 0 && !f->result) continue;
         if (!have) {
             af_known_vars_of_case(&vars, f->c);
-            if (f->result) af_known_vars_of_result(&vars, f->kind, f->result);
+            if (f->result) af_known_vars_of_result(&vars, f->kind, f->result, f->tensor);
             have = true;
         }
         if (!af_kn_holds(&e->when, vars.v) || !af_kn_holds(&e->symptom, vars.v)) continue;

@@ -31,7 +31,7 @@ except Exception:  # noqa: BLE001 - no CUDA backend
 r = np.random.default_rng(0)
 T, H, D = 16, 1, 16
 q, k, v = (r.standard_normal((1, T, H, D)).astype(np.float32) for _ in range(3))  # [B, T, N, H]
-seg = np.array([[0] * 5 + [1] * 11], dtype=np.int32)     # segment 0: tokens 0-4, segment 1: 5-15
+seg = np.array([[0] * 8 + [1] * 8], dtype=np.int32)      # segment 0: tokens 0-7, segment 1: 8-15 (Triton wants powers of 2)
 
 
 def mha(v):
@@ -42,14 +42,14 @@ def mha(v):
 with jax.default_matmul_precision("highest"):
     clean = mha(v)
     v_nan = v.copy()
-    v_nan[0, 7, 0, 3] = np.nan                                # a value of segment 1 only
+    v_nan[0, 12, 0, 3] = np.nan                               # a value of segment 1 only
     poisoned = mha(v_nan)
-    alone = np.asarray(attention.mha(jnp.asarray(q[:, :5]), jnp.asarray(k[:, :5]), jnp.asarray(v[:, :5]), None,
+    alone = np.asarray(attention.mha(jnp.asarray(q[:, :8]), jnp.asarray(k[:, :8]), jnp.asarray(v[:, :8]), None,
                                      sm_scale=0.25, causal=False, interpret=not gpu))
 print("mode:", "Triton on the GPU" if gpu else "pallas interpret mode on the CPU")
-print("segment 0 rows, clean V: max |packed - alone| %.3g" % np.abs(clean[0, :5] - alone[0]).max())
-print("segment 0 rows, a NaN in segment 1's V: %d NaN of %d" % (np.isnan(poisoned[0, :5]).sum(), poisoned[0, :5].size))
-if np.isnan(poisoned[0, :5]).any():
+print("segment 0 rows, clean V: max |packed - alone| %.3g" % np.abs(clean[0, :8] - alone[0]).max())
+print("segment 0 rows, a NaN in segment 1's V: %d NaN of %d" % (np.isnan(poisoned[0, :8]).sum(), poisoned[0, :8].size))
+if np.isnan(poisoned[0, :8]).any():
     print("BUG: a NaN in segment 1's V makes segment 0's output NaN")
     sys.exit(1)
 print("FIXED: segment 0's output does not depend on segment 1's values")

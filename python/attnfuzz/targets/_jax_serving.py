@@ -548,9 +548,11 @@ class ServingTarget(_base.Target):
             caps = _BASE + ["cross", "amask", "bmask", "padding", "window", "mask_dtype"]
             if self.variant == "cudnn_seqlens":
                 # cuDNN flash attention: f16/bf16, head dims multiples of 8 up to 256 (Hopper);
-                # the boolean mask becomes a finite bias (as jax/cudnn)
+                # the boolean mask becomes a finite bias (as jax/cudnn): an Inf score of a
+                # masked key stays Inf, its row NaN
                 caps = [c for c in caps if c != "f32"]
                 conv["masked_rows"] = "unmasked"
+                conv["masked_keys"] = "ieee"
                 limits.update(max_head_dim=256, head_dim_multiple=8)
             else:
                 # masked logits are -0.7 * finfo.max: a fully masked row is a mean of V; jit of
