@@ -366,8 +366,11 @@ class ServingTarget(_base.Target):
         msg = str(exc)
         # NoValidChoicesError: Inductor has no FlexAttention kernel config whose tiles divide
         # the block mask's blocks (a case's page size) for this dtype and head dim
+        # "No viable backend": SDPA's dispatcher found no kernel that takes the nested case;
+        # "must have contiguous last dimension": FlashAttention varlen's input check
         for pat in ("NotImplementedError: NYI", "not supported", "must be a multiple", "does not support",
-                    "NoValidChoicesError"):
+                    "NoValidChoicesError", "No viable backend for scaled_dot_product_attention",
+                    "must have contiguous last dimension"):
             if pat in msg:
                 return "torch/%s: %s" % (self.variant, msg.strip().splitlines()[0][:300])
         return None

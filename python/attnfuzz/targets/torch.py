@@ -396,7 +396,8 @@ _CUDA_KEEP_BYTES = 1 << 30
 # Messages of the CUDA kernels' own input checks (raised after dispatch chose the kernel,
 # cleanly, the CUDA context intact): the case is unsupported by that kernel, not a bug.
 _KERNEL_CHECKS = {
-    "EFFICIENT_ATTENTION": ("is not correctly aligned", "invalid dtype for bias", "cutlassF: no kernel found"),
+    "EFFICIENT_ATTENTION": ("is not correctly aligned", "invalid dtype for bias", "cutlassF: no kernel found",
+                            "cutlassB: no kernel found", "last dimension must be contiguous"),
     "FLASH_ATTENTION": ("must have contiguous last dimension",),
 }
 
