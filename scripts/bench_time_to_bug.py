@@ -56,7 +56,19 @@ BACKWARD_MUTANTS = [
     "bwd_tail_tile_past_sk",
     "bwd_lse_nan",
 ]
-MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS
+# The serving mutants show only on serving cases, which the built-ins run when asked: their
+# campaigns draw half of the cases in a serving form (fuzz --serving SERVING_SHARE).
+SERVING_MUTANTS = [
+    "splitkv_batch_stride",
+    "block_table_off_by_one",
+    "alibi_off_by_one",
+    "sink_ignored",
+    "sink_in_numerator",
+    "zero_len_nan",
+    "segment_leak",
+]
+SERVING_SHARE = 0.5
+MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS
 STRATEGIES = ["generator", "grid", "bytes"]
 LIBFUZZER = "libfuzzer"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -188,6 +200,8 @@ def run_attnfuzz_trial(exe, mutant, strategy, budget, seed, env, keep_dir):
     crashes = os.path.join(tmp, "crashes")
     cmd = [exe, "fuzz", "--backend", "mutant:" + mutant, "--strategy", strategy, "--max-findings", "1",
            "--time", "%g" % budget, "--seed", str(seed), "--crashes", crashes, "--stats", stats_path, "--quiet"]
+    if mutant in SERVING_MUTANTS:
+        cmd += ["--serving", "%g" % SERVING_SHARE]
     trial = {"mutant": mutant, "strategy": strategy, "seed": seed, "budget": budget,
              "command": shlex.join(cmd), "found": False, "censored": True, "error": None}
     t0 = time.monotonic()
@@ -412,8 +426,9 @@ def report(trials):
     print("p = two-sided Mann-Whitney U of times vs the generator's (normal approx., ties, both censored at the")
     print("smaller budget)")
     print()
-    fwd = [r for r in rows if r["mutant"] not in BACKWARD_MUTANTS]
+    fwd = [r for r in rows if r["mutant"] not in BACKWARD_MUTANTS + SERVING_MUTANTS]
     bwd = [r for r in rows if r["mutant"] in BACKWARD_MUTANTS]
+    srv = [r for r in rows if r["mutant"] in SERVING_MUTANTS]
     if fwd:
         print(table(fwd))
     if bwd:
@@ -422,6 +437,12 @@ def report(trials):
         print("backward mutants (found through a gradient; the trial's found/kinds count findings on it):")
         print()
         print(table(bwd))
+    if srv:
+        if fwd or bwd:
+            print()
+        print("serving mutants (campaigns with --serving %g: packed, paged, decode, sinks, ALiBi):" % SERVING_SHARE)
+        print()
+        print(table(srv))
     killed = [t for t in trials if t.get("killed")]
     if killed:
         print()
@@ -486,7 +507,7 @@ def main(argv=None):
         return 0
 
     print("command: " + shlex.join(["python3"] + sys.argv), flush=True)
-    groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS}
+    groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS, "serving": SERVING_MUTANTS}
     mutants = [x for m in a.mutants.split(",") if m for x in groups.get(m, [m])]
     strategies = [s for s in a.strategies.split(",") if s]
     for s in strategies:

@@ -1,4 +1,4 @@
-# The backward mutants through whole campaigns (scripts/bench_time_to_bug.py, standard
+# The backward and serving mutants through whole campaigns (scripts/bench_time_to_bug.py, standard
 # library only): each found on three seeds, every time within a second of the campaign's
 # clock (docs/mutants.md).
 find_package(Python3 COMPONENTS Interpreter)
@@ -8,4 +8,9 @@ if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
                    --strategies generator --mutants backward --jobs 2 --attnfuzz $<TARGET_FILE:attnfuzz>
                    --require-within 1)
   set_tests_properties(ttb_backward_mutants PROPERTIES LABELS "smoke" TIMEOUT 300 ENVIRONMENT "${AF_BLAS_ENV}")
+  add_test(NAME ttb_serving_mutants
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/bench_time_to_bug.py --trials 3 --budget 10
+                   --strategies generator --mutants serving --jobs 2 --attnfuzz $<TARGET_FILE:attnfuzz>
+                   --require-within 1)
+  set_tests_properties(ttb_serving_mutants PROPERTIES LABELS "smoke" TIMEOUT 300 ENVIRONMENT "${AF_BLAS_ENV}")
 endif()
