@@ -392,6 +392,37 @@ def new_amid_known(attnfuzz, c_worker, tmp):
           f"{sigs[0]['first_time'] if sigs else -1:.3f} s, known hits {hits}, bundles {names}")
 
 
+def known_crash(attnfuzz, c_worker, tmp):
+    """A worker that crashes on the cases where (q_len + kv_len + head_dim) % 7 == 0, with and
+    without a known entry for that crash: with it, the crash's trigger cases mostly stay away
+    from the worker after its first hit (a restart costs a process, on a GPU a CUDA context),
+    so it restarts far less often and runs more cases in the same time."""
+    known = os.path.join(tmp, "known.json")
+    with open(known, "w") as f:
+        json.dump({"format": "attnfuzz-known", "version": 1, "entries": [
+            {"id": "test-crash-mod7", "class": "real_bug", "title": "crashes where (sq + sk + d) % 7 == 0",
+             "backends": ["worker:*"], "kinds": ["crash"], "when": "(sq + sk + d) % 7 == 0"}]}, f)
+    spec = f"worker:{c_worker} --fault crash --fault-mod 7 --start-sleep 0.2 --run-sleep 0.01"
+    per = {}
+    for label, extra in (("known", ["--known", known]), ("no-known", ["--no-known"])):
+        stats = os.path.join(tmp, f"stats-{label}.json")
+        run([attnfuzz, "fuzz", "--backend", spec, "--time", "8", "--seed", "1", "--no-minimize", "--quiet",
+             "--crashes", os.path.join(tmp, f"crashes-{label}"), "--stats", stats, *extra])
+        s = stats_of(stats)
+        per[label] = s
+        hits = sum(k["hits"] for k in s.get("known", []))
+        print(f"known_crash: {label}: {s['execs']} executions, {s['worker_restarts']} restarts "
+              f"({s['seconds']['restarts']:.2f} s), known hits {hits}, trigger cases left out {s['known_skipped']}")
+    k, n = per["known"], per["no-known"]
+    check(n["worker_restarts"] >= 20, f"known_crash: too few crashes without the entry ({n['worker_restarts']})")
+    check(k["known_skipped"] > 0 and k["known"] and k["known"][0]["hits"] >= 1,
+          f"known_crash: the entry neither hit nor skipped: {k.get('known')}")
+    # one in a hundred trigger cases after the first hit: a handful of restarts, not a tenth
+    check(k["worker_restarts"] * 5 <= n["worker_restarts"],
+          f"known_crash: {k['worker_restarts']} restarts with the entry, {n['worker_restarts']} without")
+    check(k["execs"] > n["execs"], f"known_crash: {k['execs']} executions with the entry, {n['execs']} without")
+
+
 def top_bundles(d):
     """{name: case.json} of the bundles directly in d (hidden ones are not bundles)."""
     return {os.path.basename(p): b for p, b in bundles(d)}
@@ -600,7 +631,8 @@ def main():
             batch(attnfuzz, c_worker, tmp, "error")
         elif scenario == "batch_crash":
             batch(attnfuzz, c_worker, tmp, "crash")
-        elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known"):
+        elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known",
+                          "known_crash"):
             globals()[scenario](attnfuzz, c_worker, tmp)
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))

@@ -392,10 +392,15 @@ static void af_case_tiny(af_case *c, size_t budget) {
 /* A backend that hit known bug e h times is sent a case that triggers e (its `when`) with
  * probability 1 - AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF): after a few hits only
  * about a tenth of such cases still reach it, so a known bug costs a bounded share of the
- * executions, and a new bug among the same features is still found (more slowly). The
+ * executions, and a new bug among the same features is still found (more slowly); a crash
+ * or timeout bug, 1 - AF_KNOWN_SKIP_FAULT from its first hit. The
  * draw is a hash of the case's seeds, so the same case is always treated alike. */
 #define AF_KNOWN_SKIP_MAX 0.9
 #define AF_KNOWN_SKIP_HALF 8.0
+/* A known bug that crashes or hangs its worker costs a restart per hit (a new process; on a
+ * GPU a new CUDA context, seconds, and the rest of its batch) where another costs a case:
+ * from its first hit on, a backend is sent one in a hundred of its trigger cases. */
+#define AF_KNOWN_SKIP_FAULT 0.99
 
 static uint64_t af_known_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -422,7 +427,10 @@ static uint32_t af_campaign_known_skip(const af_campaign_opts *o, const af_store
                 have = true;
             }
             if (!af_known_when(o->known, e, &vars)) continue;
-            double p = AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF);
+            af_known_info info;
+            af_known_info_of(o->known, e, &info);
+            bool fault = info.kinds & (1u << AF_KIND_CRASH | 1u << AF_KIND_TIMEOUT);
+            double p = fault ? AF_KNOWN_SKIP_FAULT : AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF);
             uint64_t u = af_known_mix(seeds ^ af_known_mix(e * 0x9e3779b97f4a7c15ull + k + 1));
             if ((double)(u >> 11) * 0x1p-53 < p) {
                 mask |= 1u << k;
