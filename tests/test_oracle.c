@@ -1307,6 +1307,55 @@ static void test_conv_denormals_flush(void **state) {
     bench_close(&b);
 }
 
+/* ... and a scaled input that a flushing unit flushes: q = 2^-126 (normal: DAZ keeps it) in
+ * dim 0 and 0 elsewhere, K of +-3e38 in dim 0, the scale 0.25 placed as sqrt on Q and K: Q
+ * times 0.5 is 2^-127, a subnormal that FTZ turns into 0, so every score is 0 and each row
+ * the mean of V, where the exact scores are +-0.88 (jax explicit, bf16: a denormal Q
+ * against a near-overflow K). */
+static void fill_min_normal_q_big_k(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_view *q = &t->qv, *k = &t->kv;
+    for (size_t b = 0; b < q->ne[0]; b++)
+        for (size_t h = 0; h < q->ne[1]; h++)
+            for (size_t s = 0; s < q->ne[2]; s++)
+                for (size_t d = 0; d < q->ne[3]; d++) af_view_set(q, b, h, s, d, d == 0 ? 0x1p-126 : 0.0);
+    for (size_t b = 0; b < k->ne[0]; b++)
+        for (size_t h = 0; h < k->ne[1]; h++)
+            for (size_t s = 0; s < k->ne[2]; s++)
+                for (size_t d = 0; d < k->ne[3]; d++) af_view_set(k, b, h, s, d, d == 0 ? (s % 2 ? -3e38 : 3e38) : 0.0);
+}
+
+static void test_conv_denormals_flush_scaled_input(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.scale_set = true;
+    c.scale = 0.25;
+    c.placement = AF_PLACE_SQRT_QK;
+    bench b;
+    bench_open(&b, &c, fill_min_normal_q_big_k);
+    const af_case_tensors *t = af_inputs_get(b.in);
+    size_t dv = c.v_head_dim, Sk = c.kv_len;
+    for (size_t r = 0; r < (size_t)c.batch * c.q_heads * c.q_len; r++) {
+        size_t h = r / c.q_len % c.q_heads, bb = r / (c.q_len * c.q_heads);
+        for (size_t d = 0; d < dv; d++) {
+            double mean = 0.0;
+            for (size_t j = 0; j < Sk; j++) mean += af_view_get(&t->vv, bb, h / (c.q_heads / c.kv_heads), j, d);
+            b.f[r * dv + d] = (float)(mean / (double)Sk);
+            if (fabs((double)b.f[r * dv + d] - b.ref[r * dv + d]) < 1e-2)
+                fail_msg("element %zu: the exact scores should move it off the mean", r * dv + d);
+        }
+    }
+    af_conventions flush = {.denormals_flush = 7u};
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_DIVERGE, "Q * 0.5 flushed, undeclared");
+    expect_conv(&b, &flush, AF_KIND_OK, "Q * 0.5 flushed, declared flush");
+    /* the flushed scores may be anything within 3.5 of the exact ones, so any mix of V's
+     * rows is right here; a value outside them is not */
+    b.f[3] = 50.0f;
+    expect_conv(&b, &flush, AF_KIND_DIVERGE, "declared flush, a value no weights give");
+    bench_close(&b);
+}
+
 /* scores "dtype": f16 scores past 65504 are Inf, the row NaN (softmax of Inf). */
 static void fill_big_qk(const af_case_tensors *t) {
     fill_v2(t);
@@ -1377,6 +1426,7 @@ int main(void) {
         cmocka_unit_test(test_conv_masked_rows_mean_leak),
         cmocka_unit_test(test_conv_masked_rows_unmasked),
         cmocka_unit_test(test_conv_masked_keys_ieee), cmocka_unit_test(test_conv_denormals_flush),
+        cmocka_unit_test(test_conv_denormals_flush_scaled_input),
         cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
