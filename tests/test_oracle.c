@@ -1390,6 +1390,97 @@ static void test_conv_scores_dtype(void **state) {
     bench_close(&b);
 }
 
+/* scores "dtype" with masked_keys "ieee" (ORT's Attention on f16): key 1 masked by the
+ * boolean mask for every query, its score 300 * 300 * 16 / 4 = 360000, finite but past
+ * f16's range, so +Inf in the dtype, and adding the mask as -inf makes every row NaN; the
+ * live keys' scores are small. Either convention alone does not explain that NaN. */
+static void fill_masked_f16_overflow(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++) {
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->bm, b, h, i, j, j == 1 ? 0.0 : 1.0);
+                for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->qv, b, h, i, d, 300.0);
+            }
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t j = 0; j < c->kv_len; j++)
+                for (size_t d = 0; d < c->head_dim; d++)
+                    af_view_set(&t->kv, b, g, j, d, j == 1 ? 300.0 : (double)((j + d) % 5) * 0.01 - 0.02);
+}
+
+static void test_conv_masked_keys_scores_dtype(void **state) {
+    (void)state;
+    af_case c;
+    bmask_case(&c);
+    c.dtype = AF_F16;
+    bench b;
+    bench_open(&b, &c, fill_masked_f16_overflow);
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference excludes the masked key: element %zu is %g", e, b.ref[e]);
+        b.f[e] = NAN;
+    }
+    af_conventions both = {.masked_keys_ieee = true, .scores_dtype = 1u << AF_F16};
+    expect_conv(&b, &(af_conventions){.masked_keys_ieee = true}, AF_KIND_NAN_MISMATCH,
+                "a masked key's score +Inf in f16 only, f32 scores");
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_NAN_MISMATCH,
+                "a masked key's score +Inf in f16 only, masked keys excluded");
+    af_result res;
+    assert_int_equal(conv_kind(&b, &both, &res), AF_KIND_OK);
+    assert_int_equal(res.m.n_masked_key_nan, b.n);
+    /* NaN, or the live keys' answer: not another value */
+    b.f[5] = (float)(b.ref[5] + 0.5);
+    expect_conv(&b, &both, AF_KIND_DIVERGE, "a finite wrong value in such a row");
+    bench_close(&b);
+}
+
+/* scores "dtype": every score 65519, below f16's overflow threshold (65520) by less than
+ * its rounding error; an implementation that places the scale elsewhere or accumulates in
+ * another order may get Inf, and the row NaN (ORT's Attention: alpha * Q K^T in f32, then
+ * rounded to f16, where the case scaled Q first). */
+static void fill_f16_score_near_overflow(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++) {
+                af_view_set(&t->qv, b, h, i, 0, 256.0);
+                af_view_set(&t->qv, b, h, i, 1, 1.0);
+            }
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t j = 0; j < c->kv_len; j++) {
+                af_view_set(&t->kv, b, g, j, 0, 255.75);
+                af_view_set(&t->kv, b, g, j, 1, 47.0);
+            }
+}
+
+static void test_conv_scores_dtype_near_overflow(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F16);
+    c.head_dim = 2;
+    c.scale_set = true;
+    c.scale = 1.0;
+    bench b;
+    bench_open(&b, &c, fill_f16_score_near_overflow);
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference is finite: element %zu is %g", e, b.ref[e]);
+        b.f[e] = NAN;
+    }
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_NAN_MISMATCH, "f16 scores of 65519, f32 scores");
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_OK,
+                "f16 scores of 65519 that may round to Inf, f16 scores declared");
+    bench_close(&b);
+    /* 60000 is far from the threshold: NaN there is a finding under f16 scores too */
+    c.scale = 60000.0 / 65519.0;
+    bench_open(&b, &c, fill_f16_score_near_overflow);
+    for (size_t e = 0; e < b.n; e++) b.f[e] = NAN;
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_NAN_MISMATCH, "f16 scores of 60000");
+    bench_close(&b);
+}
+
 /* tf32 "always": TF32 matmuls on an f32 case that does not allow them (the silent_tf32
  * mutant computes exactly that). */
 static void test_conv_tf32_always(void **state) {
@@ -1425,7 +1516,8 @@ int main(void) {
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),
         cmocka_unit_test(test_conv_masked_rows_mean_leak),
         cmocka_unit_test(test_conv_masked_rows_unmasked),
-        cmocka_unit_test(test_conv_masked_keys_ieee), cmocka_unit_test(test_conv_denormals_flush),
+        cmocka_unit_test(test_conv_masked_keys_ieee),
+        cmocka_unit_test(test_conv_masked_keys_scores_dtype), cmocka_unit_test(test_conv_scores_dtype_near_overflow), cmocka_unit_test(test_conv_denormals_flush),
         cmocka_unit_test(test_conv_denormals_flush_scaled_input),
         cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),
     };
