@@ -630,6 +630,19 @@ static void test_masked_row_ieee_leak(void **state) {
     af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, true);
     assert_true(af_oracle_waived(b.o, AF_KIND_MASKED_VALUE_LEAK));
     expect(&b, false, AF_KIND_OK, "0 * Inf in a fully masked row, masked_values ieee");
+    /* a divergence in a live row beside the waived leaks: they are counted, but the
+     * failing elements are the divergence's (the worst, the rows known.h matches on) */
+    size_t live = 1 * dv + 3; /* row 1 (query 1), column 3 */
+    b.f[live] = (float)(b.ref[live] + 0.5);
+    af_result res;
+    assert_int_equal(bench_kind(&b, false, &res), AF_KIND_DIVERGE);
+    assert_int_equal(res.m.n_waived, res.m.n_masked_value_leak);
+    assert_true(res.m.n_waived > 0);
+    assert_int_equal(res.m.n_fail_masked, 0);
+    assert_int_equal(res.m.worst[2], 1);
+    assert_int_equal(res.m.worst[3], 3);
+    assert_true(isfinite(res.m.fail_score_max));
+    b.f[live] = (float)b.ref[live];
     b.f[1] = NAN; /* row 0, column 1: its V is finite, so the NaN is no 0 * Inf */
     expect(&b, false, AF_KIND_MASKED_ROW_NAN, "NaN in a fully masked row's finite column");
     af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, false);

@@ -503,7 +503,7 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
              * alternative target too; the class comparison is the reference's */
             bool unstable = hn->ready && (hn->unstable[ea] || (!use_alt && af_class(hn->out[ea]) != af_class(o->ref[ea])));
             double ratio;
-            bool failed = true;
+            bool failed = true, waived = false;
             if (cw != co && hn->ready && (co == 2 || co == 3) && cw == 0 && (want > 0) == (co == 2)) {
                 /* rounding a value this close to the dtype's largest may overflow */
                 double bound = tol.atol + tol.rtol * fabs(want) + (use_alt ? 0.0 : tol_mult * tol.fudge * hn->sens[ea]);
@@ -527,10 +527,12 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                      * declared IEEE P @ V (masked_values "ieee"), 0 * Inf explains the NaN
                      * and it counts as the masked_value_leak below instead */
                     m->n_masked_row_nan++;
+                    waived = o->opts.waive_masked_row_nan;
                 } else if (co == 1 && leak) {
                     /* NaN only through a key of weight 0 (0 * Inf, 0 * NaN): IEEE
                      * arithmetic, a legitimate choice, not a nan_mismatch */
                     m->n_masked_value_leak++;
+                    waived = o->opts.waive_masked_value_leak;
                 } else if (co == 1 || cw == 1) {
                     m->n_nan++;
                     if (co != 1) m->n_nan_ref++;
@@ -554,6 +556,12 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                 } else {
                     failed = false;
                 }
+            }
+            if (waived) {
+                /* a kind the backend's conventions (or --waive) allow: counted, but it is
+                 * no failing element, neither the worst nor where a finding sits */
+                m->n_waived++;
+                continue;
             }
             if (failed) {
                 /* where the failing elements sit (known.h matches on it): in fully masked
