@@ -905,6 +905,51 @@ static void test_grad_poisoned_masked_value(void **state) {
     gbench_close(&gb);
 }
 
+/* A row whose only live scores plus the mask pass f32's range: q row 0 of batch 0, head 0 is
+ * -3.75e36 against K of ones, scale 1 (a score of -6e37, whose partial sums stay within
+ * f32), and the mask there f32's lowest, so in f32 every
+ * score of the row is -inf and an f32 implementation gives NaN (jax explicit, a
+ * near-overflow K against a mask of f32's lowest). The forward's honest run calls that row
+ * unstable; so are its gradients (dmask, dq and the head's dk, dv), not a nan_mismatch. */
+static void fill_row0_score_past_f32(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t j = 0; j < c->kv_len; j++)
+                for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->kv, b, g, j, d, 1.0);
+    for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->qv, 0, 0, 0, d, -3.75e36);
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++)
+                    af_view_set(&t->am, b, h, i, j, b == 0 && h == 0 && i == 0 ? -0x1.fffffep127 : 0.0);
+}
+
+static void test_grad_score_past_f32(void **state) {
+    (void)state;
+    af_case c;
+    tame_backward(&c);
+    c.scale_set = true;
+    c.scale = 1.0;
+    gbench gb;
+    gbench_open(&gb, &c, fill_row0_score_past_f32);
+    size_t sq = c.q_len, sk = c.kv_len;
+    for (size_t e = 0; e < gb.b.n; e++)
+        if (!isfinite(gb.b.ref[e])) fail_msg("the reference's row 0 is finite: element %zu is %g", e, gb.b.ref[e]);
+    /* the implementation's row 0: NaN output, NaN dmask and dq there */
+    float *dm = gdata(&gb, 3), *dq = gdata(&gb, 0);
+    for (size_t j = 0; j < sk; j++) dm[j] = NAN;           /* (b 0, h 0, i 0) */
+    for (size_t d = 0; d < c.head_dim; d++) dq[d] = NAN;
+    gexpect(&gb, 3, AF_KIND_OK, "NaN in a row whose scores + mask pass f32's range");
+    gexpect(&gb, 0, AF_KIND_OK, "NaN in a row whose scores + mask pass f32's range");
+    /* batch row 1 is computable: NaN there is a finding */
+    size_t b1 = c.q_heads * sq * sk;
+    dm[b1] = NAN;
+    gexpect(&gb, 3, AF_KIND_NAN_MISMATCH, "NaN in batch row 1's dmask");
+    gbench_close(&gb);
+}
+
 /* dQ of a row the forward fully masks is 0: NaN there is masked_row_nan (waivable); NaN
  * in dQ or dK only through a zero-weight key whose V is non-finite (dP = dO V^T is then
  * non-finite, times P = 0) is masked_value_leak; the same NaN elsewhere is a mismatch. */
@@ -1525,7 +1570,7 @@ int main(void) {
         cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
         cmocka_unit_test(test_grad_tolerance), cmocka_unit_test(test_grad_poisoned_masked_value),
-        cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
+        cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_score_past_f32), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),
         cmocka_unit_test(test_conv_masked_rows_mean_leak),
         cmocka_unit_test(test_conv_masked_rows_unmasked),
