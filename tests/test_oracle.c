@@ -630,6 +630,19 @@ static void test_masked_row_ieee_leak(void **state) {
     af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, true);
     assert_true(af_oracle_waived(b.o, AF_KIND_MASKED_VALUE_LEAK));
     expect(&b, false, AF_KIND_OK, "0 * Inf in a fully masked row, masked_values ieee");
+    /* a divergence in a live row beside the waived leaks: they are counted, but the
+     * failing elements are the divergence's (the worst, the rows known.h matches on) */
+    size_t live = 1 * dv + 3; /* row 1 (query 1), column 3 */
+    b.f[live] = (float)(b.ref[live] + 0.5);
+    af_result res;
+    assert_int_equal(bench_kind(&b, false, &res), AF_KIND_DIVERGE);
+    assert_int_equal(res.m.n_waived, res.m.n_masked_value_leak);
+    assert_true(res.m.n_waived > 0);
+    assert_int_equal(res.m.n_fail_masked, 0);
+    assert_int_equal(res.m.worst[2], 1);
+    assert_int_equal(res.m.worst[3], 3);
+    assert_true(isfinite(res.m.fail_score_max));
+    b.f[live] = (float)b.ref[live];
     b.f[1] = NAN; /* row 0, column 1: its V is finite, so the NaN is no 0 * Inf */
     expect(&b, false, AF_KIND_MASKED_ROW_NAN, "NaN in a fully masked row's finite column");
     af_oracle_waive(b.o, AF_KIND_MASKED_VALUE_LEAK, false);
@@ -889,6 +902,51 @@ static void test_grad_poisoned_masked_value(void **state) {
             f[e0] = (float)gb.ref[k][e0];
         }
     }
+    gbench_close(&gb);
+}
+
+/* A row whose only live scores plus the mask pass f32's range: q row 0 of batch 0, head 0 is
+ * -3.75e36 against K of ones, scale 1 (a score of -6e37, whose partial sums stay within
+ * f32), and the mask there f32's lowest, so in f32 every
+ * score of the row is -inf and an f32 implementation gives NaN (jax explicit, a
+ * near-overflow K against a mask of f32's lowest). The forward's honest run calls that row
+ * unstable; so are its gradients (dmask, dq and the head's dk, dv), not a nan_mismatch. */
+static void fill_row0_score_past_f32(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t j = 0; j < c->kv_len; j++)
+                for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->kv, b, g, j, d, 1.0);
+    for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->qv, 0, 0, 0, d, -3.75e36);
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++)
+                    af_view_set(&t->am, b, h, i, j, b == 0 && h == 0 && i == 0 ? -0x1.fffffep127 : 0.0);
+}
+
+static void test_grad_score_past_f32(void **state) {
+    (void)state;
+    af_case c;
+    tame_backward(&c);
+    c.scale_set = true;
+    c.scale = 1.0;
+    gbench gb;
+    gbench_open(&gb, &c, fill_row0_score_past_f32);
+    size_t sq = c.q_len, sk = c.kv_len;
+    for (size_t e = 0; e < gb.b.n; e++)
+        if (!isfinite(gb.b.ref[e])) fail_msg("the reference's row 0 is finite: element %zu is %g", e, gb.b.ref[e]);
+    /* the implementation's row 0: NaN output, NaN dmask and dq there */
+    float *dm = gdata(&gb, 3), *dq = gdata(&gb, 0);
+    for (size_t j = 0; j < sk; j++) dm[j] = NAN;           /* (b 0, h 0, i 0) */
+    for (size_t d = 0; d < c.head_dim; d++) dq[d] = NAN;
+    gexpect(&gb, 3, AF_KIND_OK, "NaN in a row whose scores + mask pass f32's range");
+    gexpect(&gb, 0, AF_KIND_OK, "NaN in a row whose scores + mask pass f32's range");
+    /* batch row 1 is computable: NaN there is a finding */
+    size_t b1 = c.q_heads * sq * sk;
+    dm[b1] = NAN;
+    gexpect(&gb, 3, AF_KIND_NAN_MISMATCH, "NaN in batch row 1's dmask");
     gbench_close(&gb);
 }
 
@@ -1304,6 +1362,61 @@ static void test_conv_denormals_flush(void **state) {
     }
     expect_conv(&b, &(af_conventions){0}, AF_KIND_NAN_MISMATCH, "0 * -inf after DAZ, undeclared");
     expect_conv(&b, &flush, AF_KIND_OK, "0 * -inf after DAZ, declared flush");
+    /* "flush" allows flushing; a kernel of the backend that keeps the subnormal q drops key
+     * 0 exactly (q . k = -inf) and gives the reference's answer: right too */
+    for (size_t e = 0; e < b.n; e++) b.f[e] = (float)b.ref[e];
+    expect_conv(&b, &flush, AF_KIND_OK, "the subnormal q kept (the exact answer), declared flush");
+    b.f[2] = NAN;
+    expect_conv(&b, &flush, AF_KIND_NAN_MISMATCH, "declared flush: NaN in one element only");
+    bench_close(&b);
+}
+
+/* ... and a scaled input that a flushing unit flushes: q = 2^-126 (normal: DAZ keeps it) in
+ * dim 0 and 0 elsewhere, K of +-3e38 in dim 0, the scale 0.25 placed as sqrt on Q and K: Q
+ * times 0.5 is 2^-127, a subnormal that FTZ turns into 0, so every score is 0 and each row
+ * the mean of V, where the exact scores are +-0.88 (jax explicit, bf16: a denormal Q
+ * against a near-overflow K). */
+static void fill_min_normal_q_big_k(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_view *q = &t->qv, *k = &t->kv;
+    for (size_t b = 0; b < q->ne[0]; b++)
+        for (size_t h = 0; h < q->ne[1]; h++)
+            for (size_t s = 0; s < q->ne[2]; s++)
+                for (size_t d = 0; d < q->ne[3]; d++) af_view_set(q, b, h, s, d, d == 0 ? 0x1p-126 : 0.0);
+    for (size_t b = 0; b < k->ne[0]; b++)
+        for (size_t h = 0; h < k->ne[1]; h++)
+            for (size_t s = 0; s < k->ne[2]; s++)
+                for (size_t d = 0; d < k->ne[3]; d++) af_view_set(k, b, h, s, d, d == 0 ? (s % 2 ? -3e38 : 3e38) : 0.0);
+}
+
+static void test_conv_denormals_flush_scaled_input(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.scale_set = true;
+    c.scale = 0.25;
+    c.placement = AF_PLACE_SQRT_QK;
+    bench b;
+    bench_open(&b, &c, fill_min_normal_q_big_k);
+    const af_case_tensors *t = af_inputs_get(b.in);
+    size_t dv = c.v_head_dim, Sk = c.kv_len;
+    for (size_t r = 0; r < (size_t)c.batch * c.q_heads * c.q_len; r++) {
+        size_t h = r / c.q_len % c.q_heads, bb = r / (c.q_len * c.q_heads);
+        for (size_t d = 0; d < dv; d++) {
+            double mean = 0.0;
+            for (size_t j = 0; j < Sk; j++) mean += af_view_get(&t->vv, bb, h / (c.q_heads / c.kv_heads), j, d);
+            b.f[r * dv + d] = (float)(mean / (double)Sk);
+            if (fabs((double)b.f[r * dv + d] - b.ref[r * dv + d]) < 1e-2)
+                fail_msg("element %zu: the exact scores should move it off the mean", r * dv + d);
+        }
+    }
+    af_conventions flush = {.denormals_flush = 7u};
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_DIVERGE, "Q * 0.5 flushed, undeclared");
+    expect_conv(&b, &flush, AF_KIND_OK, "Q * 0.5 flushed, declared flush");
+    /* the flushed scores may be anything within 3.5 of the exact ones, so any mix of V's
+     * rows is right here; a value outside them is not */
+    b.f[3] = 50.0f;
+    expect_conv(&b, &flush, AF_KIND_DIVERGE, "declared flush, a value no weights give");
     bench_close(&b);
 }
 
@@ -1341,6 +1454,97 @@ static void test_conv_scores_dtype(void **state) {
     bench_close(&b);
 }
 
+/* scores "dtype" with masked_keys "ieee" (ORT's Attention on f16): key 1 masked by the
+ * boolean mask for every query, its score 300 * 300 * 16 / 4 = 360000, finite but past
+ * f16's range, so +Inf in the dtype, and adding the mask as -inf makes every row NaN; the
+ * live keys' scores are small. Either convention alone does not explain that NaN. */
+static void fill_masked_f16_overflow(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++) {
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->bm, b, h, i, j, j == 1 ? 0.0 : 1.0);
+                for (size_t d = 0; d < c->head_dim; d++) af_view_set(&t->qv, b, h, i, d, 300.0);
+            }
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t j = 0; j < c->kv_len; j++)
+                for (size_t d = 0; d < c->head_dim; d++)
+                    af_view_set(&t->kv, b, g, j, d, j == 1 ? 300.0 : (double)((j + d) % 5) * 0.01 - 0.02);
+}
+
+static void test_conv_masked_keys_scores_dtype(void **state) {
+    (void)state;
+    af_case c;
+    bmask_case(&c);
+    c.dtype = AF_F16;
+    bench b;
+    bench_open(&b, &c, fill_masked_f16_overflow);
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference excludes the masked key: element %zu is %g", e, b.ref[e]);
+        b.f[e] = NAN;
+    }
+    af_conventions both = {.masked_keys_ieee = true, .scores_dtype = 1u << AF_F16};
+    expect_conv(&b, &(af_conventions){.masked_keys_ieee = true}, AF_KIND_NAN_MISMATCH,
+                "a masked key's score +Inf in f16 only, f32 scores");
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_NAN_MISMATCH,
+                "a masked key's score +Inf in f16 only, masked keys excluded");
+    af_result res;
+    assert_int_equal(conv_kind(&b, &both, &res), AF_KIND_OK);
+    assert_int_equal(res.m.n_masked_key_nan, b.n);
+    /* NaN, or the live keys' answer: not another value */
+    b.f[5] = (float)(b.ref[5] + 0.5);
+    expect_conv(&b, &both, AF_KIND_DIVERGE, "a finite wrong value in such a row");
+    bench_close(&b);
+}
+
+/* scores "dtype": every score 65519, below f16's overflow threshold (65520) by less than
+ * its rounding error; an implementation that places the scale elsewhere or accumulates in
+ * another order may get Inf, and the row NaN (ORT's Attention: alpha * Q K^T in f32, then
+ * rounded to f16, where the case scaled Q first). */
+static void fill_f16_score_near_overflow(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++) {
+                af_view_set(&t->qv, b, h, i, 0, 256.0);
+                af_view_set(&t->qv, b, h, i, 1, 1.0);
+            }
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t g = 0; g < c->kv_heads; g++)
+            for (size_t j = 0; j < c->kv_len; j++) {
+                af_view_set(&t->kv, b, g, j, 0, 255.75);
+                af_view_set(&t->kv, b, g, j, 1, 47.0);
+            }
+}
+
+static void test_conv_scores_dtype_near_overflow(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F16);
+    c.head_dim = 2;
+    c.scale_set = true;
+    c.scale = 1.0;
+    bench b;
+    bench_open(&b, &c, fill_f16_score_near_overflow);
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference is finite: element %zu is %g", e, b.ref[e]);
+        b.f[e] = NAN;
+    }
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_NAN_MISMATCH, "f16 scores of 65519, f32 scores");
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_OK,
+                "f16 scores of 65519 that may round to Inf, f16 scores declared");
+    bench_close(&b);
+    /* 60000 is far from the threshold: NaN there is a finding under f16 scores too */
+    c.scale = 60000.0 / 65519.0;
+    bench_open(&b, &c, fill_f16_score_near_overflow);
+    for (size_t e = 0; e < b.n; e++) b.f[e] = NAN;
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_NAN_MISMATCH, "f16 scores of 60000");
+    bench_close(&b);
+}
+
 /* tf32 "always": TF32 matmuls on an f32 case that does not allow them (the silent_tf32
  * mutant computes exactly that). */
 static void test_conv_tf32_always(void **state) {
@@ -1372,11 +1576,13 @@ int main(void) {
         cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
         cmocka_unit_test(test_grad_tolerance), cmocka_unit_test(test_grad_poisoned_masked_value),
-        cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
+        cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_score_past_f32), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),
         cmocka_unit_test(test_conv_masked_rows_mean_leak),
         cmocka_unit_test(test_conv_masked_rows_unmasked),
-        cmocka_unit_test(test_conv_masked_keys_ieee), cmocka_unit_test(test_conv_denormals_flush),
+        cmocka_unit_test(test_conv_masked_keys_ieee),
+        cmocka_unit_test(test_conv_masked_keys_scores_dtype), cmocka_unit_test(test_conv_scores_dtype_near_overflow), cmocka_unit_test(test_conv_denormals_flush),
+        cmocka_unit_test(test_conv_denormals_flush_scaled_input),
         cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

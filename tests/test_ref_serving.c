@@ -222,15 +222,14 @@ static double weight_with(const double *s, const double *e, size_t n, double z, 
     return exp(s[j] + e[j] - mx) / den;
 }
 
-/* af_sens_weights with a sink: each key's bound is its weight's largest move, reached with
- * its own score off by +-d_j and every other key's by -+d_k (the weight is monotone in
- * each error), computed here directly; rows where the sink is the largest term, where a key
- * is, and where the sink is far below or above every key; random errors inside the bounds
- * stay inside. */
-static void test_sens_weights_sink(void **state) {
-    (void)state;
+/* af_sens_weights on random rows of n <= 6 keys: each key's bound must be its weight's
+ * largest move, reached with its own score off by +-d_j and every other key's by -+d_k (the
+ * weight is monotone in each error), computed here directly; random errors inside the
+ * bounds stay inside. Scores spread over +-spread/2, errors up to emax (a third of the rows
+ * up to 0.5 emax / 1e-3 ... as drawn), a sink in four rows of five (a fifth: none). */
+static size_t sens_weights_rows(uint64_t seed, double spread, double emax, bool sinks) {
     af_rng r;
-    af_rng_init(&r, 77, 0x53454e53);
+    af_rng_init(&r, seed, 0x53454e53);
     enum { N = 6 };
     size_t rows = 0;
     for (int it = 0; it < 4000; it++) {
@@ -238,11 +237,11 @@ static void test_sens_weights_sink(void **state) {
         double s[N] = {0}, d[N] = {0}, w[N], e[N];
         double m = -HUGE_VAL;
         for (size_t k = 0; k < n; k++) {
-            s[k] = 4.0 * (af_rng_uniform(&r) - 0.5);
-            d[k] = af_rng_uniform(&r) * (it % 3 ? 1e-3 : 0.5);
+            s[k] = spread * (af_rng_uniform(&r) - 0.5);
+            d[k] = af_rng_uniform(&r) * (it % 3 ? 2e-3 * emax : emax);
             m = fmax(m, s[k]);
         }
-        double z = it % 5 == 0 ? -HUGE_VAL : m + 12.0 * (af_rng_uniform(&r) - 0.5);
+        double z = !sinks || it % 5 == 0 ? -HUGE_VAL : m + 3.0 * spread * (af_rng_uniform(&r) - 0.5);
         memcpy(w, d, sizeof w);
         af_sens_weights(s, m, w, n, NULL, 0, 0.0, z);
         for (size_t j = 0; j < n; j++) {
@@ -260,7 +259,30 @@ static void test_sens_weights_sink(void **state) {
         }
         rows++;
     }
-    print_message("%zu rows\n", rows);
+    return rows;
+}
+
+/* ... with a sink: rows where the sink is the largest term, where a key is, and where the
+ * sink is far below or above every key. */
+static void test_sens_weights_sink(void **state) {
+    (void)state;
+    print_message("%zu rows\n", sens_weights_rows(77, 4.0, 0.5, true));
+}
+
+/* ... with errors of thousands on scores of 1e5 (bf16 scores past 1e5 are off by hundreds):
+ * the top key's rest, shifted by the top key's own term, underflowed to 0 when every other
+ * key lay more than ~745 below it, and the top key kept its weight 1 in the bound although
+ * another key's score, within its error, could overtake it by far (jax explicit, bf16 Q of
+ * 1e3 and K of 1e2: a bound of 0.08 where the weights may swap). */
+static void test_sens_weights_wide(void **state) {
+    (void)state;
+    print_message("%zu rows\n", sens_weights_rows(78, 4e5, 4e4, false));
+    print_message("%zu rows (sinks)\n", sens_weights_rows(79, 4e5, 4e4, true));
+    /* the bundle's row: key 2 on top, key 5 1024 below it, both off by thousands */
+    double s[6] = {-176128, -96256, 181248, -14976, -153600, 180224};
+    double d[6] = {12878.6, 12317.4, 12957.1, 8868, 12567.8, 8382.21};
+    af_sens_weights(s, 181248, d, 6, NULL, 0, 0.0, -HUGE_VAL);
+    assert_true(d[2] > 0.999 && d[5] > 0.999);
 }
 
 int main(void) {
@@ -269,6 +291,7 @@ int main(void) {
         cmocka_unit_test(test_sink_by_hand),
         cmocka_unit_test(test_alibi_by_hand),
         cmocka_unit_test(test_sens_weights_sink),
+        cmocka_unit_test(test_sens_weights_wide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

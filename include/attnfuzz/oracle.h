@@ -83,6 +83,10 @@ typedef struct af_metrics {
                                 holding a failing element: -Inf when they are all fully masked
                                 rows, +Inf for a row with a NaN score; NaN when none fails */
     size_t n_masked_key_nan; /* NaN excused by conventions.masked_keys "ieee" (not failing) */
+    size_t n_waived;         /* of n_masked_row_nan and n_masked_value_leak: elements of a kind
+                                the backend's conventions or the user waive (not failing: they
+                                are neither the worst nor counted in n_fail_masked and
+                                fail_score_max) */
 } af_metrics;
 
 typedef struct af_result {

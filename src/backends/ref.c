@@ -91,8 +91,11 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     double c_in = sqrt((double)D) * u32 + (tf32 ? 2.0 * 0x1p-11 : 0.0) + 2.0 * udt;
     /* P is rounded to the dtype (TF32 too, when allowed) before P V accumulates in fp32 */
     const double u_pv = (tf32 && 0x1p-11 > udt ? 0x1p-11 : udt) + sqrt((double)Sk) * u32;
-    /* absolute rounding error of a scaled input near the subnormals (dtype, or TF32) */
-    const double h_abs = 0.5 * (tf32 && 0x1p-136 > af_dtype_min_subnormal(dt) ? 0x1p-136 : af_dtype_min_subnormal(dt));
+    /* absolute rounding error of a scaled input near the subnormals (dtype, or TF32); a
+     * flushing unit (opts->ftz) turns a scaled f32 or bf16 input below f32's smallest normal
+     * into 0: off by up to 2^-126, which a K near f32's overflow makes an O(1) score error */
+    double h_abs = 0.5 * (tf32 && 0x1p-136 > af_dtype_min_subnormal(dt) ? 0x1p-136 : af_dtype_min_subnormal(dt));
+    if (honest && opts->ftz && dt != AF_F16 && h_abs < 0x1p-126) h_abs = 0x1p-126;
     if (sens) {
         delta = AF_SCRATCH(ws, WS_DELTA, double, R * Sk, err);
         vabs = AF_SCRATCH(ws, WS_VABS, double, Sk * Dv, err);
@@ -188,12 +191,26 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             /* before the scores change: the score a masked key would have
                              * had, had the mask been added (exact mode: s holds Q.K^T) */
                             uint8_t kl = 0;
-                            for (size_t j = 0; qk_leaky && !all_live && j < Sk && !kl; j++) {
+                            for (size_t j = 0; qk_leaky && !all_live && j < Sk && !(kl & AF_KEY_LEAK_ANY); j++) {
                                 if (lv[j]) continue;
                                 double x = s[j] * scale;
                                 if (c->softcap > 0.0) x = c->softcap * tanh(x / c->softcap);
                                 if (c->amask.present) x += (double)add[j];
-                                kl = isnan(x) || x == HUGE_VAL;
+                                if (isnan(x) || x == HUGE_VAL) kl |= AF_KEY_LEAK_ANY;
+                            }
+                            /* ... and as an implementation holding the scores in an f16/bf16
+                             * dtype has it (conventions.scores "dtype"): the product rounded
+                             * to the dtype after the scale or before it, then the softcap and
+                             * the mask, each rounded: a finite score past the dtype's range is
+                             * +Inf there (an f16 score past 65504) */
+                            for (size_t j = 0; dt != AF_F32 && !all_live && j < Sk && !kl; j++) {
+                                if (lv[j]) continue;
+                                for (int form = 0; form < 2; form++) {
+                                    double x = form ? af_rdt(af_rdt(s[j], dt) * scale, dt) : af_rdt(s[j] * scale, dt);
+                                    if (c->softcap > 0.0) x = af_rdt(c->softcap * tanh(x / c->softcap), dt);
+                                    if (c->amask.present) x = af_rdt(x + af_rdt((double)add[j], dt), dt);
+                                    if (isnan(x) || x == HUGE_VAL) kl |= AF_KEY_LEAK_DTYPE;
+                                }
                             }
                             opts->key_leak[(b * Hq + h) * Sq + i] = kl;
                         }
@@ -212,6 +229,12 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         /* honest mode: a live score that rounding (an overflow, or a finite
                          * mask value rounded to the dtype's -Inf) turned into -inf */
                         bool rounded_out = false;
+                        /* ... and, scores in the dtype, a live score that the error of its
+                         * inputs' roundings (the placement of the scale, the accumulation:
+                         * not the score's own rounding, which is exact about the threshold)
+                         * may take past the dtype's range: +Inf, a NaN row (an f16 score of
+                         * 65529 is Inf where the honest run's placement rounds it to 65504) */
+                        bool may_ovf = false;
                         if (!honest && !opts->qk_f16_before_scale && scale > 0.0 && !(c->softcap > 0.0) &&
                             !c->amask.present && !alibi && !sinks) {
                             fold = scale;
@@ -263,9 +286,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                  * the rounding of the score and of the mask addition */
                                 double *dl = delta + r * Sk + j;
                                 double dc = c->softcap > 0.0 ? af_sens_cap(*dl, pre_cap, c->softcap) : *dl;
-                                *dl = lv[j] && isfinite(x) ? dc + 2.0 * fabs(x) * u_sc + mask_err +
-                                                                 (alibi ? fabs(bias[j]) * u32 : 0.0)
-                                                           : 0.0;
+                                double e_in = dc + mask_err + (alibi ? fabs(bias[j]) * u32 : 0.0);
+                                *dl = lv[j] && isfinite(x) ? e_in + 2.0 * fabs(x) * u_sc : 0.0;
+                                may_ovf |= lowp && lv[j] && isfinite(x) && x + e_in >= ovf;
                             }
                         }
                         int has_nan;
@@ -273,6 +296,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         /* every live key rounded away: the dtype cannot compute this row (an
                          * f32 score + mask past f32's range, f32's lowest as a bf16 mask) */
                         if (m == -HUGE_VAL && !has_nan && rounded_out) risky[r] = 1;
+                        if (may_ovf) risky[r] = 1;
                         size_t row_out = ((b * Hq + h) * Sq + i);
                         if (masked_rows) masked_rows[row_out] = !has_nan && m == -HUGE_VAL;
                         if (opts->row_max) opts->row_max[row_out] = has_nan ? (double)NAN : m * fold;

@@ -57,13 +57,17 @@ typedef struct af_ref_opts {
      * (-inf for a fully masked row, NaN when a live score is NaN): where a finding's rows
      * sit (known.h's score_max). */
     double *row_max;
-    /* Exact mode only, may be NULL: [B, Hq, Sq], 1 where a key masked by set semantics
-     * (causal, key padding, window, boolean mask) has a NaN or +Inf score before it is
-     * masked (scale, softcap and additive mask applied): an implementation that adds such
-     * a mask as -inf gets NaN + -inf or Inf + -inf = NaN there (conventions.masked_keys
-     * "ieee"). */
+    /* Exact mode only, may be NULL: [B, Hq, Sq], AF_KEY_LEAK_ANY where a key masked by set
+     * semantics (causal, key padding, window, boolean mask) has a NaN or +Inf score before
+     * it is masked (scale, softcap and additive mask applied): an implementation that adds
+     * such a mask as -inf gets NaN + -inf or Inf + -inf = NaN there (conventions.masked_keys
+     * "ieee"); AF_KEY_LEAK_DTYPE where such a score is finite but an implementation holding
+     * the scores in the case's f16/bf16 dtype has it +Inf or NaN (conventions.scores
+     * "dtype": an f16 score past 65504), 0 elsewhere. */
     uint8_t *key_leak;
 } af_ref_opts;
+
+enum { AF_KEY_LEAK_ANY = 1, AF_KEY_LEAK_DTYPE = 2 };
 
 /* --- the backward (ref_grad.c) -------------------------------------------------------- */
 

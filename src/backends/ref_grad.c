@@ -318,18 +318,27 @@ static void af_rg_scores(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, si
         uint8_t *lv = g->live + r * Sk;
         if (af_mask_row(g->in, (uint32_t)b, (uint32_t)h, (uint32_t)(r0 + r), 0, (uint32_t)Sk, g->add, lv))
             memset(lv, 1, Sk);
+        /* honest: a live score that rounding turned into -inf (an f32 score + mask past
+         * f32's range), as the forward's honest run flags it */
+        bool rounded_out = false;
         for (size_t j = 0; j < Sk; j++) {
             double x = s[j];
             if (!g->honest) {
                 x *= g->scale;
             } else {
+                double in = x;
                 x = af_r32(x);
                 if (c->placement == AF_PLACE_SCORES) x = af_r32(x * (double)(float)g->scale);
+                rounded_out |= lv[j] && isfinite(in) && x == -HUGE_VAL;
             }
             double pre = x;
             g->spre[r * Sk + j] = x;
             if (c->softcap > 0.0) x = af_rg_r32(g, c->softcap * tanh(x / c->softcap));
-            if (c->amask.present) x = af_rg_r32(g, x + (double)g->add[j]);
+            if (c->amask.present) {
+                bool finite_in = isfinite(x) && isfinite((double)g->add[j]);
+                x = af_rg_r32(g, x + (double)g->add[j]);
+                rounded_out |= g->honest && lv[j] && finite_in && x == -HUGE_VAL;
+            }
             if (g->xs) g->xs[r * Sk + j] = x;
             s[j] = lv[j] ? x : -HUGE_VAL;
             if (g->sens) { /* through the softcap, plus the rounding of the score and the mask's addition */
@@ -338,6 +347,11 @@ static void af_rg_scores(af_rg *g, size_t b, size_t h, size_t kvh, size_t r0, si
                 *dl = lv[j] && isfinite(x) ? dc + 2.0 * fabs(x) * g->u32 : 0.0;
             }
         }
+        /* every live key rounded away: the precision cannot compute this row (its forward is
+         * unstable), nor its gradients */
+        bool all_out = rounded_out;
+        for (size_t j = 0; j < Sk && all_out; j++) all_out = !(lv[j] && s[j] > -HUGE_VAL);
+        if (all_out) g->risky[r] = 1;
     }
 }
 

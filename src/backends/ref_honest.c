@@ -53,13 +53,24 @@ double af_sens_cap(double d, double x, double cap) {
  * when a live key whose V row is not finite (bad) may get a weight at or below p_zero,
  * which rounds to 0 (0 * Inf = NaN). */
 
-/* sum_{k != j} e^{a_k + sign d_k - shift} (masked keys left out) plus the sink's e^{az - shift}. */
-static double af_sens_rest(const double *s, double m, const double *d, size_t n, size_t j, double sign, double shift,
-                           double az) {
-    double r = az > -HUGE_VAL ? exp(az - shift) : 0.0;
+/* sum_{k != j} e^{a_k + sign d_k - shift} (masked keys left out) plus the sink's e^{az - shift},
+ * with shift the largest of those exponents (returned in *shift; -inf and 0 when there are
+ * none), so that the sum is at least 1 however far below the largest term of the row
+ * (key j's own) the rest lies: shifted by key j's term, it could underflow to 0 while key
+ * j's bound (its term at -+d_j) is below it. */
+static double af_sens_rest(const double *s, double m, const double *d, size_t n, size_t j, double sign, double az,
+                           double *shift) {
+    double top = az;
     for (size_t k = 0; k < n; k++) {
         double a = s[k] - m;
-        if (k != j && a > -HUGE_VAL) r += exp(a + sign * d[k] - shift);
+        if (k != j && a > -HUGE_VAL && a + sign * d[k] > top) top = a + sign * d[k];
+    }
+    *shift = top;
+    if (!(top > -HUGE_VAL)) return 0.0;
+    double r = az > -HUGE_VAL ? exp(az - top) : 0.0;
+    for (size_t k = 0; k < n; k++) {
+        double a = s[k] - m;
+        if (k != j && a > -HUGE_VAL) r += exp(a + sign * d[k] - top);
     }
     return r;
 }
@@ -89,15 +100,16 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
         s0 += exp(a);
     }
     double l0 = log(s0);
-    /* the largest terms' rests, summed without them */
-    double rp_up = af_sens_rest(s, m, d, n, jup, 1.0, up, az), rm_lo = af_sens_rest(s, m, d, n, jlo, -1.0, lo, az);
+    /* the largest terms' rests, summed without them, each shifted by its own largest term */
+    double sh_up, sh_lo;
+    double rp_up = af_sens_rest(s, m, d, n, jup, 1.0, az, &sh_up), rm_lo = af_sens_rest(s, m, d, n, jlo, -1.0, az, &sh_lo);
     bool risky = false;
     for (size_t k = 0; k < nbad; k++) {
         size_t j = bad[k];
         double a = s[j] - m;
         if (!(a > -HUGE_VAL)) continue;
         double rp = j == jup ? rp_up : fmax(sp - exp(a + d[j] - up), 0.0);
-        double low = 1.0 / (1.0 + rp * exp(up - (a - d[j])));
+        double low = rp > 0.0 ? 1.0 / (1.0 + rp * exp((j == jup ? sh_up : up) - (a - d[j]))) : 1.0;
         if (!(low > p_zero)) risky = true;
     }
     for (size_t j = 0; j < n; j++) {
@@ -109,8 +121,8 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
         double rp = j == jup ? rp_up : fmax(sp - exp(a + d[j] - up), 0.0);
         double rm = j == jlo ? rm_lo : fmax(sm - exp(a - d[j] - lo), 0.0);
         /* rest * e^{shift - (a +- d)}: 0 when nothing else is live (0 * Inf counts as 0) */
-        double low = rp > 0.0 ? 1.0 / (1.0 + rp * exp(up - (a - d[j]))) : 1.0;
-        double hi = rm > 0.0 ? 1.0 / (1.0 + rm * exp(lo - (a + d[j]))) : 1.0;
+        double low = rp > 0.0 ? 1.0 / (1.0 + rp * exp((j == jup ? sh_up : up) - (a - d[j]))) : 1.0;
+        double hi = rm > 0.0 ? 1.0 / (1.0 + rm * exp((j == jlo ? sh_lo : lo) - (a + d[j]))) : 1.0;
         double p = exp(a - l0);
         d[j] = hi - p > p - low ? hi - p : p - low;
     }

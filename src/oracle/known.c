@@ -169,7 +169,7 @@ static const af_kv_def af_kv_defs[KV_COUNT] = {
     [KV_N_MASKED_VALUE_LEAK] = {"n_masked_value_leak", AF_KV_NUM, NULL, 0, true, "NaN through zero-weight keys"},
     [KV_N_DIVERGE] = {"n_diverge", AF_KV_NUM, NULL, 0, true, "finite elements beyond tolerance"},
     [KV_N_UNSTABLE] = {"n_unstable", AF_KV_NUM, NULL, 0, true, "elements excused as unstable"},
-    [KV_N_FAIL] = {"n_fail", AF_KV_NUM, NULL, 0, true, "failing elements (the five counts above n_unstable)"},
+    [KV_N_FAIL] = {"n_fail", AF_KV_NUM, NULL, 0, true, "failing elements (the five counts above n_unstable, less those of a waived kind)"},
     [KV_N_FAIL_MASKED] = {"n_fail_masked", AF_KV_NUM, NULL, 0, true, "... of them in fully masked rows"},
     [KV_MASKED_ONLY] = {"masked_only", AF_KV_BOOL, NULL, 0, true,
                         "some element fails and every failing one is in a fully masked row"},
@@ -332,7 +332,8 @@ static void af_known_vars_of_result(af_known_vars *vars, af_kind kind, const af_
     v[KV_N_MASKED_VALUE_LEAK] = (double)m->n_masked_value_leak;
     v[KV_N_DIVERGE] = (double)m->n_diverge;
     v[KV_N_UNSTABLE] = (double)m->n_unstable;
-    size_t fail = m->n_nan + m->n_inf + m->n_masked_row_nan + m->n_masked_value_leak + m->n_diverge;
+    /* a waived kind's elements (conventions, --waive) are no failing elements */
+    size_t fail = m->n_nan + m->n_inf + m->n_masked_row_nan + m->n_masked_value_leak + m->n_diverge - m->n_waived;
     v[KV_N_FAIL] = (double)fail;
     v[KV_N_FAIL_MASKED] = (double)m->n_fail_masked;
     v[KV_MASKED_ONLY] = fail > 0 && m->n_fail_masked == fail;

@@ -9,8 +9,17 @@ the value of the key the causal mask hides -- which suggests the masked score is
 A boolean attn_mask [True, False] and nonpad_kv_seqlen = [1] (key padding) do the same;
 onnx.reference gives 0 for the first two.
 
-Exits 1 while ORT returns the masked key's value, 0 when fixed. Needs onnx, onnxruntime,
-numpy. Found by attnfuzz (target:ort/attention, hunt campaign; bundle
+The same fill shows on finite float16 scores: ORT folds the mask into the Q K^T GEMM (the
+causal and boolean masks become mask_filter_value, f16's lowest -65504, preloaded into C,
+then alpha * Q K^T + C in f32, rounded to f16), so a masked key's score s_m becomes
+s_m - 65504 and beats a live score below that. One query, two keys, D = 2, top-left causal:
+the live key's score is -45420, the masked key's 21265, which the fill leaves at -44239:
+ORT returns the masked key's value; onnx.reference (f16 scores, the mask added as -inf)
+returns the live key's. Found by a stock attnfuzz CPU campaign (bundle
+corpus/findings/ort/bundles/diverge-6557ed4e5096a80f).
+
+Exits 1 while ORT returns a masked key's value in either form, 0 when fixed. Needs onnx,
+onnxruntime, numpy. Found by attnfuzz (target:ort/attention, hunt campaign; bundle
 corpus/findings/ort/bundles/diverge-620496f218a1a307).
 """
 import sys
@@ -19,14 +28,14 @@ import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-def session(inputs, mask_type=None, **attrs):
+def session(inputs, mask_type=None, dtype=TensorProto.FLOAT, **attrs):
     node = helper.make_node("Attention", inputs, ["y"], **attrs)
-    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "qkv"]
+    ins = [helper.make_tensor_value_info(n, dtype, None) for n in "qkv"]
     if mask_type is not None:
         ins.append(helper.make_tensor_value_info("m", mask_type, None))
     if "nonpad" in inputs:
         ins.append(helper.make_tensor_value_info("nonpad", TensorProto.INT64, [1]))
-    graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", dtype, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
@@ -48,7 +57,18 @@ bad = False
 for name, got in runs.items():
     print(f"onnxruntime {ort.__version__} {name}: got {got}, want {want} (the masked key's value is {v.ravel()[1]})")
     bad |= not np.array_equal(got, want)
+
+# float16, finite scores: q . k0 / sqrt(2) = -45420 (live), q . k1 / sqrt(2) = 21265 (masked)
+q16 = np.array([-6292.0, -414.0], np.float16).reshape(1, 1, 1, 2)
+k16 = np.array([[9.6171875, 8.9921875], [-5.8828125, 16.765625]], np.float16).reshape(1, 1, 2, 2)
+v16 = np.array([-0.17431640625, 1.24609375], np.float16).reshape(1, 1, 2, 1)
+got = session(["q", "k", "v"], dtype=TensorProto.FLOAT16, is_causal=1).run(
+    None, {"q": q16, "k": k16, "v": v16})[0].ravel()
+want16 = v16.ravel()[:1]        # the live key's value: its weight is 1
+print(f"onnxruntime {ort.__version__} float16 is_causal=1, live score -45420, masked 21265: got {got}, "
+      f"want {want16} (the masked key's value is {v16.ravel()[1]})")
+bad |= not np.allclose(got.astype(np.float32), want16.astype(np.float32), atol=1e-3)
 if bad:
     print("BUG: a masked key was attended")
     sys.exit(1)
-print("fixed")
+print("FIXED: no masked key is attended")

@@ -99,3 +99,20 @@ def band(ok, kv, d, causal, left, right):
 
 
 FUNCTIONS = (to_bhsd, unpack_qkv, from_bhsd, to_torch, to_numpy, band)
+
+
+_CPU_BF16_FLUSH = []
+
+
+def cpu_bf16_gemm_flushes():
+    """Measured once per process: does a bf16 matmul on this CPU read subnormal bf16
+    values as 0? oneDNN's bf16 kernels on AVX512_BF16 / AMX CPUs do (VDPBF16PS treats
+    denormal inputs as zero and flushes denormal results, whatever MXCSR says) where
+    PyTorch hands them the product: an [8, 16] x [16, 128] one does, a smaller one may take
+    another path and keep subnormals (so the declaration says "may flush")."""
+    if not _CPU_BF16_FLUSH:
+        import torch
+        a = torch.full((1, 1, 8, 16), 0.125, dtype=torch.bfloat16)
+        b = torch.full((1, 1, 16, 128), 1e-39, dtype=torch.bfloat16)
+        _CPU_BF16_FLUSH.append(bool(((a @ b) == 0).all()))
+    return _CPU_BF16_FLUSH[0]

@@ -309,6 +309,9 @@ class ServingTarget(_base.Target):
             caps = [c for c in _COMMON if c != "f32"] + ["window"]
             limits.update(max_head_dim=256, head_dim_multiple=8)
             conv["causal"] = ["bottom_right", "bottom_right_valid"]
+        # the CPU's bf16 GEMM may read subnormal bf16 as 0 (as the dense variants declare)
+        if not self.cuda and "bf16" in caps and _torch_layouts.cpu_bf16_gemm_flushes():
+            conv["denormals"] = ["bf16"]
         return {"caps": caps, "limits": limits, "conventions": conv}
 
     def hello(self):

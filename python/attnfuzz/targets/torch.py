@@ -566,6 +566,11 @@ class Target(_base.Target):
         # CUDA kernels that flush subnormal values to zero (measured on a probe)
         if self.cuda and self.kind == "sdpa" and self._flushes_denormals():
             conventions["denormals"] = "flush"
+        # the CPU's bf16 GEMM (oneDNN on AVX512_BF16 / AMX: VDPBF16PS) reads subnormal bf16
+        # as 0 on larger products: bf16 V of 1e-39 gave 0 from explicit, compile and
+        # sdpa_jagged alike (measured on a probe)
+        if not self.cuda and "bf16" in self.dtypes and _torch_layouts.cpu_bf16_gemm_flushes():
+            conventions["denormals"] = ["bf16"]
         if self.cuda:
             caps.append("tf32")
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
