@@ -160,11 +160,11 @@ static const char *const af_wp_masked_values[2] = {"exclude", "ieee"};
 static const char *const af_wp_masked_keys[2] = {"exclude", "ieee"};
 static const char *const af_wp_denormals[2] = {"keep", "flush"};
 
-/* A set of float dtypes (bit d: af_wp_float_names[d]) as the hello's JSON: "all" for all
- * three, "none" for none, else a list. */
-static void af_wp_dtype_list(uint32_t bits, const char *all, const char *none, char *buf, size_t len) {
+/* A set of float dtypes (bit d: af_wp_float_names[d]) as the hello's JSON, the inverse of
+ * af_wp_dtype_set: words[1] for all three, words[0] for none, else a list. */
+static void af_wp_dtype_list(uint32_t bits, const char *const words[2], char *buf, size_t len) {
     if (bits == 7u || !bits) {
-        snprintf(buf, len, "\"%s\"", bits ? all : none);
+        snprintf(buf, len, "\"%s\"", words[bits ? 1 : 0]);
         return;
     }
     size_t at = 0;
@@ -178,6 +178,25 @@ static void af_wp_dtype_list(uint32_t bits, const char *all, const char *none, c
 }
 static const char *const af_wp_tf32[2] = {"case", "always"};
 static const char *const af_wp_scores[2] = {"f32", "dtype"};
+
+/* A convention naming a set of float dtypes (bit d: af_wp_float_names[d]): words[0] (or
+ * absent) for none, words[1] for all three, or a list of dtypes. */
+static af_status af_wp_dtype_set(const af_wp_header *h, long conv, const char *key, const char *const words[2],
+                                 uint32_t *bits, af_error *err) {
+    long x = af_wp_get(h, conv, key);
+    *bits = 0;
+    if (af_wp_type(h, x, AF_JS_ARRAY)) {
+        char what[64];
+        snprintf(what, sizeof what, "conventions.%s dtype", key);
+        return af_wp_name_bits(h, x, what, af_wp_float_names, 3, bits, err);
+    }
+    if (x < 0) return AF_OK;
+    int k = af_wp_which(h, x, words, 2);
+    AF_RETURN_ERROR_IF(k < 0, err, AF_ERR_FORMAT, "hello: conventions.%s must be \"%s\", \"%s\" or a list of dtypes",
+                       key, words[0], words[1]);
+    *bits = k == 1 ? 7u : 0u;
+    return AF_OK;
+}
 static const char *const af_wp_dropout[3] = {"counter", "keep_mask", "none"}; /* AF_WP_DROPOUT_* order */
 
 /* In the parsers below: fail with a message, or with what a call returned. */
@@ -250,27 +269,13 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     int mk = af_wp_choice(h, conv, "masked_keys", af_wp_masked_keys, 2);
     if (mk < 0) AF_WP_FAIL("hello: conventions.masked_keys must be \"exclude\" or \"ieee\"");
     /* denormals: "keep", "flush" (every dtype) or the dtypes that flush */
-    long dnv = af_wp_get(h, conv, "denormals");
-    uint32_t flushes = 0;
-    if (af_wp_type(h, dnv, AF_JS_ARRAY)) {
-        AF_WP_TRY(af_wp_name_bits(h, dnv, "conventions.denormals dtype", af_wp_float_names, 3, &flushes, err));
-    } else {
-        int dn = af_wp_choice(h, conv, "denormals", af_wp_denormals, 2);
-        if (dn < 0) AF_WP_FAIL("hello: conventions.denormals must be \"keep\", \"flush\" or a list of dtypes");
-        flushes = dn == 1 ? 7u : 0u;
-    }
+    uint32_t flushes;
+    AF_WP_TRY(af_wp_dtype_set(h, conv, "denormals", af_wp_denormals, &flushes, err));
     int tf = af_wp_choice(h, conv, "tf32", af_wp_tf32, 2);
     if (tf < 0) AF_WP_FAIL("hello: conventions.tf32 must be \"case\" or \"always\"");
     /* scores: "f32", "dtype" (every dtype), or the dtypes whose scores are in the dtype */
-    long sc = af_wp_get(h, conv, "scores");
-    uint32_t scores = 0;
-    if (af_wp_type(h, sc, AF_JS_ARRAY)) {
-        AF_WP_TRY(af_wp_name_bits(h, sc, "conventions.scores dtype", af_wp_float_names, 3, &scores, err));
-    } else if (sc >= 0) {
-        int k = af_wp_which(h, sc, af_wp_scores, 2);
-        if (k < 0) AF_WP_FAIL("hello: conventions.scores must be \"f32\", \"dtype\" or a list of dtypes");
-        scores = k == 1 ? 7u : 0u;
-    }
+    uint32_t scores;
+    AF_WP_TRY(af_wp_dtype_set(h, conv, "scores", af_wp_scores, &scores, err));
     int mv = af_wp_choice(h, conv, "masked_values", af_wp_masked_values, 2);
     if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
     int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
@@ -304,8 +309,8 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
             if (w > 0) k += (size_t)w;
         }
         char sct[64], dnt[64];
-        af_wp_dtype_list(scores, "dtype", "f32", sct, sizeof sct);
-        af_wp_dtype_list(flushes, "flush", "keep", dnt, sizeof dnt);
+        af_wp_dtype_list(scores, af_wp_scores, sct, sizeof sct);
+        af_wp_dtype_list(flushes, af_wp_denormals, dnt, sizeof dnt);
         snprintf(hl->conventions, sizeof hl->conventions,
                  "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\","
                  "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
