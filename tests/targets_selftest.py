@@ -464,6 +464,20 @@ class Runner:
         print("skip  " + msg, flush=True)
 
 
+def raised(R, tname, label, known, e):
+    """Judges exception e of a case: the known bug's documented raise, or a failure. False
+    when it lost the CUDA context (the variant's process can run no more)."""
+    if known and known[0] == "raise" and known[1] in str(e):
+        R.ok("%s %s: raises as %s shows" % (tname, label, known[2]))
+    else:
+        traceback.print_exc()
+        R.fail("%s %s: %s: %s" % (tname, label, type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+    if "CUDA error" in str(e):
+        print("note  %s: the CUDA context is lost: the rest of its cases are not run" % tname)
+        return False
+    return True
+
+
 def known_bug(tname, label, caps):
     hits = [KNOWN[(tname, x)] for x in [label] + sorted(caps) if (tname, x) in KNOWN]
     return hits[0] if hits else None
@@ -487,13 +501,7 @@ def test_cases(R, tname, target):
             R.ok("%s %s: unsupported: %s" % (tname, label, e))
             continue
         except Exception as e:  # noqa: BLE001
-            if known and known[0] == "raise" and known[1] in str(e):
-                R.ok("%s %s: raises as %s shows" % (tname, label, known[2]))
-            else:
-                traceback.print_exc()
-                R.fail("%s %s: %s: %s" % (tname, label, type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
-            if "CUDA error" in str(e):
-                print("note  %s: the CUDA context is lost: the rest of its cases are not run" % tname)
+            if not raised(R, tname, label, known, e):
                 return False
             continue
         try:
@@ -542,13 +550,7 @@ def check_backward(R, tname, target):
                 R.fail("%s %s" % (tname, e))
             continue
         except Exception as e:  # noqa: BLE001
-            if known and known[0] == "raise" and known[1] in str(e):
-                R.ok("%s %s: raises as %s shows" % (tname, label, known[2]))
-            else:
-                traceback.print_exc()
-                R.fail("%s %s: %s: %s" % (tname, label, type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
-            if "CUDA error" in str(e):
-                print("note  %s: the CUDA context is lost: the rest of its cases are not run" % tname)
+            if not raised(R, tname, label, known, e):
                 return False
             continue
         R.ok("%s %s%s" % (tname, label, "" if checked else " (output only: its fully masked rows follow its "
