@@ -839,10 +839,10 @@ def repro_snippet(variant: str) -> str:
         consts={"_KIND": _KIND},
         tail=f'''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """{variant}: q, k, v (and masks) as numpy arrays in the case's physical layout;
-    `keep` is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout. Returns the
-    output as [B, Hq, Sq, Dv]."""
+def model(case, q, k, v, mask=None, bool_mask=None, keep=None):
+    """{variant}'s module on the case's device, its config, its arguments from the physical
+    inputs, the device, and the context that forces its SDPA kernel (if any)."""
+    import contextlib
     dev = {"'cuda'" if cuda else "'cpu'"}
     if dev == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
@@ -855,13 +855,19 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         mod = torch.compile(mod, dynamic=False, fullgraph=True)
     args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev)
     kernel = {sdpa_backend!r}      # the SDPA kernel this variant forces, if any
-    with torch.no_grad():
-        if kernel is not None:
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-            with sdpa_kernel([getattr(SDPBackend, kernel)]):
-                out = mod(*args)
-        else:
-            out = mod(*args)
+    if kernel is None:
+        return mod, cfg, args, dev, contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return mod, cfg, args, dev, sdpa_kernel([getattr(SDPBackend, kernel)])
+
+
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
+    """{variant}: q, k, v (and masks) as numpy arrays in the case's physical layout;
+    `keep` is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout. Returns the
+    output as [B, Hq, Sq, Dv]."""
+    mod, cfg, args, dev, forced = model(case, q, k, v, mask, bool_mask, keep)
+    with torch.no_grad(), forced:
+        out = mod(*args)
     return layouts.to_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
 
 
@@ -870,24 +876,9 @@ def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
     upstream gradient, numpy, in the output layout) on leaves made from the physical
     inputs. Returns the gradients the case asks for as numpy: dq, dk, dv as
     [B, H, S, D], dmask at the mask's shape."""
-    dev = {"'cuda'" if cuda else "'cpu'"}
-    if dev == 'cuda':
-        torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
-        torch.backends.cudnn.allow_tf32 = bool(case.allow_tf32)
-    SDPAModule, ExplicitModule, FlexModule = make_modules()
-    cfg = _config(case, {base!r}, {cuda!r})
-    cls = {{'sdpa': SDPAModule, 'explicit': ExplicitModule, 'flex': FlexModule}}[{kind!r}]
-    mod = cls(cfg).to(dev).eval()
-    if {backend == 'compile'!r}:
-        mod = torch.compile(mod, dynamic=False, fullgraph=True)
-    args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev)
+    mod, cfg, args, dev, forced = model(case, q, k, v, mask, bool_mask, keep)
     case.dout = dout
-    kernel = {sdpa_backend!r}
-    if kernel is not None:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        with sdpa_kernel([getattr(SDPBackend, kernel)]):
-            _, g = backward(case, cfg, lambda a: mod(*a), args, dev)
-    else:
+    with forced:
         _, g = backward(case, cfg, lambda a: mod(*a), args, dev)
     return {{n: to_numpy(t) for n, t in g.items()}}
 ''')
