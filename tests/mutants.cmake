@@ -3,16 +3,12 @@
 # clock (docs/mutants.md); run alone (RUN_SERIAL): the clock is the machine's.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
-  add_test(NAME ttb_backward_mutants
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/bench_time_to_bug.py --trials 3 --budget 10
-                   --strategies generator --mutants backward --jobs 2 --attnfuzz $<TARGET_FILE:attnfuzz>
-                   --require-within 1)
-  set_tests_properties(ttb_backward_mutants PROPERTIES LABELS "smoke" TIMEOUT 300 RUN_SERIAL TRUE
-                       ENVIRONMENT "${AF_BLAS_ENV}")
-  add_test(NAME ttb_serving_mutants
-           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/bench_time_to_bug.py --trials 3 --budget 10
-                   --strategies generator --mutants serving --jobs 2 --attnfuzz $<TARGET_FILE:attnfuzz>
-                   --require-within 1)
-  set_tests_properties(ttb_serving_mutants PROPERTIES LABELS "smoke" TIMEOUT 300 RUN_SERIAL TRUE
-                       ENVIRONMENT "${AF_BLAS_ENV}")
+  foreach(group backward serving)
+    add_test(NAME ttb_${group}_mutants
+             COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/bench_time_to_bug.py --trials 3 --budget 10
+                     --strategies generator --mutants ${group} --jobs 2 --attnfuzz $<TARGET_FILE:attnfuzz>
+                     --require-within 1)
+    set_tests_properties(ttb_${group}_mutants PROPERTIES LABELS "smoke" TIMEOUT 300 RUN_SERIAL TRUE
+                         ENVIRONMENT "${AF_BLAS_ENV}")
+  endforeach()
 endif()

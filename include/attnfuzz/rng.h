@@ -61,6 +61,11 @@ double af_rng_uniform(af_rng *r);
 double af_rng_normal(af_rng *r);
 /* True with probability num/den. */
 bool af_rng_chance(af_rng *r, uint32_t num, uint32_t den);
+/* Index i of w[0..n) with probability w[i] / sum(w) (one af_rng_below draw). */
+unsigned af_rng_pick(af_rng *r, const unsigned *w, unsigned n);
+/* af_rng_pick over literal weights: AF_RNG_PICK(r, 3, 1, 1). */
+#define AF_RNG_PICK(r, ...)                                                                                            \
+    af_rng_pick((r), (const unsigned[]){__VA_ARGS__}, sizeof((const unsigned[]){__VA_ARGS__}) / sizeof(unsigned))
 
 #ifdef __cplusplus
 }

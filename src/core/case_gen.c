@@ -14,18 +14,6 @@
 #include "attnfuzz/rng.h"
 #include "case_serving.h"
 
-/* Picks index i with probability w[i] / sum(w). */
-static unsigned af_pick(af_rng *r, const unsigned *w, unsigned n) {
-    unsigned total = 0;
-    for (unsigned i = 0; i < n; i++) total += w[i];
-    unsigned x = af_rng_below(r, total);
-    for (unsigned i = 0; i < n; i++) {
-        if (x < w[i]) return i;
-        x -= w[i];
-    }
-    return n - 1;
-}
-#define AF_PICK(r, ...) af_pick((r), (const unsigned[]){__VA_ARGS__}, sizeof((const unsigned[]){__VA_ARGS__}) / sizeof(unsigned))
 
 /* Sequence lengths by size class: tiny (most bugs show at S <= 16), medium (tiling
  * boundaries: 64 +- 1, 128 +- 1, S % 128 == 64, kv_len % 32 == 1, 143), large (587 and
@@ -34,7 +22,7 @@ static uint32_t af_gen_seq(af_rng *r, int cls) {
     static const uint32_t awkward[] = {17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 143, 192, 255, 257};
     if (cls == 0) return (uint32_t)af_rng_range(r, 1, 16);
     if (cls == 1) {
-        switch (AF_PICK(r, 40, 45, 15)) {
+        switch (AF_RNG_PICK(r, 40, 45, 15)) {
         case 0: return (uint32_t)af_rng_range(r, 17, 96);
         case 1: return awkward[af_rng_below(r, sizeof awkward / sizeof awkward[0])];
         default: return 128u * (uint32_t)af_rng_range(r, 0, 3) + (af_rng_chance(r, 1, 2) ? 64u : 33u);
@@ -45,7 +33,7 @@ static uint32_t af_gen_seq(af_rng *r, int cls) {
 
 static uint32_t af_gen_head_dim(af_rng *r) {
     static const uint32_t common[] = {16, 32, 64, 64, 80, 96, 128};
-    switch (AF_PICK(r, 50, 35, 8, 7)) {
+    switch (AF_RNG_PICK(r, 50, 35, 8, 7)) {
     case 0: return (uint32_t)af_rng_range(r, 1, 8);
     case 1: return common[af_rng_below(r, sizeof common / sizeof common[0])];
     case 2: return af_rng_chance(r, 1, 2) ? 21u : 203u; /* head_dim % 8 != 0 */
@@ -80,7 +68,7 @@ void af_case_cap_flops(af_case *c, double max_flops, size_t budget) {
 
 static int8_t af_gen_mag(af_rng *r) {
     /* log10 magnitude in quarter decades: mostly near 1, tails to 1e-3 and 1e4 */
-    switch (AF_PICK(r, 60, 25, 15)) {
+    switch (AF_RNG_PICK(r, 60, 25, 15)) {
     case 0: return (int8_t)af_rng_range(r, -2, 2);
     case 1: return (int8_t)af_rng_range(r, AF_MAG_Q4_MIN, AF_MAG_Q4_MAX);
     default: return (int8_t)af_rng_range(r, 8, AF_MAG_Q4_MAX); /* 1e2 .. 1e4: logits past f16 range */
@@ -92,13 +80,13 @@ static void af_gen_tensor(af_rng *r, af_tensor_spec *t, af_layout layout) {
     t->perm = 0;
     t->pad = 0;
     t->bcast = AF_BCAST_NONE;
-    switch (AF_PICK(r, 70, 10, 12, 8)) {
+    switch (AF_RNG_PICK(r, 70, 10, 12, 8)) {
     case 1: t->pad = (uint8_t)af_rng_range(r, 1, 16); break;
     case 2: t->perm = (uint8_t)af_rng_range(r, 1, 119); break; /* repaired modulo the dims' count */
     case 3: t->bcast = af_rng_chance(r, 1, 2) ? AF_BCAST_BATCH : AF_BCAST_HEADS; break;
     default: break;
     }
-    t->dist = (af_dist)AF_PICK(r, 55, 18, 9, 6, 6, 6);
+    t->dist = (af_dist)AF_RNG_PICK(r, 55, 18, 9, 6, 6, 6);
     t->mag_q4 = af_gen_mag(r);
     t->special = af_rng_chance(r, 1, 12) ? (af_special)af_rng_range(r, 1, AF_SPECIAL_COUNT - 1) : AF_SPECIAL_NONE;
     t->seed = af_rng_u32(r);
@@ -111,12 +99,12 @@ static void af_gen_mask(af_rng *r, af_mask_spec *m, bool additive, af_dtype dtyp
     m->dims = dims[af_rng_below(r, sizeof dims)];
     m->rank2 = !(m->dims & (AF_MDIM_B | AF_MDIM_H)) && af_rng_chance(r, 1, 2);
     m->expanded = af_rng_chance(r, 1, 5);
-    m->pattern = (af_mask_pattern)AF_PICK(r, 40, 15, 20, 15, 10);
+    m->pattern = (af_mask_pattern)AF_RNG_PICK(r, 40, 15, 20, 15, 10);
     m->density = af_rng_chance(r, 1, 6) ? 255 : (uint8_t)af_rng_range(r, 16, 200);
     m->seed = af_rng_u32(r);
     if (additive) {
         m->dtype = af_rng_chance(r, 3, 4) ? dtype : (af_dtype)af_rng_below(r, AF_CASE_DTYPE_COUNT);
-        m->fill = (af_mask_fill)AF_PICK(r, 60, 25, 15);
+        m->fill = (af_mask_fill)AF_RNG_PICK(r, 60, 25, 15);
         m->live_zero = af_rng_chance(r, 1, 2);
         m->mag_q4 = (int8_t)af_rng_range(r, -4, 4);
     } else {
@@ -143,14 +131,14 @@ void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
     const size_t budget = o->budget;
     const double max_flops = o->max_flops;
     af_case_default(c);
-    int cls = (int)AF_PICK(r, 88, 10, 2); /* tiny, medium, large */
+    int cls = (int)AF_RNG_PICK(r, 88, 10, 2); /* tiny, medium, large */
     /* batch and heads: mostly 1 or 2 (the bugs need B > 1 or H > 1, rarely more) */
-    c->batch = (uint32_t)(AF_PICK(r, 60, 30, 10) == 0 ? 1 : af_rng_range(r, 2, 4));
+    c->batch = (uint32_t)(AF_RNG_PICK(r, 60, 30, 10) == 0 ? 1 : af_rng_range(r, 2, 4));
     if (af_rng_chance(r, 1, 40)) c->batch = (uint32_t)af_rng_range(r, 5, 16);
-    c->kv_heads = (uint32_t)AF_PICK(r, 55, 25, 15, 5);
+    c->kv_heads = (uint32_t)AF_RNG_PICK(r, 55, 25, 15, 5);
     c->kv_heads = c->kv_heads == 0 ? 1 : c->kv_heads == 1 ? 2 : c->kv_heads == 2 ? (uint32_t)af_rng_range(r, 3, 4)
                                                                                    : (uint32_t)af_rng_range(r, 5, 8);
-    uint32_t group = (uint32_t)AF_PICK(r, 55, 25, 15, 5);
+    uint32_t group = (uint32_t)AF_RNG_PICK(r, 55, 25, 15, 5);
     group = group == 0 ? 1 : group == 1 ? 2 : group == 2 ? (uint32_t)af_rng_range(r, 3, 4) : (uint32_t)af_rng_range(r, 5, 8);
     c->q_heads = c->kv_heads * group;
     c->q_len = af_gen_seq(r, cls);
@@ -158,12 +146,12 @@ void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
     c->head_dim = af_gen_head_dim(r);
     c->v_head_dim = af_rng_chance(r, 3, 4) ? c->head_dim : af_gen_head_dim(r);
 
-    c->dtype = (af_dtype)AF_PICK(r, 40, 30, 30);
+    c->dtype = (af_dtype)AF_RNG_PICK(r, 40, 30, 30);
     c->allow_tf32 = c->dtype == AF_F32 && af_rng_chance(r, 1, 4);
     if (af_rng_chance(r, 2, 5)) {
         c->scale_set = true;
         static const double scales[] = {1.0, 0.5, 0.125, 2.0, 10.0, 1e-3, 0.0, -0.5};
-        switch (AF_PICK(r, 50, 25, 25)) {
+        switch (AF_RNG_PICK(r, 50, 25, 25)) {
         case 0: c->scale = scales[af_rng_below(r, sizeof scales / sizeof scales[0])]; break;
         case 1: c->scale = 1.0 / (double)c->head_dim; break;
         default: c->scale = pow(10.0, af_rng_uniform(r) * 5.0 - 3.0); break;
@@ -181,7 +169,7 @@ void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
     if (af_rng_chance(r, 1, 5)) {
         c->key_padding = true;
         for (uint32_t b = 0; b < c->batch; b++) {
-            switch (AF_PICK(r, 60, 10, 15, 15)) {
+            switch (AF_RNG_PICK(r, 60, 10, 15, 15)) {
             case 0: c->kv_valid[b] = (uint32_t)af_rng_range(r, 1, c->kv_len); break;
             case 1: c->kv_valid[b] = 0; break; /* every row of this batch fully masked */
             case 2: c->kv_valid[b] = c->kv_len; break;
@@ -202,7 +190,7 @@ void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
     }
 
     /* layouts: mostly BHSD, a third mixed per tensor, a fifth packed */
-    switch (AF_PICK(r, 45, 35, 20)) {
+    switch (AF_RNG_PICK(r, 45, 35, 20)) {
     case 0:
         for (int t = 0; t < AF_QKV_COUNT; t++) af_gen_tensor(r, &c->t[t], AF_LAYOUT_BHSD);
         break;

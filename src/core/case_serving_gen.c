@@ -11,18 +11,6 @@
 #include "attnfuzz/rng.h"
 #include "case_serving.h"
 
-static unsigned af_sgen_pick(af_rng *r, const unsigned *w, unsigned n) {
-    unsigned total = 0;
-    for (unsigned i = 0; i < n; i++) total += w[i];
-    unsigned x = af_rng_below(r, total);
-    for (unsigned i = 0; i < n; i++) {
-        if (x < w[i]) return i;
-        x -= w[i];
-    }
-    return n - 1;
-}
-#define AF_SPICK(r, ...)                                                                                               \
-    af_sgen_pick((r), (const unsigned[]){__VA_ARGS__}, sizeof((const unsigned[]){__VA_ARGS__}) / sizeof(unsigned))
 
 static uint16_t af_sgen_page_size(af_rng *r) {
     static const uint16_t sizes[] = {1, 2, 3, 5, 8, 16, 16, 16, 32, 64, 64, 128, 129, 256, 512, 1024};
@@ -31,7 +19,7 @@ static uint16_t af_sgen_page_size(af_rng *r) {
 
 /* A segment length within 0..cap: empty, one, full, or anywhere. */
 static uint32_t af_sgen_len(af_rng *r, uint32_t cap) {
-    switch (AF_SPICK(r, 7, 12, 33, 48)) {
+    switch (AF_RNG_PICK(r, 7, 12, 33, 48)) {
     case 0: return 0;
     case 1: return 1 < cap ? 1 : cap;
     case 2: return cap;
@@ -63,7 +51,7 @@ int af_serving_generate(af_case *c, af_rng *r) {
     af_serving_spec *s = &c->serve;
     memset(s, 0, sizeof *s);
     bool decode = af_rng_chance(r, 1, 3), large = false;
-    switch (AF_SPICK(r, 30, 25, 15, 30)) {
+    switch (AF_RNG_PICK(r, 30, 25, 15, 30)) {
     case 0: s->forms = AF_SERVE_PACKED; break;
     case 1: s->forms = AF_SERVE_PAGED; break;
     case 2: s->forms = AF_SERVE_PACKED | AF_SERVE_PAGED; break;
@@ -107,7 +95,7 @@ int af_serving_generate(af_case *c, af_rng *r) {
         s->page_seed = af_rng_u32(r);
     }
     if (s->forms & AF_SERVE_SINKS) {
-        s->sink_mag_q4 = (int8_t)(AF_SPICK(r, 70, 30) == 0 ? af_rng_range(r, -4, 4) : af_rng_range(r, 4, AF_MAG_Q4_MAX));
+        s->sink_mag_q4 = (int8_t)(AF_RNG_PICK(r, 70, 30) == 0 ? af_rng_range(r, -4, 4) : af_rng_range(r, 4, AF_MAG_Q4_MAX));
         s->sink_seed = af_rng_u32(r);
     }
     if (s->forms & AF_SERVE_ALIBI) {

@@ -122,3 +122,14 @@ double af_rng_normal(af_rng *r) {
 }
 
 bool af_rng_chance(af_rng *r, uint32_t num, uint32_t den) { return af_rng_below(r, den) < num; }
+
+unsigned af_rng_pick(af_rng *r, const unsigned *w, unsigned n) {
+    unsigned total = 0;
+    for (unsigned i = 0; i < n; i++) total += w[i];
+    unsigned x = af_rng_below(r, total);
+    for (unsigned i = 0; i < n; i++) {
+        if (x < w[i]) return i;
+        x -= w[i];
+    }
+    return n - 1;
+}
