@@ -61,7 +61,7 @@ import numpy as np
 
 from attnfuzz import masks, serving
 from attnfuzz.targets import _base, _common
-from attnfuzz.targets.jax import STACK, from_btnh, full_qk, to_btnh, unpack_btnh
+from attnfuzz.targets.jax import STACK, _has_gpu, from_btnh, full_qk, to_btnh, unpack_btnh
 
 KINDS = {"xla_seqlens": "seqlens", "cudnn_seqlens": "seqlens", "pallas_mha": "segments",
          "pallas_decode": "decode", "pallas_paged": "paged"}
@@ -519,14 +519,6 @@ def no_query_rows(case):
 # ---------------------------------------------------------------------------------------
 
 _BASE = ["f32", "f16", "bf16", "gqa", "scale", "causal", "strided", "tf32"]
-
-
-def _has_gpu():
-    try:
-        import jax
-        return bool(jax.devices("gpu"))
-    except Exception:  # noqa: BLE001 - no GPU backend
-        return False
 
 
 class ServingTarget(_base.Target):
