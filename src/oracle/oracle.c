@@ -97,6 +97,10 @@ struct af_oracle {
     af_scratch ftz_ws;
     af_case_tensors ftz_in;
     af_oracle *ftz;
+    /* ... and its gradients' room (af_oracle_grad_ftz), once per case: -1 not yet, 0 / 1
+     * whether Q, K, V or dO hold an f32 subnormal */
+    int grad_ftz_sub;
+    double grad_ftz_slack;
     af_oracle_grads *grads; /* a backward case's (oracle_grad.c) */
     bool backward;          /* the prepared case asks for gradients */
 };
@@ -161,6 +165,7 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
     o->abs_slack = 0.0;
     o->alt_mode = -1;
     o->ftz_state = AF_FTZ_UNKNOWN;
+    o->grad_ftz_sub = -1;
     o->overflow = af_dtype_overflow(c->dtype);
     return AF_OK;
 }
@@ -680,6 +685,23 @@ static double af_view_maxabs_sub(const af_view *v, bool *subnormal) {
     return m;
 }
 
+/* FTZ/DAZ on the gradients, once per case: whether Q, K, V or dO hold a subnormal (then
+ * they are not modelled, as with the forward's flushed inputs); and each product or partial sum of the
+ * backward that lands below the smallest normal is flushed, which moves a gradient element
+ * by less than that times the largest factor met on the way (scale, Q, K, V, dO) for every
+ * term it sums (Sq for dK and dV, Sk for dQ, D and Dv for dP and the delta). */
+static void af_oracle_grad_ftz(af_oracle *o) {
+    if (o->grad_ftz_sub >= 0) return;
+    const af_case *c = o->in->c;
+    bool sub = false;
+    double m = 1.0;
+    const af_view *vs[4] = {&o->in->qv, &o->in->kv, &o->in->vv, &o->in->dov};
+    for (int t = 0; t < 4; t++) m = fmax(m, af_view_maxabs_sub(vs[t], &sub));
+    m *= fmax(1.0, fabs(af_case_scale(c)));
+    o->grad_ftz_sub = sub;
+    o->grad_ftz_slack = AF_FTZ_MIN * m * (2.0 * (c->q_len + c->kv_len + c->head_dim + c->v_head_dim) + 8.0);
+}
+
 af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got, const af_conventions *conv,
                                       af_result *res, af_error *err) {
     static const af_conventions none;
@@ -694,18 +716,10 @@ af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got,
     bool ftz = false;
     double slack = 0.0;
     if (af_conv_flushes(conv, c->dtype)) {
-        AF_TRY(af_oracle_make_ftz(o, err));
-        ftz = o->ftz_state == AF_FTZ_READY;
-        /* FTZ/DAZ: subnormal dO as Q, K and V (not modelled); and each product or partial
-         * sum of the backward that lands below the smallest normal is flushed, which moves
-         * a gradient element by less than that times the largest factor met on the way
-         * (scale, Q, K, V, dO) for every term it sums (Sq for dK and dV, Sk for dQ, D and
-         * Dv for dP and the delta) */
-        double m = 1.0;
-        const af_view *vs[4] = {&o->in->qv, &o->in->kv, &o->in->vv, &o->in->dov};
-        for (int t = 0; t < 4; t++) m = fmax(m, af_view_maxabs_sub(vs[t], &ftz));
-        m *= fmax(1.0, fabs(af_case_scale(c)));
-        slack = AF_FTZ_MIN * m * (2.0 * (c->q_len + c->kv_len + c->head_dim + c->v_head_dim) + 8.0);
+        AF_TRY(af_oracle_make_ftz(o, err)); /* subnormal Q, K, V or additive mask */
+        af_oracle_grad_ftz(o);
+        ftz = o->ftz_state == AF_FTZ_READY || o->grad_ftz_sub;
+        slack = o->grad_ftz_slack;
     }
     AF_RETURN_ERROR_IF(conv->masked_rows != AF_ROWS_ZERO && any_masked, err, AF_ERR_UNSUPPORTED,
                        "masked_rows \"%s\" with a fully masked row: its gradients are not modelled",
