@@ -269,8 +269,8 @@ static af_status af_explicit_run_backward(void *state, const af_case_tensors *in
     uint8_t *live = bb.live, *keep = bb.keep;
     uint8_t *rowstate = AF_SCRATCH(ws, WS_BROWSTATE, uint8_t, R, err);
     float *ps = AF_SCRATCH(ws, WS_PS, float, R * Sk, err);
-    x.bias = AF_SCRATCH(ws, WS_BIAS, float, Sk, err); /* unused: serving cases run forward only */
-    if (!rowstate || !ps || !x.bias) return AF_ERR_NOMEM;
+    if (!rowstate || !ps) return AF_ERR_NOMEM;
+    AF_ASSERT(!x.alibi && !x.sinks); /* serving cases run forward only (af_case_repair) */
     size_t mne[4] = {1, 1, 1, 1}, nm = 1;
     float *dmask = NULL;
     if (gm) {
