@@ -904,9 +904,13 @@ static void test_bundle_backward(void **state) {
         af_case c;
         af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0, 0.0};
         af_case_generate_opts(&c, &rng, &go);
-        if (i % 2) { /* an additive mask: dmask asked too */
+        if (i % 2) { /* an additive mask: dmask asked too; and a boolean one: every file a
+                      * bundle can hold (an H100 campaign's bundle of this form once overflowed
+                      * the writer's list of names) */
             c.amask.present = true, c.amask.dims = AF_MDIM_Q | AF_MDIM_K, c.amask.pattern = AF_MASK_RANDOM;
             c.amask.density = 50;
+            c.bmask.present = true, c.bmask.dims = AF_MDIM_K, c.bmask.pattern = AF_MASK_KEY_COLS;
+            c.bmask.density = 30;
             c.bwd.grads = AF_GRAD_ALL;
         }
         c.bwd.dout.perm = 1, c.bwd.dout.pad = 2; /* dO not contiguous */
@@ -937,6 +941,7 @@ static void test_bundle_backward(void **state) {
         bo.version = "1";
         bo.out = &out[1];
         bo.grads = &gr[1];
+        if (i % 2) bo.stderr_tail = "a worker's stderr tail\n";
         size_t no = af_tensor_numel(&out[0]);
         for (size_t e = 0; e < no; e++) { /* the output's max_abs by hand */
             double x = ((const float *)out[1].data)[e], y = ((const double *)out[0].data)[e];
@@ -979,6 +984,7 @@ static void test_bundle_backward(void **state) {
         const af_bundle_record *rec = af_bundle_record_at(b, 0);
         size_t files = 6; /* case.json, input.bin, q, k, v, ref */
         files += 2 + (c.amask.present ? 1u : 0u) + (c.bmask.present ? 1u : 0u); /* out.explicit, do, masks */
+        files += bo.stderr_tail ? 1u : 0u;                                       /* stderr.txt */
         for (int g = 0; g < AF_GRAD_COUNT; g++) {
             bool asked = (c.bwd.grads & (1u << g)) != 0;
             assert_int_equal(rec->has_grad[g], asked);

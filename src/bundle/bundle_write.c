@@ -380,7 +380,9 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
     }
 
     size_t n_names = (2 + AF_GRAD_COUNT) * spec->n_outputs; /* out, stderr and the gradients of each */
-    bw.cap_files = n_names + 8 + AF_GRAD_COUNT;
+    /* and the case's own: input.bin, q, k, v, mask, bool_mask, ref, do, ref_<g> of each
+     * gradient, case.json */
+    bw.cap_files = n_names + 9 + AF_GRAD_COUNT;
     bw.files = af_calloc(bw.cap_files, sizeof *bw.files);
     bw.out_files = af_calloc(n_names + 1, sizeof *bw.out_files);
     bw.err_files = bw.out_files ? bw.out_files + spec->n_outputs : NULL;
