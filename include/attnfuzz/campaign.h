@@ -58,6 +58,9 @@ typedef struct af_campaign_opts {
                                  default): minimize_share x --time (x the time it ran without
                                  --time), at least AF_MINIMIZE_GRACE_MIN; 0: none (left for
                                  `attnfuzz minimize DIR`) */
+    double known_fault_gap;   /* a known crash or timeout bug of a backend gets at most one of its
+                                 trigger cases per this many seconds, the first after one gap;
+                                 0 = AF_KNOWN_FAULT_GAP (60) */
     bool no_bind;             /* do not bind each job (and its workers) to one CPU */
     unsigned batch;           /* cases per execution batch (af_exec_run_batch); 0 or 1 = one at
                                  a time. A worker that declared `batch` gets them in one frame */

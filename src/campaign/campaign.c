@@ -392,15 +392,47 @@ static void af_case_tiny(af_case *c, size_t budget) {
 /* A backend that hit known bug e h times is sent a case that triggers e (its `when`) with
  * probability 1 - AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF): after a few hits only
  * about a tenth of such cases still reach it, so a known bug costs a bounded share of the
- * executions, and a new bug among the same features is still found (more slowly); a crash
- * or timeout bug, 1 - AF_KNOWN_SKIP_FAULT from its first hit. The
+ * executions, and a new bug among the same features is still found (more slowly). The
  * draw is a hash of the case's seeds, so the same case is always treated alike. */
 #define AF_KNOWN_SKIP_MAX 0.9
 #define AF_KNOWN_SKIP_HALF 8.0
 /* A known bug that crashes or hangs its worker costs a restart per hit (a new process; on a
- * GPU a new CUDA context, seconds, and the rest of its batch) where another costs a case:
- * from its first hit on, a backend is sent one in a hundred of its trigger cases. */
-#define AF_KNOWN_SKIP_FAULT 0.99
+ * GPU a new CUDA context, and spares used up by a burst of them cost seconds) where another
+ * costs a case: a share of its trigger cases is no bound when thousands run a second. A
+ * backend is sent at most one of its trigger cases per AF_KNOWN_FAULT_GAP seconds, hit or
+ * not, the first after one gap (the corpus's seeds too): the spares a first fault starts
+ * are then ready for the next, and a fault costs milliseconds. */
+#define AF_KNOWN_FAULT_GAP 60.0 /* the default of --known-fault-gap */
+
+/* Per known crash or timeout bug and backend: when the next trigger case may go through. */
+typedef struct af_known_gate {
+    size_t nk;
+    double gap;
+    double *next; /* [e * AF_EXEC_MAX_BACKENDS + k]; a negative value: e is no fault bug of k */
+} af_known_gate;
+
+static af_status af_known_gate_init(af_known_gate *g, const af_known *known, const af_exec *x, double gap,
+                                    af_error *err) {
+    g->nk = af_known_count(known);
+    g->next = NULL;
+    g->gap = gap > 0 ? gap : AF_KNOWN_FAULT_GAP;
+    double first = af_now() + g->gap;
+    if (!g->nk) return AF_OK;
+    g->next = af_calloc(g->nk * AF_EXEC_MAX_BACKENDS, sizeof *g->next);
+    AF_RETURN_ERROR_IF(!g->next, err, AF_ERR_NOMEM, "out of memory");
+    for (size_t e = 0; e < g->nk; e++) {
+        af_known_info info;
+        af_known_info_of(known, e, &info);
+        bool fault = info.kinds & (1u << AF_KIND_CRASH | 1u << AF_KIND_TIMEOUT);
+        for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++)
+            g->next[e * AF_EXEC_MAX_BACKENDS + k] =
+                fault && k < af_exec_backend_count(x) &&
+                        af_known_applies(known, e, af_backend_name(af_exec_backend_at(x, k)))
+                    ? first
+                    : -1.0;
+    }
+    return AF_OK;
+}
 
 static uint64_t af_known_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -409,30 +441,39 @@ static uint64_t af_known_mix(uint64_t z) {
 }
 
 /* The backends case c should skip (bit k: af_exec_backend_at(x, k)), and for each the
- * entry it skips for (why[k]); 0 when no known bug was hit yet. */
+ * entry it skips for (why[k]); 0 when no known bug was hit yet and no fault bug's gate is
+ * closed. A fault bug's trigger case let through closes its gate for a gap. */
 static uint32_t af_campaign_known_skip(const af_campaign_opts *o, const af_store *store, const af_exec *x,
-                                       const af_case *c, size_t why[AF_EXEC_MAX_BACKENDS]) {
+                                       af_known_gate *gate, const af_case *c, size_t why[AF_EXEC_MAX_BACKENDS]) {
     size_t nk = af_known_count(o->known), nbe = af_exec_backend_count(x);
     if (!nk || !store) return 0;
     af_known_vars vars;
     bool have = false;
     uint32_t mask = 0;
+    double now = -1.0;
     uint64_t seeds = (uint64_t)c->t[AF_Q].seed ^ (uint64_t)c->t[AF_K].seed << 21 ^ (uint64_t)c->t[AF_V].seed << 42;
     for (size_t k = 0; k < nbe && k < AF_EXEC_MAX_BACKENDS; k++) {
         for (size_t e = 0; e < nk; e++) {
+            double *next = gate && gate->next && e < gate->nk ? &gate->next[e * AF_EXEC_MAX_BACKENDS + k] : NULL;
+            bool fault = next && *next >= 0.0;
             double h = (double)af_store_known_hits(store, e, k); /* nonzero only where e applies to k */
-            if (h == 0.0) continue;
+            if (h == 0.0 && !fault) continue;
             if (!have) {
                 af_known_vars_of_case(&vars, c);
                 have = true;
             }
             if (!af_known_when(o->known, e, &vars)) continue;
-            af_known_info info;
-            af_known_info_of(o->known, e, &info);
-            bool fault = info.kinds & (1u << AF_KIND_CRASH | 1u << AF_KIND_TIMEOUT);
-            double p = fault ? AF_KNOWN_SKIP_FAULT : AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF);
-            uint64_t u = af_known_mix(seeds ^ af_known_mix(e * 0x9e3779b97f4a7c15ull + k + 1));
-            if ((double)(u >> 11) * 0x1p-53 < p) {
+            bool skip;
+            if (fault) {
+                if (now < 0.0) now = af_now();
+                skip = now < *next;
+                if (!skip) *next = now + gate->gap;
+            } else {
+                double p = AF_KNOWN_SKIP_MAX * h / (h + AF_KNOWN_SKIP_HALF);
+                uint64_t u = af_known_mix(seeds ^ af_known_mix(e * 0x9e3779b97f4a7c15ull + k + 1));
+                skip = (double)(u >> 11) * 0x1p-53 < p;
+            }
+            if (skip) {
                 mask |= 1u << k;
                 why[k] = e;
                 break;
@@ -468,8 +509,8 @@ static bool af_campaign_runs_unskipped(const af_exec *x, const af_case *c, uint3
  * cases it runs instead of skipped ones; so does one that keeps hitting a known bug
  * (*skip: the backends this case leaves out for theirs). */
 static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t n, af_rng *rng, const af_exec *x,
-                             const af_store *store, af_campaign_stats *s, double max_flops, double backward,
-                             double serving, af_case *c, uint32_t *skip) {
+                             const af_store *store, af_known_gate *gate, af_campaign_stats *s, double max_flops,
+                             double backward, double serving, af_case *c, uint32_t *skip) {
     *skip = 0;
     for (int tries = 0;; tries++) {
         uint32_t pick = af_rng_below(rng, 10);
@@ -497,7 +538,7 @@ static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t 
         if (tries + 1 >= AF_DRAW_TRIES) break;
         if (!af_exec_would_run(x, c)) continue;
         size_t why[AF_EXEC_MAX_BACKENDS];
-        uint32_t mask = af_campaign_known_skip(o, store, x, c, why);
+        uint32_t mask = af_campaign_known_skip(o, store, x, gate, c, why);
         af_campaign_known_count(o, s, mask, why);
         if (!mask || af_campaign_runs_unskipped(x, c, mask)) {
             *skip = mask;
@@ -540,6 +581,8 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     af_store *store = af_store_create(&so, err);
     af_status st = store ? AF_OK : AF_ERR_NOMEM;
     if (st == AF_OK && o->corpus_dir) st = af_pool_load_corpus(pool, o->corpus_dir, o->exec.budget, &rng, err);
+    af_known_gate gate = {0, 0.0, NULL};
+    if (st == AF_OK) st = af_known_gate_init(&gate, o->known, x, o->known_fault_gap, err);
     /* the seeds run once as they are before any is mutated (as libFuzzer and AFL++ run
      * their input corpus first): a seed that fails fails at once, a bundle kept as a seed
      * is checked again */
@@ -586,20 +629,23 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             bool seed = seeds_run < seeds;
             if (seed) {
                 c = pool->cases[seeds_run++];
+                size_t why[AF_EXEC_MAX_BACKENDS];
+                skip = af_campaign_known_skip(o, store, x, &gate, &c, why);
+                af_campaign_known_count(o, s, skip, why);
             } else if (reuse || (n > 0 && key)) {
                 /* a new value draw of a compiled structure (the batch's first case's) */
                 c = reuse ? structure : cases[0];
                 af_case_revalue(&c, &rng, key, o->exec.budget);
                 size_t why[AF_EXEC_MAX_BACKENDS];
-                skip = af_campaign_known_skip(o, store, x, &c, why);
+                skip = af_campaign_known_skip(o, store, x, &gate, &c, why);
                 af_campaign_known_count(o, s, skip, why);
                 if (skip && !af_campaign_runs_unskipped(x, &c, skip)) { /* the structure of a known bug */
                     have_structure = reuse = false;
                     if (n > 0) break; /* the next batch draws anew */
-                    af_campaign_draw(o, pool, s->execs, &rng, x, store, s, max_flops, backward, serving, &c, &skip);
+                    af_campaign_draw(o, pool, s->execs, &rng, x, store, &gate, s, max_flops, backward, serving, &c, &skip);
                 }
             } else {
-                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, s, max_flops, backward, serving, &c, &skip);
+                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, &gate, s, max_flops, backward, serving, &c, &skip);
             }
             size_t cb = af_case_tensor_bytes(&c);
             if (n > 0 && (bytes + cb > bbytes || (seed && key && af_case_key_hash(&c, key) !=
@@ -691,6 +737,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         }
     }
     af_free(cases);
+    af_free(gate.next);
     s->elapsed = af_now() - start;
     /* the end-of-campaign pass: what did not fit the minimization budget, within a grace
      * period (a stop or an error skips it: those findings stay stored as found) */

@@ -80,6 +80,9 @@ static void af_fuzz_usage(FILE *f) {
             "                      kept once as crashes/known-ID, never minimized, and its\n"
             "                      trigger cases are sent less to a backend that keeps hitting it\n"
             "  --no-known          load no known bugs: every finding is new\n"
+            "  --known-fault-gap S a known bug that crashes or hangs a backend gets at most one\n"
+            "                      of its trigger cases per S seconds, the first after S\n"
+            "                      (default 60: each hit costs a worker restart)\n"
             "  --minimize-share F  minimizing takes at most this share of each job's time so far\n"
             "                      (default 0.1; 1: no limit); what does not fit is stored as\n"
             "                      found and minimized at the end\n"
@@ -113,7 +116,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     int selected = 0;
     af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING };
+           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING, O_FAULTGAP };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         AF_CLI_KNOWN_OPTIONS,
@@ -131,6 +134,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"strategy", required_argument, 0, O_STRAT},
         {"no-minimize", no_argument, 0, O_NOMIN},
         {"minimize-share", required_argument, 0, O_MINSHARE},
+        {"known-fault-gap", required_argument, 0, O_FAULTGAP},
         {"minimize-grace", required_argument, 0, O_MINGRACE},
         {"tiny", no_argument, 0, O_TINY},
         {"no-bind", no_argument, 0, O_NOBIND},
@@ -202,6 +206,12 @@ int af_cmd_fuzz(int argc, char **argv) {
             char *end;
             o.minimize_share = strtod(optarg, &end);
             if (*end || !(o.minimize_share > 0 && o.minimize_share <= 1)) goto bad;
+            break;
+        }
+        case O_FAULTGAP: {
+            char *end;
+            o.known_fault_gap = strtod(optarg, &end);
+            if (*end || !(o.known_fault_gap > 0 && o.known_fault_gap <= 1e7)) goto bad;
             break;
         }
         case O_MINGRACE: {
