@@ -14,14 +14,16 @@
 #   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
 #      CUDA_VISIBLE_DEVICES; --cards LIST names the card of each, e.g. 0,0 to run two cards'
 #      groups on one and check they do not get in each other's way), one campaign of the eager group and one of the compiled group,
-#      all for --time seconds: one process per group and card (one CUDA context per
-#      variant), cases in batches (--batch: a worker launches a batch back to back and
-#      synchronizes once), the inputs and float64 references on --threads host threads
-#      (default: the cores divided among the groups), resuming from --corpus (default
+#      all for --time seconds: the eager group as --eager-jobs campaigns (default 2: a
+#      worker waits on the host's checks while the other job's run; each job one CUDA
+#      context per variant), the compiled group as one, cases in batches (--batch: a
+#      worker runs a batch's cases back to back and answers them in one frame), the inputs
+#      and float64 references on --threads host threads per job (default: the cores
+#      divided among the jobs), resuming from --corpus (default
 #      corpus/findings/torch-cuda/bundles) and from the crashes directory, known bugs loaded;
 #      nvidia-smi sampled once a second meanwhile;
-#   5. replays the GPU bugs' bundles (corpus/findings/*-cuda/bundles, regress --strict) and,
-#      with --replay, every bundle found (bounded in time);
+#   5. replays the GPU bugs' bundles (corpus/findings/*-cuda/bundles, regress --strict; not
+#      with --no-regress) and, with --replay, every bundle found (bounded in time);
 #   6. writes summary.txt: cases per second per group and card and in total, GPU busy per
 #      card, the time split (generation, reference, protocol, targets, compile,
 #      minimization, restarts) from the stats.
@@ -42,7 +44,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads="" cards="" wheel=""
+time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads="" cards="" wheel="" regress=1 eager_jobs=2
 bench_variants=""
 extra=()
 while [ $# -gt 0 ]; do
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --gpus) gpus=$2; shift 2 ;;
     --cards) cards=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
+    --eager-jobs) eager_jobs=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --bench-jobs) bench_jobs=$2; shift 2 ;;
@@ -59,9 +62,10 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --corpus) corpus=$2; shift 2 ;;
     --replay) replay=1; shift ;;
+    --no-regress) regress=0; shift ;;
     --wheel) wheel=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -160,10 +164,10 @@ fi
 # 4. the campaigns: per card, the eager group and the compiled group
 if [ "$time_s" != 0 ]; then
   [ -z "$corpus" ] && [ -d corpus/findings/torch-cuda/bundles ] && corpus=corpus/findings/torch-cuda/bundles
-  groups=0
-  [ ${#eager[@]} -gt 0 ] && groups=$((groups + 1))
-  [ ${#compiled[@]} -gt 0 ] && groups=$((groups + 1))
-  th=${threads:-$(( cores / (gpus * groups) > 1 ? cores / (gpus * groups) : 1 ))}
+  groups=0 jobs_per_card=0
+  [ ${#eager[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + eager_jobs))
+  [ ${#compiled[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + 1))
+  th=${threads:-$(( cores / (gpus * jobs_per_card) > 1 ? cores / (gpus * jobs_per_card) : 1 ))}
   cargs=(--time "$time_s" --crashes "$out/crashes" --threads "$th" --quiet)
   [ -n "$corpus" ] && cargs+=(--corpus "$corpus")
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
@@ -172,7 +176,8 @@ if [ "$time_s" != 0 ]; then
   for ((g = 0; g < gpus; g++)); do
     dev=${visible[$g]}
     if [ ${#eager[@]} -gt 0 ]; then
-      CUDA_VISIBLE_DEVICES=$dev "$af" fuzz "${eager[@]}" --batch "$batch" --seed $((1 + g)) \
+      ej=(); [ "$eager_jobs" -gt 1 ] && ej=(--jobs "$eager_jobs")
+      CUDA_VISIBLE_DEVICES=$dev "$af" fuzz "${eager[@]}" "${ej[@]}" --batch "$batch" --seed $((1 + g)) \
         --stats "$out/stats-eager-gpu$g.json" "${cargs[@]}" "${extra[@]}" 2>"$out/campaign-eager-gpu$g.log" &
       pids+=($!)
     fi
@@ -182,7 +187,7 @@ if [ "$time_s" != 0 ]; then
       pids+=($!)
     fi
   done
-  log "campaigns: ${#pids[@]} processes ($gpus card(s) x $groups group(s)), --threads $th, --batch $batch (eager) / 16 (compiled), $time_s s"
+  log "campaigns: ${#pids[@]} campaigns ($gpus card(s) x $groups group(s); the eager group $eager_jobs job(s)), --threads $th, --batch $batch (eager) / 16 (compiled), $time_s s"
   for p in "${pids[@]}"; do wait "$p" || true; done
   kill "$smi" 2>/dev/null || true
   wait "$smi" 2>/dev/null || true
@@ -198,7 +203,8 @@ for path in sorted(glob.glob(os.path.join(out, "stats-*-gpu*.json"))):
     t = s.get("seconds", {})
     mini = s.get("minimize_seconds", 0.0)
     busy = {k: t.get(k, 0.0) for k in ("generate", "reference", "protocol", "target", "compile", "restarts")}
-    rows.append((group, gpu, s.get("execs", 0), ran, el, ran / el, 100 * (mini + busy["restarts"]) / el, busy,
+    job = el + s.get("minimize_end_seconds", 0.0)   # the end-of-run minimization pass is job time too
+    rows.append((group, gpu, s.get("execs", 0), ran, el, ran / el, 100 * (mini + busy["restarts"]) / job, busy,
                  sum(s.get("findings_per_kind", {}).values()), s.get("known_hits", 0)))
     total[group] = total.get(group, 0.0) + ran / el
 print("%-9s %-5s %9s %9s %8s %10s %13s  %s" % ("group", "card", "cases", "ran", "seconds", "ran/s", "minim+restart", "time split (s)"))
@@ -220,7 +226,7 @@ EOF
 fi
 
 # 5. replays: the GPU bugs' bundles must still fail as recorded; what this run found, on request
-if compgen -G "corpus/findings/*-cuda/bundles" >/dev/null; then
+if [ "$regress" = 1 ] && compgen -G "corpus/findings/*-cuda/bundles" >/dev/null; then
   rc=0
   timeout 600 "$af" regress --strict corpus/findings/*-cuda/bundles >"$out/regress-findings.log" 2>&1 || rc=$?
   log "corpus/findings GPU bundles replayed (regress --strict exit $rc): $(tail -n 1 "$out/regress-findings.log")"

@@ -347,6 +347,55 @@ static void test_result_batch(void **state) {
     expect_format(af_wp_parse_batch(body, n, ids, cases, 1, NULL, r, &payload, &err), &err, "without a batch array");
 }
 
+/* A worker that faulted on an item says so: ok, crash (its message), not_run, not_run;
+ * crash and not_run out of that order, or in a single result, break the protocol. */
+static void test_result_batch_fault(void **state) {
+    (void)state;
+    af_case c = small_case();
+    const af_case *cases[4] = {&c, &c, &c, &c};
+    uint64_t ids[4] = {10, 11, 12, 13};
+    float vals[12] = {0};
+    af_wp_result r[4];
+    const uint8_t *payload;
+    af_error err;
+    const char *ok = "{\"id\":10,\"status\":\"ok\",\"tensors\":[{\"name\":\"out\",\"dtype\":\"f32\","
+                     "\"shape\":[1,2,3,2],\"strides\":[48,24,8,4],\"offset\":0}]}";
+    char hdr[1024];
+    snprintf(hdr, sizeof hdr,
+             "{\"type\":\"result\",\"batch\":[%s,{\"id\":11,\"status\":\"crash\",\"message\":\"AcceleratorError: "
+             "CUDA error: misaligned address\"},{\"id\":12,\"status\":\"not_run\"},{\"id\":13,\"status\":\"not_run\"}]}",
+             ok);
+    size_t n = make_body(hdr, vals, sizeof vals);
+    assert_int_equal(af_wp_parse_batch(body, n, ids, cases, 4, NULL, r, &payload, &err), AF_OK);
+    assert_int_equal(r[0].status, AF_WP_OK);
+    assert_int_equal(r[1].status, AF_WP_CRASH);
+    assert_string_equal(r[1].message, "AcceleratorError: CUDA error: misaligned address");
+    assert_int_equal(r[2].status, AF_WP_NOT_RUN);
+    assert_int_equal(r[3].status, AF_WP_NOT_RUN);
+    /* the last item may be the one that crashed */
+    snprintf(hdr, sizeof hdr, "{\"type\":\"result\",\"batch\":[%s,{\"id\":11,\"status\":\"crash\"}]}", ok);
+    n = make_body(hdr, vals, sizeof vals);
+    assert_int_equal(af_wp_parse_batch(body, n, ids, cases, 2, NULL, r, &payload, &err), AF_OK);
+    assert_int_equal(r[1].status, AF_WP_CRASH);
+    assert_string_equal(r[1].message, "(no message)");
+    /* an item run after the crash */
+    snprintf(hdr, sizeof hdr,
+             "{\"type\":\"result\",\"batch\":[{\"id\":10,\"status\":\"crash\",\"message\":\"x\"},%s]}", ok);
+    char *id = strstr(hdr, "\"id\":10,\"status\":\"ok\"");
+    assert_non_null(id);
+    id[6] = '1'; /* the ok item answers id 11 */
+    n = make_body(hdr, vals, sizeof vals);
+    expect_format(af_wp_parse_batch(body, n, ids, cases, 2, NULL, r, &payload, &err), &err, "after a crash was run");
+    /* not_run with no crash before it */
+    n = make_body("{\"type\":\"result\",\"batch\":[{\"id\":10,\"status\":\"not_run\"}]}", NULL, 0);
+    expect_format(af_wp_parse_batch(body, n, ids, cases, 1, NULL, r, &payload, &err), &err, "not_run without a crash");
+    /* a single result cannot say crash or not_run */
+    n = make_body("{\"type\":\"result\",\"id\":10,\"status\":\"crash\",\"message\":\"x\"}", NULL, 0);
+    expect_format(af_wp_parse_result(body, n, 10, &c, NULL, r, &payload, &err), &err, "unknown status \"crash\"");
+    n = make_body("{\"type\":\"result\",\"id\":10,\"status\":\"not_run\"}", NULL, 0);
+    expect_format(af_wp_parse_result(body, n, 10, &c, NULL, r, &payload, &err), &err, "unknown status \"not_run\"");
+}
+
 /* A batch run frame: one header, the items' tensors one after the other in the payload,
  * each item's entries pointing at its own bytes. */
 static void test_run_frame_batch(void **state) {
@@ -831,6 +880,7 @@ int main(void) {
         cmocka_unit_test(test_result_ok_bshd_f16_strided),
         cmocka_unit_test(test_result_unsupported_and_error),
         cmocka_unit_test(test_result_batch),
+        cmocka_unit_test(test_result_batch_fault),
         cmocka_unit_test(test_run_frame_batch),
         cmocka_unit_test(test_result_malformed),
         cmocka_unit_test(test_result_header_over_limit),

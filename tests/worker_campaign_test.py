@@ -23,7 +23,9 @@ batch: c_worker --batch 64 with errors and refusals on some cases, run with --ba
   every error finding is one of the cases the fault was meant for and replays alone; the
   refused cases are skipped, not findings; the executions all happen. batch_crash: a crash
   inside a batch frame is charged to the case that crashes (the cases are sent again one by
-  one), the campaign goes on.
+  one), the campaign goes on. batch_device: a worker that says which item faulted it
+  (`crash`, the rest `not_run`, then it exits): the crash is charged to that item, the rest
+  go to the next process, and each crash costs exactly one restart.
 bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
   --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
   (exit 77) where this process may run on one CPU only.
@@ -311,8 +313,8 @@ def restart_cost(attnfuzz, c_worker, tmp):
 
 def batch(attnfuzz, c_worker, tmp, fault):
     mod_err, mod_uns = 7, 5
-    if fault == "crash":
-        spec = f"worker:{c_worker} --batch 64 --fault crash --fault-mod 11"
+    if fault in ("crash", "device"):
+        spec = f"worker:{c_worker} --batch 64 --fault {fault} --fault-mod 11"
     else:
         spec = f"worker:{c_worker} --batch 64 --fault error --fault-mod {mod_err} --unsupported-mod {mod_uns}"
     crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
@@ -322,8 +324,9 @@ def batch(attnfuzz, c_worker, tmp, fault):
     s = stats_of(stats)
     check(s["execs"] == 800, f"batch: {s['execs']} executions of 800")
     found = bundles(crashes)
-    want_kind = "crash" if fault == "crash" else "error"
-    mod = 11 if fault == "crash" else mod_err
+    crashing = fault in ("crash", "device")
+    want_kind = "crash" if crashing else "error"
+    mod = 11 if crashing else mod_err
     check(len(found) >= 3, f"batch: {len(found)} bundles")
     for d, b in found:
         c = b["case"]
@@ -331,20 +334,29 @@ def batch(attnfuzz, c_worker, tmp, fault):
         check(b["kind"] == want_kind, f"batch: {os.path.basename(d)} is a {b['kind']}, want {want_kind}")
         check(key % mod == 0, f"batch: {os.path.basename(d)} charged to a case the fault is not meant for "
                               f"(q_len + kv_len + head_dim = {key})")
-        if fault == "crash":
+        if crashing:
             # the stderr of the process that case killed, not of the one that replaced it
-            line = "fault crash on purpose (q_len %d, kv_len %d, head_dim %d)" % (
+            line = "fault %s on purpose (q_len %d, kv_len %d, head_dim %d)" % (fault,
                 c["q_len"], c.get("kv_len", c["q_len"]), c["head_dim"])
             tail = os.path.join(d, "stderr.txt")
             check(os.path.exists(tail) and line in open(tail).read(),
                   f"batch_crash: {os.path.basename(d)}/stderr.txt lacks {line!r}")
-    if fault != "crash":
+    crashes_found = s["findings_total"] if crashing else 0  # every finding is a crash there
+    print(f"batch {fault}: {crashes_found} crash findings, {s['worker_restarts']} restarts "
+          f"({s['seconds']['restarts']:.3f} s)")
+    if not crashing:
         check(s["skipped"] > 0, "batch: no case was refused (unsupported)")
         d = found[0][0]
         r = run([attnfuzz, "replay", d])
         check(r.returncode == 1 and want_kind in r.stdout + r.stderr, f"batch: {d} does not replay alone: {r.stdout[-400:]}")
+    elif fault == "crash":
+        # the batch's process, then each culprit's when the cases are sent again one by one
+        check(s["worker_restarts"] > crashes_found, f"batch_crash: {s['worker_restarts']} restarts for "
+                                                    f"{crashes_found} crashes")
     else:
-        check(s["worker_restarts"] >= len(found), f"batch_crash: {s['worker_restarts']} restarts for {len(found)} crashes")
+        # the worker named its culprit: one restart a crash, the rest of the batch unharmed
+        check(crashes_found >= 3 and s["worker_restarts"] == crashes_found,
+              f"batch_device: {s['worker_restarts']} restarts for {crashes_found} crashes")
 
 
 NEW_AMID_KNOWN = {"format": "attnfuzz-known", "version": 1, "entries": [
@@ -394,9 +406,9 @@ def new_amid_known(attnfuzz, c_worker, tmp):
 
 def known_crash(attnfuzz, c_worker, tmp):
     """A worker that crashes on the cases where (q_len + kv_len + head_dim) % 7 == 0, with and
-    without a known entry for that crash: with it, the crash's trigger cases mostly stay away
-    from the worker after its first hit (a restart costs a process, on a GPU a CUDA context),
-    so it restarts far less often and runs more cases in the same time."""
+    without a known entry for that crash: with it, one trigger case per --known-fault-gap (2 s
+    here) reaches the worker (a restart costs a process, on a GPU a CUDA context), so it
+    restarts a handful of times, not at every seventh case, and runs more cases."""
     known = os.path.join(tmp, "known.json")
     with open(known, "w") as f:
         json.dump({"format": "attnfuzz-known", "version": 1, "entries": [
@@ -407,7 +419,7 @@ def known_crash(attnfuzz, c_worker, tmp):
     for label, extra in (("known", ["--known", known]), ("no-known", ["--no-known"])):
         stats = os.path.join(tmp, f"stats-{label}.json")
         run([attnfuzz, "fuzz", "--backend", spec, "--time", "8", "--seed", "1", "--no-minimize", "--quiet",
-             "--crashes", os.path.join(tmp, f"crashes-{label}"), "--stats", stats, *extra])
+             "--known-fault-gap", "2", "--crashes", os.path.join(tmp, f"crashes-{label}"), "--stats", stats, *extra])
         s = stats_of(stats)
         per[label] = s
         hits = sum(k["hits"] for k in s.get("known", []))
@@ -417,7 +429,8 @@ def known_crash(attnfuzz, c_worker, tmp):
     check(n["worker_restarts"] >= 20, f"known_crash: too few crashes without the entry ({n['worker_restarts']})")
     check(k["known_skipped"] > 0 and k["known"] and k["known"][0]["hits"] >= 1,
           f"known_crash: the entry neither hit nor skipped: {k.get('known')}")
-    # one in a hundred trigger cases after the first hit: a handful of restarts, not a tenth
+    # one trigger case per 2 s, the first after 2 s: at most 4 in 8 s
+    check(1 <= k["worker_restarts"] <= 4, f"known_crash: {k['worker_restarts']} restarts with the entry (want 1..4)")
     check(k["worker_restarts"] * 5 <= n["worker_restarts"],
           f"known_crash: {k['worker_restarts']} restarts with the entry, {n['worker_restarts']} without")
     check(k["execs"] > n["execs"], f"known_crash: {k['execs']} executions with the entry, {n['execs']} without")
@@ -631,6 +644,8 @@ def main():
             batch(attnfuzz, c_worker, tmp, "error")
         elif scenario == "batch_crash":
             batch(attnfuzz, c_worker, tmp, "crash")
+        elif scenario == "batch_device":
+            batch(attnfuzz, c_worker, tmp, "device")
         elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known",
                           "known_crash"):
             globals()[scenario](attnfuzz, c_worker, tmp)

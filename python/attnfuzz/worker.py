@@ -224,6 +224,21 @@ def _grad_arrays(case, lay, grads):
     return out
 
 
+class Fault(Exception):
+    """What a batch function returns for the case that left the process unable to run
+    another (a device fault: the CUDA context is lost), as its last result: that item is
+    answered `crash` with the cause as its message, the items after it `not_run`, and
+    serve() ends the process (exit 70) once the answer is written. attnfuzz then charges
+    the crash to that case alone and sends the rest to a fresh worker."""
+
+    def __init__(self, cause):
+        super().__init__(_message(cause))
+        self.cause = cause
+
+
+FAULT_EXIT = 70
+
+
 def _refusal(rid, e):
     """The result header for an exception a run function raised."""
     if isinstance(e, Unsupported):
@@ -254,7 +269,8 @@ def _run_batch(fn, batch_fn, items, payload):
     t0 = time.perf_counter()
     if batch_fn is not None:
         outs = list(batch_fn([r[1:] for r in reqs]))
-        if len(outs) != len(reqs):
+        short = len(outs) < len(reqs) and outs and isinstance(outs[-1], Fault)
+        if len(outs) != len(reqs) and not short:
             raise RuntimeError("run_batch answered %d of %d cases" % (len(outs), len(reqs)))
     else:
         outs = []
@@ -263,22 +279,30 @@ def _run_batch(fn, batch_fn, items, payload):
                 outs.append(fn(r[1], r[2], r[3], r[4], mask=r[5], bool_mask=r[6]))
             except Exception as e:  # noqa: BLE001 - a failing case is that item's status
                 outs.append(e)
-    per_case = (time.perf_counter() - t0) / max(1, len(reqs))
+    per_case = (time.perf_counter() - t0) / max(1, len(outs))
     heads, arrays = [], []
-    for r, res in zip(reqs, outs):
-        try:
-            if isinstance(res, BaseException):
-                raise res
-            h, a = _answer(r[0], r[1], res, per_case)
-        except Exception as e:  # noqa: BLE001
-            h, a = _refusal(r[0], e), []
+    fault = False
+    for i, r in enumerate(reqs):
+        res = outs[i] if i < len(outs) else None
+        if fault:
+            h, a = {"id": r[0], "status": "not_run"}, []
+        elif isinstance(res, Fault):
+            fault = True
+            h, a = {"id": r[0], "status": "crash", "message": str(res)}, []
+        else:
+            try:
+                if isinstance(res, BaseException):
+                    raise res
+                h, a = _answer(r[0], r[1], res, per_case)
+            except Exception as e:  # noqa: BLE001
+                h, a = _refusal(r[0], e), []
         heads.append(h)
         arrays.append(a)
     entries, parts = protocol.entries_for_items(arrays)
     for h, e in zip(heads, entries):
         if h["status"] == "ok":
             h["tensors"] = e
-    return {"type": "result", "batch": heads}, parts
+    return {"type": "result", "batch": heads}, parts, fault
 
 
 def _message(e):
@@ -305,7 +329,8 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
     the float caps among f32/f16/bf16. batch: the most cases a run frame may hold (declared
     in the hello; None or 1: one case per frame); a batch is answered case by case with run,
     or all at once by run_batch([(case, q, k, v, mask, bool_mask), ...]) -> [result or
-    exception per case] (a GPU target launches them all and synchronizes once).
+    exception per case]; a run_batch that meets a fault the process cannot go on from ends
+    its list with a Fault: the rest is answered not_run and the process exits FAULT_EXIT.
     stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
     but frames reaches the real stdout. Returns 0 (a process exit status)."""
     if stdin is None or stdout is None:
@@ -345,8 +370,12 @@ def _loop(run, run_batch, hello, stdin, stdout):
         if items is not None:
             if not isinstance(items, list):
                 raise protocol.ProtocolError("run: batch is not a list")
-            h, parts = _run_batch(run, run_batch, items, payload)
+            h, parts, fault = _run_batch(run, run_batch, items, payload)
             write(stdout, h, parts)
+            if fault:       # the process can run no other case: the answer said so
+                stdout.flush()
+                sys.stderr.flush()
+                os._exit(FAULT_EXIT)
             del header, payload, h, parts
             continue
         try:

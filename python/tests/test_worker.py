@@ -14,7 +14,7 @@ import unittest
 import _util
 import numpy as np
 
-from attnfuzz import layouts, protocol, reference, testing
+from attnfuzz import layouts, protocol, reference, testing, worker
 from attnfuzz.case import Case
 from attnfuzz.worker import mask_grad
 
@@ -48,6 +48,29 @@ def run(case, q, k, v, mask=None, bool_mask=None):
 
 serve(run, name="echo", version="0.1", caps=["f32", "f16", "amask"], layouts=["bhsd", "qkv_bs3hd"],
       variant="plain", limits={"max_head_dim": 8})
+'''
+
+
+# A batching worker whose batch function meets a device fault on head_dim 3: what a GPU
+# target's run_batch answers (attnfuzz.targets._base.main) when the CUDA context is lost.
+FAULT_WORKER = r'''
+import sys
+sys.path.insert(0, %(pydir)r)
+from attnfuzz.worker import serve, Fault
+
+def run(case, q, k, v, mask=None, bool_mask=None):
+    sys.stderr.write("case %%d ran\\n" %% case.head_dim)
+    return v
+
+def run_batch(requests):
+    out = []
+    for case, q, k, v, mask, bool_mask in requests:
+        if case.head_dim == 3:
+            return out + [Fault(RuntimeError("CUDA error: misaligned address"))]
+        out.append(run(case, q, k, v))
+    return out
+
+serve(run, name="faulty", version="0.1", caps=["f32"], layouts=["bhsd"], batch=8, run_batch=run_batch)
 '''
 
 
@@ -220,6 +243,34 @@ class Serve(unittest.TestCase):
         self.assertEqual(len(out), 32)      # exactly the two outputs
         self.send(p, hand_frame('{"type":"bye"}', b""))
         self.assertEqual(p.wait(10), 0)
+        p.stdout.close(), p.stderr.close(), p.stdin.close()
+
+    def test_batch_fault(self):
+        """A batch function that stops at a fault (worker.Fault as its last result): the
+        items before it answered, that item `crash` with the cause, the rest `not_run`, and
+        the process ends with FAULT_EXIT once the frame is written."""
+        script = os.path.join(self.tmp.name, "fault_worker.py")
+        with open(script, "w") as f:
+            f.write(FAULT_WORKER % {"pydir": _util.PYDIR})
+        p = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        hello, _ = read_result(p.stdout)
+        self.assertEqual(hello["batch"], 8)
+
+        def item(rid, d, base):
+            ents = ",".join('{"name":"%s","dtype":"f32","shape":[1,1,2,%d],"strides":[%d,%d,%d,4],"offset":%d}'
+                            % (n, d, 8 * d, 8 * d, 4 * d, base + w * 8 * d) for w, n in enumerate("qkv"))
+            return ('{"id":%d,"case":%s,"derived":{"scale":1.0,"diag_offset":[0],"valid_keys":[2]},'
+                    '"tensors":[%s]}' % (rid, CASE2 % d, ents))
+        payload = struct.pack("<12f", *range(12)) + struct.pack("<18f", *([0.0] * 18)) + struct.pack("<12f", *range(12))
+        header = '{"type":"run","batch":[%s]}' % ",".join((item(40, 2, 0), item(41, 3, 48), item(42, 2, 120)))
+        self.send(p, hand_frame(header, payload))
+        h, out = read_result(p.stdout)
+        self.assertEqual([(it["id"], it["status"]) for it in h["batch"]], [(40, "ok"), (41, "crash"), (42, "not_run")])
+        self.assertEqual(h["batch"][1]["message"], "RuntimeError: CUDA error: misaligned address")
+        self.assertEqual(struct.unpack("<4f", out), (8.0, 9.0, 10.0, 11.0))   # item 40's v
+        self.assertEqual(p.wait(10), worker.FAULT_EXIT)
+        self.assertEqual(p.stderr.read().decode().count("case 2 ran"), 1)   # 40 ran, 42 did not
         p.stdout.close(), p.stderr.close(), p.stdin.close()
 
     def test_packed_qkv_once(self):

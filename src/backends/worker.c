@@ -66,7 +66,7 @@ typedef struct af_worker {
     af_jw hdr;
     /* a batch in flight (af_worker_batch_begin .. _end): its requests and what is left to
      * write of its frame */
-    size_t bn;
+    size_t bn, boff; /* the batch's cases in flight: bin[boff .. boff + bn) (after a crash, the rest) */
     const af_case_tensors *bin[AF_WP_MAX_BATCH];
     uint64_t bid[AF_WP_MAX_BATCH];
     bool bfresh;     /* a compile key of the batch was new */
@@ -821,12 +821,10 @@ static size_t af_worker_batch_max(void *state) {
     return w->hello.batch ? w->hello.batch : 1;
 }
 
-/* Sends the n requests of in (cases of one compile key; n <= af_worker_batch_max) as one
- * run frame, writing what the pipe takes now; af_worker_batch_end writes the rest and
- * reads the answer. A fault here (the worker cannot be restarted) is AF_ERR_IO. */
-static af_status af_worker_batch_begin(void *state, const af_case_tensors *const *in, size_t n, af_error *err) {
-    af_worker *w = state;
-    AF_RETURN_ERROR_IF(n == 0 || n > af_worker_batch_max(w), err, AF_ERR_INVALID, "%s: a batch of %zu cases", w->spec, n);
+/* Sends the cases w->bin[off .. off + n) as one run frame, writing what the pipe takes
+ * now; af_worker_batch_end writes the rest and reads the answer. A worker that is not
+ * running is restarted first; when it cannot be, AF_ERR_IO. */
+static af_status af_worker_batch_send(af_worker *w, size_t off, size_t n, af_error *err) {
     if (w->p.pid <= 0) AF_TRY(af_worker_restart(w, err));
     if (w->bcap < n * AF_WP_MAX_PARTS + 1) {
         af_wp_part *p = af_calloc(n * AF_WP_MAX_PARTS + 1, sizeof *p);
@@ -835,16 +833,16 @@ static af_status af_worker_batch_begin(void *state, const af_case_tensors *const
         w->bparts = p;
         w->bcap = n * AF_WP_MAX_PARTS + 1;
     }
+    w->boff = off;
     w->bn = n;
     w->bfresh = false;
-    for (size_t i = 0; i < n; i++) {
-        w->bin[i] = in[i];
+    for (size_t i = off; i < off + n; i++) {
         w->bid[i] = ++w->next_id;
-        w->bfresh |= af_worker_key_note(w, af_case_key_hash(in[i]->c, w->hello.compile_key));
+        w->bfresh |= af_worker_key_note(w, af_case_key_hash(w->bin[i]->c, w->hello.compile_key));
     }
     w->ext.runs += n;
     size_t np = 0;
-    AF_TRY(af_wp_encode_batch(&w->hdr, w->bid, in, n, w->bparts + 1, &np, err));
+    AF_TRY(af_wp_encode_batch(&w->hdr, w->bid + off, w->bin + off, n, w->bparts + 1, &np, err));
     w->bparts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
     w->bnparts = np + 1;
     w->bstart = af_now();
@@ -852,19 +850,40 @@ static af_status af_worker_batch_begin(void *state, const af_case_tensors *const
     return AF_OK;
 }
 
-/* Reads the answer to the batch in flight into outs[i] and res[i]. A fault of the whole
- * frame (the worker died, hung or broke the protocol) sends the cases again one by one, so
- * that the case that killed it is the one its crash or timeout is charged to; the others
- * get their answers. AF_ERR_NOMEM / AF_ERR_IO (no worker any more) stop the batch. */
+/* Sends the n requests of in (cases of one compile key; n <= af_worker_batch_max) as one
+ * run frame (af_worker_batch_send). */
+static af_status af_worker_batch_begin(void *state, const af_case_tensors *const *in, size_t n, af_error *err) {
+    af_worker *w = state;
+    AF_RETURN_ERROR_IF(n == 0 || n > af_worker_batch_max(w), err, AF_ERR_INVALID, "%s: a batch of %zu cases", w->spec, n);
+    for (size_t i = 0; i < n; i++) w->bin[i] = in[i];
+    return af_worker_batch_send(w, 0, n, err);
+}
+
+/* Item i of the batch (slot `slot`) faulted the worker: the stderr it left, kept for the
+ * item's bundle (the next case restarts the worker). */
+static void af_worker_keep_tail(af_worker *w, size_t slot, af_batch_result *r) {
+    if (!w->btail[slot]) w->btail[slot] = af_malloc(AF_WORKER_STDERR_TAIL + 1);
+    if (!w->btail[slot]) return;
+    snprintf(w->btail[slot], AF_WORKER_STDERR_TAIL + 1, "%s", w->ext.stderr_tail ? w->ext.stderr_tail : "");
+    r->stderr_tail = w->btail[slot];
+}
+
+/* Reads the answer to the batch in flight into outs[i] and res[i]. A worker that faulted
+ * on an item and said so (`crash`, then `not_run`) gets the crash charged to that item,
+ * and the items after it go to a fresh worker as a batch of their own: one restart per
+ * crash. A fault of the whole frame (the worker died, hung or broke the protocol) sends
+ * the cases again one by one, so that the case that killed it is the one its crash or
+ * timeout is charged to; the others get their answers. AF_ERR_NOMEM / AF_ERR_IO (no
+ * worker any more) stop the batch. */
 static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
                                      af_error *err) {
     af_worker *w = state;
-    size_t n = w->bn;
+    size_t n = w->bn, off = w->boff;
     w->bn = 0;
     size_t max_frame = AF_WP_MAX_HEADER;
     const af_case *cases[AF_WP_MAX_BATCH];
     for (size_t i = 0; i < n; i++) {
-        cases[i] = w->bin[i]->c;
+        cases[i] = w->bin[off + i]->c;
         max_frame += af_worker_answer_max(cases[i]);
     }
     double limit = w->opts.timeout * (double)n + (w->bfresh ? w->opts.compile_timeout : 0.0);
@@ -872,8 +891,9 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
     af_status st = af_worker_exchange(w, w->bparts, w->bnparts, max_frame, w->bstart + limit, &xerr);
     double wall = af_now() - w->bstart;
     const uint8_t *payload = NULL;
+    af_wp_result *br = w->bres + off;
     if (st == AF_OK) {
-        st = af_wp_parse_batch(w->rbuf + 4, w->rlen, w->bid, cases, n, &w->hello, w->bres, &payload, &xerr);
+        st = af_wp_parse_batch(w->rbuf + 4, w->rlen, w->bid + off, cases, n, &w->hello, br, &payload, &xerr);
         if (st != AF_OK) st = AF_ERR_FORMAT;
     }
     w->crash_case = NULL; /* a batch's crash is charged case by case below */
@@ -883,18 +903,13 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         af_error ferr;
         af_worker_failed(w, st, &xerr, w->bfresh, limit, &ferr);
         for (size_t i = 0; i < n; i++) {
+            size_t slot = off + i;
             memset(&res[i], 0, sizeof res[i]);
-            res[i].st = af_worker_run_backward(w, w->bin[i], outs[i], grads ? grads[i] : NULL, &res[i].err);
+            res[i].st = af_worker_run_backward(w, w->bin[slot], outs[i], grads ? grads[i] : NULL, &res[i].err);
             if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
             if (res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT ||
-                (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9))) {
-                /* the next case restarts the worker: keep this one's stderr for its bundle */
-                if (!w->btail[i]) w->btail[i] = af_malloc(AF_WORKER_STDERR_TAIL + 1);
-                if (w->btail[i]) {
-                    snprintf(w->btail[i], AF_WORKER_STDERR_TAIL + 1, "%s", w->ext.stderr_tail ? w->ext.stderr_tail : "");
-                    res[i].stderr_tail = w->btail[i];
-                }
-            }
+                (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9)))
+                af_worker_keep_tail(w, slot, &res[i]);
             res[i].compile_s = w->ext.compile_s;
             res[i].run_s = w->ext.run_s;
             res[i].wall_s = w->ext.wall_s;
@@ -903,33 +918,56 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
             if (w->ext.dropout_keep && res[i].st == AF_OK) {
                 /* the single runs share one keep buffer: keep this item's */
                 size_t kb = (size_t)cases[i]->batch * cases[i]->q_heads * cases[i]->q_len * cases[i]->kv_len;
-                if (kb > w->bkeep_cap[i]) {
+                if (kb > w->bkeep_cap[slot]) {
                     uint8_t *k = af_malloc(kb);
                     AF_RETURN_ERROR_IF(!k, err, AF_ERR_NOMEM, "out of memory");
-                    af_free(w->bkeep[i]);
-                    w->bkeep[i] = k;
-                    w->bkeep_cap[i] = kb;
+                    af_free(w->bkeep[slot]);
+                    w->bkeep[slot] = k;
+                    w->bkeep_cap[slot] = kb;
                 }
-                memcpy(w->bkeep[i], w->ext.dropout_keep, kb);
-                res[i].dropout_keep = w->bkeep[i];
+                memcpy(w->bkeep[slot], w->ext.dropout_keep, kb);
+                res[i].dropout_keep = w->bkeep[slot];
             }
         }
         return AF_OK;
     }
+    size_t crashed = n; /* the item the worker says it faulted on */
+    for (size_t i = 0; i < n && crashed == n; i++)
+        if (br[i].status == AF_WP_CRASH) crashed = i;
     w->ext.stderr_tail = af_worker_tail(&w->p);
-    w->faults = 0;
+    if (crashed == n) w->faults = 0;
     w->ext.wall_s = wall;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < crashed; i++) {
+        size_t slot = off + i;
         memset(&res[i], 0, sizeof res[i]);
-        res[i].compile_s = w->bres[i].compile_s;
-        res[i].run_s = w->bres[i].run_s;
+        res[i].compile_s = br[i].compile_s;
+        res[i].run_s = br[i].run_s;
         res[i].wall_s = wall / (double)n;
         res[i].new_key = w->bfresh && i == 0;
-        res[i].st = af_worker_take(w, cases[i], &w->bres[i], payload, outs[i], grads ? grads[i] : NULL, &w->bkeep[i],
-                                   &w->bkeep_cap[i], &res[i].dropout_keep, &res[i].err);
+        res[i].st = af_worker_take(w, cases[i], &br[i], payload, outs[i], grads ? grads[i] : NULL, &w->bkeep[slot],
+                                   &w->bkeep_cap[slot], &res[i].dropout_keep, &res[i].err);
         if (res[i].st == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     }
-    return AF_OK;
+    if (crashed == n) return AF_OK;
+    /* the worker ends after such an answer: stopped now, without waiting for it to tear its
+     * device context down; the crash is learned from as a refusal is */
+    af_batch_result *r = &res[crashed];
+    memset(r, 0, sizeof *r);
+    af_worker_drain_err(&w->p);
+    af_worker_kill(&w->p);
+    af_worker_learn(w, cases[crashed], false);
+    char what[700];
+    snprintf(what, sizeof what, "crash: the worker faulted on the case and ended (%s)", br[crashed].message);
+    w->ext.compile_s = 0.0;
+    r->st = af_worker_fault(w, AF_ERR_CRASH, what, &r->err);
+    af_worker_keep_tail(w, off + crashed, r);
+    r->compile_s = 0.0;
+    r->run_s = br[crashed].run_s;
+    r->wall_s = wall / (double)n;
+    if (crashed + 1 == n) return AF_OK;
+    /* the rest, to the next process (a spare, usually: milliseconds) */
+    AF_TRY(af_worker_batch_send(w, off + crashed + 1, n - crashed - 1, err));
+    return af_worker_batch_end(w, outs + crashed + 1, grads ? grads + crashed + 1 : NULL, res + crashed + 1, err);
 }
 
 static void af_worker_destroy(void *state) {

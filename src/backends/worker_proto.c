@@ -380,7 +380,8 @@ static af_status af_wp_check_float(const af_wp_tensor *t, af_layout l, const af_
  * request id on case c, its tensors in a payload of plen bytes; *need receives one past
  * the last payload byte its tensors touch. */
 static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen, uint64_t id, const af_case *c,
-                                   const af_wp_hello *hl, af_wp_result *r, size_t *need_out, af_error *err) {
+                                   const af_wp_hello *hl, bool in_batch, af_wp_result *r, size_t *need_out,
+                                   af_error *err) {
     memset(r, 0, sizeof *r);
     r->compile_s = r->run_s = -1.0;
     r->layout = AF_LAYOUT_BHSD;
@@ -394,9 +395,14 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
                    (unsigned long long)id);
     long status = af_wp_get(h, obj, "status");
     if (!af_wp_type(h, status, AF_JS_STRING)) AF_WP_FAIL("result without a status");
+    if (in_batch && af_js_is(h->text, h->tok, status, "not_run")) {
+        r->status = AF_WP_NOT_RUN;
+        goto done;
+    }
     bool unsup = af_js_is(h->text, h->tok, status, "unsupported");
-    if (unsup || af_js_is(h->text, h->tok, status, "error")) {
-        r->status = unsup ? AF_WP_UNSUPPORTED : AF_WP_ERROR;
+    bool crash = in_batch && af_js_is(h->text, h->tok, status, "crash");
+    if (unsup || crash || af_js_is(h->text, h->tok, status, "error")) {
+        r->status = unsup ? AF_WP_UNSUPPORTED : crash ? AF_WP_CRASH : AF_WP_ERROR;
         long m = af_wp_get(h, obj, unsup ? "reason" : "message");
         if (af_wp_type(h, m, AF_JS_STRING)) {
             af_wp_str(h, m, r->message, sizeof r->message);
@@ -408,7 +414,7 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
     if (!af_js_is(h->text, h->tok, status, "ok")) {
         char s[65];
         af_wp_str(h, status, s, sizeof s);
-        AF_WP_FAIL("unknown status \"%s\" (ok, unsupported, error)", s);
+        AF_WP_FAIL("unknown status \"%s\" (ok, unsupported, error%s)", s, in_batch ? ", crash, not_run" : "");
     }
     r->status = AF_WP_OK;
     long lay = af_wp_get(h, obj, "layout");
@@ -493,7 +499,7 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
     size_t plen, need = 0;
     af_status st = af_wp_split(body, n, &h, payload, &plen, err);
     if (st == AF_OK) st = af_wp_expect_type(&h, "result", err);
-    if (st == AF_OK) st = af_wp_result_item(&h, 0, plen, id, c, hl, r, &need, err);
+    if (st == AF_OK) st = af_wp_result_item(&h, 0, plen, id, c, hl, false, r, &need, err);
     if (st == AF_OK && plen > need)
         st = af_error_set(err, AF_ERR_FORMAT, "payload of %zu bytes is larger than its tensors need (%zu)", plen, need);
     af_wp_header_free(&h);
@@ -516,7 +522,11 @@ af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, 
     long it = st == AF_OK ? af_js_item(h.tok, batch, 0) : -1;
     for (size_t i = 0; st == AF_OK && i < count; i++, it = h.tok[it].next) {
         size_t ni = 0;
-        st = af_wp_result_item(&h, it, plen, ids[i], cases[i], hl, &rs[i], &ni, err);
+        st = af_wp_result_item(&h, it, plen, ids[i], cases[i], hl, true, &rs[i], &ni, err);
+        /* not_run follows a crash or another not_run, and a crash is followed by not_run only */
+        bool after_fault = i > 0 && (rs[i - 1].status == AF_WP_CRASH || rs[i - 1].status == AF_WP_NOT_RUN);
+        if (st == AF_OK && (rs[i].status == AF_WP_NOT_RUN) != after_fault)
+            st = af_error_set(err, AF_ERR_FORMAT, after_fault ? "an item after a crash was run" : "not_run without a crash before it");
         if (st != AF_OK) af_error_prefix(err, "batch item %zu", i);
         if (ni > need) need = ni;
     }

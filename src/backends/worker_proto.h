@@ -51,12 +51,14 @@ typedef struct af_wp_hello {
     char conventions[512]; /* the conventions in effect as a compact JSON object */
 } af_wp_hello;
 
-typedef enum af_wp_status { AF_WP_OK, AF_WP_UNSUPPORTED, AF_WP_ERROR } af_wp_status;
+/* CRASH and NOT_RUN only in a batch answer: the item the worker faulted on (it exits after
+ * the frame), then the items after it, which it did not run. */
+typedef enum af_wp_status { AF_WP_OK, AF_WP_UNSUPPORTED, AF_WP_ERROR, AF_WP_CRASH, AF_WP_NOT_RUN } af_wp_status;
 
 /* A checked result frame. */
 typedef struct af_wp_result {
     af_wp_status status;
-    char message[512];     /* reason (unsupported) or message (error) */
+    char message[512];     /* reason (unsupported) or message (error, crash) */
     af_layout layout;      /* of out: one of the five unpacked layouts (a packed case's padded view) */
     bool thd;              /* out of a packed serving case in THD form [Tq, Hq, Dv] (layout "thd") */
     af_wp_tensor out;      /* ok: its shape is the layout's output shape */
@@ -105,8 +107,10 @@ af_status af_wp_parse_result(const uint8_t *body, size_t n, uint64_t id, const a
 
 /* Checks the answer to a batch: a result frame with a `batch` array holding one result per
  * request, in order (ids[i] for cases[i]); rs[i] as af_wp_parse_result fills it, every
- * item's tensors in the one payload. AF_ERR_FORMAT as for one result (the message names
- * the item), or for a count that differs from the request's. */
+ * item's tensors in the one payload. An item may be `crash` (the worker faulted on it and
+ * exits after this frame) when every later item is `not_run`, and only then. AF_ERR_FORMAT
+ * as for one result (the message names the item), for a count that differs from the
+ * request's, or for `crash`/`not_run` out of that order. */
 af_status af_wp_parse_batch(const uint8_t *body, size_t n, const uint64_t *ids, const af_case *const *cases,
                             size_t count, const af_wp_hello *h, af_wp_result *rs, const uint8_t **payload,
                             af_error *err);

@@ -13,7 +13,9 @@
  * --fault KIND        on cases with (q_len + kv_len + head_dim) % N == 0 (N = --fault-mod, 3):
  *                     crash (abort), hang (sleep forever), garbage (a frame that is not JSON),
  *                     shape (an out of the wrong shape), error (status error), exit (exit 0
- *                     without answering); die: exit 3 before the hello
+ *                     without answering), device (a fault that ends the process, said: in a
+ *                     batch the item is answered crash and the rest not_run, then exit 70;
+ *                     alone, abort); die: exit 3 before the hello
  * --fault-run N       fault on the N-th run request only, whatever its case (a flaky target:
  *                     the same case passes when sent again)
  * --affinity-file P   append "PID CPU,CPU,..." (the CPUs this worker may run on) to P at start
@@ -95,6 +97,7 @@ static void write_frame(const char *header, const void *payload, size_t plen) {
 /* The answers to a batch: its items' headers, then one payload (an item's tensor offsets
  * count from the start of that payload: batch_base is where the current item's start). */
 static int in_batch;
+static int device_faulted; /* --fault device in this batch: the rest is not run, then exit 70 */
 static char *bhdr;
 static size_t bhdr_len, bhdr_cap;
 static uint8_t *bpay;
@@ -389,12 +392,23 @@ static int serve_run(long req, const uint8_t *payload) {
     char dtype[8] = "";
     af_js_string(J, T, get(c, "dtype"), dtype, sizeof dtype);
 
+    if (device_faulted) { /* the batch's rest after a device fault: not run */
+        char h[96];
+        snprintf(h, sizeof h, "{\"id\":%.0f,\"status\":\"not_run\"}", id);
+        emit(h, NULL, 0);
+        return 0;
+    }
     runs_seen++;
     int fault = faults_here(Sq, Sk, D);
     if (fault) {
         fprintf(stderr, "c_worker: fault %s on purpose (q_len %zu, kv_len %zu, head_dim %zu)\n", opt.fault, Sq, Sk, D);
         fflush(stderr);
-        if (!strcmp(opt.fault, "crash")) abort();
+        if (!strcmp(opt.fault, "crash") || (!strcmp(opt.fault, "device") && !in_batch)) abort();
+        if (!strcmp(opt.fault, "device")) {
+            answer_error(id, "crash", "message", "DeviceError: a device fault on purpose");
+            device_faulted = 1;
+            return 0;
+        }
         if (!strcmp(opt.fault, "exit")) exit(0);
         if (!strcmp(opt.fault, "hang"))
             for (;;) pause();
@@ -679,5 +693,6 @@ int main(int argc, char **argv) {
         snprintf(frame, bhdr_len + 64, "{\"type\":\"result\",\"batch\":[%s]}", bhdr_len ? bhdr : "");
         write_frame(frame, bpay, bpay_len);
         free(frame);
+        if (device_faulted) exit(70);
     }
 }

@@ -257,6 +257,9 @@ class Target:
     STACK: Stack = None
     CACHE_SIZE = 64
     LAZY_COMPILE = False
+    PLANS = False      # an eager kernel that builds a plan per structure on its first call
+                       # (cuDNN): that call is timed as compiling, and compile_key defaults
+                       # to every field, so that a batch shares one plan
     REFUSALS: tuple = ()
     SCORE_BUDGET = True
     BATCH = 64         # the most cases one run frame may hold (the hello's `batch`); the
@@ -294,7 +297,7 @@ class Target:
                 "limits": dict(d.get("limits") or {}),
                 "conventions": conv,
                 "compile_key": list(d["compile_key"] if "compile_key" in d
-                                    else (KEY_FIELDS if self.decl.compiled else ())),
+                                    else (KEY_FIELDS if self.decl.compiled or self.PLANS else ())),
             }
         return self._hello
 
@@ -360,9 +363,9 @@ class Target:
             raise
         if not isinstance(res, Result):
             res = Result(res)
-        if not self.decl.compiled:          # an eager module's construction is no compile
+        if not self.decl.compiled and not self.PLANS:   # an eager module's construction is no compile
             compile_s, run_s = 0.0, run_s + compile_s
-        elif fresh and self.LAZY_COMPILE:   # jit: the first call compiles
+        elif fresh and (self.LAZY_COMPILE or self.PLANS):  # the first call compiles (jit) or plans
             compile_s, run_s = compile_s + run_s, 0.0
         res.compile_s = compile_s
         res.run_s = run_s
@@ -370,14 +373,17 @@ class Target:
 
     def run_batch(self, requests):
         """Runs the cases of a batch frame ([(case, q, k, v, mask, bool_mask)], one compile
-        key): a Result or the exception raised, per case, in order. This one runs them one
-        by one; a GPU target overrides it to launch them all and synchronize once."""
+        key): a Result or the exception raised, per case, in order, one by one. It stops at
+        an exception that is fatal (the process can run no other case): the answer is then
+        shorter than the batch, and main() answers the rest not_run and ends the worker."""
         out = []
         for case, q, k, v, mask, bool_mask in requests:
             try:
                 out.append(self.run(case, q, k, v, mask=mask, bool_mask=bool_mask))
             except Exception as e:  # noqa: BLE001 - the case's own status
                 out.append(e)
+                if self.fatal(e):
+                    break
         return out
 
 
@@ -427,13 +433,40 @@ def main(stack, target_cls, argv=None):
             raise
 
     def run_batch(requests):
-        out = target.run_batch(requests)
-        for e in out:
-            if isinstance(e, Exception):
-                die_if_fatal(e)
+        # a fatal exception ends the batch there: that case is answered crash, the rest
+        # not_run, and serve() ends the process after the answer (worker.Fault), so that
+        # attnfuzz charges the crash to that case alone and sends the rest to a new worker
+        from attnfuzz.worker import Fault
+        out = list(target.run_batch(requests))
+        for i, e in enumerate(out):
+            if isinstance(e, Exception) and target.fatal(e):
+                import traceback
+                traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+                sys.stderr.flush()
+                return out[:i] + [Fault(e)]
         return out
 
-    return serve(run, name=stack.name, version=stack.version(), variant=variant, caps=h["caps"],
-                 layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
-                 conventions=h["conventions"], compile_key=h["compile_key"],
-                 batch=target.BATCH, run_batch=run_batch if target.BATCH > 1 else None)
+    def go():
+        return serve(run, name=stack.name, version=stack.version(), variant=variant, caps=h["caps"],
+                     layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
+                     conventions=h["conventions"], compile_key=h["compile_key"],
+                     batch=target.BATCH, run_batch=run_batch if target.BATCH > 1 else None)
+
+    return _profiled(go, "%s-%s" % (stack.name, variant))
+
+
+def _profiled(fn, name):
+    """fn() under cProfile when $ATTNFUZZ_PROFILE names a directory: the worker's profile
+    is written there as NAME-PID.prof when it ends normally (after bye; a worker that
+    crashes writes none). Read with `python -m pstats FILE` or scripts/profile_workers.py."""
+    import os
+    where = os.environ.get("ATTNFUZZ_PROFILE", "")
+    if not where:
+        return fn()
+    import cProfile
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(fn)
+    finally:
+        os.makedirs(where, exist_ok=True)
+        prof.dump_stats(os.path.join(where, "%s-%d.prof" % (name.replace("/", "_"), os.getpid())))

@@ -324,6 +324,16 @@ def make_modules():
     return SDPAModule, ExplicitModule, FlexModule
 
 
+def warm_autograd(torch, device):
+    """One tiny backward before the hello: the first backward of a process imports
+    torch.fx's symbolic shapes (4 s on an H100 host, measured), which a worker started
+    ahead of a fault (a spare) should have done before it takes over."""
+    with torch.enable_grad():
+        x = torch.ones(2, device=device, requires_grad=True)
+        y = x * 2
+        y.backward(torch.ones_like(y))
+
+
 def grad_leaves(case, args):
     """The module's arguments with the tensors whose gradients the case asks for made
     leaves that require grad (q, k, v or the packed buffer; the additive mask for dmask),
@@ -392,6 +402,7 @@ def struct_input(case, cfg):
 
 # GPU memory a CUDA worker keeps cached between cases (see main).
 _CUDA_KEEP_BYTES = 1 << 30
+_CUDA_KEEP_EVERY = 32
 
 # Messages of the CUDA kernels' own input checks (raised after dispatch chose the kernel,
 # cleanly, the CUDA context intact): the case is unsupported by that kernel, not a bug.
@@ -507,8 +518,11 @@ class Target(_base.Target):
         self.kind, self.backend = _KIND[self.base]
         self.device = "cuda" if self.cuda else "cpu"
         self.compiled = self.backend == "compile"
+        # cuDNN builds an execution plan per shape on its first call (140 ms measured on an
+        # H100): counted as compiling, so that the campaign reuses a structure for a batch
+        self.PLANS = self.cuda and self.backend == "CUDNN_ATTENTION"
+        self._cases = 0
         self.CACHE_SIZE = 32 if self.compiled else 256
-        self._deferred = False
         super().__init__(variant)
         torch.set_num_threads(1)
         if self.compiled:
@@ -574,6 +588,8 @@ class Target(_base.Target):
         if self.cuda:
             caps.append("tf32")
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
+        if self.decl.backward:
+            warm_autograd(self.torch, self.device)
         return {"caps": caps, "dtypes": self.dtypes, "limits": limits, "conventions": conventions}
 
     def _probe_sdpa(self, **kw):
@@ -697,9 +713,9 @@ class Target(_base.Target):
                 res = Result(o, layout="bhsd", grads=g)
             else:
                 res = Result(mod(*args), layout=cfg["out_layout"])
-            if self._deferred:              # a batch: copied back after one synchronize
-                return res
             if self.cuda:
+                # each case synchronized: a device fault shows on the case that caused
+                # it (a batch then ends there: _base.run_batch), for microseconds a case
                 torch.cuda.synchronize()
             return _host(res)
         except RuntimeError as e:
@@ -711,27 +727,12 @@ class Target(_base.Target):
             # Many workers share one GPU: what PyTorch's caching allocator keeps after a
             # big case is given back, so that a restarted worker still finds room for its
             # CUDA context.
-            if self.cuda and torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
+            # memory_reserved() reads every allocator statistic (0.5 ms on an H100 host,
+            # measured): asked every _CUDA_KEEP_EVERY cases, and after a case of 16 MiB
+            self._cases += 1
+            if self.cuda and (self._cases % _CUDA_KEEP_EVERY == 0 or q.nbytes + k.nbytes + v.nbytes > 1 << 24) \
+                    and torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
                 torch.cuda.empty_cache()
-
-    def run_batch(self, requests):
-        """On CUDA: every case of the batch launched back to back, one synchronize, then the
-        outputs copied back (the CPU variants run them one by one). A device fault shows at
-        the synchronize: every case gets it, and main() ends the worker (fatal), so that
-        attnfuzz sends the cases again one by one and charges the crash to the right one."""
-        if not self.cuda:
-            return super().run_batch(requests)
-        torch = self.torch
-        self._deferred = True
-        try:
-            out = super().run_batch(requests)
-        finally:
-            self._deferred = False
-        try:
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001 - a device fault: every case of the batch
-            return [e] * len(out)
-        return [r if isinstance(r, Exception) else _host(r) for r in out]
 
     def refusal(self, exc):
         msg = str(exc)
