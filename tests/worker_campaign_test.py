@@ -357,6 +357,20 @@ def batch(attnfuzz, c_worker, tmp, fault):
         # the worker named its culprit: one restart a crash, the rest of the batch unharmed
         check(crashes_found >= 3 and s["worker_restarts"] == crashes_found,
               f"batch_device: {s['worker_restarts']} restarts for {crashes_found} crashes")
+        # every case crashes it (a batch's structure that always faults): two crashes a
+        # batch, the rest of each batch not run (skipped), not a restart per case
+        stats2 = os.path.join(tmp, "stats-all.json")
+        p = run([attnfuzz, "fuzz", "--backend", f"worker:{c_worker} --batch 64 --fault device --fault-mod 1",
+                 "--runs", "160", "--batch", "16", "--seed", "4", "--no-minimize", "--quiet", "--crashes",
+                 os.path.join(tmp, "crashes-all"), "--stats", stats2])
+        s2 = stats_of(stats2)
+        print(f"batch device, every case faults: {s2['execs']} executions, {s2['findings_total']} crashes, "
+              f"{s2['worker_restarts']} restarts, {s2['skipped']} skipped")
+        # (the worker the last crash ended is restarted only when a case comes)
+        nc, nr = s2["findings_total"], s2["worker_restarts"]
+        check(s2["execs"] == 160 and nc - 1 <= nr <= nc <= 2 * 10 and s2["skipped"] >= 100,
+              f"batch_device: every case faulting: {s2['execs']} executions, {nc} crashes, {nr} restarts, "
+              f"{s2['skipped']} skipped")
 
 
 NEW_AMID_KNOWN = {"format": "attnfuzz-known", "version": 1, "entries": [

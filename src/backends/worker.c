@@ -35,6 +35,7 @@
 #define AF_WORKER_KEYS 4096      /* compile keys remembered per process (then forgotten) */
 #define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
 #define AF_WORKER_SPARES 2       /* processes started ahead of a fault */
+#define AF_WORKER_BATCH_CRASHES 2 /* named crashes in one batch after which its rest is not run */
 #define AF_LEARN_FEATURES (AF_CAP_COUNT + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
 
 /* One child process and its pipes; its stderr kept in a ring. */
@@ -67,6 +68,7 @@ typedef struct af_worker {
     /* a batch in flight (af_worker_batch_begin .. _end): its requests and what is left to
      * write of its frame */
     size_t bn, boff; /* the batch's cases in flight: bin[boff .. boff + bn) (after a crash, the rest) */
+    unsigned bcrashes; /* crashes the worker named in this batch */
     const af_case_tensors *bin[AF_WP_MAX_BATCH];
     uint64_t bid[AF_WP_MAX_BATCH];
     bool bfresh;     /* a compile key of the batch was new */
@@ -856,6 +858,7 @@ static af_status af_worker_batch_begin(void *state, const af_case_tensors *const
     af_worker *w = state;
     AF_RETURN_ERROR_IF(n == 0 || n > af_worker_batch_max(w), err, AF_ERR_INVALID, "%s: a batch of %zu cases", w->spec, n);
     for (size_t i = 0; i < n; i++) w->bin[i] = in[i];
+    w->bcrashes = 0;
     return af_worker_batch_send(w, 0, n, err);
 }
 
@@ -965,6 +968,17 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
     r->run_s = br[crashed].run_s;
     r->wall_s = wall / (double)n;
     if (crashed + 1 == n) return AF_OK;
+    if (++w->bcrashes >= AF_WORKER_BATCH_CRASHES) {
+        /* a batch's cases share one structure (a compile key): one that crashed the worker
+         * this often would crash it on most of the rest, a restart each (64 in a row were
+         * seen on an H100); the rest is not run, as if refused */
+        for (size_t i = crashed + 1; i < n; i++) {
+            memset(&res[i], 0, sizeof res[i]);
+            res[i].st = af_error_set(&res[i].err, AF_ERR_UNSUPPORTED,
+                                     "unsupported: not run: %u cases of its batch crashed the worker", w->bcrashes);
+        }
+        return AF_OK;
+    }
     /* the rest, to the next process (a spare, usually: milliseconds) */
     AF_TRY(af_worker_batch_send(w, off + crashed + 1, n - crashed - 1, err));
     return af_worker_batch_end(w, outs + crashed + 1, grads ? grads + crashed + 1 : NULL, res + crashed + 1, err);

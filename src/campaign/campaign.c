@@ -680,6 +680,12 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 s->skipped++;
                 have_structure &= !reuse; /* refused after all: draw anew */
             }
+            /* a structure that crashed or hung a worker is not kept for more value draws: each
+             * would cost a restart (an H100 campaign kept one whose every draw crashed) */
+            for (size_t i = 0; i < af_exec_check_count(x); i++) {
+                af_kind k = af_exec_check_ran(x, i) ? af_exec_check_result(x, i)->kind : AF_KIND_OK;
+                if (k == AF_KIND_CRASH || k == AF_KIND_TIMEOUT) have_structure = false;
+            }
 
             /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */
             double worst = 0.0;

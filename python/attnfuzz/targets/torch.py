@@ -762,6 +762,22 @@ class Target(_base.Target):
                    if "kernel not used because" not in str(x.message)]
         return "; ".join(reasons)[:400] or "no reason given"
 
+    def _kernel_accepts(self, q, k, v, bias, p, causal):
+        """The op _run_sdpa_dropout calls directly gets no input checks: F.sdpa's own for
+        that kernel first (can_use_flash_attention / can_use_efficient_attention), their
+        warnings as the refusal. Without them, V rows of 63 bf16 elements reached the
+        efficient kernel and faulted the device (misaligned address) on an H100, a fault
+        F.sdpa never lets happen."""
+        from attnfuzz.worker import Unsupported
+        from torch.backends.cuda import SDPAParams, can_use_efficient_attention, can_use_flash_attention
+        can = can_use_flash_attention if self.backend == "FLASH_ATTENTION" else can_use_efficient_attention
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            ok = can(SDPAParams(q, k, v, bias, p, causal, False), True)
+        if not ok:
+            why = "; ".join(str(x.message).split(" (Triggered")[0] for x in w) or "its input checks"
+            raise Unsupported(f"{self.backend} declines the case: {why}")
+
     def _run_sdpa_dropout(self, case, mod, cfg, args):
         """CUDA flash / memory-efficient SDPA with dropout: the kernel's own Philox RNG, its
         keep mask extracted the way PyTorch's tests do (test_transformers.py): the flash
@@ -789,6 +805,7 @@ class Target(_base.Target):
             if self.backend == "FLASH_ATTENTION":
                 if add is not None or bmask is not None or struct is not None:
                     raise Unsupported("the flash kernel takes no attn_mask")
+                self._kernel_accepts(q, k, v, None, p, cfg["is_causal"])
                 outs = torch.ops.aten._scaled_dot_product_flash_attention(
                     q, k, v, p, cfg["is_causal"], return_debug_mask=True, scale=cfg["scale_arg"])
                 out, dbg = outs[0], outs[-1]
@@ -805,6 +822,7 @@ class Target(_base.Target):
                     full = torch.zeros((B, H, Sq, Sk + pad), dtype=q.dtype, device=q.device)
                     full[..., :Sk] = bias.expand(B, H, Sq, Sk)
                     bias = full[..., :Sk]
+                self._kernel_accepts(q, k, v, bias, p, cfg["is_causal"])
                 outs = torch.ops.aten._scaled_dot_product_efficient_attention(
                     q, k, v, bias, True, p, cfg["is_causal"], scale=cfg["scale_arg"])
                 out, seed, offset = outs[0], int(outs[2].item()), int(outs[3].item())
