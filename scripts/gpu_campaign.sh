@@ -203,7 +203,8 @@ for path in sorted(glob.glob(os.path.join(out, "stats-*-gpu*.json"))):
     t = s.get("seconds", {})
     mini = s.get("minimize_seconds", 0.0)
     busy = {k: t.get(k, 0.0) for k in ("generate", "reference", "protocol", "target", "compile", "restarts")}
-    job = el + s.get("minimize_end_seconds", 0.0)   # the end-of-run minimization pass is job time too
+    # job time: every job's wall time, and the end-of-run minimization pass
+    job = el * max(1, s.get("jobs", 1)) + s.get("minimize_end_seconds", 0.0)
     rows.append((group, gpu, s.get("execs", 0), ran, el, ran / el, 100 * (mini + busy["restarts"]) / job, busy,
                  sum(s.get("findings_per_kind", {}).values()), s.get("known_hits", 0)))
     total[group] = total.get(group, 0.0) + ran / el
