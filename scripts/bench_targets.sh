@@ -12,7 +12,8 @@
 # GPU, the eager CUDA variants together at least 1,000 execs/s on tiny cases.
 #
 # Then, per stack (--stock S), the campaign users run beside the raw one: the stack's
-# variants together for S seconds as scripts/campaign.sh runs them (minimization on, the
+# variants for S seconds as scripts/campaign.sh runs them (its eager and its compiled
+# variants as two campaigns where a stack has both, e.g. torch-eager; minimization on, the
 # stack's findings bundles as the corpus, known bugs loaded) and the same with --no-minimize
 # and no corpus; the table gives both rates, their ratio (the target: at least one half),
 # and where the stock campaign's time went (stats "seconds": minimization, restarts, ...).
@@ -137,21 +138,34 @@ echo "bench_targets.sh: results in $out (bench.tsv, stats-*.json, bench.log)" >&
 [ "$stock" != 0 ] || exit 0
 srows=$out/stock-rows
 : >"$srows"
+compiled=" $("$py" -m attnfuzz.targets --names compiled | tr '\n' ' ') "
 for stack in $(printf '%s\n' "${variants[@]}" | sed 's|/.*||' | sort -u); do
-  backends=()
-  for v in "${variants[@]}"; do [ "${v%%/*}" = "$stack" ] && backends+=(--backend "target:$v"); done
+  eager=() comp=()
+  for v in "${variants[@]}"; do
+    [ "${v%%/*}" = "$stack" ] || continue
+    case $compiled in *" $v "*) comp+=(--backend "target:$v") ;; *) eager+=(--backend "target:$v") ;; esac
+  done
   corpus=()
   [ -d "corpus/findings/$stack/bundles" ] && corpus=(--corpus "corpus/findings/$stack/bundles")
-  for mode in raw stock; do
-    st=$out/stats-stack-$stack-$mode.json
-    rm -rf "$out/crashes-$stack-$mode"
-    flags=(--no-minimize)
-    [ $mode = stock ] && flags=("${corpus[@]}")
-    "$af" fuzz "${backends[@]}" --jobs "$jobs" --time "$stock" --quiet --crashes "$out/crashes-$stack-$mode" \
-      --stats "$st" "${flags[@]}" >/dev/null 2>>"$out/bench.log" || true
-    echo "bench_targets.sh: $stack $mode done" >&2
+  groups=(all)
+  [ ${#eager[@]} -gt 0 ] && [ ${#comp[@]} -gt 0 ] && groups=(eager compiled)
+  for g in "${groups[@]}"; do   # as scripts/campaign.sh groups them
+    case $g in
+      eager) backends=("${eager[@]}") name="$stack-eager" ;;
+      compiled) backends=("${comp[@]}") name="$stack-compiled" ;;
+      *) backends=("${eager[@]}" "${comp[@]}") name="$stack" ;;
+    esac
+    for mode in raw stock; do
+      st=$out/stats-stack-$name-$mode.json
+      rm -rf "$out/crashes-$name-$mode"
+      flags=(--no-minimize)
+      [ $mode = stock ] && flags=("${corpus[@]}")
+      "$af" fuzz "${backends[@]}" --jobs "$jobs" --time "$stock" --quiet --crashes "$out/crashes-$name-$mode" \
+        --stats "$st" "${flags[@]}" >/dev/null 2>>"$out/bench.log" || true
+      echo "bench_targets.sh: $name $mode done" >&2
+    done
+    echo "$name" >>"$srows"
   done
-  echo "$stack" >>"$srows"
 done
 "$py" - "$srows" "$out" "$stock" <<'EOF' | tee -a "$out/bench.tsv"
 import json, os, sys

@@ -8,8 +8,11 @@
 #   scripts/campaign.sh --targets torch,ort    ... or those stacks only
 # With --targets, each stack runs as a campaign of its own over all its variants (one
 # process per stack, next to the built-ins' campaign, all for the same --time), writing
-# to the same crashes/ with stats in crashes/stats-STACK.json. Any other `attnfuzz fuzz`
-# option is passed to every campaign; later ones override the defaults.
+# to the same crashes/ with stats in crashes/stats-STACK.json; a stack with eager and
+# compiled variants (torch) runs them as two campaigns, crashes/stats-STACK-eager.json and
+# -compiled.json, so that its eager kernels are not held to the compilers' pace (every case
+# of a campaign runs through all its variants). Any other `attnfuzz fuzz` option is passed
+# to every campaign; later ones override the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,16 +43,29 @@ variants="$(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python
   --names available campaign "${where[@]}")"
 [ -n "$variants" ] || { echo "campaign.sh: no real target available for --targets $targets" >&2; exit 2; }
 
+compiled=" $(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python -m attnfuzz.targets \
+  --names compiled | tr '\n' ' ') "
 pids=()
 build/attnfuzz fuzz --jobs 1 --time 600 --crashes crashes --stats crashes/stats.json --quiet "${args[@]}" &
 pids+=($!)
 for stack in $(echo "$variants" | sed 's|/.*||' | sort -u); do
-  backends=()
-  for v in $(echo "$variants" | grep "^$stack/"); do backends+=(--backend "target:$v"); done
-  echo "campaign.sh: $stack: ${backends[*]}" >&2
-  build/attnfuzz fuzz "${backends[@]}" --time 600 --crashes crashes --stats "crashes/stats-$stack.json" --quiet \
-    "${args[@]}" &
-  pids+=($!)
+  eager=() comp=()
+  for v in $(echo "$variants" | grep "^$stack/"); do
+    case $compiled in *" $v "*) comp+=(--backend "target:$v") ;; *) eager+=(--backend "target:$v") ;; esac
+  done
+  groups=()
+  if [ ${#eager[@]} -gt 0 ] && [ ${#comp[@]} -gt 0 ]; then groups=(eager compiled); else groups=(all); fi
+  for g in "${groups[@]}"; do
+    case $g in
+      eager) backends=("${eager[@]}") name="$stack-eager" ;;
+      compiled) backends=("${comp[@]}") name="$stack-compiled" ;;
+      *) backends=("${eager[@]}" "${comp[@]}") name="$stack" ;;
+    esac
+    stats="crashes/stats-$name.json"
+    echo "campaign.sh: $name: ${backends[*]}" >&2
+    build/attnfuzz fuzz "${backends[@]}" --time 600 --crashes crashes --stats "$stats" --quiet "${args[@]}" &
+    pids+=($!)
+  done
 done
 trap 'kill -INT "${pids[@]}" 2>/dev/null' INT TERM
 rc=0
