@@ -47,7 +47,8 @@ typedef struct af_exec_slot {
     size_t nfind;
     double compile_s; /* seconds the backends spent compiling */
     uint32_t skip;    /* backends this case leaves out for their known bugs (af_exec_skip_next) */
-    af_status prep;   /* of preparing the slot on a helper thread */
+    af_status prep;   /* of preparing (or checking) the slot on a helper thread */
+    uint64_t unjudged; /* gradients its checks on a helper thread could not judge */
     af_error prep_err;
 } af_exec_slot;
 
@@ -240,9 +241,9 @@ static int af_exec_worst(const af_result *res) {
 
 static const char *af_exec_tensor_name(int tensor) { return tensor < 0 ? "out" : af_grad_names[tensor]; }
 
-static void af_exec_error_result(af_exec *x, size_t k, af_result *res) {
+static void af_exec_error_result(const af_exec_slot *sl, size_t k, af_result *res) {
     memset(res, 0, sizeof *res);
-    res->kind = af_kind_of_status(x->s->st[k]);
+    res->kind = af_kind_of_status(sl->st[k]);
 }
 
 /* The one relation a sampled execution runs on backend k: a function of the case's seeds,
@@ -259,37 +260,38 @@ static af_relation af_exec_sampled_relation(const af_exec *x, const af_case *c, 
 
 /* The oracle backend k's output is compared with: the reference, or the one following
  * the keep mask it drew. */
-static af_oracle *af_exec_oracle_for(af_exec *x, size_t k) { return x->s->use_keep[k] ? x->s->keep_oracle[k] : x->s->oracle; }
+static af_oracle *af_exec_oracle_for(af_exec_slot *sl, size_t k) { return sl->use_keep[k] ? sl->keep_oracle[k] : sl->oracle; }
 
 /* Compares backend k's output with o under the conventions the backend declared
  * (conventions.h: fully masked rows NaN, the mean of V or unmasked, IEEE 0 * NaN through
  * zero-weight keys, IEEE masking of non-finite scores, flushed denormals, scores in the
  * dtype); the oracle models each. */
-static af_status af_exec_compare(af_exec *x, size_t k, af_oracle *o, const af_tensor *out, af_result *res,
+static af_status af_exec_compare(const af_exec *x, size_t k, af_oracle *o, const af_tensor *out, af_result *res,
                                  af_error *err) {
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     return af_oracle_compare_conv(o, out, e ? &e->conv : NULL, res, err);
 }
 
-/* Judges backend k on the current slot: its output (res[0]) and, where it ran the case
- * backward, each gradient the case asks for (res[1 + g]; ok where not asked or where its
- * conventions change the gradient in a way the oracle does not model). Returns the index
- * of the result that decides: the first failing in precedence order (af_worse), -1 for the
- * output. */
-static af_status af_exec_judge(af_exec *x, size_t k, af_oracle *o, af_result res[1 + AF_GRAD_COUNT], int *tensor,
-                               af_error *err) {
+/* Judges backend k on slot sl: its output (res[0]) and, where it ran the case backward,
+ * each gradient the case asks for (res[1 + g]; ok where not asked or where its
+ * conventions change the gradient in a way the oracle does not model; *unjudged counts
+ * those). Returns the index of the result that decides: the first failing in precedence
+ * order (af_worse), -1 for the output. Touches nothing of x but its backends' declarations:
+ * slots may be judged on helper threads. */
+static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_oracle *o,
+                               af_result res[1 + AF_GRAD_COUNT], int *tensor, uint64_t *unjudged, af_error *err) {
     memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
-    AF_TRY(af_exec_compare(x, k, o, &x->s->out[k], &res[0], err));
-    if (x->s->backward[k]) {
+    AF_TRY(af_exec_compare(x, k, o, &sl->out[k], &res[0], err));
+    if (sl->backward[k]) {
         const af_backend_ext *e = af_backend_ext_of(x->be[k]);
         for (int g = 0; g < AF_GRAD_COUNT; g++) {
-            const af_tensor *gt = af_grads_get(&x->s->grads[k], g);
+            const af_tensor *gt = af_grads_get(&sl->grads[k], g);
             if (!gt->data) continue;
             af_error gerr;
             af_status st = af_oracle_compare_grad_conv(o, g, gt, e ? &e->conv : NULL, &res[1 + g], &gerr);
             if (st == AF_ERR_UNSUPPORTED) {
                 memset(&res[1 + g], 0, sizeof res[1 + g]);
-                x->grads_unjudged++;
+                (*unjudged)++;
                 continue;
             }
             if (st != AF_OK) return af_error_set(err, st, "%s", gerr.msg);
@@ -409,46 +411,47 @@ static af_status af_exec_run_backend(af_exec *x, size_t k, af_error *err) {
     return af_exec_took(x, k, st, &berr, e ? e->dropout_keep : NULL, compile, err);
 }
 
-/* Evaluates every check on the current slot, whose backends have run. */
-static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
-    af_exec_slot *sl = x->s;
+/* Evaluates every check (or check `only`) on slot sl, whose backends have run; *unjudged
+ * counts the gradients no check could judge. Backend and pair checks read x and write sl
+ * alone (af_exec_checks_parallel); a relation runs a backend again and an expected output
+ * has one oracle: those belong to one thread. */
+static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, uint64_t *unjudged, af_error *err) {
     const af_case_tensors *t = af_inputs_get(sl->in);
     const af_case *c = t->c;
-    double t0 = af_now();
     for (size_t i = 0; i < x->nchecks; i++) {
         const af_check *ck = &x->checks[i];
-        af_result *res = &x->s->results[i];
+        af_result *res = &sl->results[i];
         memset(res, 0, sizeof *res);
-        x->s->check_ran[i] = false;
-        int *tensor = &x->s->result_tensor[i];
+        sl->check_ran[i] = false;
+        int *tensor = &sl->result_tensor[i];
         *tensor = -1;
         af_result rs[1 + AF_GRAD_COUNT];
         const char *message = "";
         if (only != SIZE_MAX && i != only) continue;
         switch (ck->type) {
         case AF_CHECK_BACKEND:
-            if (!x->s->supported[ck->a]) break;
-            x->s->check_ran[i] = true;
-            if (x->s->st[ck->a] != AF_OK) {
-                af_exec_error_result(x, ck->a, res);
-                message = x->s->msg[ck->a];
+            if (!sl->supported[ck->a]) break;
+            sl->check_ran[i] = true;
+            if (sl->st[ck->a] != AF_OK) {
+                af_exec_error_result(sl, ck->a, res);
+                message = sl->msg[ck->a];
             } else {
-                AF_TRY(af_exec_judge(x, ck->a, af_exec_oracle_for(x, ck->a), rs, tensor, err));
+                AF_TRY(af_exec_judge(x, sl, ck->a, af_exec_oracle_for(sl, ck->a), rs, tensor, unjudged, err));
                 *res = rs[1 + *tensor];
             }
             break;
         case AF_CHECK_PAIR: {
-            if (!x->s->supported[ck->a] || !x->s->supported[ck->b]) break;
-            x->s->check_ran[i] = true;
+            if (!sl->supported[ck->a] || !sl->supported[ck->b]) break;
+            sl->check_ran[i] = true;
             af_result side[2];
             int st[2] = {-1, -1};
             size_t sides[2] = {ck->a, ck->b};
             for (int s = 0; s < 2; s++) {
-                if (x->s->st[sides[s]] != AF_OK) {
-                    af_exec_error_result(x, sides[s], &side[s]);
-                    message = x->s->msg[sides[s]];
+                if (sl->st[sides[s]] != AF_OK) {
+                    af_exec_error_result(sl, sides[s], &side[s]);
+                    message = sl->msg[sides[s]];
                 } else {
-                    AF_TRY(af_exec_judge(x, sides[s], af_exec_oracle_for(x, sides[s]), rs, &st[s], err));
+                    AF_TRY(af_exec_judge(x, sl, sides[s], af_exec_oracle_for(sl, sides[s]), rs, &st[s], unjudged, err));
                     side[s] = rs[1 + st[s]];
                 }
             }
@@ -458,44 +461,44 @@ static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
             break;
         }
         case AF_CHECK_RELATION: {
-            if (!x->s->supported[ck->a] || x->s->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c) ||
+            if (!sl->supported[ck->a] || sl->st[ck->a] != AF_OK || !af_relation_applies(ck->rel, c) ||
                 !af_exec_repeatable(x, ck->a, c))
                 break;
             if (x->cfg.sample_relations && only == SIZE_MAX && ck->rel != af_exec_sampled_relation(x, c, ck->a))
                 break;
             af_error rerr;
-            af_status st = af_relation_check_backward(ck->rel, x->be[ck->a], t, &x->s->out[ck->a],
-                                                      x->s->backward[ck->a] ? &x->s->grads[ck->a] : NULL,
-                                                      x->s->oracle, x->rel, rs, &rerr);
+            af_status st = af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a],
+                                                      sl->backward[ck->a] ? &sl->grads[ck->a] : NULL,
+                                                      sl->oracle, x->rel, rs, &rerr);
             if (st == AF_ERR_UNSUPPORTED) break;
             if (st != AF_OK) return af_error_set(err, st, "%s: %s", ck->name, rerr.msg);
-            x->s->check_ran[i] = true;
+            sl->check_ran[i] = true;
             *tensor = af_exec_worst(rs);
             *res = rs[1 + *tensor];
             if (res->kind == AF_KIND_ERROR) message = rerr.msg;
             break;
         }
         case AF_CHECK_EXPECTED: {
-            x->s->check_ran[i] = true;
+            sl->check_ran[i] = true;
             if (ck->a == SIZE_MAX) {
                 af_tensor ref;
                 size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
                 af_tensor_contiguous(&ref, AF_F64, 4, ne);
-                ref.data = (void *)(uintptr_t)af_oracle_ref(x->s->oracle);
+                ref.data = (void *)(uintptr_t)af_oracle_ref(sl->oracle);
                 AF_TRY(af_oracle_compare(x->exp_oracle, &ref, res, err));
-            } else if (!x->s->supported[ck->a]) {
-                x->s->check_ran[i] = false;
-            } else if (x->s->st[ck->a] != AF_OK) {
-                af_exec_error_result(x, ck->a, res);
-                message = x->s->msg[ck->a];
+            } else if (!sl->supported[ck->a]) {
+                sl->check_ran[i] = false;
+            } else if (sl->st[ck->a] != AF_OK) {
+                af_exec_error_result(sl, ck->a, res);
+                message = sl->msg[ck->a];
             } else {
-                AF_TRY(af_exec_compare(x, ck->a, x->exp_oracle, &x->s->out[ck->a], res, err));
+                AF_TRY(af_exec_compare(x, ck->a, x->exp_oracle, &sl->out[ck->a], res, err));
             }
             break;
         }
         }
-        if (x->s->check_ran[i] && res->kind != AF_KIND_OK) {
-            af_finding *f = &x->s->findings[x->s->nfind++];
+        if (sl->check_ran[i] && res->kind != AF_KIND_OK) {
+            af_finding *f = &sl->findings[sl->nfind++];
             memset(f, 0, sizeof *f);
             f->kind = res->kind;
             f->check = i;
@@ -506,8 +509,15 @@ static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
             f->signature = af_signature_tensor(f->kind, f->who, f->tensor, c);
         }
     }
-    x->timing.checks_s += af_now() - t0;
     return AF_OK;
+}
+
+/* The checks of the current slot (af_exec_checks_slot), timed. */
+static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
+    double t0 = af_now();
+    af_status st = af_exec_checks_slot(x, x->s, only, &x->grads_unjudged, err);
+    x->timing.checks_s += af_now() - t0;
+    return st;
 }
 
 /* Runs the checks on the inputs in the current slot: every check and every backend (only
@@ -575,6 +585,22 @@ static void af_exec_reference_one(void *arg, size_t i) {
     af_exec_batch_ctx *b = arg;
     af_exec_slot *sl = b->x->slots[i];
     sl->prep = af_oracle_prepare(sl->oracle, af_inputs_get(sl->in), &sl->prep_err);
+}
+
+/* On a helper thread: slot i's checks, when every check only compares. */
+static void af_exec_check_one(void *arg, size_t i) {
+    af_exec_batch_ctx *b = arg;
+    af_exec_slot *sl = b->x->slots[i];
+    sl->unjudged = 0;
+    sl->prep = af_exec_checks_slot(b->x, sl, SIZE_MAX, &sl->unjudged, &sl->prep_err);
+}
+
+/* Whether every check of x only compares outputs (backend and pair checks): the checks
+ * of a batch's slots may then run on helper threads. */
+static bool af_exec_checks_parallel(const af_exec *x) {
+    for (size_t i = 0; i < x->nchecks; i++)
+        if (x->checks[i].type != AF_CHECK_BACKEND && x->checks[i].type != AF_CHECK_PAIR) return false;
+    return true;
 }
 
 /* The first slot whose preparation failed, as the batch's error. */
@@ -652,10 +678,19 @@ af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *sk
         }
     }
     x->timing.backends_s += af_now() - tb;
-    /* 5. the checks, case by case */
-    for (size_t i = 0; i < n; i++) {
-        x->s = x->slots[i];
-        AF_TRY(af_exec_checks(x, SIZE_MAX, err));
+    /* 5. the checks: on the helper threads where each only compares (the host's share of a
+     * batch that workers wait on), else case by case */
+    if (threads > 1 && n > 1 && af_exec_checks_parallel(x)) {
+        tb = af_now();
+        af_parallel_for(n, threads, af_exec_check_one, &ctx);
+        x->timing.checks_s += af_now() - tb;
+        for (size_t i = 0; i < n; i++) x->grads_unjudged += x->slots[i]->unjudged;
+        AF_TRY(af_exec_prep_status(x, n, err));
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            x->s = x->slots[i];
+            AF_TRY(af_exec_checks(x, SIZE_MAX, err));
+        }
     }
     x->s = x->slots[0];
     return AF_OK;
@@ -798,7 +833,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         memset(rs, 0, sizeof rs);
         rs[0] = f->result;
         if (ck->type == AF_CHECK_BACKEND && x->s->st[ck->a] == AF_OK)
-            AF_TRY(af_exec_judge(x, ck->a, af_exec_oracle_for(x, ck->a), rs, &tensor, err));
+            AF_TRY(af_exec_judge(x, x->s, ck->a, af_exec_oracle_for(x->s, ck->a), rs, &tensor, &x->grads_unjudged, err));
         af_exec_output(x, ck->a, rs, &outs[nout++]);
         break;
     case AF_CHECK_PAIR: {
@@ -806,9 +841,10 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         for (int s = 0; s < 2; s++) {
             memset(rs, 0, sizeof rs);
             if (x->s->st[sides[s]] == AF_OK) {
-                AF_TRY(af_exec_judge(x, sides[s], af_exec_oracle_for(x, sides[s]), rs, &tensor, err));
+                AF_TRY(af_exec_judge(x, x->s, sides[s], af_exec_oracle_for(x->s, sides[s]), rs, &tensor,
+                                     &x->grads_unjudged, err));
             } else {
-                af_exec_error_result(x, sides[s], &rs[0]);
+                af_exec_error_result(x->s, sides[s], &rs[0]);
             }
             af_exec_output(x, sides[s], rs, &outs[nout++]);
         }
@@ -821,7 +857,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         bool bwd = x->s->backward[ck->a];
         AF_TRY(af_relation_check_backward(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], bwd ? &x->s->grads[ck->a] : NULL,
                                           x->s->oracle, x->rel, r, &rerr));
-        AF_TRY(af_exec_judge(x, ck->a, x->s->oracle, rs, &tensor, err));
+        AF_TRY(af_exec_judge(x, x->s, ck->a, x->s->oracle, rs, &tensor, &x->grads_unjudged, err));
         af_exec_output(x, ck->a, rs, &outs[nout++]);
         snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
         outs[nout] = outs[0];
@@ -849,7 +885,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     spec.input_len = x->s->nbytes;
     spec.tensors = t;
     /* the reference the failing side was judged by (one following a worker's keep mask) */
-    const af_oracle *ro = ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->s->oracle : af_exec_oracle_for(x, ck->a);
+    const af_oracle *ro = ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->s->oracle : af_exec_oracle_for(x->s, ck->a);
     spec.ref = af_oracle_ref(ro);
     for (int g = 0; g < AF_GRAD_COUNT; g++) spec.ref_grads[g] = af_oracle_ref_grad(ro, g);
     spec.tensor = f->tensor;
