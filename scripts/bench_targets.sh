@@ -138,35 +138,25 @@ echo "bench_targets.sh: results in $out (bench.tsv, stats-*.json, bench.log)" >&
 [ "$stock" != 0 ] || exit 0
 srows=$out/stock-rows
 : >"$srows"
-compiled=" $("$py" -m attnfuzz.targets --names compiled | tr '\n' ' ') "
-for stack in $(printf '%s\n' "${variants[@]}" | sed 's|/.*||' | sort -u); do
-  eager=() comp=()
-  for v in "${variants[@]}"; do
-    [ "${v%%/*}" = "$stack" ] || continue
-    case $compiled in *" $v "*) comp+=(--backend "target:$v") ;; *) eager+=(--backend "target:$v") ;; esac
-  done
+# the campaigns scripts/campaign.sh runs over these variants (attnfuzz.targets.campaigns:
+# NAME STACK/VARIANT... per line)
+while read -r name vs; do
+  backends=()
+  for v in $vs; do backends+=(--backend "target:$v"); done
+  stack=${name%%-*}
   corpus=()
   [ -d "corpus/findings/$stack/bundles" ] && corpus=(--corpus "corpus/findings/$stack/bundles")
-  groups=(all)
-  [ ${#eager[@]} -gt 0 ] && [ ${#comp[@]} -gt 0 ] && groups=(eager compiled)
-  for g in "${groups[@]}"; do   # as scripts/campaign.sh groups them
-    case $g in
-      eager) backends=("${eager[@]}") name="$stack-eager" ;;
-      compiled) backends=("${comp[@]}") name="$stack-compiled" ;;
-      *) backends=("${eager[@]}" "${comp[@]}") name="$stack" ;;
-    esac
-    for mode in raw stock; do
-      st=$out/stats-stack-$name-$mode.json
-      rm -rf "$out/crashes-$name-$mode"
-      flags=(--no-minimize)
-      [ $mode = stock ] && flags=("${corpus[@]}")
-      "$af" fuzz "${backends[@]}" --jobs "$jobs" --time "$stock" --quiet --crashes "$out/crashes-$name-$mode" \
-        --stats "$st" "${flags[@]}" >/dev/null 2>>"$out/bench.log" || true
-      echo "bench_targets.sh: $name $mode done" >&2
-    done
-    echo "$name" >>"$srows"
+  for mode in raw stock; do
+    st=$out/stats-stack-$name-$mode.json
+    rm -rf "$out/crashes-$name-$mode"
+    flags=(--no-minimize)
+    [ $mode = stock ] && flags=("${corpus[@]}")
+    "$af" fuzz "${backends[@]}" --jobs "$jobs" --time "$stock" --quiet --crashes "$out/crashes-$name-$mode" \
+      --stats "$st" "${flags[@]}" >/dev/null 2>>"$out/bench.log" || true
+    echo "bench_targets.sh: $name $mode done" >&2
   done
-done
+  echo "$name" >>"$srows"
+done < <("$py" -m attnfuzz.targets --campaigns "${variants[@]}")
 "$py" - "$srows" "$out" "$stock" <<'EOF' | tee -a "$out/bench.tsv"
 import json, os, sys
 rows, out, secs = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -39,34 +39,22 @@ case $targets in
   all) where=() ;;
   *) IFS=, read -r -a where <<<"$targets" ;;   # cpu, or stack names
 esac
-variants="$(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python -m attnfuzz.targets \
-  --names available campaign "${where[@]}")"
-[ -n "$variants" ] || { echo "campaign.sh: no real target available for --targets $targets" >&2; exit 2; }
+# one campaign per line: NAME STACK/VARIANT... (attnfuzz.targets.campaigns)
+campaigns="$(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python -m attnfuzz.targets \
+  --campaigns available campaign "${where[@]}")"
+[ -n "$campaigns" ] || { echo "campaign.sh: no real target available for --targets $targets" >&2; exit 2; }
 
-compiled=" $(PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" .venv/bin/python -m attnfuzz.targets \
-  --names compiled | tr '\n' ' ') "
 pids=()
 build/attnfuzz fuzz --jobs 1 --time 600 --crashes crashes --stats crashes/stats.json --quiet "${args[@]}" &
 pids+=($!)
-for stack in $(echo "$variants" | sed 's|/.*||' | sort -u); do
-  eager=() comp=()
-  for v in $(echo "$variants" | grep "^$stack/"); do
-    case $compiled in *" $v "*) comp+=(--backend "target:$v") ;; *) eager+=(--backend "target:$v") ;; esac
-  done
-  groups=()
-  if [ ${#eager[@]} -gt 0 ] && [ ${#comp[@]} -gt 0 ]; then groups=(eager compiled); else groups=(all); fi
-  for g in "${groups[@]}"; do
-    case $g in
-      eager) backends=("${eager[@]}") name="$stack-eager" ;;
-      compiled) backends=("${comp[@]}") name="$stack-compiled" ;;
-      *) backends=("${eager[@]}" "${comp[@]}") name="$stack" ;;
-    esac
-    stats="crashes/stats-$name.json"
-    echo "campaign.sh: $name: ${backends[*]}" >&2
-    build/attnfuzz fuzz "${backends[@]}" --time 600 --crashes crashes --stats "$stats" --quiet "${args[@]}" &
-    pids+=($!)
-  done
-done
+while read -r name vs; do
+  backends=()
+  for v in $vs; do backends+=(--backend "target:$v"); done
+  echo "campaign.sh: $name: ${backends[*]}" >&2
+  build/attnfuzz fuzz "${backends[@]}" --time 600 --crashes crashes --stats "crashes/stats-$name.json" --quiet \
+    "${args[@]}" &
+  pids+=($!)
+done <<<"$campaigns"
 trap 'kill -INT "${pids[@]}" 2>/dev/null' INT TERM
 rc=0
 for p in "${pids[@]}"; do

@@ -94,6 +94,24 @@ class Registry(unittest.TestCase):
         self.assertEqual(set(names("torch", "cpu", "backward")),
                          {"torch/sdpa_math", "torch/sdpa_flash", "torch/explicit", "torch/compile", "torch/compile_sdpa"})
 
+    def test_cli_campaigns(self):
+        """--campaigns: the campaigns the scripts run, a stack's variants together, split
+        into STACK-eager and STACK-compiled where it has both; STACK/VARIANT words select."""
+        def lines(*where):
+            p = subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--campaigns"] + list(where), env=_env(),
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            return [ln.split() for ln in p.stdout.splitlines()]
+        self.assertEqual(lines("torch", "cpu", "campaign"),
+                         [["torch-eager", "torch/sdpa_math", "torch/sdpa_flash", "torch/explicit", "torch/sdpa_jagged"],
+                          ["torch-compiled", "torch/compile", "torch/compile_sdpa", "torch/flex", "torch/flex_paged"]])
+        self.assertEqual(lines("ort", "cpu"),
+                         [["ort", "ort/attention", "ort/explicit", "ort/explicit_noopt", "ort/exported_sdpa"]])
+        self.assertEqual(lines("torch/sdpa_math", "jax/xla", "torch/sdpa_flash"),
+                         [["jax", "jax/xla"], ["torch", "torch/sdpa_math", "torch/sdpa_flash"]])
+        self.assertEqual(lines("torch/compile", "torch/explicit"),
+                         [["torch-eager", "torch/explicit"], ["torch-compiled", "torch/compile"]])
+
     def test_requirements_from_declarations(self):
         with tempfile.TemporaryDirectory() as d:
             base = os.path.join(d, "req.txt")
@@ -267,6 +285,39 @@ class Contract(unittest.TestCase):
         r2 = _run(t)
         self.assertEqual(r2.compile_s, 0.0)
         self.assertLess(r2.run_s, FakeTarget.BUILD_S)
+
+    def test_plans_count_the_first_call_of_a_structure(self):
+        """PLANS: an eager kernel that plans per structure (cuDNN) times the first call of a
+        structure as compiling, and batches share one (compile_key every field)."""
+        t = FakeTarget("eager")
+        t.PLANS = True
+        self.assertEqual(t.hello()["compile_key"],
+                         ["shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout"])
+        r1, r2, r3 = _run(t), _run(t), _run(t, q_len=4, kv_len=4)
+        self.assertGreater(r1.compile_s, 0.0)
+        self.assertEqual((r1.run_s, r2.compile_s), (0.0, 0.0))
+        self.assertGreater(r3.compile_s, 0.0)
+        self.assertEqual(t.builds, 2)
+
+    def test_run_batch_stops_at_a_fatal_error(self):
+        """A fault the process cannot go on from ends the batch there (main() answers the
+        rest not_run); any other exception is that case's own answer."""
+        t = FakeTarget("eager")
+        t.fatal = lambda e: "device lost" in str(e)
+        real = t.execute
+
+        def execute(art, case, *a):
+            if case.q_len == 7:
+                raise RuntimeError("CUDA error: device lost")
+            return real(art, case, *a)
+        t.execute = execute
+        z = np.zeros(1)
+        reqs = [(_case(q_len=n, kv_len=n), z, z, z, None, None) for n in (2, 6, 7, 2)]
+        out = t.run_batch(reqs)
+        self.assertEqual(len(out), 3)
+        self.assertIsInstance(out[0], Result)
+        self.assertIsInstance(out[1], ValueError)
+        self.assertIn("device lost", str(out[2]))
 
     def test_eager_reports_no_compile(self):
         t = FakeTarget("eager")

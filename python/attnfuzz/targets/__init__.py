@@ -90,12 +90,12 @@ def _list(stacks):
 def select(rows, where):
     """The rows (list_targets or flattened declared()) that match every word of where:
     cpu, gpu, eager, compiled, smoke, available, campaign (not a reference), backward (answers
-    backward cases), serving (runs a serving form), or a stack name (several stack names: any
-    of them)."""
+    backward cases), serving (runs a serving form), or a stack name or STACK/VARIANT (several
+    names: any of them)."""
     words = set(where)
-    stacks = {w for w in words
-              if w not in ("cpu", "gpu", "eager", "compiled", "smoke", "available", "campaign", "backward",
-                           "serving")}
+    names = {w for w in words
+             if w not in ("cpu", "gpu", "eager", "compiled", "smoke", "available", "campaign", "backward",
+                          "serving")}
 
     def ok(r):
         stack = r["target"].split("/", 1)[0]
@@ -106,8 +106,25 @@ def select(rows, where):
                 and ("campaign" not in words or not r["reference"])
                 and ("backward" not in words or r.get("backward"))
                 and ("serving" not in words or r.get("serving"))
-                and (not stacks or stack in stacks))
+                and (not names or stack in names or r["target"] in names))
     return [r for r in rows if ok(r)]
+
+
+def campaigns(rows):
+    """The campaigns the scripts run over rows (select()'s): [(name, [STACK/VARIANT, ...])],
+    a stack's variants together as one campaign named STACK, split into STACK-eager and
+    STACK-compiled where the stack has both: every case of a campaign runs through all its
+    variants, and eager kernels would wait on the compilers (torch's CPU variants: 118 and
+    173 cases/s split, 59 together)."""
+    out = []
+    for stack in sorted({r["target"].split("/", 1)[0] for r in rows}):
+        mine = [r for r in rows if r["target"].split("/", 1)[0] == stack]
+        groups = [("eager", [r for r in mine if not r["compiled"]]), ("compiled", [r for r in mine if r["compiled"]])]
+        if all(g for _, g in groups):
+            out += [("%s-%s" % (stack, kind), [r["target"] for r in g]) for kind, g in groups]
+        else:
+            out.append((stack, [r["target"] for r in mine]))
+    return out
 
 
 def declared_rows(stacks=None):

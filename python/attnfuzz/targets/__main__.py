@@ -4,12 +4,17 @@
     python -m attnfuzz.targets --declared             JSON: every stack's declaration (imports no stack)
     python -m attnfuzz.targets --names [WHERE...]     STACK/VARIANT per line (with `available`:
                                                       the others that match, and why not, on stderr)
+    python -m attnfuzz.targets --campaigns [WHERE...] the campaigns scripts run over those variants,
+                                                      one per line: NAME STACK/VARIANT... (a stack's
+                                                      variants, as STACK-eager and STACK-compiled
+                                                      where it has both)
     python -m attnfuzz.targets --requirements FILE    FILE's pins, then every stack's pip pins
 
 WHERE words narrow the variants (all must hold): cpu, gpu, eager, compiled, campaign (not
 a reference oracle), smoke (in CI's smoke campaign), serving (runs a serving form: packed,
-paged, sinks, alibi), available (can run here: imports the stacks), or stack names (any of
-them), e.g. `--names available cpu campaign` for a CPU campaign over every stack installed.
+paged, sinks, alibi), available (can run here: imports the stacks), or stack names and
+STACK/VARIANT names (any of them), e.g. `--names available cpu campaign` for a CPU campaign
+over every stack installed, `--campaigns torch/sdpa_math torch/compile`.
 Worker: python -m attnfuzz.targets.STACK VARIANT (docs/worker-protocol.md)."""
 
 import json
@@ -36,7 +41,7 @@ def _restore(saved):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("--list", "--declared", "--names", "--requirements"):
+    if not argv or argv[0] not in ("--list", "--declared", "--names", "--campaigns", "--requirements"):
         print(__doc__, file=sys.stderr)
         return 2
     cmd, where = argv[0], argv[1:]
@@ -58,7 +63,7 @@ def main(argv=None):
             rows = targets.declared_rows()
     finally:
         _restore(saved)
-    if cmd == "--names" and "available" in where:
+    if cmd in ("--names", "--campaigns") and "available" in where:
         # what would match but cannot run here, and why (on stderr)
         others = [w for w in where if w != "available"]
         for r in targets.select(rows, others):
@@ -68,6 +73,9 @@ def main(argv=None):
     if cmd == "--list":
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
+    elif cmd == "--campaigns":
+        for name, variants in targets.campaigns(rows):
+            print(name, *variants)
     else:
         for r in rows:
             print(r["target"])

@@ -307,7 +307,7 @@ class Target:
 
     def structure(self, case, mask, bool_mask):
         """The cache key of the artifact a case needs; None when nothing is built."""
-        return dense_structure(case, mask, bool_mask) if self.decl.compiled else None
+        return dense_structure(case, mask, bool_mask) if self.decl.compiled or self.PLANS else None
 
     def build(self, case, q, k, v, mask, bool_mask):
         """The artifact for a new structure (a compiled graph, a session, a module)."""
