@@ -233,7 +233,6 @@ class Fault(Exception):
 
     def __init__(self, cause):
         super().__init__(_message(cause))
-        self.cause = cause
 
 
 FAULT_EXIT = 70

@@ -18,7 +18,7 @@ import numpy as np
 import attnfuzz.targets as targets
 from attnfuzz.case import Case
 from attnfuzz.targets import _base, numpy_ref
-from attnfuzz.worker import Result, Unsupported
+from attnfuzz.worker import Fault, Result, Unsupported
 
 BROKEN = "raise RuntimeError('no GPU here')\n"
 NO_STACK = "VARIANTS = {'a': 'an old-style module'}\n"
@@ -300,8 +300,8 @@ class Contract(unittest.TestCase):
         self.assertEqual(t.builds, 2)
 
     def test_run_batch_stops_at_a_fatal_error(self):
-        """A fault the process cannot go on from ends the batch there (main() answers the
-        rest not_run); any other exception is that case's own answer."""
+        """A fault the process cannot go on from ends the batch there, answered as a Fault
+        (serve() answers the rest not_run); any other exception is that case's own answer."""
         t = FakeTarget("eager")
         t.fatal = lambda e: "device lost" in str(e)
         real = t.execute
@@ -317,7 +317,8 @@ class Contract(unittest.TestCase):
         self.assertEqual(len(out), 3)
         self.assertIsInstance(out[0], Result)
         self.assertIsInstance(out[1], ValueError)
-        self.assertIn("device lost", str(out[2]))
+        self.assertIsInstance(out[2], Fault)
+        self.assertEqual(str(out[2]), "RuntimeError: CUDA error: device lost")
 
     def test_eager_reports_no_compile(self):
         t = FakeTarget("eager")

@@ -374,17 +374,29 @@ class Target:
     def run_batch(self, requests):
         """Runs the cases of a batch frame ([(case, q, k, v, mask, bool_mask)], one compile
         key): a Result or the exception raised, per case, in order, one by one. It stops at
-        an exception that is fatal (the process can run no other case): the answer is then
-        shorter than the batch, and main() answers the rest not_run and ends the worker."""
+        an exception that is fatal (the process can run no other case): that case's answer is
+        a worker.Fault, the last; serve() answers the rest not_run and ends the worker, so
+        that attnfuzz charges the crash to that case alone and sends the rest to another."""
+        from attnfuzz.worker import Fault
         out = []
         for case, q, k, v, mask, bool_mask in requests:
             try:
                 out.append(self.run(case, q, k, v, mask=mask, bool_mask=bool_mask))
             except Exception as e:  # noqa: BLE001 - the case's own status
-                out.append(e)
                 if self.fatal(e):
+                    _report_fault(e)
+                    out.append(Fault(e))
                     break
+                out.append(e)
         return out
+
+
+def _report_fault(e):
+    """A fault the process cannot go on from: its traceback on stderr, which attnfuzz keeps
+    in the crash's bundle."""
+    import traceback
+    traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    sys.stderr.flush()
 
 
 def _quiet_warnings():
@@ -411,46 +423,27 @@ def main(stack, target_cls, argv=None):
         sys.stderr.write("attnfuzz.targets.%s: %s is unavailable: %s\n" % (stack.name, variant, why))
         return 3
     _quiet_warnings()
-    from attnfuzz.worker import serve
+    from attnfuzz.worker import FAULT_EXIT, serve
     target = target_cls(variant)
     h = target.hello()
-
-    def die_if_fatal(e):
-        # the process cannot run another case (a CUDA context lost): exit, so attnfuzz
-        # records this case as a crash and starts a fresh worker
-        if target.fatal(e):
-            import os
-            import traceback
-            traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
-            sys.stderr.flush()
-            os._exit(70)
 
     def run(*a, **kw):
         try:
             return target.run(*a, **kw)
         except Exception as e:  # noqa: BLE001
-            die_if_fatal(e)
+            if target.fatal(e):
+                # the process cannot run another case (a CUDA context lost): exit, so
+                # attnfuzz records this case as a crash and starts a fresh worker
+                _report_fault(e)
+                import os
+                os._exit(FAULT_EXIT)
             raise
-
-    def run_batch(requests):
-        # a fatal exception ends the batch there: that case is answered crash, the rest
-        # not_run, and serve() ends the process after the answer (worker.Fault), so that
-        # attnfuzz charges the crash to that case alone and sends the rest to a new worker
-        from attnfuzz.worker import Fault
-        out = list(target.run_batch(requests))
-        for i, e in enumerate(out):
-            if isinstance(e, Exception) and target.fatal(e):
-                import traceback
-                traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
-                sys.stderr.flush()
-                return out[:i] + [Fault(e)]
-        return out
 
     def go():
         return serve(run, name=stack.name, version=stack.version(), variant=variant, caps=h["caps"],
                      layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
                      conventions=h["conventions"], compile_key=h["compile_key"],
-                     batch=target.BATCH, run_batch=run_batch if target.BATCH > 1 else None)
+                     batch=target.BATCH, run_batch=target.run_batch if target.BATCH > 1 else None)
 
     return _profiled(go, "%s-%s" % (stack.name, variant))
 
