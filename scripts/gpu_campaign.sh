@@ -206,12 +206,14 @@ for path in sorted(glob.glob(os.path.join(out, "stats-*-gpu*.json"))):
     # job time: every job's wall time, and the end-of-run minimization pass
     job = el * max(1, s.get("jobs", 1)) + s.get("minimize_end_seconds", 0.0)
     rows.append((group, gpu, s.get("execs", 0), ran, el, ran / el, 100 * (mini + busy["restarts"]) / job, busy,
-                 sum(s.get("findings_per_kind", {}).values()), s.get("known_hits", 0)))
+                 sum(s.get("findings_per_kind", {}).values()), s.get("known_hits", 0),
+                 s.get("execs", 0) / max(1, s.get("batches", 0))))
     total[group] = total.get(group, 0.0) + ran / el
 print("%-9s %-5s %9s %9s %8s %10s %13s  %s" % ("group", "card", "cases", "ran", "seconds", "ran/s", "minim+restart", "time split (s)"))
-for g, gpu, ex, ran, el, rate, share, busy, nf, kh in rows:
+for g, gpu, ex, ran, el, rate, share, busy, nf, kh, per in rows:
     split = " ".join("%s %.0f" % (k, v) for k, v in busy.items())
-    print("%-9s %-5s %9d %9d %8.0f %10.1f %12.1f%%  %s; bundles %d, known hits %d" % (g, gpu, ex, ran, el, rate, share, split, nf, kh))
+    print("%-9s %-5s %9d %9d %8.0f %10.1f %12.1f%%  %s; bundles %d, known hits %d, %.1f cases a batch"
+          % (g, gpu, ex, ran, el, rate, share, split, nf, kh, per))
 for g, r in sorted(total.items()):
     print("total %s: %.1f cases/s (each case through every variant of the group)" % (g, r))
 util = {}

@@ -26,6 +26,12 @@ batch: c_worker --batch 64 with errors and refusals on some cases, run with --ba
   one), the campaign goes on. batch_device: a worker that says which item faulted it
   (`crash`, the rest `not_run`, then it exits): the crash is charged to that item, the rest
   go to the next process, and each crash costs exactly one restart.
+pipeline: pipelined batches (the next batch sent before the last one is checked and stored)
+  beside batches one after another (--no-pipeline), each with a correct and a wrong batching
+  c_worker (--bug last_column), minimization on (a minimizing step collects the batch in
+  flight first): every execution happens, every finding is the wrong worker's (an answer
+  judged against another case's inputs would blame the correct one), each bundle replays;
+  two correct workers over 1280 pipelined cases find nothing.
 bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
   --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
   (exit 77) where this process may run on one CPU only.
@@ -630,6 +636,35 @@ def min_dir(attnfuzz, c_worker, tmp):
     print(f"min_dir: {n_found} as found -> {len(after)} bundles, {execs.group(1) if execs else '?'} executions")
 
 
+def pipeline(attnfuzz, c_worker, tmp):
+    good = f"worker:{c_worker} --batch 64"
+    bad = f"worker:{c_worker} --batch 64 --bug last_column --name wrong"
+    for label, extra in (("pipelined", []), ("one after another", ["--no-pipeline"])):
+        crashes, stats = os.path.join(tmp, label, "crashes"), os.path.join(tmp, label, "stats.json")
+        p = run([attnfuzz, "fuzz", "--backend", good, "--backend", bad, "--runs", "640", "--batch", "32",
+                 "--threads", "2", "--seed", "6", "--quiet", "--crashes", crashes, "--stats", stats] + extra)
+        check(p.returncode == 1, f"pipeline ({label}): exit {p.returncode}: {p.stderr[-800:]}")
+        s = stats_of(stats)
+        who = sorted({sig["who"] for sig in s["signatures"]})
+        print(f"pipeline ({label}): {s['execs']} executions, {s['findings_total']} with findings, "
+              f"{s['unique_signatures']} signatures of {who}, {s['minimize_execs']} minimizing executions")
+        check(s["execs"] == 640, f"pipeline ({label}): {s['execs']} executions of 640")
+        check(s["findings_total"] > 0 and s["minimize_execs"] > 0,
+              f"pipeline ({label}): {s['findings_total']} findings, {s['minimize_execs']} minimizing executions")
+        check(who and all("wrong" in w and "--bug" in w for w in who),
+              f"pipeline ({label}): a finding blames a correct worker: {who}")
+        for d, _ in bundles(crashes)[:3]:
+            r = run([attnfuzz, "replay", d])
+            check(r.returncode == 1, f"pipeline ({label}): {os.path.basename(d)} replays with exit {r.returncode}")
+    stats = os.path.join(tmp, "clean.json")
+    p = run([attnfuzz, "fuzz", "--backend", good, "--backend", good + " --name other", "--runs", "1280",
+             "--batch", "64", "--threads", "2", "--seed", "7", "--quiet", "--crashes", os.path.join(tmp, "clean"),
+             "--stats", stats])
+    s = stats_of(stats)
+    check(p.returncode == 0 and s["execs"] == 1280 and s["findings_total"] == 0,
+          f"pipeline (clean): exit {p.returncode}, {s['execs']} executions, {s['findings_total']} findings")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -661,7 +696,7 @@ def main():
         elif scenario == "batch_device":
             batch(attnfuzz, c_worker, tmp, "device")
         elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known",
-                          "known_crash"):
+                          "known_crash", "pipeline"):
             globals()[scenario](attnfuzz, c_worker, tmp)
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))

@@ -148,6 +148,11 @@ typedef struct af_backend_vtable {
     af_status (*batch_begin)(void *state, const af_case_tensors *const *in, size_t n, af_error *err);
     af_status (*batch_end)(void *state, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
                            af_error *err);
+    /* Optional, with batches: sends more of the batch begun, without waiting (a frame larger
+     * than the pipe is otherwise written by batch_end, and the worker waits until then).
+     * Returns the file descriptor to poll for writing while some is left, or -1 once all is
+     * sent or sending failed (batch_end then finishes or reports it). */
+    int (*batch_push)(void *state);
     /* Optional, with AF_CAP_BACKWARD: fill out as run does and, from in->dout, each
      * gradient of g whose data is not NULL (the ones the case asks for). A backend that
      * declares AF_CAP_BACKWARD without it is never sent a backward case. */
@@ -204,6 +209,10 @@ size_t af_backend_batch_max(const af_backend *be);
 af_status af_backend_batch_begin(af_backend *be, const af_case_tensors *const *in, size_t n, af_error *err);
 af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
                                af_error *err);
+/* More of the batch begun sent without waiting (af_backend_vtable.batch_push): the
+ * descriptor to poll for writing, or -1 when nothing is left to send (always for a backend
+ * without batch_push). */
+int af_backend_batch_push(af_backend *be);
 
 /* Sizes out for case c and this backend's out_dtype; allocation stays with the caller. */
 void af_backend_out_shape(const af_backend *be, const af_case *c, af_tensor *out);

@@ -64,6 +64,9 @@ typedef struct af_campaign_opts {
     bool no_bind;             /* do not bind each job (and its workers) to one CPU */
     unsigned batch;           /* cases per execution batch (af_exec_run_batch); 0 or 1 = one at
                                  a time. A worker that declared `batch` gets them in one frame */
+    bool no_pipeline;         /* batches one after another; by default, when every check only
+                                 compares, the next batch is sent to the workers before the
+                                 last one is checked and stored (exec.h) */
     unsigned threads;         /* threads for a batch's inputs and references; 0 or 1 = this one.
                                  More than one: the job is not bound to one CPU */
     size_t batch_bytes;       /* a batch stops growing past this many bytes of tensors; 0 = 256 MiB */
@@ -141,6 +144,7 @@ typedef struct af_campaign_stats {
     uint64_t execs;
     uint64_t skipped;  /* of execs: cases no backend ran (unsupported by all of them) */
     uint64_t backward_execs; /* of execs: cases that asked for gradients */
+    uint64_t batches;        /* executions of one case or one batch (execs / batches: cases a batch) */
     uint64_t grads_unjudged; /* gradients not judged (af_exec_grads_unjudged) */
     double jobs_rate;  /* --jobs: the sum of each job's own execs/s, from its first case (its
                           backends' start-up, e.g. a worker importing a stack, excluded) */

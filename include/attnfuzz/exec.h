@@ -83,11 +83,38 @@ af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err);
  * frame while the references are computed, the others case by case. skips (NULL: none):
  * per case, the backends it leaves out for their known bugs (as af_exec_skip_next). Findings
  * of each case are read after af_exec_select(x, i); af_exec_run_batch leaves case 0
- * selected. A later af_exec_run_case reuses case 0's slot. n <= AF_EXEC_MAX_BATCH. */
+ * selected. Single executions (af_exec_run_case, ...) have a slot of their own and leave the
+ * batch's alone. n <= AF_EXEC_MAX_BATCH. AF_ERR_INVALID while a batch is pending (below).
+ * The same as af_exec_batch_send, af_exec_batch_collect and af_exec_batch_check in a row. */
 af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *skips, size_t n, unsigned threads,
                            af_error *err);
-/* Makes case i of the last batch the one the accessors below see (findings, case, input,
- * check results, bundles). */
+/* A batch in three steps, so that a campaign can pipeline batches: the workers compute one
+ * batch while this process checks and stores the one before and generates the next.
+ *   af_exec_batch_send     the inputs (on `threads` threads), each batching backend sent its
+ *                          cases in one frame, the float64 references computed while the
+ *                          frames are written; AF_ERR_INVALID while a batch is sent and not
+ *                          collected (a worker takes one frame at a time);
+ *   af_exec_batch_collect  every backend's answers to the batch sent (the non-batching
+ *                          backends run here, case by case); nothing when none is in flight;
+ *   af_exec_batch_check    the checks of the batch collected (on `threads` threads where
+ *                          each only compares), which af_exec_select then reads, case 0 first
+ *                          selected; AF_ERR_INVALID when none is collected.
+ * One batch may be sent while another waits, collected, to be checked; af_exec_select reads
+ * the batch checked last until the next af_exec_batch_send takes its bank (after two sends).
+ * A single execution (af_exec_run_case, _check, _bundle) first collects a batch in flight,
+ * which is then checked as usual. */
+af_status af_exec_batch_send(af_exec *x, const af_case *cases, const uint32_t *skips, size_t n, unsigned threads,
+                             af_error *err);
+af_status af_exec_batch_collect(af_exec *x, af_error *err);
+af_status af_exec_batch_check(af_exec *x, unsigned threads, af_error *err);
+/* A batch sent or collected and not yet checked. */
+bool af_exec_batch_pending(const af_exec *x);
+/* Whether every check only compares outputs (backend and pair checks: no relation runs a
+ * backend again, no expected output): checks may then run on helper threads, and a
+ * campaign may pipeline batches. */
+bool af_exec_checks_parallel(const af_exec *x);
+/* Makes case i of the batch checked last the one the accessors below see (findings, case,
+ * input, check results, bundles). */
 af_status af_exec_select(af_exec *x, size_t i, af_error *err);
 /* The largest batch every batching backend takes (AF_EXEC_MAX_BATCH when none limits it). */
 size_t af_exec_batch_max(const af_exec *x);

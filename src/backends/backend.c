@@ -187,6 +187,8 @@ af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads 
     return be->vt->batch_end(be->state, outs, grads, res, err);
 }
 
+int af_backend_batch_push(af_backend *be) { return be->vt->batch_push ? be->vt->batch_push(be->state) : -1; }
+
 uint32_t af_case_required_caps(const af_case *c) {
     uint32_t caps = c->dtype == AF_F32 ? AF_CAP_F32 : c->dtype == AF_F16 ? AF_CAP_F16 : AF_CAP_BF16;
     if (c->allow_tf32) caps |= AF_CAP_TF32;

@@ -75,6 +75,7 @@ typedef struct af_worker {
     double bstart;
     af_wp_part *bparts;
     size_t bnparts, bcap;
+    bool bblocked;   /* what is left of the frame waits for room in the pipe (not a failed write) */
     af_wp_result bres[AF_WP_MAX_BATCH];
     uint8_t *bkeep[AF_WP_MAX_BATCH]; /* per item: its keep mask, when it returned one */
     size_t bkeep_cap[AF_WP_MAX_BATCH];
@@ -336,20 +337,26 @@ static bool af_worker_rbuf(af_worker *w, size_t n) {
 
 /* Writes what the pipe takes now of parts[0 .. *nparts) without waiting, and leaves in
  * parts what is still to write (moved to the front, the first piece cut where the write
- * stopped). A failed write is left for the exchange that follows to see. */
-static void af_worker_write_some(af_worker *w, af_wp_part *parts, size_t *nparts) {
+ * stopped). True when what is left waits for room in the pipe; a failed write (false) is
+ * left for the exchange that follows to see. */
+static bool af_worker_write_some(af_worker *w, af_wp_part *parts, size_t *nparts) {
     sigset_t pipe_set, old_set;
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
     size_t part = 0;
+    bool blocked = false;
     while (part < *nparts) {
         struct iovec iov[AF_WP_MAX_PARTS + 1];
         int niov = 0;
         for (size_t k = part; k < *nparts && niov < AF_WP_MAX_PARTS + 1; k++)
             iov[niov++] = (struct iovec){(void *)(uintptr_t)parts[k].data, parts[k].len};
         ssize_t wr = writev(w->p.fd_in, iov, niov);
-        if (wr <= 0) break; /* full (EAGAIN), or an error the exchange meets again */
+        if (wr < 0 && errno == EINTR) continue;
+        if (wr <= 0) { /* full (EAGAIN), or an error the exchange meets again */
+            blocked = wr < 0 && errno == EAGAIN;
+            break;
+        }
         size_t left = (size_t)wr;
         while (part < *nparts && left >= parts[part].len) left -= parts[part++].len;
         if (part < *nparts && left) {
@@ -365,6 +372,7 @@ static void af_worker_write_some(af_worker *w, af_wp_part *parts, size_t *nparts
         }
     }
     pthread_sigmask(SIG_SETMASK, &old_set, NULL);
+    return blocked && *nparts > 0;
 }
 
 /* Writes the frame hdr + parts (may be empty) and reads one frame into w->rbuf (w->rlen
@@ -848,8 +856,18 @@ static af_status af_worker_batch_send(af_worker *w, size_t off, size_t n, af_err
     w->bparts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
     w->bnparts = np + 1;
     w->bstart = af_now();
-    af_worker_write_some(w, w->bparts, &w->bnparts);
+    w->bblocked = af_worker_write_some(w, w->bparts, &w->bnparts);
     return AF_OK;
+}
+
+/* More of the frame in flight, without waiting (af_backend_vtable.batch_push): the pipe's
+ * descriptor while some waits for room, else -1 (all written, or a failed write that
+ * batch_end's exchange meets and reports). */
+static int af_worker_batch_push(void *state) {
+    af_worker *w = state;
+    if (!w->bn || !w->bblocked || w->p.pid <= 0) return -1;
+    w->bblocked = af_worker_write_some(w, w->bparts, &w->bnparts);
+    return w->bblocked ? w->p.fd_in : -1;
 }
 
 /* Sends the n requests of in (cases of one compile key; n <= af_worker_batch_max) as one
@@ -1033,6 +1051,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->vt.batch_max = af_worker_batch_max;
     w->vt.batch_begin = af_worker_batch_begin;
     w->vt.batch_end = af_worker_batch_end;
+    w->vt.batch_push = af_worker_batch_push;
     w->vt.ext = af_worker_ext;
     w->ext.describe = w->describe;
     w->ext.conventions = h->conventions;

@@ -117,6 +117,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON_AddNumberToObject(j, "execs", (double)s->execs);
     cJSON_AddNumberToObject(j, "skipped", (double)s->skipped);
     cJSON_AddNumberToObject(j, "backward_execs", (double)s->backward_execs);
+    cJSON_AddNumberToObject(j, "batches", (double)s->batches);
     cJSON_AddNumberToObject(j, "grads_unjudged", (double)s->grads_unjudged);
     cJSON_AddNumberToObject(j, "elapsed", s->elapsed);
     cJSON_AddNumberToObject(j, "execs_per_sec", s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
@@ -230,6 +231,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
 
 #define AF_POOL_MAX 512
 #define AF_DRAW_TRIES 64       /* draws per case while no backend would run it */
+#define AF_REVALUE_TRIES 4     /* value draws of a batch's structure before a known bug's cuts it short */
 #define AF_COMPILE_SHARE 0.5   /* compile time above this share of the wall: reuse structures */
 
 typedef struct af_pool {
@@ -610,20 +612,26 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     if (bmax > AF_EXEC_MAX_BATCH) bmax = AF_EXEC_MAX_BATCH;
     if (bmax > 1 && af_exec_batch_max(x) < bmax) bmax = af_exec_batch_max(x);
     size_t bbytes = o->batch_bytes ? o->batch_bytes : (size_t)256 << 20;
-    af_case *cases = af_calloc(bmax, sizeof *cases);
+    /* pipelined batches (exec.h): the workers compute one batch while this process checks
+     * and stores the one before and draws and generates the next; two case arrays, the
+     * batch in flight's and the next one's */
+    bool pipe = bmax > 1 && !o->no_pipeline && af_exec_checks_parallel(x);
+    af_case *batch[2] = {af_calloc(bmax, sizeof(af_case)), af_calloc(bmax, sizeof(af_case))};
+    size_t flying = 0, fly = 0; /* the batch in flight: its cases, batch[fly][0 .. flying) */
     uint32_t skips[AF_EXEC_MAX_BATCH]; /* per case: the backends left out for their known bugs */
-    if (!cases) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    if (!batch[0] || !batch[1]) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
 
-    while (st == AF_OK && !af_campaign_stop) {
+    while (st == AF_OK) {
         double now = af_now();
         s->elapsed = now - start;
-        if (o->runs && s->execs >= o->runs) break;
-        if (o->seconds > 0 && s->elapsed >= o->seconds) break;
-        if (o->max_findings && s->n_sigs >= o->max_findings) break;
+        bool stop = af_campaign_stop || (o->runs && s->execs + flying >= o->runs) ||
+                    (o->seconds > 0 && s->elapsed >= o->seconds) || (o->max_findings && s->n_sigs >= o->max_findings);
+        if (stop && !flying) break;
 
+        af_case *cases = batch[fly ^ 1];
         bool reuse = key && have_structure && compiled > AF_COMPILE_SHARE * s->elapsed;
         size_t n = 0, bytes = 0;
-        while (n < bmax && !(o->runs && s->execs + n >= o->runs)) {
+        while (!stop && n < bmax && !(o->runs && s->execs + flying + n >= o->runs)) {
             af_case c;
             uint32_t skip = 0;
             bool seed = seeds_run < seeds;
@@ -633,19 +641,27 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 skip = af_campaign_known_skip(o, store, x, &gate, &c, why);
                 af_campaign_known_count(o, s, skip, why);
             } else if (reuse || (n > 0 && key)) {
-                /* a new value draw of a compiled structure (the batch's first case's) */
-                c = reuse ? structure : cases[0];
-                af_case_revalue(&c, &rng, key, o->exec.budget);
+                /* a new value draw of a compiled structure (the batch's first case's); a draw
+                 * that every backend leaves out for a known bug is drawn again a few times
+                 * (the bug may need the values it drew), so that the batch is not cut short:
+                 * each batch costs a round trip and, for cuDNN, a plan */
                 size_t why[AF_EXEC_MAX_BACKENDS];
-                skip = af_campaign_known_skip(o, store, x, &gate, &c, why);
+                for (int tries = 0; tries < AF_REVALUE_TRIES; tries++) {
+                    c = reuse ? structure : cases[0];
+                    af_case_revalue(&c, &rng, key, o->exec.budget);
+                    skip = af_campaign_known_skip(o, store, x, &gate, &c, why);
+                    if (!skip || af_campaign_runs_unskipped(x, &c, skip)) break;
+                }
                 af_campaign_known_count(o, s, skip, why);
                 if (skip && !af_campaign_runs_unskipped(x, &c, skip)) { /* the structure of a known bug */
                     have_structure = reuse = false;
                     if (n > 0) break; /* the next batch draws anew */
-                    af_campaign_draw(o, pool, s->execs, &rng, x, store, &gate, s, max_flops, backward, serving, &c, &skip);
+                    af_campaign_draw(o, pool, s->execs + flying, &rng, x, store, &gate, s, max_flops, backward, serving,
+                                     &c, &skip);
                 }
             } else {
-                af_campaign_draw(o, pool, s->execs + n, &rng, x, store, &gate, s, max_flops, backward, serving, &c, &skip);
+                af_campaign_draw(o, pool, s->execs + flying + n, &rng, x, store, &gate, s, max_flops, backward, serving,
+                                 &c, &skip);
             }
             size_t cb = af_case_tensor_bytes(&c);
             if (n > 0 && (bytes + cb > bbytes || (seed && key && af_case_key_hash(&c, key) !=
@@ -657,13 +673,27 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             cases[n++] = c;
             bytes += cb;
         }
-        st = n == 1 ? (af_exec_skip_next(x, skips[0]), af_exec_run_case(x, &cases[0], err))
-                    : af_exec_run_batch(x, cases, skips, n, o->threads, err);
+        if (pipe) {
+            /* the batch in flight collected, this one sent, then the one collected checked
+             * and stored below while the workers compute this one */
+            st = af_exec_batch_collect(x, err);
+            if (st == AF_OK && n) st = af_exec_batch_send(x, cases, skips, n, o->threads, err);
+            if (st == AF_OK && flying) st = af_exec_batch_check(x, o->threads, err);
+            size_t done = flying;
+            flying = n;
+            fly ^= 1;
+            cases = batch[fly ^ 1]; /* the batch to store: the one checked */
+            n = done;
+        } else {
+            st = n == 1 ? (af_exec_skip_next(x, skips[0]), af_exec_run_case(x, &cases[0], err))
+                        : af_exec_run_batch(x, cases, skips, n, o->threads, err);
+        }
         if (st != AF_OK) break;
+        s->batches += n > 0;
 
         for (size_t bi = 0; bi < n && st == AF_OK; bi++) {
             const af_case *cp = &cases[bi];
-            if (n > 1) af_exec_select(x, bi, NULL);
+            if (n > 1 || pipe) af_exec_select(x, bi, NULL);
             s->execs++;
             s->backward_execs += cp->bwd.grads != 0;
             s->grads_unjudged = af_exec_grads_unjudged(x);
@@ -742,7 +772,8 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             last_stats = now;
         }
     }
-    af_free(cases);
+    af_free(batch[0]);
+    af_free(batch[1]);
     af_free(gate.next);
     s->elapsed = af_now() - start;
     /* the end-of-campaign pass: what did not fit the minimization budget, within a grace
@@ -775,8 +806,8 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     if (!j) return;
     const cJSON *e = cJSON_GetObjectItem(j, "execs");
     if (cJSON_IsNumber(e)) *execs += (uint64_t)e->valuedouble;
-    const char *const summed[] = {"skipped", "backward_execs", "grads_unjudged"};
-    uint64_t *into[] = {&s->skipped, &s->backward_execs, &s->grads_unjudged};
+    const char *const summed[] = {"skipped", "backward_execs", "grads_unjudged", "batches"};
+    uint64_t *into[] = {&s->skipped, &s->backward_execs, &s->grads_unjudged, &s->batches};
     for (size_t i = 0; i < sizeof summed / sizeof summed[0]; i++) {
         const cJSON *v = cJSON_GetObjectItem(j, summed[i]);
         if (cJSON_IsNumber(v)) *into[i] += (uint64_t)v->valuedouble;

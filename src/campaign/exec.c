@@ -1,6 +1,9 @@
 /* exec.c - one execution of the configured checks on one case (see exec.h). */
 #include "attnfuzz/exec.h"
 
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -52,6 +55,18 @@ typedef struct af_exec_slot {
     af_error prep_err;
 } af_exec_slot;
 
+/* A bank of slots: one batch's executions (see "batches" below). */
+typedef enum af_exec_bank_state { AF_BANK_IDLE, AF_BANK_SENT, AF_BANK_COLLECTED } af_exec_bank_state;
+typedef struct af_exec_bank {
+    af_exec_slot *slots[AF_EXEC_MAX_BATCH];
+    size_t nslots;        /* slots that exist */
+    size_t n;             /* cases of its batch */
+    af_exec_bank_state state;
+    bool begun[AF_EXEC_MAX_BACKENDS];                   /* backend k was sent the batch */
+    size_t idx[AF_EXEC_MAX_BACKENDS][AF_EXEC_MAX_BATCH]; /* backend k's cases: slot numbers */
+    size_t cnt[AF_EXEC_MAX_BACKENDS];
+} af_exec_bank;
+
 struct af_exec {
     af_exec_config cfg;
     af_backend *be[AF_EXEC_MAX_BACKENDS];
@@ -62,9 +77,10 @@ struct af_exec {
 
     af_oracle *exp_oracle;
     af_relation_ctx *rel;
-    af_exec_slot *slots[AF_EXEC_MAX_BATCH]; /* slot 0 serves single executions */
-    size_t nslots;
-    af_exec_slot *s; /* the execution the accessors see (af_exec_select) */
+    af_exec_slot *single; /* single executions (af_exec_run_case, _check, _bundle) */
+    af_exec_bank bank[2]; /* batches */
+    af_exec_bank *cur;    /* the batch checked last, while its bank is not reused */
+    af_exec_slot *s;      /* the execution the accessors see (af_exec_select) */
     bool has_expected;
     af_exec_timing timing;
     af_batch_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
@@ -174,14 +190,14 @@ static af_exec_slot *af_exec_slot_create(const af_exec_config *cfg) {
     return sl;
 }
 
-/* Slots 0 .. n-1 exist. */
-static af_status af_exec_slots(af_exec *x, size_t n, af_error *err) {
+/* Slots 0 .. n-1 of bank b exist. */
+static af_status af_exec_bank_slots(af_exec *x, af_exec_bank *b, size_t n, af_error *err) {
     AF_RETURN_ERROR_IF(n > AF_EXEC_MAX_BATCH, err, AF_ERR_INVALID, "a batch of %zu cases (at most %d)", n,
                        AF_EXEC_MAX_BATCH);
-    while (x->nslots < n) {
-        x->slots[x->nslots] = af_exec_slot_create(&x->cfg);
-        AF_RETURN_ERROR_IF(!x->slots[x->nslots], err, AF_ERR_NOMEM, "out of memory");
-        x->nslots++;
+    while (b->nslots < n) {
+        b->slots[b->nslots] = af_exec_slot_create(&x->cfg);
+        AF_RETURN_ERROR_IF(!b->slots[b->nslots], err, AF_ERR_NOMEM, "out of memory");
+        b->nslots++;
     }
     return AF_OK;
 }
@@ -195,12 +211,13 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
     x->cfg = *cfg;
     x->exp_oracle = af_oracle_create(&cfg->oracle);
     x->rel = af_relation_ctx_create();
-    if (!x->exp_oracle || !x->rel || af_exec_slots(x, 1, err) != AF_OK) {
+    x->single = af_exec_slot_create(cfg);
+    if (!x->exp_oracle || !x->rel || !x->single) {
         af_error_set(err, AF_ERR_NOMEM, "out of memory");
         af_exec_destroy(x);
         return NULL;
     }
-    x->s = x->slots[0];
+    x->s = x->single;
     if (af_exec_setup(x, err) != AF_OK) {
         af_exec_destroy(x);
         return NULL;
@@ -211,7 +228,9 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
 void af_exec_destroy(af_exec *x) {
     if (!x) return;
     for (size_t k = 0; k < x->nbe; k++) af_backend_close(x->be[k]);
-    for (size_t i = 0; i < x->nslots; i++) af_exec_slot_destroy(x->slots[i]);
+    af_exec_slot_destroy(x->single);
+    for (size_t b = 0; b < 2; b++)
+        for (size_t i = 0; i < x->bank[b].nslots; i++) af_exec_slot_destroy(x->bank[b].slots[i]);
     af_oracle_destroy(x->exp_oracle);
     af_relation_ctx_destroy(x->rel);
     af_free(x);
@@ -542,7 +561,8 @@ static void af_exec_drop_expected(af_exec *x) {
 
 af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err) {
     af_exec_drop_expected(x);
-    x->s = x->slots[0];
+    AF_TRY(af_exec_batch_collect(x, err)); /* the workers are free for a single case */
+    x->s = x->single;
     x->s->skip = x->skip_next;
     x->skip_next = 0;
     double t0 = af_now();
@@ -556,7 +576,8 @@ af_status af_exec_run_check(af_exec *x, size_t check, const af_case *c, af_error
     af_exec_drop_expected(x);
     AF_RETURN_ERROR_IF(check >= x->nchecks, err, AF_ERR_INVALID, "no check %zu (the executor has %zu)", check,
                        x->nchecks);
-    x->s = x->slots[0];
+    AF_TRY(af_exec_batch_collect(x, err)); /* the workers are free for a single case */
+    x->s = x->single;
     x->s->skip = 0;
     double t0 = af_now();
     AF_TRY(af_inputs_generate(x->s->in, c, err));
@@ -567,15 +588,26 @@ af_status af_exec_run_check(af_exec *x, size_t check, const af_case *c, af_error
 
 /* --- batches ----------------------------------------------------------------------------- */
 
+/* A batch moves through a bank of slots: sent (inputs generated, frames sent, references
+ * computed), collected (every backend's answers in), checked (the accessors may read it:
+ * af_exec_select). Two banks let one batch be checked and stored while the next is in the
+ * workers' hands (af_exec_batch_send's pipelining); one batch at most is sent and not yet
+ * collected, since a worker takes one frame at a time. */
+
+/* How long the frames are pushed beside the references at most; what is left then (a
+ * worker that does not read) is written by batch_end within the batch's own timeout. */
+#define AF_EXEC_PUSH_SECONDS 10.0
+
 typedef struct af_exec_batch_ctx {
     af_exec *x;
+    af_exec_bank *b;
     const af_case *cases;
 } af_exec_batch_ctx;
 
 /* On a helper thread: slot i's inputs (touching nothing but the slot). */
 static void af_exec_generate_one(void *arg, size_t i) {
     af_exec_batch_ctx *b = arg;
-    af_exec_slot *sl = b->x->slots[i];
+    af_exec_slot *sl = b->b->slots[i];
     sl->prep = af_inputs_generate(sl->in, &b->cases[i], &sl->prep_err);
     if (sl->prep == AF_OK) af_exec_slot_begin(sl);
 }
@@ -583,93 +615,133 @@ static void af_exec_generate_one(void *arg, size_t i) {
 /* On a helper thread: slot i's float64 reference. */
 static void af_exec_reference_one(void *arg, size_t i) {
     af_exec_batch_ctx *b = arg;
-    af_exec_slot *sl = b->x->slots[i];
+    af_exec_slot *sl = b->b->slots[i];
     sl->prep = af_oracle_prepare(sl->oracle, af_inputs_get(sl->in), &sl->prep_err);
 }
 
 /* On a helper thread: slot i's checks, when every check only compares. */
 static void af_exec_check_one(void *arg, size_t i) {
     af_exec_batch_ctx *b = arg;
-    af_exec_slot *sl = b->x->slots[i];
+    af_exec_slot *sl = b->b->slots[i];
     sl->unjudged = 0;
     sl->prep = af_exec_checks_slot(b->x, sl, SIZE_MAX, &sl->unjudged, &sl->prep_err);
 }
 
-/* Whether every check of x only compares outputs (backend and pair checks): the checks
- * of a batch's slots may then run on helper threads. */
-static bool af_exec_checks_parallel(const af_exec *x) {
+/* On this thread while the helpers compute the references: the begun batches' frames
+ * written whole, to every worker at once as each pipe takes more, so that each worker
+ * starts on its cases now. A frame larger than the pipe would otherwise wait for
+ * batch_end, after the references: the workers idle meanwhile. */
+static void af_exec_push_batches(void *arg) {
+    af_exec_batch_ctx *b = arg;
+    double deadline = af_now() + AF_EXEC_PUSH_SECONDS;
+    for (;;) {
+        struct pollfd pf[AF_EXEC_MAX_BACKENDS];
+        nfds_t np = 0;
+        for (size_t k = 0; k < b->x->nbe; k++) {
+            int fd = b->b->begun[k] ? af_backend_batch_push(b->x->be[k]) : -1;
+            if (fd >= 0) pf[np++] = (struct pollfd){fd, POLLOUT, 0};
+        }
+        double left = deadline - af_now();
+        if (np == 0 || left <= 0) return;
+        if (poll(pf, np, (int)ceil(left * 1000.0)) < 0 && errno != EINTR) return;
+    }
+}
+
+bool af_exec_checks_parallel(const af_exec *x) {
     for (size_t i = 0; i < x->nchecks; i++)
         if (x->checks[i].type != AF_CHECK_BACKEND && x->checks[i].type != AF_CHECK_PAIR) return false;
     return true;
 }
 
-/* The first slot whose preparation failed, as the batch's error. */
-static af_status af_exec_prep_status(af_exec *x, size_t n, af_error *err) {
-    for (size_t i = 0; i < n; i++)
-        if (x->slots[i]->prep != AF_OK) return af_error_set(err, x->slots[i]->prep, "%s", x->slots[i]->prep_err.msg);
+/* The first slot of bank b whose preparation failed, as the batch's error. */
+static af_status af_exec_prep_status(const af_exec_bank *b, af_error *err) {
+    for (size_t i = 0; i < b->n; i++)
+        if (b->slots[i]->prep != AF_OK) return af_error_set(err, b->slots[i]->prep, "%s", b->slots[i]->prep_err.msg);
     return AF_OK;
 }
 
-af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *skips, size_t n, unsigned threads,
-                           af_error *err) {
+/* The bank in state st, or NULL. */
+static af_exec_bank *af_exec_bank_in(af_exec *x, af_exec_bank_state st) {
+    for (size_t i = 0; i < 2; i++)
+        if (x->bank[i].state == st) return &x->bank[i];
+    return NULL;
+}
+
+af_status af_exec_batch_send(af_exec *x, const af_case *cases, const uint32_t *skips, size_t n, unsigned threads,
+                             af_error *err) {
     af_exec_drop_expected(x);
     AF_RETURN_ERROR_IF(n == 0, err, AF_ERR_INVALID, "an empty batch");
-    AF_TRY(af_exec_slots(x, n, err));
-    x->skip_next = 0;
-    for (size_t i = 0; i < n; i++) x->slots[i]->skip = skips ? skips[i] : 0;
-    af_exec_batch_ctx ctx = {x, cases};
+    AF_RETURN_ERROR_IF(af_exec_bank_in(x, AF_BANK_SENT), err, AF_ERR_INVALID,
+                       "a batch is in flight: collect it before sending another");
+    /* the bank that holds no batch waiting to be checked (the one checked last is done) */
+    af_exec_bank *b = x->bank[0].state == AF_BANK_COLLECTED ? &x->bank[1] : &x->bank[0];
+    AF_TRY(af_exec_bank_slots(x, b, n, err));
+    b->state = AF_BANK_IDLE; /* until it is sent whole */
+    b->n = n;
+    if (x->cur == b) x->cur = NULL; /* its slots are overwritten: nothing to select */
+    for (size_t i = 0; i < n; i++) b->slots[i]->skip = skips ? skips[i] : 0;
+    memset(b->begun, 0, sizeof b->begun);
+    af_exec_batch_ctx ctx = {x, b, cases};
     /* 1. every case's inputs, on the helper threads */
     double t0 = af_now();
     af_parallel_for(n, threads, af_exec_generate_one, &ctx);
     x->timing.generate_s += af_now() - t0;
     x->timing.cases += n;
-    AF_TRY(af_exec_prep_status(x, n, err));
+    AF_TRY(af_exec_prep_status(b, err));
     for (size_t i = 0; i < n; i++) {
-        x->s = x->slots[i];
+        x->s = b->slots[i];
         AF_TRY(af_exec_slot_outputs(x, SIZE_MAX, err));
     }
     /* 2. each backend that takes batches gets its cases now, in one frame, and works on
      * them while the references are computed here */
-    bool begun[AF_EXEC_MAX_BACKENDS] = {false};
-    size_t idx[AF_EXEC_MAX_BACKENDS][AF_EXEC_MAX_BATCH], cnt[AF_EXEC_MAX_BACKENDS] = {0};
     double tb = af_now();
     for (size_t k = 0; k < x->nbe; k++) {
+        b->cnt[k] = 0;
         for (size_t i = 0; i < n; i++)
-            if (x->slots[i]->supported[k]) idx[k][cnt[k]++] = i;
-        if (cnt[k] < 2 || af_backend_batch_max(x->be[k]) < cnt[k]) continue;
+            if (b->slots[i]->supported[k]) b->idx[k][b->cnt[k]++] = i;
+        if (b->cnt[k] < 2 || af_backend_batch_max(x->be[k]) < b->cnt[k]) continue;
         const af_case_tensors *in[AF_EXEC_MAX_BATCH];
-        for (size_t j = 0; j < cnt[k]; j++) in[j] = af_inputs_get(x->slots[idx[k][j]]->in);
-        AF_TRY(af_backend_batch_begin(x->be[k], in, cnt[k], err));
-        begun[k] = true;
+        for (size_t j = 0; j < b->cnt[k]; j++) in[j] = af_inputs_get(b->slots[b->idx[k][j]]->in);
+        AF_TRY(af_backend_batch_begin(x->be[k], in, b->cnt[k], err));
+        b->begun[k] = true;
+        b->state = AF_BANK_SENT; /* from here on it must be collected */
     }
+    b->state = AF_BANK_SENT;
     x->timing.backends_s += af_now() - tb;
-    /* 3. the references, on the helper threads */
+    /* 3. the references, on the helper threads, while this one writes the frames whole */
     t0 = af_now();
-    af_parallel_for(n, threads, af_exec_reference_one, &ctx);
+    af_parallel_for_beside(n, threads, af_exec_reference_one, &ctx, af_exec_push_batches, &ctx);
     x->timing.reference_s += af_now() - t0;
-    AF_TRY(af_exec_prep_status(x, n, err));
-    /* 4. the other backends, case by case; then the batches' answers */
+    return af_exec_prep_status(b, err);
+}
+
+af_status af_exec_batch_collect(af_exec *x, af_error *err) {
+    af_exec_bank *b = af_exec_bank_in(x, AF_BANK_SENT);
+    if (!b) return AF_OK; /* collected already (a single execution drained it), or none sent */
+    b->state = AF_BANK_COLLECTED;
+    /* the backends without batches, case by case; then the batches' answers */
     for (size_t k = 0; k < x->nbe; k++) {
-        if (begun[k]) continue;
-        for (size_t i = 0; i < n; i++) {
-            x->s = x->slots[i];
+        if (b->begun[k]) continue;
+        for (size_t i = 0; i < b->n; i++) {
+            x->s = b->slots[i];
             AF_TRY(af_exec_run_backend(x, k, err));
         }
     }
-    tb = af_now();
+    double tb = af_now();
     for (size_t k = 0; k < x->nbe; k++) {
-        if (!begun[k]) continue;
+        if (!b->begun[k]) continue;
+        b->begun[k] = false;
         af_tensor *outs[AF_EXEC_MAX_BATCH];
         af_grads *grads[AF_EXEC_MAX_BATCH];
         af_batch_result *res = x->bres;
-        for (size_t j = 0; j < cnt[k]; j++) {
-            af_exec_slot *sj = x->slots[idx[k][j]];
+        for (size_t j = 0; j < b->cnt[k]; j++) {
+            af_exec_slot *sj = b->slots[b->idx[k][j]];
             outs[j] = &sj->out[k];
             grads[j] = sj->backward[k] ? &sj->grads[k] : NULL;
         }
         AF_TRY(af_backend_batch_end(x->be[k], outs, grads, res, err));
-        for (size_t j = 0; j < cnt[k]; j++) {
-            x->s = x->slots[idx[k][j]];
+        for (size_t j = 0; j < b->cnt[k]; j++) {
+            x->s = b->slots[b->idx[k][j]];
             double compile = res[j].compile_s >= 0 ? res[j].compile_s : res[j].new_key ? res[j].wall_s : 0.0;
             x->timing.compile_s += compile;
             if (res[j].run_s > 0) x->timing.target_s += res[j].run_s;
@@ -678,27 +750,48 @@ af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *sk
         }
     }
     x->timing.backends_s += af_now() - tb;
-    /* 5. the checks: on the helper threads where each only compares (the host's share of a
-     * batch that workers wait on), else case by case */
-    if (threads > 1 && n > 1 && af_exec_checks_parallel(x)) {
-        tb = af_now();
-        af_parallel_for(n, threads, af_exec_check_one, &ctx);
-        x->timing.checks_s += af_now() - tb;
-        for (size_t i = 0; i < n; i++) x->grads_unjudged += x->slots[i]->unjudged;
-        AF_TRY(af_exec_prep_status(x, n, err));
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            x->s = x->slots[i];
-            AF_TRY(af_exec_checks(x, SIZE_MAX, err));
-        }
-    }
-    x->s = x->slots[0];
     return AF_OK;
 }
 
+af_status af_exec_batch_check(af_exec *x, unsigned threads, af_error *err) {
+    af_exec_bank *b = af_exec_bank_in(x, AF_BANK_COLLECTED);
+    AF_RETURN_ERROR_IF(!b, err, AF_ERR_INVALID, "no batch to check: send and collect one first");
+    b->state = AF_BANK_IDLE;
+    x->cur = b;
+    /* the checks: on the helper threads where each only compares (the host's share of a
+     * batch that workers wait on), else case by case */
+    if (threads > 1 && b->n > 1 && af_exec_checks_parallel(x)) {
+        af_exec_batch_ctx ctx = {x, b, NULL};
+        double tb = af_now();
+        af_parallel_for(b->n, threads, af_exec_check_one, &ctx);
+        x->timing.checks_s += af_now() - tb;
+        for (size_t i = 0; i < b->n; i++) x->grads_unjudged += b->slots[i]->unjudged;
+        AF_TRY(af_exec_prep_status(b, err));
+    } else {
+        for (size_t i = 0; i < b->n; i++) {
+            x->s = b->slots[i];
+            AF_TRY(af_exec_checks(x, SIZE_MAX, err));
+        }
+    }
+    x->s = b->slots[0];
+    return AF_OK;
+}
+
+af_status af_exec_run_batch(af_exec *x, const af_case *cases, const uint32_t *skips, size_t n, unsigned threads,
+                           af_error *err) {
+    AF_RETURN_ERROR_IF(af_exec_batch_pending(x), err, AF_ERR_INVALID, "a batch is pending: check it first");
+    AF_TRY(af_exec_batch_send(x, cases, skips, n, threads, err));
+    AF_TRY(af_exec_batch_collect(x, err));
+    return af_exec_batch_check(x, threads, err);
+}
+
+bool af_exec_batch_pending(const af_exec *x) {
+    return x->bank[0].state != AF_BANK_IDLE || x->bank[1].state != AF_BANK_IDLE;
+}
+
 af_status af_exec_select(af_exec *x, size_t i, af_error *err) {
-    AF_RETURN_ERROR_IF(i >= x->nslots, err, AF_ERR_INVALID, "no case %zu in the last batch", i);
-    x->s = x->slots[i];
+    AF_RETURN_ERROR_IF(!x->cur || i >= x->cur->n, err, AF_ERR_INVALID, "no case %zu in the last batch checked", i);
+    x->s = x->cur->slots[i];
     return AF_OK;
 }
 
@@ -721,7 +814,8 @@ af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_err
 
 af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
     af_exec_drop_expected(x);
-    x->s = x->slots[0];
+    AF_TRY(af_exec_batch_collect(x, err)); /* the workers are free for a single case */
+    x->s = x->single;
     AF_TRY(af_bundle_check_budget(b, x->cfg.budget, err)); /* before anything is allocated for it */
     AF_TRY(af_bundle_load_inputs(b, x->s->in, err));
     double *expected = NULL;

@@ -59,7 +59,10 @@ static void af_fuzz_usage(FILE *f) {
             "  --batch N           run N cases at a time (default 1): their inputs and\n"
             "                      references on --threads threads, and a worker that declares\n"
             "                      batches gets them in one frame (a GPU kernel's cases launched\n"
-            "                      back to back); cases of a batch share a compile key\n"
+            "                      back to back); cases of a batch share a compile key. While\n"
+            "                      the workers compute a batch, the last one is checked and\n"
+            "                      stored and the next one generated (pipelined batches)\n"
+            "  --no-pipeline       batches one after another (the workers wait meanwhile)\n"
             "  --threads N         threads for a batch's inputs and references (default 1;\n"
             "                      more than 1: the job is not bound to one CPU)\n"
             "  --no-spare          no spare worker process after a worker's first crash (a\n"
@@ -116,7 +119,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     int selected = 0;
     af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING, O_FAULTGAP };
+           O_BATCH, O_NOPIPE, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING, O_FAULTGAP };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         AF_CLI_KNOWN_OPTIONS,
@@ -141,6 +144,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"batch", required_argument, 0, O_BATCH},
         {"threads", required_argument, 0, O_THREADS},
         {"no-spare", no_argument, 0, O_NOSPARE},
+        {"no-pipeline", no_argument, 0, O_NOPIPE},
         {"shard", required_argument, 0, O_SHARD},
         {"root", required_argument, 0, O_ROOT},
         {"serving", required_argument, 0, O_SERVING},
@@ -231,6 +235,7 @@ int af_cmd_fuzz(int argc, char **argv) {
             o.threads = (unsigned)v;
             break;
         case O_NOSPARE: cfg.worker.no_spare = true; break;
+        case O_NOPIPE: o.no_pipeline = true; break;
         case O_SHARD: shard = optarg; break;
         case O_ROOT: root = optarg; break;
         case O_STRAT: {

@@ -27,21 +27,31 @@ static void *af_parallel_worker(void *arg) {
     return NULL;
 }
 
-void af_parallel_for(size_t n, unsigned threads, void (*fn)(void *ctx, size_t i), void *ctx) {
-    if (threads <= 1 || n <= 1) {
+void af_parallel_for_beside(size_t n, unsigned threads, void (*fn)(void *ctx, size_t i), void *ctx,
+                            void (*side)(void *side_ctx), void *side_ctx) {
+    /* helpers beside this thread: one per piece at most, and one fewer when this thread
+     * takes pieces from the start (no side work) */
+    size_t helpers = threads > 1 ? threads - 1 : 0;
+    if (helpers > AF_PARALLEL_MAX - 1) helpers = AF_PARALLEL_MAX - 1;
+    if (helpers > n - (side || n == 0 ? 0 : 1)) helpers = n - (side || n == 0 ? 0 : 1);
+    if (helpers == 0) {
+        if (side) side(side_ctx);
         for (size_t i = 0; i < n; i++) fn(ctx, i);
         return;
     }
-    if (threads > AF_PARALLEL_MAX) threads = AF_PARALLEL_MAX;
-    if (threads > n) threads = (unsigned)n;
     af_parallel_job j = {.n = n, .fn = fn, .ctx = ctx};
     atomic_init(&j.next, 0);
     pthread_t tid[AF_PARALLEL_MAX];
     bool started[AF_PARALLEL_MAX] = {false};
-    for (unsigned t = 1; t < threads; t++) started[t] = pthread_create(&tid[t], NULL, af_parallel_worker, &j) == 0;
+    for (size_t t = 0; t < helpers; t++) started[t] = pthread_create(&tid[t], NULL, af_parallel_worker, &j) == 0;
+    if (side) side(side_ctx);
     af_parallel_worker(&j);
-    for (unsigned t = 1; t < threads; t++)
+    for (size_t t = 0; t < helpers; t++)
         if (started[t]) pthread_join(tid[t], NULL);
+}
+
+void af_parallel_for(size_t n, unsigned threads, void (*fn)(void *ctx, size_t i), void *ctx) {
+    af_parallel_for_beside(n, threads, fn, ctx, NULL, NULL);
 }
 
 unsigned af_parallel_cpus(void) {
