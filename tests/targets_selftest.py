@@ -520,6 +520,53 @@ def test_cases(R, tname, target):
     return True
 
 
+def check_batch(R, tname, target, most=12):
+    """The first `most` forward cases (no known bug, no dropout) sent as one batch, as a batch
+    frame's requests reach run_batch (a CUDA variant uploads them in one copy): each answer
+    checked against the reference, and equal to the same case run alone."""
+    hello = target.hello()
+    picked = []
+    for i, (label, c) in enumerate(CASES):
+        if len(picked) == most:
+            break
+        if not sendable(c, hello) or c.get("dropout_p", 0) > 0 or known_bug(tname, label, needs(c)[0]):
+            continue
+        q, k, v, arrays = inputs_for(c, 1000 + i)
+        try:
+            alone, _, _ = call_run(target, c, arrays)
+        except Exception:  # noqa: BLE001 - refused or failing alone: test_cases judged it
+            continue
+        picked.append((label, c, q, k, v, arrays, alone))
+    if len(picked) < 2:
+        R.skip("%s batch: fewer than two cases run alone" % tname)
+        return
+    reqs = []
+    for _, c, _, _, _, arrays, _ in picked:
+        cs = Case(c, testing.derived(c))
+        cs.qkv, cs.dout = arrays.get("qkv"), arrays.get("do")
+        cs.serving_tensors = {}
+        reqs.append((cs, arrays["q"], arrays["k"], arrays["v"], arrays.get("mask"), arrays.get("bool_mask")))
+    outs = target.run_batch(reqs)
+    same = 0
+    for (label, c, q, k, v, arrays, alone), (cs, *_), res in zip(picked, reqs, outs):
+        if isinstance(res, BaseException):
+            R.fail("%s batch %s: raised %s" % (tname, label, res))
+            continue
+        if not isinstance(res, Result):
+            res = Result(res)
+        out = layouts.to_bhsd(np.asarray(res.out), res.layout, cs.q_heads, cs.v_head_dim)
+        try:
+            check_result(tname, label, target, c, q, k, v, arrays, out, cs, res)
+        except AssertionError as e:
+            R.fail("%s batch %s" % (tname, e))
+            continue
+        same += np.array_equal(out, alone, equal_nan=True)
+    if same == len(picked):
+        R.ok("%s batch of %d: every answer right and equal to its case run alone" % (tname, len(picked)))
+    else:
+        R.fail("%s batch of %d: %d answers differ from their case run alone" % (tname, len(picked), len(picked) - same))
+
+
 def check_backward(R, tname, target):
     """The BACKWARD cases as backward twins: output and gradients against the reference."""
     hello = target.hello()
@@ -783,6 +830,8 @@ def self_test(R, names):
         target = mod.Target(variant)
         if not test_cases(R, name, target) or not check_backward(R, name, target):
             continue
+        if target.BATCH > 1:
+            check_batch(R, name, target)
         check_conventions(R, name, target)
         check_cache(R, name, target)
         for good, msg in (target.self_check() if hasattr(target, "self_check") else ()):

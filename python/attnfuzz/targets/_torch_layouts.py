@@ -57,8 +57,11 @@ def from_bhsd(o, layout):
 
 def to_torch(x, device="cpu"):
     """A numpy view (any non-negative strides, stride-0 dims included) -> a torch tensor
-    with the same shape and element strides, on `device`, without copying on CPU."""
+    with the same shape and element strides, on `device`, without copying on CPU. A torch
+    tensor (an input a batch uploaded already) is moved to `device` if it is elsewhere."""
     import torch
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
     if x.flags.c_contiguous and x.dtype.name != "bfloat16":
         t = torch.from_numpy(x)
         return t if device == "cpu" else t.to(device)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -312,7 +313,28 @@ class ServingTarget(_base.Target):
         # the CPU's bf16 GEMM may read subnormal bf16 as 0 (as the dense variants declare)
         if not self.cuda and "bf16" in caps and _torch_layouts.cpu_bf16_gemm_flushes():
             conv["denormals"] = ["bf16"]
+        if self.cuda:
+            self._warm()
         return {"caps": caps, "limits": limits, "conventions": conv}
+
+    def _warm(self):
+        """One tiny call of the variant's op before the hello: its first call imports and
+        registers what the op needs (torch.fx's symbolic shapes, the custom ops and their
+        Triton wrappers: 17 s of an H200 worker's first minute, measured), which a worker
+        started ahead of a fault (a spare) should have done before it takes over. A
+        warm-up that fails leaves that to the first case."""
+        torch = self.torch
+        try:
+            x = torch.ones(4, 1, 8, dtype=torch.float16, device=self.device)
+            cu = torch.tensor([0, 1, 4], dtype=torch.int32, device=self.device)
+            if self.kind == "jagged":
+                jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, x, x, cu, cu, False, None)
+            elif self.kind == "varlen":
+                from torch.nn.attention.varlen import varlen_attn
+                varlen_attn(x, x, x, cu, cu, 3, 3)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - a warm-up only
+            pass
 
     def hello(self):
         h = super().hello()

@@ -64,7 +64,7 @@ import warnings
 import numpy as np
 
 from attnfuzz import masks
-from attnfuzz.targets import _base, _common, _torch_layouts, _torch_serving
+from attnfuzz.targets import _base, _common, _torch_batch, _torch_layouts, _torch_serving
 from attnfuzz.targets._torch_layouts import band, from_bhsd, to_bhsd, to_numpy, to_torch, unpack_qkv
 
 # The module kind and SDPA backend of each variant (without the cuda_ prefix).
@@ -200,13 +200,13 @@ def make_modules():
 
         def __init__(self, cfg):
             super().__init__()
+            self.configure(cfg)
+
+        def configure(self, cfg):
             self._setup(cfg)
-            self.values(cfg)
+            self.scale = cfg["scale_arg"]          # None: SDPA's default 1/sqrt(D)
             self.is_causal = cfg["is_causal"]
             self.gqa = self.hq != self.hkv
-
-        def values(self, cfg):
-            self.scale = cfg["scale_arg"]          # None: SDPA's default 1/sqrt(D)
 
         def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
             q, k, v = self._inputs(q, k, v)
@@ -224,12 +224,12 @@ def make_modules():
 
         def __init__(self, cfg):
             super().__init__()
+            self.configure(cfg)
+
+        def configure(self, cfg):
             self._setup(cfg)
-            self.values(cfg)
             self.placement = cfg["placement"]
             self.is_causal = cfg["is_causal"]
-
-        def values(self, cfg):
             self.scale = cfg["scale"]
             self.softcap = cfg["softcap"]
             self.dropout_p = cfg["dropout_p"]
@@ -277,6 +277,9 @@ def make_modules():
 
         def __init__(self, cfg):
             super().__init__()
+            self.configure(cfg)
+
+        def configure(self, cfg):
             self._setup(cfg)
             self.scale = cfg["scale_arg"]
             self.softcap = cfg["softcap"]
@@ -523,6 +526,7 @@ class Target(_base.Target):
         # that a batch shares one structure and its plan
         self.PLANS = self.cuda and self.backend == "CUDNN_ATTENTION"
         self._cases = 0
+        self._staging = None
         self.CACHE_SIZE = 32 if self.compiled else 256
         super().__init__(variant)
         torch.set_num_threads(1)
@@ -675,8 +679,12 @@ class Target(_base.Target):
             raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
 
     def structure(self, case, mask, bool_mask):
-        # an eager module is reused for every case of its structure, its values (scale,
-        # softcap, dropout) set per case; a compiled one bakes them in, so they are in its key
+        # A compiled module bakes its whole configuration in: every field is in its key. An
+        # eager module holds nothing but its configuration, set per case (configure): one
+        # module serves every case (building one per case cost a quarter of a millisecond),
+        # but for cuDNN, whose plan per structure is timed as compiling (PLANS).
+        if not self.compiled and not self.PLANS:
+            return ("eager",)
         cfg = _config(case, self.base, self.cuda)
         key = (case.key("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
                + (("backward", case.grads),) if self.compiled else case.grads)
@@ -702,7 +710,7 @@ class Target(_base.Target):
             torch.backends.cudnn.allow_tf32 = bool(case.allow_tf32)
         cfg = _config(case, self.base, self.cuda)
         if not self.compiled:
-            mod.values(cfg)
+            mod.configure(cfg)
         keep = _base.keep_mask(case) if (self.kind == "explicit" and 0.0 < case.dropout_p < 1.0) else None
         args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, self.device)
         try:
@@ -734,6 +742,14 @@ class Target(_base.Target):
             if self.cuda and (self._cases % _CUDA_KEEP_EVERY == 0 or q.nbytes + k.nbytes + v.nbytes > 1 << 24) \
                     and torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
                 torch.cuda.empty_cache()
+
+    def run_batch(self, requests):
+        # on CUDA, every input of the batch uploaded in one copy (_torch_batch)
+        if self.cuda:
+            if self._staging is None:
+                self._staging = _torch_batch.Staging(self.torch)
+            requests = self._staging.upload(requests, self.device)
+        return super().run_batch(requests)
 
     def refusal(self, exc):
         msg = str(exc)

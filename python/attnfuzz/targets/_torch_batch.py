@@ -1,0 +1,112 @@
+"""A batch frame's inputs on the GPU in one host-to-device copy.
+
+A CUDA worker that uploaded each tensor of each case with its own `.to("cuda")` paid a
+pageable copy and its synchronization per tensor, several times a case (on an H100 host,
+about a fifth of a millisecond each: most of a small case's time). `Staging.upload` copies
+the spans of every input of a batch (q, k, v or the packed buffer, the masks, dO) into one
+pinned host buffer, each span at a 256-byte boundary (the alignment a tensor of its own
+would get from the CUDA allocator, so that a kernel's alignment checks see what they saw
+before), sends that buffer in one copy, and hands the cases device views with the physical
+inputs' shapes and element strides (stride-0 and permuted views included). `to_torch`
+returns a device tensor it is given as it is, so the module code (and the repro snippets,
+which get numpy arrays) does not change.
+"""
+
+import numpy as np
+
+# Each span starts at a multiple of this many bytes in the staged buffer (cudaMalloc's
+# guarantee; PyTorch's caching allocator gives at least as much).
+ALIGN = 256
+
+
+def _span(a):
+    """(first byte, byte length) of the memory numpy view a reads (non-negative strides,
+    as the protocol sends), or None for an empty array."""
+    if a.size == 0 or any(s < 0 for s in a.strides):
+        return None
+    n = a.itemsize + sum((d - 1) * s for d, s in zip(a.shape, a.strides))
+    return a.__array_interface__["data"][0], n
+
+
+def _bytes(a, n):
+    """The n bytes from a's first element, as a flat uint8 view (no copy)."""
+    flat = np.lib.stride_tricks.as_strided(a, shape=(n // a.itemsize,), strides=(a.itemsize,))
+    return flat.view(np.uint8)
+
+
+class Staging:
+    """One worker's staging buffer (pinned host memory, grown as batches need, reused)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.pinned = None
+        self.dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                       "float64": torch.float64, "bool": torch.bool, "int64": torch.int64, "int32": torch.int32}
+
+    def _buffer(self, n, pin):
+        torch = self.torch
+        if self.pinned is None or self.pinned.numel() < n:
+            size = max(n, int(1.5 * (self.pinned.numel() if self.pinned is not None else 0)))
+            self.pinned = torch.empty(size, dtype=torch.uint8, pin_memory=pin)
+        return self.pinned
+
+    def upload(self, requests, device):
+        """requests [(case, q, k, v, mask, bool_mask)] with numpy inputs -> the same with
+        each input a device view of one staged copy; case.qkv and case.dout are replaced
+        in place. An input it cannot stage (an unknown dtype, a view whose element offset
+        does not divide) stays numpy, and to_torch copies it alone as before. With device
+        "cpu" (the tests) the buffer is not pinned and the views are of a copy of it."""
+        torch = self.torch
+        arrays = []  # (array, start, length)
+        for case, q, k, v, mask, bool_mask in requests:
+            for a in (getattr(case, "qkv", None), q, k, v, mask, bool_mask, getattr(case, "dout", None)):
+                if isinstance(a, np.ndarray) and a.dtype.name in self.dtypes:
+                    sp = _span(a)
+                    if sp is not None:
+                        arrays.append((a, sp[0], sp[1]))
+        if not arrays:
+            return requests
+        # spans in address order, each that is not inside the one before it given a slot
+        order = sorted(range(len(arrays)), key=lambda i: (arrays[i][1], -arrays[i][2]))
+        place = {}          # array index -> byte offset of its first element in the buffer
+        copies = []         # (buffer offset, array index, length)
+        total, cur = 0, None  # cur: (start, end, buffer offset) of the slot being filled
+        for i in order:
+            _, start, n = arrays[i]
+            if cur is None or start + n > cur[1]:  # not inside the slot before: a slot of its own
+                total = (total + ALIGN - 1) // ALIGN * ALIGN
+                cur = (start, start + n, total)
+                copies.append((total, i, n))
+                total += n
+            place[i] = cur[2] + start - cur[0]
+        total = (total + 7) // 8 * 8
+        cuda = str(device) != "cpu"
+        if cuda:
+            torch.cuda.current_stream().synchronize()  # the last batch's copy is done with the buffer
+        buf = self._buffer(total, cuda)
+        host = buf.numpy()
+        for off, i, n in copies:
+            host[off:off + n] = _bytes(arrays[i][0], n)
+        dev = buf[:total].to(device, non_blocking=True) if cuda else buf[:total].clone()
+        typed = {}
+        staged = {}
+        for i, (a, _, _) in enumerate(arrays):
+            off = place[i]
+            if off % a.itemsize:
+                continue
+            td = self.dtypes[a.dtype.name]
+            if td not in typed:
+                typed[td] = dev.view(td)
+            strides = tuple(s // a.itemsize for s in a.strides)
+            staged[id(a)] = typed[td].as_strided(tuple(a.shape), strides, off // a.itemsize)
+
+        def swap(a):
+            return staged.get(id(a), a) if isinstance(a, np.ndarray) else a
+        out = []
+        for case, q, k, v, mask, bool_mask in requests:
+            if getattr(case, "qkv", None) is not None:
+                case.qkv = swap(case.qkv)
+            if getattr(case, "dout", None) is not None:
+                case.dout = swap(case.dout)
+            out.append((case, swap(q), swap(k), swap(v), swap(mask), swap(bool_mask)))
+        return out

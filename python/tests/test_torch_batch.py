@@ -1,0 +1,125 @@
+"""_torch_batch.Staging: a batch's inputs staged as one buffer give views equal to the numpy
+inputs (values, shapes, element strides, dtypes: permuted, stride-0, packed and bf16 views),
+each span at a 256-byte boundary, packed views inside their buffer's slot, and an input whose
+offset cannot be expressed in elements left as numpy. On the CPU (the buffer copied, not
+sent to a GPU); skipped without torch."""
+
+import unittest
+
+import _util  # noqa: F401
+import numpy as np
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - the venv has torch; a bare one may not
+    torch = None
+
+import ml_dtypes
+
+
+class FakeCase:
+    def __init__(self, qkv=None, dout=None):
+        self.qkv, self.dout = qkv, dout
+
+
+def as_f64(x):
+    """numpy or torch -> float64 numpy of the same shape (bool as 0/1)."""
+    if torch is not None and isinstance(x, torch.Tensor):
+        x = x.float().numpy() if x.dtype == torch.bfloat16 else x.numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class Staging(unittest.TestCase):
+    def setUp(self):
+        from attnfuzz.targets import _torch_batch
+        self.mod = _torch_batch
+        rng = np.random.default_rng(7)
+        self.payload = bytearray(1 << 16)
+        fill = np.frombuffer(self.payload, np.uint8)
+        fill[:] = rng.integers(0, 256, fill.size, dtype=np.uint8)
+        # keep the float views finite: rewrite each view's bytes with values after building it
+        self.rng = rng
+
+    def view(self, off, shape, dtype, strides=None):
+        return np.ndarray(shape, dtype, buffer=self.payload, offset=off, strides=strides)
+
+    def finite(self, a):
+        """Writes finite values through view a (every element it can reach)."""
+        vals = self.rng.standard_normal(a.shape).astype(np.float64)
+        a.flags.writeable = True
+        a[...] = vals.astype(a.dtype)
+        return a
+
+    def test_views_match_and_align(self):
+        # case 0: f16 q permuted (bshd memory of a bhsd view), k stride-0 over heads, v plain, dO
+        q = self.finite(self.view(10, (2, 3, 4, 8), np.float16, strides=(3 * 4 * 8 * 2, 8 * 2, 3 * 8 * 2, 2)))
+        base_k = self.finite(self.view(1000, (2, 1, 4, 8), np.float16))
+        k = np.lib.stride_tricks.as_strided(base_k, shape=(2, 3, 4, 8), strides=(base_k.strides[0], 0) + base_k.strides[2:])
+        v = self.finite(self.view(1400, (2, 3, 4, 8), np.float16))
+        dout = self.finite(self.view(2000, (2, 3, 4, 8), np.float16))
+        mask = self.finite(self.view(2799, (4, 4), np.float32))       # odd offset: a whole number of bytes, not of floats
+        # case 1: a packed bf16 buffer [B, S, 3, H, D] and its three views, a bool mask
+        qkv = self.finite(self.view(4096, (1, 5, 3, 2, 4), ml_dtypes.bfloat16))
+        pq, pk, pv = (qkv[:, :, w].transpose(0, 2, 1, 3) for w in range(3))
+        bmask = self.view(5000, (1, 1, 5, 5), np.bool_)
+        bmask.flags.writeable = True
+        bmask[...] = self.rng.random(bmask.shape) > 0.5
+        c0, c1 = FakeCase(dout=dout), FakeCase(qkv=qkv)
+        reqs = [(c0, q, k, v, mask, None), (c1, pq, pk, pv, None, bmask)]
+        expect = {"q": q, "k": k, "v": v, "do": dout, "qkv": qkv, "pq": pq, "pk": pk, "pv": pv, "bmask": bmask}
+        expect = {n: (a.copy(), a.shape, tuple(s // a.itemsize for s in a.strides)) for n, a in expect.items()}
+        out = self.mod.Staging(torch).upload(reqs, "cpu")
+        got = {"q": out[0][1], "k": out[0][2], "v": out[0][3], "do": c0.dout, "qkv": c1.qkv,
+               "pq": out[1][1], "pk": out[1][2], "pv": out[1][3], "bmask": out[1][5]}
+        for n, t in got.items():
+            self.assertIsInstance(t, torch.Tensor, n)
+            want, shape, strides = expect[n]
+            self.assertEqual(tuple(t.shape), shape, n)
+            self.assertEqual(tuple(t.stride()), strides, n)
+            np.testing.assert_array_equal(as_f64(t), as_f64(want), err_msg=n)
+        self.assertEqual(got["q"].dtype, torch.float16)
+        self.assertEqual(got["qkv"].dtype, torch.bfloat16)
+        self.assertEqual(got["bmask"].dtype, torch.bool)
+        # spans start at 256-byte boundaries (the mask at an odd byte offset of the payload
+        # too: its slot is its own)
+        for n in ("q", "k", "v", "do", "qkv", "bmask"):
+            t = got[n]
+            self.assertEqual(t.storage_offset() * t.element_size() % self.mod.ALIGN, 0, n)
+        self.assertIsInstance(out[0][4], torch.Tensor)
+        self.assertEqual(out[0][4].storage_offset() * 4 % self.mod.ALIGN, 0)
+        # the packed views lie inside the packed buffer's slot, at their offsets in it
+        qkv_t = got["qkv"]
+        for n, w in (("pq", 0), ("pk", 1), ("pv", 2)):
+            self.assertEqual(got[n].storage_offset() - qkv_t.storage_offset(), w * 2 * 4, n)
+        # one buffer: every staged view shares one storage
+        ptrs = {t.untyped_storage().data_ptr() for t in got.values()}
+        self.assertEqual(len(ptrs), 1)
+
+    def test_overlap_without_containment_and_leftovers(self):
+        # two views whose spans overlap without one holding the other: each gets a slot; an
+        # array of a dtype it does not stage (complex), an empty one, and a float32 view two
+        # bytes into a float16 array's span (no whole number of floats from the slot's
+        # start) stay numpy
+        a = self.finite(self.view(0, (4, 8), np.float32))
+        b = np.ndarray((4, 8), np.float32, buffer=self.payload, offset=64)
+        c = np.zeros((2, 2), np.complex64)
+        e = np.ndarray((0, 8), np.float32, buffer=self.payload, offset=0)
+        h = self.finite(self.view(8192, (64,), np.float16))
+        f = np.ndarray((4,), np.float32, buffer=self.payload, offset=8194)
+        out = self.mod.Staging(torch).upload([(FakeCase(), a, b, c, e, None), (FakeCase(), h, f, h, None, None)], "cpu")
+        np.testing.assert_array_equal(out[0][1].numpy(), a)
+        np.testing.assert_array_equal(out[0][2].numpy(), b)
+        self.assertIs(out[0][3], c)
+        self.assertIs(out[0][4], e)
+        np.testing.assert_array_equal(out[1][1].numpy(), h)
+        self.assertIs(out[1][2], f)
+
+    def test_to_torch_takes_a_staged_tensor_as_it_is(self):
+        from attnfuzz.targets._torch_layouts import to_torch
+        t = torch.arange(6.0).reshape(2, 3).t()
+        self.assertIs(to_torch(t, "cpu"), t)
+
+
+if __name__ == "__main__":
+    unittest.main()
