@@ -9,7 +9,8 @@ would get from the CUDA allocator, so that a kernel's alignment checks see what 
 before), sends that buffer in one copy, and hands the cases device views with the physical
 inputs' shapes and element strides (stride-0 and permuted views included). `to_torch`
 returns a device tensor it is given as it is, so the module code (and the repro snippets,
-which get numpy arrays) does not change.
+which get numpy arrays) does not change. ATTNFUZZ_TORCH_STAGING=0 in a worker's environment
+turns it off (each tensor copied alone, as before), to compare.
 """
 
 import numpy as np

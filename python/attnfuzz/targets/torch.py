@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import shutil
 import sys
 import warnings
@@ -744,8 +745,9 @@ class Target(_base.Target):
                 torch.cuda.empty_cache()
 
     def run_batch(self, requests):
-        # on CUDA, every input of the batch uploaded in one copy (_torch_batch)
-        if self.cuda:
+        # on CUDA, every input of the batch uploaded in one copy (_torch_batch), unless
+        # ATTNFUZZ_TORCH_STAGING=0 (each tensor copied alone, to compare)
+        if self.cuda and os.environ.get("ATTNFUZZ_TORCH_STAGING", "1") != "0":
             if self._staging is None:
                 self._staging = _torch_batch.Staging(self.torch)
             requests = self._staging.upload(requests, self.device)
