@@ -9,14 +9,17 @@
 #      else $ATTNFUZZ_BIN, build/attnfuzz if it runs here, an attnfuzz already installed in
 #      that environment, or a build with CMake. A checkout binary gets python/ on
 #      PYTHONPATH; an installed one runs the package installed beside it;
-#   3. lists the GPU variants available here (the stacks' declarations) in two groups: the
-#      eager kernels and the compiled ones;
+#   3. lists the GPU variants available here (the stacks' declarations) in three groups: the
+#      eager kernels, the eager serving paths (variants that declare a serving form: nested
+#      jagged tensors and varlen_attn, whose Python dispatch costs several milliseconds a
+#      case, where a dense kernel's case costs about one; the dense kernels would wait on
+#      them) and the compiled ones;
 #   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
 #      CUDA_VISIBLE_DEVICES; --cards LIST names the card of each, e.g. 0,0 to run two cards'
-#      groups on one and check they do not get in each other's way), one campaign of the eager group and one of the compiled group,
+#      groups on one and check they do not get in each other's way), one campaign of each group,
 #      all for --time seconds: the eager group as --eager-jobs campaigns (default 2: a
 #      worker waits on the host's checks while the other job's run; each job one CUDA
-#      context per variant), the compiled group as one, cases in batches (--batch: a
+#      context per variant), the serving and the compiled groups as one each, cases in batches (--batch: a
 #      worker runs a batch's cases back to back and answers them in one frame), the inputs
 #      and float64 references on --threads host threads per job (default: the cores
 #      divided among the jobs), resuming from --corpus (default
@@ -65,7 +68,7 @@ while [ $# -gt 0 ]; do
     --no-regress) regress=0; shift ;;
     --wheel) wheel=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -137,17 +140,21 @@ gpu=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0), "torch", torc
 cores=$(nproc)
 log "attnfuzz $af, python $py, $gpus of $ngpu GPUs ($gpu), $cores cores"
 
-# 3. the GPU variants available here, as two groups
+# 3. the GPU variants available here, as three groups
 if [ -z "$variants" ]; then
   variants=$("$py" -m attnfuzz.targets --names available gpu campaign 2>>"$out/summary.txt" | paste -sd, -)
 fi
 [ -n "$variants" ] || { echo "gpu_campaign.sh: no GPU target variant is available here" >&2; exit 2; }
 IFS=, read -r -a vlist <<<"$variants"
 compiled_set=" $("$py" -m attnfuzz.targets --names compiled | tr '\n' ' ') "
-eager=() compiled=()
+serving_set=" $("$py" -m attnfuzz.targets --names eager serving | tr '\n' ' ') "
+eager=() serving=() compiled=()
 for v in "${vlist[@]}"; do
   case $compiled_set in
-    *" $v "*) compiled+=(--backend "target:$v") ;;
+    *" $v "*) compiled+=(--backend "target:$v"); continue ;;
+  esac
+  case $serving_set in
+    *" $v "*) serving+=(--backend "target:$v") ;;
     *) eager+=(--backend "target:$v") ;;
   esac
 done
@@ -161,11 +168,12 @@ if [ "$bench" != 0 ]; then
     --out "$out/bench" "${blist[@]}" 2>>"$out/bench.log" | tee -a "$out/summary.txt"
 fi
 
-# 4. the campaigns: per card, the eager group and the compiled group
+# 4. the campaigns: per card, the eager, serving and compiled groups
 if [ "$time_s" != 0 ]; then
   [ -z "$corpus" ] && [ -d corpus/findings/torch-cuda/bundles ] && corpus=corpus/findings/torch-cuda/bundles
   groups=0 jobs_per_card=0
   [ ${#eager[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + eager_jobs))
+  [ ${#serving[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + 1))
   [ ${#compiled[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + 1))
   th=${threads:-$(( cores / (gpus * jobs_per_card) > 1 ? cores / (gpus * jobs_per_card) : 1 ))}
   cargs=(--time "$time_s" --crashes "$out/crashes" --threads "$th" --quiet)
@@ -173,21 +181,22 @@ if [ "$time_s" != 0 ]; then
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 \
     >"$out/gpu-util.csv" 2>/dev/null & smi=$!
   pids=()
+  # start GROUP CARD SEED BATCH JOBS --backend ...: one group's campaign on one card
+  start() {
+    local group=$1 g=$2 seed=$3 b=$4 jobs=$5
+    shift 5
+    [ $# -gt 0 ] || return 0
+    local j=(); [ "$jobs" -gt 1 ] && j=(--jobs "$jobs")
+    CUDA_VISIBLE_DEVICES=${visible[$g]} "$af" fuzz "$@" "${j[@]}" --batch "$b" --seed "$seed" \
+      --stats "$out/stats-$group-gpu$g.json" "${cargs[@]}" "${extra[@]}" 2>"$out/campaign-$group-gpu$g.log" &
+    pids+=($!)
+  }
   for ((g = 0; g < gpus; g++)); do
-    dev=${visible[$g]}
-    if [ ${#eager[@]} -gt 0 ]; then
-      ej=(); [ "$eager_jobs" -gt 1 ] && ej=(--jobs "$eager_jobs")
-      CUDA_VISIBLE_DEVICES=$dev "$af" fuzz "${eager[@]}" "${ej[@]}" --batch "$batch" --seed $((1 + g)) \
-        --stats "$out/stats-eager-gpu$g.json" "${cargs[@]}" "${extra[@]}" 2>"$out/campaign-eager-gpu$g.log" &
-      pids+=($!)
-    fi
-    if [ ${#compiled[@]} -gt 0 ]; then
-      CUDA_VISIBLE_DEVICES=$dev "$af" fuzz "${compiled[@]}" --batch 16 --seed $((101 + g)) \
-        --stats "$out/stats-compiled-gpu$g.json" "${cargs[@]}" "${extra[@]}" 2>"$out/campaign-compiled-gpu$g.log" &
-      pids+=($!)
-    fi
+    start eager "$g" $((1 + g)) "$batch" "$eager_jobs" "${eager[@]}"
+    start serving "$g" $((201 + g)) "$batch" 1 "${serving[@]}"
+    start compiled "$g" $((101 + g)) 16 1 "${compiled[@]}"
   done
-  log "campaigns: ${#pids[@]} campaigns ($gpus card(s) x $groups group(s); the eager group $eager_jobs job(s)), --threads $th, --batch $batch (eager) / 16 (compiled), $time_s s"
+  log "campaigns: ${#pids[@]} campaigns ($gpus card(s) x $groups group(s); the eager group $eager_jobs job(s)), --threads $th, --batch $batch (eager, serving) / 16 (compiled), $time_s s"
   for p in "${pids[@]}"; do wait "$p" || true; done
   kill "$smi" 2>/dev/null || true
   wait "$smi" 2>/dev/null || true
