@@ -23,6 +23,7 @@ typedef struct count_ctx {
     atomic_uint side;     /* side calls */
     atomic_uint before;   /* pieces finished when the side work began */
     bool saw_helper;      /* the side work saw a piece finish while it waited */
+    double wait_s;        /* how long the side work waits for one (0: 5 s) */
 } count_ctx;
 
 static void count_one(void *arg, size_t i) {
@@ -47,8 +48,8 @@ static void test_every_piece_once(void **state) {
         }
 }
 
-/* The side work: notes what had finished when it began, then waits (at most 5 s) for a
- * piece to finish, which with helper threads happens while it waits. */
+/* The side work: notes what had finished when it began, then waits (at most wait_s, or
+ * 5 s) for a piece to finish, which with helper threads happens while it waits. */
 static void side_wait(void *arg) {
     count_ctx *c = arg;
     atomic_fetch_add(&c->side, 1);
@@ -61,7 +62,8 @@ static void side_wait(void *arg) {
             return;
         }
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > 5.0) return;
+        double limit = c->wait_s > 0 ? c->wait_s : 5.0;
+        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) > limit) return;
         nanosleep(&nap, NULL);
     }
 }
@@ -70,9 +72,11 @@ static void test_beside_runs_alongside(void **state) {
     (void)state;
     static const size_t ns[] = {1, 3, 64};
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++) {
-        /* one thread: the side work first, then every piece here */
+        /* one thread: the side work first (nothing can finish while it waits), then every
+         * piece here */
         static count_ctx c;
         memset(&c, 0, sizeof c);
+        c.wait_s = 0.05;
         af_parallel_for_beside(ns[a], 1, count_one, &c, side_wait, &c);
         assert_int_equal(atomic_load(&c.side), 1);
         assert_int_equal(atomic_load(&c.before), 0);
@@ -90,6 +94,7 @@ static void test_beside_runs_alongside(void **state) {
     /* no pieces: the side work still runs once; no side work: as af_parallel_for */
     static count_ctx c;
     memset(&c, 0, sizeof c);
+    c.wait_s = 0.05;
     af_parallel_for_beside(0, 4, count_one, &c, side_wait, &c);
     assert_int_equal(atomic_load(&c.side), 1);
     memset(&c, 0, sizeof c);

@@ -679,6 +679,7 @@ af_status af_exec_batch_send(af_exec *x, const af_case *cases, const uint32_t *s
     b->state = AF_BANK_IDLE; /* until it is sent whole */
     b->n = n;
     if (x->cur == b) x->cur = NULL; /* its slots are overwritten: nothing to select */
+    x->skip_next = 0; /* for single executions only */
     for (size_t i = 0; i < n; i++) b->slots[i]->skip = skips ? skips[i] : 0;
     memset(b->begun, 0, sizeof b->begun);
     af_exec_batch_ctx ctx = {x, b, cases};
@@ -704,7 +705,7 @@ af_status af_exec_batch_send(af_exec *x, const af_case *cases, const uint32_t *s
         for (size_t j = 0; j < b->cnt[k]; j++) in[j] = af_inputs_get(b->slots[b->idx[k][j]]->in);
         AF_TRY(af_backend_batch_begin(x->be[k], in, b->cnt[k], err));
         b->begun[k] = true;
-        b->state = AF_BANK_SENT; /* from here on it must be collected */
+        b->state = AF_BANK_SENT; /* a frame is out: the bank must be collected, even if a later begin fails */
     }
     b->state = AF_BANK_SENT;
     x->timing.backends_s += af_now() - tb;
