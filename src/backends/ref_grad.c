@@ -999,11 +999,18 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
         /* dmask in the mask's dtype; its row scales the largest |dS| sum of the row */
         af_dtype mdt = c->amask.dtype;
         size_t rows = g.mne[0] * g.mne[1] * g.mne[2], Skm = g.mne[3];
+        /* A mask broadcast over some dimension sums `terms` dS entries into each element.
+         * An implementation may hold each of them in the mask's dtype before the sum (the
+         * gradient of a stride-0 leaf: PyTorch's autograd gives one per element, summed
+         * over the broadcast afterwards), so each term's rounding is allowed, bounded
+         * through gsm (the sum of the bounds on its terms' magnitudes), not only the sum's */
+        size_t terms = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len / (rows * Skm);
         for (size_t e = 0; e < rows * Skm; e++) {
             double x = g.dmask[e];
             grads[3][e] = g.honest ? (double)af_round_f32((float)x, mdt) : x;
-            if (opts->sens[3])
-                opts->sens[3][e] += af_dtype_eps(mdt) * af_rg_fabs(grads[3][e]) + 0.5 * af_dtype_min_subnormal(mdt);
+            if (!opts->sens[3]) continue;
+            double mag = terms > 1 && af_rg_fabs(grads[3][e]) < g.gsm[e] ? g.gsm[e] : af_rg_fabs(grads[3][e]);
+            opts->sens[3][e] += af_dtype_eps(mdt) * mag + 0.5 * af_dtype_min_subnormal(mdt) * (double)terms;
         }
         if (opts->gscale[3])
             for (size_t r = 0; r < rows; r++) {
