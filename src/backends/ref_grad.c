@@ -57,7 +57,7 @@
 enum { WS_K, WS_KZ, WS_KSAVED, WS_KBAD, WS_V, WS_VSAVED, WS_VBAD, WS_DK, WS_DV, WS_KNORM, WS_Q, WS_QZ, WS_QSAVED,
        WS_QBAD, WS_DO, WS_DOZ, WS_DOSAVED, WS_DOBAD, WS_QNORM, WS_S, WS_SPRE, WS_PD, WS_DP, WS_A, WS_DQ, WS_ADD,
        WS_LIVE, WS_KEEP, WS_ROWST, WS_RISKY, WS_GSQ, WS_GSKV, WS_UNST, WS_FA, WS_FB, WS_FC, WS_ABSBUF, WS_DL, WS_D0,
-       WS_WSTAR, WS_E, WS_ABSALL, WS_XS, WS_XW, WS_DMASK, WS_GSM, WS_DSR, WS_COUNT };
+       WS_WSTAR, WS_E, WS_ABSALL, WS_XS, WS_XW, WS_DMASK, WS_GSM, WS_DMA, WS_DSR, WS_COUNT };
 _Static_assert(WS_COUNT <= AF_SCRATCH_SLOTS, "scratch slots");
 
 #define AF_RG_BLOCK_ELEMS 131072u
@@ -109,6 +109,7 @@ typedef struct af_rg {
     double *gsq, *gsk, *gsv; /* gsk: without |scale| (pscale[1]) */
     /* the mask's gradient and its row scales' work [B' Hq' Sq' Sk'] */
     double *dmask, *gsm;
+    double *dma; /* per dmask element: the sum of its dS terms' magnitudes */
     size_t mne[4], mnb[4];
 } af_rg;
 
@@ -522,6 +523,7 @@ static double af_rg_ds_row(af_rg *g, size_t b, size_t h, size_t r, size_t i) {
         for (size_t j = 0; j < Sk; j++) {
             size_t e = af_rg_mask_index(g, b, h, i, j);
             g->dmask[e] += ds[j];
+            g->dma[e] += af_rg_fabs(ds[j]);
             if (g->gsm) g->gsm[e] += A[j];
             if (E && g->o->sens[3]) g->o->sens[3][e] += E[j] + 2.0 * g->u32 * af_rg_fabs(ds[j]);
         }
@@ -917,6 +919,8 @@ static af_status af_rg_alloc(af_rg *g, af_scratch *ws, af_error *err) {
         memset(g->dmask, 0, n * sizeof *g->dmask);
         AF_RG_GET(gsm, WS_GSM, double, n);
         memset(g->gsm, 0, n * sizeof *g->gsm);
+        AF_RG_GET(dma, WS_DMA, double, n);
+        memset(g->dma, 0, n * sizeof *g->dma);
     }
 #undef AF_RG_GET
     return AF_OK;
@@ -1002,14 +1006,14 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
         /* A mask broadcast over some dimension sums `terms` dS entries into each element.
          * An implementation may hold each of them in the mask's dtype before the sum (the
          * gradient of a stride-0 leaf: PyTorch's autograd gives one per element, summed
-         * over the broadcast afterwards), so each term's rounding is allowed, bounded
-         * through gsm (the sum of the bounds on its terms' magnitudes), not only the sum's */
+         * over the broadcast afterwards), so each term's rounding is allowed (eps x the sum
+         * of the terms' magnitudes), not only the sum's */
         size_t terms = (size_t)c->batch * c->q_heads * c->q_len * c->kv_len / (rows * Skm);
         for (size_t e = 0; e < rows * Skm; e++) {
             double x = g.dmask[e];
             grads[3][e] = g.honest ? (double)af_round_f32((float)x, mdt) : x;
             if (!opts->sens[3]) continue;
-            double mag = terms > 1 && af_rg_fabs(grads[3][e]) < g.gsm[e] ? g.gsm[e] : af_rg_fabs(grads[3][e]);
+            double mag = terms > 1 ? g.dma[e] : af_rg_fabs(grads[3][e]);
             opts->sens[3][e] += af_dtype_eps(mdt) * mag + 0.5 * af_dtype_min_subnormal(mdt) * (double)terms;
         }
         if (opts->gscale[3])
