@@ -9,6 +9,10 @@ crash, exit, hang, garbage, shape, error: c_worker --fault KIND on some cases. E
   the next case), its stderr.txt holds the worker's own line about that case, the
   campaign runs every execution it was asked for (--stats) with most cases ok, and a
   crash bundle replays as a crash.
+flaky: a target that fails a case once and passes it when sent again: counted, its input
+  kept, no bundle; and regress --strict of a bundle whose worker fails only its 2nd run
+  request says "same" (a replay still shows it), of one failing only past regress's five
+  replays "fixed".
 die: a worker that exits before its hello: exit 2 with its stderr, no bundle.
 wrong_c, wrong_numpy: a deliberately wrong worker (c_worker --bug scale,
   tests/worker_wrong_numpy.py run by PYTHON) is found, its bundle replays with exit 1
@@ -163,6 +167,31 @@ def flaky(attnfuzz, c_worker, tmp):
     check(sig.get("kind") == "error" and re.fullmatch(r"[0-9a-f]{8,}", sig.get("input_hex", "") or ""),
           f"flaky: the finding's input is not kept: {sig}")
     check(not bundles(crashes), "flaky: a bundle was written for a case that passes")
+
+    # regress of a bug that shows on some runs only: a bundle of an error, replayed by a
+    # worker that fails its 2nd run request only, is the same bug (the first replay passes,
+    # the second fails); one that fails only past the replays regress makes is fixed
+    det = f"worker:{c_worker} --fault error --fault-mod 7"
+    crashes2 = os.path.join(tmp, "crashes2")
+    p = run([attnfuzz, "fuzz", "--backend", det, "--runs", "300", "--seed", "2", "--max-findings", "1",
+             "--no-minimize", "--quiet", "--crashes", crashes2])
+    found = bundles(crashes2)
+    if not check(p.returncode == 1 and len(found) == 1, f"flaky regress: exit {p.returncode}, {len(found)} bundles"):
+        return
+    for nth, want, rc in ((2, "same", 0), (9, "fixed", 1)):
+        corpus = os.path.join(tmp, "regress-%d" % nth)
+        dst = os.path.join(corpus, os.path.basename(found[0][0]))
+        shutil.copytree(found[0][0], dst)
+        path = os.path.join(dst, "case.json")
+        with open(path) as f:
+            text = f.read()
+        with open(path, "w") as f:
+            f.write(text.replace("--fault error --fault-mod 7", "--fault error --fault-run %d" % nth))
+        r = run([attnfuzz, "regress", "--strict", corpus])
+        line = next((ln for ln in r.stdout.splitlines() if os.path.basename(dst) in ln), "")
+        check(r.returncode == rc and line.startswith(want) and "replay" in line,
+              f"flaky regress (fails on run {nth}): exit {r.returncode}, {line!r}")
+        print(f"flaky regress, the worker failing on its run {nth}: {line[:140]}")
 
 
 def die(attnfuzz, c_worker, tmp):
