@@ -338,17 +338,23 @@ def inputs_for(c, seed, magnitude=1.0):
     return q, k, v, arrays
 
 
-def call_run(target, c, arrays):
-    """Calls a target's run like the worker kit does: a Case with derived values and the
-    request's views, read-only. Returns (output [B, Hq, Sq, Dv], Case, Result)."""
+def request(c, arrays):
+    """A run request as the worker kit hands it to a target: (Case with derived values and
+    the request's views, q, k, v, mask, bool_mask), the views read-only."""
     cs = Case(c, testing.derived(c))
     cs.qkv = arrays.get("qkv")
     cs.dout = arrays.get("do")
     cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
     for a in arrays.values():
         a.flags.writeable = False
-    res = target.run(cs, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
-                     bool_mask=arrays.get("bool_mask"))
+    return cs, arrays["q"], arrays["k"], arrays["v"], arrays.get("mask"), arrays.get("bool_mask")
+
+
+def call_run(target, c, arrays):
+    """Calls a target's run like the worker kit does (request()). Returns (output
+    [B, Hq, Sq, Dv], Case, Result)."""
+    cs, q, k, v, mask, bool_mask = request(c, arrays)
+    res = target.run(cs, q, k, v, mask=mask, bool_mask=bool_mask)
     if not isinstance(res, Result):
         res = Result(res)
     out = np.asarray(res.out)
@@ -542,12 +548,7 @@ def check_batch(R, tname, target, most=12):
     if len(picked) < 2:
         R.skip("%s batch: fewer than two cases run alone" % tname)
         return
-    reqs = []
-    for _, c, _, _, _, arrays, _ in picked:
-        cs = Case(c, testing.derived(c))
-        cs.qkv, cs.dout = arrays.get("qkv"), arrays.get("do")
-        cs.serving_tensors = {}
-        reqs.append((cs, arrays["q"], arrays["k"], arrays["v"], arrays.get("mask"), arrays.get("bool_mask")))
+    reqs = [request(c, arrays) for _, c, _, _, _, arrays, _ in picked]
     outs = target.run_batch(reqs)
     same = 0
     for (label, c, q, k, v, arrays, alone), (cs, *_), res in zip(picked, reqs, outs):

@@ -694,7 +694,9 @@ af_status af_exec_batch_send(af_exec *x, const af_case *cases, const uint32_t *s
         AF_TRY(af_exec_slot_outputs(x, SIZE_MAX, err));
     }
     /* 2. each backend that takes batches gets its cases now, in one frame, and works on
-     * them while the references are computed here */
+     * them while the references are computed here; from here on the bank must be collected
+     * (the backends without batches run then, case by case) */
+    b->state = AF_BANK_SENT;
     double tb = af_now();
     for (size_t k = 0; k < x->nbe; k++) {
         b->cnt[k] = 0;
@@ -705,9 +707,7 @@ af_status af_exec_batch_send(af_exec *x, const af_case *cases, const uint32_t *s
         for (size_t j = 0; j < b->cnt[k]; j++) in[j] = af_inputs_get(b->slots[b->idx[k][j]]->in);
         AF_TRY(af_backend_batch_begin(x->be[k], in, b->cnt[k], err));
         b->begun[k] = true;
-        b->state = AF_BANK_SENT; /* a frame is out: the bank must be collected, even if a later begin fails */
     }
-    b->state = AF_BANK_SENT;
     x->timing.backends_s += af_now() - tb;
     /* 3. the references, on the helper threads, while this one writes the frames whole */
     t0 = af_now();

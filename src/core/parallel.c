@@ -31,9 +31,9 @@ void af_parallel_for_beside(size_t n, unsigned threads, void (*fn)(void *ctx, si
                             void (*side)(void *side_ctx), void *side_ctx) {
     /* helpers beside this thread: one per piece at most, and one fewer when this thread
      * takes pieces from the start (no side work) */
-    size_t helpers = threads > 1 ? threads - 1 : 0;
+    size_t helpers = threads > 1 ? threads - 1 : 0, cap = side || n == 0 ? n : n - 1;
     if (helpers > AF_PARALLEL_MAX - 1) helpers = AF_PARALLEL_MAX - 1;
-    if (helpers > n - (side || n == 0 ? 0 : 1)) helpers = n - (side || n == 0 ? 0 : 1);
+    if (helpers > cap) helpers = cap;
     if (helpers == 0) {
         if (side) side(side_ctx);
         for (size_t i = 0; i < n; i++) fn(ctx, i);
