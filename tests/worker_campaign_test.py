@@ -30,6 +30,11 @@ batch: c_worker --batch 64 with errors and refusals on some cases, run with --ba
   one), the campaign goes on. batch_device: a worker that says which item faulted it
   (`crash`, the rest `not_run`, then it exits): the crash is charged to that item, the rest
   go to the next process, and each crash costs exactly one restart.
+batch_hang: a batching worker that hangs on some shapes (--timeout 1, --batch 32): every
+  timeout is charged to a case the hang is meant for; a hung batch is given up after
+  --timeout plus a multiple of the worker's seconds a case (not --timeout per case: 11
+  minutes for a stock GPU batch), and once two of its cases have hung alone the rest is not
+  run, so the campaign's wall time stays within seconds per hung batch.
 pipeline: pipelined batches (the next batch sent before the last one is checked and stored)
   beside batches one after another (--no-pipeline), each with a correct and a wrong batching
   c_worker (--bug last_column), minimization on (a minimizing step collects the batch in
@@ -408,6 +413,38 @@ def batch(attnfuzz, c_worker, tmp, fault):
               f"{s2['skipped']} skipped")
 
 
+def batch_hang(attnfuzz, c_worker, tmp):
+    mod, timeout, compile_s, runs, size = 13, 1.0, 1.0, 400, 32
+    spec = f"worker:{c_worker} --batch 64 --fault hang --fault-mod {mod}"
+    crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
+    t0 = time.monotonic()
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", str(runs), "--batch", str(size), "--seed", "4",
+             "--timeout", str(timeout), "--compile-timeout", str(compile_s), "--no-minimize", "--quiet",
+             "--crashes", crashes, "--stats", stats])
+    wall = time.monotonic() - t0
+    check(p.returncode == 1, f"batch_hang: exit {p.returncode}: {p.stderr[-800:]}")
+    s = stats_of(stats)
+    check(s["execs"] == runs, f"batch_hang: {s['execs']} executions of {runs}")
+    timeouts = s["findings_per_kind"]["timeout"]
+    check(timeouts >= 1 and s["findings_total"] == timeouts, f"batch_hang: findings {s['findings_per_kind']}")
+    for d, b in bundles(crashes):
+        c = b["case"]
+        key = c["q_len"] + c["kv_len"] + c["head_dim"]
+        check(b["kind"] == "timeout" and key % mod == 0,
+              f"batch_hang: {os.path.basename(d)} ({b['kind']}) charged to a case the hang is not meant for ({key})")
+    # a batch's cases share their shapes: each hung batch is given up at its limit
+    # (--timeout + 31 x 0.1 s + the compile allowance), then its cases run alone until two
+    # have hung (each --timeout + the allowance: a new process), the rest not run
+    hung = (timeouts + 1) // 2
+    check(s["skipped"] >= hung, f"batch_hang: {s['skipped']} cases not run after two hung ({hung} batches)")
+    per_batch = timeout + (size - 1) * 0.1 + compile_s + 2 * (timeout + compile_s) + 2.0
+    bound = hung * per_batch + 10.0
+    old = hung * (size * timeout + compile_s + size * (timeout + compile_s))
+    print(f"batch_hang: {timeouts} timeouts ({hung} hung batches) in {wall:.1f} s; bound {bound:.0f} s, "
+          f"at least {old:.0f} s with --timeout per case of a batch and every case of it alone")
+    check(wall < bound, f"batch_hang: {wall:.1f} s for {hung} hung batches, bound {bound:.0f} s")
+
+
 NEW_AMID_KNOWN = {"format": "attnfuzz-known", "version": 1, "entries": [
     {"id": "test-causal-top-left", "class": "real_bug", "title": "top-left causal alignment where bottom-right is asked",
      "backends": ["mutant:causal_top_left"], "kinds": ["diverge", "nan_mismatch", "masked_row_nan"]},
@@ -724,6 +761,8 @@ def main():
             batch(attnfuzz, c_worker, tmp, "crash")
         elif scenario == "batch_device":
             batch(attnfuzz, c_worker, tmp, "device")
+        elif scenario == "batch_hang":
+            batch_hang(attnfuzz, c_worker, tmp)
         elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known",
                           "known_crash", "pipeline"):
             globals()[scenario](attnfuzz, c_worker, tmp)

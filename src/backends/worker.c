@@ -36,6 +36,11 @@
 #define AF_WORKER_MAX_STARTS 8   /* consecutive failed starts before giving up (11 s of backoff) */
 #define AF_WORKER_SPARES 2       /* processes started ahead of a fault */
 #define AF_WORKER_BATCH_CRASHES 2 /* named crashes in one batch after which its rest is not run */
+/* A batch's limit (af_worker_batch_limit): --timeout, the compile allowance when a key is
+ * new, and per further case AF_WORKER_CASE_SLACK times the seconds a case has taken this
+ * worker (a moving average), at least AF_WORKER_CASE_FLOOR s and at most --timeout */
+#define AF_WORKER_CASE_SLACK 8.0
+#define AF_WORKER_CASE_FLOOR 0.1
 #define AF_LEARN_FEATURES (AF_CAP_COUNT + AF_LAYOUT_COUNT) /* capability bits, then q's layout */
 
 /* One child process and its pipes; its stderr kept in a ring. */
@@ -90,6 +95,7 @@ typedef struct af_worker {
     size_t nkeys;
 
     unsigned faults; /* consecutive faults (reset by an answered run) */
+    double case_s;   /* seconds an answered case took, a moving average (0: none yet) */
     const af_case *crash_case; /* the case in flight alone (NULL for a batch): a crash is its */
     uint32_t refused[AF_LEARN_FEATURES], accepted[AF_LEARN_FEATURES];
     uint32_t learned_caps, learned_layouts;
@@ -752,6 +758,23 @@ static size_t af_worker_answer_max(const af_case *c) {
     return outb + keepb + 4096;
 }
 
+/* Notes that an answered run of n cases took wall seconds (af_worker_batch_limit). */
+static void af_worker_note_case_s(af_worker *w, double wall, size_t n) {
+    double per = wall / (double)(n ? n : 1);
+    w->case_s = w->case_s > 0.0 ? 0.9 * w->case_s + 0.1 * per : per;
+}
+
+/* How long a batch of n cases may take before the worker is killed and its cases run one
+ * by one, each with --timeout (so a batch limit that is too tight costs a restart, never a
+ * wrong finding). n times --timeout, as a batch was once given, let a kernel that never
+ * returns hold a 64-case GPU batch, and its campaign, for 11 minutes; a batch's cases share
+ * one compile key and run back to back, so after the first each is allowed a multiple of
+ * what cases have taken this worker. */
+static double af_worker_batch_limit(const af_worker *w, size_t n, bool fresh) {
+    double per = fmin(w->opts.timeout, fmax(AF_WORKER_CASE_FLOOR, AF_WORKER_CASE_SLACK * w->case_s));
+    return w->opts.timeout + (double)(n ? n - 1 : 0) * per + (fresh ? w->opts.compile_timeout : 0.0);
+}
+
 /* A failed exchange (crash, timeout, a broken frame, or out of memory) as the status of the
  * request(s) in flight; the child is dead or killed after it. */
 static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xerr, bool fresh, double limit,
@@ -815,6 +838,7 @@ static af_status af_worker_run_backward(void *state, const af_case_tensors *in, 
      * after, with the next exchange or the next fault */
     w->ext.stderr_tail = af_worker_tail(&w->p);
     w->faults = 0;
+    if (!fresh) af_worker_note_case_s(w, w->ext.wall_s, 1);
     w->ext.compile_s = r.compile_s;
     w->ext.run_s = r.run_s;
     return af_worker_take(w, c, &r, payload, out, g, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
@@ -907,7 +931,7 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         cases[i] = w->bin[off + i]->c;
         max_frame += af_worker_answer_max(cases[i]);
     }
-    double limit = w->opts.timeout * (double)n + (w->bfresh ? w->opts.compile_timeout : 0.0);
+    double limit = af_worker_batch_limit(w, n, w->bfresh);
     af_error xerr;
     af_status st = af_worker_exchange(w, w->bparts, w->bnparts, max_frame, w->bstart + limit, &xerr);
     double wall = af_now() - w->bstart;
@@ -923,10 +947,20 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         /* which case was it? each alone (a restart before the first: the spare takes over) */
         af_error ferr;
         af_worker_failed(w, st, &xerr, w->bfresh, limit, &ferr);
+        unsigned faulted = 0; /* crashes and timeouts among them */
         for (size_t i = 0; i < n; i++) {
             size_t slot = off + i;
             memset(&res[i], 0, sizeof res[i]);
+            if (faulted >= AF_WORKER_BATCH_CRASHES) {
+                /* one structure (a compile key) for all: as for named crashes below, the rest
+                 * is not run (a kernel that hangs on the shape would cost each its timeout) */
+                res[i].st = af_error_set(&res[i].err, AF_ERR_UNSUPPORTED,
+                                         "unsupported: not run: %u cases of its batch crashed or hung the worker",
+                                         faulted);
+                continue;
+            }
             res[i].st = af_worker_run_backward(w, w->bin[slot], outs[i], grads ? grads[i] : NULL, &res[i].err);
+            if (res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT) faulted++;
             if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
             if (res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT ||
                 (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9)))
@@ -956,7 +990,10 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
     for (size_t i = 0; i < n && crashed == n; i++)
         if (br[i].status == AF_WP_CRASH) crashed = i;
     w->ext.stderr_tail = af_worker_tail(&w->p);
-    if (crashed == n) w->faults = 0;
+    if (crashed == n) {
+        w->faults = 0;
+        if (!w->bfresh) af_worker_note_case_s(w, wall, n); /* a compile is not a case's time */
+    }
     w->ext.wall_s = wall;
     for (size_t i = 0; i < crashed; i++) {
         size_t slot = off + i;

@@ -354,8 +354,22 @@ void af_proc_kill(pid_t pid, bool group, int *wstatus) {
     if (pid <= 0) return;
     if (group) kill(-pid, SIGKILL);
     kill(pid, SIGKILL);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    int ws = SIGKILL; /* as waitpid reports a death by SIGKILL */
+    double end = af_now() + AF_PROC_KILL_WAIT, nap = 1e-4;
+    for (;;) {
+        pid_t r = waitpid(pid, &ws, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) break;
+        if (r == 0 && af_now() >= end) {
+            ws = SIGKILL;
+            fprintf(stderr, "attnfuzz: process %d has not ended %.0f s after SIGKILL; left behind\n", (int)pid,
+                    AF_PROC_KILL_WAIT);
+            break;
+        }
+        if (r == 0) {
+            struct timespec ts = {0, (long)(nap * 1e9)};
+            nanosleep(&ts, NULL);
+            nap = fmin(nap * 2.0, 0.01);
+        }
     }
     if (wstatus) *wstatus = ws;
 }

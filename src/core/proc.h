@@ -132,7 +132,11 @@ bool af_proc_ended(pid_t pid);
 
 /* SIGKILL to pid and, when group, to its process group (a child started with new_group:
  * what it started goes too), then reaps pid; *wstatus (may be NULL) gets how it ended,
- * its own exit status when it had ended before. pid <= 0 does nothing. */
+ * its own exit status when it had ended before. pid <= 0 does nothing. A child that has
+ * not ended AF_PROC_KILL_WAIT seconds after the signal (a process cannot die while its
+ * GPU driver tears down a context whose kernel does not stop) is left unreaped, said so on
+ * stderr once per child, and counted as killed by SIGKILL: the caller goes on. */
+#define AF_PROC_KILL_WAIT 10.0
 void af_proc_kill(pid_t pid, bool group, int *wstatus);
 
 /* How a child ended, in words: "exited with status 3", "was killed by signal 9 (Killed)". */
