@@ -352,11 +352,15 @@ class ServingTarget(_base.Target):
             if not any(nq for nq, _ in lens) or not any(nk for _, nk in lens):
                 raise Unsupported("sdpa_jagged: nested tensors need a non-empty query and key segment")
         if self.kind == "jagged" and case.causal:
-            # NJT's is_causal: top-left per sequence on the math path, bottom-right on flash;
-            # sent only where the two agree
+            # NJT's is_causal: top-left per sequence on the math path (the CPU's), bottom-right
+            # on the fused kernels CUDA picks (by dtype and shape): on the CPU sent where the
+            # diagonal starts at 0, on CUDA only where a segment has as many queries as keys
+            # (the two alignments agree; an H100 campaign gave 22 diverging bundles of top-left
+            # cases with Sq != Sk before)
             for b, (nq, nk) in enumerate(segment_lengths(case)):
-                if nq and case.diag_offset[b] != 0:
-                    raise Unsupported("sdpa_jagged: is_causal only where every segment's diagonal starts at 0")
+                if nq and (case.diag_offset[b] != 0 or (self.cuda and nq != nk)):
+                    raise Unsupported("sdpa_jagged: is_causal only where every segment's diagonal starts at 0"
+                                      + (" and it has as many queries as keys" if self.cuda else ""))
         if self.kind == "varlen":
             if case.head_dim != case.v_head_dim:
                 raise Unsupported("varlen_attn needs head_dim == v_head_dim")
