@@ -310,11 +310,21 @@ class ServingTarget(_base.Target):
             caps = [c for c in _COMMON if c != "f32"] + ["window"]
             limits.update(max_head_dim=256, head_dim_multiple=8)
             conv["causal"] = ["bottom_right", "bottom_right_valid"]
+        if self.kind == "jagged":
+            # NJT's math path (all of the CPU's, and CUDA's cases the fused kernels refuse)
+            # hands the strided nested tensors to _scaled_dot_product_attention_math, which
+            # computes Q K^T and the softmax in the case dtype: f16 scores past 65504 are Inf,
+            # the row NaN (where dense SDPA is right), and bf16 errors 20x dense SDPA's
+            # (measured on torch 2.15's CPU; 133 f16 bundles of an H100 campaign, each NaN on
+            # the CPU variant too). pytorch#119131 is the dense math kernel's same class.
+            conv["scores"] = ["f16", "bf16"]
         # the CPU's bf16 GEMM may read subnormal bf16 as 0 (as the dense variants declare)
         if not self.cuda and "bf16" in caps and _torch_layouts.cpu_bf16_gemm_flushes():
             conv["denormals"] = ["bf16"]
         if self.cuda:
             self._warm()
+            if self.kind == "jagged" and self._f32_flushes_denormals():
+                conv["denormals"] = ["f32"]
         return {"caps": caps, "limits": limits, "conventions": conv}
 
     def _warm(self):
@@ -335,6 +345,23 @@ class ServingTarget(_base.Target):
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - a warm-up only
             pass
+
+    def _f32_flushes_denormals(self):
+        """Measured: do NJT's f32 calls (CUDA's memory-efficient kernel) give a V of
+        subnormal values with more than its rounding's error (1e-4 of it)? That kernel keeps
+        about 11 bits of a subnormal V (torch.py's TorchTarget._flushes_denormals)."""
+        torch = self.torch
+        try:
+            q = torch.ones(2, 1, 16, dtype=torch.float32, device=self.device)
+            v = ((torch.arange(32, dtype=torch.float64) % 7 + 1) * (1 - 2 * (torch.arange(32) % 2)) * 1.1e-39)
+            v = v.reshape(2, 1, 16).to(torch.float32).to(self.device)
+            nt = lambda x: torch.nested.nested_tensor([x], layout=torch.jagged).transpose(1, 2)
+            o = torch.nn.functional.scaled_dot_product_attention(nt(q), nt(q), nt(v)).unbind()[0].transpose(0, 1)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - a probe only: nothing declared
+            return False
+        exact = v.double().mean(dim=0, keepdim=True).expand_as(o)
+        return bool((o == 0).all()) or float(((o.double() - exact).abs() / exact.abs()).max()) > 1e-4
 
     def hello(self):
         h = super().hello()
