@@ -391,8 +391,12 @@ class ServingTarget(_base.Target):
         if self.kind == "varlen":
             if case.head_dim != case.v_head_dim:
                 raise Unsupported("varlen_attn needs head_dim == v_head_dim")
-            if case.key_padding is not None and case.causal and case.diagonal == "bottom_right":
-                raise Unsupported("varlen aligns causal to each sequence's valid keys (bottom_right_valid)")
+            # a causal mask or a window: aligned to each sequence's valid keys (the padded
+            # batch's bottom-right is another diagonal; windowed cases of it diverged on the H100)
+            if case.key_padding is not None and (case.causal or tuple(case.window) != (-1, -1)) \
+                    and case.diagonal == "bottom_right":
+                raise Unsupported("varlen aligns causal and window masks to each sequence's valid keys "
+                                  "(bottom_right_valid)")
         if self.kind == "flex_paged" and case.paged and self.cuda and case.page_size % 16:
             raise Unsupported("FlexAttention's kernels take key blocks (pages) of a multiple of 16 tokens")
 
