@@ -301,6 +301,13 @@ class ServingTarget(_base.Target):
             # NJT's math path (the CPU one) refuses is_causal=True (_can_use_math_sdpa_jagged);
             # on CUDA the flash and efficient kernels take it
             caps = _COMMON + ["dv"] if self.cuda else [c for c in _COMMON if c != "causal"] + ["dv"]
+            # NJT's math path (all of the CPU's, and CUDA's cases the fused kernels refuse)
+            # hands the strided nested tensors to _scaled_dot_product_attention_math, which
+            # computes Q K^T and the softmax in the case dtype: f16 scores past 65504 are Inf,
+            # the row NaN (where dense SDPA is right), and bf16 errors 20x dense SDPA's
+            # (measured on torch 2.15's CPU; 133 f16 bundles of an H100 campaign, each NaN on
+            # the CPU variant too). pytorch#119131 is the dense math kernel's same class.
+            conv["scores"] = ["f16", "bf16"]
         elif self.kind == "flex_paged":
             caps = _COMMON + ["dv", "softcap", "window"]
             conv["masked_values"] = "ieee"
@@ -310,14 +317,6 @@ class ServingTarget(_base.Target):
             caps = [c for c in _COMMON if c != "f32"] + ["window"]
             limits.update(max_head_dim=256, head_dim_multiple=8)
             conv["causal"] = ["bottom_right", "bottom_right_valid"]
-        if self.kind == "jagged":
-            # NJT's math path (all of the CPU's, and CUDA's cases the fused kernels refuse)
-            # hands the strided nested tensors to _scaled_dot_product_attention_math, which
-            # computes Q K^T and the softmax in the case dtype: f16 scores past 65504 are Inf,
-            # the row NaN (where dense SDPA is right), and bf16 errors 20x dense SDPA's
-            # (measured on torch 2.15's CPU; 133 f16 bundles of an H100 campaign, each NaN on
-            # the CPU variant too). pytorch#119131 is the dense math kernel's same class.
-            conv["scores"] = ["f16", "bf16"]
         # the CPU's bf16 GEMM may read subnormal bf16 as 0 (as the dense variants declare)
         if not self.cuda and "bf16" in caps and _torch_layouts.cpu_bf16_gemm_flushes():
             conv["denormals"] = ["bf16"]
@@ -325,7 +324,33 @@ class ServingTarget(_base.Target):
             self._warm()
             if self.kind == "jagged" and self._f32_flushes_denormals():
                 conv["denormals"] = ["f32"]
+            if self.kind in ("jagged", "varlen") and self._masked_values_leak():
+                conv["masked_values"] = "ieee"
         return {"caps": caps, "limits": limits, "conventions": conv}
+
+    def _masked_values_leak(self):
+        """Measured, as the dense SDPA variants measure it: does a NaN in the value row of a
+        key that a causal mask hides from query 0 reach query 0's output (P @ V over a
+        block's masked keys too: 0 * NaN)? 40 masked_value_leak bundles of the H100 run of
+        2026-11-28 (causal, a NaN or Inf in V) asked for it."""
+        torch = self.torch
+        try:
+            x = torch.ones(2, 1, 16, dtype=torch.float16, device=self.device)
+            v = x.clone()
+            v[1] = float("nan")
+            cu = torch.tensor([0, 2], dtype=torch.int32, device=self.device)
+            if self.kind == "jagged":
+                o = jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, x, v, cu, cu, True, None)
+            else:
+                from torch.nn.attention.varlen import varlen_attn
+                params = inspect.signature(varlen_attn).parameters
+                kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+                o = varlen_attn(x, x, v, cu, cu, 2, 2, **kw)
+            torch.cuda.synchronize()
+            return bool(torch.isnan(o[0]).any())
+        except Exception:  # noqa: BLE001 - a probe only: nothing declared
+            return False
+
 
     def _warm(self):
         """One tiny call of the variant's op before the hello: its first call imports and
