@@ -13,13 +13,16 @@
 #      eager kernels, the eager serving paths (variants that declare a serving form: nested
 #      jagged tensors and varlen_attn, whose Python dispatch costs several milliseconds a
 #      case, where a dense kernel's case costs about one; the dense kernels would wait on
-#      them) and the compiled ones;
+#      them) and the compiled ones, a group per stack (torch's and jax's compile per shape
+#      apart: a batch waits for its slowest worker, and one stack's compiles need not hold
+#      the other's cases);
 #   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
 #      CUDA_VISIBLE_DEVICES; --cards LIST names the card of each, e.g. 0,0 to run two cards'
 #      groups on one and check they do not get in each other's way), one campaign of each group,
 #      all for --time seconds: the eager group as --eager-jobs campaigns (default 2: a
 #      worker waits on the host's checks while the other job's run; each job one CUDA
-#      context per variant), the serving and the compiled groups as one each, cases in batches (--batch: a
+#      context per variant), the serving group and each stack's compiled group as one each,
+#      cases in batches (--batch: a
 #      worker runs a batch's cases back to back and answers them in one frame), the inputs
 #      and float64 references on --threads host threads per job (default: the cores
 #      divided among the jobs), resuming from --corpus (default
@@ -68,7 +71,7 @@ while [ $# -gt 0 ]; do
     --no-regress) regress=0; shift ;;
     --wheel) wheel=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -148,10 +151,13 @@ fi
 IFS=, read -r -a vlist <<<"$variants"
 compiled_set=" $("$py" -m attnfuzz.targets --names compiled | tr '\n' ' ') "
 serving_set=" $("$py" -m attnfuzz.targets --names eager serving | tr '\n' ' ') "
-eager=() serving=() compiled=()
+eager=() serving=() compiled_stacks=()
+declare -A compiled_of=()  # stack -> its compiled variants as --backend options
 for v in "${vlist[@]}"; do
   case $compiled_set in
-    *" $v "*) compiled+=(--backend "target:$v"); continue ;;
+    *" $v "*) st=${v%%/*}
+              [ -n "${compiled_of[$st]:-}" ] || compiled_stacks+=("$st")
+              compiled_of[$st]+=" --backend target:$v"; continue ;;
   esac
   case $serving_set in
     *" $v "*) serving+=(--backend "target:$v") ;;
@@ -174,7 +180,7 @@ if [ "$time_s" != 0 ]; then
   groups=0 jobs_per_card=0
   [ ${#eager[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + eager_jobs))
   [ ${#serving[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + 1))
-  [ ${#compiled[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + 1))
+  groups=$((groups + ${#compiled_stacks[@]})) jobs_per_card=$((jobs_per_card + ${#compiled_stacks[@]}))
   th=${threads:-$(( cores / (gpus * jobs_per_card) > 1 ? cores / (gpus * jobs_per_card) : 1 ))}
   cargs=(--time "$time_s" --crashes "$out/crashes" --threads "$th" --quiet)
   [ -n "$corpus" ] && cargs+=(--corpus "$corpus")
@@ -194,9 +200,12 @@ if [ "$time_s" != 0 ]; then
   for ((g = 0; g < gpus; g++)); do
     start eager "$g" $((1 + g)) "$batch" "$eager_jobs" "${eager[@]}"
     start serving "$g" $((201 + g)) "$batch" 1 "${serving[@]}"
-    start compiled "$g" $((101 + g)) 16 1 "${compiled[@]}"
+    for ((i = 0; i < ${#compiled_stacks[@]}; i++)); do
+      read -r -a cb <<<"${compiled_of[${compiled_stacks[$i]}]}"
+      start "compiled-${compiled_stacks[$i]}" "$g" $((101 + g + 10 * i)) 16 1 "${cb[@]}"
+    done
   done
-  log "campaigns: ${#pids[@]} campaigns ($gpus card(s) x $groups group(s); the eager group $eager_jobs job(s)), --threads $th, --batch $batch (eager, serving) / 16 (compiled), $time_s s"
+  log "campaigns: ${#pids[@]} campaigns ($gpus card(s) x $groups group(s); the eager group $eager_jobs job(s)), --threads $th, --batch $batch (eager, serving) / 16 (compiled: ${compiled_stacks[*]:-none}), $time_s s"
   for p in "${pids[@]}"; do wait "$p" || true; done
   kill "$smi" 2>/dev/null || true
   wait "$smi" 2>/dev/null || true
@@ -218,10 +227,10 @@ for path in sorted(glob.glob(os.path.join(out, "stats-*-gpu*.json"))):
                  sum(s.get("findings_per_kind", {}).values()), s.get("known_hits", 0),
                  s.get("execs", 0) / max(1, s.get("batches", 0))))
     total[group] = total.get(group, 0.0) + ran / el
-print("%-9s %-5s %9s %9s %8s %10s %13s  %s" % ("group", "card", "cases", "ran", "seconds", "ran/s", "minim+restart", "time split (s)"))
+print("%-15s %-5s %9s %9s %8s %10s %13s  %s" % ("group", "card", "cases", "ran", "seconds", "ran/s", "minim+restart", "time split (s)"))
 for g, gpu, ex, ran, el, rate, share, busy, nf, kh, per in rows:
     split = " ".join("%s %.0f" % (k, v) for k, v in busy.items())
-    print("%-9s %-5s %9d %9d %8.0f %10.1f %12.1f%%  %s; bundles %d, known hits %d, %.1f cases a batch"
+    print("%-15s %-5s %9d %9d %8.0f %10.1f %12.1f%%  %s; bundles %d, known hits %d, %.1f cases a batch"
           % (g, gpu, ex, ran, el, rate, share, split, nf, kh, per))
 for g, r in sorted(total.items()):
     print("total %s: %.1f cases/s (each case through every variant of the group)" % (g, r))
