@@ -2,6 +2,8 @@
 the torch and tvm targets share (both build torch nn.Modules fed the physical layout).
 Only torch, numpy and math: repro snippets copy these functions verbatim."""
 
+import math
+
 import numpy as np
 
 
@@ -119,3 +121,22 @@ def cpu_bf16_gemm_flushes():
         b = torch.full((1, 1, 16, 128), 1e-39, dtype=torch.bfloat16)
         _CPU_BF16_FLUSH.append(bool(((a @ b) == 0).all()))
     return _CPU_BF16_FLUSH[0]
+
+
+def subnormal_values(torch, shape, dtype, device):
+    """A probe's V: distinct subnormal values of about 1e-39 (alternating signs by element,
+    a full mantissa each), in dtype on device."""
+    n = math.prod(shape)
+    i = torch.arange(n, dtype=torch.float64)
+    v = (i % 7 + 1) * (1 - 2 * (i % 2)) * 1.1e-39
+    return v.reshape(shape).to(dtype).to(device)
+
+
+def flushes_subnormals(out, exact, partial=True):
+    """Did a probe's output lose its subnormal values: all 0 (flushed), or, with partial,
+    more than 1e-4 off the exact values (a subnormal's rounding is about 1e-6 of it; the
+    math kernels stay within 5e-6)?"""
+    if bool((out == 0).all()):
+        return True
+    return partial and float(((out.double() - exact).abs() / exact.abs()).max()) > 1e-4
+
