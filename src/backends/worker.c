@@ -960,10 +960,10 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
                 continue;
             }
             res[i].st = af_worker_run_backward(w, w->bin[slot], outs[i], grads ? grads[i] : NULL, &res[i].err);
-            if (res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT) faulted++;
             if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
-            if (res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT ||
-                (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9)))
+            bool fault = res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT;
+            faulted += fault;
+            if (fault || (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9)))
                 af_worker_keep_tail(w, slot, &res[i]);
             res[i].compile_s = w->ext.compile_s;
             res[i].run_s = w->ext.run_s;

@@ -328,6 +328,25 @@ class ServingTarget(_base.Target):
                 conv["masked_values"] = "ieee"
         return {"caps": caps, "limits": limits, "conventions": conv}
 
+    def _warm(self):
+        """One tiny call of the variant's op before the hello: its first call imports and
+        registers what the op needs (torch.fx's symbolic shapes, the custom ops and their
+        Triton wrappers: 17 s of an H200 worker's first minute, measured), which a worker
+        started ahead of a fault (a spare) should have done before it takes over. A
+        warm-up that fails leaves that to the first case."""
+        torch = self.torch
+        try:
+            x = torch.ones(4, 1, 8, dtype=torch.float16, device=self.device)
+            cu = torch.tensor([0, 1, 4], dtype=torch.int32, device=self.device)
+            if self.kind == "jagged":
+                jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, x, x, cu, cu, False, None)
+            elif self.kind == "varlen":
+                from torch.nn.attention.varlen import varlen_attn
+                varlen_attn(x, x, x, cu, cu, 3, 3)
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - a warm-up only
+            pass
+
     def _masked_values_leak(self):
         """Measured, as the dense SDPA variants measure it: does a NaN in the value row of a
         key that a causal mask hides from query 0 reach query 0's output (P @ V over a
@@ -351,26 +370,6 @@ class ServingTarget(_base.Target):
         except Exception:  # noqa: BLE001 - a probe only: nothing declared
             return False
 
-
-    def _warm(self):
-        """One tiny call of the variant's op before the hello: its first call imports and
-        registers what the op needs (torch.fx's symbolic shapes, the custom ops and their
-        Triton wrappers: 17 s of an H200 worker's first minute, measured), which a worker
-        started ahead of a fault (a spare) should have done before it takes over. A
-        warm-up that fails leaves that to the first case."""
-        torch = self.torch
-        try:
-            x = torch.ones(4, 1, 8, dtype=torch.float16, device=self.device)
-            cu = torch.tensor([0, 1, 4], dtype=torch.int32, device=self.device)
-            if self.kind == "jagged":
-                jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, x, x, cu, cu, False, None)
-            elif self.kind == "varlen":
-                from torch.nn.attention.varlen import varlen_attn
-                varlen_attn(x, x, x, cu, cu, 3, 3)
-            torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - a warm-up only
-            pass
-
     def _f32_flushes_denormals(self):
         """Measured: do NJT's f32 calls (CUDA's memory-efficient kernel) give a V of
         subnormal values with more than its rounding's error (1e-4 of it)? That kernel keeps
@@ -379,8 +378,8 @@ class ServingTarget(_base.Target):
         try:
             q = torch.ones(2, 1, 16, dtype=torch.float32, device=self.device)
             v = _torch_layouts.subnormal_values(torch, (2, 1, 16), torch.float32, self.device)
-            nt = lambda x: torch.nested.nested_tensor([x], layout=torch.jagged).transpose(1, 2)
-            o = torch.nn.functional.scaled_dot_product_attention(nt(q), nt(q), nt(v)).unbind()[0].transpose(0, 1)
+            cu = torch.tensor([0, 2], dtype=torch.int32, device=self.device)
+            o = jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), q, q, v, cu, cu, False, None)
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - a probe only: nothing declared
             return False
