@@ -1,8 +1,10 @@
-"""_torch_batch.Staging: a batch's inputs staged as one buffer give views equal to the numpy
+"""_torch_batch.Staging and Download. Staging: a batch's inputs staged as one buffer give views equal to the numpy
 inputs (values, shapes, element strides, dtypes: permuted, stride-0, packed and bf16 views),
 each span at a 256-byte boundary, packed views inside their buffer's slot, and an input whose
-offset cannot be expressed in elements left as numpy. On the CPU (the buffer copied, not
-sent to a GPU); skipped without torch."""
+offset cannot be expressed in elements left as numpy. Download: a batch's result tensors
+(permuted, broadcast, bf16, bool, empty, in gradient dicts) come back as contiguous numpy
+arrays equal to them, other items left alone, one buffer reused. On the CPU (the buffers
+copied, not sent to a GPU); skipped without torch."""
 
 import unittest
 
@@ -119,6 +121,54 @@ class Staging(unittest.TestCase):
         from attnfuzz.targets._torch_layouts import to_torch
         t = torch.arange(6.0).reshape(2, 3).t()
         self.assertIs(to_torch(t, "cpu"), t)
+
+
+class FakeResult:
+    def __init__(self, out=None, dropout_keep=None, grads=None):
+        self.out, self.dropout_keep, self.grads = out, dropout_keep, grads
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class Download(unittest.TestCase):
+    def test_results_come_back_equal(self):
+        from attnfuzz.targets import _torch_batch
+        g = torch.Generator().manual_seed(3)
+        out0 = torch.randn(2, 5, 3, 4, generator=g).permute(0, 2, 1, 3)      # not contiguous
+        keep = torch.rand(2, 3, 5, 7, generator=g) > 0.5
+        dq = torch.randn(1, 2, 3, 8, generator=g).to(torch.bfloat16)
+        dk = torch.randn(1, 1, 3, 8, generator=g).expand(1, 2, 3, 8)         # stride 0
+        out1 = torch.randn(3, 1, generator=g, dtype=torch.float64)[:, :1].t()
+        empty = torch.empty(0, 4, dtype=torch.float16)
+        already = np.arange(4.0)
+        refused = ValueError("not run")
+        res = [FakeResult(out0, keep), refused, FakeResult(out1, grads={"dq": dq, "dk": dk, "dv": empty}),
+               FakeResult(already)]
+        want = [out0.clone(), keep.clone(), out1.clone(), dq.clone(), dk.clone(), empty.clone()]
+        dl = _torch_batch.Download(torch)
+        got = dl.fetch(res)
+        self.assertIs(got, res)
+        self.assertIs(res[1], refused)
+        self.assertIs(res[3].out, already)
+        arrays = [res[0].out, res[0].dropout_keep, res[2].out, res[2].grads["dq"], res[2].grads["dk"],
+                  res[2].grads["dv"]]
+        for a, w in zip(arrays, want):
+            self.assertIsInstance(a, np.ndarray)
+            self.assertTrue(a.flags.c_contiguous)
+            self.assertEqual(a.shape, tuple(w.shape))
+            np.testing.assert_array_equal(as_f64(a), as_f64(w))
+        self.assertEqual(res[2].grads["dq"].dtype, ml_dtypes.bfloat16)
+        self.assertEqual(res[0].dropout_keep.dtype, np.bool_)
+        # each array a view of the one buffer, at a 64-byte boundary
+        base = dl.pinned.numpy().__array_interface__["data"][0]
+        for a in arrays[:5]:
+            off = a.__array_interface__["data"][0] - base
+            self.assertTrue(0 <= off < dl.pinned.numel() and off % 64 == 0, off)
+        # the buffer is reused by the next fetch (the arrays handed out before are overwritten)
+        before = dl.pinned
+        small = FakeResult(torch.full((2, 2), 9.0))
+        dl.fetch([small])
+        self.assertIs(dl.pinned, before)
+        np.testing.assert_array_equal(small.out, np.full((2, 2), 9.0, np.float32))
 
 
 if __name__ == "__main__":

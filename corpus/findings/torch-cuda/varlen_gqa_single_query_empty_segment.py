@@ -15,6 +15,7 @@ same configurations through attnfuzz's worker.
 Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
 fixed, 77 with a SKIP line where it cannot run (no CUDA GPU, or no varlen_attn).
 """
+import inspect
 import sys
 
 import torch
@@ -43,7 +44,9 @@ for lq, lk, hq, hkv, expect in CONFIGS:
     k = torch.randn(sum(lk), hkv, 64, device="cuda", dtype=torch.float16)
     v = torch.randn(sum(lk), hkv, 64, device="cuda", dtype=torch.float16)
     try:
-        out = varlen_attn(q, k, v, cu(lq), cu(lk), max(lq), max(lk), enable_gqa=hq != hkv)
+        # GQA from the head counts; a torch whose varlen_attn has enable_gqa gets it
+        gqa = {"enable_gqa": True} if hq != hkv and "enable_gqa" in inspect.signature(varlen_attn).parameters else {}
+        out = varlen_attn(q, k, v, cu(lq), cu(lk), max(lq), max(lk), **gqa)
         torch.cuda.synchronize()
     except RuntimeError as e:
         print(f"queries {lq} keys {lk} Hq {hq} Hkv {hkv}: raised {str(e).splitlines()[0][:160]}")

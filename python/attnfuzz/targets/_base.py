@@ -384,19 +384,28 @@ class Target:
                 out.append(self.run(case, q, k, v, mask=mask, bool_mask=bool_mask))
             except Exception as e:  # noqa: BLE001 - the case's own status
                 if self.fatal(e):
-                    _report_fault(e)
+                    report_fault(e)
                     out.append(Fault(e))
                     break
                 out.append(e)
         return out
 
 
-def _report_fault(e):
+def report_fault(e):
     """A fault the process cannot go on from: its traceback on stderr, which attnfuzz keeps
     in the crash's bundle."""
     import traceback
     traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
     sys.stderr.flush()
+
+
+def fault_exit():
+    """Ends the worker after a fault without answering the frame in hand (a batch whose
+    faulting case is not known: attnfuzz runs its cases again one by one)."""
+    import os
+    from attnfuzz.worker import FAULT_EXIT
+    sys.stderr.flush()
+    os._exit(FAULT_EXIT)
 
 
 def _quiet_warnings():
@@ -423,7 +432,7 @@ def main(stack, target_cls, argv=None):
         sys.stderr.write("attnfuzz.targets.%s: %s is unavailable: %s\n" % (stack.name, variant, why))
         return 3
     _quiet_warnings()
-    from attnfuzz.worker import FAULT_EXIT, serve
+    from attnfuzz.worker import serve
     target = target_cls(variant)
     h = target.hello()
 
@@ -434,9 +443,8 @@ def main(stack, target_cls, argv=None):
             if target.fatal(e):
                 # the process cannot run another case (a CUDA context lost): exit, so
                 # attnfuzz records this case as a crash and starts a fresh worker
-                _report_fault(e)
-                import os
-                os._exit(FAULT_EXIT)
+                report_fault(e)
+                fault_exit()
             raise
 
     def go():

@@ -11,6 +11,12 @@ inputs' shapes and element strides (stride-0 and permuted views included). `to_t
 returns a device tensor it is given as it is, so the module code (and the repro snippets,
 which get numpy arrays) does not change. ATTNFUZZ_TORCH_STAGING=0 in a worker's environment
 turns it off (each tensor copied alone, as before), to compare.
+
+The way back: `Download.fetch` brings every device tensor of a batch's results (outputs,
+gradients, keep masks) into one pinned host buffer with asynchronous copies and waits for
+the device once. A worker that synchronized and copied each case's tensors alone waited on
+the device four or five times a case, and with many processes sharing a GPU each wait is a
+turn of the card's time slicing.
 """
 
 import numpy as np
@@ -111,3 +117,61 @@ class Staging:
                 case.dout = swap(case.dout)
             out.append((case, swap(q), swap(k), swap(v), swap(mask), swap(bool_mask)))
         return out
+
+
+class Download:
+    """One worker's pinned buffer for results (grown as batches need, reused: the numpy
+    arrays fetch hands out are views of it, valid until the next fetch)."""
+
+    ALIGN = 64
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.pinned = None
+
+    def fetch(self, results, attrs=("out", "dropout_keep"), dict_attrs=("grads",)):
+        """Every torch tensor found in results' attrs (and in the dicts of dict_attrs) copied
+        to the host as numpy (bfloat16 as ml_dtypes.bfloat16, contiguous), in place; other
+        items (exceptions, numpy arrays, None) left as they are. On a CUDA device the copies
+        are asynchronous and followed by one synchronization, which raises any error the
+        batch's kernels left behind."""
+        torch = self.torch
+        found = []  # (holder, key, tensor)
+        for res in results:
+            for a in attrs:
+                t = getattr(res, a, None)
+                if isinstance(t, torch.Tensor):
+                    found.append((res, a, t))
+            for a in dict_attrs:
+                d = getattr(res, a, None)
+                if isinstance(d, dict):
+                    found.extend((d, n, t) for n, t in d.items() if isinstance(t, torch.Tensor))
+        if not found:
+            return results
+        places, total = [], 0
+        for _, _, t in found:
+            places.append(total)
+            total += (t.numel() * t.element_size() + self.ALIGN - 1) // self.ALIGN * self.ALIGN
+        cuda = any(t.is_cuda for _, _, t in found)
+        if self.pinned is None or self.pinned.numel() < total or self.pinned.is_pinned() != cuda:
+            size = max(total, int(1.5 * (self.pinned.numel() if self.pinned is not None else 0)), 1)
+            self.pinned = torch.empty(size, dtype=torch.uint8, pin_memory=cuda)
+        hosts = []
+        for (_, _, t), off in zip(found, places):
+            n = t.numel() * t.element_size()
+            dst = self.pinned[off:off + n].view(t.dtype).view(t.shape)
+            dst.copy_(t.detach(), non_blocking=t.is_cuda)
+            hosts.append(dst)
+        if cuda:
+            torch.cuda.current_stream().synchronize()
+        for (holder, key, _), h in zip(found, hosts):
+            if h.dtype == torch.bfloat16:
+                import ml_dtypes
+                a = h.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+            else:
+                a = h.numpy()
+            if isinstance(holder, dict):
+                holder[key] = a
+            else:
+                setattr(holder, key, a)
+        return results

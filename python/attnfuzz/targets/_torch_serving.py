@@ -450,10 +450,15 @@ class ServingTarget(_base.Target):
         # NoValidChoicesError: Inductor has no FlexAttention kernel config whose tiles divide
         # the block mask's blocks (a case's page size) for this dtype and head dim
         # "No viable backend": SDPA's dispatcher found no kernel that takes the nested case;
-        # "must have contiguous last dimension": FlashAttention varlen's input check
+        # "must have contiguous last dimension": FlashAttention varlen's input check;
+        # "is not correctly aligned", "cutlassF/B: no kernel found": the memory-efficient
+        # kernel's own input checks, which NJT's dispatch reaches on packed strided inputs
+        # as dense F.sdpa does (the dense variants answer them unsupported too: torch.py
+        # _KERNEL_CHECKS)
         for pat in ("NotImplementedError: NYI", "not supported", "must be a multiple", "does not support",
                     "NoValidChoicesError", "No viable backend for scaled_dot_product_attention",
-                    "must have contiguous last dimension"):
+                    "must have contiguous last dimension", "is not correctly aligned",
+                    "cutlassF: no kernel found", "cutlassB: no kernel found"):
             if pat in msg:
                 return "torch/%s: %s" % (self.variant, msg.strip().splitlines()[0][:300])
         return None

@@ -33,7 +33,9 @@ declared denormals "flush" for every variant. The explicit function's einsum mak
 scores in the case dtype (scores "dtype").
 Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
 -0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
-attention over all keys (declared: masked_rows "unmasked"); it takes a right window only as 0 or under plain causal, and a
+attention over all keys in f16 (declared: masked_rows "unmasked") and as the mean of V in
+bf16, where the bias swamps the scores (a known convention entry); a masked key whose f16
+score exceeds the live ones by more than 0.7 * 65504 keeps its weight (a known bug); it takes a right window only as 0 or under plain causal, and a
 window only for Sq <= Sk (other windows go in the boolean mask here), and wants bias and
 mask at full Sq x Sk (broadcast here). The explicit function gives NaN for fully masked
 rows (softmax of all -inf).
@@ -389,8 +391,12 @@ class Target(_base.Target):
             caps = base if _has_gpu() else [c for c in base if c != "f16"]
         else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
             caps = [c for c in base if c != "f32"]
-            # the boolean mask is added as a finite bias: a fully masked row is plain attention,
-            # and an Inf score of a masked key stays Inf (Inf + finite): NaN rows
+            # the boolean mask is added as a finite bias (-0.7 * finfo.max): in f16 (about
+            # -45853) a fully masked row is plain attention; in bf16 (about -2.4e38) the bias
+            # swamps the scores and the row is the mean of V (measured on an H200, 2026-11-28:
+            # the known convention jax-cudnn-bf16-masked-row-mean, until a hello can declare
+            # masked_rows per dtype); an Inf score of a masked key stays Inf (Inf + finite): NaN
+            # rows
             conv["masked_rows"] = "unmasked"
             conv["masked_keys"] = "ieee"
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})

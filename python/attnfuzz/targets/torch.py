@@ -60,6 +60,7 @@ import math
 import os
 import shutil
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -519,6 +520,8 @@ class Target(_base.Target):
         self.PLANS = self.cuda and self.backend == "CUDNN_ATTENTION"
         self._cases = 0
         self._staging = None
+        self._download = None
+        self._deferred = False  # in a CUDA batch: execute leaves the results on the device
         self._tf32 = None  # the allow_tf32 flags last set (execute sets them when a case changes them)
         self.CACHE_SIZE = 32 if self.compiled else 256
         super().__init__(variant)
@@ -723,9 +726,10 @@ class Target(_base.Target):
                 res = Result(o, layout="bhsd", grads=g)
             else:
                 res = Result(mod(*args), layout=cfg["out_layout"])
+            if self._deferred:
+                return res      # run_batch brings the batch's tensors back with one wait
             if self.cuda:
-                # each case synchronized: a device fault shows on the case that caused
-                # it (a batch then ends there: _base.run_batch), for microseconds a case
+                # a single case synchronized: a device fault shows on the case that caused it
                 torch.cuda.synchronize()
             return _host(res)
         except RuntimeError as e:
@@ -745,13 +749,44 @@ class Target(_base.Target):
                 torch.cuda.empty_cache()
 
     def run_batch(self, requests):
-        # on CUDA, every input of the batch uploaded in one copy (_torch_batch), unless
-        # ATTNFUZZ_TORCH_STAGING=0 (each tensor copied alone, to compare)
+        """A batch's cases run back to back and their results brought to the host with one
+        wait at the end (_torch_batch.Download; on the CPU too, so that the tests run this
+        path); on CUDA every input of the batch is uploaded in one copy first
+        (_torch_batch.Staging). ATTNFUZZ_TORCH_STAGING=0 and ATTNFUZZ_TORCH_DEFER=0 in the
+        worker's environment turn them off, to compare. The cases run without a
+        synchronization between them, so a device fault may show on a later case than the
+        one that caused it, or only at the batch's wait: unless it shows on the batch's
+        first case, the worker exits without answering, and attnfuzz sends the batch's
+        cases again one by one (docs/worker-protocol.md, "Batches"), each synchronized."""
         if self.cuda and os.environ.get("ATTNFUZZ_TORCH_STAGING", "1") != "0":
             if self._staging is None:
                 self._staging = _torch_batch.Staging(self.torch)
             requests = self._staging.upload(requests, self.device)
-        return super().run_batch(requests)
+        if len(requests) < 2 or os.environ.get("ATTNFUZZ_TORCH_DEFER", "1") == "0":
+            return super().run_batch(requests)
+        from attnfuzz.worker import Fault, Result
+        self._deferred = True
+        try:
+            outs = super().run_batch(requests)
+        finally:
+            self._deferred = False
+        if outs and isinstance(outs[-1], Fault) and len(outs) > 1:
+            _base.fault_exit()          # an earlier case's kernels may have caused it
+        if self._download is None:
+            self._download = _torch_batch.Download(self.torch)
+        t0 = time.perf_counter()
+        try:
+            self._download.fetch([r for r in outs if isinstance(r, Result)])
+        except Exception as e:  # noqa: BLE001
+            if self.fatal(e):
+                _base.report_fault(e)
+                _base.fault_exit()      # which case: unknown
+            raise
+        waited = (time.perf_counter() - t0) / len(outs)
+        for r in outs:
+            if isinstance(r, Result):
+                r.run_s = (r.run_s or 0.0) + waited
+        return outs
 
     def refusal(self, exc):
         msg = str(exc)
