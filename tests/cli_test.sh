@@ -82,6 +82,17 @@ grep -Eq "^finding  diverge in d[kv] by mutant:bwd_gqa_no_sum" "$T/out" && ls "$
   ok "show names the gradient and draws its heatmap" || { bad "show names the gradient and draws its heatmap"; sed 's/^/    /' "$T/out"; }
 expect_rc 0 "$AF" regress "$T/cg"
 grep -q "1 checks same" "$T/out" && ok "regress: the gradient's verdict recorded and replayed the same" || { bad "regress on a backward bundle"; sed 's/^/    /' "$T/out"; }
+# attnfuzz known judges a gradient's finding by that gradient's record (the output passed):
+# a symptom clause sees its kind, metrics and tensor
+cat >"$T/kg.json" <<'JSON'
+{"format": "attnfuzz-known", "version": 1, "entries": [
+ {"id": "mutant-gqa-grad", "class": "real_bug", "title": "the seeded GQA gradient sum",
+  "backends": ["mutant:bwd_gqa_no_sum"], "kinds": ["diverge"], "when": ["backward", "gqa"],
+  "symptom": ["tensor in [dk, dv]", "max_abs > 0"]}]}
+JSON
+expect_rc 0 "$AF" known --known "$T/kg.json" "$bg"
+grep -q "known bug mutant-gqa-grad" "$T/out" && ok "known: a gradient's finding matched by its own record" ||
+  { bad "known: a gradient's finding matched by its own record"; sed 's/^/    /' "$T/out"; }
 
 # a seeded bug: exit 1, complete bundles that replay (exit 1) and show
 expect_rc 1 "$AF" fuzz --backend mutant:causal_top_left --runs 400 --crashes "$T/c1" --stats "$T/c1.json" --quiet
@@ -246,7 +257,7 @@ fi
 cat >"$T/known.json" <<'JSON'
 {"format": "attnfuzz-known", "version": 1, "entries": [
  {"id": "mutant-top-left", "class": "real_bug", "title": "the seeded top-left diagonal",
-  "backends": ["mutant:causal_top_left"], "kinds": ["diverge", "nan_mismatch", "masked_row_nan"],
+  "backends": ["mutant:causal_top_left"], "kinds": ["diverge", "nan_mismatch", "inf_mismatch", "masked_row_nan"],
   "when": ["causal || window", "diag != top_left"]}]}
 JSON
 expect_rc 0 "$AF" fuzz --backend mutant:causal_top_left --runs 400 --known "$T/known.json" --crashes "$T/kn" --stats "$T/kn.json" --quiet

@@ -357,5 +357,34 @@ class Contract(unittest.TestCase):
         self.assertEqual(_base.main(missing, FakeTarget, ["a"]), 3)
 
 
+class Refusals(unittest.TestCase):
+    """The serving targets' refusal(): a kernel's own input check or stated resource limit is
+    a refusal (unsupported, with the message); any other error stays a finding."""
+
+    def test_njt_kernel_checks(self):
+        from types import SimpleNamespace
+        try:
+            from attnfuzz.targets import _torch_serving
+        except ImportError:  # pragma: no cover
+            self.skipTest("torch serving module does not import")
+        me = SimpleNamespace(variant="cuda_sdpa_jagged")
+        refuse = _torch_serving.ServingTarget.refusal
+        for msg in ("cutlassF: no kernel found to launch!", "key is not correctly aligned (strideM)"):
+            why = refuse(me, RuntimeError(msg))
+            self.assertTrue(why and msg.split(" (")[0] in why, why)
+        self.assertIsNone(refuse(me, RuntimeError("CUDA error: an illegal memory access was encountered")))
+        self.assertIsNone(refuse(me, ValueError("shape '[2, 2, 2, 64]' is invalid for input of size 256")))
+
+    def test_pallas_resource_limit(self):
+        from types import SimpleNamespace
+        from attnfuzz.targets import _jax_serving
+        refuse = _jax_serving.ServingTarget.refusal
+        msg = "RESOURCE_EXHAUSTED: Shared memory size limit exceeded: requested 1052672, available: 232448"
+        self.assertIn("Shared memory size limit", refuse(SimpleNamespace(variant="pallas_paged"), RuntimeError(msg)))
+        # the same message from XLA's cuDNN path, or another pallas error, is no refusal
+        self.assertIsNone(refuse(SimpleNamespace(variant="cudnn_seqlens"), RuntimeError(msg)))
+        self.assertIsNone(refuse(SimpleNamespace(variant="pallas_paged"), RuntimeError("INTERNAL: Mosaic failed")))
+
+
 if __name__ == "__main__":
     unittest.main()

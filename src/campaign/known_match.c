@@ -70,16 +70,25 @@ af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *ent
     af_kind kind = af_bundle_kind(b);
     const char *who = af_bundle_who(b);
     if (!af_known_count(k) || kind == AF_KIND_OK || !who[0]) return AF_OK;
-    /* the failing backend's record: its error, its output */
+    /* the failing backend's record: its error, its output (or, for a finding on a
+     * gradient, that gradient's verdict and metrics: its output passed) */
     const af_bundle_record *rec = NULL;
     for (size_t i = 0; i < af_bundle_record_count(b) && !rec; i++) {
         const af_bundle_record *r = af_bundle_record_at(b, i);
-        if (r->kind != AF_KIND_OK && strcmp(r->backend, "ref") && af_km_names(who, r->backend)) rec = r;
+        if (af_bundle_record_verdict(r) != AF_KIND_OK && strcmp(r->backend, "ref") && af_km_names(who, r->backend))
+            rec = r;
     }
+    int grad = -1;
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (!strcmp(af_bundle_tensor(b), af_grad_names[g])) grad = g;
     af_result res;
     memset(&res, 0, sizeof res);
     bool have = false;
-    if (rec) {
+    if (rec && grad >= 0 && rec->has_grad[grad]) {
+        res.kind = rec->grad_kind[grad];
+        res.m = rec->grad_m[grad];
+        have = true;
+    } else if (rec) {
         res.kind = rec->kind;
         res.m = rec->m;
         have = true;

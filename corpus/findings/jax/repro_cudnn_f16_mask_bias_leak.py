@@ -1,10 +1,10 @@
 """JAX cuDNN attention, float16: a boolean `mask` does not hold back a key whose score is
-large. implementation="cudnn" turns the mask into a bias of -0.7 * finfo(float16).max
-(about -45853) that it adds to the scores (a workaround for cuDNN's arithmetic on two
-large negative numbers, jax-ml/jax PR #22078), so a masked key whose score exceeds the
-live keys' by more than that keeps its weight; implementation="xla" replaces the masked
-scores and stays right. In bfloat16 and float32 the bias (about -2.4e38) swamps every
-score, so this needs float16.
+large. implementation="cudnn" turns the mask into a bias that it adds to the scores,
+get_large_negative_number(float16) = -2 << 14 = -32768 (jax/_src/cudnn/
+fused_attention_stablehlo.py; a workaround for cuDNN's arithmetic on two large negative
+numbers, jax-ml/jax PR #22078), so a masked key whose score exceeds the live keys' by more
+than 32768 keeps its weight; implementation="xla" replaces the masked scores and stays
+right. In bfloat16 the bias (-2 << 40) swamps every score, so this needs float16.
 
 Query 0 may attend to key 0 only; key 1 (masked) scores 80000 against key 0's 0 (float32
 scores from float16 inputs: 8 x 100 x 100), V is one-hot per key, so the output row is
@@ -29,7 +29,7 @@ except Exception:  # noqa: BLE001 - no CUDA backend
 
 D = 8
 bug = False
-for score_scale in (1.0, 0.5, 0.01):      # key 1's score: 80000, 40000, 800
+for score_scale in (1.0, 0.5, 0.01):      # key 1's score: 80000, 40000, 800 (measured on an H100: the first two leak)
     q = np.full((1, 1, 1, D), 100.0, np.float32)
     k = np.zeros((1, 2, 1, D), np.float32)
     k[0, 1, 0, :] = 100.0 * score_scale
@@ -46,7 +46,7 @@ for score_scale in (1.0, 0.5, 0.01):      # key 1's score: 80000, 40000, 800
     bug |= wrong
 print("jax", jax.__version__)
 if bug:
-    print("BUG: with float16 a masked key whose score exceeds about 45853 keeps its weight under implementation=cudnn")
+    print("BUG: with float16 a masked key whose score exceeds the live one by more than 32768 keeps its weight under implementation=cudnn")
     sys.exit(1)
 print("FIXED: the masked key stays masked under implementation=cudnn")
 sys.exit(0)

