@@ -12,8 +12,9 @@ backward cases with Q and K of magnitude 10^3-10^4, of the stock H100 campaigns 
 H200 (torch 2.11.0+cu130): flash f16 D128 dV/dO 1.022 at a logit of 2e5; memory-efficient f32 D8 1.001
 at 1.5e4 and 0.368 (e^-1) at -1.2e7; math 1 throughout.
 
-Exit status: 1 with a DRIFT line while a fused kernel's dV/dO leaves [0.99, 1.01], 0 with an
-EXACT line otherwise, 77 with a SKIP line where it cannot run (no CUDA GPU).
+Exit status: 1 with a BUG line while a fused kernel's dV/dO leaves [0.99, 1.01] (the
+precision loss this documents), 0 with a FIXED line otherwise, 77 with a SKIP line where it
+cannot run (no CUDA GPU).
 """
 import sys
 
@@ -44,7 +45,7 @@ for be, dt, D in ((SDPBackend.FLASH_ATTENTION, torch.float16, 128), (SDPBackend.
                                                               "  <- off" if off else ""))
 print("torch", torch.__version__)
 if drift:
-    print("DRIFT: the fused backward's recomputed weights are off at large logits")
+    print("BUG: the fused backward's recomputed weights are off at large logits (precision)")
     sys.exit(1)
-print("EXACT: the fused backward's weights stay within 1% at these logits")
+print("FIXED: the fused backward's weights stay within 1% at these logits")
 sys.exit(0)
