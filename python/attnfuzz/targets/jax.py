@@ -393,11 +393,11 @@ class Target(_base.Target):
         else:  # cudnn: cuDNN flash attention, f16/bf16 only, head dim a multiple of 8 up to 256 (Hopper)
             caps = [c for c in base if c != "f32"]
             # the boolean mask is added as a finite bias (jax's get_large_negative_number:
-            # -2 << 14 in f16, -2 << 40 in bf16): in f16 a fully masked row is plain attention;
-            # in bf16 the bias swamps the scores and the row is the mean of V (measured on an H200, 2026-11-28:
-            # the known convention jax-cudnn-bf16-masked-row-mean, until a hello can declare
-            # masked_rows per dtype); an Inf score of a masked key stays Inf (Inf + finite): NaN
-            # rows
+            # -2 << 14 in f16, -2 << 40 in bf16): in f16 a fully masked row is plain
+            # attention; in bf16 the bias swamps the scores and the row is the mean of V
+            # (measured on an H200, 2026-11-28: the known convention
+            # jax-cudnn-bf16-masked-row-mean, until a hello can declare masked_rows per
+            # dtype); an Inf score of a masked key stays Inf (Inf + finite): NaN rows
             conv["masked_rows"] = "unmasked"
             conv["masked_keys"] = "ieee"
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
