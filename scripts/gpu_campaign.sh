@@ -72,7 +72,7 @@ while [ $# -gt 0 ]; do
     --no-regress) regress=0; shift ;;
     --wheel) wheel=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,48p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
