@@ -3,8 +3,9 @@ inputs (values, shapes, element strides, dtypes: permuted, stride-0, packed and 
 each span at a 256-byte boundary, packed views inside their buffer's slot, and an input whose
 offset cannot be expressed in elements left as numpy. Download: a batch's result tensors
 (permuted, broadcast, bf16, bool, empty, in gradient dicts) come back as contiguous numpy
-arrays equal to them, other items left alone, one buffer reused. On the CPU (the buffers
-copied, not sent to a GPU); skipped without torch."""
+arrays equal to them, other items left alone, one buffer reused. torch's batches with one
+wait: results equal the case-by-case ones, a fault after the first case ends the worker
+unanswered. On the CPU (the buffers copied, not sent to a GPU); skipped without torch."""
 
 import unittest
 
@@ -169,6 +170,81 @@ class Download(unittest.TestCase):
         dl.fetch([small])
         self.assertIs(dl.pinned, before)
         np.testing.assert_array_equal(small.out, np.full((2, 2), 9.0, np.float32))
+
+
+def _torch_case(n):
+    from attnfuzz.case import Case
+    return Case({"batch": 1, "q_heads": 2, "q_len": n, "kv_len": n + 1, "head_dim": 4, "dtype": "f32"})
+
+
+def _requests(seed=5):
+    rng = np.random.default_rng(seed)
+    reqs = []
+    for n in (2, 3, 5, 3):
+        c = _torch_case(n)
+        q = rng.standard_normal((1, 2, n, 4)).astype(np.float32)
+        k = rng.standard_normal((1, 2, n + 1, 4)).astype(np.float32)
+        v = rng.standard_normal((1, 2, n + 1, 4)).astype(np.float32)
+        reqs.append((c, q, k, v, None, None))
+    return reqs
+
+
+class _FaultExit(Exception):
+    pass
+
+
+@unittest.skipIf(torch is None, "torch is not installed")
+class DeferredBatch(unittest.TestCase):
+    """torch's run_batch with one wait at the end (the CPU takes the same path as CUDA): the
+    results equal the case-by-case ones; a fault on the batch's first case is that case's
+    Fault, one on a later case ends the worker unanswered (_base.fault_exit)."""
+
+    def setUp(self):
+        from attnfuzz.targets import _base
+        from attnfuzz.targets import torch as tt
+        self.tt, self.base = tt, _base
+
+    def test_results_equal_case_by_case(self):
+        t = self.tt.Target("sdpa_math")
+        got = t.run_batch(_requests())
+        want = [t.run(*r[:4]) for r in _requests()]
+        self.assertEqual(len(got), 4)
+        for g, w in zip(got, want):
+            self.assertIsInstance(g.out, np.ndarray)
+            np.testing.assert_array_equal(g.out, np.asarray(w.out))
+            self.assertGreaterEqual(g.run_s, 0.0)
+
+    def _faulting(self, at):
+        from attnfuzz.worker import Fault
+        t = self.tt.Target("sdpa_math")
+        t.fatal = lambda e: "device lost" in str(e)
+        real = t.execute
+        calls = []
+
+        def execute(art, case, *a):
+            calls.append(case.q_len)
+            if len(calls) == at + 1:
+                raise RuntimeError("CUDA error: device lost")
+            return real(art, case, *a)
+        t.execute = execute
+        saved = self.base.fault_exit
+
+        def fault_exit():
+            raise _FaultExit()
+        self.base.fault_exit = fault_exit
+        try:
+            return t.run_batch(_requests()), Fault
+        finally:
+            self.base.fault_exit = saved
+
+    def test_fault_on_the_first_case_is_that_case_s(self):
+        out, Fault = self._faulting(0)
+        self.assertEqual(len(out), 1)
+        self.assertIsInstance(out[0], Fault)
+
+    def test_fault_on_a_later_case_ends_the_worker_unanswered(self):
+        with self.assertRaises(_FaultExit):
+            self._faulting(2)
 
 
 if __name__ == "__main__":
