@@ -180,6 +180,7 @@ uint64_t af_bundle_signature(const af_bundle *b);
 const char *af_bundle_who(const af_bundle *b);      /* "" if not recorded */
 const char *af_bundle_relation(const af_bundle *b); /* NULL if none */
 const char *af_bundle_tensor(const af_bundle *b);   /* "out" if not recorded, or "dq", "dk", "dv", "dmask" */
+int af_bundle_grad(const af_bundle *b);             /* the gradient the finding is on (af_grad_names), -1 for out */
 size_t af_bundle_record_count(const af_bundle *b);
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i);
 /* A record's verdict over its output and its gradients: the first failing kind in

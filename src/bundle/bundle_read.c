@@ -84,6 +84,11 @@ uint64_t af_bundle_signature(const af_bundle *b) { return b->signature; }
 const char *af_bundle_who(const af_bundle *b) { return b->who; }
 const char *af_bundle_relation(const af_bundle *b) { return b->relation; }
 const char *af_bundle_tensor(const af_bundle *b) { return b->tensor ? b->tensor : "out"; }
+int af_bundle_grad(const af_bundle *b) {
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (b->tensor && !strcmp(b->tensor, af_grad_names[g])) return g;
+    return -1;
+}
 size_t af_bundle_record_count(const af_bundle *b) { return b->n_recs; }
 
 const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i) {

@@ -78,9 +78,7 @@ af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *ent
         if (af_bundle_record_verdict(r) != AF_KIND_OK && strcmp(r->backend, "ref") && af_km_names(who, r->backend))
             rec = r;
     }
-    int grad = -1;
-    for (int g = 0; g < AF_GRAD_COUNT; g++)
-        if (!strcmp(af_bundle_tensor(b), af_grad_names[g])) grad = g;
+    const int grad = af_bundle_grad(b);
     af_result res;
     memset(&res, 0, sizeof res);
     bool have = false;

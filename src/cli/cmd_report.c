@@ -193,18 +193,11 @@ static void af_report_stats(af_report *r, const char *path) {
 
 static bool af_report_is_real(const char *backend) { return af_backend_spec_kind(backend) == AF_BACKEND_WORKER; }
 
-/* The gradient a bundle's finding is on, -1 for the output. */
-static int af_report_grad(const af_bundle *b) {
-    for (int g = 0; g < AF_GRAD_COUNT; g++)
-        if (!strcmp(af_bundle_tensor(b), af_grad_names[g])) return g;
-    return -1;
-}
-
 /* The failing tensor (the output, or the finding's gradient) of the worst backend: its worst
  * elements and a heatmap of its worst (batch, head). */
 static void af_report_draw(af_report_item *it, const char *out_dir) {
     const af_case *c = af_bundle_case(it->b);
-    const int g = af_report_grad(it->b);
+    const int g = af_bundle_grad(it->b);
     size_t pick = SIZE_MAX;
     double worst = -1;
     for (size_t i = 0; i < af_bundle_record_count(it->b); i++) {
@@ -527,7 +520,7 @@ static int af_report_write_html(const af_report *r, const char *path, const char
         fprintf(f, "</code>%s%s</td></tr>\n", af_bundle_relation(it->b) ? " under relation " : "",
                 af_bundle_relation(it->b) ? af_bundle_relation(it->b) : "");
         fprintf(f, "<tr><th>kind</th><td>%s", af_kind_names[af_bundle_kind(it->b)]);
-        if (af_report_grad(it->b) >= 0) fprintf(f, " in %s (a gradient of the backward)", af_bundle_tensor(it->b));
+        if (af_bundle_grad(it->b) >= 0) fprintf(f, " in %s (a gradient of the backward)", af_bundle_tensor(it->b));
         fprintf(f, "</td></tr>\n");
         if (it->known[0]) {
             fprintf(f, "<tr><th>known bug</th><td>");
@@ -603,7 +596,7 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
         af_report_time(it->written, when, sizeof when);
         fprintf(f, "| `");
         af_md_esc(f, af_bundle_who(it->b));
-        bool grad = af_report_grad(it->b) >= 0;
+        bool grad = af_bundle_grad(it->b) >= 0;
         fprintf(f, "` | %s%s%s | %s | ", af_kind_names[af_bundle_kind(it->b)], grad ? " in " : "",
                 grad ? af_bundle_tensor(it->b) : "", it->name);
         af_md_esc(f, it->known);

@@ -35,6 +35,16 @@ def _span(a):
     return a.__array_interface__["data"][0], n
 
 
+def _grown(torch, buf, n, pin):
+    """buf (a uint8 host tensor, or None) if it holds n bytes and is pinned as asked, else a
+    new one of at least n bytes, 1.5 times the old one's size (so a growing workload
+    allocates a few times, not every batch)."""
+    if buf is not None and buf.numel() >= n and buf.is_pinned() == pin:
+        return buf
+    size = max(n, int(1.5 * (buf.numel() if buf is not None else 0)), 1)
+    return torch.empty(size, dtype=torch.uint8, pin_memory=pin)
+
+
 def _bytes(a, n):
     """The n bytes from a's first element, as a flat uint8 view (no copy)."""
     flat = np.lib.stride_tricks.as_strided(a, shape=(n // a.itemsize,), strides=(a.itemsize,))
@@ -50,12 +60,6 @@ class Staging:
         self.dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                        "float64": torch.float64, "bool": torch.bool, "int64": torch.int64, "int32": torch.int32}
 
-    def _buffer(self, n, pin):
-        torch = self.torch
-        if self.pinned is None or self.pinned.numel() < n:
-            size = max(n, int(1.5 * (self.pinned.numel() if self.pinned is not None else 0)))
-            self.pinned = torch.empty(size, dtype=torch.uint8, pin_memory=pin)
-        return self.pinned
 
     def upload(self, requests, device):
         """requests [(case, q, k, v, mask, bool_mask)] with numpy inputs -> the same with
@@ -90,7 +94,7 @@ class Staging:
         cuda = str(device) != "cpu"
         if cuda:
             torch.cuda.current_stream().synchronize()  # the last batch's copy is done with the buffer
-        buf = self._buffer(total, cuda)
+        buf = self.pinned = _grown(self.torch, self.pinned, total, cuda)
         host = buf.numpy()
         for off, i, n in copies:
             host[off:off + n] = _bytes(arrays[i][0], n)
@@ -153,9 +157,7 @@ class Download:
             places.append(total)
             total += (t.numel() * t.element_size() + self.ALIGN - 1) // self.ALIGN * self.ALIGN
         cuda = any(t.is_cuda for _, _, t in found)
-        if self.pinned is None or self.pinned.numel() < total or self.pinned.is_pinned() != cuda:
-            size = max(total, int(1.5 * (self.pinned.numel() if self.pinned is not None else 0)), 1)
-            self.pinned = torch.empty(size, dtype=torch.uint8, pin_memory=cuda)
+        self.pinned = _grown(torch, self.pinned, total, cuda)
         hosts = []
         for (_, _, t), off in zip(found, places):
             n = t.numel() * t.element_size()
