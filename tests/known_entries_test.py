@@ -28,7 +28,7 @@ import sys
 
 ID = re.compile(r"`([a-z0-9][a-z0-9-]*)`")
 REPRO = re.compile(r"corpus/findings/[a-z0-9_-]+/[A-Za-z0-9_]+\.py")
-BUNDLE = re.compile(r"([a-z0-9-]+)/bundles/([a-z_]+-[0-9a-f]{16})")
+BUNDLE = re.compile(r"([a-z0-9_-]+)/bundles/([a-z_]+-[0-9a-f]{16})")
 
 
 def load_entries(root):
