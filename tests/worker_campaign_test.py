@@ -41,6 +41,9 @@ pipeline: pipelined batches (the next batch sent before the last one is checked 
   flight first): every execution happens, every finding is the wrong worker's (an answer
   judged against another case's inputs would blame the correct one), each bundle replays;
   two correct workers over 1280 pipelined cases find nothing.
+compiled_seeds: a compiling c_worker (--compile-sleep) and a corpus of 8 seeds of distinct
+  structures: compiling stays near half of the time, value draws run between the seeds, and
+  all 8 seeds run within 12 s.
 bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
   --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
   (exit 77) where this process may run on one CPU only.
@@ -731,6 +734,36 @@ def pipeline(attnfuzz, c_worker, tmp):
           f"pipeline (clean): exit {p.returncode}, {s['execs']} executions, {s['findings_total']} findings")
 
 
+def compiled_seeds(attnfuzz, c_worker, tmp):
+    """A compiling worker (0.4 s on each new structure) and a corpus of 8 seeds, each a
+    structure of its own: the seeds wait while compiling is over half the campaign's time,
+    so value draws of the structures compiled run between them, and all 8 still run."""
+    compile_s, n = 0.4, 8
+    seeds = os.path.join(tmp, "seeds")
+    os.makedirs(seeds)
+    for i in range(n):  # the case's byte form: batch 1, heads 1, q_len i+1, kv_len i+2, head_dim i+4
+        with open(os.path.join(seeds, f"seed{i}.bin"), "wb") as f:
+            f.write(bytes([0, 0, 0, i, 0, i + 1, 0, i + 3, 0, 3, 0]))
+    spec = f"worker:{c_worker} --compile-sleep {compile_s}"
+    for secs in (4, 12):
+        stats = os.path.join(tmp, f"stats-{secs}.json")
+        p = run([attnfuzz, "fuzz", "--backend", spec, "--corpus", seeds, "--time", str(secs), "--seed", "3",
+                 "--no-minimize", "--quiet", "--crashes", os.path.join(tmp, f"crashes-{secs}"), "--stats", stats])
+        check(p.returncode == 0, f"compiled_seeds ({secs} s): exit {p.returncode}: {p.stderr[-500:]}")
+        s = stats_of(stats)
+        el, comp = s["elapsed"], s["compile_seconds"]
+        print(f"compiled_seeds ({secs} s): {s['seeds_run']} of {s['seeds']} seeds run, {s['execs']} executions, "
+              f"compile {comp:.1f} s of {el:.1f} s")
+        check(s["seeds"] == n, f"compiled_seeds ({secs} s): {s['seeds']} seeds loaded, want {n}")
+        # compiling stays near half of the time: one compile past the share at most (the
+        # share is checked before a case is sent)
+        check(comp <= 0.5 * el + 2 * compile_s, f"compiled_seeds ({secs} s): compile {comp:.1f} s of {el:.1f} s")
+        # value draws ran between the seeds: far more executions than structures compiled
+        check(s["execs"] >= 10 * (comp / compile_s), f"compiled_seeds ({secs} s): {s['execs']} executions")
+        if secs == 12:
+            check(s["seeds_run"] == n, f"compiled_seeds: {s['seeds_run']} of {n} seeds ran in 12 s")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -764,7 +797,7 @@ def main():
         elif scenario == "batch_hang":
             batch_hang(attnfuzz, c_worker, tmp)
         elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known",
-                          "known_crash", "pipeline"):
+                          "known_crash", "pipeline", "compiled_seeds"):
             globals()[scenario](attnfuzz, c_worker, tmp)
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))

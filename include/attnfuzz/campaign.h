@@ -146,6 +146,8 @@ typedef struct af_campaign_stats {
     uint64_t backward_execs; /* of execs: cases that asked for gradients */
     uint64_t batches;        /* executions of one case or one batch (execs / batches: cases a batch) */
     uint64_t grads_unjudged; /* gradients not judged (af_exec_grads_unjudged) */
+    uint64_t seeds, seeds_run; /* --corpus inputs, and how many of them have run (a compiling
+                                  campaign spreads them over its first minutes) */
     double jobs_rate;  /* --jobs: the sum of each job's own execs/s, from its first case (its
                           backends' start-up, e.g. a worker importing a stack, excluded) */
     double elapsed;

@@ -33,6 +33,7 @@
 #include "cpu_bind.h"
 #include "fileio.h"
 #include "clock.h"
+#include "kept.h"
 #include "minrec.h"
 
 static volatile sig_atomic_t af_campaign_stop;
@@ -119,6 +120,8 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
     cJSON_AddNumberToObject(j, "backward_execs", (double)s->backward_execs);
     cJSON_AddNumberToObject(j, "batches", (double)s->batches);
     cJSON_AddNumberToObject(j, "grads_unjudged", (double)s->grads_unjudged);
+    cJSON_AddNumberToObject(j, "seeds", (double)s->seeds);
+    cJSON_AddNumberToObject(j, "seeds_run", (double)s->seeds_run);
     cJSON_AddNumberToObject(j, "elapsed", s->elapsed);
     cJSON_AddNumberToObject(j, "execs_per_sec", s->elapsed > 0 ? (double)s->execs / s->elapsed : 0.0);
     cJSON_AddNumberToObject(j, "execs_per_sec_jobs",
@@ -587,7 +590,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     if (st == AF_OK) st = af_known_gate_init(&gate, o->known, x, o->known_fault_gap, err);
     /* the seeds run once as they are before any is mutated (as libFuzzer and AFL++ run
      * their input corpus first): a seed that fails fails at once, a bundle kept as a seed
-     * is checked again */
+     * is checked again. Where a backend compiles, each seed is a structure to compile (a
+     * corpus of 8 bundles took 117 s of torch.compile), so a seed waits while compiling is
+     * over its share, as any new structure does: the seeds spread over the first minutes
+     * and value draws of the structures compiled run between them */
     size_t seeds = pool->n, seeds_run = 0;
     double max_flops = o->max_flops > 0 ? o->max_flops : 2e7;
     double backward = af_campaign_backward_share(o, x);
@@ -598,11 +604,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     double last_time = 0;
     bool tty = status && isatty(STDERR_FILENO);
     /* compile-aware scheduling: while the backends' compiling takes more than
-     * AF_COMPILE_SHARE of this process's time, the next case keeps the structure (the
-     * fields of the compile key) of the last one that compiled and draws new values */
+     * AF_COMPILE_SHARE of this process's time, the next batch keeps the structure (the
+     * fields of the compile key) of one of the last that compiled and draws new values */
     uint32_t key = af_exec_compile_key(x);
-    af_case structure;
-    bool have_structure = false;
+    af_kept *kept = af_calloc(1, sizeof *kept);
     double compiled = 0.0; /* seconds, this process */
 
     /* batches: as many cases as every batching worker takes and --batch asks, within
@@ -617,9 +622,10 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
      * batch in flight's and the next one's */
     bool pipe = bmax > 1 && !o->no_pipeline && af_exec_checks_parallel(x);
     af_case *batch[2] = {af_calloc(bmax, sizeof(af_case)), af_calloc(bmax, sizeof(af_case))};
+    bool seeded[2][AF_EXEC_MAX_BATCH]; /* per case of each bank: a seed (already in the pool) */
     size_t flying = 0, fly = 0; /* the batch in flight: its cases, batch[fly][0 .. flying) */
     uint32_t skips[AF_EXEC_MAX_BATCH]; /* per case: the backends left out for their known bugs */
-    if (!batch[0] || !batch[1]) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    if (!batch[0] || !batch[1] || !kept) st = af_error_set(err, AF_ERR_NOMEM, "out of memory");
 
     while (st == AF_OK) {
         double now = af_now();
@@ -629,12 +635,13 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         if (stop && !flying) break;
 
         af_case *cases = batch[fly ^ 1];
-        bool reuse = key && have_structure && compiled > AF_COMPILE_SHARE * s->elapsed;
+        bool reuse = key && kept && kept->n > 0 && compiled > AF_COMPILE_SHARE * s->elapsed;
+        const af_case *structure = reuse ? af_kept_pick(kept, &rng, backward) : NULL;
         size_t n = 0, bytes = 0;
         while (!stop && n < bmax && !(o->runs && s->execs + flying + n >= o->runs)) {
             af_case c;
             uint32_t skip = 0;
-            bool seed = seeds_run < seeds;
+            bool seed = seeds_run < seeds && !reuse;
             if (seed) {
                 c = pool->cases[seeds_run++];
                 size_t why[AF_EXEC_MAX_BACKENDS];
@@ -647,14 +654,15 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                  * each batch costs a round trip and, for cuDNN, a plan */
                 size_t why[AF_EXEC_MAX_BACKENDS];
                 for (int tries = 0; tries < AF_REVALUE_TRIES; tries++) {
-                    c = reuse ? structure : cases[0];
+                    c = n == 0 ? *structure : cases[0];
                     af_case_revalue(&c, &rng, key, o->exec.budget);
                     skip = af_campaign_known_skip(o, store, x, &gate, &c, why);
                     if (!skip || af_campaign_runs_unskipped(x, &c, skip)) break;
                 }
                 af_campaign_known_count(o, s, skip, why);
                 if (skip && !af_campaign_runs_unskipped(x, &c, skip)) { /* the structure of a known bug */
-                    have_structure = reuse = false;
+                    af_kept_drop(kept, af_case_key_hash(&c, key));
+                    reuse = false;
                     if (n > 0) break; /* the next batch draws anew */
                     af_campaign_draw(o, pool, s->execs + flying, &rng, x, store, &gate, s, max_flops, backward, serving,
                                      &c, &skip);
@@ -670,6 +678,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 break;
             }
             skips[n] = skip;
+            seeded[fly ^ 1][n] = seed;
             cases[n++] = c;
             bytes += cb;
         }
@@ -690,6 +699,8 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         }
         if (st != AF_OK) break;
         s->batches += n > 0;
+        s->seeds = seeds;
+        s->seeds_run = seeds_run;
 
         for (size_t bi = 0; bi < n && st == AF_OK; bi++) {
             const af_case *cp = &cases[bi];
@@ -700,21 +711,19 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             double cs = af_exec_compile_seconds(x);
             compiled += cs;
             s->compile_seconds += cs;
-            if (cs > 0) {
-                structure = *cp;
-                have_structure = true;
-            }
+            uint64_t hash = key ? af_case_key_hash(cp, key) : 0;
+            if (cs > 0) af_kept_add(kept, cp, hash);
             bool ran = false;
             for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
             if (!ran) {
                 s->skipped++;
-                have_structure &= !reuse; /* refused after all: draw anew */
+                af_kept_drop(kept, hash); /* refused after all: not drawn again */
             }
             /* a structure that crashed or hung a worker is not kept for more value draws: each
              * would cost a restart (an H100 campaign kept one whose every draw crashed) */
             for (size_t i = 0; i < af_exec_check_count(x); i++) {
                 af_kind k = af_exec_check_ran(x, i) ? af_exec_check_result(x, i)->kind : AF_KIND_OK;
-                if (k == AF_KIND_CRASH || k == AF_KIND_TIMEOUT) have_structure = false;
+                if (k == AF_KIND_CRASH || k == AF_KIND_TIMEOUT) af_kept_drop(kept, hash);
             }
 
             /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */
@@ -723,7 +732,11 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 if (af_exec_check_ran(x, i) && af_exec_check_result(x, i)->m.worst_ratio > worst)
                     worst = af_exec_check_result(x, i)->m.worst_ratio;
             uint64_t bucket = worst > 0 ? (uint64_t)(fmin(log2(worst) + 40.0, 63.0)) : 0;
-            if (seeds_run >= seeds && af_pool_note(pool, af_case_features(cp) * 64 + bucket)) af_pool_add(pool, cp, &rng);
+            /* a seed is in the pool already; a full pool replaces a random case, which must
+             * not be a seed still to run */
+            if (!seeded[fly ^ 1][bi] && (seeds_run >= seeds || pool->n < AF_POOL_MAX) &&
+                af_pool_note(pool, af_case_features(cp) * 64 + bucket))
+                af_pool_add(pool, cp, &rng);
 
             size_t nf = af_exec_finding_count(x);
             if (nf) s->findings_total++;
@@ -774,6 +787,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
     }
     af_free(batch[0]);
     af_free(batch[1]);
+    af_free(kept);
     af_free(gate.next);
     s->elapsed = af_now() - start;
     /* the end-of-campaign pass: what did not fit the minimization budget, within a grace
@@ -806,8 +820,8 @@ static void af_merge_job(af_campaign_stats *s, const char *path, uint64_t *execs
     if (!j) return;
     const cJSON *e = cJSON_GetObjectItem(j, "execs");
     if (cJSON_IsNumber(e)) *execs += (uint64_t)e->valuedouble;
-    const char *const summed[] = {"skipped", "backward_execs", "grads_unjudged", "batches"};
-    uint64_t *into[] = {&s->skipped, &s->backward_execs, &s->grads_unjudged, &s->batches};
+    const char *const summed[] = {"skipped", "backward_execs", "grads_unjudged", "batches", "seeds", "seeds_run"};
+    uint64_t *into[] = {&s->skipped, &s->backward_execs, &s->grads_unjudged, &s->batches, &s->seeds, &s->seeds_run};
     for (size_t i = 0; i < sizeof summed / sizeof summed[0]; i++) {
         const cJSON *v = cJSON_GetObjectItem(j, summed[i]);
         if (cJSON_IsNumber(v)) *into[i] += (uint64_t)v->valuedouble;

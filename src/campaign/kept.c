@@ -1,0 +1,38 @@
+/* kept.c - the compiled structures a campaign draws new values for (kept.h). */
+#include "kept.h"
+
+void af_kept_add(af_kept *k, const af_case *c, uint64_t hash) {
+    size_t i = 0;
+    while (i < k->n && k->hash[i] != hash) i++;
+    if (i == k->n) {
+        if (k->n < AF_KEPT_STRUCTURES) {
+            k->n++;
+        } else {
+            i = k->next;
+            k->next = (k->next + 1) % AF_KEPT_STRUCTURES;
+        }
+    }
+    k->c[i] = *c;
+    k->hash[i] = hash;
+}
+
+void af_kept_drop(af_kept *k, uint64_t hash) {
+    for (size_t i = 0; i < k->n; i++) {
+        if (k->hash[i] != hash) continue;
+        k->n--;
+        k->c[i] = k->c[k->n];
+        k->hash[i] = k->hash[k->n];
+        k->next = 0; /* the order is lost: the set fills its free place first anyway */
+        return;
+    }
+}
+
+const af_case *af_kept_pick(const af_kept *k, af_rng *rng, double backward) {
+    size_t nb = 0;
+    for (size_t i = 0; i < k->n; i++) nb += k->c[i].bwd.grads != 0;
+    bool grads = nb == k->n || (nb > 0 && af_rng_uniform(rng) < backward);
+    size_t j = af_rng_below(rng, (uint32_t)(grads ? nb : k->n - nb));
+    for (size_t i = 0; i < k->n; i++)
+        if ((k->c[i].bwd.grads != 0) == grads && j-- == 0) return &k->c[i];
+    return &k->c[0];
+}
