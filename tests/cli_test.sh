@@ -93,6 +93,24 @@ JSON
 expect_rc 0 "$AF" known --known "$T/kg.json" "$bg"
 grep -q "known bug mutant-gqa-grad" "$T/out" && ok "known: a gradient's finding matched by its own record" ||
   { bad "known: a gradient's finding matched by its own record"; sed 's/^/    /' "$T/out"; }
+# ... and judges an output again under the conventions its backend declared: c_worker's
+# declared NaN rows (4 queries, 2 keys, bottom-right causal: 2 fully masked rows) are no
+# failing element, so its last-column bug fails in live rows only
+CW="$1/tests/c_worker"
+if [ -x "$CW" ]; then
+  mkdir -p "$T/kseed"
+  printf '\0\0\0\3\0\1\0\7\0\7\0\0\4\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1' >"$T/kseed/s.bin"
+  expect_rc 1 "$AF" fuzz --backend "worker:$CW --masked-rows nan --bug last_column" --corpus "$T/kseed" --runs 1 \
+    --no-minimize --crashes "$T/kc" --quiet
+  cat >"$T/kc.json" <<'JSON'
+{"format": "attnfuzz-known", "version": 1, "entries": [
+ {"id": "worker-last-column-live", "class": "real_bug", "title": "the last column off, in live rows",
+  "backends": ["worker:*"], "kinds": ["diverge"], "symptom": "n_fail_masked == 0"}]}
+JSON
+  expect_rc 0 "$AF" known --known "$T/kc.json" "$T"/kc/*/
+  grep -q "known bug worker-last-column-live" "$T/out" && ok "known: an output judged again under its backend's conventions" ||
+    { bad "known: an output judged again under its backend's conventions"; sed 's/^/    /' "$T/out"; }
+fi
 
 # a seeded bug: exit 1, complete bundles that replay (exit 1) and show
 expect_rc 1 "$AF" fuzz --backend mutant:causal_top_left --runs 400 --crashes "$T/c1" --stats "$T/c1.json" --quiet

@@ -862,6 +862,44 @@ static void test_grad_tolerance(void **state) {
     gbench_close(&gb);
 }
 
+/* A gradient's NaN is counted on the side it is on (known bugs read n_nan_ref and
+ * n_nan_out): a NaN in a live V makes the reference's dQ NaN, and a finite dQ there is a
+ * nan_mismatch whose NaNs are all the reference's; a NaN put into the output where the
+ * reference is finite is the output's. */
+static void test_grad_nan_side(void **state) {
+    (void)state;
+    af_case c;
+    tame_backward(&c);
+    c.t[AF_V].special = AF_SPECIAL_NAN_LIVE;
+    af_case_repair(&c, 0);
+    gbench gb;
+    gbench_open(&gb, &c, NULL);
+    float *f = gdata(&gb, 0);
+    size_t nan_ref = 0, finite = 0;
+    for (size_t e = 0; e < gb.n[0]; e++) {
+        if (isnan(gb.ref[0][e])) {
+            f[e] = 0.0f, nan_ref++;
+        } else {
+            finite = e;
+        }
+    }
+    assert_true(nan_ref > 0 && nan_ref < gb.n[0]);
+    af_result res;
+    af_error err = {0};
+    assert_int_equal(af_oracle_compare_grad(gb.b.o, 0, &gb.g[0], &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_NAN_MISMATCH);
+    assert_int_equal(res.m.n_nan, nan_ref);
+    assert_int_equal(res.m.n_nan_ref, nan_ref);
+    for (size_t e = 0; e < gb.n[0]; e++)
+        if (isnan(gb.ref[0][e])) f[e] = NAN; /* the reference's NaNs given back */
+    f[finite] = NAN;
+    assert_int_equal(af_oracle_compare_grad(gb.b.o, 0, &gb.g[0], &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_NAN_MISMATCH);
+    assert_int_equal(res.m.n_nan, 1);
+    assert_int_equal(res.m.n_nan_ref, 0);
+    gbench_close(&gb);
+}
+
 /* A zero-weight key with V = 1e6 in every column must not loosen the gradients: dK's and
  * dV's rows of the live keys, and dQ's rows, still fail 1% off. */
 static void fill_poisoned_masked_grad(const af_case_tensors *t) {
@@ -1575,7 +1613,8 @@ int main(void) {
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
         cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
-        cmocka_unit_test(test_grad_tolerance), cmocka_unit_test(test_grad_poisoned_masked_value),
+        cmocka_unit_test(test_grad_tolerance),
+        cmocka_unit_test(test_grad_nan_side), cmocka_unit_test(test_grad_poisoned_masked_value),
         cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_score_past_f32), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),
         cmocka_unit_test(test_conv_masked_rows_mean_leak),

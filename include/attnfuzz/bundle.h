@@ -165,6 +165,8 @@ typedef struct af_bundle_record { /* one backend as recorded in case.json */
     af_metrics grad_m[AF_GRAD_COUNT];
     bool has_grad_output[AF_GRAD_COUNT];
     char error[512]; /* its recorded error message (error, crash, timeout), "" if none */
+    char conventions[512]; /* the conventions it declared, a compact JSON object ("" if none or
+                              longer): what judging its output again must model */
 } af_bundle_record;
 
 /* Loads dir/case.json (and checks the arrays present). Errors name the file. A dir that

@@ -219,6 +219,84 @@ static af_status af_wp_expect_type(const af_wp_header *h, const char *want, af_e
     return af_error_set(err, AF_ERR_FORMAT, "expected a %s frame, got type %s", want, got);
 }
 
+/* The conventions object conv of h (-1 or null: every default) into hl: the oracle's
+ * model (hl->conv), the dropout and causal diagonals the protocol needs, and the text of
+ * the conventions in effect, defaults included, for listings and bundles. */
+static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello *hl, af_error *err) {
+    af_status st = AF_OK;
+    if (!af_wp_none(h, conv) && !af_wp_type(h, conv, AF_JS_OBJECT)) AF_WP_FAIL("hello: conventions must be an object");
+    if (!af_wp_type(h, conv, AF_JS_OBJECT)) conv = -1;
+    hl->diagonals = (1u << AF_DIAG_COUNT) - 1;
+    long cc = af_wp_get(h, conv, "causal");
+    if (cc >= 0) AF_WP_TRY(af_wp_name_bits(h, cc, "causal diagonal", af_diag_names, AF_DIAG_COUNT, &hl->diagonals, err));
+    int mr = af_wp_choice(h, conv, "masked_rows", af_masked_rows_names, AF_ROWS_COUNT);
+    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\", \"nan\", \"mean\" or \"unmasked\"");
+    int mk = af_wp_choice(h, conv, "masked_keys", af_wp_masked_keys, 2);
+    if (mk < 0) AF_WP_FAIL("hello: conventions.masked_keys must be \"exclude\" or \"ieee\"");
+    /* denormals: "keep", "flush" (every dtype) or the dtypes that flush */
+    uint32_t flushes;
+    AF_WP_TRY(af_wp_dtype_set(h, conv, "denormals", af_wp_denormals, &flushes, err));
+    int tf = af_wp_choice(h, conv, "tf32", af_wp_tf32, 2);
+    if (tf < 0) AF_WP_FAIL("hello: conventions.tf32 must be \"case\" or \"always\"");
+    /* scores: "f32", "dtype" (every dtype), or the dtypes whose scores are in the dtype */
+    uint32_t scores;
+    AF_WP_TRY(af_wp_dtype_set(h, conv, "scores", af_wp_scores, &scores, err));
+    int mv = af_wp_choice(h, conv, "masked_values", af_wp_masked_values, 2);
+    if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
+    int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
+    if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
+    hl->masked_rows_nan = mr == AF_ROWS_NAN;
+    hl->masked_values_ieee = mv == 1;
+    hl->conv.masked_rows = (af_masked_rows)mr;
+    hl->conv.masked_values_ieee = mv == 1;
+    hl->conv.masked_keys_ieee = mk == 1;
+    hl->conv.denormals_flush = flushes;
+    hl->conv.tf32_always = tf == 1;
+    hl->conv.scores_dtype = scores;
+    hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
+    if (hl->dropout == AF_WP_DROPOUT_NONE) hl->caps &= ~(uint32_t)AF_CAP_DROPOUT;
+    /* the conventions in effect, defaults included, for listings and bundles */
+    {
+        char diags[160] = "";
+        size_t k = 0;
+        for (int d = 0; d < AF_DIAG_COUNT; d++) {
+            if (!(hl->diagonals & (1u << d))) continue;
+            int w = snprintf(diags + k, sizeof diags - k, "%s\"%s\"", k ? "," : "", af_diag_names[d]);
+            if (w > 0) k += (size_t)w;
+        }
+        char sct[64], dnt[64];
+        af_wp_dtype_list(scores, af_wp_scores, sct, sizeof sct);
+        af_wp_dtype_list(flushes, af_wp_denormals, dnt, sizeof dnt);
+        snprintf(hl->conventions, sizeof hl->conventions,
+                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\","
+                 "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
+                 diags, af_masked_rows_names[mr], af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
+                 dnt, sct, af_wp_tf32[tf]);
+    }
+done:
+    return st;
+}
+
+af_status af_wp_parse_conventions(const char *text, af_conventions *conv, af_error *err) {
+    size_t n = strlen(text);
+    char *body = af_malloc(n + 2);
+    AF_RETURN_ERROR_IF(!body, err, AF_ERR_NOMEM, "out of memory");
+    memcpy(body, text, n);
+    body[n] = '\n', body[n + 1] = 0;
+    af_wp_header h;
+    const uint8_t *payload;
+    size_t plen;
+    af_wp_hello *hl = af_calloc(1, sizeof *hl);
+    af_status st = hl ? af_wp_split((const uint8_t *)body, n + 1, &h, &payload, &plen, err)
+                      : af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    if (st == AF_OK) st = af_wp_conventions(&h, 0, hl, err);
+    if (st == AF_OK) *conv = hl->conv;
+    if (hl) af_wp_header_free(&h);
+    af_free(hl);
+    af_free(body);
+    return st;
+}
+
 af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_error *err) {
     _Static_assert(AF_F32 == 0 && AF_F16 == 1 && AF_BF16 == 2, "af_wp_float_names follows af_dtype");
     _Static_assert(AF_WP_DROPOUT_COUNTER == 0 && AF_WP_DROPOUT_KEEP_MASK == 1 && AF_WP_DROPOUT_NONE == 2,
@@ -258,38 +336,7 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
             AF_WP_FAIL("hello: limits.%s must be a non-negative integer", lim_names[i]);
         *lim_vals[i] = v;
     }
-    long conv = af_wp_get(h, 0, "conventions");
-    if (!af_wp_none(h, conv) && !af_wp_type(h, conv, AF_JS_OBJECT)) AF_WP_FAIL("hello: conventions must be an object");
-    if (!af_wp_type(h, conv, AF_JS_OBJECT)) conv = -1;
-    hl->diagonals = (1u << AF_DIAG_COUNT) - 1;
-    long cc = af_wp_get(h, conv, "causal");
-    if (cc >= 0) AF_WP_TRY(af_wp_name_bits(h, cc, "causal diagonal", af_diag_names, AF_DIAG_COUNT, &hl->diagonals, err));
-    int mr = af_wp_choice(h, conv, "masked_rows", af_masked_rows_names, AF_ROWS_COUNT);
-    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\", \"nan\", \"mean\" or \"unmasked\"");
-    int mk = af_wp_choice(h, conv, "masked_keys", af_wp_masked_keys, 2);
-    if (mk < 0) AF_WP_FAIL("hello: conventions.masked_keys must be \"exclude\" or \"ieee\"");
-    /* denormals: "keep", "flush" (every dtype) or the dtypes that flush */
-    uint32_t flushes;
-    AF_WP_TRY(af_wp_dtype_set(h, conv, "denormals", af_wp_denormals, &flushes, err));
-    int tf = af_wp_choice(h, conv, "tf32", af_wp_tf32, 2);
-    if (tf < 0) AF_WP_FAIL("hello: conventions.tf32 must be \"case\" or \"always\"");
-    /* scores: "f32", "dtype" (every dtype), or the dtypes whose scores are in the dtype */
-    uint32_t scores;
-    AF_WP_TRY(af_wp_dtype_set(h, conv, "scores", af_wp_scores, &scores, err));
-    int mv = af_wp_choice(h, conv, "masked_values", af_wp_masked_values, 2);
-    if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
-    int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
-    if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
-    hl->masked_rows_nan = mr == AF_ROWS_NAN;
-    hl->masked_values_ieee = mv == 1;
-    hl->conv.masked_rows = (af_masked_rows)mr;
-    hl->conv.masked_values_ieee = mv == 1;
-    hl->conv.masked_keys_ieee = mk == 1;
-    hl->conv.denormals_flush = flushes;
-    hl->conv.tf32_always = tf == 1;
-    hl->conv.scores_dtype = scores;
-    hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
-    if (hl->dropout == AF_WP_DROPOUT_NONE) hl->caps &= ~(uint32_t)AF_CAP_DROPOUT;
+    AF_WP_TRY(af_wp_conventions(h, af_wp_get(h, 0, "conventions"), hl, err));
     long bt = af_wp_get(h, 0, "batch");
     size_t batch = 1;
     if (!af_wp_none(h, bt) && (!af_wp_uint(h, bt, &batch) || batch < 1))
@@ -299,24 +346,6 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     hl->compile_key = AF_KEY_ALL;
     if (!af_wp_none(h, ck))
         AF_WP_TRY(af_wp_name_bits(h, ck, "compile_key field", af_key_names, AF_KEY_COUNT_, &hl->compile_key, err));
-    /* the conventions in effect, defaults included, for listings and bundles */
-    {
-        char diags[160] = "";
-        size_t k = 0;
-        for (int d = 0; d < AF_DIAG_COUNT; d++) {
-            if (!(hl->diagonals & (1u << d))) continue;
-            int w = snprintf(diags + k, sizeof diags - k, "%s\"%s\"", k ? "," : "", af_diag_names[d]);
-            if (w > 0) k += (size_t)w;
-        }
-        char sct[64], dnt[64];
-        af_wp_dtype_list(scores, af_wp_scores, sct, sizeof sct);
-        af_wp_dtype_list(flushes, af_wp_denormals, dnt, sizeof dnt);
-        snprintf(hl->conventions, sizeof hl->conventions,
-                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\","
-                 "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
-                 diags, af_masked_rows_names[mr], af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
-                 dnt, sct, af_wp_tf32[tf]);
-    }
 done:
     af_wp_header_free(&hh);
     return st;

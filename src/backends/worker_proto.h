@@ -96,6 +96,11 @@ af_status af_wp_tensor_parse(const af_wp_header *h, long entry, size_t payload_l
  * unknown capability, layout, dtype, convention or compile_key field). */
 af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *h, af_error *err);
 
+/* The conventions of a JSON object as a hello's `conventions` (and a bundle's record of
+ * them, the compact text af_wp_hello.conventions) into *conv: what judging a recorded
+ * output again must model. Errors name the member that is wrong. */
+af_status af_wp_parse_conventions(const char *text, af_conventions *conv, af_error *err);
+
 /* Checks a result body for request id on case c (whose worker declared h). On AF_OK *r
  * holds the status; an ok result's tensors lie in *payload. AF_ERR_FORMAT for anything
  * that breaks the protocol: bad JSON, another type or id, unknown status, a missing,

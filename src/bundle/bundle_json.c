@@ -384,6 +384,12 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
         snprintf(fn, sizeof fn, "%s.error", f);
         const char *error = af_br_string(r, be, "error", fn);
         snprintf(rec->error, sizeof rec->error, "%s", error ? error : "");
+        const cJSON *conv = af_br_get(be, "conventions");
+        if (cJSON_IsObject(conv)) {
+            char *text = cJSON_PrintUnformatted(conv);
+            if (text && strlen(text) < sizeof rec->conventions) memcpy(rec->conventions, text, strlen(text) + 1);
+            cJSON_free(text);
+        }
         const cJSON *mo = af_br_get(be, "metrics");
         snprintf(fn, sizeof fn, "%s.metrics", f);
         if (mo && !cJSON_IsObject(mo)) {

@@ -9,6 +9,7 @@
 #include "attnfuzz/exec.h"
 #include "attnfuzz/known.h"
 #include "attnfuzz/mem.h"
+#include "backends/worker_proto.h"
 
 /* Is backend name one of who's: "B", a side of "A,B", the B of "R@B"? */
 static bool af_km_names(const char *who, const char *name) {
@@ -40,9 +41,12 @@ long af_known_match_exec(const af_known *k, const af_exec *x, size_t i) {
     return af_known_match(k, &kf);
 }
 
-/* The failing backend's output judged again against the reference of the bundle's inputs:
- * the result with where its failing elements sit (older bundles do not record that). */
-static af_status af_km_rejudge(const af_bundle *b, const char *backend, af_result *res, af_error *err) {
+/* The failing backend's output judged again against the reference of the bundle's inputs,
+ * under the conventions the backend declared (a NaN row it declared is no failing
+ * element): the result with where its failing elements sit (older bundles do not record
+ * that). */
+static af_status af_km_rejudge(const af_bundle *b, const af_bundle_record *rec, af_result *res, af_error *err) {
+    const char *backend = rec->backend;
     const af_case *c = af_bundle_case(b);
     af_inputs *in = af_inputs_create();
     af_oracle *o = af_oracle_create(NULL);
@@ -57,7 +61,11 @@ static af_status af_km_rejudge(const af_bundle *b, const char *backend, af_resul
         size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
         af_tensor_contiguous(&t, AF_F64, 4, ne);
         t.data = out;
-        st = af_oracle_compare(o, &t, res, err);
+        af_conventions conv;
+        memset(&conv, 0, sizeof conv);
+        if (rec->conventions[0] && (st = af_wp_parse_conventions(rec->conventions, &conv, err)) != AF_OK)
+            af_error_prefix(err, "%s/case.json: backend %s", af_bundle_dir(b), backend);
+        if (st == AF_OK) st = af_oracle_compare_conv(o, &t, &conv, res, err);
     }
     af_free(out);
     af_oracle_destroy(o);
@@ -92,7 +100,7 @@ af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *ent
         have = true;
         bool numeric = kind != AF_KIND_ERROR && kind != AF_KIND_CRASH && kind != AF_KIND_TIMEOUT;
         if (numeric && rec->has_output && !strchr(who, '@')) {
-            AF_TRY(af_km_rejudge(b, rec->backend, &res, err));
+            AF_TRY(af_km_rejudge(b, rec, &res, err));
             res.kind = kind;
         }
     }

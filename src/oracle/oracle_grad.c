@@ -204,6 +204,7 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
                     m->n_masked_value_leak++; /* NaN only through a term of weight 0 */
                 } else if (co == 1 || cw == 1) {
                     m->n_nan++;
+                    if (co != 1) m->n_nan_ref++; /* as the output's oracle counts it */
                 } else {
                     m->n_inf++;
                 }
