@@ -2,9 +2,9 @@
  * (src/campaign/kept.h):
  *   - the set holds the last AF_KEPT_STRUCTURES structures, a structure compiled again
  *     takes its own place, a dropped one is gone and dropping one not kept changes nothing;
- *   - picks hold the backward share: one structure with gradients among seven without is
- *     picked about `backward` of the time (not 1/8, not all or nothing), each of the seven
- *     alike; with only one kind kept, that kind. */
+ *   - a pick is of the kind asked for (with or without gradients), each structure of that
+ *     kind alike, and none when that kind is not kept (the campaign then draws a new
+ *     structure of it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,41 +65,41 @@ static void test_add_replace_drop(void **state) {
     for (uint64_t h = 3; h <= AF_KEPT_STRUCTURES + 2; h++) assert_true(h == 7 || kept_has(&k, h));
 }
 
-static void test_pick_holds_backward_share(void **state) {
+static void test_pick_by_kind(void **state) {
     (void)state;
     af_kept k = {0};
     for (uint64_t h = 1; h <= AF_KEPT_STRUCTURES; h++) {
-        af_case c = structure((size_t)h, h == 3); /* one with gradients among seven without */
+        af_case c = structure((size_t)h, h == 3 || h == 6); /* two with gradients among eight */
         af_kept_add(&k, &c, h);
     }
     af_rng rng;
     af_rng_init(&rng, 7, 0);
     enum { N = 60000 };
     size_t count[AF_KEPT_STRUCTURES + 1] = {0};
-    for (int i = 0; i < N; i++) count[af_kept_pick(&k, &rng, 1.0 / 3.0)->q_len]++;
-    double share = (double)count[3] / N;
-    print_message("one structure with gradients among 8: picked %.3f of the time (backward share 1/3)\n", share);
-    assert_true(share > 0.32 && share < 0.347);
-    for (size_t h = 1; h <= AF_KEPT_STRUCTURES; h++) /* the seven without: 2/3 / 7 each */
-        if (h != 3) assert_true(fabs((double)count[h] / N - 2.0 / 21.0) < 0.01);
-
-    for (int i = 0; i < 1000; i++) assert_int_equal(af_kept_pick(&k, &rng, 0.0)->bwd.grads, 0);
-    for (int i = 0; i < 1000; i++) assert_int_equal(af_kept_pick(&k, &rng, 1.0)->q_len, 3);
-
-    af_kept one = {0}; /* one kind only: that kind, whatever the share */
+    for (int i = 0; i < N; i++) {
+        const af_case *c = af_kept_pick(&k, &rng, i % 2 == 0);
+        assert_non_null(c);
+        assert_int_equal(c->bwd.grads != 0, i % 2 == 0); /* the kind asked for */
+        count[c->q_len]++;
+    }
+    for (size_t h = 1; h <= AF_KEPT_STRUCTURES; h++) { /* alike within a kind: 1/2 and 1/6 of a half */
+        double want = (h == 3 || h == 6) ? 0.25 : 1.0 / 12.0;
+        assert_true(fabs((double)count[h] / N - want) < 0.01);
+    }
+    af_kept one = {0}; /* a kind not kept: none */
     af_case b = structure(4, true);
     af_kept_add(&one, &b, 4);
-    assert_int_equal(af_kept_pick(&one, &rng, 0.0)->q_len, 4);
+    assert_null(af_kept_pick(&one, &rng, false));
+    assert_int_equal(af_kept_pick(&one, &rng, true)->q_len, 4);
     af_kept none = {0};
-    af_case f = structure(6, false);
-    af_kept_add(&none, &f, 6);
-    assert_int_equal(af_kept_pick(&none, &rng, 1.0)->q_len, 6);
+    assert_null(af_kept_pick(&none, &rng, true));
+    assert_null(af_kept_pick(&none, &rng, false));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_add_replace_drop),
-        cmocka_unit_test(test_pick_holds_backward_share),
+        cmocka_unit_test(test_pick_by_kind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -636,7 +636,16 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
 
         af_case *cases = batch[fly ^ 1];
         bool reuse = key && kept && kept->n > 0 && compiled > AF_COMPILE_SHARE * s->elapsed;
-        const af_case *structure = reuse ? af_kept_pick(kept, &rng, backward) : NULL;
+        /* the batch's kind drawn with the backward share; with no kept structure of that
+         * kind, a new structure of it (kept.h says why) */
+        const af_case *structure = NULL;
+        double share = backward;
+        if (reuse) {
+            bool grads = backward > 0.0 && af_rng_uniform(&rng) < backward;
+            structure = af_kept_pick(kept, &rng, grads);
+            reuse = structure != NULL;
+            if (!reuse) share = grads ? 1.0 : 0.0;
+        }
         size_t n = 0, bytes = 0;
         while (!stop && n < bmax && !(o->runs && s->execs + flying + n >= o->runs)) {
             af_case c;
@@ -664,11 +673,11 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                     af_kept_drop(kept, af_case_key_hash(&c, key));
                     reuse = false;
                     if (n > 0) break; /* the next batch draws anew */
-                    af_campaign_draw(o, pool, s->execs + flying, &rng, x, store, &gate, s, max_flops, backward, serving,
+                    af_campaign_draw(o, pool, s->execs + flying, &rng, x, store, &gate, s, max_flops, share, serving,
                                      &c, &skip);
                 }
             } else {
-                af_campaign_draw(o, pool, s->execs + flying + n, &rng, x, store, &gate, s, max_flops, backward, serving,
+                af_campaign_draw(o, pool, s->execs + flying + n, &rng, x, store, &gate, s, max_flops, share, serving,
                                  &c, &skip);
             }
             size_t cb = af_case_tensor_bytes(&c);

@@ -27,12 +27,12 @@ void af_kept_drop(af_kept *k, uint64_t hash) {
     }
 }
 
-const af_case *af_kept_pick(const af_kept *k, af_rng *rng, double backward) {
-    size_t nb = 0;
-    for (size_t i = 0; i < k->n; i++) nb += k->c[i].bwd.grads != 0;
-    bool grads = nb == k->n || (nb > 0 && af_rng_uniform(rng) < backward);
-    size_t j = af_rng_below(rng, (uint32_t)(grads ? nb : k->n - nb));
+const af_case *af_kept_pick(const af_kept *k, af_rng *rng, bool grads) {
+    size_t nk = 0;
+    for (size_t i = 0; i < k->n; i++) nk += (k->c[i].bwd.grads != 0) == grads;
+    if (!nk) return NULL;
+    size_t j = af_rng_below(rng, (uint32_t)nk);
     for (size_t i = 0; i < k->n; i++)
         if ((k->c[i].bwd.grads != 0) == grads && j-- == 0) return &k->c[i];
-    return &k->c[0];
+    return NULL;
 }
