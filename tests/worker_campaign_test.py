@@ -44,6 +44,8 @@ pipeline: pipelined batches (the next batch sent before the last one is checked 
 compiled_seeds: a compiling c_worker (--compile-sleep) and a corpus of 8 seeds of distinct
   structures: compiling stays near half of the time, value draws run between the seeds, and
   all 8 seeds run within 12 s.
+compiled_errors: a compiling c_worker whose build fails on some structures: a structure that
+  errored is not drawn again (errors at most once per structure compiled).
 bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
   --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
   (exit 77) where this process may run on one CPU only.
@@ -764,6 +766,25 @@ def compiled_seeds(attnfuzz, c_worker, tmp):
             check(s["seeds_run"] == n, f"compiled_seeds: {s['seeds_run']} of {n} seeds ran in 12 s")
 
 
+def compiled_errors(attnfuzz, c_worker):
+    """A compiling worker whose build fails on some structures (an error on every draw of
+    them): a structure that errored is not drawn again, so errors come at most once per
+    structure compiled, not once per value draw."""
+    compile_s = 0.3
+    spec = f"worker:{c_worker} --compile-sleep {compile_s} --fault error --fault-mod 3"
+    with tempfile.TemporaryDirectory(prefix="af_worker_") as tmp:
+        stats = os.path.join(tmp, "stats.json")
+        p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "6", "--seed", "5", "--no-minimize", "--quiet",
+                 "--crashes", os.path.join(tmp, "crashes"), "--stats", stats])
+        s = stats_of(stats)
+    errors = sum(sig["count"] for sig in s["signatures"] if sig["kind"] == "error")
+    structures = s["compile_seconds"] / compile_s
+    print(f"compiled_errors: {s['execs']} executions, {errors} errors, about {structures:.0f} structures compiled")
+    check(p.returncode == 1 and errors > 0, f"compiled_errors: exit {p.returncode}, {errors} errors (want some)")
+    check(errors <= structures + 2, f"compiled_errors: {errors} errors for {structures:.0f} structures compiled")
+    check(s["execs"] >= 20 * errors, f"compiled_errors: {s['execs']} executions for {errors} errors")
+
+
 def main():
     if len(sys.argv) < 4:
         print(__doc__, file=sys.stderr)
@@ -796,6 +817,8 @@ def main():
             batch(attnfuzz, c_worker, tmp, "device")
         elif scenario == "batch_hang":
             batch_hang(attnfuzz, c_worker, tmp)
+        elif scenario == "compiled_errors":
+            compiled_errors(attnfuzz, c_worker)
         elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known",
                           "known_crash", "pipeline", "compiled_seeds"):
             globals()[scenario](attnfuzz, c_worker, tmp)

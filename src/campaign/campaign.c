@@ -728,11 +728,13 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
                 s->skipped++;
                 af_kept_drop(kept, hash); /* refused after all: not drawn again */
             }
-            /* a structure that crashed or hung a worker is not kept for more value draws: each
-             * would cost a restart (an H100 campaign kept one whose every draw crashed) */
+            /* a structure that crashed, hung or failed (an error: its build, most often) is
+             * not kept for more value draws: each would cost a restart or a failed compile
+             * again for a signature already counted (an H100 campaign kept one whose every
+             * draw crashed; a CPU one drew a target's failing structure 519 times) */
             for (size_t i = 0; i < af_exec_check_count(x); i++) {
                 af_kind k = af_exec_check_ran(x, i) ? af_exec_check_result(x, i)->kind : AF_KIND_OK;
-                if (k == AF_KIND_CRASH || k == AF_KIND_TIMEOUT) af_kept_drop(kept, hash);
+                if (k == AF_KIND_CRASH || k == AF_KIND_TIMEOUT || k == AF_KIND_ERROR) af_kept_drop(kept, hash);
             }
 
             /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */

@@ -130,6 +130,8 @@ def flex_paged_attention(case, q, k, v, dev, cfg):
         qt, cu = to_torch(q, dev), serving.cu_seqlens([case.seg_q(b) for b in range(B)])
         for b in range(B):
             qb[b, :, :cu[b + 1] - cu[b]] = qt[cu[b]:cu[b + 1]].transpose(0, 1)
+    elif case.paged:  # K and V are page caches: only Q is in the case's dense layout
+        qb = to_bhsd(to_torch(q, dev), case.layouts["q"], case.q_heads, case.head_dim)
     else:
         qb = dense_bhsd(case, q, k, v, dev)[0]
     lens = [nk for _, nk in segment_lengths(case)]
@@ -326,6 +328,8 @@ class ServingTarget(_base.Target):
                 conv["denormals"] = ["f32"]
             if self.kind in ("jagged", "varlen") and self._masked_values_leak():
                 conv["masked_values"] = "ieee"
+        elif self.kind == "jagged" and self._masked_values_leak():
+            conv["masked_values"] = "ieee"
         return {"caps": caps, "limits": limits, "conventions": conv}
 
     def _warm(self):
@@ -349,23 +353,29 @@ class ServingTarget(_base.Target):
 
     def _masked_values_leak(self):
         """Measured, as the dense SDPA variants measure it: does a NaN in the value row of a
-        key that a causal mask hides from query 0 reach query 0's output (P @ V over a
-        block's masked keys too: 0 * NaN)? 40 masked_value_leak bundles of the H100 run of
-        2026-11-28 (causal, a NaN or Inf in V) asked for it."""
+        key of weight 0 reach query 0's output (P @ V over that key too: 0 * NaN)? On CUDA
+        the key is one a causal mask hides from query 0 (40 masked_value_leak bundles of the
+        H100 run of 2026-11-28, causal, a NaN or Inf in V, asked for it); the CPU's NJT path
+        takes no causal mask, so there the key's score is -inf (a -inf K against a positive
+        query: a stock CPU bundle, NaN where the reference excludes the key, asked for it)."""
         torch = self.torch
         try:
-            x = torch.ones(2, 1, 16, dtype=torch.float16, device=self.device)
-            v = x.clone()
+            dt = torch.float16 if self.cuda else torch.float32
+            x = torch.ones(2, 1, 16, dtype=dt, device=self.device)
+            v, k = x.clone(), x.clone()
             v[1] = float("nan")
+            if not self.cuda:
+                k[1] = float("-inf")
             cu = torch.tensor([0, 2], dtype=torch.int32, device=self.device)
             if self.kind == "jagged":
-                o = jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, x, v, cu, cu, True, None)
+                o = jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, k, v, cu, cu, self.cuda, None)
             else:
                 from torch.nn.attention.varlen import varlen_attn
                 params = inspect.signature(varlen_attn).parameters
                 kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
                 o = varlen_attn(x, x, v, cu, cu, 2, 2, **kw)
-            torch.cuda.synchronize()
+            if self.cuda:
+                torch.cuda.synchronize()
             return bool(torch.isnan(o[0]).any())
         except Exception:  # noqa: BLE001 - a probe only: nothing declared
             return False
