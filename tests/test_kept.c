@@ -1,7 +1,8 @@
 /* test_kept.c - the compiled structures a campaign draws new values for
  * (src/campaign/kept.h):
- *   - the set holds the last AF_KEPT_STRUCTURES structures, a structure compiled again
- *     takes its own place, a dropped one is gone and dropping one not kept changes nothing;
+ *   - the set holds the last AF_KEPT_STRUCTURES structures (a full set replaces the oldest,
+ *     after drops too), a structure compiled again takes its own place, a dropped one is
+ *     gone and dropping one not kept changes nothing;
  *   - a pick is of the kind asked for (with or without gradients), each structure of that
  *     kind alike, and none when that kind is not kept (the campaign then draws a new
  *     structure of it). */
@@ -63,6 +64,14 @@ static void test_add_replace_drop(void **state) {
     assert_int_equal(k.n, AF_KEPT_STRUCTURES);
     assert_true(kept_has(&k, 99));
     for (uint64_t h = 3; h <= AF_KEPT_STRUCTURES + 2; h++) assert_true(h == 7 || kept_has(&k, h));
+
+    /* full again after a drop: the next one still replaces the oldest (3), whatever
+     * place the drop moved things to */
+    af_case more = structure(100, false);
+    af_kept_add(&k, &more, 100);
+    assert_false(kept_has(&k, 3));
+    for (uint64_t h = 4; h <= AF_KEPT_STRUCTURES + 2; h++) assert_true(h == 7 || kept_has(&k, h));
+    assert_true(kept_has(&k, 99) && kept_has(&k, 100));
 }
 
 static void test_pick_by_kind(void **state) {

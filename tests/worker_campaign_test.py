@@ -766,17 +766,16 @@ def compiled_seeds(attnfuzz, c_worker, tmp):
             check(s["seeds_run"] == n, f"compiled_seeds: {s['seeds_run']} of {n} seeds ran in 12 s")
 
 
-def compiled_errors(attnfuzz, c_worker):
+def compiled_errors(attnfuzz, c_worker, tmp):
     """A compiling worker whose build fails on some structures (an error on every draw of
     them): a structure that errored is not drawn again, so errors come at most once per
     structure compiled, not once per value draw."""
     compile_s = 0.3
     spec = f"worker:{c_worker} --compile-sleep {compile_s} --fault error --fault-mod 3"
-    with tempfile.TemporaryDirectory(prefix="af_worker_") as tmp:
-        stats = os.path.join(tmp, "stats.json")
-        p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "6", "--seed", "5", "--no-minimize", "--quiet",
-                 "--crashes", os.path.join(tmp, "crashes"), "--stats", stats])
-        s = stats_of(stats)
+    stats = os.path.join(tmp, "stats.json")
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "6", "--seed", "5", "--no-minimize", "--quiet",
+             "--crashes", os.path.join(tmp, "crashes"), "--stats", stats])
+    s = stats_of(stats)
     errors = sum(sig["count"] for sig in s["signatures"] if sig["kind"] == "error")
     structures = s["compile_seconds"] / compile_s
     print(f"compiled_errors: {s['execs']} executions, {errors} errors, about {structures:.0f} structures compiled")
@@ -817,10 +816,8 @@ def main():
             batch(attnfuzz, c_worker, tmp, "device")
         elif scenario == "batch_hang":
             batch_hang(attnfuzz, c_worker, tmp)
-        elif scenario == "compiled_errors":
-            compiled_errors(attnfuzz, c_worker)
         elif scenario in ("min_only_failing", "min_jobs_shared", "min_budget", "min_dir", "new_amid_known",
-                          "known_crash", "pipeline", "compiled_seeds"):
+                          "known_crash", "pipeline", "compiled_seeds", "compiled_errors"):
             globals()[scenario](attnfuzz, c_worker, tmp)
         elif scenario == "clean_masked_rows_nan":
             clean(attnfuzz, c_worker, tmp, (("--masked-rows nan", 500),))

@@ -635,7 +635,7 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
         if (stop && !flying) break;
 
         af_case *cases = batch[fly ^ 1];
-        bool reuse = key && kept && kept->n > 0 && compiled > AF_COMPILE_SHARE * s->elapsed;
+        bool reuse = key && kept->n > 0 && compiled > AF_COMPILE_SHARE * s->elapsed;
         /* the batch's kind drawn with the backward share; with no kept structure of that
          * kind, a new structure of it (kept.h says why) */
         const af_case *structure = NULL;
@@ -720,21 +720,23 @@ static af_status af_campaign_single(const af_campaign_opts *o, af_campaign_stats
             double cs = af_exec_compile_seconds(x);
             compiled += cs;
             s->compile_seconds += cs;
-            uint64_t hash = key ? af_case_key_hash(cp, key) : 0;
-            if (cs > 0) af_kept_add(kept, cp, hash);
-            bool ran = false;
-            for (size_t i = 0; i < af_exec_check_count(x); i++) ran |= af_exec_check_ran(x, i);
-            if (!ran) {
-                s->skipped++;
-                af_kept_drop(kept, hash); /* refused after all: not drawn again */
-            }
-            /* a structure that crashed, hung or failed (an error: its build, most often) is
-             * not kept for more value draws: each would cost a restart or a failed compile
-             * again for a signature already counted (an H100 campaign kept one whose every
-             * draw crashed; a CPU one drew a target's failing structure 519 times) */
+            /* one pass over the checks: did any run, and did any crash, hang or fail (an
+             * error: its build, most often)? A structure refused after all, or one that
+             * faulted, is not kept for more value draws: each would cost a restart or a failed
+             * compile again for a signature already counted (an H100 campaign kept one whose
+             * every draw crashed; a CPU one drew a target's failing structure 519 times) */
+            bool ran = false, faulted = false;
             for (size_t i = 0; i < af_exec_check_count(x); i++) {
-                af_kind k = af_exec_check_ran(x, i) ? af_exec_check_result(x, i)->kind : AF_KIND_OK;
-                if (k == AF_KIND_CRASH || k == AF_KIND_TIMEOUT || k == AF_KIND_ERROR) af_kept_drop(kept, hash);
+                if (!af_exec_check_ran(x, i)) continue;
+                af_kind k = af_exec_check_result(x, i)->kind;
+                ran = true;
+                faulted |= k == AF_KIND_CRASH || k == AF_KIND_TIMEOUT || k == AF_KIND_ERROR;
+            }
+            s->skipped += !ran;
+            if (key && (cs > 0 || !ran || faulted)) {
+                uint64_t hash = af_case_key_hash(cp, key);
+                if (cs > 0) af_kept_add(kept, cp, hash);
+                if (!ran || faulted) af_kept_drop(kept, hash);
             }
 
             /* feedback: a new feature combination, or a new closeness-to-tolerance bucket */

@@ -4,16 +4,16 @@
 void af_kept_add(af_kept *k, const af_case *c, uint64_t hash) {
     size_t i = 0;
     while (i < k->n && k->hash[i] != hash) i++;
-    if (i == k->n) {
-        if (k->n < AF_KEPT_STRUCTURES) {
-            k->n++;
-        } else {
-            i = k->next;
-            k->next = (k->next + 1) % AF_KEPT_STRUCTURES;
-        }
+    if (i == k->n && k->n < AF_KEPT_STRUCTURES) {
+        k->n++;
+    } else if (i == k->n) { /* full: the oldest */
+        i = 0;
+        for (size_t j = 1; j < k->n; j++)
+            if (k->added[j] < k->added[i]) i = j;
     }
     k->c[i] = *c;
     k->hash[i] = hash;
+    k->added[i] = k->clock++;
 }
 
 void af_kept_drop(af_kept *k, uint64_t hash) {
@@ -22,7 +22,7 @@ void af_kept_drop(af_kept *k, uint64_t hash) {
         k->n--;
         k->c[i] = k->c[k->n];
         k->hash[i] = k->hash[k->n];
-        k->next = 0; /* the order is lost: the set fills its free place first anyway */
+        k->added[i] = k->added[k->n];
         return;
     }
 }

@@ -24,7 +24,9 @@
 typedef struct af_kept {
     af_case c[AF_KEPT_STRUCTURES];
     uint64_t hash[AF_KEPT_STRUCTURES]; /* of the compile key's fields (af_case_key_hash) */
-    size_t n, next;                    /* how many are kept; the one a full set replaces next */
+    uint64_t added[AF_KEPT_STRUCTURES]; /* when each was kept (clock's value then) */
+    uint64_t clock;                     /* structures kept so far */
+    size_t n;                           /* how many are kept: c[0 .. n) */
 } af_kept;
 
 /* Keeps c, a structure that just compiled: in place of the one of the same hash, else
