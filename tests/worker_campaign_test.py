@@ -45,7 +45,8 @@ compiled_seeds: a compiling c_worker (--compile-sleep) and a corpus of 8 seeds o
   structures: compiling stays near half of the time, value draws run between the seeds, and
   all 8 seeds run within 12 s.
 compiled_errors: a compiling c_worker whose build fails on some structures: a structure that
-  errored is not drawn again (errors at most once per structure compiled).
+  errored is not drawn again (errors at most once per failing structure, counted from the
+  worker's --key-log).
 bind: each job and its worker are bound to one CPU, distinct CPUs for --jobs 2 (c_worker
   --affinity-file records what each worker may run on); --no-bind leaves every CPU. Skipped
   (exit 77) where this process may run on one CPU only.
@@ -769,19 +770,28 @@ def compiled_seeds(attnfuzz, c_worker, tmp):
 def compiled_errors(attnfuzz, c_worker, tmp):
     """A compiling worker whose build fails on some structures (an error on every draw of
     them): a structure that errored is not drawn again, so errors come at most once per
-    structure compiled, not once per value draw."""
-    compile_s = 0.3
-    spec = f"worker:{c_worker} --compile-sleep {compile_s} --fault error --fault-mod 3"
+    failing structure, not once per value draw. The worker's key log names the structures
+    the campaign drew and the runs that failed: about half the structures fail (--fault-mod
+    2) and 8 s at a 0.2 s compile draw some 20 that build, so a run without a failing one
+    is a one-in-a-million chance, not a flake."""
+    compile_s, keys = 0.2, os.path.join(tmp, "keys.log")
+    spec = f"worker:{c_worker} --compile-sleep {compile_s} --fault error --fault-mod 2 --key-log {keys}"
     stats = os.path.join(tmp, "stats.json")
-    p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "6", "--seed", "5", "--no-minimize", "--quiet",
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--time", "8", "--seed", "5", "--no-minimize", "--quiet",
              "--crashes", os.path.join(tmp, "crashes"), "--stats", stats])
     s = stats_of(stats)
     errors = sum(sig["count"] for sig in s["signatures"] if sig["kind"] == "error")
-    structures = s["compile_seconds"] / compile_s
-    print(f"compiled_errors: {s['execs']} executions, {errors} errors, about {structures:.0f} structures compiled")
-    check(p.returncode == 1 and errors > 0, f"compiled_errors: exit {p.returncode}, {errors} errors (want some)")
-    check(errors <= structures + 2, f"compiled_errors: {errors} errors for {structures:.0f} structures compiled")
-    check(s["execs"] >= 20 * errors, f"compiled_errors: {s['execs']} executions for {errors} errors")
+    with open(keys) as f:
+        log = [line.split() for line in f]
+    drawn = {k for k, _ in log}
+    failing = {k for k, fault in log if fault == "1"}
+    fault_runs = sum(1 for _, fault in log if fault == "1")
+    print(f"compiled_errors: {s['execs']} executions, {len(drawn)} structures drawn, {len(failing)} failing, "
+          f"{fault_runs} failed runs, {errors} errors")
+    check(p.returncode == 1 and len(failing) > 0, f"compiled_errors: exit {p.returncode}, {len(failing)} failing structures")
+    check(errors == fault_runs, f"compiled_errors: {errors} errors reported for {fault_runs} failed runs")
+    check(fault_runs <= len(failing) + 2, f"compiled_errors: {fault_runs} failed runs for {len(failing)} failing structures")
+    check(s["execs"] >= 20 * fault_runs, f"compiled_errors: {s['execs']} executions for {fault_runs} failed runs")
 
 
 def main():

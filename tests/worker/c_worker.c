@@ -5,7 +5,7 @@
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
  *            [--dropout keep_mask] [--bug scale|last_column] [--fault KIND] [--fault-mod N] [--fault-run N]
  *            [--name NAME] [--affinity-file PATH] [--start-sleep S] [--batch N] [--unsupported-mod N]
- *            [--count-file PATH]
+ *            [--count-file PATH] [--key-log PATH]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -24,6 +24,8 @@
  * --batch N           declare batch N and answer run frames holding a batch of cases
  * --unsupported-mod N answer "unsupported" on cases with (q_len + kv_len + head_dim) % N == 0
  * --count-file P      append "PID RUNS" (the run requests it answered) to P when it ends
+ * --key-log P         append "KEY FAULT" for each run request: its compile key (hex) and 1
+ *                     when --fault applied to it, else 0 (which structures a campaign drew)
  *
  * Only libm and src/core/json_scan.c (a JSON reader that depends on the C library alone):
  * the frames are read and written here, not through attnfuzz. A header is read in place
@@ -50,9 +52,10 @@ typedef struct cw_opts {
     const char *name;
     const char *affinity_file;
     const char *count_file;
+    const char *key_log;
 } cw_opts;
 
-static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL};
+static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL, NULL};
 static long runs_seen; /* run requests so far */
 
 /* Whether --fault applies to this run request. */
@@ -400,6 +403,10 @@ static int serve_run(long req, const uint8_t *payload) {
     }
     runs_seen++;
     int fault = faults_here(Sq, Sk, D);
+    if (opt.key_log) {
+        FILE *f = fopen(opt.key_log, "a");
+        if (f) fprintf(f, "%lx %d\n", compile_key(c), fault), fclose(f);
+    }
     if (fault) {
         fprintf(stderr, "c_worker: fault %s on purpose (q_len %zu, kv_len %zu, head_dim %zu)\n", opt.fault, Sq, Sk, D);
         fflush(stderr);
@@ -615,6 +622,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--name") && v) opt.name = v, i++;
         else if (!strcmp(a, "--affinity-file") && v) opt.affinity_file = v, i++;
         else if (!strcmp(a, "--count-file") && v) opt.count_file = v, i++;
+        else if (!strcmp(a, "--key-log") && v) opt.key_log = v, i++;
         else {
             fprintf(stderr, "c_worker: unknown option %s\n", a);
             return 2;
