@@ -95,8 +95,19 @@ class Indices(unittest.TestCase):
                 want = np.zeros(cs.kv_len, dtype=bool)
                 want[start[n]:max(end[n], start[n])] = True
                 np.testing.assert_array_equal(row, want, err_msg="case %r row %d %d" % (c, b[n], i[n]))
+                if not row.any():   # paged_attention reads only the end: keys [0, end)
+                    self.assertEqual((start[n], end[n]), (0, 0), "case %r row %d %d" % (c, b[n], i[n]))
             if cs.thd:   # THD order: the segments' queries
                 self.assertEqual(len(b), sum(cs.seg_q(x) for x in range(cs.batch)))
+
+    def test_key_bounds_of_a_window_past_every_key(self):
+        """A window that starts past the last key (a stock GPU bundle: window (2, -1) at an
+        explicit offset of 32, one key) leaves no key, also to a kernel that reads only the
+        end: (0, 0), not (1, 1)."""
+        cs = Case({"batch": 1, "q_heads": 1, "kv_heads": 1, "q_len": 1, "kv_len": 1, "head_dim": 64,
+                   "dtype": "f32", "diagonal": "explicit", "diagonal_offset": 32, "window": [2, -1]})
+        start, end = js.key_bounds(cs, *js.query_rows(cs))
+        self.assertEqual((start.tolist(), end.tolist()), ([0], [0]))
 
     def test_decode_geometry(self):
         for S in list(range(1, 600)) + [1000, 4096, 4603, 8191]:

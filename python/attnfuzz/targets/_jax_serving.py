@@ -122,7 +122,8 @@ def query_rows(case):
 def key_bounds(case, b, i):
     """(start, end), int32 [N] each: the keys [start, end) the structural masks leave query i
     of row b (docs/design.md section 2: its valid keys, causal at d = i + offset(b), the
-    window [d - left, d + right]), clipped to [0, Sk]; end <= start: no key."""
+    window [d - left, d + right]), clipped to [0, Sk]; a row with no key is (0, 0), so a
+    kernel that takes only the end (paged_attention's lengths) sees none either."""
     b = np.asarray(b, dtype=np.int64)
     i = np.asarray(i, dtype=np.int64)
     d = i + np.asarray(case.diag_offset, dtype=np.int64)[b]
@@ -135,7 +136,9 @@ def key_bounds(case, b, i):
         lo = np.maximum(lo, d - left)
     if right >= 0:
         hi = np.minimum(hi, d + right)
-    return (np.clip(lo, 0, case.kv_len).astype(np.int32), np.clip(hi + 1, 0, case.kv_len).astype(np.int32))
+    start, end = np.clip(lo, 0, case.kv_len), np.clip(hi + 1, 0, case.kv_len)
+    empty = end <= start
+    return np.where(empty, 0, start).astype(np.int32), np.where(empty, 0, end).astype(np.int32)
 
 
 def next_pow2(n, at_least=1):
