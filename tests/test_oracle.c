@@ -815,6 +815,31 @@ static void gexpect(gbench *gb, int k, af_kind want, const char *what) {
                  res.m.worst_ratio, res.tol.atol, (size_t)res.m.n_unstable, (size_t)res.m.n_masked_value_leak);
 }
 
+/* Dropout p = 1: the output is the constant 0, so every reference gradient is 0 (hand
+ * value), a NaN planted in Q included; NaN in a gradient is then 0 * NaN through a dropped
+ * weight (masked_value_leak), a NaN with nothing planted a nan_mismatch, and a finite
+ * nonzero value a divergence. */
+static void test_grad_all_dropped(void **state) {
+    (void)state;
+    for (int planted = 0; planted < 2; planted++) {
+        af_case c;
+        tame_backward(&c);
+        c.dropout_p = 1.0, c.dropout_seed = 5;
+        c.t[0].special = planted ? AF_SPECIAL_NAN_LIVE : AF_SPECIAL_NONE;
+        gbench gb;
+        gbench_open(&gb, &c, NULL);
+        for (int k = 0; k < AF_GRAD_COUNT; k++)
+            for (size_t e = 0; e < gb.n[k]; e++)
+                if (gb.ref[k][e] != 0.0) fail_msg("%s[%zu] = %g at p = 1", af_grad_names[k], e, gb.ref[k][e]);
+        gexpect(&gb, 0, AF_KIND_OK, "all zero at p = 1");
+        gdata(&gb, 0)[3] = NAN;
+        gexpect(&gb, 0, planted ? AF_KIND_MASKED_VALUE_LEAK : AF_KIND_NAN_MISMATCH, "NaN at p = 1");
+        gdata(&gb, 1)[2] = 0.5f;
+        gexpect(&gb, 1, AF_KIND_DIVERGE, "0.5 at p = 1");
+        gbench_close(&gb);
+    }
+}
+
 /* The reference rounded to f32 passes; the whole gradient 1% off, or its largest element
  * 1% off, diverges; NaN or Inf where the reference is finite is a mismatch. */
 static void test_grad_tolerance(void **state) {
@@ -1613,7 +1638,7 @@ int main(void) {
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
         cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),
         cmocka_unit_test(test_low_precision_outputs),
-        cmocka_unit_test(test_grad_tolerance),
+        cmocka_unit_test(test_grad_tolerance), cmocka_unit_test(test_grad_all_dropped),
         cmocka_unit_test(test_grad_nan_side), cmocka_unit_test(test_grad_poisoned_masked_value),
         cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_score_past_f32), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),

@@ -180,7 +180,8 @@ def backward(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
     "dmask" in the additive mask's own shape (summed over the dims it broadcasts) when there
     is one. A fully masked row gives nothing; a key of weight exactly 0 in a row (masked, an
     additive -inf, a score of -inf, an exp below 2^-1022 flushed to 0) gives that row nothing
-    (0 * NaN counts as 0), and a dropped key's dV row gets nothing from it."""
+    (0 * NaN counts as 0), and a dropped key's dV row gets nothing from it. Dropout p = 1
+    drops every weight: the output is the constant 0, and every gradient is 0."""
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     v = np.asarray(v, dtype=np.float64)
@@ -188,6 +189,11 @@ def backward(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
     B, Hq, Sq, D = q.shape
     Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
     g = Hq // Hkv
+    if case.dropout_p >= 1.0:
+        grads = {"dq": np.zeros_like(q), "dk": np.zeros_like(k), "dv": np.zeros_like(v)}
+        if mask is not None:
+            grads["dmask"] = np.zeros(np.shape(mask))
+        return grads
     with np.errstate(all="ignore"):
         s0, s, live = _scores(case, q, k, mask, bool_mask, 0, Sq)
         # exp below 2^-1022 flushed always, as the C kernels do: a subnormal weight meets NaN

@@ -48,6 +48,15 @@ const af_backend_vtable *af_backend_builtin_find(const char *name) {
     return NULL;
 }
 
+bool af_bwd_all_dropped(const af_case *c, af_grads *gr) {
+    if (c->dropout_p < 1.0) return false;
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        af_tensor *t = af_grads_at(gr, k);
+        if (t->data) memset(t->data, 0, af_tensor_numel(t) * af_dtype_size(t->dtype));
+    }
+    return true;
+}
+
 af_status af_backend_register(const af_backend_vtable *vt, af_error *err) {
     AF_RETURN_ERROR_IF(!vt || !vt->run || !vt->name, err, AF_ERR_INVALID, "backend table without a name or run function");
     AF_RETURN_ERROR_IF(af_backend_builtin_find(vt->name), err, AF_ERR_EXISTS, "a backend named \"%s\" exists",

@@ -30,6 +30,10 @@ typedef struct af_bwd_bufs {
 #define AF_BWD_NSLOTS 24
 af_status af_bwd_bufs_get(af_scratch *ws, int slot0, const af_case *c, size_t rows, size_t cols, af_bwd_bufs *b,
                           af_error *err);
+/* Dropout p = 1 drops every weight: the output is the constant 0 (docs/design.md section
+ * 2), so every gradient gr holds is 0 whatever the inputs are. Zeroes them and returns true
+ * then; false (gr untouched) for p < 1. */
+bool af_bwd_all_dropped(const af_case *c, af_grads *gr);
 
 /* backend.c: the registered backend named name (exactly), NULL when none is. */
 const af_backend_vtable *af_backend_builtin_find(const char *name);

@@ -305,6 +305,7 @@ static af_status af_fused_run_backward(void *state, const af_case_tensors *in, a
     float *lse = AF_SCRATCH(ws, WS_LSE, float, B * Hq * Sq, err);
     if (!lse) return AF_ERR_NOMEM;
     AF_TRY(af_fused_forward(ws, in, outt, lse, err));
+    if (af_bwd_all_dropped(c, gr)) return AF_OK;
     const float *out = outt->data;
 
     af_bwd_bufs bb;

@@ -926,6 +926,29 @@ static af_status af_rg_alloc(af_rg *g, af_scratch *ws, af_error *err) {
     return AF_OK;
 }
 
+/* Dropout p = 1 drops every weight: the output is the constant 0 (docs/design.md section 2
+ * rule 6), so every gradient is 0 whatever the inputs hold (0 * NaN counts as 0), in the
+ * exact run and the honest one. A non-finite input planted in Q, K, V or dO reaches an IEEE
+ * chain rule only through those zero weights: a NaN anywhere is then a leak. */
+static af_status af_rg_all_dropped(const af_case *c, const af_ref_grad_opts *opts, double *const grads[AF_GRAD_COUNT]) {
+    bool planted = c->bwd.dout.special != AF_SPECIAL_NONE;
+    for (int t = 0; t < 3; t++) planted |= c->t[t].special != AF_SPECIAL_NONE;
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        if (!grads[k]) continue;
+        size_t ne[4];
+        af_case_grad_shape(c, k, ne);
+        size_t rows = ne[0] * ne[1] * ne[2], n = rows * ne[3];
+        memset(grads[k], 0, n * sizeof(double));
+        if (opts->leak[k]) memset(opts->leak[k], planted, n);
+        if (opts->nfswap[k]) memset(opts->nfswap[k], 0, n);
+        if (opts->unstable[k]) memset(opts->unstable[k], 0, n);
+        if (opts->sens[k]) memset(opts->sens[k], 0, n * sizeof(double));
+        if (opts->gscale[k]) memset(opts->gscale[k], 0, rows * sizeof(double));
+        if (k < 2 && opts->pscale[k]) memset(opts->pscale[k], 0, rows * sizeof(double));
+    }
+    return AF_OK;
+}
+
 af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opts, double *const grads[AF_GRAD_COUNT],
                           af_scratch *ws, af_error *err) {
     const af_case *c = in->c;
@@ -963,6 +986,7 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
         af_case_grad_shape(c, 3, g.mne);
         g.mnb[3] = 1, g.mnb[2] = g.mne[3], g.mnb[1] = g.mne[2] * g.mnb[2], g.mnb[0] = g.mne[1] * g.mnb[1];
     }
+    if (g.p >= 1.0) return af_rg_all_dropped(c, opts, grads);
     AF_TRY(af_rg_alloc(&g, ws, err));
     for (int k = 0; k < AF_GRAD_COUNT; k++) {
         size_t n = 0;
