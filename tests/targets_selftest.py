@@ -74,13 +74,20 @@ KNOWN = {
 # checks that the declaration and the measurement still agree. jax "xla" replaces masked
 # logits by -0.7 * finfo.max (the row averages V over every masked key); jax "cudnn" adds
 # that number as a bias (the row is plain attention over every key).
-ODD_ROWS = {"jax/xla": "mean", "jax/cudnn": "unmasked"}
+# In bf16 jax "cudnn"'s bias (-2 << 40) swamps every score: the row averages V.
+ODD_ROWS = {"jax/xla": "mean", "jax/cudnn": {"f16": "unmasked", "bf16": "mean"}}
 
 
-def rows_checked(conv):
-    """The masked_rows value check_close can check row by row ("zero", "nan"), else None
-    (check_conventions checks "mean" and "unmasked" on its probe)."""
-    rows = conv.get("masked_rows", "zero")
+def declared_rows(rows, dtype):
+    """A masked_rows value (a name, or a dict of names by dtype: "zero" where it names none)
+    for a case of dtype."""
+    return rows.get(dtype, "zero") if isinstance(rows, dict) else rows
+
+
+def rows_checked(conv, dtype):
+    """The masked_rows value check_close can check row by row ("zero", "nan") in a case of
+    dtype, else None (check_conventions checks "mean" and "unmasked" on its probe)."""
+    rows = declared_rows(conv.get("masked_rows", "zero"), dtype)
     return rows if rows in ("zero", "nan") else None
 
 
@@ -407,7 +414,7 @@ def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
     hello = target.hello()
     ref = reference.attention(cs, q, k, v, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"),
                               keep=res.dropout_keep)
-    rows = rows_checked(hello["conventions"])
+    rows = rows_checked(hello["conventions"], cs.dtype)
     check_close(label, out, ref, v, cs.dtype, dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask")), rows)
 
 
@@ -417,7 +424,7 @@ def check_grads(tname, label, target, q, k, v, arrays, cs, res):
     odd convention, which the gradients inherit. Raises AssertionError on a mismatch."""
     from attnfuzz.worker import _grad_arrays, mask_grad
     dead = dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask"))
-    rows = target.hello()["conventions"].get("masked_rows", "zero")
+    rows = declared_rows(target.hello()["conventions"].get("masked_rows", "zero"), cs.dtype)
     if dead.any() and (rows != "zero" or tname in ODD_ROWS):
         return False
     do = layouts.to_bhsd(arrays["do"], cs.out_layout, cs.q_heads, cs.v_head_dim).astype(np.float64)
@@ -608,33 +615,24 @@ def check_backward(R, tname, target):
     return True
 
 
-def check_conventions(R, tname, target):
-    """What the variant declares in its hello `conventions`, measured on probes: a fully
-    masked row (bool mask row all False) gives what masked_rows says; NaN behind a masked
-    key's value does not leak unless masked_values is "ieee"; an Inf in a masked key's K row
-    does not make its query NaN unless masked_keys is "ieee"; subnormal f32 values survive
-    unless denormals is "flush"."""
-    hello = target.hello()
-    conv = hello["conventions"]
-    if "bmask" not in hello["caps"]:
-        return
-    dt = "f32" if "f32" in hello["dtypes"] else hello["dtypes"][0]
+def _probe_masked_row(R, tname, target, conv, dt, bm):
+    """check_conventions' fully masked row in dtype dt (row 2 of bool mask bm): what
+    masked_rows declares for dt. Returns the probe's case and inputs (c, q, k, v), None
+    when the variant does not run it."""
     c = _case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4, kv_len=4,
               bool_mask=_mask(rank=2, full_dims="qk"))
     r = np.random.default_rng(7)
     q, k, v = (r.standard_normal((1, 2, 4, 16)).astype(dtypes.DTYPES[dt]).astype(np.float64) for _ in range(3))
-    bm = np.ones((4, 4), dtype=bool)
-    bm[2, :] = False          # query row 2 attends to nothing
-    bm[:, 1] = False          # key 1 masked for every query
     try:
         out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, v, bool_mask=bm))
     except Unsupported as e:
         R.skip("%s conventions: the probe case is unsupported: %s" % (tname, e))
-        return
+        return None
     row = out[0, :, 2, :]
-    want_rows = conv.get("masked_rows", "zero")
-    if tname in ODD_ROWS and ODD_ROWS[tname] != want_rows:
-        R.fail("%s declares masked_rows %r, measured %r" % (tname, want_rows, ODD_ROWS[tname]))
+    want_rows = declared_rows(conv.get("masked_rows", "zero"), dt)
+    if tname in ODD_ROWS and declared_rows(ODD_ROWS[tname], dt) != want_rows:
+        R.fail("%s declares masked_rows %r in %s, measured %r" % (tname, want_rows, dt,
+                                                                  declared_rows(ODD_ROWS[tname], dt)))
     if want_rows == "mean":
         # every key of row 2 is masked by the boolean mask: the mean over all of them
         msg, good = "fully masked row = mean of V over its masked keys (declared mean)", \
@@ -649,7 +647,33 @@ def check_conventions(R, tname, target):
         msg, good = "fully masked row is NaN or 0 (declared nan)", bool(np.isnan(row).all() or (row == 0).all())
     else:
         msg, good = "fully masked row is 0 (declared)", bool((row == 0).all())
-    (R.ok if good else R.fail)("%s %s: got %s" % (tname, msg, row[0, :3]))
+    (R.ok if good else R.fail)("%s %s %s: got %s" % (tname, dt, msg, row[0, :3]))
+    return c, q, k, v
+
+
+def check_conventions(R, tname, target):
+    """What the variant declares in its hello `conventions`, measured on probes: a fully
+    masked row (bool mask row all False) gives what masked_rows says; NaN behind a masked
+    key's value does not leak unless masked_values is "ieee"; an Inf in a masked key's K row
+    does not make its query NaN unless masked_keys is "ieee"; subnormal f32 values survive
+    unless denormals is "flush"."""
+    hello = target.hello()
+    conv = hello["conventions"]
+    if "bmask" not in hello["caps"]:
+        return
+    dt = "f32" if "f32" in hello["dtypes"] else hello["dtypes"][0]
+    bm = np.ones((4, 4), dtype=bool)
+    bm[2, :] = False          # query row 2 attends to nothing
+    bm[:, 1] = False          # key 1 masked for every query
+    # masked_rows declared by dtype: the fully masked row is probed in each dtype it runs
+    others = [x for x in hello["dtypes"] if x != dt] if isinstance(conv.get("masked_rows"), dict) else []
+    for d in others:
+        if _probe_masked_row(R, tname, target, conv, d, bm) is None:
+            return
+    probe = _probe_masked_row(R, tname, target, conv, dt, bm)
+    if probe is None:
+        return
+    c, q, k, v = probe
     vn = v.copy()
     vn[:, :, 1, :] = np.nan   # NaN behind the masked key
     out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, vn, bool_mask=bm))
@@ -749,7 +773,7 @@ def check_snippet(R, tname, mod, target):
         exec(compile(src, "<repro %s>" % tname, "exec"), ns)
         out = ns["attention"](cs, arrays["q"], arrays["k"], arrays["v"], bool_mask=arrays.get("bool_mask"))
         ref = reference.attention(cs, q, k, v, bool_mask=arrays.get("bool_mask"))
-        rows = rows_checked(hello["conventions"])
+        rows = rows_checked(hello["conventions"], dt)
         check_close("repro_snippet", out, ref, v, dt, dead_rows(cs, None, arrays.get("bool_mask")), rows)
         R.ok("%s repro_snippet runs standalone and matches" % tname)
     except Exception as e:  # noqa: BLE001

@@ -1188,7 +1188,7 @@ static void test_conv_masked_rows_mean(void **state) {
         for (size_t j = 0; j < c.kv_len; j++) mean += af_view_get(&t->vv, bb, h / group, j, d) / (double)c.kv_len;
         b.f[e] = (float)(i == 0 ? mean : b.ref[e]);
     }
-    af_conventions mean = {.masked_rows = AF_ROWS_MEAN}, none = {0};
+    af_conventions mean = {.masked_rows[AF_F32] = AF_ROWS_MEAN}, none = {0};
     af_result res;
     assert_int_equal(conv_kind(&b, &none, &res), AF_KIND_DIVERGE);
     /* undeclared: every failing element sits in a fully masked row (known.h's masked_only) */
@@ -1196,7 +1196,7 @@ static void test_conv_masked_rows_mean(void **state) {
     assert_int_equal(res.m.n_fail_masked, res.m.n_diverge);
     assert_true(isinf(res.m.fail_score_max) && res.m.fail_score_max < 0);
     expect_conv(&b, &mean, AF_KIND_OK, "mean of V in the fully masked rows, declared mean");
-    expect_conv(&b, &(af_conventions){.masked_rows = AF_ROWS_NAN}, AF_KIND_DIVERGE, "mean of V, declared nan");
+    expect_conv(&b, &(af_conventions){.masked_rows[AF_F32] = AF_ROWS_NAN}, AF_KIND_DIVERGE, "mean of V, declared nan");
     /* declared mean, but 0 there (or off by 0.1): a finding */
     float keep = b.f[0];
     b.f[0] = 0.0f;
@@ -1244,7 +1244,7 @@ static void test_conv_masked_rows_mean_serving(void **state) {
         b.f[e] = (float)(i >= af_case_seg_q(&c, (uint32_t)bb) ? 0.0 : dead ? mean : b.ref[e]);
     }
     assert_true(canon_differs); /* the test tells the two means apart */
-    af_conventions mean = {.masked_rows = AF_ROWS_MEAN};
+    af_conventions mean = {.masked_rows[AF_F32] = AF_ROWS_MEAN};
     expect_conv(&b, &mean, AF_KIND_OK, "the padded batch's mean, 0 for a keyless row and a missing one");
     /* the canonical view's keys past kv_lens do not count */
     for (size_t d = 0; d < dv; d++) {
@@ -1297,7 +1297,7 @@ static void test_conv_masked_rows_mean_leak(void **state) {
         /* IEEE P @ V: weight 0 times V[2][0] = NaN */
         b.f[e] = (float)(i == 0 ? (d == 0 ? (double)NAN : mean) : b.ref[e]);
     }
-    af_conventions mean = {.masked_rows = AF_ROWS_MEAN}, ieee = {.masked_rows = AF_ROWS_MEAN, .masked_values_ieee = true};
+    af_conventions mean = {.masked_rows[AF_F32] = AF_ROWS_MEAN}, ieee = {.masked_rows[AF_F32] = AF_ROWS_MEAN, .masked_values_ieee = true};
     af_result res;
     expect_conv(&b, &ieee, AF_KIND_OK, "0 * NaN through a weight-0 key of a mean row, declared ieee");
     assert_int_equal(conv_kind(&b, &mean, &res), AF_KIND_MASKED_VALUE_LEAK);
@@ -1305,6 +1305,48 @@ static void test_conv_masked_rows_mean_leak(void **state) {
     /* column 2 has no NaN key: a NaN there is no leak */
     b.f[2] = NAN;
     expect_conv(&b, &ieee, AF_KIND_NAN_MISMATCH, "NaN in a mean row that no weight-0 key explains");
+    bench_close(&b);
+}
+
+/* Row 0 of every (b, h) fully masked by an additive -inf on every key, no set-semantics
+ * mask: a row that "mean" has no mean for. */
+static void fill_row0_additive(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_case *c = t->c;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++)
+                for (size_t j = 0; j < c->kv_len; j++) af_view_set(&t->am, b, h, i, j, i == 0 ? -DINF : 0.0);
+}
+
+/* masked_rows "mean" where no key is set-masked (a row of -inf only, softmax's NaN): the
+ * reference's 0 (jax cudnn in bf16) and NaN (jax xla) both pass; the mean of V over every
+ * key, or any other finite value, does not. Undeclared, NaN there is masked_row_nan. */
+static void test_conv_masked_rows_mean_plain(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F32);
+    c.amask.present = true, c.amask.dims = AF_MDIM_ALL, c.amask.dtype = AF_F32;
+    bench b;
+    bench_open(&b, &c, fill_row0_additive);
+    size_t dv = c.v_head_dim, sq = c.q_len;
+    af_conventions mean = {.masked_rows[AF_F32] = AF_ROWS_MEAN};
+    for (size_t e = 0; e < b.n; e++) {
+        if ((e / dv) % sq == 0 && b.ref[e] != 0.0) fail_msg("reference of a row of -inf: %g", b.ref[e]);
+        b.f[e] = (float)b.ref[e];
+    }
+    expect_conv(&b, &mean, AF_KIND_OK, "0 in a row of -inf only, declared mean");
+    for (size_t e = 0; e < b.n; e++)
+        if ((e / dv) % sq == 0) b.f[e] = NAN;
+    expect_conv(&b, &mean, AF_KIND_OK, "NaN in a row of -inf only, declared mean");
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_MASKED_ROW_NAN, "NaN in a row of -inf only, undeclared");
+    const af_case_tensors *t = af_inputs_get(b.in);
+    for (size_t d = 0; d < dv; d++) { /* row (0, 0, 0): the mean over every key */
+        double mv = 0.0;
+        for (size_t j = 0; j < c.kv_len; j++) mv += af_view_get(&t->vv, 0, 0, j, d) / (double)c.kv_len;
+        b.f[d] = (float)mv;
+    }
+    expect_conv(&b, &mean, AF_KIND_DIVERGE, "the mean of every key in a row of -inf only, declared mean");
     bench_close(&b);
 }
 
@@ -1338,8 +1380,13 @@ static void test_conv_masked_rows_unmasked(void **state) {
         }
     }
     expect_conv(&b, &(af_conventions){0}, AF_KIND_DIVERGE, "plain attention in a fully masked row, undeclared");
-    expect_conv(&b, &(af_conventions){.masked_rows = AF_ROWS_UNMASKED}, AF_KIND_OK, "declared unmasked");
-    expect_conv(&b, &(af_conventions){.masked_rows = AF_ROWS_MEAN}, AF_KIND_DIVERGE, "plain attention, declared mean");
+    expect_conv(&b, &(af_conventions){.masked_rows[AF_F32] = AF_ROWS_UNMASKED}, AF_KIND_OK, "declared unmasked");
+    expect_conv(&b, &(af_conventions){.masked_rows[AF_F32] = AF_ROWS_MEAN}, AF_KIND_DIVERGE, "plain attention, declared mean");
+    /* declared by dtype (jax cudnn): the case's dtype (f32) decides, not another's */
+    expect_conv(&b, &(af_conventions){.masked_rows = {[AF_F16] = AF_ROWS_UNMASKED, [AF_BF16] = AF_ROWS_UNMASKED}},
+                AF_KIND_DIVERGE, "plain attention in f32, declared unmasked for f16 and bf16 only");
+    expect_conv(&b, &(af_conventions){.masked_rows = {[AF_F32] = AF_ROWS_UNMASKED, [AF_BF16] = AF_ROWS_MEAN}},
+                AF_KIND_OK, "plain attention in f32, declared unmasked for f32 and mean for bf16");
     bench_close(&b);
 }
 
@@ -1642,7 +1689,7 @@ int main(void) {
         cmocka_unit_test(test_grad_nan_side), cmocka_unit_test(test_grad_poisoned_masked_value),
         cmocka_unit_test(test_grad_classes), cmocka_unit_test(test_grad_score_past_f32), cmocka_unit_test(test_grad_pairs), cmocka_unit_test(test_grad_signature),
         cmocka_unit_test(test_conv_masked_rows_mean), cmocka_unit_test(test_conv_masked_rows_mean_serving),
-        cmocka_unit_test(test_conv_masked_rows_mean_leak),
+        cmocka_unit_test(test_conv_masked_rows_mean_leak), cmocka_unit_test(test_conv_masked_rows_mean_plain),
         cmocka_unit_test(test_conv_masked_rows_unmasked),
         cmocka_unit_test(test_conv_masked_keys_ieee),
         cmocka_unit_test(test_conv_masked_keys_scores_dtype), cmocka_unit_test(test_conv_scores_dtype_near_overflow), cmocka_unit_test(test_conv_denormals_flush),

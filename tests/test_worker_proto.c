@@ -77,8 +77,8 @@ static void test_hello_full(void **state) {
     assert_int_equal(hello.head_dim_multiple, 8);
     assert_int_equal(hello.max_seq, 0);
     assert_int_equal(hello.diagonals, 1u << AF_DIAG_TOP_LEFT);
-    assert_true(hello.masked_rows_nan);
-    assert_true(hello.masked_values_ieee);
+    for (int d = 0; d < AF_CASE_DTYPE_COUNT; d++) assert_int_equal(af_conv_masked_rows(&hello.conv, (unsigned)d), AF_ROWS_NAN);
+    assert_true(hello.conv.masked_values_ieee);
     assert_int_equal(hello.dropout, AF_WP_DROPOUT_NONE);
     assert_int_equal(hello.compile_key, AF_KEY_SHAPES | AF_KEY_DTYPE);
 }
@@ -94,7 +94,7 @@ static void test_hello_defaults(void **state) {
     assert_int_equal(hello.dtypes, 7u); /* f32, f16, bf16 */
     assert_int_equal(hello.compile_key, AF_KEY_ALL);
     assert_int_equal(hello.diagonals, (1u << AF_DIAG_COUNT) - 1);
-    assert_false(hello.masked_rows_nan);
+    assert_int_equal(af_conv_masked_rows(&hello.conv, AF_F16), AF_ROWS_ZERO);
     assert_int_equal(hello.dropout, AF_WP_DROPOUT_COUNTER);
     assert_non_null(strstr(hello.conventions, "\"masked_rows\":\"zero\""));
 }
@@ -109,8 +109,7 @@ static void test_hello_conventions(void **state) {
                          "\"scores\":[\"bf16\"],\"tf32\":\"always\"}}",
                          NULL, 0);
     assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
-    assert_int_equal(hello.conv.masked_rows, AF_ROWS_MEAN);
-    assert_false(hello.masked_rows_nan);
+    for (int d = 0; d < AF_CASE_DTYPE_COUNT; d++) assert_int_equal(af_conv_masked_rows(&hello.conv, (unsigned)d), AF_ROWS_MEAN);
     assert_true(hello.conv.masked_keys_ieee);
     assert_int_equal(hello.conv.denormals_flush, 7u);
     assert_true(af_conv_flushes(&hello.conv, AF_F32) && af_conv_flushes(&hello.conv, AF_BF16));
@@ -124,9 +123,22 @@ static void test_hello_conventions(void **state) {
                   "\"conventions\":{\"masked_rows\":\"unmasked\",\"scores\":\"dtype\"}}",
                   NULL, 0);
     assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
-    assert_int_equal(hello.conv.masked_rows, AF_ROWS_UNMASKED);
+    assert_int_equal(af_conv_masked_rows(&hello.conv, AF_BF16), AF_ROWS_UNMASKED);
     assert_int_equal(hello.conv.scores_dtype, 7u);
     assert_non_null(strstr(hello.conventions, "\"scores\":\"dtype\""));
+    /* masked_rows by dtype (jax cudnn): each dtype its own, one left out is "zero"; the
+     * text names all three, and reads back the same */
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                  "\"conventions\":{\"masked_rows\":{\"f16\":\"unmasked\",\"bf16\":\"mean\"}}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(af_conv_masked_rows(&hello.conv, AF_F32), AF_ROWS_ZERO);
+    assert_int_equal(af_conv_masked_rows(&hello.conv, AF_F16), AF_ROWS_UNMASKED);
+    assert_int_equal(af_conv_masked_rows(&hello.conv, AF_BF16), AF_ROWS_MEAN);
+    assert_non_null(strstr(hello.conventions, "\"masked_rows\":{\"f32\":\"zero\",\"f16\":\"unmasked\",\"bf16\":\"mean\"}"));
+    af_conventions back;
+    assert_int_equal(af_wp_parse_conventions(hello.conventions, &back, &err), AF_OK);
+    assert_memory_equal(back.masked_rows, hello.conv.masked_rows, sizeof back.masked_rows);
     /* denormals as a list of dtypes: only those flush */
     n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
                   "\"conventions\":{\"denormals\":[\"bf16\"]}}",
@@ -143,7 +155,7 @@ static void test_hello_conventions(void **state) {
     /* defaults: the reference's own semantics */
     n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", NULL, 0);
     assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
-    assert_int_equal(hello.conv.masked_rows, AF_ROWS_ZERO);
+    assert_int_equal(af_conv_masked_rows(&hello.conv, AF_F32), AF_ROWS_ZERO);
     assert_false(hello.conv.masked_keys_ieee || hello.conv.denormals_flush || hello.conv.tf32_always);
     assert_int_equal(hello.conv.scores_dtype, 0);
 }
@@ -167,6 +179,12 @@ static void test_hello_malformed(void **state) {
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
          "\"conventions\":{\"masked_rows\":\"one\"}}",
          "masked_rows"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"masked_rows\":{\"f64\":\"nan\"}}}",
+         "masked_rows: unknown dtype \"f64\""},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"masked_rows\":{\"f16\":\"half\"}}}",
+         "masked_rows.f16 must be"},
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
          "\"conventions\":{\"masked_keys\":\"add\"}}",
          "masked_keys"},

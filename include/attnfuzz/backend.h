@@ -88,11 +88,8 @@ void af_case_grad_shape(const af_case *c, int g, size_t ne[4]);
 typedef struct af_backend_ext {
     const char *describe;      /* one line: name, version, variant as the worker said */
     const char *conventions;   /* the conventions in effect, a JSON object text */
-    bool waive_masked_row_nan;     /* conventions.masked_rows "nan": not a finding for it */
-    bool waive_masked_value_leak;  /* conventions.masked_values "ieee": likewise */
     bool own_dropout;          /* conventions.dropout "keep_mask": it returns its own keep mask */
-    af_conventions conv;       /* what the oracle models for it (conventions.h; the two waivers
-                                  above included) */
+    af_conventions conv;       /* what the oracle models for it (conventions.h) */
     uint32_t compile_key;      /* AF_KEY_* bits (case_key.h) */
     /* the last run */
     const char *stderr_tail;   /* the last 4 KiB of its stderr, NUL-terminated ("" if none) */

@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dtype.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -19,16 +21,20 @@ typedef enum af_masked_rows {
     AF_ROWS_ZERO,     /* 0 (section 2 rule 5) */
     AF_ROWS_NAN,      /* NaN (softmax of a row of -inf): masked_row_nan is no finding */
     AF_ROWS_MEAN,     /* the mean of V over the keys a set-semantics mask (causal, key padding,
-                         window, boolean) masks, NaN when none does: masked logits replaced by a
-                         finite large negative (jax "xla": -0.7 * finfo.max) */
+                         window, boolean) masks: masked logits replaced by a finite large
+                         negative (jax "xla": -0.7 * finfo.max; jax "cudnn" in bf16). A row
+                         where none does (-inf only) has no mean: 0 or NaN */
     AF_ROWS_UNMASKED, /* attention as if the set-semantics masks were absent: the mask added as
-                         a finite bias (jax "cudnn") */
+                         a finite bias (jax "cudnn" in f16) */
     AF_ROWS_COUNT
 } af_masked_rows;
 extern const char *const af_masked_rows_names[AF_ROWS_COUNT]; /* "zero", "nan", "mean", "unmasked" */
 
 typedef struct af_conventions {
-    af_masked_rows masked_rows;
+    /* masked_rows per case dtype (af_dtype: f32, f16, bf16), an af_masked_rows each: a
+     * string in the hello sets every dtype, an object the dtypes it names (the others
+     * "zero"). af_conv_masked_rows reads it for a case's dtype */
+    uint8_t masked_rows[AF_CASE_DTYPE_COUNT];
     /* masked_values "ieee": 0 * Inf = NaN leaks from a zero-weight key's V */
     bool masked_values_ieee;
     /* masked_keys "ieee": a set-semantics mask is added as -inf, so a masked key whose score
@@ -45,6 +51,11 @@ typedef struct af_conventions {
     /* tf32 "always": f32 matmuls run in TF32 whatever the case allows */
     bool tf32_always;
 } af_conventions;
+
+/* What a fully masked row gives under conv in a case of dtype dt (zero without conv). */
+static inline af_masked_rows af_conv_masked_rows(const af_conventions *conv, unsigned dt) {
+    return conv && dt < AF_CASE_DTYPE_COUNT ? (af_masked_rows)conv->masked_rows[dt] : AF_ROWS_ZERO;
+}
 
 /* Whether conv flushes denormals in a case of dtype dt. */
 static inline bool af_conv_flushes(const af_conventions *conv, unsigned dt) {

@@ -70,7 +70,8 @@ class Result:
 
 # The conventions a hello may declare and their values (docs/worker-protocol.md; the first
 # is the default). "causal" is a list of diagonals; "scores" and "denormals" may also be a
-# list of dtypes (the case dtypes the convention holds for).
+# list of dtypes (the case dtypes the convention holds for); "masked_rows" may also be a
+# dict of values by dtype (a dtype it leaves out: "zero").
 CONVENTIONS = {
     "causal": ("top_left", "bottom_right", "bottom_right_valid", "explicit"),
     "masked_rows": ("zero", "nan", "mean", "unmasked"),
@@ -92,6 +93,11 @@ def check_conventions(conventions):
         allowed = CONVENTIONS[key]
         if key in ("scores", "denormals") and isinstance(value, (list, tuple)):
             allowed, values = ("f32", "f16", "bf16"), value
+        elif key == "masked_rows" and isinstance(value, dict):
+            for dtype in value:
+                if dtype not in ("f32", "f16", "bf16"):
+                    raise ValueError("conventions masked_rows: %r is no case dtype" % (dtype,))
+            values = list(value.values())
         elif key == "causal":
             values = value
         else:

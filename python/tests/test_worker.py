@@ -105,10 +105,13 @@ class Conventions(unittest.TestCase):
         conv = {"masked_rows": "mean", "masked_keys": "ieee", "denormals": "flush", "scores": ["bf16"],
                 "tf32": "always", "causal": ["top_left"], "dropout": "none", "masked_values": "ieee"}
         self.assertEqual(hello_header("x", "1", ["f32"], ["bhsd"], conventions=conv)["conventions"], conv)
+        by_dtype = {"masked_rows": {"f16": "unmasked", "bf16": "mean"}}
+        self.assertEqual(hello_header("x", "1", ["f16"], ["bhsd"], conventions=by_dtype)["conventions"], by_dtype)
 
     def test_typos_fail_in_the_worker(self):
         from attnfuzz.worker import hello_header
-        for conv in ({"masked_row": "nan"}, {"masked_rows": "mean_v"}, {"scores": ["f64"]}, {"causal": ["left"]}):
+        for conv in ({"masked_row": "nan"}, {"masked_rows": "mean_v"}, {"scores": ["f64"]}, {"causal": ["left"]},
+                     {"masked_rows": {"f64": "nan"}}, {"masked_rows": {"f16": "mean_v"}}):
             with self.assertRaises(ValueError):
                 hello_header("x", "1", ["f32"], ["bhsd"], conventions=conv)
 

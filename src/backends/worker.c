@@ -1092,8 +1092,6 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->vt.ext = af_worker_ext;
     w->ext.describe = w->describe;
     w->ext.conventions = h->conventions;
-    w->ext.waive_masked_row_nan = h->masked_rows_nan;
-    w->ext.waive_masked_value_leak = h->masked_values_ieee;
     w->ext.own_dropout = h->dropout == AF_WP_DROPOUT_KEEP_MASK;
     w->ext.conv = h->conv;
     w->ext.compile_key = h->compile_key;

@@ -199,6 +199,48 @@ static af_status af_wp_dtype_set(const af_wp_header *h, long conv, const char *k
 }
 static const char *const af_wp_dropout[3] = {"counter", "keep_mask", "none"}; /* AF_WP_DROPOUT_* order */
 
+/* conventions.masked_rows: one of af_masked_rows_names for every case dtype, or an object
+ * of them by dtype ({"f16": "unmasked", "bf16": "mean"}: a dtype it leaves out gives
+ * "zero"), into rows (an af_masked_rows per af_dtype f32, f16, bf16). */
+static af_status af_wp_masked_rows(const af_wp_header *h, long conv, uint8_t rows[AF_CASE_DTYPE_COUNT],
+                                   af_error *err) {
+    long x = af_wp_get(h, conv, "masked_rows");
+    memset(rows, AF_ROWS_ZERO, AF_CASE_DTYPE_COUNT);
+    if (x < 0) return AF_OK;
+    if (!af_wp_type(h, x, AF_JS_OBJECT)) {
+        int m = af_wp_which(h, x, af_masked_rows_names, AF_ROWS_COUNT);
+        AF_RETURN_ERROR_IF(m < 0, err, AF_ERR_FORMAT,
+                           "hello: conventions.masked_rows must be \"zero\", \"nan\", \"mean\", \"unmasked\" or an "
+                           "object of them by dtype");
+        memset(rows, m, AF_CASE_DTYPE_COUNT);
+        return AF_OK;
+    }
+    long key = x + 1;
+    for (uint32_t k = 0; k < h->tok[x].size; k++, key = h->tok[key + 1].next) {
+        char name[64];
+        af_wp_str(h, key, name, sizeof name);
+        int d = af_wp_which(h, key, af_wp_float_names, AF_CASE_DTYPE_COUNT);
+        AF_RETURN_ERROR_IF(d < 0, err, AF_ERR_FORMAT, "hello: conventions.masked_rows: unknown dtype \"%s\"", name);
+        int m = af_wp_which(h, key + 1, af_masked_rows_names, AF_ROWS_COUNT);
+        AF_RETURN_ERROR_IF(m < 0, err, AF_ERR_FORMAT,
+                           "hello: conventions.masked_rows.%s must be \"zero\", \"nan\", \"mean\" or \"unmasked\"",
+                           name);
+        rows[d] = (uint8_t)m;
+    }
+    return AF_OK;
+}
+
+/* masked_rows as the hello's JSON, the inverse of af_wp_masked_rows: one name when every
+ * dtype has it, else an object of the dtypes', each named. */
+static void af_wp_masked_rows_text(const uint8_t rows[AF_CASE_DTYPE_COUNT], char *buf, size_t len) {
+    if (rows[AF_F16] == rows[AF_F32] && rows[AF_BF16] == rows[AF_F32]) {
+        snprintf(buf, len, "\"%s\"", af_masked_rows_names[rows[AF_F32]]);
+        return;
+    }
+    snprintf(buf, len, "{\"f32\":\"%s\",\"f16\":\"%s\",\"bf16\":\"%s\"}", af_masked_rows_names[rows[AF_F32]],
+             af_masked_rows_names[rows[AF_F16]], af_masked_rows_names[rows[AF_BF16]]);
+}
+
 /* In the parsers below: fail with a message, or with what a call returned. */
 #define AF_WP_FAIL(...)                                                                                                \
     do {                                                                                                               \
@@ -229,8 +271,7 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
     hl->diagonals = (1u << AF_DIAG_COUNT) - 1;
     long cc = af_wp_get(h, conv, "causal");
     if (cc >= 0) AF_WP_TRY(af_wp_name_bits(h, cc, "causal diagonal", af_diag_names, AF_DIAG_COUNT, &hl->diagonals, err));
-    int mr = af_wp_choice(h, conv, "masked_rows", af_masked_rows_names, AF_ROWS_COUNT);
-    if (mr < 0) AF_WP_FAIL("hello: conventions.masked_rows must be \"zero\", \"nan\", \"mean\" or \"unmasked\"");
+    AF_WP_TRY(af_wp_masked_rows(h, conv, hl->conv.masked_rows, err));
     int mk = af_wp_choice(h, conv, "masked_keys", af_wp_masked_keys, 2);
     if (mk < 0) AF_WP_FAIL("hello: conventions.masked_keys must be \"exclude\" or \"ieee\"");
     /* denormals: "keep", "flush" (every dtype) or the dtypes that flush */
@@ -245,9 +286,6 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
     if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
     int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
     if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
-    hl->masked_rows_nan = mr == AF_ROWS_NAN;
-    hl->masked_values_ieee = mv == 1;
-    hl->conv.masked_rows = (af_masked_rows)mr;
     hl->conv.masked_values_ieee = mv == 1;
     hl->conv.masked_keys_ieee = mk == 1;
     hl->conv.denormals_flush = flushes;
@@ -264,13 +302,14 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
             int w = snprintf(diags + k, sizeof diags - k, "%s\"%s\"", k ? "," : "", af_diag_names[d]);
             if (w > 0) k += (size_t)w;
         }
-        char sct[64], dnt[64];
+        char sct[64], dnt[64], mrt[96];
         af_wp_dtype_list(scores, af_wp_scores, sct, sizeof sct);
         af_wp_dtype_list(flushes, af_wp_denormals, dnt, sizeof dnt);
+        af_wp_masked_rows_text(hl->conv.masked_rows, mrt, sizeof mrt);
         snprintf(hl->conventions, sizeof hl->conventions,
-                 "{\"causal\":[%s],\"masked_rows\":\"%s\",\"dropout\":\"%s\",\"masked_values\":\"%s\","
+                 "{\"causal\":[%s],\"masked_rows\":%s,\"dropout\":\"%s\",\"masked_values\":\"%s\","
                  "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
-                 diags, af_masked_rows_names[mr], af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
+                 diags, mrt, af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
                  dnt, sct, af_wp_tf32[tf]);
     }
 done:

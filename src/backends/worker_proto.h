@@ -42,8 +42,6 @@ typedef struct af_wp_hello {
     uint64_t max_head_dim, head_dim_multiple, max_seq, max_batch, max_heads, max_bytes; /* 0 = none */
     uint64_t max_q_len;         /* queries per row at most (a decode kernel's), 0 = none */
     uint32_t diagonals;         /* bit per af_diag it implements (default all) */
-    bool masked_rows_nan;       /* conventions.masked_rows == "nan" */
-    bool masked_values_ieee;    /* conventions.masked_values == "ieee" */
     af_conventions conv;        /* every convention the oracle models (conventions.h) */
     enum { AF_WP_DROPOUT_COUNTER, AF_WP_DROPOUT_KEEP_MASK, AF_WP_DROPOUT_NONE } dropout;
     uint32_t compile_key; /* AF_KEY_* bits; AF_KEY_ALL when not given */

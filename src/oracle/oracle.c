@@ -7,7 +7,7 @@
  * that declares it:
  *   masked_rows "nan"        masked_row_nan is not its kind (a waiver)
  *   masked_rows "mean"       a fully masked row is compared with the mean of V over the keys
- *                            a set-semantics mask masks (NaN when none does)
+ *                            a set-semantics mask masks (when none does: 0, or NaN)
  *   masked_rows "unmasked"   ... with the reference of the case without its set-semantics
  *                            masks (causal, key padding, window, boolean mask)
  *   masked_values "ieee"     masked_value_leak is not its kind (a waiver)
@@ -48,7 +48,7 @@ int af_kind_from_name(const char *name) {
 }
 
 enum { WS_REF, WS_ROWS, WS_EXPECTED, WS_LEAK, WS_VSCALE, WS_ROWMAX, WS_KEYLEAK, WS_ALT, WS_ALT_VSCALE, WS_ADD,
-       WS_LIVE, WS_KEEP, WS_ALT_LEAK };
+       WS_LIVE, WS_KEEP, WS_ALT_LEAK, WS_ALT_PLAIN };
 enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE };
 
 /* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
@@ -91,6 +91,7 @@ struct af_oracle {
     /* masked_rows "mean" / "unmasked": the alternative target of the fully masked rows */
     double *alt, *alt_vscale;
     uint8_t *alt_leak; /* [n]: in alt's model, a zero-weight key holds a non-finite V here */
+    uint8_t *alt_plain; /* [nrows]: rows alt's model leaves alone: the reference's 0, or NaN */
     int alt_mode; /* the af_masked_rows computed into alt, -1 none */
     /* denormals "flush": the flushed inputs and their oracle */
     int ftz_state;
@@ -292,8 +293,10 @@ af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err) {
 
 /* alt (for the fully masked rows) under masked_rows "mean": the mean of V over the keys a
  * set-semantics mask masks (their logits all become the same finite number; keys live but
- * at -inf stay out), with the counter dropout's keep mask; NaN when no key is set-masked
- * (a row of -inf: softmax is NaN). alt_vscale: the largest finite |V| averaged. In a
+ * at -inf stay out), with the counter dropout's keep mask. A row where no key is
+ * set-masked (a row of -inf only) has no mean: alt_plain, the reference's 0 or the NaN of
+ * a softmax over -inf (jax xla gives NaN, cuDNN 0). alt_vscale: the largest finite |V|
+ * averaged. In a
  * serving case the keys past a row's kv_lens exist in no physical tensor: they count as
  * zero vectors (the padding of the Sk-long batch such an implementation is called on), and
  * a row past a packed segment's queries, which no worker returns, is 0. alt_leak: the keys
@@ -315,6 +318,7 @@ static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
         double *dst = o->alt + r * o->dv;
         uint8_t *lk = o->alt_leak + r * o->dv;
         o->alt_vscale[r] = 1e-300;
+        o->alt_plain[r] = 0;
         memset(lk, 0, o->dv);
         if (i >= af_case_seg_q(c, b)) { /* no such row */
             for (size_t d = 0; d < o->dv; d++) dst[d] = 0.0;
@@ -325,7 +329,7 @@ static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
         size_t nmask = 0;
         for (size_t j = 0; !all && j < Sk; j++) nmask += !lv[j];
         if (nmask == 0) {
-            for (size_t d = 0; d < o->dv; d++) dst[d] = (double)NAN;
+            o->alt_plain[r] = 1;
             continue;
         }
         if (p > 0.0) af_dropout_keep_row(in, thr, b, h, i, keep);
@@ -375,7 +379,9 @@ static af_status af_oracle_make_alt(af_oracle *o, af_masked_rows mode, af_error 
     o->alt = AF_SCRATCH(&o->ws, WS_ALT, double, o->n, err);
     o->alt_vscale = AF_SCRATCH(&o->ws, WS_ALT_VSCALE, double, o->nrows, err);
     o->alt_leak = AF_SCRATCH(&o->ws, WS_ALT_LEAK, uint8_t, o->n, err);
-    if (!o->alt || !o->alt_vscale || !o->alt_leak) return AF_ERR_NOMEM;
+    o->alt_plain = AF_SCRATCH(&o->ws, WS_ALT_PLAIN, uint8_t, o->nrows, err);
+    if (!o->alt || !o->alt_vscale || !o->alt_leak || !o->alt_plain) return AF_ERR_NOMEM;
+    memset(o->alt_plain, 0, o->nrows);
     if (any) AF_TRY(mode == AF_ROWS_MEAN ? af_oracle_alt_mean(o, err) : af_oracle_alt_unmasked(o, err));
     o->alt_mode = (int)mode;
     return AF_OK;
@@ -472,8 +478,9 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
     m->fail_score_max = (double)NAN;
     const af_case *c = o->in->c;
     const af_oracle_honest *hn = o->h;
+    const af_masked_rows rows_conv = af_conv_masked_rows(&o->conv, c->dtype);
     const bool alt = want_ref && want_ref == o->ref && o->alt_mode >= 0 &&
-                     (o->conv.masked_rows == AF_ROWS_MEAN || o->conv.masked_rows == AF_ROWS_UNMASKED);
+                     (rows_conv == AF_ROWS_MEAN || rows_conv == AF_ROWS_UNMASKED);
     const bool keys_ieee = o->conv.masked_keys_ieee;
     const uint8_t key_leaks = af_oracle_key_leak_bits(&o->conv, o->in->c->dtype);
     size_t rows = got->ne[0] * got->ne[1] * got->ne[2];
@@ -493,8 +500,10 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
         size_t ra = row_map ? row_map[r] : r;
         bool in_masked = o->rows[ra] != 0;
         /* a fully masked row of a backend whose convention gives it another value is
-         * compared with that value, as a row like any other */
-        bool use_alt = alt && in_masked;
+         * compared with that value, as a row like any other; a row that convention leaves
+         * alone (alt_plain) is the reference's 0, or NaN */
+        bool plain = alt && in_masked && o->alt_plain[ra];
+        bool use_alt = alt && in_masked && !plain;
         bool masked = in_masked && !use_alt;
         af_tolerance tol = use_alt ? af_oracle_tol_at(o, o->alt_vscale[ra]) : af_oracle_tol(o, ra);
         tol.atol *= tol_mult;
@@ -531,8 +540,8 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
                      * holds a non-finite V (every key has weight 0 here) and the backend
                      * declared IEEE P @ V (masked_values "ieee"), 0 * Inf explains the NaN
                      * and it counts as the masked_value_leak below instead */
-                    m->n_masked_row_nan++;
-                    waived = o->opts.waive_masked_row_nan;
+                    m->n_masked_row_nan += !plain; /* NaN is what a plain row may give */
+                    waived = o->opts.waive_masked_row_nan || plain;
                 } else if (co == 1 && leak) {
                     /* NaN only through a key of weight 0 (0 * Inf, 0 * NaN): IEEE
                      * arithmetic, a legitimate choice, not a nan_mismatch */
@@ -619,10 +628,11 @@ static af_status af_oracle_compare_in(af_oracle *o, const af_tensor *out, const 
                                       af_result *res, af_error *err) {
     bool against_ref = o->target == o->ref;
     af_oracle_opts saved = o->opts;
-    if (conv->masked_rows == AF_ROWS_NAN) o->opts.waive_masked_row_nan = true;
+    const af_masked_rows rows = af_conv_masked_rows(conv, o->in->c->dtype);
+    if (rows == AF_ROWS_NAN) o->opts.waive_masked_row_nan = true;
     if (conv->masked_values_ieee) o->opts.waive_masked_value_leak = true;
-    if (against_ref && (conv->masked_rows == AF_ROWS_MEAN || conv->masked_rows == AF_ROWS_UNMASKED)) {
-        af_status st = af_oracle_make_alt(o, conv->masked_rows, err);
+    if (against_ref && (rows == AF_ROWS_MEAN || rows == AF_ROWS_UNMASKED)) {
+        af_status st = af_oracle_make_alt(o, rows, err);
         if (st != AF_OK) {
             o->opts = saved;
             return st;
@@ -721,9 +731,9 @@ af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got,
         ftz = o->ftz_state == AF_FTZ_READY || o->grad_ftz_sub;
         slack = o->grad_ftz_slack;
     }
-    AF_RETURN_ERROR_IF(conv->masked_rows != AF_ROWS_ZERO && any_masked, err, AF_ERR_UNSUPPORTED,
+    AF_RETURN_ERROR_IF(af_conv_masked_rows(conv, c->dtype) != AF_ROWS_ZERO && any_masked, err, AF_ERR_UNSUPPORTED,
                        "masked_rows \"%s\" with a fully masked row: its gradients are not modelled",
-                       af_masked_rows_names[conv->masked_rows]);
+                       af_masked_rows_names[af_conv_masked_rows(conv, c->dtype)]);
     AF_RETURN_ERROR_IF(c->dtype != AF_F32 && (conv->scores_dtype >> c->dtype & 1u), err, AF_ERR_UNSUPPORTED,
                        "scores \"dtype\" in %s: its gradients are not modelled", af_dtype_names[c->dtype]);
     AF_RETURN_ERROR_IF(ftz, err, AF_ERR_UNSUPPORTED, "denormals \"flush\" on subnormal inputs: its gradients are not modelled");

@@ -61,7 +61,7 @@ import numpy as np
 
 from attnfuzz import masks, serving
 from attnfuzz.targets import _base, _common
-from attnfuzz.targets.jax import STACK, _has_gpu, from_btnh, full_qk, to_btnh, unpack_btnh
+from attnfuzz.targets.jax import CUDNN_MASKED_ROWS, STACK, _has_gpu, from_btnh, full_qk, to_btnh, unpack_btnh
 
 KINDS = {"xla_seqlens": "seqlens", "cudnn_seqlens": "seqlens", "pallas_mha": "segments",
          "pallas_decode": "decode", "pallas_paged": "paged"}
@@ -543,10 +543,10 @@ class ServingTarget(_base.Target):
             caps = _BASE + ["cross", "amask", "bmask", "padding", "window", "mask_dtype"]
             if self.variant == "cudnn_seqlens":
                 # cuDNN flash attention: f16/bf16, head dims multiples of 8 up to 256 (Hopper);
-                # the boolean mask becomes a finite bias (as jax/cudnn): an Inf score of a
-                # masked key stays Inf, its row NaN
+                # the boolean mask becomes a finite bias (as jax/cudnn): fully masked rows
+                # per dtype as there; an Inf score of a masked key stays Inf, its row NaN
                 caps = [c for c in caps if c != "f32"]
-                conv["masked_rows"] = "unmasked"
+                conv["masked_rows"] = dict(CUDNN_MASKED_ROWS)
                 conv["masked_keys"] = "ieee"
                 limits.update(max_head_dim=256, head_dim_multiple=8)
             else:

@@ -26,15 +26,17 @@ diagonal is a boolean [B, 1, Sq, Sk] input combined with `mask`, as user code do
 Measured on jax 0.10.2 CPU: implementation "xla" replaces masked logits (mask, is_causal,
 window, seq lengths) by -0.7 * finfo.max rather than -inf, so a row that these mask
 entirely gets the mean of V over the keys they mask, and a row masked entirely by -inf in
-`bias` gives NaN (declared: masked_rows "mean", which the oracle models as exactly that).
+`bias` gives NaN (declared: masked_rows "mean", which the oracle models as exactly that, a
+row of -inf only allowed 0 or NaN).
 Masked keys get weight exactly 0 and P @ V lets 0 * NaN through (masked_values "ieee").
 XLA flushes subnormal inputs and results to zero (FTZ/DAZ; jax "sharp bits", jax-ml/jax#16200):
 declared denormals "flush" for every variant. The explicit function's einsum makes the
 scores in the case dtype (scores "dtype").
 Implementation "cudnn" (jax 0.11.2, H100) turns the boolean mask into a large negative
 bias that it *adds* to the scores (-2 << 14 in f16, -2 << 40 in bf16), so a fully masked
-row comes out as plain attention over all keys in f16 (declared: masked_rows "unmasked")
-and as the mean of V in bf16, where the bias swamps the scores (a known convention entry);
+row comes out as plain attention over all keys in f16 and as the mean of V in bf16, where
+the bias swamps the scores (declared by dtype: masked_rows {"f16": "unmasked", "bf16":
+"mean"}; a row of -inf only comes out 0);
 a masked key whose f16 score exceeds the live ones by more than 32768 keeps its weight (a
 known bug); it takes a right window only as 0 or under plain causal, and a
 window only for Sq <= Sk (other windows go in the boolean mask here), and wants bias and
@@ -61,6 +63,10 @@ from attnfuzz.targets import _base, _common
 
 # The serving variants (attnfuzz.targets._jax_serving) and the CUDA-only ones among them.
 SERVING = ("xla_seqlens", "cudnn_seqlens", "pallas_mha", "pallas_decode", "pallas_paged")
+# What a fully masked row gives through implementation="cudnn", per dtype: the boolean mask
+# becomes a finite bias, -2 << 14 in f16 (plain attention over every key: "unmasked") and
+# -2 << 40 in bf16, which swamps every score (the mean of V over the masked keys: "mean")
+CUDNN_MASKED_ROWS = {"f16": "unmasked", "bf16": "mean"}
 PALLAS = ("pallas_mha", "pallas_decode", "pallas_paged")
 
 
@@ -395,10 +401,9 @@ class Target(_base.Target):
             # the boolean mask is added as a finite bias (jax's get_large_negative_number:
             # -2 << 14 in f16, -2 << 40 in bf16): in f16 a fully masked row is plain
             # attention; in bf16 the bias swamps the scores and the row is the mean of V
-            # (measured on an H200, 2026-11-28: the known convention
-            # jax-cudnn-bf16-masked-row-mean, until a hello can declare masked_rows per
-            # dtype); an Inf score of a masked key stays Inf (Inf + finite): NaN rows
-            conv["masked_rows"] = "unmasked"
+            # (measured on an H200, 2026-11-28); an Inf score of a masked key stays Inf
+            # (Inf + finite): NaN rows
+            conv["masked_rows"] = dict(CUDNN_MASKED_ROWS)
             conv["masked_keys"] = "ieee"
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
         return {"caps": caps, "limits": limits, "conventions": conv}
