@@ -296,11 +296,11 @@ af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err) {
  * at -inf stay out), with the counter dropout's keep mask. A row where no key is
  * set-masked (a row of -inf only) has no mean: alt_plain, the reference's 0 or the NaN of
  * a softmax over -inf (jax xla gives NaN, cuDNN 0). alt_vscale: the largest finite |V|
- * averaged. In a
- * serving case the keys past a row's kv_lens exist in no physical tensor: they count as
- * zero vectors (the padding of the Sk-long batch such an implementation is called on), and
- * a row past a packed segment's queries, which no worker returns, is 0. alt_leak: the keys
- * of weight 0 there (not set-masked, so at -inf; dropped) that hold a non-finite V. */
+ * averaged. In a serving case the keys past a row's kv_lens exist in no physical tensor:
+ * they count as zero vectors (the padding of the Sk-long batch such an implementation is
+ * called on), and a row past a packed segment's queries, which no worker returns, is 0.
+ * alt_leak: the keys of weight 0 there (not set-masked, so at -inf; dropped) that hold a
+ * non-finite V. */
 static af_status af_oracle_alt_mean(af_oracle *o, af_error *err) {
     const af_case_tensors *in = o->in;
     const af_case *c = in->c;
