@@ -234,6 +234,23 @@ class XlaSeqlens(unittest.TestCase):
 
 
 @unittest.skipIf(jax is None, "jax is not installed")
+class PackedSequence(unittest.TestCase):
+    def test_q_k_v_of_other_capacities_meet_at_one_length(self):
+        """mha takes one sequence length for Q, K and V. A packed case's Q comes padded to
+        its query capacity (B x Sq) and K, V to the key capacity (B x Sk): a stock GPU
+        bundle (one segment of 2 tokens, Sq 2, Sk 3) gave K 17 rows to Q's 16, which Triton
+        refused. Each is cut or padded to T_pad, its real tokens kept first."""
+        r = np.random.default_rng(4)
+        for tq, tk, t_pad in ((2, 3, 16), (3, 2, 16), (16, 24, 16), (5, 5, 32)):
+            q, k = (r.standard_normal((t, 1, 8)).astype(np.float32) for t in (tq, tk))
+            pq, pk = np.asarray(js.packed_sequence(q, t_pad)), np.asarray(js.packed_sequence(k, t_pad))
+            self.assertEqual((pq.shape, pk.shape), ((1, t_pad, 1, 8), (1, t_pad, 1, 8)))
+            n = min(tk, t_pad)
+            np.testing.assert_array_equal(pk[0, :n], k[:n])
+            self.assertFalse(pk[0, n:].any())
+
+
+@unittest.skipIf(jax is None, "jax is not installed")
 class Structure(unittest.TestCase):
     def test_lengths_do_not_recompile(self):
         """Two packed draws of one shape with other lengths share the jitted function (the

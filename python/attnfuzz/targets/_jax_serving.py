@@ -296,6 +296,16 @@ def rows_output(cfg, o):
     return from_btnh(o.reshape((cfg["batch"], cfg["q_len"]) + tuple(o.shape[1:])), cfg["out_layout"])
 
 
+def packed_sequence(x, T_pad):
+    """THD rows x [T, H, D] as one sequence [1, T_pad, H, D] for mha: cut or zero-padded to
+    T_pad. Q comes padded to the query capacity and K, V to the key capacity, which differ;
+    their real tokens (as many: mha's segments serve both) come first, so each is cut or
+    padded from its own length."""
+    import jax.numpy as jnp
+    x = x[:T_pad]
+    return jnp.pad(x, ((0, T_pad - x.shape[0]), (0, 0), (0, 0)))[None]
+
+
 def segments_attention(cfg, q, k, v, a):
     """pallas mha over one packed sequence [1, T_pad, H, D]: the segments (a dense case's
     batch rows) one after another, told apart by segment_ids, padding tokens of id -1;
@@ -308,11 +318,8 @@ def segments_attention(cfg, q, k, v, a):
     group = cfg["hq"] // cfg["hkv"]
     if group > 1:
         k, v = jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1)
-
-    def pad(x):
-        return jnp.pad(x, ((0, T_pad - T), (0, 0), (0, 0)))[None]
-    o = attention.mha(pad(q), pad(k), pad(v), a["segment_ids"][None], sm_scale=cfg["scale"], causal=cfg["causal"],
-                      interpret=cfg["interpret"])
+    o = attention.mha(*(packed_sequence(x, T_pad) for x in (q, k, v)), a["segment_ids"][None], sm_scale=cfg["scale"],
+                      causal=cfg["causal"], interpret=cfg["interpret"])
     o = o[0, :T]
     if cfg["thd"]:
         return o
@@ -631,7 +638,7 @@ def repro_snippet_source(variant):
     return _common.snippet(
         ["import jax", "import jax.numpy as jnp"],
         (to_btnh, unpack_btnh, from_btnh, full_qk, segment_lengths, pad_index, thd_rows, query_rows, key_bounds,
-         next_pow2, segment_ids, segments_length, decode_geometry, paged_geometry, padded_table_with, thd_to_padded,
+         next_pow2, segment_ids, segments_length, packed_sequence, decode_geometry, paged_geometry, padded_table_with, thd_to_padded,
          dense_btnh, make_fn, seqlens_attention, query_inputs, padded_keys, rows_output, segments_attention,
          decode_attention_rows, paged_attention_rows, native_diagonal, config, pad_rows, serving_arguments, call),
         consts={"VARIANT": variant, "KINDS": KINDS, "DENSE_PAGE": DENSE_PAGE, "INTERPRET": interpret_mode()},
