@@ -930,7 +930,7 @@ static af_status af_rg_alloc(af_rg *g, af_scratch *ws, af_error *err) {
  * rule 6), so every gradient is 0 whatever the inputs hold (0 * NaN counts as 0), in the
  * exact run and the honest one. A non-finite input planted in Q, K, V or dO reaches an IEEE
  * chain rule only through those zero weights: a NaN anywhere is then a leak. */
-static af_status af_rg_all_dropped(const af_case *c, const af_ref_grad_opts *opts, double *const grads[AF_GRAD_COUNT]) {
+static void af_rg_all_dropped(const af_case *c, const af_ref_grad_opts *opts, double *const grads[AF_GRAD_COUNT]) {
     bool planted = c->bwd.dout.special != AF_SPECIAL_NONE;
     for (int t = 0; t < 3; t++) planted |= c->t[t].special != AF_SPECIAL_NONE;
     for (int k = 0; k < AF_GRAD_COUNT; k++) {
@@ -946,7 +946,6 @@ static af_status af_rg_all_dropped(const af_case *c, const af_ref_grad_opts *opt
         if (opts->gscale[k]) memset(opts->gscale[k], 0, rows * sizeof(double));
         if (k < 2 && opts->pscale[k]) memset(opts->pscale[k], 0, rows * sizeof(double));
     }
-    return AF_OK;
 }
 
 af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opts, double *const grads[AF_GRAD_COUNT],
@@ -986,7 +985,10 @@ af_status af_ref_backward(const af_case_tensors *in, const af_ref_grad_opts *opt
         af_case_grad_shape(c, 3, g.mne);
         g.mnb[3] = 1, g.mnb[2] = g.mne[3], g.mnb[1] = g.mne[2] * g.mnb[2], g.mnb[0] = g.mne[1] * g.mnb[1];
     }
-    if (g.p >= 1.0) return af_rg_all_dropped(c, opts, grads);
+    if (g.p >= 1.0) {
+        af_rg_all_dropped(c, opts, grads);
+        return AF_OK;
+    }
     AF_TRY(af_rg_alloc(&g, ws, err));
     for (int k = 0; k < AF_GRAD_COUNT; k++) {
         size_t n = 0;

@@ -57,6 +57,7 @@ typedef struct cw_opts {
 
 static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL, NULL};
 static long runs_seen; /* run requests so far */
+static FILE *key_log;  /* --key-log, opened once, line-buffered */
 
 /* Whether --fault applies to this run request. */
 static int faults_here(size_t Sq, size_t Sk, size_t D) {
@@ -403,10 +404,7 @@ static int serve_run(long req, const uint8_t *payload) {
     }
     runs_seen++;
     int fault = faults_here(Sq, Sk, D);
-    if (opt.key_log) {
-        FILE *f = fopen(opt.key_log, "a");
-        if (f) fprintf(f, "%lx %d\n", compile_key(c), fault), fclose(f);
-    }
+    if (key_log) fprintf(key_log, "%lx %d\n", compile_key(c), fault);
     if (fault) {
         fprintf(stderr, "c_worker: fault %s on purpose (q_len %zu, kv_len %zu, head_dim %zu)\n", opt.fault, Sq, Sk, D);
         fflush(stderr);
@@ -650,6 +648,14 @@ int main(int argc, char **argv) {
         nanosleep(&ts, NULL);
     }
     if (opt.count_file) atexit(write_count);
+    if (opt.key_log) {
+        key_log = fopen(opt.key_log, "a");
+        if (!key_log) {
+            fprintf(stderr, "c_worker: %s: cannot open the key log\n", opt.key_log);
+            return 2;
+        }
+        setvbuf(key_log, NULL, _IOLBF, 0); /* whole lines, as they come: a worker may be killed */
+    }
     char hello[2048], batch[64] = "";
     if (opt.batch > 1) snprintf(batch, sizeof batch, ",\"batch\":%ld", opt.batch);
     snprintf(hello, sizeof hello,
