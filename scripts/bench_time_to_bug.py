@@ -18,6 +18,11 @@ execs and seconds (">" marks a statistic that rests on censored trials), the med
 speed-up over the strategy (median time / generator median time) and a two-sided
 Mann-Whitney U p-value of the strategy's times against the generator's.
 
+--require-execs N (what the tests use) fails unless every trial found its mutant within N
+executions; for a seed that count does not depend on the machine or its load (the cases
+come from the seeded generator, one execution each), unlike --require-within S, a bound
+on seconds that only a quiet machine keeps.
+
 Standard library only. Example:
 
     python3 scripts/bench_time_to_bug.py --trials 20 --budget 60 \\
@@ -194,7 +199,7 @@ def kill_after(budget):
     return budget * 1.5 + 30
 
 
-def run_attnfuzz_trial(exe, mutant, strategy, budget, seed, env, keep_dir):
+def run_attnfuzz_trial(exe, mutant, strategy, budget, seed, env, keep_dir, runs=None):
     tmp = tempfile.mkdtemp(prefix="ttb-%s-%s-%d-" % (mutant, strategy, seed), dir=keep_dir)
     stats_path = os.path.join(tmp, "stats.json")
     crashes = os.path.join(tmp, "crashes")
@@ -202,6 +207,8 @@ def run_attnfuzz_trial(exe, mutant, strategy, budget, seed, env, keep_dir):
            "--time", "%g" % budget, "--seed", str(seed), "--crashes", crashes, "--stats", stats_path, "--quiet"]
     if mutant in SERVING_MUTANTS:
         cmd += ["--serving", "%g" % SERVING_SHARE]
+    if runs:
+        cmd += ["--runs", str(runs)]  # --require-execs: no need to run past the bound
     trial = {"mutant": mutant, "strategy": strategy, "seed": seed, "budget": budget,
              "command": shlex.join(cmd), "found": False, "censored": True, "error": None}
     t0 = time.monotonic()
@@ -492,7 +499,13 @@ def main(argv=None):
                     help="print the table of an earlier --json output and exit")
     ap.add_argument("--self-test", action="store_true", help="check the statistics and exit")
     ap.add_argument("--require-within", type=float, default=None, metavar="S",
-                    help="exit 1 unless every trial run now found its mutant within S seconds (first_time)")
+                    help="exit 1 unless every trial run now found its mutant within S seconds (first_time); "
+                         "a wall-clock bound: for a benchmark on a quiet machine, never for a test")
+    ap.add_argument("--require-execs", type=int, default=None, metavar="N",
+                    help="exit 1 unless every trial run now found its mutant within N executions (first_exec), "
+                         "each campaign stopping after N (--runs N): for one seed the executions to the first "
+                         "finding do not depend on the machine or its load, so a test can bound them; --budget "
+                         "is then only a guard against a hang")
     a = ap.parse_args(argv)
 
     if a.self_test:
@@ -553,7 +566,7 @@ def main(argv=None):
         m, s, seed = job
         if s == LIBFUZZER:
             return run_libfuzzer_trial(os.path.abspath(a.libfuzzer), m, budget_of_lf, seed, env, a.keep)
-        return run_attnfuzz_trial(exe, m, s, budget_of(s), seed, env, a.keep)
+        return run_attnfuzz_trial(exe, m, s, budget_of(s), seed, env, a.keep, a.require_execs)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         futs = [pool.submit(work, j) for j in jobs]
@@ -609,6 +622,25 @@ def main(argv=None):
             json.dump(doc, f, indent=1)
         os.replace(tmp, a.json)
         print("wrote %s" % a.json)
+    failed = False
+    if a.require_execs is not None:
+        # The executions to the first finding follow the seed: the cases a campaign draws
+        # come from its seeded generator, one execution each (fuzz --jobs 1, no batches),
+        # and nothing the clock decides changes which case comes next (docs/mutants.md).
+        # A finding counts whenever it came (first_time past --budget too: the budget is
+        # only a hang guard here).
+        late = [t for t in trials if t.get("first_exec") is None or t["first_exec"] > a.require_execs]
+        for t in late:
+            print("NOT FOUND within %d executions: %s %s seed %d (%s)" % (
+                a.require_execs, t["mutant"], t["strategy"], t["seed"],
+                "found at execution %d" % t["first_exec"] if t.get("first_exec") is not None else
+                t.get("error") or t.get("killed") or "not found in %d executions, %.3gs" % (
+                    t.get("execs_run", 0), t.get("elapsed", 0.0))), file=sys.stderr)
+        if late:
+            failed = True
+        else:
+            print("every trial found its mutant within %d executions (the most: %d)" % (
+                a.require_execs, max((t["first_exec"] for t in trials), default=0)))
     if a.require_within is not None:
         late = [t for t in trials if not t["found"] or t["time"] > a.require_within]
         for t in late:
@@ -616,9 +648,10 @@ def main(argv=None):
                 a.require_within, t["mutant"], t["strategy"], t["seed"],
                 "%.3gs" % t["time"] if t["found"] else t.get("error") or "not found"), file=sys.stderr)
         if late:
-            return 1
-        print("every trial found its mutant within %gs" % a.require_within)
-    return 0
+            failed = True
+        else:
+            print("every trial found its mutant within %gs" % a.require_within)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -711,14 +711,15 @@ def check_conventions(R, tname, target):
 
 
 def check_cache(R, tname, target):
-    """A compiled variant: a second value draw of one structure reuses the compiled
-    artifact (compile_s 0) and runs well above 20 executions per second."""
+    """A compiled variant: later value draws of one structure reuse the compiled artifact:
+    none of them compiles (compile_s 0) and the cache holds what it held after the first.
+    The rate is printed, not judged (a machine's load must not fail a test)."""
     if not target.decl.compiled:
         return
     hello = target.hello()
     c = _case(layout="bshd", q_len=16, kv_len=16, causal=True,
               dtype="f32" if "f32" in hello["dtypes"] else hello["dtypes"][0])
-    times = []
+    times, compiled, cached = [], [], None
     for seed in range(8):
         q, k, v, arrays = inputs_for(c, seed)
         t0 = time.perf_counter()
@@ -727,10 +728,15 @@ def check_cache(R, tname, target):
         except Unsupported:
             return
         times.append(time.perf_counter() - t0)
+        if seed == 0:
+            cached = len(target.cache)
+        else:
+            compiled.append(res.compile_s)
     rate = 1.0 / max(np.median(times[1:]), 1e-9)
-    good = rate >= 20 and not res.compile_s
-    (R.ok if good else R.fail)("%s compiled structure reused: %.0f execs/s, cache %d, compile_s %s"
-                               % (tname, rate, len(target.cache), res.compile_s))
+    good = not any(compiled) and len(target.cache) == cached
+    (R.ok if good else R.fail)("%s compiled structure reused: cache %d after the first run, %d after 8; "
+                               "compile_s of the later 7 %s (%.0f execs/s)"
+                               % (tname, cached, len(target.cache), compiled, rate))
 
 
 def check_snippet(R, tname, mod, target):

@@ -209,6 +209,7 @@ af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_
         cJSON_AddItemToArray(sigs, x);
     }
     cJSON_AddBoolToObject(j, "finished", s->finished);
+    cJSON_AddBoolToObject(j, "interrupted", af_campaign_interrupted()); /* stopped by SIGINT/SIGTERM */
     cJSON_AddNumberToObject(j, "started_at", s->started_at);
     char host[256] = "";
     if (gethostname(host, sizeof host - 1) != 0) host[0] = 0;
