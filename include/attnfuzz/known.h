@@ -69,11 +69,17 @@ af_status af_known_load_text(af_known *k, const char *text, size_t len, const ch
  * NULL) receives how many. A missing directory is no error. Errors as af_known_load. */
 af_status af_known_load_root(af_known *k, const char *root, size_t *files, af_error *err);
 
-/* af_known_load_root on the project root of the running executable (the first ancestor of
- * its directory, else of the current directory, holding python/attnfuzz: where the targets
- * come from too), or on its package directory when it was installed from the wheel (which
- * ships the repository's corpus/findings/STACK/known.json there); no root found loads
- * nothing. The default set of `attnfuzz fuzz`, replay, regress, report and the fuzz
+/* Where the repository's known bugs are: the package directory when this executable was
+ * installed from the wheel (which ships corpus/findings/STACK/known.json there); else the
+ * project root of the running executable (the first ancestor of its directory, else of the
+ * current directory, holding python/attnfuzz: where the targets come from too; else the
+ * source root recorded when the build was configured, for a build out of the tree), or the
+ * recorded source root when that project root holds no corpus/findings. dir gets it (len
+ * bytes). AF_ERR_IO saying where it looked when none holds corpus/findings. */
+af_status af_known_locate(char *dir, size_t len, af_error *err);
+
+/* af_known_load_root on af_known_locate's directory; none found loads nothing (the CLI
+ * says so). The default set of `attnfuzz fuzz`, replay, regress, report and the fuzz
  * harnesses. */
 af_status af_known_load_repo(af_known *k, size_t *files, af_error *err);
 

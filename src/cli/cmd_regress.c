@@ -453,7 +453,7 @@ int af_cmd_regress(int argc, char **argv) {
         return 2;
     }
     af_known *known = NULL;
-    if (af_cli_known_load(&ko, "regress", false, &known) != 0) {
+    if (af_cli_known_load(&ko, "regress", true, &known) != 0) {
         af_free(waive.entries);
         return 2;
     }

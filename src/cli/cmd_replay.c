@@ -158,7 +158,7 @@ int af_cmd_replay(int argc, char **argv) {
         return 2;
     }
     af_known *known = NULL;
-    if (af_cli_known_load(&ko, "replay", false, &known) != 0) return 2;
+    if (af_cli_known_load(&ko, "replay", !quiet, &known) != 0) return 2;
     int rc = 0;
     for (int i = optind; i < argc; i++) {
         int r = af_replay_one(argv[i], &cfg, selected, quiet, known);

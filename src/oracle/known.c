@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "attnfuzz/backend.h"
 #include "attnfuzz/host.h"
@@ -1099,12 +1100,48 @@ af_status af_known_load_root(af_known *k, const char *root, size_t *files, af_er
     return st;
 }
 
+/* Does dir hold corpus/findings/? */
+static bool af_kn_has_findings(const char *dir) {
+    char path[AF_PROC_PATH_MAX + 32];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/corpus/findings", dir);
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+af_status af_known_locate(char *dir, size_t len, af_error *err) {
+    char root[AF_PROC_PATH_MAX], src[AF_PROC_PATH_MAX];
+    /* installed from the wheel: the package holds the repository's known.json files (and
+     * its Python the targets: a checkout around the current directory is another version) */
+    if (af_proc_package(root, sizeof root, NULL) == AF_OK) {
+        AF_RETURN_ERROR_IF(!af_kn_has_findings(root), err, AF_ERR_IO, "no corpus/findings/*/known.json in the package %.300s",
+                           root);
+    } else {
+        /* the project root (from the executable's directory, the current one, else the
+         * source root recorded at configure time); the source root as well when that root
+         * holds no corpus/findings */
+        bool have = af_proc_root(root, sizeof root, NULL) == AF_OK;
+        if (!(have && af_kn_has_findings(root))) {
+            bool s = af_proc_source_root(src, sizeof src, NULL) == AF_OK && af_kn_has_findings(src);
+            const char *rec = af_proc_source_recorded();
+            if (!s && have)
+                return af_error_set(err, AF_ERR_IO, "no corpus/findings/*/known.json under %.300s or the source root %.300s",
+                                    root, rec[0] ? rec : "(none recorded)");
+            AF_RETURN_ERROR_IF(!s, err, AF_ERR_IO,
+                               "no corpus/findings/*/known.json: no project root above the executable or the current "
+                               "directory, and the source root %.300s%s",
+                               rec[0] ? rec : "(none recorded)", rec[0] ? " is gone or holds none" : "");
+            snprintf(root, sizeof root, "%s", src);
+        }
+    }
+    AF_RETURN_ERROR_IF(strlen(root) >= len, err, AF_ERR_INVALID, "%.64s...: path too long", root);
+    snprintf(dir, len, "%s", root);
+    return AF_OK;
+}
+
 af_status af_known_load_repo(af_known *k, size_t *files, af_error *err) {
     char root[AF_PROC_PATH_MAX];
     if (files) *files = 0;
-    /* installed from the wheel: the package holds the repository's known.json files */
-    if (af_proc_package(root, sizeof root, NULL) != AF_OK && af_proc_root(root, sizeof root, NULL) != AF_OK)
-        return AF_OK;
+    if (af_known_locate(root, sizeof root, NULL) != AF_OK) return AF_OK;
     return af_known_load_root(k, root, files, err);
 }
 
