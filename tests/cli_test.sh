@@ -331,5 +331,17 @@ grep -q "known bug fused-on-avx512 .*(out of scope here: needs avx512f)" "$T/out
 ATTNFUZZ_CPU_FLAGS="avx2" expect_rc 0 "$AF" known --known "$T/scope.json"
 grep -q "needs cpu avx512f (not here: needs avx512f)" "$T/out" && ok "known: lists an entry's needs" || { bad "known lists needs"; sed 's/^/    /' "$T/out"; }
 
+# known bugs wherever the binary is: a copy of the executable outside the checkout, run from
+# a directory outside it, finds the entries through the source root recorded at configure
+# time, and regress and replay say so in their first line (stderr)
+mkdir -p "$T/away" && cp "$AF" "$T/away/attnfuzz"
+(cd "$T/away" && ./attnfuzz regress "$SRC/corpus/regress") >"$T/out" 2>"$T/err"
+head -1 "$T/err" | grep -Eq "^attnfuzz regress: [1-9][0-9]* known bugs from [0-9]+ known.json files under /.*/corpus/findings" &&
+  ok "a binary outside the tree loads the known bugs and says from where, first" ||
+  { bad "a binary outside the tree loads the known bugs"; sed 's/^/    /' "$T/err" | head -3; }
+(cd "$T/away" && ./attnfuzz replay "$SRC/corpus/regress/diverge-5868ff954b2aa973") >"$T/out" 2>"$T/err"
+head -1 "$T/err" | grep -q "^attnfuzz replay: [1-9][0-9]* known bugs from" && ok "replay says how many known bugs, first" ||
+  { bad "replay says how many known bugs"; sed 's/^/    /' "$T/err" | head -3; }
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
