@@ -342,6 +342,12 @@ head -1 "$T/err" | grep -Eq "^attnfuzz regress: [1-9][0-9]* known bugs from [0-9
 (cd "$T/away" && ./attnfuzz replay "$SRC/corpus/regress/diverge-5868ff954b2aa973") >"$T/out" 2>"$T/err"
 head -1 "$T/err" | grep -q "^attnfuzz replay: [1-9][0-9]* known bugs from" && ok "replay says how many known bugs, first" ||
   { bad "replay says how many known bugs"; sed 's/^/    /' "$T/err" | head -3; }
+# ... and one that finds none says so in its first line, even quiet: here a binary laid out as
+# the wheel installs it (<package>/bin/attnfuzz) in a package without corpus/findings
+mkdir -p "$T/pkg/attnfuzz/bin" && : >"$T/pkg/attnfuzz/__init__.py" && cp "$AF" "$T/pkg/attnfuzz/bin/attnfuzz"
+(cd "$T/away" && "$T/pkg/attnfuzz/bin/attnfuzz" fuzz --quiet --runs 5 --crashes "$T/pkg/c") >"$T/out" 2>"$T/err"
+head -1 "$T/err" | grep -q "^attnfuzz fuzz: no known bugs loaded (no corpus/findings/\*/known.json in the package .*; --known FILE)$" &&
+  ok "fuzz --quiet that finds no known bugs says so, first" || { bad "fuzz says no known bugs loaded"; sed 's/^/    /' "$T/err" | head -3; }
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
