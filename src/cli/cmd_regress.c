@@ -7,7 +7,8 @@
  * af_exec_create: built-ins, mutants, plugin:, worker: and target: alike); consecutive
  * bundles that record the same checks share it, so a corpus of one target starts its stack
  * once. A recorded failure that passes is replayed up to AF_REGRESS_REPLAYS times in all
- * before it is called fixed. */
+ * before it is called fixed, or, when the known bug it records needs what this host lacks
+ * (its entry's "needs", docs/known.md), "skip (needs ...)". */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
