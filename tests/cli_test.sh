@@ -297,5 +297,57 @@ expect_rc 2 "$AF" fuzz --backend mutant:causal_top_left --runs 1 --known "$T/bad
 grep -q "bad-known.json" "$T/err" && grep -q 'unknown field "whne"' "$T/err" && ok "a bad known.json is named with its problem" ||
   { bad "a bad known.json is named with its problem"; sed 's/^/    /' "$T/err"; }
 
+# scope (docs/known.md "Scope"): a recorded failure that passes now, of a known bug that needs
+# a CPU flag the host lacks (ATTNFUZZ_CPU_FLAGS pretends a host), is "skip (needs ...)", no
+# failure under --strict, <skipped> in JUnit; with the flag its verdict is "fixed" as before.
+# The bundle: a top-left mutant's finding recorded as fused's (fused, replayed, is right)
+sb="$T/scope/diverge-5c0be5c0be5c0be5"
+mkdir -p "$T/scope" && cp -r "$SRC/corpus/regress/diverge-5868ff954b2aa973" "$sb"
+mv "$sb/out.mutant_causal_top_left.npy.zst" "$sb/out.fused.npy.zst"
+sed -i 's/mutant:causal_top_left/fused/g; s/out\.mutant_causal_top_left\./out.fused./g' "$sb/case.json"
+cat >"$T/scope.json" <<'JSON'
+{"format": "attnfuzz-known", "version": 1, "entries": [
+ {"id": "fused-on-avx512", "class": "real_bug", "title": "a bug of fused on AVX-512 only",
+  "backends": ["fused"], "kinds": ["diverge"], "needs": {"cpu": ["avx512f"]}}]}
+JSON
+ATTNFUZZ_CPU_FLAGS="fpu avx2 fma" expect_rc 0 "$AF" regress --strict --junit "$T/scope.xml" --known "$T/scope.json" "$T/scope"
+grep -q "^skip (needs avx512f) .*diverge-5c0be5c0be5c0be5: fused: recorded diverge, now ok .*\[known bug fused-on-avx512" "$T/out" &&
+  grep -q "0 fixed, 0 regressed, 0 waived, 1 skipped" "$T/out" && grep -q "<skipped message=\"skip (needs avx512f)" "$T/scope.xml" &&
+  ok "regress: a host without the flag skips (needs avx512f), --strict passes, JUnit <skipped>" ||
+  { bad "regress: a host without the flag skips"; sed 's/^/    /' "$T/out" "$T/err"; }
+ATTNFUZZ_CPU_FLAGS="fpu avx2 fma avx512f" expect_rc 1 "$AF" regress --strict --known "$T/scope.json" "$T/scope"
+grep -q "^fixed .*diverge-5c0be5c0be5c0be5: fused: recorded diverge, now ok" "$T/out" && grep -q "1 fixed, 0 regressed, 0 waived, 0 skipped" "$T/out" &&
+  ok "regress: a host with the flag calls it fixed, as before" || { bad "regress: a host with the flag calls it fixed"; sed 's/^/    /' "$T/out"; }
+ATTNFUZZ_CPU_FLAGS="fpu avx2 fma" expect_rc 1 "$AF" regress --strict --no-known "$T/scope"
+grep -q "^fixed " "$T/out" && ok "regress --no-known: no entry, no skip" || bad "regress --no-known: no entry, no skip"
+ATTNFUZZ_CPU_FLAGS="fpu avx2 fma" expect_rc 0 "$AF" replay --known "$T/scope.json" "$sb"
+grep -q "fused: skip (needs avx512f): its recorded diverge does not show on this host" "$T/out" &&
+  ok "replay: says skip (needs avx512f)" || { bad "replay: says skip"; sed 's/^/    /' "$T/out"; }
+ATTNFUZZ_CPU_FLAGS="avx512f" expect_rc 0 "$AF" replay --known "$T/scope.json" "$sb"
+! grep -q "skip" "$T/out" && ok "replay: with the flag no skip" || bad "replay: with the flag no skip"
+ATTNFUZZ_CPU_FLAGS="avx2" expect_rc 0 "$AF" known --known "$T/scope.json" "$sb"
+grep -q "known bug fused-on-avx512 .*(out of scope here: needs avx512f)" "$T/out" &&
+  ok "known: the bundle is its entry whatever the host, out of scope said" || { bad "known BUNDLE out of scope"; sed 's/^/    /' "$T/out"; }
+ATTNFUZZ_CPU_FLAGS="avx2" expect_rc 0 "$AF" known --known "$T/scope.json"
+grep -q "needs cpu avx512f (not here: needs avx512f)" "$T/out" && ok "known: lists an entry's needs" || { bad "known lists needs"; sed 's/^/    /' "$T/out"; }
+
+# known bugs wherever the binary is: a copy of the executable outside the checkout, run from
+# a directory outside it, finds the entries through the source root recorded at configure
+# time, and regress and replay say so in their first line (stderr)
+mkdir -p "$T/away" && cp "$AF" "$T/away/attnfuzz"
+(cd "$T/away" && ./attnfuzz regress "$SRC/corpus/regress") >"$T/out" 2>"$T/err"
+head -1 "$T/err" | grep -Eq "^attnfuzz regress: [1-9][0-9]* known bugs from [0-9]+ known.json files under /.*/corpus/findings" &&
+  ok "a binary outside the tree loads the known bugs and says from where, first" ||
+  { bad "a binary outside the tree loads the known bugs"; sed 's/^/    /' "$T/err" | head -3; }
+(cd "$T/away" && ./attnfuzz replay "$SRC/corpus/regress/diverge-5868ff954b2aa973") >"$T/out" 2>"$T/err"
+head -1 "$T/err" | grep -q "^attnfuzz replay: [1-9][0-9]* known bugs from" && ok "replay says how many known bugs, first" ||
+  { bad "replay says how many known bugs"; sed 's/^/    /' "$T/err" | head -3; }
+# ... and one that finds none says so in its first line, even quiet: here a binary laid out as
+# the wheel installs it (<package>/bin/attnfuzz) in a package without corpus/findings
+mkdir -p "$T/pkg/attnfuzz/bin" && : >"$T/pkg/attnfuzz/__init__.py" && cp "$AF" "$T/pkg/attnfuzz/bin/attnfuzz"
+(cd "$T/away" && "$T/pkg/attnfuzz/bin/attnfuzz" fuzz --quiet --runs 5 --crashes "$T/pkg/c") >"$T/out" 2>"$T/err"
+head -1 "$T/err" | grep -q "^attnfuzz fuzz: no known bugs loaded (no corpus/findings/\*/known.json in the package .*; --known FILE)$" &&
+  ok "fuzz --quiet that finds no known bugs says so, first" || { bad "fuzz says no known bugs loaded"; sed 's/^/    /' "$T/err" | head -3; }
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -15,7 +15,8 @@ matched by its entry.
     known_entries_test.py --replay ATTNFUZZ ROOT DIR...
         runs `ATTNFUZZ regress --strict DIR...` (the CPU bundles, replayed by their real
         targets): it must pass, and each bundle's failing check must say it is its entry
-        ("[known bug ID ...]").
+        ("[known bug ID ...]"), or, where this host lacks what the entry needs (its
+        "needs", e.g. a CPU flag), regress must say "skip (needs ...)" for it and name it.
 
 Standard library only. Exit 0 when all holds, 1 otherwise."""
 
@@ -140,20 +141,26 @@ def check_replay(attnfuzz, root, dirs):
     sys.stderr.write(p.stderr)
     if p.returncode != 0:
         bad.append("attnfuzz regress --strict exited %d" % p.returncode)
-    seen = {}
+    seen, skipped = {}, {}
     for line in p.stdout.splitlines():
-        m = re.match(r"(\S+)\s+(\S+): (.*): recorded (\S+), now (\S+)", line)
-        if not m or m.group(5) == "ok":
+        m = re.match(r"(skip \(.*?\)|\S+)\s+(\S+): (.*): recorded (\S+), now (\S+)", line)
+        if not m or (m.group(5) == "ok" and not m.group(1).startswith("skip")):
             continue
         b = os.path.relpath(m.group(2), root)
         k = re.search(r"\[known bug ([a-z0-9-]+)", line)
         seen[b] = k.group(1) if k else None
+        if m.group(1).startswith("skip"):
+            skipped[b] = m.group(1)
     for d in dirs:
         for case in sorted(glob.glob(os.path.join(d, "*", "case.json"))):
             b = os.path.relpath(os.path.dirname(case), root)
             want = listed.get(b)
             if seen.get(b) != want:
                 bad.append("bundle %s replayed as known bug %s, its entry is %s" % (b, seen.get(b), want))
+            elif b in skipped and not entries[want].get("needs"):
+                bad.append("bundle %s: %s, but its entry %s needs nothing" % (b, skipped[b], want))
+            elif b in skipped:
+                print("skip  %s is %s: %s on this host" % (b, want, skipped[b]))
             else:
                 print("ok    %s replays as %s" % (b, want))
     return bad

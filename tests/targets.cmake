@@ -8,7 +8,8 @@
 #   targets_smoke_<stack>      a few seconds of campaign through attnfuzz over the stack's
 #                              smoke variants; fails on a bundle of kind error or crash
 #   findings_repros            every corpus/findings/<stack>/*.py still shows its bug
-#   regress_findings           attnfuzz regress --strict over the campaigns' bundles
+#   regress_findings           attnfuzz regress --strict over the campaigns' bundles (skips where
+#                              this host lacks what a bug needs)
 # GPU variants are not registered (no GPU here: scripts/gpu_campaign.sh runs them), but for the
 # jax pallas ones in interpret mode (targets_jax_pallas_*_interpret, below). They need
 # the project's Python environment (.venv, scripts/setup.sh); without it they are not
@@ -87,25 +88,13 @@ set_tests_properties(findings_repros PROPERTIES ENVIRONMENT "${af_targets_env}"
   SKIP_RETURN_CODE 77 LABELS "python;findings" TIMEOUT 1200)
 # regress_findings replays the campaigns' bundles of real stack bugs (every
 # corpus/findings/<stack>/bundles but the GPU ones, <stack>-cuda/bundles: scripts/gpu_campaign.sh
-# replays those; a bug that shows only on a CPU with a feature keeps its bundles in
-# <stack>-cpu-<flag>/bundles, <flag> as /proc/cpuinfo names it, replayed only where this CPU
-# has it) and fails when one is fixed or changed kind (--strict), or when a bundle's
+# replays those) and fails when one is fixed or changed kind (--strict), or when a bundle's
 # failing check is not its own known bug (tests/known_entries_test.py --replay; the GPU
-# bundles are matched without running in the known_entries test)
+# bundles are matched without running in the known_entries test). A bug that shows only on
+# a CPU with a feature has an entry that says so ("needs": {"cpu": ["amx_bf16"]},
+# docs/known.md): where this CPU lacks it, regress says "skip (needs amx_bf16)", no failure
 file(GLOB af_findings_bundles LIST_DIRECTORIES true ${PROJECT_SOURCE_DIR}/corpus/findings/*/bundles)
 list(FILTER af_findings_bundles EXCLUDE REGEX "-cuda/bundles$")
-set(af_cpuinfo "")
-if(EXISTS /proc/cpuinfo)
-  file(STRINGS /proc/cpuinfo af_cpuinfo REGEX "^flags" LIMIT_COUNT 1)
-endif()
-foreach(d ${af_findings_bundles})
-  if(d MATCHES "-cpu-([a-z0-9_]+)/bundles$")
-    set(af_flag ${CMAKE_MATCH_1})  # (a second MATCHES in the same if() would not see it yet)
-    if(NOT " ${af_cpuinfo} " MATCHES "[ \t]${af_flag}[ \t]")
-      list(REMOVE_ITEM af_findings_bundles ${d})
-    endif()
-  endif()
-endforeach()
 add_test(NAME regress_findings COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/known_entries_test.py --replay
          $<TARGET_FILE:attnfuzz> ${PROJECT_SOURCE_DIR} ${af_findings_bundles})
 set_tests_properties(regress_findings PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}"

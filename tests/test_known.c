@@ -8,7 +8,10 @@
  *   - the store: a known bug's findings are counted, kept once as known-<id>, never
  *     minimized; without the entries the same findings are minimized and stored;
  *   - the campaign: hits per known bug in the stats (merged over --jobs), the generator
- *     leaves out part of a known bug's trigger cases but never all of them. */
+ *     leaves out part of a known bug's trigger cases but never all of them;
+ *   - scope ("needs"): version specifiers compared per component, needs parsed and bad
+ *     ones refused with the problem, in and out of scope on injected CPU flags and
+ *     libraries, an entry out of scope never matching. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +28,7 @@
 
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/campaign.h"
+#include "attnfuzz/host.h"
 #include "attnfuzz/known.h"
 #include "attnfuzz/store.h"
 
@@ -80,7 +84,7 @@ static af_result result_of(af_kind kind, size_t n, size_t n_masked, size_t n_nan
 
 static long match_on(const af_known *k, af_kind kind, const char *who, const af_case *c, const af_result *r,
                      const char *msg, const char *tail, const char *tensor) {
-    af_known_finding f = {kind, who, c, r, msg, tail, tensor};
+    af_known_finding f = {kind, who, c, r, msg, tail, tensor, NULL, false};
     return af_known_match(k, &f);
 }
 
@@ -576,10 +580,169 @@ static void test_repository_entries(void **state) {
     af_known_destroy(k);
 }
 
+/* --- scope ---------------------------------------------------------------------------- */
+
+/* $ATTNFUZZ_CPU_FLAGS replaces /proc/cpuinfo (read once: this runs first). */
+static void test_cpu_flags(void **state) {
+    (void)state;
+    setenv("ATTNFUZZ_CPU_FLAGS", " fpu,avx2  fma\tf16c", 1);
+    const char *f = af_host_cpu_flags();
+    assert_non_null(f);
+    assert_string_equal(f, "fpu avx2 fma f16c");
+    assert_ptr_equal(af_host_cpu_flags(), f); /* once */
+    assert_true(af_host_has_flag(f, "avx2"));
+    assert_true(af_host_has_flag(f, "f16c"));
+    assert_false(af_host_has_flag(f, "avx"));   /* whole names only */
+    assert_false(af_host_has_flag(f, "avx512f"));
+    assert_false(af_host_has_flag(NULL, "fpu"));
+    assert_true(af_host_has_flag("a,b c", "b"));
+}
+
+static void test_versions(void **state) {
+    (void)state;
+    /* numeric per component, not as text: 2.11 is after 2.9 */
+    assert_true(af_host_version_cmp("2.11.0", "2.9.1") > 0);
+    assert_true(af_host_version_cmp("2.9.1", "2.11.0") < 0);
+    assert_true(af_host_version_cmp("2.11", "2.11.0") == 0);
+    assert_true(af_host_version_cmp("10.0", "9.99.99") > 0);
+    assert_true(af_host_version_cmp("2.5.1+cu124", "2.5.1") == 0); /* the local label does not count */
+    assert_true(af_host_version_cmp("v1.2", "1.2.0") == 0);
+    assert_true(af_host_version_cmp("2025.1.0", "2024.6.0") > 0);
+    static const struct {
+        const char *spec, *version;
+        bool holds;
+    } t[] = {
+        {">=2.11,<2.13", "2.11.0", true},  {">=2.11,<2.13", "2.12.9", true},  {">=2.11,<2.13", "2.13.0", false},
+        {">=2.11,<2.13", "2.9.1", false},  {">= 2.11 , < 2.13", "2.12", true}, {"<3.8", "3.7.9", true},
+        {"<3.8", "3.10.0", false},         {"==9.19.*", "9.19.0", true},       {"==9.19.*", "9.19", true},
+        {"==9.19.*", "9.190.1", false},    {"==9.19.*", "9.1.9", false},       {"==9.19.*", "9.20.0", false},
+        {"!=2.12.*", "2.12.3", false},     {"!=2.12.*", "2.13.0", true},       {"==2.11", "2.11.0", true},
+        {"!=2.11", "2.11.0", false},       {">2.11", "2.11.1", true},          {"<=2.11", "2.11.0", true},
+        {"~=2.11", "2.15.0", true},        {"~=2.11", "3.0", false},           {"~=2.11", "2.10.9", false},
+        {"~=2.11.1", "2.11.5", true},      {"~=2.11.1", "2.12.0", false},      {">=2.11", "unknown", false},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        af_error err = {0};
+        if (af_host_spec_check(t[i].spec, &err) != AF_OK) fail_msg("%s: %s", t[i].spec, err.msg);
+        if (af_host_spec_holds(t[i].spec, t[i].version) != t[i].holds)
+            fail_msg("\"%s\" on %s: want %s", t[i].spec, t[i].version, t[i].holds ? "holds" : "fails");
+    }
+    static const struct {
+        const char *spec, *why;
+    } bad[] = {{"2.11", "no operator"},           {">=2.x", "numbers separated by dots"},
+               {">=2.11.*", ".* after an operator"}, {"==2.*.1", "numbers separated by dots"},
+               {">=2.11,", "an empty clause"},     {"", "an empty clause"},
+               {"~=2", "two components"},          {"=>2.11", "no operator"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        af_error err = {0};
+        if (af_host_spec_check(bad[i].spec, &err) != AF_ERR_FORMAT) fail_msg("\"%s\" accepted", bad[i].spec);
+        if (!strstr(err.msg, bad[i].why)) fail_msg("\"%s\": \"%s\" does not say %s", bad[i].spec, err.msg, bad[i].why);
+        assert_false(af_host_spec_holds(bad[i].spec, "2.11.0"));
+    }
+}
+
+#define NEEDS_ENTRY(id, needs)                                                                                         \
+    "{\"id\": \"" id "\", \"class\": \"real_bug\", \"backends\": [\"x\"], \"kinds\": [\"diverge\"], \"needs\": " needs "}"
+
+static void test_needs_load(void **state) {
+    (void)state;
+    af_known *k = load(HEAD NEEDS_ENTRY("a", "{\"cpu\": [\"avx512f\", \"avx512bw\"], \"cpu_not\": [\"amx_bf16\"], "
+                                             "\"sm\": [80, 90], \"versions\": {\"torch\": \">=2.11,<2.13\", "
+                                             "\"cudnn\": \"==9.19.*\"}}") "," NEEDS_ENTRY("b", "{}") TAIL);
+    af_known_info info;
+    af_known_info_of(k, 0, &info);
+    assert_string_equal(info.needs, "cpu avx512f avx512bw; cpu_not amx_bf16; sm 80|90; torch >=2.11,<2.13; cudnn ==9.19.*");
+    af_known_info_of(k, 1, &info);
+    assert_string_equal(info.needs, "");
+    af_known_destroy(k);
+    load_fails(HEAD NEEDS_ENTRY("a", "[\"avx512f\"]") TAIL, "entry a: \"needs\" must be an object");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"gpu\": [90]}") TAIL, "entry a: needs: unknown key \"gpu\"");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"cpu\": \"avx512f\"}") TAIL, "entry a: needs.cpu must be a list");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"cpu_not\": [\"AVX512F\"]}") TAIL, "needs.cpu_not: \"AVX512F\" is no CPU flag");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"cpu\": [1]}") TAIL, "needs.cpu: a non-string is no CPU flag");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"sm\": [8.6]}") TAIL, "needs.sm: a compute capability is an integer");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"sm\": 90}") TAIL, "needs.sm must be a list");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"versions\": [\"torch\"]}") TAIL, "needs.versions must be an object");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"versions\": {\"torch\": 2.11}}") TAIL,
+               "needs.versions.torch must be a version specifier");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"versions\": {\"torch\": \">=2.x\"}}") TAIL,
+               "entry a: needs.versions.torch: version specifier \">=2.x\"");
+    load_fails(HEAD NEEDS_ENTRY("a", "{\"versions\": {\"Torch!\": \">=2\"}}") TAIL, "is no stack or library name");
+}
+
+static void test_needs_scope(void **state) {
+    (void)state;
+    af_known *k = load(HEAD NEEDS_ENTRY("cpu", "{\"cpu\": [\"avx512f\", \"amx_bf16\"]}") ","
+                       NEEDS_ENTRY("cpu-not", "{\"cpu_not\": [\"avx512_bf16\"]}") ","
+                       NEEDS_ENTRY("sm", "{\"sm\": [80, 90]}") ","
+                       NEEDS_ENTRY("ver", "{\"versions\": {\"torch\": \"<2.12\", \"cudnn\": \"==9.19.*\"}}") ","
+                       NEEDS_ENTRY("none", "{}") TAIL);
+    af_host_libs libs;
+    memset(&libs, 0, sizeof libs);
+    af_known_host avx2 = {"fpu avx2 fma", NULL}, avx512 = {"avx2 avx512f amx_bf16 avx512_bf16", &libs};
+    char why[256];
+    /* CPU flags: every one of cpu, none of cpu_not */
+    assert_int_equal(af_known_scope_of(k, 0, &avx2, why, sizeof why), AF_KNOWN_SCOPE_OUT);
+    assert_string_equal(why, "needs avx512f, amx_bf16");
+    assert_int_equal(af_known_scope_of(k, 0, &avx512, why, sizeof why), AF_KNOWN_SCOPE_IN);
+    assert_string_equal(why, "");
+    af_known_host half = {"avx512f", NULL};
+    assert_int_equal(af_known_scope_of(k, 0, &half, why, sizeof why), AF_KNOWN_SCOPE_OUT);
+    assert_string_equal(why, "needs amx_bf16");
+    assert_int_equal(af_known_scope_of(k, 1, &avx2, why, sizeof why), AF_KNOWN_SCOPE_IN);
+    assert_int_equal(af_known_scope_of(k, 1, &avx512, why, sizeof why), AF_KNOWN_SCOPE_OUT);
+    assert_string_equal(why, "needs no avx512_bf16");
+    /* NULL: this host, whose flags test_cpu_flags set to "fpu avx2 fma f16c" */
+    assert_int_equal(af_known_scope_of(k, 0, NULL, NULL, 0), AF_KNOWN_SCOPE_OUT);
+    assert_int_equal(af_known_scope_of(k, 1, NULL, NULL, 0), AF_KNOWN_SCOPE_IN);
+    /* the GPU and versions: unreported is unknown, reported is judged */
+    assert_int_equal(af_known_scope_of(k, 2, &avx2, why, sizeof why), AF_KNOWN_SCOPE_UNKNOWN);
+    assert_string_equal(why, "needs sm 80|90, unknown");
+    assert_int_equal(af_known_scope_of(k, 3, &avx2, why, sizeof why), AF_KNOWN_SCOPE_UNKNOWN);
+    assert_string_equal(why, "needs torch <2.12, unknown; needs cudnn ==9.19.*, unknown");
+    libs.n = 3;
+    snprintf(libs.name[0], sizeof libs.name[0], "torch");
+    snprintf(libs.version[0], sizeof libs.version[0], "2.15.0");
+    snprintf(libs.name[1], sizeof libs.name[1], "cudnn");
+    snprintf(libs.version[1], sizeof libs.version[1], "9.19.0");
+    snprintf(libs.name[2], sizeof libs.name[2], "sm");
+    snprintf(libs.version[2], sizeof libs.version[2], "75");
+    assert_int_equal(af_known_scope_of(k, 2, &avx512, why, sizeof why), AF_KNOWN_SCOPE_OUT);
+    assert_string_equal(why, "needs sm 80|90, have 75");
+    assert_int_equal(af_known_scope_of(k, 3, &avx512, why, sizeof why), AF_KNOWN_SCOPE_OUT);
+    assert_string_equal(why, "needs torch <2.12, have 2.15.0");
+    snprintf(libs.version[0], sizeof libs.version[0], "2.11.0");
+    snprintf(libs.version[2], sizeof libs.version[2], "9.0");
+    assert_int_equal(af_known_scope_of(k, 3, &avx512, why, sizeof why), AF_KNOWN_SCOPE_IN);
+    assert_int_equal(af_known_scope_of(k, 2, &avx512, why, sizeof why), AF_KNOWN_SCOPE_IN);
+    snprintf(libs.version[1], sizeof libs.version[1], "9.20.1"); /* one fails, torch still holds */
+    assert_int_equal(af_known_scope_of(k, 3, &avx512, why, sizeof why), AF_KNOWN_SCOPE_OUT);
+    assert_string_equal(why, "needs cudnn ==9.19.*, have 9.20.1");
+    assert_int_equal(af_known_scope_of(k, 4, &avx2, why, sizeof why), AF_KNOWN_SCOPE_IN);
+
+    /* matching: out of scope never matches, unknown does, any_scope (a bundle's record) always */
+    af_case c = small_case();
+    af_result r = result_of(AF_KIND_DIVERGE, 4, 0, 0);
+    af_known_finding f = {AF_KIND_DIVERGE, "x", &c, &r, NULL, NULL, NULL, &avx2, false};
+    assert_int_equal(af_known_match(k, &f), 1); /* cpu is out of scope on AVX2, cpu-not in */
+    af_known_host bf16 = {"avx512_bf16", NULL};
+    f.host = &bf16; /* cpu and cpu-not out; sm unknown (no GPU reported): counts as met */
+    assert_int_equal(af_known_match(k, &f), 2);
+    f.host = &avx512;
+    assert_int_equal(af_known_match(k, &f), 0);
+    f.host = &half;
+    assert_int_equal(af_known_match(k, &f), 1);
+    f.any_scope = true;
+    assert_int_equal(af_known_match(k, &f), 0);
+    af_known_destroy(k);
+}
+
 int main(void) {
     snprintf(af_tmp, sizeof af_tmp, "/tmp/attnfuzz-test-known-XXXXXX");
     if (!mkdtemp(af_tmp)) return 1;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_flags),   cmocka_unit_test(test_versions),
+        cmocka_unit_test(test_needs_load),  cmocka_unit_test(test_needs_scope),
         cmocka_unit_test(test_predicates),  cmocka_unit_test(test_match_and_near_misses),
         cmocka_unit_test(test_backward_and_serving_vars),
         cmocka_unit_test(test_load_errors), cmocka_unit_test(test_store_known),

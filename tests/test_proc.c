@@ -158,6 +158,21 @@ static void test_root(void **state) {
             assert_int_equal(af_proc_root(root, sizeof root, &err), AF_OK);
             assert_string_equal(root, srcreal);
         }
+        /* the source root recorded at configure time is that tree, and it still holds the
+         * project; so a build out of the tree (neither the executable's directory nor the
+         * current one inside a project) has the source tree as its root too */
+        char rec[PATH_MAX], got[PATH_MAX];
+        assert_non_null(realpath(af_proc_source_recorded(), rec));
+        assert_string_equal(rec, srcreal);
+        assert_int_equal(af_proc_source_root(root, sizeof root, &err), AF_OK);
+        assert_string_equal(root, af_proc_source_recorded());
+        char dir[PATH_MAX], cwd[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", exe);
+        *strrchr(dir, '/') = 0;
+        bool inside = af_proc_root_from(dir, got, sizeof got, NULL) == AF_OK ||
+                      (getcwd(cwd, sizeof cwd) && af_proc_root_from(cwd, got, sizeof got, NULL) == AF_OK);
+        assert_int_equal(af_proc_root(root, sizeof root, &err), AF_OK);
+        if (!inside) assert_string_equal(root, af_proc_source_recorded());
     }
 
     /* the Python: the project's .venv when executable, else $ATTNFUZZ_PYTHON, else python3 */

@@ -99,6 +99,38 @@ static void test_hello_defaults(void **state) {
     assert_non_null(strstr(hello.conventions, "\"masked_rows\":\"zero\""));
 }
 
+/* "libs": the versions under the worker and its GPU, what known entries' needs compare
+ * with; absent is none; anything but an object of strings is refused. */
+static void test_hello_libs(void **state) {
+    (void)state;
+    af_wp_hello hello;
+    af_error err = {0};
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                         "\"libs\":{\"torch\":\"2.11.0+cu128\",\"cudnn\":\"9.19.0\",\"sm\":\"90\"}}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.libs.n, 3);
+    assert_string_equal(af_host_lib(&hello.libs, "torch"), "2.11.0+cu128");
+    assert_string_equal(af_host_lib(&hello.libs, "sm"), "90");
+    assert_null(af_host_lib(&hello.libs, "onednn"));
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[]}", NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.libs.n, 0);
+    static const struct {
+        const char *libs, *why;
+    } bad[] = {{"[\"torch\"]", "libs must be an object"},
+               {"{\"torch\":2.11}", "libs.torch must be a version string"},
+               {"{\"a b\":\"1\"}", "is no library name"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char h[256];
+        snprintf(h, sizeof h, "{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],\"libs\":%s}",
+                 bad[i].libs);
+        n = make_body(h, NULL, 0);
+        assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_ERR_FORMAT);
+        if (!strstr(err.msg, bad[i].why)) fail_msg("%s: \"%s\" does not say %s", bad[i].libs, err.msg, bad[i].why);
+    }
+}
+
 /* The conventions the oracle models (conventions.h), parsed; "scores" as a list of dtypes. */
 static void test_hello_conventions(void **state) {
     (void)state;
@@ -893,7 +925,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_full),
         cmocka_unit_test(test_hello_defaults),
-        cmocka_unit_test(test_hello_conventions), cmocka_unit_test(test_hello_malformed),
+        cmocka_unit_test(test_hello_libs), cmocka_unit_test(test_hello_conventions), cmocka_unit_test(test_hello_malformed),
         cmocka_unit_test(test_result_ok_bhsd),
         cmocka_unit_test(test_result_ok_bshd_f16_strided),
         cmocka_unit_test(test_result_unsupported_and_error),

@@ -16,6 +16,7 @@
 
 #include "case.h"
 #include "conventions.h"
+#include "host.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -91,6 +92,8 @@ typedef struct af_backend_ext {
     bool own_dropout;          /* conventions.dropout "keep_mask": it returns its own keep mask */
     af_conventions conv;       /* what the oracle models for it (conventions.h) */
     uint32_t compile_key;      /* AF_KEY_* bits (case_key.h) */
+    const af_host_libs *libs;  /* the libraries under it as its hello's "libs" names them
+                                  (host.h; n 0: none named): known entries' needs */
     /* the last run */
     const char *stderr_tail;   /* the last 4 KiB of its stderr, NUL-terminated ("" if none) */
     const uint8_t *dropout_keep; /* [B, Hq, Sq, Sk] bytes (1 = kept) it returned, or NULL */

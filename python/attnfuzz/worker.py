@@ -108,8 +108,11 @@ def check_conventions(conventions):
 
 
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-                 compile_key=None, batch=None):
-    """The hello frame's header serve() writes (conventions checked: check_conventions)."""
+                 compile_key=None, batch=None, libs=None):
+    """The hello frame's header serve() writes (conventions checked: check_conventions).
+    libs: {name: version} of the stack and the libraries under it, and "sm" for the GPU in
+    use ({"torch": "2.11.0", "cudnn": "9.19.0", "sm": "90"}): what known entries' needs
+    are judged on (docs/known.md); values become strings, None values are left out."""
     check_conventions(conventions)
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
          "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
@@ -124,6 +127,8 @@ def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=N
         h["compile_key"] = list(compile_key)
     if batch and int(batch) > 1:
         h["batch"] = int(batch)
+    if libs:
+        h["libs"] = {str(k): str(v) for k, v in dict(libs).items() if v is not None}
     return h
 
 
@@ -327,7 +332,7 @@ def _frame_streams():
 
 
 def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None):
+          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None):
     """Writes hello, then answers run frames with result frames until bye or end of input.
 
     run(case, q, k, v, mask=None, bool_mask=None): see the module's doc. dtypes defaults to
@@ -337,12 +342,14 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
     exception per case]; a run_batch that meets a fault the process cannot go on from ends
     its list with a Fault: the rest is answered not_run and the process exits FAULT_EXIT.
     stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
-    but frames reaches the real stdout. Returns 0 (a process exit status)."""
+    but frames reaches the real stdout. libs: the versions under it (hello_header). Returns 0
+    (a process exit status)."""
     if stdin is None or stdout is None:
         fin, fout = _frame_streams()
         stdin = stdin or fin
         stdout = stdout or fout
-    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch)
+    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch,
+                         libs)
     try:
         return _loop(run, run_batch, hello, stdin, stdout)
     except (BrokenPipeError, KeyboardInterrupt):

@@ -116,6 +116,16 @@ class Conventions(unittest.TestCase):
                 hello_header("x", "1", ["f32"], ["bhsd"], conventions=conv)
 
 
+class Libs(unittest.TestCase):
+    """hello_header's libs: versions as strings, None left out, absent when not given."""
+
+    def test_libs(self):
+        from attnfuzz.worker import hello_header
+        h = hello_header("x", "1", ["f32"], ["bhsd"], libs={"torch": "2.11.0", "sm": 90, "cudnn": None})
+        self.assertEqual(h["libs"], {"torch": "2.11.0", "sm": "90"})
+        self.assertNotIn("libs", hello_header("x", "1", ["f32"], ["bhsd"]))
+
+
 class Serve(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

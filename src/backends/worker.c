@@ -1095,6 +1095,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->ext.own_dropout = h->dropout == AF_WP_DROPOUT_KEEP_MASK;
     w->ext.conv = h->conv;
     w->ext.compile_key = h->compile_key;
+    w->ext.libs = &h->libs;
     w->ext.stderr_tail = af_worker_tail(&w->p);
     w->ext.learned = w->learned;
     w->ext.compile_s = w->ext.run_s = -1.0;

@@ -2,6 +2,7 @@
  * docs/worker-protocol.md). Nothing here touches a process or a file descriptor. */
 #include "worker_proto.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,6 +317,37 @@ done:
     return st;
 }
 
+/* "libs": {"torch": "2.11.0", "cudnn": "9.19.0", "sm": "90"}, what known entries' needs
+ * compare with (host.h): names of [A-Za-z0-9_.-], string values. */
+static af_status af_wp_libs(const af_wp_header *h, long libs, af_host_libs *out, af_error *err) {
+    out->n = 0;
+    if (af_wp_none(h, libs)) return AF_OK;
+    AF_RETURN_ERROR_IF(!af_wp_type(h, libs, AF_JS_OBJECT), err, AF_ERR_FORMAT,
+                       "hello: libs must be an object of name: version strings");
+    const af_js_tok *t = h->tok;
+    long it = libs + 1;
+    for (uint32_t i = 0; i < t[libs].size; i++) {
+        long val = it + 1;
+        char name[AF_HOST_LIB_NAME_MAX + 8], ver[AF_HOST_LIB_VER_MAX + 8];
+        af_wp_str(h, it, name, sizeof name);
+        bool ok = name[0] && strlen(name) < AF_HOST_LIB_NAME_MAX;
+        for (const char *c = name; ok && *c; c++) ok = isalnum((unsigned char)*c) || strchr("_.-", *c);
+        AF_RETURN_ERROR_IF(!ok, err, AF_ERR_FORMAT, "hello: libs: \"%.40s\" is no library name (A-Z a-z 0-9 _ . -)", name);
+        AF_RETURN_ERROR_IF(!af_wp_type(h, val, AF_JS_STRING), err, AF_ERR_FORMAT,
+                           "hello: libs.%s must be a version string", name);
+        af_wp_str(h, val, ver, sizeof ver);
+        AF_RETURN_ERROR_IF(strlen(ver) >= AF_HOST_LIB_VER_MAX, err, AF_ERR_FORMAT,
+                           "hello: libs.%s: a version longer than %d characters", name, AF_HOST_LIB_VER_MAX - 1);
+        AF_RETURN_ERROR_IF(out->n >= AF_HOST_LIBS_MAX, err, AF_ERR_FORMAT, "hello: libs names more than %d libraries",
+                           AF_HOST_LIBS_MAX);
+        snprintf(out->name[out->n], sizeof out->name[0], "%s", name);
+        snprintf(out->version[out->n], sizeof out->version[0], "%s", ver);
+        out->n++;
+        it = (long)t[val].next;
+    }
+    return AF_OK;
+}
+
 af_status af_wp_parse_conventions(const char *text, af_conventions *conv, af_error *err) {
     size_t n = strlen(text);
     char *body = af_malloc(n + 2);
@@ -381,6 +413,7 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     if (!af_wp_none(h, bt) && (!af_wp_uint(h, bt, &batch) || batch < 1))
         AF_WP_FAIL("hello: batch must be a positive integer (the most cases per run frame)");
     hl->batch = batch > AF_WP_MAX_BATCH ? AF_WP_MAX_BATCH : (uint32_t)batch;
+    AF_WP_TRY(af_wp_libs(h, af_wp_get(h, 0, "libs"), &hl->libs, err));
     long ck = af_wp_get(h, 0, "compile_key");
     hl->compile_key = AF_KEY_ALL;
     if (!af_wp_none(h, ck))

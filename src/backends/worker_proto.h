@@ -47,6 +47,7 @@ typedef struct af_wp_hello {
     uint32_t compile_key; /* AF_KEY_* bits; AF_KEY_ALL when not given */
     uint32_t batch;       /* the most cases it takes in one run frame (1: no batches) */
     char conventions[512]; /* the conventions in effect as a compact JSON object */
+    af_host_libs libs;     /* "libs": the stack's and its libraries' versions, "sm" (n 0: none) */
 } af_wp_hello;
 
 /* CRASH and NOT_RUN only in a batch answer: the item the worker faulted on (it exits after
@@ -91,7 +92,8 @@ af_status af_wp_split(const uint8_t *body, size_t n, af_wp_header *h, const uint
 af_status af_wp_tensor_parse(const af_wp_header *h, long entry, size_t payload_len, af_wp_tensor *t, af_error *err);
 
 /* Checks a hello body. AF_ERR_FORMAT names what is wrong (not a hello, wrong protocol,
- * unknown capability, layout, dtype, convention or compile_key field). */
+ * unknown capability, layout, dtype, convention or compile_key field, a libs that is not an
+ * object of at most AF_HOST_LIBS_MAX names with string values). */
 af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *h, af_error *err);
 
 /* The conventions of a JSON object as a hello's `conventions` (and a bundle's record of

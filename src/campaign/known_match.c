@@ -28,6 +28,16 @@ uint32_t af_known_exec_backends(const af_exec *x, const char *who) {
     return mask;
 }
 
+/* The libraries the first of the backends be (bit k: af_exec_backend_at) that reports any
+ * reports (its hello's libs), NULL when none does. */
+static const af_host_libs *af_km_libs(const af_exec *x, uint32_t be) {
+    for (size_t j = 0; x && j < af_exec_backend_count(x) && j < 32; j++) {
+        const af_backend_ext *e = (be >> j & 1u) ? af_backend_ext_of(af_exec_backend_at(x, j)) : NULL;
+        if (e && e->libs && e->libs->n) return e->libs;
+    }
+    return NULL;
+}
+
 long af_known_match_exec(const af_known *k, const af_exec *x, size_t i) {
     const af_finding *f = af_exec_finding(x, i);
     if (!k || !f) return -1;
@@ -37,7 +47,8 @@ long af_known_match_exec(const af_known *k, const af_exec *x, size_t i) {
         const af_backend_ext *e = (be >> j & 1u) ? af_backend_ext_of(af_exec_backend_at(x, j)) : NULL;
         if (e && e->stderr_tail && e->stderr_tail[0]) tail = e->stderr_tail;
     }
-    af_known_finding kf = {f->kind, f->who, af_exec_case(x), &f->result, f->message, tail, f->tensor};
+    af_known_host host = {NULL, af_km_libs(x, be)};
+    af_known_finding kf = {f->kind, f->who, af_exec_case(x), &f->result, f->message, tail, f->tensor, &host, false};
     return af_known_match(k, &kf);
 }
 
@@ -108,8 +119,23 @@ af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *ent
     size_t len = 0;
     AF_TRY(af_bundle_load_text(b, "stderr.txt", &tail, &len, err));
     af_known_finding kf = {kind, who, af_bundle_case(b), have ? &res : NULL, rec ? rec->error : NULL, tail,
-                           af_bundle_tensor(b)};
+                           af_bundle_tensor(b), NULL, true};
     *entry = af_known_match(k, &kf);
     af_free(tail);
+    return AF_OK;
+}
+
+af_status af_known_bundle_scope(const af_known *k, const af_bundle *b, const af_exec *x, af_known_scope *scope,
+                                long *entry, char *why, size_t len, af_error *err) {
+    long e = -1;
+    *scope = AF_KNOWN_SCOPE_IN;
+    if (why && len) why[0] = 0;
+    if (entry) *entry = -1;
+    if (!af_known_count(k)) return AF_OK;
+    AF_TRY(af_known_match_bundle(k, b, &e, err));
+    if (entry) *entry = e;
+    if (e < 0) return AF_OK;
+    af_known_host host = {NULL, x ? af_km_libs(x, af_known_exec_backends(x, af_bundle_who(b))) : NULL};
+    *scope = af_known_scope_of(k, (size_t)e, &host, why, len);
     return AF_OK;
 }

@@ -55,9 +55,11 @@ typedef struct af_cli_known {
     {"known", required_argument, 0, AF_OPT_KNOWN}, {"no-known", no_argument, 0, AF_OPT_NO_KNOWN}
 /* 1 if opt was --known or --no-known (consumed), 0 if not, -1 on a bad value (printed). */
 int af_cli_known_option(af_cli_known *ko, int opt, const char *arg);
-/* Loads what ko asks for into *out (NULL with --no-known); on an error prints
- * "attnfuzz CMD: <the file and the problem>" and returns -1. A root without known.json
- * files gives an empty set. When verbose, says on stderr how many entries it loaded. */
+/* Loads what ko asks for into *out (NULL with --no-known): the repository's (where
+ * af_known_locate finds them) and each --known file. On an error prints "attnfuzz CMD:
+ * <the file and the problem>" and returns -1. Finding none is no error, but always says so
+ * in one line on stderr ("attnfuzz CMD: no known bugs loaded (... where it looked ...;
+ * --known FILE)"); when verbose, one line says how many entries it loaded and from where. */
 struct af_known;
 int af_cli_known_load(const af_cli_known *ko, const char *cmd, bool verbose, struct af_known **out);
 /* "  [known bug ID (CLASS): TITLE]" for entry (or "" for -1), for verdict lines. */

@@ -14,9 +14,12 @@ static void af_known_usage(FILE *f) {
                "\n"
                "Without BUNDLE: lists the known bugs fuzz, replay, regress and report load (the\n"
                "repository's corpus/findings/*/known.json, and each --known FILE): id, class,\n"
-               "kinds, backends, title, file. With BUNDLE directories: says which known bug each\n"
-               "bundle's recorded finding is (its kind, backend, case, recorded output judged\n"
-               "again against the reference, error and stderr.txt), or \"new\"; no backend runs.\n"
+               "kinds, title, file, and what an entry needs of the host (CPU flags, GPU, library\n"
+               "versions: \"needs ...\", with what this host lacks of it). With BUNDLE directories:\n"
+               "says which known bug each bundle's recorded finding is (its kind, backend, case,\n"
+               "recorded output judged again against the reference, error and stderr.txt), or\n"
+               "\"new\"; no backend runs. A bundle's entry matches whatever it needs (the bundle\n"
+               "may come from another machine); \"out of scope here\" says what this host lacks.\n"
                "\n"
                "  --vars   list the variables a when/symptom clause can use (docs/known.md)\n"
                "\n"
@@ -66,6 +69,12 @@ int af_cmd_known(int argc, char **argv) {
                 }
             printf("%-48s %-10s %-36s %s  (%s)\n", info.id, af_known_class_names[info.cls], kinds[0] ? kinds : "-",
                    info.title, info.file);
+            if (info.needs[0]) {
+                char why[256];
+                af_known_scope sc = af_known_scope_of(k, i, NULL, why, sizeof why);
+                printf("%-48s needs %s%s%s%s\n", "", info.needs, sc == AF_KNOWN_SCOPE_IN ? "" : " (not here: ",
+                       sc == AF_KNOWN_SCOPE_IN ? "" : why, sc == AF_KNOWN_SCOPE_IN ? "" : ")");
+            }
         }
         printf("%zu known bugs\n", af_known_count(k));
     }
@@ -82,8 +91,11 @@ int af_cmd_known(int argc, char **argv) {
         if (e >= 0) {
             af_known_info info;
             af_known_info_of(k, (size_t)e, &info);
-            printf("%s: %s %s: known bug %s (%s): %s\n", argv[a], af_kind_names[af_bundle_kind(b)], af_bundle_who(b),
-                   info.id, af_known_class_names[info.cls], info.title);
+            char why[256] = "";
+            if (af_known_scope_of(k, (size_t)e, NULL, why, sizeof why) == AF_KNOWN_SCOPE_IN) why[0] = 0;
+            printf("%s: %s %s: known bug %s (%s): %s%s%s%s\n", argv[a], af_kind_names[af_bundle_kind(b)], af_bundle_who(b),
+                   info.id, af_known_class_names[info.cls], info.title, why[0] ? " (out of scope here: " : "", why,
+                   why[0] ? ")" : "");
         } else {
             printf("%s: %s %s: new\n", argv[a], af_kind_names[af_bundle_kind(b)], af_bundle_who(b));
             if (rc == 0) rc = 1;

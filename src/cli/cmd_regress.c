@@ -7,7 +7,8 @@
  * af_exec_create: built-ins, mutants, plugin:, worker: and target: alike); consecutive
  * bundles that record the same checks share it, so a corpus of one target starts its stack
  * once. A recorded failure that passes is replayed up to AF_REGRESS_REPLAYS times in all
- * before it is called fixed. */
+ * before it is called fixed, or, when the known bug it records needs what this host lacks
+ * (its entry's "needs", docs/known.md), "skip (needs ...)". */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -36,11 +37,14 @@ static void af_regress_usage(FILE *f) {
                "  fixed       it failed when recorded and passes now (in each of up to 5 replays)\n"
                "  REGRESSED   it passed when recorded, or failed otherwise, and fails now\n"
                "  waived      it would be REGRESSED, but the finding is on the --waive list\n"
+               "  skip (needs X)  it would be fixed, but its known bug needs what this host lacks\n"
+               "              (a CPU flag, a GPU, a library version: the entry's \"needs\")\n"
                "\n"
-               "--strict     also fail on \"fixed\" (a corpus of known bugs that must stay detected)\n"
+               "--strict     also fail on \"fixed\" (a corpus of known bugs that must stay detected;\n"
+               "             a skip is no failure)\n"
                "--junit FILE write JUnit XML: one testcase per bundle, a <failure> with the verdict\n"
                "             lines when it regressed, <error> when it cannot be read or run,\n"
-               "             <skipped> when waived\n"
+               "             <skipped> when waived or skipped\n"
                "--waive FILE known, accepted findings, one a line (# comments): a signature\n"
                "             (16 hex digits), a bundle name (<kind>-<signature>) or a kind\n"
                "             (diverge, nan_mismatch, ...); FILE may also be one such entry\n"
@@ -224,7 +228,7 @@ static af_kind af_recorded(const af_bundle *b, const char *name) {
 }
 
 typedef struct af_regress_counts {
-    int same, fixed, regr, waived;
+    int same, fixed, regr, waived, skipped;
 } af_regress_counts;
 
 /* The executor of the last bundle, kept while the next bundle records the same checks: a
@@ -273,6 +277,28 @@ static bool af_regress_looks_fixed(const af_exec *x, const af_bundle *b) {
     return false;
 }
 
+/* Is a recorded failure of b that passes now a skip rather than a fix? Yes when the known
+ * bug b records needs what this host lacks (af_known_bundle_scope): verdict then receives
+ * "skip (needs avx512f)", and entry "  [known bug ID ...]". Decided once per bundle
+ * (*state: 0 not yet, 1 fix, 2 skip). */
+static bool af_regress_skip(const af_known *known, const af_bundle *b, const af_exec *x, int *state,
+                            char verdict[300], char entry[400]) {
+    if (*state == 0) {
+        af_known_scope scope = AF_KNOWN_SCOPE_IN;
+        char why[256];
+        long e = -1;
+        af_error err = {0};
+        if (af_known_bundle_scope(known, b, x, &scope, &e, why, sizeof why, &err) != AF_OK)
+            fprintf(stderr, "attnfuzz regress: %s: which known bug: %s\n", af_bundle_dir(b), err.msg);
+        *state = scope == AF_KNOWN_SCOPE_IN ? 1 : 2;
+        if (*state == 2) {
+            snprintf(verdict, 300, "skip (%.280s)", why);
+            af_cli_known_text(known, e, entry, 400);
+        }
+    }
+    return *state == 2;
+}
+
 static int af_regress_bundle(const char *dir, const char *name, af_exec_config base, bool strict,
                              const af_waive *waive, const af_known *known, af_regress_counts *n, af_junit_case *jc) {
     af_error err = {0};
@@ -305,6 +331,8 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
         }
         rc = 2;
     } else {
+        int skip_state = 0;
+        char skip[300] = "", skip_entry[400] = "";
         for (size_t i = 0; i < af_exec_check_count(x); i++) {
             if (!af_exec_check_ran(x, i)) continue;
             const char *check = af_exec_check_name(x, i);
@@ -315,6 +343,9 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
             if (now == was || (now != AF_KIND_OK && was != AF_KIND_OK)) {
                 verdict = "same";
                 n->same++;
+            } else if (now == AF_KIND_OK && af_regress_skip(known, b, x, &skip_state, skip, skip_entry)) {
+                verdict = skip; /* its known bug needs what this host lacks: no fix */
+                n->skipped++;
             } else if (now == AF_KIND_OK) {
                 verdict = "fixed";
                 n->fixed++;
@@ -333,13 +364,15 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
                     failing = true;
                 }
             }
-            if (strict && now == AF_KIND_OK && was != AF_KIND_OK && (by = af_waived(waive, b, name, was, 0))) {
+            if (strict && now == AF_KIND_OK && was != AF_KIND_OK && verdict != skip &&
+                (by = af_waived(waive, b, name, was, 0))) {
                 verdict = "waived"; /* a fixed finding the list accepts as gone */
                 failing = false;
             }
             snprintf(line, sizeof line, "%-9s %.900s: %.200s: recorded %s, now %s%s%.63s", verdict, dir, check, af_kind_names[was],
                      af_kind_names[now], by ? " (waive list: " : "", by ? by : "");
             if (by) strncat(line, ")", sizeof line - strlen(line) - 1);
+            if (verdict == skip) strncat(line, skip_entry, sizeof line - strlen(line) - 1);
             if (replays > 1) {
                 char rp[64];
                 snprintf(rp, sizeof rp, " (replay %d of at most %d)", replays, AF_REGRESS_REPLAYS);
@@ -358,7 +391,7 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
                 if (failing) {
                     jc->outcome = 1;
                     af_append(&jc->message, line);
-                } else if (by && jc->outcome == 0) {
+                } else if ((by || verdict == skip) && jc->outcome == 0) {
                     jc->outcome = 3;
                     af_append(&jc->message, line);
                 }
@@ -421,7 +454,7 @@ int af_cmd_regress(int argc, char **argv) {
         return 2;
     }
     af_known *known = NULL;
-    if (af_cli_known_load(&ko, "regress", false, &known) != 0) {
+    if (af_cli_known_load(&ko, "regress", true, &known) != 0) {
         af_free(waive.entries);
         return 2;
     }
@@ -479,8 +512,8 @@ int af_cmd_regress(int argc, char **argv) {
         }
         free(ents);
     }
-    printf("%d bundles: %d checks same, %d fixed, %d regressed, %d waived\n", bundles, n.same, n.fixed, n.regr,
-           n.waived);
+    printf("%d bundles: %d checks same, %d fixed, %d regressed, %d waived, %d skipped\n", bundles, n.same, n.fixed,
+           n.regr, n.waived, n.skipped);
     if (junit) {
         if (af_junit_write(&j, junit, af_now() - start) != 0) {
             fprintf(stderr, "attnfuzz regress: --junit %s: cannot write: %s\n", junit, strerror(errno));

@@ -151,24 +151,37 @@ int af_cli_known_load(const af_cli_known *ko, const char *cmd, bool verbose, af_
         fprintf(stderr, "attnfuzz %s: out of memory\n", cmd);
         return -1;
     }
-    af_error err = {0};
+    af_error err = {0}, where = {0};
     size_t files = 0;
-    if (af_known_load_repo(k, &files, &err) != AF_OK) {
+    char dir[4096] = "";
+    if (af_known_locate(dir, sizeof dir, &where) == AF_OK && af_known_load_root(k, dir, &files, &err) != AF_OK) {
         fprintf(stderr, "attnfuzz %s: %s (--no-known runs without known bugs)\n", cmd, err.msg);
         af_known_destroy(k);
         return -1;
     }
+    size_t repo = af_known_count(k);
     for (size_t i = 0; i < ko->n; i++) {
         if (af_known_load(k, ko->files[i], &err) != AF_OK) {
             fprintf(stderr, "attnfuzz %s: --known %s\n", cmd, err.msg);
             af_known_destroy(k);
             return -1;
         }
-        files++;
     }
-    if (verbose)
-        fprintf(stderr, "attnfuzz: %zu known bugs from %zu known.json files (--no-known: none)\n", af_known_count(k),
-                files);
+    /* one line, first: how many and from where, or that none was found (even when quiet:
+     * a campaign without its known bugs re-finds and re-minimizes every triaged one) */
+    char extra[64] = "";
+    if (ko->n) snprintf(extra, sizeof extra, " (and %zu from --known)", af_known_count(k) - repo);
+    if (!af_known_count(k))
+        fprintf(stderr, "attnfuzz %s: no known bugs loaded (%s%s; --known FILE)\n", cmd,
+                files ? "the known.json files hold no entry" : where.msg[0] ? where.msg : "none found",
+                ko->n ? "; the --known files hold none either" : "");
+    else if (verbose && files)
+        fprintf(stderr, "attnfuzz %s: %zu known bugs from %zu known.json files under %s/corpus/findings%s "
+                        "(--no-known: none)\n",
+                cmd, repo, files, dir, extra);
+    else if (verbose)
+        fprintf(stderr, "attnfuzz %s: %zu known bugs from --known only (%s) (--no-known: none)\n", cmd,
+                af_known_count(k), where.msg[0] ? where.msg : "no known.json files in corpus/findings");
     *out = k;
     return 0;
 }

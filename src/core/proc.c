@@ -131,15 +131,40 @@ static bool af_proc_exe_dir(char *dir, size_t len) {
     return true;
 }
 
+/* The source tree CMakeLists.txt configured this build from (a compile definition of this
+ * file alone); none in a wheel build, whose binary finds its package instead. */
+#ifndef AF_SOURCE_ROOT
+#define AF_SOURCE_ROOT ""
+#endif
+
+const char *af_proc_source_recorded(void) { return AF_SOURCE_ROOT; }
+
+af_status af_proc_source_root(char *root, size_t len, af_error *err) {
+    static const char probe[] = "/python/attnfuzz/__init__.py";
+    const char *src = af_proc_source_recorded();
+    char path[AF_PROC_PATH_MAX + sizeof probe];
+    AF_RETURN_ERROR_IF(!src[0], err, AF_ERR_IO, "this build recorded no source root");
+    AF_RETURN_ERROR_IF(strlen(src) >= AF_PROC_PATH_MAX, err, AF_ERR_INVALID, "%.64s...: path too long", src);
+    snprintf(path, sizeof path, "%s%s", src, probe);
+    AF_RETURN_ERROR_IF(access(path, R_OK) != 0, err, AF_ERR_IO, "the source root %.200s no longer holds %s", src,
+                       probe + 1);
+    AF_RETURN_ERROR_IF(!af_proc_copy(root, len, src), err, AF_ERR_INVALID, "%.64s...: path too long", src);
+    return AF_OK;
+}
+
 af_status af_proc_root(char *root, size_t len, af_error *err) {
     char exe[AF_PROC_PATH_MAX] = "?", cwd[AF_PROC_PATH_MAX] = "?";
     bool have_exe = af_proc_exe_dir(exe, sizeof exe);
     if (have_exe && af_proc_root_from(exe, root, len, NULL) == AF_OK) return AF_OK;
     if (getcwd(cwd, sizeof cwd) && af_proc_root_from(cwd, root, len, NULL) == AF_OK) return AF_OK;
+    /* built out of tree (cmake -S SRC -B ../out) and run from there: the tree it came from */
+    if (af_proc_source_root(root, len, NULL) == AF_OK) return AF_OK;
+    const char *src = af_proc_source_recorded();
     return af_error_set(err, AF_ERR_IO,
                         "no python/attnfuzz/__init__.py in the executable's directory (%.200s), the current "
-                        "directory (%.200s) or a directory above them",
-                        have_exe ? exe : "?", cwd);
+                        "directory (%.200s) or a directory above them, nor in the source root it was built from "
+                        "(%.200s)",
+                        have_exe ? exe : "?", cwd, src[0] ? src : "none recorded");
 }
 
 bool af_proc_installed_at(const char *dir) {

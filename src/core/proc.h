@@ -41,8 +41,17 @@ af_status af_proc_split(const char *s, char ***argv, af_error *err);
 af_status af_proc_root_from(const char *start, char *root, size_t len, af_error *err);
 
 /* The root of the running attnfuzz: af_proc_root_from the directory of this executable
- * (/proc/self/exe), else from the current directory. AF_ERR_IO when neither has one. */
+ * (/proc/self/exe), else from the current directory, else the source root this build was
+ * configured from (af_proc_source_root: a build out of the tree, `cmake -S . -B ../out`,
+ * run from its own directory). AF_ERR_IO when none has one. */
 af_status af_proc_root(char *root, size_t len, af_error *err);
+
+/* The source tree CMakeLists.txt recorded at configure time ("" when none: a wheel build). */
+const char *af_proc_source_recorded(void);
+/* That source tree, when it still holds python/attnfuzz/__init__.py (a project root).
+ * AF_ERR_IO when none was recorded or it is gone or moved; AF_ERR_INVALID when it does not
+ * fit len. */
+af_status af_proc_source_root(char *root, size_t len, af_error *err);
 
 /* Is dir (an executable's directory, as /proc/self/exe spells it) the bin/ folder of an
  * installed attnfuzz Python package: ".../attnfuzz/bin" (trailing slashes aside) whose

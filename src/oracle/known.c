@@ -25,8 +25,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "attnfuzz/backend.h"
+#include "attnfuzz/host.h"
 #include "attnfuzz/mem.h"
 #include "attnfuzz/tensor.h"
 #include "fileio.h"
@@ -731,6 +733,17 @@ static bool af_kn_holds(const af_kn_expr *e, const double *v) { return e->root <
 #define AF_KN_GLOBS 8
 #define AF_KN_TEXTS 8
 #define AF_KN_STR 256
+#define AF_KN_NEEDS 8
+
+/* What an entry needs of the host (docs/known.md, "Scope"): every CPU flag of cpu, none of
+ * cpu_not, one of the GPU architectures sm, every library version spec. */
+typedef struct af_kn_needs {
+    int ncpu, ncpu_not, nsm, nver;
+    char cpu[AF_KN_NEEDS][32], cpu_not[AF_KN_NEEDS][32];
+    long sm[AF_KN_NEEDS];
+    char lib[AF_KN_NEEDS][AF_HOST_LIB_NAME_MAX], spec[AF_KN_NEEDS][64];
+    char text[AF_KN_STR]; /* for listings: "cpu avx512f; versions torch <2.12" ("" none) */
+} af_kn_needs;
 
 typedef struct af_known_entry {
     char id[AF_KNOWN_ID_MAX];
@@ -743,6 +756,7 @@ typedef struct af_known_entry {
     char message[AF_KN_TEXTS][128];
     int nmessage;
     af_kn_expr when, symptom;
+    af_kn_needs needs;
 } af_known_entry;
 
 struct af_known {
@@ -776,6 +790,7 @@ void af_known_info_of(const af_known *k, size_t i, af_known_info *info) {
     info->issue = e->issue;
     info->cls = e->cls;
     info->kinds = e->kinds;
+    info->needs = e->needs.text;
 }
 
 /* A string member, or a list of strings (a string alone counts as a list of one). */
@@ -803,6 +818,104 @@ static af_status af_kn_copy(char *dst, size_t cap, const cJSON *x, const char *w
     return AF_OK;
 }
 
+/* Appends text to needs->text ("; " between groups, cut where it does not fit). */
+static void af_kn_needs_text(af_kn_needs *nd, const char *text) {
+    size_t n = strlen(nd->text);
+    snprintf(nd->text + n, sizeof nd->text - n, "%s%s", n ? "; " : "", text);
+}
+
+/* A list of names of [a-z0-9_] (CPU flags as /proc/cpuinfo spells them) into out. */
+static af_status af_kn_flag_list(const cJSON *x, char out[AF_KN_NEEDS][32], int *n, const char *where,
+                                 const char *key, af_error *err) {
+    AF_RETURN_ERROR_IF(!cJSON_IsArray(x), err, AF_ERR_FORMAT,
+                       "%s: needs.%s must be a list of CPU flag names as /proc/cpuinfo spells them (e.g. [\"avx512f\"])",
+                       where, key);
+    const cJSON *it;
+    *n = 0;
+    cJSON_ArrayForEach(it, x) {
+        AF_RETURN_ERROR_IF(*n >= AF_KN_NEEDS, err, AF_ERR_FORMAT, "%s: needs.%s holds more than %d flags", where, key,
+                           AF_KN_NEEDS);
+        const char *f = cJSON_IsString(it) ? it->valuestring : NULL;
+        bool ok = f && f[0] && strlen(f) < sizeof out[0];
+        for (const char *c = f; ok && *c; c++)
+            ok = islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_';
+        AF_RETURN_ERROR_IF(!ok, err, AF_ERR_FORMAT, "%s: needs.%s: %s%.40s%s is no CPU flag name (a-z, 0-9, _)", where,
+                           key, f ? "\"" : "", f ? f : "a non-string", f ? "\"" : "");
+        snprintf(out[(*n)++], sizeof out[0], "%s", f);
+    }
+    return AF_OK;
+}
+
+static af_status af_kn_needs_parse(af_kn_needs *nd, const cJSON *x, const char *where, af_error *err) {
+    AF_RETURN_ERROR_IF(!cJSON_IsObject(x), err, AF_ERR_FORMAT,
+                       "%s: \"needs\" must be an object (of cpu, cpu_not, sm, versions)", where);
+    const cJSON *it;
+    char buf[AF_KN_STR];
+    cJSON_ArrayForEach(it, x) {
+        const char *key = it->string;
+        if (!strcmp(key, "cpu") || !strcmp(key, "cpu_not")) {
+            bool not = key[3] == '_';
+            int *n = not ? &nd->ncpu_not : &nd->ncpu;
+            AF_TRY(af_kn_flag_list(it, not ? nd->cpu_not : nd->cpu, n, where, key, err));
+            size_t w = (size_t)snprintf(buf, sizeof buf, "%s", key);
+            for (int i = 0; i < *n && w < sizeof buf; i++)
+                w += (size_t)snprintf(buf + w, sizeof buf - w, " %s", not ? nd->cpu_not[i] : nd->cpu[i]);
+            if (*n) af_kn_needs_text(nd, buf);
+        } else if (!strcmp(key, "sm")) {
+            AF_RETURN_ERROR_IF(!cJSON_IsArray(it), err, AF_ERR_FORMAT,
+                               "%s: needs.sm must be a list of GPU compute capabilities as integers (80, 90, 100)",
+                               where);
+            const cJSON *v;
+            size_t w = (size_t)snprintf(buf, sizeof buf, "sm");
+            cJSON_ArrayForEach(v, it) {
+                AF_RETURN_ERROR_IF(nd->nsm >= AF_KN_NEEDS, err, AF_ERR_FORMAT, "%s: needs.sm holds more than %d", where,
+                                   AF_KN_NEEDS);
+                bool ok = cJSON_IsNumber(v) && v->valuedouble >= 10.0 && v->valuedouble <= 999.0 &&
+                          v->valuedouble == (double)(long)v->valuedouble;
+                AF_RETURN_ERROR_IF(!ok, err, AF_ERR_FORMAT,
+                                   "%s: needs.sm: a compute capability is an integer from 10 to 999 (80, 90, 100)",
+                                   where);
+                nd->sm[nd->nsm++] = (long)v->valuedouble;
+                if (w < sizeof buf) w += (size_t)snprintf(buf + w, sizeof buf - w, "%s%ld", nd->nsm > 1 ? "|" : " ",
+                                                          nd->sm[nd->nsm - 1]);
+            }
+            if (nd->nsm) af_kn_needs_text(nd, buf);
+        } else if (!strcmp(key, "versions")) {
+            AF_RETURN_ERROR_IF(!cJSON_IsObject(it), err, AF_ERR_FORMAT,
+                               "%s: needs.versions must be an object of NAME: \"specifier\" (e.g. {\"torch\": "
+                               "\">=2.11,<2.13\"})",
+                               where);
+            const cJSON *v;
+            cJSON_ArrayForEach(v, it) {
+                AF_RETURN_ERROR_IF(nd->nver >= AF_KN_NEEDS, err, AF_ERR_FORMAT, "%s: needs.versions holds more than %d",
+                                   where, AF_KN_NEEDS);
+                bool ok = v->string[0] && strlen(v->string) < sizeof nd->lib[0];
+                for (const char *c = v->string; ok && *c; c++)
+                    ok = islower((unsigned char)*c) || isdigit((unsigned char)*c) || strchr("_.-", *c);
+                AF_RETURN_ERROR_IF(!ok, err, AF_ERR_FORMAT,
+                                   "%s: needs.versions: \"%.40s\" is no stack or library name (a-z, 0-9, _ . -)",
+                                   where, v->string);
+                AF_RETURN_ERROR_IF(!cJSON_IsString(v) || strlen(v->valuestring) >= sizeof nd->spec[0], err,
+                                   AF_ERR_FORMAT, "%s: needs.versions.%s must be a version specifier (\">=2.11,<2.13\")",
+                                   where, v->string);
+                if (af_host_spec_check(v->valuestring, err) != AF_OK) {
+                    af_error_prefix(err, "%s: needs.versions.%s", where, v->string);
+                    return AF_ERR_FORMAT;
+                }
+                snprintf(nd->lib[nd->nver], sizeof nd->lib[0], "%s", v->string);
+                snprintf(nd->spec[nd->nver], sizeof nd->spec[0], "%s", v->valuestring);
+                nd->nver++;
+                snprintf(buf, sizeof buf, "%s %s", v->string, v->valuestring);
+                af_kn_needs_text(nd, buf);
+            }
+        } else {
+            return af_error_set(err, AF_ERR_FORMAT, "%s: needs: unknown key \"%s\" (known: cpu, cpu_not, sm, versions)",
+                                where, key);
+        }
+    }
+    return AF_OK;
+}
+
 static af_status af_kn_entry(af_known_entry *e, const cJSON *j, const char *file, size_t idx, af_error *err) {
     char where[AF_KN_STR + 120];
     snprintf(where, sizeof where, "%s: entries[%zu]", file, idx);
@@ -818,15 +931,15 @@ static af_status af_kn_entry(af_known_entry *e, const cJSON *j, const char *file
                            "%s: id \"%s\" may hold only a-z, 0-9 and -", where, e->id);
     AF_RETURN_ERROR_IF(!e->id[0], err, AF_ERR_FORMAT, "%s: empty id", where);
     snprintf(where, sizeof where, "%s: entry %s", file, e->id);
-    static const char *const fields[] = {"id",      "class",   "title", "backends", "kinds", "when",
-                                         "symptom", "message", "repro", "bundle",   "issue", "note"};
+    static const char *const fields[] = {"id",      "class", "title",  "backends", "kinds", "when", "symptom",
+                                         "message", "needs", "repro", "bundle",   "issue", "note"};
     const cJSON *it;
     cJSON_ArrayForEach(it, j) {
         bool ok = false;
         for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) ok |= !strcmp(it->string, fields[f]);
         AF_RETURN_ERROR_IF(!ok, err, AF_ERR_FORMAT,
                            "%s: unknown field \"%s\" (known: id, class, title, backends, kinds, when, symptom, message, "
-                           "repro, bundle, issue, note)",
+                           "needs, repro, bundle, issue, note)",
                            where, it->string);
     }
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(j, "class");
@@ -879,6 +992,8 @@ static af_status af_kn_entry(af_known_entry *e, const cJSON *j, const char *file
             snprintf(e->message[i], sizeof e->message[i], "%s", strs[i]);
         }
     }
+    const cJSON *needs = cJSON_GetObjectItemCaseSensitive(j, "needs");
+    if (needs) AF_TRY(af_kn_needs_parse(&e->needs, needs, where, err));
     static const char *const texts[3] = {"title", "repro", "issue"};
     char *dst[3] = {e->title, e->repro, e->issue};
     for (int t = 0; t < 3; t++) {
@@ -985,12 +1100,48 @@ af_status af_known_load_root(af_known *k, const char *root, size_t *files, af_er
     return st;
 }
 
+/* Does dir hold corpus/findings/? */
+static bool af_kn_has_findings(const char *dir) {
+    char path[AF_PROC_PATH_MAX + 32];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/corpus/findings", dir);
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+af_status af_known_locate(char *dir, size_t len, af_error *err) {
+    char root[AF_PROC_PATH_MAX], src[AF_PROC_PATH_MAX];
+    /* installed from the wheel: the package holds the repository's known.json files (and
+     * its Python the targets: a checkout around the current directory is another version) */
+    if (af_proc_package(root, sizeof root, NULL) == AF_OK) {
+        AF_RETURN_ERROR_IF(!af_kn_has_findings(root), err, AF_ERR_IO, "no corpus/findings/*/known.json in the package %.300s",
+                           root);
+    } else {
+        /* the project root (from the executable's directory, the current one, else the
+         * source root recorded at configure time); the source root as well when that root
+         * holds no corpus/findings */
+        bool have = af_proc_root(root, sizeof root, NULL) == AF_OK;
+        if (!(have && af_kn_has_findings(root))) {
+            bool s = af_proc_source_root(src, sizeof src, NULL) == AF_OK && af_kn_has_findings(src);
+            const char *rec = af_proc_source_recorded();
+            if (!s && have)
+                return af_error_set(err, AF_ERR_IO, "no corpus/findings/*/known.json under %.300s or the source root %.300s",
+                                    root, rec[0] ? rec : "(none recorded)");
+            AF_RETURN_ERROR_IF(!s, err, AF_ERR_IO,
+                               "no corpus/findings/*/known.json: no project root above the executable or the current "
+                               "directory, and the source root %.300s%s",
+                               rec[0] ? rec : "(none recorded)", rec[0] ? " is gone or holds none" : "");
+            snprintf(root, sizeof root, "%s", src);
+        }
+    }
+    AF_RETURN_ERROR_IF(strlen(root) >= len, err, AF_ERR_INVALID, "%.64s...: path too long", root);
+    snprintf(dir, len, "%s", root);
+    return AF_OK;
+}
+
 af_status af_known_load_repo(af_known *k, size_t *files, af_error *err) {
     char root[AF_PROC_PATH_MAX];
     if (files) *files = 0;
-    /* installed from the wheel: the package holds the repository's known.json files */
-    if (af_proc_package(root, sizeof root, NULL) != AF_OK && af_proc_root(root, sizeof root, NULL) != AF_OK)
-        return AF_OK;
+    if (af_known_locate(root, sizeof root, NULL) != AF_OK) return AF_OK;
     return af_known_load_root(k, root, files, err);
 }
 
@@ -1021,6 +1172,86 @@ static bool af_kn_who(const af_known_entry *e, const char *who) {
 
 bool af_known_when(const af_known *k, size_t i, const af_known_vars *vars) { return af_kn_holds(&k->e[i].when, vars->v); }
 
+/* --- scope ------------------------------------------------------------------------------ */
+
+/* Appends "; " and text to why (a reason list), cut where it does not fit. */
+static void af_kn_why(char *why, size_t len, size_t *n, const char *text) {
+    if (!why || *n >= len) return;
+    int w = snprintf(why + *n, len - *n, "%s%s", *n ? "; " : "", text);
+    if (w > 0) *n += (size_t)w;
+    if (*n >= len) *n = len - 1;
+}
+
+static af_known_scope af_kn_scope(const af_kn_needs *nd, const af_known_host *h, char *why, size_t len) {
+    if (why && len) why[0] = 0;
+    if (!nd->ncpu && !nd->ncpu_not && !nd->nsm && !nd->nver) return AF_KNOWN_SCOPE_IN;
+    const char *cpu = h && h->cpu ? h->cpu : af_host_cpu_flags();
+    const af_host_libs *libs = h ? h->libs : NULL;
+    char out[AF_KN_STR * 2] = "", unk[AF_KN_STR * 2] = "", buf[AF_KN_STR];
+    size_t no = 0, nu = 0;
+    /* CPU flags: the missing ones in one reason ("needs avx512f, avx512bw") */
+    size_t w = (size_t)snprintf(buf, sizeof buf, "needs");
+    int miss = 0;
+    for (int i = 0; i < nd->ncpu; i++)
+        if (!cpu || !af_host_has_flag(cpu, nd->cpu[i])) {
+            if (w < sizeof buf) w += (size_t)snprintf(buf + w, sizeof buf - w, "%s %s", miss ? "," : "", nd->cpu[i]);
+            miss++;
+        }
+    if (miss && w < sizeof buf) snprintf(buf + w, sizeof buf - w, "%s", cpu ? "" : ", unknown (no CPU flags)");
+    if (miss) af_kn_why(cpu ? out : unk, sizeof out, cpu ? &no : &nu, buf);
+    w = (size_t)snprintf(buf, sizeof buf, "needs no");
+    miss = 0;
+    for (int i = 0; i < nd->ncpu_not; i++)
+        if (!cpu || af_host_has_flag(cpu, nd->cpu_not[i])) {
+            if (w < sizeof buf) w += (size_t)snprintf(buf + w, sizeof buf - w, "%s %s", miss ? "," : "", nd->cpu_not[i]);
+            miss++;
+        }
+    if (miss && w < sizeof buf) snprintf(buf + w, sizeof buf - w, "%s", cpu ? "" : ", unknown (no CPU flags)");
+    if (miss) af_kn_why(cpu ? out : unk, sizeof out, cpu ? &no : &nu, buf);
+    /* the GPU: libs "sm", "90" (or "9.0") */
+    if (nd->nsm) {
+        const char *have = af_host_lib(libs, "sm");
+        w = (size_t)snprintf(buf, sizeof buf, "needs sm");
+        for (int i = 0; i < nd->nsm && w < sizeof buf; i++)
+            w += (size_t)snprintf(buf + w, sizeof buf - w, "%s%ld", i ? "|" : " ", nd->sm[i]);
+        long sm = -1;
+        if (have) {
+            char *end;
+            double d = strtod(have, &end);
+            if (end != have && !*end && d > 0.0 && d < 1000.0) sm = strchr(have, '.') ? lround(d * 10.0) : lround(d);
+        }
+        bool ok = false;
+        for (int i = 0; i < nd->nsm; i++) ok |= sm == nd->sm[i];
+        if (sm < 0) {
+            if (w < sizeof buf) snprintf(buf + w, sizeof buf - w, ", unknown");
+            af_kn_why(unk, sizeof unk, &nu, buf);
+        } else if (!ok) {
+            if (w < sizeof buf) snprintf(buf + w, sizeof buf - w, ", have %s", have);
+            af_kn_why(out, sizeof out, &no, buf);
+        }
+    }
+    for (int i = 0; i < nd->nver; i++) {
+        const char *have = af_host_lib(libs, nd->lib[i]);
+        if (have && af_host_spec_holds(nd->spec[i], have)) continue;
+        snprintf(buf, sizeof buf, "needs %s %s, %s%s", nd->lib[i], nd->spec[i], have ? "have " : "unknown",
+                 have ? have : "");
+        af_kn_why(have ? out : unk, sizeof out, have ? &no : &nu, buf);
+    }
+    if (no) {
+        if (why && len) snprintf(why, len, "%s", out);
+        return AF_KNOWN_SCOPE_OUT;
+    }
+    if (nu) {
+        if (why && len) snprintf(why, len, "%s", unk);
+        return AF_KNOWN_SCOPE_UNKNOWN;
+    }
+    return AF_KNOWN_SCOPE_IN;
+}
+
+af_known_scope af_known_scope_of(const af_known *k, size_t i, const af_known_host *h, char *why, size_t len) {
+    return af_kn_scope(&k->e[i].needs, h, why, len);
+}
+
 long af_known_match(const af_known *k, const af_known_finding *f) {
     if (!k || !k->n || f->kind <= AF_KIND_OK || f->kind >= AF_KIND_COUNT) return -1;
     af_known_vars vars;
@@ -1039,6 +1270,9 @@ long af_known_match(const af_known *k, const af_known_finding *f) {
         for (int m = 0; m < e->nmessage && !said; m++)
             said = (f->message && strstr(f->message, e->message[m])) ||
                    (f->stderr_tail && strstr(f->stderr_tail, e->message[m]));
+        /* an entry out of scope on this host never matches: the finding is new here (a fact
+         * the host does not report counts as met) */
+        if (said && !f->any_scope && af_kn_scope(&e->needs, f->host, NULL, 0) == AF_KNOWN_SCOPE_OUT) said = false;
         if (said) return (long)i;
     }
     return -1;
