@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""regress_pool_test.py ATTNFUZZ C_WORKER REPO WORK - `attnfuzz regress` starts a worker once
+per backend for the whole corpus, restarts it after a crash, and --jobs 2 says what --jobs 1
+says.
+
+The corpus: the six bundles of corpus/regress, each copied twice, recorded as clean runs of
+two C workers A and B (tests/worker/c_worker.c, correct on every case) and named so that they
+interleave, A, B, A, B, ...; a third worker C crashes on cases with q_len + kv_len + head_dim
+divisible by 4 (one of the six, the fourth), whose copy is recorded as a crash. Each worker
+appends a line to its own file as it starts (c_worker --affinity-file), so the processes are
+counted here, independently of what attnfuzz says.
+  - one job: A and B start once each (one line in each file, and the stats line says 2
+    workers), every verdict is "same";
+  - C: its crash replays as "same" (a crash both times), the worker is restarted (the stats
+    line says 1 restart, C's file has more than one line) and the two bundles after it still
+    replay "same";
+  - --jobs 2: the same verdict lines in the same order, the same summary line and the same
+    JUnit XML but for its times. Standard library only."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def copy_as(src, dst, spec, kind):
+    """The bundle src as a bundle of backend spec whose verdict was kind."""
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, "case.json")
+    with open(path) as f:
+        meta = json.load(f)
+    meta["kind"] = kind
+    meta["who"] = spec
+    meta["relation"] = None
+    rec = meta["backends"][0]
+    rec["name"] = spec
+    rec["verdict"] = kind
+    meta["backends"] = [rec]
+    with open(path, "w") as f:
+        json.dump(meta, f)
+
+
+def lines_of(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [l for l in f if l.strip()]
+
+
+def run(af, args):
+    p = subprocess.run([af, "regress", "--no-known"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=240)
+    m = re.search(r"attnfuzz regress: (\d+) bundles, (\d+) jobs?: (\d+) workers started \((\d+) restarts after a "
+                  r"fault\)", p.stderr)
+    if not m:
+        fail("no stats line on stderr:\n" + p.stderr)
+    return p.returncode, p.stdout, p.stderr, [int(g) for g in m.groups()]
+
+
+def junit_sans_times(path):
+    with open(path) as f:
+        xml = f.read()
+    return re.sub(r' (time|timestamp)="[^"]*"', "", xml)
+
+
+def main():
+    af, worker, repo, work = sys.argv[1:5]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    src = os.path.join(repo, "corpus", "regress")
+    names = sorted(n for n in os.listdir(src) if os.path.exists(os.path.join(src, n, "case.json")))
+    if len(names) != 6:
+        fail("corpus/regress holds %d bundles, this test counts on 6" % len(names))
+    logs = {w: os.path.join(work, "starts-%s.log" % w) for w in "ABC"}
+    spec = {w: "worker:%s --name %s --affinity-file %s" % (worker, w, logs[w]) for w in "AB"}
+    spec["C"] = "worker:%s --name C --fault crash --fault-mod 4 --affinity-file %s" % (worker, logs["C"])
+
+    ab = os.path.join(work, "ab")
+    for i, n in enumerate(names):
+        for w in "AB":
+            copy_as(os.path.join(src, n), os.path.join(ab, "%02d-%s-%s" % (i, w, n)), spec[w], "ok")
+    crash = os.path.join(work, "crash")
+    crashing = []
+    for i, n in enumerate(names):
+        with open(os.path.join(src, n, "case.json")) as f:
+            c = json.load(f)["case"]
+        kind = "crash" if (c["q_len"] + c["kv_len"] + c["head_dim"]) % 4 == 0 else "ok"
+        if kind == "crash":
+            crashing.append(i)
+        copy_as(os.path.join(src, n), os.path.join(crash, "%02d-C-%s" % (i, n)), spec["C"], kind)
+    if len(crashing) != 1 or crashing[0] >= 5:
+        fail("want one crashing case before the last, got %s" % crashing)
+
+    # one job, A and B interleaved: each started once
+    rc, out, err, st = run(af, ["--strict", "--junit", os.path.join(work, "ab-1.xml"), ab])
+    verdicts = [l for l in out.splitlines() if l and not l[0].isdigit()]
+    if rc != 0 or len(verdicts) != 12 or any(not l.startswith("same ") for l in verdicts):
+        fail("A/B corpus, one job: exit %d\n%s%s" % (rc, out, err))
+    order = [re.search(r"/(\d\d-[AB])-", l).group(1) for l in verdicts]
+    if order != ["%02d-%s" % (i, w) for i in range(6) for w in "AB"]:
+        fail("verdicts not in the corpus's order: %s" % order)
+    for w in "AB":
+        if len(lines_of(logs[w])) != 1:
+            fail("worker %s started %d times for 6 of its bundles interleaved with another's"
+                 % (w, len(lines_of(logs[w]))))
+    if st[2] != 2 or st[3] != 0:
+        fail("stats line says %d workers started, %d restarts; want 2, 0:\n%s" % (st[2], st[3], err))
+
+    # --jobs 2: the same output and JUnit
+    for w in "AB":
+        os.remove(logs[w])
+    rc2, out2, err2, st2 = run(af, ["--strict", "--jobs", "2", "--junit", os.path.join(work, "ab-2.xml"), ab])
+    if rc2 != rc or out2 != out:
+        fail("--jobs 2 said otherwise (exit %d):\n%s\n--jobs 1 (exit %d):\n%s" % (rc2, out2, rc, out))
+    if junit_sans_times(os.path.join(work, "ab-1.xml")) != junit_sans_times(os.path.join(work, "ab-2.xml")):
+        fail("--jobs 2 wrote another JUnit XML")
+    if st2[1] != 2 or st2[2] < 2 or st2[2] > 4:
+        fail("--jobs 2: stats %s" % st2)
+
+    # a crash: restarted, the later bundles still replay
+    for jobs in ("1", "2"):
+        if os.path.exists(logs["C"]):
+            os.remove(logs["C"])
+        xml = os.path.join(work, "crash-%s.xml" % jobs)
+        rc, out, err, st = run(af, ["--strict", "--jobs", jobs, "--junit", xml, crash])
+        verdicts = [l for l in out.splitlines() if l and not l[0].isdigit()]
+        if rc != 0 or len(verdicts) != 6 or any(not l.startswith("same ") for l in verdicts):
+            fail("crash corpus, --jobs %s: exit %d\n%s%s" % (jobs, rc, out, err))
+        if "recorded crash, now crash" not in verdicts[crashing[0]]:
+            fail("the crashing bundle: %s" % verdicts[crashing[0]])
+        if st[3] != 1:
+            fail("--jobs %s: %d restarts after a fault, want 1:\n%s" % (jobs, st[3], err))
+        if len(lines_of(logs["C"])) < 2:
+            fail("--jobs %s: worker C started %d times, a crash and later bundles want a restart"
+                 % (jobs, len(lines_of(logs["C"]))))
+        if jobs == "1":
+            first = (out, junit_sans_times(xml))
+        elif (out, junit_sans_times(xml)) != first:
+            fail("crash corpus: --jobs 2 differs from --jobs 1:\n%s\n%s" % (out, first[0]))
+    print("ok: 12 interleaved bundles on 2 workers started once each; a crash restarted its worker; "
+          "--jobs 2 output and JUnit equal to --jobs 1")
+
+
+if __name__ == "__main__":
+    main()
