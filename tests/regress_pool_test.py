@@ -15,7 +15,8 @@ counted here, independently of what attnfuzz says.
     line says 1 restart, C's file has more than one line) and the two bundles after it still
     replay "same";
   - --jobs 2: the same verdict lines in the same order, the same summary line and the same
-    JUnit XML but for its times. Standard library only."""
+    JUnit XML but for its times;
+  - `replay` of the twelve bundles starts A and B once each as well. Standard library only."""
 import json
 import os
 import re
@@ -123,6 +124,18 @@ def main():
     if st2[1] != 2 or st2[2] < 2 or st2[2] > 4:
         fail("--jobs 2: stats %s" % st2)
 
+    # replay over many bundles shares the pool too
+    for w in "AB":
+        os.remove(logs[w])
+    dirs = sorted(os.path.join(ab, d) for d in os.listdir(ab))
+    p = subprocess.run([af, "replay", "--no-known"] + dirs, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=240)
+    if p.returncode != 0 or len(p.stdout.splitlines()) != 12:
+        fail("replay of the A/B corpus: exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr))
+    for w in "AB":
+        if len(lines_of(logs[w])) != 1:
+            fail("replay: worker %s started %d times for 6 bundles" % (w, len(lines_of(logs[w]))))
+
     # a crash: restarted, the later bundles still replay
     for jobs in ("1", "2"):
         if os.path.exists(logs["C"]):
@@ -143,8 +156,8 @@ def main():
             first = (out, junit_sans_times(xml))
         elif (out, junit_sans_times(xml)) != first:
             fail("crash corpus: --jobs 2 differs from --jobs 1:\n%s\n%s" % (out, first[0]))
-    print("ok: 12 interleaved bundles on 2 workers started once each; a crash restarted its worker; "
-          "--jobs 2 output and JUnit equal to --jobs 1")
+    print("ok: 12 interleaved bundles on 2 workers started once each (regress and replay); a crash restarted "
+          "its worker; --jobs 2 output and JUnit equal to --jobs 1")
 
 
 if __name__ == "__main__":

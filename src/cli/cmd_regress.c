@@ -25,13 +25,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -64,7 +64,8 @@ static void af_regress_usage(FILE *f) {
                "             (16 hex digits), a bundle name (<kind>-<signature>) or a kind\n"
                "             (diverge, nan_mismatch, ...); FILE may also be one such entry\n"
                "--known FILE, --no-known   known bugs, as for fuzz: a check failing now that is\n"
-               "             one gets \"[known bug ID ...]\" on its verdict line (the verdict is the same)\n"               "--jobs N     replay with N processes (default 1), each with its own workers; the\n"
+               "             one gets \"[known bug ID ...]\" on its verdict line (the verdict is the same)\n"
+               "--jobs N     replay with N processes (default 1), each with its own workers; the\n"
                "             output and the JUnit are those of one job\n"
                "\n"
                "A backend (a target's worker) starts once for the whole corpus and again only\n"
@@ -308,8 +309,8 @@ static bool af_regress_looks_fixed(const af_exec *x, const af_bundle *b) {
     return false;
 }
 
-/* Replays the bundle in dir on job's backends; its verdict lines go to jc->out, its
- * messages to jc->err. Returns the exit status it asks for. */
+/* Replays the bundle in dir on job's backends; its verdict lines go to jc->out (never NULL),
+ * its messages to jc->err. Returns the exit status it asks for. */
 static int af_regress_bundle(af_regress_job *job, const char *dir, const char *name, af_exec_config base, bool strict,
                              const af_waive *waive, const af_known *known, af_regress_counts *n, af_junit_case *jc) {
     af_error err = {0};
