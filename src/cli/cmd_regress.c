@@ -15,8 +15,9 @@
  * consecutive bundles with the same checks reuse one executor, and a backend is closed after
  * the last bundle that names it, so a corpus of many stacks holds few processes at a time.
  *
- * --jobs N forks N processes, each replaying a contiguous share of that order with a pool of
- * its own (a backend then starts in at most the jobs whose shares name it) and sending each
+ * --jobs N forks N processes, each replaying a contiguous share of that order (cut where the
+ * checks change, when that is near) with a pool of its own (a backend then starts in the jobs
+ * whose shares name it, mostly one) and sending each
  * bundle's outcome back through a pipe; this process prints them in the corpus's order and
  * writes the same JUnit as one job would. A recorded failure that passes is replayed up to
  * AF_REGRESS_REPLAYS times in all before it is called fixed. On stderr a last line says how
@@ -713,6 +714,25 @@ static int af_regress_receive(int fd, af_regress_corpus *c, af_regress_wire *w) 
 
 #define AF_REGRESS_JOBS_MAX 64
 
+/* Where the shares of `jobs` jobs begin in order (from[jobs] = n): near equal counts, each
+ * cut moved to the nearest boundary between two groups of checks when one lies within half
+ * a share of it, so that a backend tends to start in one job only. */
+static void af_regress_cuts(const af_regress_corpus *c, const size_t *order, size_t n, unsigned jobs, size_t *from) {
+    from[0] = 0;
+    from[jobs] = n;
+    for (unsigned k = 1; k < jobs; k++) {
+        size_t ideal = n * k / jobs, slack = n / (2 * (size_t)jobs), best = ideal, dist = SIZE_MAX;
+        for (size_t p = ideal > slack ? ideal - slack : 1; p <= ideal + slack && p < n; p++) {
+            size_t d = p > ideal ? p - ideal : ideal - p;
+            if (p > 0 && strcmp(c->items[order[p - 1]].key, c->items[order[p]].key) != 0 && d < dist) {
+                best = p;
+                dist = d;
+            }
+        }
+        from[k] = best < from[k - 1] ? from[k - 1] : best;
+    }
+}
+
 /* Replays the corpus with `jobs` child processes, job k taking the k-th contiguous share
  * of order; each bundle's outcome is printed (e) as soon as those before it are. A job that
  * dies leaves its bundles not done with an error outcome. */
@@ -722,7 +742,7 @@ static void af_regress_jobs(af_regress_corpus *c, const size_t *order, unsigned 
     pid_t pid[AF_REGRESS_JOBS_MAX];
     int fd[AF_REGRESS_JOBS_MAX];
     size_t from[AF_REGRESS_JOBS_MAX + 1], started[AF_REGRESS_JOBS_MAX];
-    for (unsigned k = 0; k <= jobs; k++) from[k] = n * k / jobs;
+    af_regress_cuts(c, order, n, jobs, from);
     for (unsigned k = 0; k < jobs; k++) {
         pid[k] = -1;
         fd[k] = -1;
