@@ -1,7 +1,9 @@
 /* test_backend_pool.c - backends opened once and lent to executors (backend_pool.h): one
  * instance per name and worker options, a failed open not tried again, close and reopen,
  * executors that borrow a backend leave it open when destroyed, and a worker that crashes
- * restarts inside the same pooled backend (counted once, no second open). */
+ * restarts inside the same pooled backend (counted once, no second open); open_all opens
+ * every spec of a list once (workers on threads, a failure remembered per spec) and leaves
+ * the ones the pool holds as they are. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -153,6 +155,46 @@ static void test_worker_restart_in_pool(void **state) {
     af_backend_pool_destroy(p);
 }
 
+/* open_all: two C workers (one named twice), a builtin and a worker that cannot start, on
+ * threads. Each opened once; the later af_backend_pool_open of each gives the same instance
+ * (no new process) or the remembered error; a second open_all of the same list opens nothing. */
+static void test_open_all(void **state) {
+    (void)state;
+    char a[4200], b[4200], dead[4200];
+    snprintf(a, sizeof a, "worker:%s/tests/c_worker --name A", bindir);
+    snprintf(b, sizeof b, "worker:%s/tests/c_worker --name B", bindir);
+    snprintf(dead, sizeof dead, "worker:%s/tests/c_worker --fault die", bindir);
+    const char *specs[] = {a, "explicit", b, dead, a};
+    af_backend_pool *p = af_backend_pool_create();
+    af_error err = {0};
+    assert_int_equal(af_backend_pool_open_all(p, specs, 5, NULL, 5, &err), AF_OK);
+    af_backend_pool_stats s;
+    af_backend_pool_stats_of(p, &s);
+    assert_int_equal(s.opened, 3); /* A, B, explicit */
+    assert_int_equal(s.workers, 2);
+    assert_int_equal(s.failed, 1);
+    assert_int_equal(s.running, 2);
+    af_backend *ba = NULL, *bb = NULL, *bx = (af_backend *)p;
+    assert_int_equal(af_backend_pool_open(p, a, NULL, &ba, &err), AF_OK);
+    assert_int_equal(af_backend_pool_open(p, b, NULL, &bb, &err), AF_OK);
+    assert_ptr_not_equal(ba, bb);
+    assert_string_equal(af_backend_ext_of(ba)->describe, "A 1.0 variant naive");
+    assert_string_equal(af_backend_ext_of(bb)->describe, "B 1.0 variant naive");
+    af_error e = {0};
+    assert_int_not_equal(af_backend_pool_open(p, dead, NULL, &bx, &e), AF_OK);
+    assert_null(bx);
+    assert_non_null(strstr(e.msg, "not there")); /* its stderr, from the start that failed */
+    assert_int_equal(af_backend_pool_open_all(p, specs, 5, NULL, 5, &err), AF_OK);
+    af_backend_pool_stats_of(p, &s);
+    assert_int_equal(s.opened, 3);
+    assert_int_equal(s.workers, 2);
+    assert_int_equal(s.failed, 1);
+    af_backend_pool_close(p, a);
+    af_backend_pool_stats_of(p, &s);
+    assert_int_equal(s.running, 1);
+    af_backend_pool_destroy(p);
+}
+
 int main(void) {
     const char *b = getenv("AF_BINARY_DIR");
     snprintf(bindir, sizeof bindir, "%s", b ? b : "build");
@@ -161,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_failed_open_remembered),
         cmocka_unit_test(test_executors_borrow),
         cmocka_unit_test(test_worker_restart_in_pool),
+        cmocka_unit_test(test_open_all),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
