@@ -16,7 +16,13 @@ counted here, independently of what attnfuzz says.
     replay "same";
   - --jobs 2: the same verdict lines in the same order, the same summary line and the same
     JUnit XML but for its times;
-  - `replay` of the twelve bundles starts A and B once each as well. Standard library only."""
+  - `replay` of the twelve bundles starts A and B once each as well;
+  - three workers D, E, F that each take 2 s to start (c_worker --start-sleep 2), a corpus
+    naming all three: regress starts them side by side before the first bundle. Each logs its
+    start, its hello and its runs with the time (c_worker --event-log, one file, one clock):
+    every hello precedes the first run, and every start precedes every hello (one after
+    another, the first worker's hello would come before the second one's start). Standard
+    library only."""
 import json
 import os
 import re
@@ -156,8 +162,38 @@ def main():
             first = (out, junit_sans_times(xml))
         elif (out, junit_sans_times(xml)) != first:
             fail("crash corpus: --jobs 2 differs from --jobs 1:\n%s\n%s" % (out, first[0]))
+    # workers that are slow to start: all started at once, before the first run
+    events = os.path.join(work, "events.log")
+    slow = os.path.join(work, "slow")
+    for w in "DEF":
+        sp = "worker:%s --name %s --start-sleep 2 --event-log %s" % (worker, w, events)
+        for i, n in enumerate(names[:2]):
+            copy_as(os.path.join(src, n), os.path.join(slow, "%02d-%s-%s" % (i, w, n)), sp, "ok")
+    rc, out, err, st = run(af, ["--strict", slow])
+    verdicts = [l for l in out.splitlines() if l and not l[0].isdigit()]
+    if rc != 0 or len(verdicts) != 6 or any(not l.startswith("same ") for l in verdicts):
+        fail("slow workers: exit %d\n%s%s" % (rc, out, err))
+    ev = {}  # event -> worker -> times
+    for line in lines_of(events):
+        name, what, _pid, t = line.split()
+        ev.setdefault(what, {}).setdefault(name, []).append(float(t))
+    for what in ("start", "hello"):
+        if sorted(ev.get(what, {})) != list("DEF") or any(len(v) != 1 for v in ev[what].values()):
+            fail("slow workers: want one %s of each of D, E, F:\n%s" % (what, "".join(lines_of(events))))
+    if sorted(ev.get("run", {})) != list("DEF"):
+        fail("slow workers: not every worker ran:\n%s" % "".join(lines_of(events)))
+    starts = [v[0] for v in ev["start"].values()]
+    hellos = [v[0] for v in ev["hello"].values()]
+    first_run = min(t for v in ev["run"].values() for t in v)
+    if max(hellos) >= first_run:
+        fail("slow workers: a bundle ran before every worker had started:\n%s" % "".join(lines_of(events)))
+    if max(starts) >= min(hellos):
+        fail("slow workers: started one after another, not side by side:\n%s" % "".join(lines_of(events)))
+    if st[2] != 3:
+        fail("slow workers: stats line says %d workers started, want 3:\n%s" % (st[2], err))
+
     print("ok: 12 interleaved bundles on 2 workers started once each (regress and replay); a crash restarted "
-          "its worker; --jobs 2 output and JUnit equal to --jobs 1")
+          "its worker; --jobs 2 output and JUnit equal to --jobs 1; 3 slow workers started side by side before the first run")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,17 @@
  * consecutive bundles with the same checks reuse one executor, and a backend is closed after
  * the last bundle that names it, so a corpus of many stacks holds few processes at a time.
  *
+ * A worker's start-up mostly waits (an interpreter, a stack's import, a CUDA context: ~13 s),
+ * so a job starts the workers its share names side by side, on threads
+ * (af_backend_pool_open_all), before its first bundle: nine GPU targets start in about the
+ * time of one. Closing after the last use still makes sense beside that, and bounds it: a
+ * job holds at most o->starts workers open when it starts more (max(4, 2 x CPUs), at most
+ * AF_BACKEND_POOL_THREADS, shared out between the jobs), starting them in the order of their
+ * first use; the rest start as the earlier ones close, and a bundle's own workers always (a
+ * corpus naming 40 backends does not start 40 torch processes at once on a 2-core CI
+ * machine). A worker that cannot start is remembered by the pool as before: its bundles say
+ * why.
+ *
  * --jobs N forks N processes, each replaying a contiguous share of that order (cut where the
  * checks change, when that is near) with a pool of its own (a backend then starts in the jobs
  * whose shares name it, mostly one) and sending each
@@ -44,6 +55,7 @@
 #include "attnfuzz/mem.h"
 #include "cli.h"
 #include "core/clock.h"
+#include "core/parallel.h"
 
 static void af_regress_usage(FILE *f) {
     fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--jobs N] [--budget MIB]\n"
@@ -70,7 +82,9 @@ static void af_regress_usage(FILE *f) {
                "             output and the JUnit are those of one job\n"
                "\n"
                "A backend (a target's worker) starts once for the whole corpus and again only\n"
-               "after it crashed or hung; the last line on stderr counts the workers started.\n"
+               "after it crashed or hung; the workers the corpus names start side by side before\n"
+               "the first bundle (max(4, 2 x CPUs), at most 16, open at a time). The last line on\n"
+               "stderr counts the workers started.\n"
                "\n"
                "exit: 0 nothing regressed, 1 something regressed, 2 a bundle cannot be read\n");
 }
@@ -430,6 +444,7 @@ typedef struct af_regress_opts {
     bool strict;
     const af_waive *waive;
     const af_known *known;
+    unsigned starts; /* workers a job holds open at most while it starts more (af_regress_starts) */
 } af_regress_opts;
 
 /* Appends the bundle DIR/NAME, reading it for its checks. -1 when out of memory. */
@@ -557,6 +572,90 @@ static void af_regress_release(af_regress_job *job, const af_regress_corpus *c, 
     }
 }
 
+/* --- starting the workers ahead --------------------------------------------------------- */
+
+/* The worker specs (worker:, target:) of a share, in the order of their first use, and where
+ * that first use is: a job starts them side by side (af_backend_pool_open_all) before its
+ * first bundle, as many as it may hold open, and the rest as the earlier ones close. */
+typedef struct af_regress_starts {
+    char **spec;   /* af_malloc'd, each af_malloc'd */
+    size_t *first; /* the position in the share of the first bundle naming spec[k] */
+    size_t n, next; /* next: the first not started yet */
+    size_t limit;  /* workers held open at most when starting more (o->starts) */
+} af_regress_starts;
+
+static void af_regress_starts_free(af_regress_starts *s) {
+    for (size_t k = 0; k < s->n; k++) af_free(s->spec[k]);
+    af_free(s->spec);
+    af_free(s->first);
+    memset(s, 0, sizeof *s);
+}
+
+/* The worker specs that bundles order[0 .. n) name. Out of memory: none (the executors then
+ * start each worker when they first need it). */
+static void af_regress_starts_init(af_regress_starts *s, const af_regress_corpus *c, const size_t *order, size_t n,
+                                   size_t limit) {
+    memset(s, 0, sizeof *s);
+    s->limit = limit;
+    size_t cap = 0;
+    for (size_t p = 0; p < n; p++) {
+        for (const char *q = c->items[order[p]].specs; *q;) {
+            size_t len = strcspn(q, "\n");
+            char spec[4096];
+            snprintf(spec, sizeof spec, "%.*s", (int)len, q);
+            q += len + (q[len] == '\n');
+            if (af_backend_spec_kind(spec) != AF_BACKEND_WORKER) continue;
+            bool seen = false;
+            for (size_t k = 0; k < s->n && !seen; k++) seen = strcmp(s->spec[k], spec) == 0;
+            if (seen) continue;
+            if (s->n == cap) {
+                size_t ncap = cap ? 2 * cap : 16;
+                char **ns = af_calloc(ncap, sizeof *ns);
+                size_t *nf = af_calloc(ncap, sizeof *nf);
+                if (!ns || !nf) {
+                    af_free(ns);
+                    af_free(nf);
+                    af_regress_starts_free(s);
+                    return;
+                }
+                if (s->n) {
+                    memcpy(ns, s->spec, s->n * sizeof *ns);
+                    memcpy(nf, s->first, s->n * sizeof *nf);
+                }
+                af_free(s->spec);
+                af_free(s->first);
+                s->spec = ns;
+                s->first = nf;
+                cap = ncap;
+            }
+            if (!(s->spec[s->n] = af_strdup(spec))) {
+                af_regress_starts_free(s);
+                return;
+            }
+            s->first[s->n++] = p;
+        }
+    }
+}
+
+/* Before the bundle at position p of the share: starts, side by side, the next workers in
+ * the order of first use while fewer than s->limit are open, and in any case those that this
+ * bundle is the first to name (past the limit when the open ones are all still needed). A
+ * worker that cannot start is remembered by the pool, and its bundles say why. */
+static void af_regress_starts_before(af_regress_starts *s, af_backend_pool *pool, size_t p,
+                                     const af_worker_opts *wopts) {
+    if (!pool || s->next == s->n) return;
+    af_backend_pool_stats st;
+    af_backend_pool_stats_of(pool, &st);
+    size_t room = st.running < s->limit ? (size_t)(s->limit - st.running) : 0;
+    size_t until = s->n - s->next < room ? s->n : s->next + room;
+    while (until < s->n && s->first[until] <= p) until++;
+    if (until == s->next) return;
+    af_error err;
+    (void)af_backend_pool_open_all(pool, (const char *const *)(s->spec + s->next), until - s->next, wopts,
+                                   (unsigned)(until - s->next), &err); /* out of memory: opened when needed */
+    s->next = until;
+}
+
 /* Called when a job starts replaying bundle i (done false) and when its outcome,
  * c->j.cases[i], is complete (done true). */
 typedef void (*af_regress_notify)(void *ctx, size_t i, bool done);
@@ -570,9 +669,12 @@ static void af_regress_share(af_regress_corpus *c, const size_t *order, size_t n
     job.pool = af_backend_pool_create(); /* NULL (out of memory): each executor opens its own */
     af_exec_config base = o->cfg;
     base.pool = job.pool;
+    af_regress_starts starts;
+    af_regress_starts_init(&starts, c, order, n, o->starts);
     for (size_t p = 0; p < n; p++) {
         size_t i = order[p];
         af_junit_case *jc = &c->j.cases[i];
+        af_regress_starts_before(&starts, job.pool, p, &o->cfg.worker);
         notify(ctx, i, false);
         double t0 = af_now();
         jc->rc = af_regress_bundle(&job, c->items[i].path, jc->name, base, o->strict, o->waive, o->known, &jc->n, jc);
@@ -580,6 +682,7 @@ static void af_regress_share(af_regress_corpus *c, const size_t *order, size_t n
         if (job.pool) af_regress_release(&job, c, order + p + 1, n - p - 1, c->items[i].specs);
         notify(ctx, i, true);
     }
+    af_regress_starts_free(&starts);
     af_exec_destroy(job.x);
     memset(stats, 0, sizeof *stats);
     if (job.pool) af_backend_pool_stats_of(job.pool, stats);
@@ -942,10 +1045,14 @@ int af_cmd_regress(int argc, char **argv) {
         af_known_destroy(known);
         return 2;
     }
-    af_regress_opts o = {cfg, strict, &waive, known};
     af_regress_emit e = {&c, junit != NULL, finished, 0, 0, {0}};
     af_backend_pool_stats ps;
     if (jobs > c.j.n) jobs = c.j.n ? (unsigned)c.j.n : 1;
+    /* workers held open at once, all jobs together: a few, or two per CPU (a start-up mostly
+     * waits), AF_BACKEND_POOL_THREADS at most; shared out between the jobs */
+    unsigned cpus = af_parallel_cpus(), held = cpus > 2 ? 2 * cpus : 4;
+    if (held > AF_BACKEND_POOL_THREADS) held = AF_BACKEND_POOL_THREADS;
+    af_regress_opts o = {cfg, strict, &waive, known, (held + jobs - 1) / jobs};
     if (jobs == 1) af_regress_share(&c, order, c.j.n, &o, af_regress_emit_done, &e, &ps);
     else af_regress_jobs(&c, order, jobs, &o, &e, &ps);
     if (e.rc > rc) rc = e.rc;
