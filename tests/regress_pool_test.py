@@ -21,8 +21,10 @@ counted here, independently of what attnfuzz says.
     naming all three: regress starts them side by side before the first bundle. Each logs its
     start, its hello and its runs with the time (c_worker --event-log, one file, one clock):
     every hello precedes the first run, and every start precedes every hello (one after
-    another, the first worker's hello would come before the second one's start). Standard
-    library only."""
+    another, the first worker's hello would come before the second one's start);
+  - a corpus naming more workers than regress holds open at once (max(4, 2 x CPUs), at most
+    16): each starts once, and no start finds that many already running (their start and
+    end events). Standard library only."""
 import json
 import os
 import re
@@ -192,8 +194,33 @@ def main():
     if st[2] != 3:
         fail("slow workers: stats line says %d workers started, want 3:\n%s" % (st[2], err))
 
+    # more workers than may be open at once: the rest start as the earlier ones end
+    limit = min(16, max(4, 2 * len(os.sched_getaffinity(0))))
+    events = os.path.join(work, "events-many.log")
+    many = os.path.join(work, "many")
+    names_many = ["W%02d" % k for k in range(limit + 2)]
+    for k, w in enumerate(names_many):
+        sp = "worker:%s --name %s --event-log %s" % (worker, w, events)
+        copy_as(os.path.join(src, names[k % len(names)]), os.path.join(many, "%02d-%s" % (k, w)), sp, "ok")
+    rc, out, err, st = run(af, ["--strict", many])
+    if rc != 0 or st[2] != len(names_many):
+        fail("%d workers: exit %d, %d started\n%s%s" % (len(names_many), rc, st[2], out, err))
+    live, seen = set(), []
+    for line in lines_of(events):
+        name, what, _pid, _t = line.split()
+        if what == "start":
+            if len(live) >= limit:
+                fail("%s started with %d workers running (%s), at most %d may be:\n%s"
+                     % (name, len(live), sorted(live), limit, "".join(lines_of(events))))
+            live.add(name)
+            seen.append(name)
+        elif what == "end":
+            live.discard(name)
+    if sorted(seen) != names_many:
+        fail("want each of %d workers started once: %s" % (len(names_many), seen))
+
     print("ok: 12 interleaved bundles on 2 workers started once each (regress and replay); a crash restarted "
-          "its worker; --jobs 2 output and JUnit equal to --jobs 1; 3 slow workers started side by side before the first run")
+          "its worker; --jobs 2 output and JUnit equal to --jobs 1; 3 slow workers started side by side before the first run; %d workers started at most %d at a time" % (len(names_many), limit))
 
 
 if __name__ == "__main__":

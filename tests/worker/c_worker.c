@@ -27,7 +27,8 @@
  * --key-log P         append "KEY FAULT" for each run request: its compile key (hex) and 1
  *                     when --fault applied to it, else 0 (which structures a campaign drew)
  * --event-log P       append "NAME EVENT PID SECONDS" at its start (start), as it sends its
- *                     hello (hello) and on each run request (run); SECONDS on CLOCK_MONOTONIC,
+ *                     hello (hello), on each run request (run) and when told bye or its
+ *                     input ends (end); SECONDS on CLOCK_MONOTONIC,
  *                     one clock for every process, so several workers may share P and their
  *                     events be ordered (each line is one write to a file opened O_APPEND)
  *
@@ -692,7 +693,10 @@ int main(int argc, char **argv) {
     write_frame(hello, NULL, 0);
     for (;;) {
         long n = read_frame();
-        if (n < 0) return 0;
+        if (n < 0) {
+            log_event("end");
+            return 0;
+        }
         size_t used = 0;
         long nt = af_js_parse((const char *)rbuf, (size_t)n, T, t_cap, &used);
         if (nt > (long)t_cap) {
@@ -709,7 +713,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         J = (const char *)rbuf;
-        if (af_js_is(J, T, get(0, "type"), "bye")) return 0;
+        if (af_js_is(J, T, get(0, "type"), "bye")) {
+            log_event("end");
+            return 0;
+        }
         if (!af_js_is(J, T, get(0, "type"), "run")) continue;
         long items = get(0, "batch");
         if (items < 0) {
