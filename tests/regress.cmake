@@ -10,3 +10,13 @@ if(AF_PYTHON3)
            ${PROJECT_BINARY_DIR}/attnfuzz ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/regress-junit)
   set_tests_properties(regress_junit PROPERTIES TIMEOUT 120 ENVIRONMENT "${AF_BLAS_ENV}")
 endif()
+
+# One worker per backend for the whole corpus (tests/regress_pool_test.py): bundles of two C
+# workers interleaved start each once (the workers log their starts), a worker that crashes on
+# one bundle is restarted and the later ones replay, --jobs 2 prints and writes the JUnit of
+# --jobs 1, three workers slow to start start side by side before the first bundle runs.
+if(AF_PYTHON3) # c_worker: tests/worker.cmake (included after this file)
+  add_test(NAME regress_pool COMMAND ${AF_PYTHON3} ${CMAKE_CURRENT_SOURCE_DIR}/regress_pool_test.py
+           $<TARGET_FILE:attnfuzz> $<TARGET_FILE:c_worker> ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/regress-pool)
+  set_tests_properties(regress_pool PROPERTIES LABELS "worker" TIMEOUT 300 ENVIRONMENT "${AF_BLAS_ENV}")
+endif()

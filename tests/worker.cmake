@@ -11,6 +11,7 @@ add_executable(frame_worker ${CMAKE_CURRENT_SOURCE_DIR}/worker/frame_worker.c)
 target_compile_options(frame_worker PRIVATE ${AF_WARNINGS} -Wno-missing-prototypes)
 target_link_libraries(frame_worker PRIVATE PkgConfig::CJSON)
 add_dependencies(test_worker_proto frame_worker c_worker)
+add_dependencies(test_backend_pool c_worker) # it pools a C worker
 set_tests_properties(test_worker_proto PROPERTIES LABELS "unit;sanitize;worker")
 
 # Campaigns through the worker backend (tests/worker_campaign_test.py): faulty workers give

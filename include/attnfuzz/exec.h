@@ -23,6 +23,8 @@
 #include "status.h"
 #include "worker.h"
 
+struct af_backend_pool;
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -54,6 +56,10 @@ typedef struct af_exec_config {
     af_oracle_opts oracle;
     size_t budget;                              /* bytes of tensors per case, 0 = default */
     af_worker_opts worker;                      /* for worker: and target: backends; zeros = defaults */
+    struct af_backend_pool *pool;               /* NULL: the executor opens its backends and closes
+                                                   them when destroyed; else it borrows them from
+                                                   the pool (backend_pool.h), which keeps them open
+                                                   for the next executor */
 } af_exec_config;
 
 /* No backend options: the pair explicit,fused and every relation on both. */

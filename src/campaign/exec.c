@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attnfuzz/backend_pool.h"
 #include "attnfuzz/mem.h"
 #include "clock.h"
 #include "parallel.h"
@@ -113,7 +114,8 @@ static af_status af_exec_backend(af_exec *x, const char *name, size_t len, size_
         }
     AF_RETURN_ERROR_IF(x->nbe == AF_EXEC_MAX_BACKENDS, err, AF_ERR_INVALID, "too many backends (max %d)",
                        AF_EXEC_MAX_BACKENDS);
-    AF_TRY(af_backend_spec_open(buf, &x->cfg.worker, &x->be[x->nbe], err));
+    if (x->cfg.pool) AF_TRY(af_backend_pool_open(x->cfg.pool, buf, &x->cfg.worker, &x->be[x->nbe], err));
+    else AF_TRY(af_backend_spec_open(buf, &x->cfg.worker, &x->be[x->nbe], err));
     memcpy(x->be_spec[x->nbe], buf, len + 1);
     *idx = x->nbe++;
     return AF_OK;
@@ -227,7 +229,8 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
 
 void af_exec_destroy(af_exec *x) {
     if (!x) return;
-    for (size_t k = 0; k < x->nbe; k++) af_backend_close(x->be[k]);
+    if (!x->cfg.pool) /* borrowed backends stay open in their pool */
+        for (size_t k = 0; k < x->nbe; k++) af_backend_close(x->be[k]);
     af_exec_slot_destroy(x->single);
     for (size_t b = 0; b < 2; b++)
         for (size_t i = 0; i < x->bank[b].nslots; i++) af_exec_slot_destroy(x->bank[b].slots[i]);

@@ -3,32 +3,64 @@
  * "fixed", a bug that came back or a new failure as "REGRESSED"; --junit writes the
  * outcome as JUnit XML (one testcase per bundle), --waive lists accepted findings.
  *
- * A bundle runs on an executor opened on the backends it recorded (af_backend_open through
- * af_exec_create: built-ins, mutants, plugin:, worker: and target: alike); consecutive
- * bundles that record the same checks share it, so a corpus of one target starts its stack
- * once. A recorded failure that passes is replayed up to AF_REGRESS_REPLAYS times in all
- * before it is called fixed, or, when the known bug it records needs what this host lacks
- * (its entry's "needs", docs/known.md), "skip (needs ...)". */
+ * A bundle runs on an executor (af_exec_create, the one every command uses) over the checks
+ * it recorded. The executors borrow their backends from a pool (backend_pool.h) that keeps
+ * one instance per backend name, so a worker (a Python process, its stack's import, a GPU
+ * context: seconds) starts once for the whole corpus however its bundles interleave with
+ * other backends', and restarts only after a crash or a hang (worker.c does that itself, in
+ * the same backend). Why a pool, and not only bundles grouped by their set of checks: a
+ * backend is shared by sets (a pair A,B and A alone, a relation on A), and grouping alone
+ * would still open it once per set. The bundles are also run grouped by their checks (sorted
+ * by the executor's key; the verdicts still print in the corpus's order), for two reasons:
+ * consecutive bundles with the same checks reuse one executor, and a backend is closed after
+ * the last bundle that names it, so a corpus of many stacks holds few processes at a time.
+ *
+ * A worker's start-up mostly waits (an interpreter, a stack's import, a CUDA context: ~13 s),
+ * so a job starts the workers its share names side by side, on threads
+ * (af_backend_pool_open_all), before its first bundle: nine GPU targets start in about the
+ * time of one. Closing after the last use still makes sense beside that, and bounds it: a
+ * job holds at most o->starts workers open when it starts more (max(4, 2 x CPUs), at most
+ * AF_BACKEND_POOL_THREADS, shared out between the jobs), starting them in the order of their
+ * first use; the rest start as the earlier ones close, and a bundle's own workers always (a
+ * corpus naming 40 backends does not start 40 torch processes at once on a 2-core CI
+ * machine). A worker that cannot start is remembered by the pool as before: its bundles say
+ * why.
+ *
+ * --jobs N forks N processes, each replaying a contiguous share of that order (cut where the
+ * checks change, when that is near) with a pool of its own (a backend then starts in the jobs
+ * whose shares name it, mostly one) and sending each
+ * bundle's outcome back through a pipe; this process prints them in the corpus's order and
+ * writes the same JUnit as one job would. A recorded failure that passes is replayed up to
+ * AF_REGRESS_REPLAYS times in all before it is called fixed, or, when the known bug it records
+ * needs what this host lacks (its entry's "needs", docs/known.md), "skip (needs ...)". On stderr a last line says how
+ * many workers started: "attnfuzz regress: M bundles, N jobs: W workers started (R restarts
+ * after a fault), ...". */
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "attnfuzz/backend_pool.h"
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/exec.h"
 #include "attnfuzz/known.h"
 #include "attnfuzz/mem.h"
 #include "cli.h"
 #include "core/clock.h"
+#include "core/parallel.h"
 
 static void af_regress_usage(FILE *f) {
-    fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--budget MIB] [--known FILE]\n"
-               "                        [--no-known] DIR...\n"
+    fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--jobs N] [--budget MIB]\n"
+               "                        [--known FILE] [--no-known] DIR...\n"
                "\n"
                "Replays every bundle under each DIR (a corpus of bundles, or a directory holding\n"
                "crashes/: a shard's, or what attnfuzz merge wrote) with the checks it recorded\n"
@@ -50,6 +82,13 @@ static void af_regress_usage(FILE *f) {
                "             (diverge, nan_mismatch, ...); FILE may also be one such entry\n"
                "--known FILE, --no-known   known bugs, as for fuzz: a check failing now that is\n"
                "             one gets \"[known bug ID ...]\" on its verdict line (the verdict is the same)\n"
+               "--jobs N     replay with N processes (default 1), each with its own workers; the\n"
+               "             output and the JUnit are those of one job\n"
+               "\n"
+               "A backend (a target's worker) starts once for the whole corpus and again only\n"
+               "after it crashed or hung; the workers the corpus names start side by side before\n"
+               "the first bundle (max(4, 2 x CPUs), at most 16, open at a time). The last line on\n"
+               "stderr counts the workers started.\n"
                "\n"
                "exit: 0 nothing regressed, 1 something regressed, 2 a bundle cannot be read\n");
 }
@@ -113,13 +152,30 @@ static const char *af_waived(const af_waive *w, const af_bundle *b, const char *
 
 /* --- JUnit XML ------------------------------------------------------------------------ */
 
+typedef struct af_regress_counts {
+    int same, fixed, regr, waived, skipped;
+} af_regress_counts;
+
+/* a += b */
+static void af_regress_counts_add(af_regress_counts *a, const af_regress_counts *b) {
+    a->same += b->same;
+    a->fixed += b->fixed;
+    a->regr += b->regr;
+    a->waived += b->waived;
+    a->skipped += b->skipped;
+}
+
+/* One bundle's outcome: its JUnit testcase, and what the command prints for it. */
 typedef struct af_junit_case {
     char name[128];      /* bundle directory name */
     char classname[512]; /* the corpus directory */
     double seconds;
     int outcome;         /* 0 passed, 1 failure, 2 error, 3 skipped (waived) */
     char *message;       /* af_malloc'd: the verdict lines (failure, skipped) or the error */
-    char *out;           /* af_malloc'd: every verdict line */
+    char *out;           /* af_malloc'd: every verdict line (stdout) */
+    char *err;           /* af_malloc'd: its messages (stderr) */
+    int rc;              /* the exit status it asks for: 0, 1 regressed, 2 cannot be read or run */
+    af_regress_counts n; /* its checks' verdicts */
 } af_junit_case;
 
 typedef struct af_junit {
@@ -227,17 +283,13 @@ static af_kind af_recorded(const af_bundle *b, const char *name) {
     return AF_KIND_COUNT;
 }
 
-typedef struct af_regress_counts {
-    int same, fixed, regr, waived, skipped;
-} af_regress_counts;
-
-/* The executor of the last bundle, kept while the next bundle records the same checks: a
- * corpus of one target's bundles then starts its worker once, not once per bundle (a
- * Python stack takes seconds to import). */
-static struct {
+/* One job's replaying state: the backends it opened, and the executor of the last bundle,
+ * kept while the next bundle records the same checks (its buffers are reused). */
+typedef struct af_regress_job {
+    af_backend_pool *pool;
     af_exec *x;
     char key[4096];
-} af_regress_cache;
+} af_regress_job;
 
 static void af_regress_key(const af_exec_config *c, char *key, size_t cap) {
     size_t n = 0;
@@ -252,14 +304,14 @@ static void af_regress_key(const af_exec_config *c, char *key, size_t cap) {
     for (int r = 0; r < AF_REL_COUNT && n < cap; r++) n += (size_t)snprintf(key + n, cap - n, "%d", c->relations[r]);
 }
 
-static af_exec *af_regress_exec(const af_exec_config *cfg, af_error *err) {
-    char key[sizeof af_regress_cache.key];
+static af_exec *af_regress_exec(af_regress_job *job, const af_exec_config *cfg, af_error *err) {
+    char key[sizeof job->key];
     af_regress_key(cfg, key, sizeof key);
-    if (af_regress_cache.x && strcmp(key, af_regress_cache.key) == 0) return af_regress_cache.x;
-    af_exec_destroy(af_regress_cache.x);
-    af_regress_cache.x = af_exec_create(cfg, err);
-    snprintf(af_regress_cache.key, sizeof af_regress_cache.key, "%s", key);
-    return af_regress_cache.x;
+    if (job->x && strcmp(key, job->key) == 0) return job->x;
+    af_exec_destroy(job->x);
+    job->x = af_exec_create(cfg, err);
+    snprintf(job->key, sizeof job->key, "%s", key);
+    return job->x;
 }
 
 /* Replays of a bundle whose recorded failure passes, in all, before it is called fixed: a bug
@@ -279,17 +331,20 @@ static bool af_regress_looks_fixed(const af_exec *x, const af_bundle *b) {
 
 /* Is a recorded failure of b that passes now a skip rather than a fix? Yes when the known
  * bug b records needs what this host lacks (af_known_bundle_scope): verdict then receives
- * "skip (needs avx512f)", and entry "  [known bug ID ...]". Decided once per bundle
- * (*state: 0 not yet, 1 fix, 2 skip). */
+ * "skip (needs avx512f)", and entry "  [known bug ID ...]"; a failure to tell goes to *msgs.
+ * Decided once per bundle (*state: 0 not yet, 1 fix, 2 skip). */
 static bool af_regress_skip(const af_known *known, const af_bundle *b, const af_exec *x, int *state,
-                            char verdict[300], char entry[400]) {
+                            char verdict[300], char entry[400], char **msgs) {
     if (*state == 0) {
         af_known_scope scope = AF_KNOWN_SCOPE_IN;
         char why[256];
         long e = -1;
         af_error err = {0};
-        if (af_known_bundle_scope(known, b, x, &scope, &e, why, sizeof why, &err) != AF_OK)
-            fprintf(stderr, "attnfuzz regress: %s: which known bug: %s\n", af_bundle_dir(b), err.msg);
+        if (af_known_bundle_scope(known, b, x, &scope, &e, why, sizeof why, &err) != AF_OK) {
+            char line[1400];
+            snprintf(line, sizeof line, "attnfuzz regress: %.800s: which known bug: %.500s", af_bundle_dir(b), err.msg);
+            af_append(msgs, line);
+        }
         *state = scope == AF_KNOWN_SCOPE_IN ? 1 : 2;
         if (*state == 2) {
             snprintf(verdict, 300, "skip (%.280s)", why);
@@ -299,13 +354,16 @@ static bool af_regress_skip(const af_known *known, const af_bundle *b, const af_
     return *state == 2;
 }
 
-static int af_regress_bundle(const char *dir, const char *name, af_exec_config base, bool strict,
+/* Replays the bundle in dir on job's backends; its verdict lines go to jc->out (never NULL),
+ * its messages to jc->err. Returns the exit status it asks for. */
+static int af_regress_bundle(af_regress_job *job, const char *dir, const char *name, af_exec_config base, bool strict,
                              const af_waive *waive, const af_known *known, af_regress_counts *n, af_junit_case *jc) {
     af_error err = {0};
     af_bundle *b;
     char line[1400];
     if (af_bundle_read(dir, &b, &err) != AF_OK) {
-        fprintf(stderr, "attnfuzz regress: %s\n", err.msg);
+        snprintf(line, sizeof line, "attnfuzz regress: %.1300s", err.msg);
+        af_append(&jc->err, line);
         if (jc) {
             jc->outcome = 2;
             af_append(&jc->message, err.msg);
@@ -314,7 +372,7 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
     }
     char names[AF_EXEC_MAX_BACKENDS][AF_BACKEND_NAME_MAX];
     af_cli_config_from_bundle(b, &base, names);
-    af_exec *x = af_regress_exec(&base, &err);
+    af_exec *x = af_regress_exec(job, &base, &err);
     int rc = 0;
     af_status st = x ? af_exec_run_bundle(x, b, &err) : AF_ERR_INVALID;
     int replays = 1;
@@ -323,7 +381,8 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
         replays++;
     }
     if (st != AF_OK) {
-        fprintf(stderr, "attnfuzz regress: %s: %s\n", dir, err.msg);
+        snprintf(line, sizeof line, "attnfuzz regress: %.800s: %.500s", dir, err.msg);
+        af_append(&jc->err, line);
         if (jc) {
             jc->outcome = 2;
             snprintf(line, sizeof line, "%.800s: %.500s", dir, err.msg);
@@ -343,7 +402,7 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
             if (now == was || (now != AF_KIND_OK && was != AF_KIND_OK)) {
                 verdict = "same";
                 n->same++;
-            } else if (now == AF_KIND_OK && af_regress_skip(known, b, x, &skip_state, skip, skip_entry)) {
+            } else if (now == AF_KIND_OK && af_regress_skip(known, b, x, &skip_state, skip, skip_entry, &jc->err)) {
                 verdict = skip; /* its known bug needs what this host lacks: no fix */
                 n->skipped++;
             } else if (now == AF_KIND_OK) {
@@ -384,7 +443,6 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
                     af_cli_known_text(known, af_known_match_exec(known, x, k), kt, sizeof kt);
                     strncat(line, kt, sizeof line - strlen(line) - 1);
                 }
-            printf("%s\n", line);
             if (failing) rc = 1;
             if (jc) {
                 af_append(&jc->out, line);
@@ -402,21 +460,537 @@ static int af_regress_bundle(const char *dir, const char *name, af_exec_config b
     return rc;
 }
 
+/* --- the corpus and its schedule --------------------------------------------------------- */
+
+/* A bundle of the corpus, beside its outcome (af_junit_case, same index). */
+typedef struct af_regress_item {
+    char *path;  /* af_malloc'd: DIR/NAME */
+    char *key;   /* af_malloc'd: its checks (af_regress_key), "" when it cannot be read */
+    char *specs; /* af_malloc'd: the backends its checks open, one a line */
+    size_t index;
+} af_regress_item;
+
+typedef struct af_regress_corpus {
+    af_junit j; /* the outcomes, in the corpus's order */
+    af_regress_item *items;
+} af_regress_corpus;
+
+/* What every bundle is replayed with. */
+typedef struct af_regress_opts {
+    af_exec_config cfg;
+    bool strict;
+    const af_waive *waive;
+    const af_known *known;
+    unsigned starts; /* workers a job holds open at most while it starts more (af_regress_starts) */
+} af_regress_opts;
+
+/* Appends the bundle DIR/NAME, reading it for its checks. -1 when out of memory. */
+static int af_regress_corpus_add(af_regress_corpus *c, const char *dir, const char *name, const char *classname,
+                                 const af_exec_config *base) {
+    af_junit *j = &c->j;
+    if (j->n == j->cap) {
+        size_t cap = j->cap ? 2 * j->cap : 64;
+        af_junit_case *nc = af_calloc(cap, sizeof *nc);
+        af_regress_item *ni = af_calloc(cap, sizeof *ni);
+        if (!nc || !ni) {
+            af_free(nc);
+            af_free(ni);
+            return -1;
+        }
+        if (j->cases) memcpy(nc, j->cases, j->n * sizeof *nc);
+        if (c->items) memcpy(ni, c->items, j->n * sizeof *ni);
+        af_free(j->cases);
+        af_free(c->items);
+        j->cases = nc;
+        c->items = ni;
+        j->cap = cap;
+    }
+    af_junit_case *jc = &j->cases[j->n];
+    af_regress_item *it = &c->items[j->n];
+    memset(jc, 0, sizeof *jc);
+    memset(it, 0, sizeof *it);
+    snprintf(jc->name, sizeof jc->name, "%.127s", name);
+    snprintf(jc->classname, sizeof jc->classname, "attnfuzz.regress.%.480s", classname);
+    char path[4096], key[4096] = "", specs[4096] = "";
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    af_bundle *b;
+    af_error err;
+    if (af_bundle_read(path, &b, &err) == AF_OK) { /* one that cannot be read says so when replayed */
+        af_exec_config cfg = *base;
+        char names[AF_EXEC_MAX_BACKENDS][AF_BACKEND_NAME_MAX];
+        af_cli_config_from_bundle(b, &cfg, names);
+        af_regress_key(&cfg, key, sizeof key);
+        size_t n = 0;
+        for (size_t i = 0; i < cfg.n_backends && n < sizeof specs; i++)
+            n += (size_t)snprintf(specs + n, sizeof specs - n, "%s\n", cfg.backends[i]);
+        for (size_t i = 0; i < cfg.n_pairs && n < sizeof specs; i++) { /* "A,B": both */
+            const char *p = cfg.pairs[i], *comma = strchr(p, ',');
+            if (comma) n += (size_t)snprintf(specs + n, sizeof specs - n, "%.*s\n%s\n", (int)(comma - p), p, comma + 1);
+        }
+        af_bundle_free(b);
+    }
+    it->path = af_strdup(path);
+    it->key = af_strdup(key);
+    it->specs = af_strdup(specs);
+    it->index = j->n;
+    if (!it->path || !it->key || !it->specs) {
+        af_free(it->path);
+        af_free(it->key);
+        af_free(it->specs);
+        return -1;
+    }
+    j->n++;
+    return 0;
+}
+
+static void af_regress_corpus_free(af_regress_corpus *c) {
+    for (size_t i = 0; i < c->j.n; i++) {
+        af_free(c->j.cases[i].message);
+        af_free(c->j.cases[i].out);
+        af_free(c->j.cases[i].err);
+        af_free(c->items[i].path);
+        af_free(c->items[i].key);
+        af_free(c->items[i].specs);
+    }
+    af_free(c->j.cases);
+    af_free(c->items);
+}
+
+static int af_regress_item_cmp(const void *a, const void *b) {
+    const af_regress_item *x = *(const af_regress_item *const *)a, *y = *(const af_regress_item *const *)b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+/* The order the bundles are replayed in: grouped by their checks, in the corpus's order
+ * within a group. NULL when out of memory. */
+static size_t *af_regress_order(const af_regress_corpus *c) {
+    size_t n = c->j.n;
+    const af_regress_item **by = af_calloc(n ? n : 1, sizeof *by);
+    size_t *order = af_calloc(n ? n : 1, sizeof *order);
+    if (!by || !order) {
+        af_free(by);
+        af_free(order);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) by[i] = &c->items[i];
+    qsort(by, n, sizeof *by, af_regress_item_cmp);
+    for (size_t i = 0; i < n; i++) order[i] = by[i]->index;
+    af_free(by);
+    return order;
+}
+
+/* Does the list of specs (one a line) hold spec? */
+static bool af_regress_names(const char *specs, const char *spec) {
+    size_t len = strlen(spec);
+    for (const char *p = specs; *p;) {
+        size_t n = strcspn(p, "\n");
+        if (n == len && memcmp(p, spec, len) == 0) return true;
+        p += n + (p[n] == '\n');
+    }
+    return false;
+}
+
+/* After a bundle naming specs: the backends no bundle of rest[0 .. nrest) names are closed
+ * (their processes end now, not with the job). */
+static void af_regress_release(af_regress_job *job, const af_regress_corpus *c, const size_t *rest, size_t nrest,
+                               const char *specs) {
+    for (const char *p = specs; *p;) {
+        size_t n = strcspn(p, "\n");
+        char spec[4096];
+        snprintf(spec, sizeof spec, "%.*s", (int)n, p);
+        p += n + (p[n] == '\n');
+        bool later = false;
+        for (size_t r = 0; r < nrest && !later; r++) later = af_regress_names(c->items[rest[r]].specs, spec);
+        if (later) continue;
+        af_exec_destroy(job->x); /* it borrows the backend */
+        job->x = NULL;
+        af_backend_pool_close(job->pool, spec);
+    }
+}
+
+/* --- starting the workers ahead --------------------------------------------------------- */
+
+/* The worker specs (worker:, target:) of a share, in the order of their first use, and where
+ * that first use is: a job starts them side by side (af_backend_pool_open_all) before its
+ * first bundle, as many as it may hold open, and the rest as the earlier ones close. */
+typedef struct af_regress_starts {
+    char **spec;   /* af_malloc'd, each af_malloc'd */
+    size_t *first; /* the position in the share of the first bundle naming spec[k] */
+    size_t n, next; /* next: the first not started yet */
+    size_t limit;  /* workers held open at most when starting more (o->starts) */
+} af_regress_starts;
+
+static void af_regress_starts_free(af_regress_starts *s) {
+    for (size_t k = 0; k < s->n; k++) af_free(s->spec[k]);
+    af_free(s->spec);
+    af_free(s->first);
+    memset(s, 0, sizeof *s);
+}
+
+/* The worker specs that bundles order[0 .. n) name. Out of memory: none (the executors then
+ * start each worker when they first need it). */
+static void af_regress_starts_init(af_regress_starts *s, const af_regress_corpus *c, const size_t *order, size_t n,
+                                   size_t limit) {
+    memset(s, 0, sizeof *s);
+    s->limit = limit;
+    size_t cap = 0;
+    for (size_t p = 0; p < n; p++) {
+        for (const char *q = c->items[order[p]].specs; *q;) {
+            size_t len = strcspn(q, "\n");
+            char spec[4096];
+            snprintf(spec, sizeof spec, "%.*s", (int)len, q);
+            q += len + (q[len] == '\n');
+            if (af_backend_spec_kind(spec) != AF_BACKEND_WORKER) continue;
+            bool seen = false;
+            for (size_t k = 0; k < s->n && !seen; k++) seen = strcmp(s->spec[k], spec) == 0;
+            if (seen) continue;
+            if (s->n == cap) {
+                size_t ncap = cap ? 2 * cap : 16;
+                char **ns = af_calloc(ncap, sizeof *ns);
+                size_t *nf = af_calloc(ncap, sizeof *nf);
+                if (!ns || !nf) {
+                    af_free(ns);
+                    af_free(nf);
+                    af_regress_starts_free(s);
+                    return;
+                }
+                if (s->n) {
+                    memcpy(ns, s->spec, s->n * sizeof *ns);
+                    memcpy(nf, s->first, s->n * sizeof *nf);
+                }
+                af_free(s->spec);
+                af_free(s->first);
+                s->spec = ns;
+                s->first = nf;
+                cap = ncap;
+            }
+            if (!(s->spec[s->n] = af_strdup(spec))) {
+                af_regress_starts_free(s);
+                return;
+            }
+            s->first[s->n++] = p;
+        }
+    }
+}
+
+/* Before the bundle at position p of the share: starts, side by side, the next workers in
+ * the order of first use while fewer than s->limit are open, and in any case those that this
+ * bundle is the first to name (past the limit when the open ones are all still needed). A
+ * worker that cannot start is remembered by the pool, and its bundles say why. */
+static void af_regress_starts_before(af_regress_starts *s, af_backend_pool *pool, size_t p,
+                                     const af_worker_opts *wopts) {
+    if (!pool || s->next == s->n) return;
+    af_backend_pool_stats st;
+    af_backend_pool_stats_of(pool, &st);
+    size_t room = st.running < s->limit ? (size_t)(s->limit - st.running) : 0;
+    size_t until = s->n - s->next < room ? s->n : s->next + room;
+    while (until < s->n && s->first[until] <= p) until++;
+    if (until == s->next) return;
+    af_error err;
+    (void)af_backend_pool_open_all(pool, (const char *const *)(s->spec + s->next), until - s->next, wopts,
+                                   (unsigned)(until - s->next), &err); /* out of memory: opened when needed */
+    s->next = until;
+}
+
+/* Called when a job starts replaying bundle i (done false) and when its outcome,
+ * c->j.cases[i], is complete (done true). */
+typedef void (*af_regress_notify)(void *ctx, size_t i, bool done);
+
+/* One job: replays the bundles order[0 .. n) in that order on one backend pool; *stats
+ * receives what the pool did. */
+static void af_regress_share(af_regress_corpus *c, const size_t *order, size_t n, const af_regress_opts *o,
+                             af_regress_notify notify, void *ctx, af_backend_pool_stats *stats) {
+    af_regress_job job;
+    memset(&job, 0, sizeof job);
+    job.pool = af_backend_pool_create(); /* NULL (out of memory): each executor opens its own */
+    af_exec_config base = o->cfg;
+    base.pool = job.pool;
+    af_regress_starts starts;
+    af_regress_starts_init(&starts, c, order, n, o->starts);
+    for (size_t p = 0; p < n; p++) {
+        size_t i = order[p];
+        af_junit_case *jc = &c->j.cases[i];
+        af_regress_starts_before(&starts, job.pool, p, &o->cfg.worker);
+        notify(ctx, i, false);
+        double t0 = af_now();
+        jc->rc = af_regress_bundle(&job, c->items[i].path, jc->name, base, o->strict, o->waive, o->known, &jc->n, jc);
+        jc->seconds = af_now() - t0;
+        if (job.pool) af_regress_release(&job, c, order + p + 1, n - p - 1, c->items[i].specs);
+        notify(ctx, i, true);
+    }
+    af_regress_starts_free(&starts);
+    af_exec_destroy(job.x);
+    memset(stats, 0, sizeof *stats);
+    if (job.pool) af_backend_pool_stats_of(job.pool, stats);
+    af_backend_pool_destroy(job.pool);
+}
+
+/* --- printing in the corpus's order ---------------------------------------------------- */
+
+typedef struct af_regress_emit {
+    af_regress_corpus *c;
+    bool keep;      /* --junit: the outcomes stay for the XML */
+    bool *finished; /* per bundle */
+    size_t next;    /* the first bundle not printed */
+    int rc;
+    af_regress_counts n;
+} af_regress_emit;
+
+/* Prints every finished bundle from e->next on, until one is not finished. */
+static void af_regress_emit_done(void *ctx, size_t i, bool done) {
+    af_regress_emit *e = ctx;
+    if (!done) return;
+    e->finished[i] = true;
+    for (; e->next < e->c->j.n && e->finished[e->next]; e->next++) {
+        af_junit_case *jc = &e->c->j.cases[e->next];
+        if (jc->err) fputs(jc->err, stderr);
+        if (jc->out) fputs(jc->out, stdout);
+        fflush(stdout);
+        af_regress_counts_add(&e->n, &jc->n);
+        if (jc->rc > e->rc) e->rc = jc->rc;
+        if (!e->keep) {
+            af_free(jc->message);
+            af_free(jc->out);
+            af_free(jc->err);
+            jc->message = jc->out = jc->err = NULL;
+        }
+    }
+}
+
+/* --- --jobs N: child processes ------------------------------------------------------------- */
+
+/* What a job sends its parent: a bundle started or done (its outcome, then the texts), or,
+ * last, what its pool did. Parent and child are one program: the struct goes as bytes. */
+typedef enum af_regress_wire_type { AF_WIRE_STARTED, AF_WIRE_DONE, AF_WIRE_STATS } af_regress_wire_type;
+typedef struct af_regress_wire {
+    af_regress_wire_type type;
+    size_t index;
+    int rc, outcome;
+    af_regress_counts n;
+    double seconds;
+    size_t len[3]; /* message, out, err (0: none) */
+    af_backend_pool_stats stats;
+} af_regress_wire;
+
+static int af_regress_write(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* 0 when all n bytes came, -1 at the end of the pipe or on an error. */
+static int af_regress_read(int fd, void *buf, size_t n) {
+    char *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+typedef struct af_regress_child {
+    af_regress_corpus *c;
+    int fd;
+} af_regress_child;
+
+/* A child's af_regress_notify: the bundle's outcome to the parent (a write that fails ends
+ * the child: its parent is gone). */
+static void af_regress_child_send(void *ctx, size_t i, bool done) {
+    af_regress_child *ch = ctx;
+    af_regress_wire w;
+    memset(&w, 0, sizeof w);
+    w.type = done ? AF_WIRE_DONE : AF_WIRE_STARTED;
+    w.index = i;
+    const af_junit_case *jc = &ch->c->j.cases[i];
+    const char *texts[3] = {jc->message, jc->out, jc->err};
+    if (done) {
+        w.rc = jc->rc;
+        w.outcome = jc->outcome;
+        w.n = jc->n;
+        w.seconds = jc->seconds;
+        for (int k = 0; k < 3; k++) w.len[k] = texts[k] ? strlen(texts[k]) : 0;
+    }
+    int bad = af_regress_write(ch->fd, &w, sizeof w);
+    for (int k = 0; k < 3 && !bad; k++)
+        if (w.len[k]) bad = af_regress_write(ch->fd, texts[k], w.len[k]);
+    if (bad) _exit(2);
+}
+
+/* Reads one message of a job into c (a bundle done: its outcome). -1 at the end of the pipe. */
+static int af_regress_receive(int fd, af_regress_corpus *c, af_regress_wire *w) {
+    if (af_regress_read(fd, w, sizeof *w) != 0) return -1;
+    if (w->type != AF_WIRE_DONE) return w->type == AF_WIRE_STATS || w->index < c->j.n ? 0 : -1;
+    if (w->index >= c->j.n) return -1;
+    af_junit_case *jc = &c->j.cases[w->index];
+    jc->rc = w->rc;
+    jc->outcome = w->outcome;
+    jc->n = w->n;
+    jc->seconds = w->seconds;
+    char **texts[3] = {&jc->message, &jc->out, &jc->err};
+    for (int k = 0; k < 3; k++) {
+        if (!w->len[k]) continue;
+        char *t = af_malloc(w->len[k] + 1);
+        if (!t) return -1;
+        if (af_regress_read(fd, t, w->len[k]) != 0) {
+            af_free(t);
+            return -1;
+        }
+        t[w->len[k]] = 0;
+        af_free(*texts[k]);
+        *texts[k] = t;
+    }
+    return 0;
+}
+
+#define AF_REGRESS_JOBS_MAX 64
+
+/* Where the shares of `jobs` jobs begin in order (from[jobs] = n): near equal counts, each
+ * cut moved to the nearest boundary between two groups of checks when one lies within half
+ * a share of it, so that a backend tends to start in one job only. */
+static void af_regress_cuts(const af_regress_corpus *c, const size_t *order, size_t n, unsigned jobs, size_t *from) {
+    from[0] = 0;
+    from[jobs] = n;
+    for (unsigned k = 1; k < jobs; k++) {
+        size_t ideal = n * k / jobs, slack = n / (2 * (size_t)jobs), best = ideal, dist = SIZE_MAX;
+        for (size_t p = ideal > slack ? ideal - slack : 1; p <= ideal + slack && p < n; p++) {
+            size_t d = p > ideal ? p - ideal : ideal - p;
+            if (p > 0 && strcmp(c->items[order[p - 1]].key, c->items[order[p]].key) != 0 && d < dist) {
+                best = p;
+                dist = d;
+            }
+        }
+        from[k] = best < from[k - 1] ? from[k - 1] : best;
+    }
+}
+
+/* Replays the corpus with `jobs` child processes, job k taking the k-th contiguous share
+ * of order; each bundle's outcome is printed (e) as soon as those before it are. A job that
+ * dies leaves its bundles not done with an error outcome. */
+static void af_regress_jobs(af_regress_corpus *c, const size_t *order, unsigned jobs, const af_regress_opts *o,
+                            af_regress_emit *e, af_backend_pool_stats *stats) {
+    size_t n = c->j.n;
+    pid_t pid[AF_REGRESS_JOBS_MAX];
+    int fd[AF_REGRESS_JOBS_MAX];
+    size_t from[AF_REGRESS_JOBS_MAX + 1], started[AF_REGRESS_JOBS_MAX];
+    af_regress_cuts(c, order, n, jobs, from);
+    for (unsigned k = 0; k < jobs; k++) {
+        pid[k] = -1;
+        fd[k] = -1;
+        started[k] = SIZE_MAX;
+        int p[2];
+        if (pipe(p) != 0) continue;
+        fflush(NULL);
+        pid_t child = fork();
+        if (child == 0) {
+            close(p[0]);
+            for (unsigned m = 0; m < k; m++)
+                if (fd[m] >= 0) close(fd[m]);
+            af_regress_child ch = {c, p[1]};
+            af_regress_wire w;
+            memset(&w, 0, sizeof w);
+            af_regress_share(c, order + from[k], from[k + 1] - from[k], o, af_regress_child_send, &ch, &w.stats);
+            w.type = AF_WIRE_STATS;
+            _exit(af_regress_write(p[1], &w, sizeof w) == 0 ? 0 : 2);
+        }
+        close(p[1]);
+        if (child < 0) {
+            close(p[0]);
+            continue;
+        }
+        pid[k] = child;
+        fd[k] = p[0];
+    }
+    memset(stats, 0, sizeof *stats);
+    for (;;) {
+        struct pollfd pf[AF_REGRESS_JOBS_MAX];
+        unsigned who[AF_REGRESS_JOBS_MAX], np = 0;
+        for (unsigned k = 0; k < jobs; k++)
+            if (fd[k] >= 0) {
+                pf[np].fd = fd[k];
+                pf[np].events = POLLIN;
+                pf[np].revents = 0;
+                who[np++] = k;
+            }
+        if (np == 0) break;
+        if (poll(pf, np, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        for (unsigned q = 0; q < np; q++) {
+            if (!pf[q].revents) continue;
+            unsigned k = who[q];
+            af_regress_wire w;
+            if (af_regress_receive(fd[k], c, &w) != 0) {
+                close(fd[k]);
+                fd[k] = -1;
+                continue;
+            }
+            if (w.type == AF_WIRE_STARTED) started[k] = w.index;
+            if (w.type == AF_WIRE_DONE) {
+                started[k] = SIZE_MAX;
+                af_regress_emit_done(e, w.index, true);
+            }
+            if (w.type == AF_WIRE_STATS) {
+                stats->opened += w.stats.opened;
+                stats->workers += w.stats.workers;
+                stats->restarts += w.stats.restarts;
+                stats->failed += w.stats.failed;
+            }
+        }
+    }
+    for (unsigned k = 0; k < jobs; k++) {
+        char how[128] = "could not start";
+        int status = 0;
+        if (pid[k] > 0 && waitpid(pid[k], &status, 0) == pid[k]) {
+            if (WIFSIGNALED(status)) snprintf(how, sizeof how, "died of signal %d", WTERMSIG(status));
+            else snprintf(how, sizeof how, "ended with status %d", WEXITSTATUS(status));
+        }
+        for (size_t p = from[k]; p < from[k + 1]; p++) {
+            size_t i = order[p];
+            if (e->finished[i]) continue;
+            af_junit_case *jc = &c->j.cases[i];
+            char line[1400];
+            snprintf(line, sizeof line, "attnfuzz regress: %.900s: %s the job replaying it %s", c->items[i].path,
+                     i == started[k] ? "not finished:" : "not replayed:", how);
+            af_append(&jc->err, line);
+            jc->outcome = 2;
+            af_append(&jc->message, line);
+            jc->rc = 2;
+            af_regress_emit_done(e, i, true);
+        }
+    }
+}
+
 int af_cmd_regress(int argc, char **argv) {
     af_exec_config cfg;
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
+    /* a bundle's verdict is its own: a worker does not learn, from the bundles replayed
+     * before it (which depend on --jobs), to leave a feature out */
+    cfg.worker.unsupported_learn = -1;
     int selected = 0;
     bool strict = false;
     const char *junit = NULL;
+    unsigned jobs = 1;
     af_waive waive = {0};
     af_cli_known ko = {0};
-    enum { O_STRICT = 's', O_JUNIT = 'j', O_WAIVE_LIST = 'w' };
+    enum { O_STRICT = 's', O_JUNIT = 'j', O_WAIVE_LIST = 'w', O_JOBS = 'J' };
     static const struct option longopts[] = {{"budget", required_argument, 0, AF_OPT_BUDGET},
                                              AF_CLI_KNOWN_OPTIONS,
                                              {"strict", no_argument, 0, O_STRICT},
                                              {"junit", required_argument, 0, O_JUNIT},
                                              {"waive", required_argument, 0, O_WAIVE_LIST},
+                                             {"jobs", required_argument, 0, O_JOBS},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int opt;
@@ -435,6 +1009,17 @@ int af_cmd_regress(int argc, char **argv) {
         }
         if (opt == O_JUNIT) {
             junit = optarg;
+            continue;
+        }
+        if (opt == O_JOBS) {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > AF_REGRESS_JOBS_MAX) {
+                fprintf(stderr, "attnfuzz regress: --jobs %s: want 1 to %d\n", optarg, AF_REGRESS_JOBS_MAX);
+                af_free(waive.entries);
+                return 2;
+            }
+            jobs = (unsigned)v;
             continue;
         }
         if (opt == O_WAIVE_LIST) {
@@ -458,11 +1043,12 @@ int af_cmd_regress(int argc, char **argv) {
         af_free(waive.entries);
         return 2;
     }
-    int rc = 0, bundles = 0;
-    af_regress_counts n = {0};
-    af_junit j = {0};
+    int rc = 0;
+    bool oom = false;
+    af_regress_corpus c;
+    memset(&c, 0, sizeof c);
     double start = af_now();
-    for (int a = optind; a < argc; a++) {
+    for (int a = optind; a < argc && !oom; a++) {
         /* a merged directory or a shard's (attnfuzz merge, fuzz --root): its crashes/ */
         char sub[2048];
         struct stat ds;
@@ -480,54 +1066,50 @@ int af_cmd_regress(int argc, char **argv) {
             struct stat sb;
             const char *name = ents[e]->d_name;
             snprintf(path, sizeof path, "%s/%s/case.json", dir, name);
-            bool bundle = name[0] != '.' && stat(path, &sb) == 0;
-            snprintf(path, sizeof path, "%s/%s", dir, name);
-            if (bundle) {
-                af_junit_case *jc = NULL;
-                if (junit) {
-                    if (j.n == j.cap) {
-                        size_t cap = j.cap ? 2 * j.cap : 64;
-                        af_junit_case *nc = af_calloc(cap, sizeof *nc);
-                        if (nc) {
-                            if (j.cases) memcpy(nc, j.cases, j.n * sizeof *nc);
-                            af_free(j.cases);
-                            j.cases = nc;
-                            j.cap = cap;
-                        }
-                    }
-                    if (j.n < j.cap) {
-                        jc = &j.cases[j.n++];
-                        memset(jc, 0, sizeof *jc);
-                        snprintf(jc->name, sizeof jc->name, "%.127s", name);
-                        snprintf(jc->classname, sizeof jc->classname, "attnfuzz.regress.%s", argv[a]);
-                    }
-                }
-                double t0 = af_now();
-                int r = af_regress_bundle(path, name, cfg, strict, &waive, known, &n, jc);
-                if (jc) jc->seconds = af_now() - t0;
-                bundles++;
-                if (r > rc) rc = r;
-            }
+            if (!oom && name[0] != '.' && stat(path, &sb) == 0)
+                oom = af_regress_corpus_add(&c, dir, name, argv[a], &cfg) != 0;
             free(ents[e]);
         }
         free(ents);
     }
-    printf("%d bundles: %d checks same, %d fixed, %d regressed, %d waived, %d skipped\n", bundles, n.same, n.fixed,
-           n.regr, n.waived, n.skipped);
-    if (junit) {
-        if (af_junit_write(&j, junit, af_now() - start) != 0) {
-            fprintf(stderr, "attnfuzz regress: --junit %s: cannot write: %s\n", junit, strerror(errno));
-            rc = 2;
-        }
-        for (size_t i = 0; i < j.n; i++) {
-            af_free(j.cases[i].message);
-            af_free(j.cases[i].out);
-        }
-        af_free(j.cases);
+    size_t *order = oom ? NULL : af_regress_order(&c);
+    bool *finished = order ? af_calloc(c.j.n ? c.j.n : 1, sizeof *finished) : NULL;
+    if (!finished) {
+        fprintf(stderr, "attnfuzz regress: out of memory\n");
+        af_free(order);
+        af_regress_corpus_free(&c);
+        af_free(waive.entries);
+        af_known_destroy(known);
+        return 2;
     }
+    af_regress_emit e = {&c, junit != NULL, finished, 0, 0, {0}};
+    af_backend_pool_stats ps;
+    if (jobs > c.j.n) jobs = c.j.n ? (unsigned)c.j.n : 1;
+    /* workers held open at once, all jobs together: a few, or two per CPU (a start-up mostly
+     * waits), AF_BACKEND_POOL_THREADS at most; shared out between the jobs */
+    unsigned cpus = af_parallel_cpus(), held = cpus > 2 ? 2 * cpus : 4;
+    if (held > AF_BACKEND_POOL_THREADS) held = AF_BACKEND_POOL_THREADS;
+    af_regress_opts o = {cfg, strict, &waive, known, (held + jobs - 1) / jobs};
+    if (jobs == 1) af_regress_share(&c, order, c.j.n, &o, af_regress_emit_done, &e, &ps);
+    else af_regress_jobs(&c, order, jobs, &o, &e, &ps);
+    if (e.rc > rc) rc = e.rc;
+    af_regress_counts n = e.n;
+    printf("%zu bundles: %d checks same, %d fixed, %d regressed, %d waived, %d skipped\n", c.j.n, n.same, n.fixed,
+           n.regr, n.waived, n.skipped);
+    fflush(stdout);
+    fprintf(stderr,
+            "attnfuzz regress: %zu bundles, %u job%s: %llu workers started (%llu restarts after a fault), %llu "
+            "in-process backends opened, %llu could not open\n",
+            c.j.n, jobs, jobs == 1 ? "" : "s", (unsigned long long)ps.workers, (unsigned long long)ps.restarts,
+            (unsigned long long)(ps.opened - ps.workers), (unsigned long long)ps.failed);
+    if (junit && af_junit_write(&c.j, junit, af_now() - start) != 0) {
+        fprintf(stderr, "attnfuzz regress: --junit %s: cannot write: %s\n", junit, strerror(errno));
+        rc = 2;
+    }
+    af_free(finished);
+    af_free(order);
+    af_regress_corpus_free(&c);
     af_free(waive.entries);
     af_known_destroy(known);
-    af_exec_destroy(af_regress_cache.x);
-    af_regress_cache.x = NULL;
     return rc;
 }

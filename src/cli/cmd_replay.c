@@ -1,11 +1,14 @@
 /* cmd_replay.c - `attnfuzz replay PATH...`: re-run bundles (directories) or raw inputs
- * (files) and say, per check, whether it still fails. */
+ * (files) and say, per check, whether it still fails. Each PATH gets an executor of its own
+ * checks; they borrow their backends from one pool (backend_pool.h), as regress does, so a
+ * worker named by many PATHs starts once (and restarts only after a crash or a hang). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "attnfuzz/backend_pool.h"
 #include "attnfuzz/bundle.h"
 #include "attnfuzz/exec.h"
 #include "attnfuzz/known.h"
@@ -159,11 +162,16 @@ int af_cmd_replay(int argc, char **argv) {
     }
     af_known *known = NULL;
     if (af_cli_known_load(&ko, "replay", !quiet, &known) != 0) return 2;
+    /* each PATH is judged on its own: a worker does not learn from the ones before it to
+     * leave a feature out */
+    cfg.worker.unsupported_learn = -1;
+    cfg.pool = af_backend_pool_create(); /* NULL (out of memory): each executor opens its own */
     int rc = 0;
     for (int i = optind; i < argc; i++) {
         int r = af_replay_one(argv[i], &cfg, selected, quiet, known);
         if (r > rc) rc = r;
     }
+    af_backend_pool_destroy(cfg.pool);
     af_known_destroy(known);
     return rc;
 }

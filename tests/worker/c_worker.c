@@ -5,7 +5,7 @@
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
  *            [--dropout keep_mask] [--bug scale|last_column] [--fault KIND] [--fault-mod N] [--fault-run N]
  *            [--name NAME] [--affinity-file PATH] [--start-sleep S] [--batch N] [--unsupported-mod N]
- *            [--count-file PATH] [--key-log PATH]
+ *            [--count-file PATH] [--key-log PATH] [--event-log PATH]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -26,11 +26,17 @@
  * --count-file P      append "PID RUNS" (the run requests it answered) to P when it ends
  * --key-log P         append "KEY FAULT" for each run request: its compile key (hex) and 1
  *                     when --fault applied to it, else 0 (which structures a campaign drew)
+ * --event-log P       append "NAME EVENT PID SECONDS" at its start (start), as it sends its
+ *                     hello (hello), on each run request (run) and when told bye or its
+ *                     input ends (end); SECONDS on CLOCK_MONOTONIC,
+ *                     one clock for every process, so several workers may share P and their
+ *                     events be ordered (each line is one write to a file opened O_APPEND)
  *
  * Only libm and src/core/json_scan.c (a JSON reader that depends on the C library alone):
  * the frames are read and written here, not through attnfuzz. A header is read in place
  * as tokens and answers are written with snprintf: nothing is allocated per request but
  * the output, so the protocol's cost is what bench_worker.sh measures, not a JSON tree's. */
+#include <fcntl.h>
 #include <math.h>
 #include <sched.h>
 #include <stdint.h>
@@ -53,9 +59,10 @@ typedef struct cw_opts {
     const char *affinity_file;
     const char *count_file;
     const char *key_log;
+    const char *event_log;
 } cw_opts;
 
-static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL, NULL};
+static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL, NULL, NULL};
 static long runs_seen; /* run requests so far */
 static FILE *key_log;  /* --key-log, opened once, line-buffered */
 
@@ -369,6 +376,17 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* --event-log: one line, one write (O_APPEND: lines of several workers do not mix) */
+static void log_event(const char *event) {
+    if (!opt.event_log) return;
+    int fd = open(opt.event_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    char line[256];
+    int n = snprintf(line, sizeof line, "%s %s %ld %.6f\n", opt.name, event, (long)getpid(), now_s());
+    if (n > 0 && (size_t)n < sizeof line && write(fd, line, (size_t)n) < 0) fprintf(stderr, "c_worker: event log\n");
+    close(fd);
+}
+
 static uint64_t xorshift_state = 0x9e3779b97f4a7c15ull;
 static uint64_t xorshift(void) {
     uint64_t x = xorshift_state;
@@ -403,6 +421,7 @@ static int serve_run(long req, const uint8_t *payload) {
         return 0;
     }
     runs_seen++;
+    log_event("run");
     int fault = faults_here(Sq, Sk, D);
     if (key_log) fprintf(key_log, "%lx %d\n", compile_key(c), fault);
     if (fault) {
@@ -621,11 +640,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--affinity-file") && v) opt.affinity_file = v, i++;
         else if (!strcmp(a, "--count-file") && v) opt.count_file = v, i++;
         else if (!strcmp(a, "--key-log") && v) opt.key_log = v, i++;
+        else if (!strcmp(a, "--event-log") && v) opt.event_log = v, i++;
         else {
             fprintf(stderr, "c_worker: unknown option %s\n", a);
             return 2;
         }
     }
+    log_event("start");
     if (opt.fault && !strcmp(opt.fault, "die")) {
         fprintf(stderr, "c_worker: cannot start: the device is not there (on purpose)\n");
         return 3;
@@ -668,10 +689,14 @@ int main(int argc, char **argv) {
              "\"compile_key\":[\"shapes\",\"dtype\",\"layouts\",\"masks\",\"causal\"]%s}",
              opt.name, opt.bug_scale ? "bug_scale" : opt.bug_last_column ? "bug_last_column" : "naive", opt.masked_rows_nan ? "nan" : "zero",
              opt.keep_mask ? "keep_mask" : "counter", batch);
+    log_event("hello");
     write_frame(hello, NULL, 0);
     for (;;) {
         long n = read_frame();
-        if (n < 0) return 0;
+        if (n < 0) {
+            log_event("end");
+            return 0;
+        }
         size_t used = 0;
         long nt = af_js_parse((const char *)rbuf, (size_t)n, T, t_cap, &used);
         if (nt > (long)t_cap) {
@@ -688,7 +713,10 @@ int main(int argc, char **argv) {
             return 1;
         }
         J = (const char *)rbuf;
-        if (af_js_is(J, T, get(0, "type"), "bye")) return 0;
+        if (af_js_is(J, T, get(0, "type"), "bye")) {
+            log_event("end");
+            return 0;
+        }
         if (!af_js_is(J, T, get(0, "type"), "run")) continue;
         long items = get(0, "batch");
         if (items < 0) {
