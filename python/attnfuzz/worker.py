@@ -108,7 +108,7 @@ def check_conventions(conventions):
 
 
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-                 compile_key=None, batch=None):
+                 compile_key=None, batch=None, libs=None):
     """The hello frame's header serve() writes (conventions checked: check_conventions)."""
     check_conventions(conventions)
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
@@ -124,6 +124,8 @@ def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=N
         h["compile_key"] = list(compile_key)
     if batch and int(batch) > 1:
         h["batch"] = int(batch)
+    if libs:
+        h["libs"] = {str(k): str(v) for k, v in libs.items()}
     return h
 
 
@@ -327,7 +329,7 @@ def _frame_streams():
 
 
 def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None):
+          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None):
     """Writes hello, then answers run frames with result frames until bye or end of input.
 
     run(case, q, k, v, mask=None, bool_mask=None): see the module's doc. dtypes defaults to
@@ -336,13 +338,16 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
     or all at once by run_batch([(case, q, k, v, mask, bool_mask), ...]) -> [result or
     exception per case]; a run_batch that meets a fault the process cannot go on from ends
     its list with a Fault: the rest is answered not_run and the process exits FAULT_EXIT.
+    libs: the stack's version and the libraries under it ({"torch": "2.11.0", "onednn":
+    "3.7.1", "sm": "90"}), the hello's "libs" (known entries' `needs` read them).
     stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
     but frames reaches the real stdout. Returns 0 (a process exit status)."""
     if stdin is None or stdout is None:
         fin, fout = _frame_streams()
         stdin = stdin or fin
         stdout = stdout or fout
-    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch)
+    hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch,
+                         libs=libs)
     try:
         return _loop(run, run_batch, hello, stdin, stdout)
     except (BrokenPipeError, KeyboardInterrupt):
