@@ -56,6 +56,35 @@ foreach(t ${af_jax_gpu_variants})
                          SKIP_RETURN_CODE 77 LABELS "python;targets" TIMEOUT 900)
   endif()
 endforeach()
+# The CPU self-tests again with every stack forced onto its AVX2 path (scripts/lower_isa.sh:
+# ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, OV_CPU_MAX_ISA, XLA's max ISA, and the CPU flags
+# known entries' `needs` read), so that a machine with AVX-512 checks what an AVX2 user gets
+# (docs/targets.md, "Lower ISA paths"): targets_isa_avx2_<stack>_<variant>, label "isa".
+# Registered by default only where the CPU has AVX-512 (elsewhere they would repeat the
+# plain self-tests); -DAF_ISA_TESTS=ON/OFF says otherwise, AF_ISA_TARGETS which variants.
+set(af_isa_default OFF)
+if(EXISTS /proc/cpuinfo)
+  file(STRINGS /proc/cpuinfo af_isa_flags REGEX "^flags" LIMIT_COUNT 1)
+  if(" ${af_isa_flags} " MATCHES "[ \t]avx512f[ \t]")
+    set(af_isa_default ON)
+  endif()
+endif()
+option(AF_ISA_TESTS "self-tests of a few CPU variants under scripts/lower_isa.sh avx2" ${af_isa_default})
+set(AF_ISA_TARGETS "torch/sdpa_flash;torch/flex;openvino/sdpa;openvino/explicit;jax/xla" CACHE STRING
+    "the variants targets_isa_avx2_* self-test on the AVX2 path")
+if(AF_ISA_TESTS)
+  foreach(t ${AF_ISA_TARGETS})
+    if(NOT t IN_LIST af_cpu_variants)
+      continue()
+    endif()
+    string(REPLACE "/" "_" name "${t}")
+    add_test(NAME targets_isa_avx2_${name}
+             COMMAND ${PROJECT_SOURCE_DIR}/scripts/lower_isa.sh avx2 ${AF_VENV_PYTHON}
+                     ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py ${t})
+    set_tests_properties(targets_isa_avx2_${name} PROPERTIES ENVIRONMENT "${af_targets_env}"
+                         SKIP_RETURN_CODE 77 LABELS "python;targets;isa" TIMEOUT 900)
+  endforeach()
+endif()
 add_test(NAME targets_unavailable COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/targets_selftest.py --unavailable)
 set_tests_properties(targets_unavailable PROPERTIES ENVIRONMENT "${af_targets_env}"
                      SKIP_RETURN_CODE 77 LABELS "python;targets" TIMEOUT 900)

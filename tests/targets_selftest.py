@@ -33,7 +33,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # jax workers s
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-from attnfuzz import dtypes, layouts, masks, protocol, reference, serving, testing  # noqa: E402
+from attnfuzz import dtypes, known as known_entries, layouts, masks, probes, protocol, reference, serving, testing  # noqa: E402
 from attnfuzz import targets as registry  # noqa: E402
 from attnfuzz.case import Case  # noqa: E402
 from attnfuzz.worker import Result, Unsupported  # noqa: E402
@@ -68,6 +68,43 @@ KNOWN = {
     ("tvm/torch_sdpa", "gqa"): ("wrong", "", "tvm's SDPA importer drops enable_gqa (corpus/findings/tvm)"),
     ("tvm/torch_sdpa", "scale"): ("wrong", "", "tvm's SDPA importer drops the scale (corpus/findings/tvm)"),
 }
+
+# Behaviour that depends on the host, judged through a known entry's `needs` (its
+# corpus/findings/*/known.json entry, read by attnfuzz.known: CPU flags, $ATTNFUZZ_CPU_FLAGS
+# in their place, and the target's libs): on a host that meets them, a check of the target
+# that goes wrong the entry's way (symptom, below) is "known (entry ID, needs ...)"; on a
+# host that does not, the check must pass as anywhere. Keyed by target: (entry id, symptom),
+# the symptom a predicate over the wrong elements (bool [B, ...]).
+SCOPED = {
+    # Inductor's CPU flex template on its AVX2 path: batch row 1 wrong, row 0 right
+    "torch/flex": ("torch-flex-cpu-avx2-batch-rows", lambda bad: bad.ndim > 1 and bad.shape[0] > 1
+                   and not bad[0].any()),
+}
+
+
+class Mismatch(AssertionError):
+    """check_close's failure; bad: bool, where the output is off (None: not elementwise)."""
+
+    def __init__(self, msg, bad=None):
+        super().__init__(msg)
+        self.bad = bad
+
+
+def scoped(target, tname, err):
+    """"known (entry ID, needs ...)" when err (a check's AssertionError) is the behaviour of
+    tname's host-dependent entry (SCOPED) and this host meets the entry's needs; else None
+    (the check fails)."""
+    if tname not in SCOPED or getattr(err, "bad", None) is None:
+        return None
+    eid, symptom = SCOPED[tname]
+    entry = known_entries.find(eid)
+    if entry is None or not symptom(err.bad):
+        return None
+    needs = entry.get("needs") or {}
+    if known_entries.unmet(needs, libs=target.libs()):
+        return None      # this host lacks what the bug needs: the check must pass here
+    return "known (entry %s, needs %s)" % (eid, known_entries.describe(needs) or "nothing")
+
 
 # The fully masked rows of these variants were measured as follows before a convention
 # could say so; each now declares it (masked_rows "mean" / "unmasked") and check_conventions
@@ -395,9 +432,9 @@ def check_close(name, out, ref, v, dtype, dead=None, rows="zero"):
         d = out[dead]
         if rows == "nan" and not (np.isnan(d) | (d == 0)).all():
             # NaN, or 0 where dropout zeroed a weight whatever the softmax gave
-            raise AssertionError("%s: a fully masked row is neither NaN nor 0 (declared nan)" % name)
+            raise Mismatch("%s: a fully masked row is neither NaN nor 0 (declared nan)" % name)
         if rows == "zero" and not (d == 0).all():
-            raise AssertionError("%s: a fully masked row is not 0: %r" % (name, d[~(d == 0)][:3]))
+            raise Mismatch("%s: a fully masked row is not 0: %r" % (name, d[~(d == 0)][:3]))
         out = out.copy()
         out[dead] = ref[dead]
     scale = max(float(np.max(np.abs(v))), 1.0)
@@ -405,8 +442,8 @@ def check_close(name, out, ref, v, dtype, dead=None, rows="zero"):
     bad = ~(np.abs(out - ref) <= tol)
     if bad.any():
         i = np.unravel_index(np.argmax(np.where(bad, np.abs(out - ref), -1)), out.shape)
-        raise AssertionError("%s: %d of %d elements off, worst at %s: got %r, want %r"
-                             % (name, int(bad.sum()), bad.size, list(i), out[i], ref[i]))
+        raise Mismatch("%s: %d of %d elements off, worst at %s: got %r, want %r"
+                       % (name, int(bad.sum()), bad.size, list(i), out[i], ref[i]), bad)
 
 
 def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
@@ -522,6 +559,8 @@ def test_cases(R, tname, target):
         except AssertionError as e:
             if known and known[0] == "wrong":
                 R.ok("%s %s: wrong as %s shows" % (tname, label, known[2]))
+            elif scoped(target, tname, e):
+                R.ok("%s %s: %s: %s" % (tname, label, scoped(target, tname, e), e))
             else:
                 R.fail("%s %s" % (tname, e))
             continue
@@ -558,6 +597,7 @@ def check_batch(R, tname, target, most=12):
     reqs = [request(c, arrays) for _, c, _, _, _, arrays, _ in picked]
     outs = target.run_batch(reqs)
     same = 0
+    varying = None   # the scoped entry (SCOPED) a batch answer went wrong by
     for (label, c, q, k, v, arrays, alone), (cs, *_), res in zip(picked, reqs, outs):
         if isinstance(res, BaseException):
             R.fail("%s batch %s: raised %s" % (tname, label, res))
@@ -568,11 +608,16 @@ def check_batch(R, tname, target, most=12):
         try:
             check_result(tname, label, target, c, q, k, v, arrays, out, cs, res)
         except AssertionError as e:
-            R.fail("%s batch %s" % (tname, e))
+            why = scoped(target, tname, e)
+            (R.ok if why else R.fail)("%s batch %s%s" % (tname, e, ": " + why if why else ""))
+            varying = varying or why
             continue
         same += np.array_equal(out, alone, equal_nan=True)
     if same == len(picked):
         R.ok("%s batch of %d: every answer right and equal to its case run alone" % (tname, len(picked)))
+    elif varying:   # the scoped entry's wrong values change from call to call
+        R.ok("%s batch of %d: %d answers differ from their case run alone: %s"
+             % (tname, len(picked), len(picked) - same, varying))
     else:
         R.fail("%s batch of %d: %d answers differ from their case run alone" % (tname, len(picked), len(picked) - same))
 
@@ -615,14 +660,12 @@ def check_backward(R, tname, target):
     return True
 
 
-def _probe_masked_row(R, tname, target, conv, dt, bm):
-    """check_conventions' fully masked row in dtype dt (row 2 of bool mask bm): what
-    masked_rows declares for dt. Returns the probe's case and inputs (c, q, k, v), None
-    when the variant does not run it."""
-    c = _case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4, kv_len=4,
-              bool_mask=_mask(rank=2, full_dims="qk"))
-    r = np.random.default_rng(7)
-    q, k, v = (r.standard_normal((1, 2, 4, 16)).astype(dtypes.DTYPES[dt]).astype(np.float64) for _ in range(3))
+def _probe_masked_row(R, tname, target, conv, dt):
+    """check_conventions' fully masked row in dtype dt (attnfuzz.probes: row 2 of a boolean
+    mask, the probe a target that measures its convention at start-up runs too): what
+    masked_rows declares for dt. Returns the probe's case, inputs and mask (c, q, k, v, bm),
+    None when the variant does not run it."""
+    c, q, k, v, bm = probes.masked_row_probe(dt)
     try:
         out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, v, bool_mask=bm))
     except Unsupported as e:
@@ -633,22 +676,15 @@ def _probe_masked_row(R, tname, target, conv, dt, bm):
     if tname in ODD_ROWS and declared_rows(ODD_ROWS[tname], dt) != want_rows:
         R.fail("%s declares masked_rows %r in %s, measured %r" % (tname, want_rows, dt,
                                                                   declared_rows(ODD_ROWS[tname], dt)))
-    if want_rows == "mean":
-        # every key of row 2 is masked by the boolean mask: the mean over all of them
-        msg, good = "fully masked row = mean of V over its masked keys (declared mean)", \
-            bool(np.allclose(row, v[0].mean(axis=1), atol=1e-2))
-    elif want_rows == "unmasked":
-        plain = reference.attention(Case(_case(layout="bhsd", dtype=dt, batch=1, q_heads=2, kv_heads=2, q_len=4,
-                                               kv_len=4)), q, k, v)[0, :, 2, :]
-        msg, good = "fully masked row = attention over all keys (declared unmasked)", \
-            bool(np.allclose(row, plain, atol=1e-2))
-    elif want_rows == "nan":
-        # "nan" allows NaN there; 0 stays right (the exporter's bool-mask path zeroes the row)
-        msg, good = "fully masked row is NaN or 0 (declared nan)", bool(np.isnan(row).all() or (row == 0).all())
-    else:
-        msg, good = "fully masked row is 0 (declared)", bool((row == 0).all())
-    (R.ok if good else R.fail)("%s %s %s: got %s" % (tname, dt, msg, row[0, :3]))
-    return c, q, k, v
+    msg = {"mean": "fully masked row = mean of V over its masked keys (declared mean)",
+           "unmasked": "fully masked row = attention over all keys (declared unmasked)",
+           # "nan" allows NaN there; 0 stays right (the exporter's bool-mask path zeroes the row)
+           "nan": "fully masked row is NaN or 0 (declared nan)",
+           "zero": "fully masked row is 0 (declared)"}[want_rows]
+    good = probes.fits(row, want_rows, q, k, v, dt)
+    (R.ok if good else R.fail)("%s %s %s: got %s%s" % (tname, dt, msg, row[0, :3], "" if good else
+                                                        " (measured %s)" % probes.classify(row, q, k, v, dt)))
+    return c, q, k, v, bm
 
 
 def check_conventions(R, tname, target):
@@ -662,18 +698,15 @@ def check_conventions(R, tname, target):
     if "bmask" not in hello["caps"]:
         return
     dt = "f32" if "f32" in hello["dtypes"] else hello["dtypes"][0]
-    bm = np.ones((4, 4), dtype=bool)
-    bm[2, :] = False          # query row 2 attends to nothing
-    bm[:, 1] = False          # key 1 masked for every query
     # masked_rows declared by dtype: the fully masked row is probed in each dtype it runs
     others = [x for x in hello["dtypes"] if x != dt] if isinstance(conv.get("masked_rows"), dict) else []
     for d in others:
-        if _probe_masked_row(R, tname, target, conv, d, bm) is None:
+        if _probe_masked_row(R, tname, target, conv, d) is None:
             return
-    probe = _probe_masked_row(R, tname, target, conv, dt, bm)
+    probe = _probe_masked_row(R, tname, target, conv, dt)
     if probe is None:
         return
-    c, q, k, v = probe
+    c, q, k, v, bm = probe
     vn = v.copy()
     vn[:, :, 1, :] = np.nan   # NaN behind the masked key
     out, cs, _ = call_run(target, c, testing.physical_inputs(c, q, k, vn, bool_mask=bm))
@@ -787,6 +820,9 @@ def check_snippet(R, tname, mod, target):
         if known and known[0] == "raise" and known[1] in str(e):
             R.ok("%s repro_snippet raises as %s shows" % (tname, known[2]))
             return
+        if scoped(target, tname, e):
+            R.ok("%s repro_snippet: %s: %s" % (tname, scoped(target, tname, e), e))
+            return
         traceback.print_exc()
         R.fail("%s repro_snippet: %s: %s" % (tname, type(e).__name__, e))
 
@@ -843,7 +879,9 @@ def check_protocol(R, stack, variant, target):
                 R.ok("%s worker %s" % (tname, label))
             except AssertionError as e:
                 known = known_bug(tname, label, needs(c)[0])
-                (R.ok if known and known[0] == "wrong" else R.fail)("%s worker %s" % (tname, e))
+                why = scoped(target, tname, e)
+                (R.ok if (known and known[0] == "wrong") or why else R.fail)(
+                    "%s worker %s%s" % (tname, e, ": " + why if why else ""))
         status = w.close()
     if status != 0:
         R.fail("%s worker: exit status %s after bye" % (tname, status))

@@ -301,6 +301,13 @@ class Target:
             }
         return self._hello
 
+    def libs(self):
+        """The hello's "libs": the stack's version under its module's name ({"torch":
+        "2.11.0"}), and what a stack adds of the libraries under it (cudnn, onednn, "sm" where
+        a GPU runs it), strings each; known entries' `needs` read them (attnfuzz.known)."""
+        name = self.STACK.version_of
+        return {name: self.STACK.version()} if name else {}
+
     # -- one case ----------------------------------------------------------------------
     def refuse(self, case, mask, bool_mask):
         """Raise worker.Unsupported for a case this variant does not run."""
@@ -451,7 +458,8 @@ def main(stack, target_cls, argv=None):
         return serve(run, name=stack.name, version=stack.version(), variant=variant, caps=h["caps"],
                      layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
                      conventions=h["conventions"], compile_key=h["compile_key"],
-                     batch=target.BATCH, run_batch=target.run_batch if target.BATCH > 1 else None)
+                     batch=target.BATCH, run_batch=target.run_batch if target.BATCH > 1 else None,
+                     libs=target.libs())
 
     return _profiled(go, "%s-%s" % (stack.name, variant))
 

@@ -149,3 +149,46 @@ def snippet(imports, objects, consts=None, namespaces=None, tail=""):
     parts += [inspect.getsource(o) for o in objects]
     parts.append(tail)
     return "\n".join(parts) + "\n"
+
+
+# -- the hello's "libs" --------------------------------------------------------------------
+
+def torch_libs(torch, cuda, device="cuda"):
+    """What the hello's "libs" adds for torch (the stack's own version aside): "onednn" (the
+    oneDNN its CPU kernels link, as torch.__config__ reports it), and on CUDA "cuda",
+    "cudnn" and "sm" (the device's compute capability, 90 for 9.0)."""
+    import re
+    out = {}
+    m = re.search(r"MKL-DNN v(\d+(?:\.\d+)*)", torch.__config__.show())
+    if m:
+        out["onednn"] = m.group(1)
+    if cuda:
+        if torch.version.cuda:
+            out["cuda"] = str(torch.version.cuda)
+        v = torch.backends.cudnn.version()
+        if v:   # cuDNN 9: 91900 is 9.19.0; cuDNN 8: 8902 is 8.9.2
+            out["cudnn"] = ("%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100) if v >= 90000
+                            else "%d.%d.%d" % (v // 1000, v // 100 % 10, v % 100))
+        major, minor = torch.cuda.get_device_capability(device)
+        out["sm"] = str(major * 10 + minor)
+    return out
+
+
+def jax_libs(gpu):
+    """What the hello's "libs" adds for jax: "jaxlib", and "cudnn" where a GPU runs it (as
+    jaxlib reports the cuDNN it loaded)."""
+    out = {}
+    try:
+        import jaxlib
+        out["jaxlib"] = str(jaxlib.__version__)
+    except Exception:  # noqa: BLE001 - no jaxlib version to report
+        pass
+    if gpu:
+        try:
+            from jax._src.lib import cuda_versions
+            v = cuda_versions.cudnn_get_version() if cuda_versions else None
+            if v:
+                out["cudnn"] = "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100)
+        except Exception:  # noqa: BLE001 - a jaxlib without the query
+            pass
+    return out

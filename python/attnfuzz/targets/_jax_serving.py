@@ -543,6 +543,9 @@ class ServingTarget(_base.Target):
         self.interpret = bool(self.pallas and (interpret_mode() if interpret is None else interpret))
         super().__init__(variant)
 
+    def libs(self):
+        return dict(super().libs(), **_common.jax_libs(_has_gpu()))
+
     def declare(self):
         conv = {"masked_values": "ieee", "denormals": "flush"}
         limits = {"max_bytes": 64 << 20}

@@ -35,7 +35,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from attnfuzz import serving
-from attnfuzz.targets import _base, _torch_layouts
+from attnfuzz.targets import _base, _common, _torch_layouts
 from attnfuzz.targets._torch_layouts import band, to_bhsd, to_numpy, to_torch, unpack_qkv
 
 KINDS = {"sdpa_jagged": "jagged", "flex_paged": "flex_paged", "flex_decode": "flex_paged", "varlen": "varlen"}
@@ -295,6 +295,9 @@ class ServingTarget(_base.Target):
                          "accumulated_cache_size_limit"):
                 if hasattr(dynamo.config, name):
                     setattr(dynamo.config, name, 1 << 20)
+
+    def libs(self):
+        return dict(super().libs(), **_common.torch_libs(self.torch, self.cuda, self.device))
 
     def declare(self):
         conv = {}

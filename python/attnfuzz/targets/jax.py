@@ -377,6 +377,9 @@ class Target(_base.Target):
             return _jax_serving.ServingTarget(variant)
         return super().__new__(cls)
 
+    def libs(self):
+        return dict(super().libs(), **_common.jax_libs(_has_gpu()))
+
     def declare(self) -> dict:
         conv = {"masked_values": "ieee", "denormals": "flush"}
         base = ["f32", "f16", "bf16", "gqa", "cross", "scale", "amask", "bmask", "causal", "padding", "window",

@@ -33,9 +33,12 @@ when a top-left causal mask is the only mask. GQA: an Hkv = 1 key broadcasts nat
 Reshape, the `repeat_kv` of model code). The spec wants the mask and the scale in Q's type:
 no mask_dtype, and the scale is rounded to the case dtype.
 
-Conventions, measured with openvino 2026.4 CPU: ScaledDotProductAttention gives NaN for a
-fully masked row and lets 0 * NaN through from masked keys (masked_values "ieee"); so does
-the explicit graph (Softmax of an all -inf row is NaN).
+Conventions, measured with openvino 2026.4 CPU: ScaledDotProductAttention lets 0 * NaN
+through from masked keys (masked_values "ieee"); so does the explicit graph. What a fully
+masked row gives depends on the CPU and the graph (NaN, Softmax of an all -inf row, or the
+mean of V where the plugin's bf16 or f16 path makes the masked logits one finite value): the
+target measures it per dtype at start-up (attnfuzz.probes) and declares masked_rows by
+dtype.
 """
 
 from __future__ import annotations
@@ -335,7 +338,7 @@ class Target(_base.Target):
     def declare(self) -> dict:
         caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding",
                 "window", "strided", "tf32"]
-        conv = {"masked_rows": "nan", "masked_values": "ieee"}
+        conv = {"masked_rows": self._masked_rows(), "masked_values": "ieee"}
         # The inference precision each case gets (inference_precision): bf16 for bf16 cases,
         # f16 for f16 ones where the CPU runs f16 natively. The plugin then computes the
         # scores and adds the mask at that precision (the campaign's bf16 mask findings).
@@ -356,6 +359,23 @@ class Target(_base.Target):
             caps += ["softcap", "mask_dtype", "dropout"]
             conv["dropout"] = "counter"
         return {"caps": caps, "limits": {"max_bytes": 64 << 20}, "conventions": conv}
+
+    def _masked_rows(self):
+        """masked_rows by dtype, measured here (attnfuzz.probes: a boolean mask leaving a row
+        no key): it depends on the CPU and the graph. Measured with openvino 2026.4.1: on an
+        AVX2 CPU (no AVX-512) sdpa and sdpa_nosnippets give the mean of V in bf16 (uniform
+        weights) and NaN in f32 and f16 (computed at f32 there), explicit NaN in every dtype
+        (its Softmax runs in f32); on a CPU with native FP16, select-then-Softmax gave uniform
+        weights in f16 too (known entry openvino-f16-masked-row-uniform). A dtype whose row
+        follows none of the conventions is declared "nan", the spec's answer (the campaign
+        then shows it)."""
+        from attnfuzz import probes
+
+        def run(case, q, k, v, mask=None, bool_mask=None):
+            art = self.build(case, q, k, v, mask, bool_mask)
+            return self.execute(art, case, q, k, v, mask, bool_mask)
+        rows = {dt: name or "nan" for dt, name in probes.masked_rows(run, ["f32", "f16", "bf16"]).items()}
+        return rows if len(set(rows.values())) > 1 else next(iter(rows.values()), "nan")
 
     def build(self, case, q, k, v, mask, bool_mask):
         cfg = config(case, mask, bool_mask, self.variant)

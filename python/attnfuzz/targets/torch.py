@@ -547,6 +547,9 @@ class Target(_base.Target):
                        else ["f32", "f16", "bf16"])
 
     # -- declarations ------------------------------------------------------------------
+    def libs(self):
+        return dict(super().libs(), **_common.torch_libs(self.torch, self.cuda, self.device))
+
     def declare(self) -> dict:
         caps = ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal",
                 "padding", "window", "strided", "mask_dtype"]
