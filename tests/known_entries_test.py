@@ -136,7 +136,10 @@ def check_replay(attnfuzz, root, dirs):
     bad = []
     entries = load_entries(root)
     listed = {b: e["id"] for e in entries.values() for b in e["_bundles"]}
-    p = subprocess.run([attnfuzz, "regress", "--strict"] + dirs, capture_output=True, text=True)
+    # a compiling target's first build takes over a minute on a loaded 2-core machine: the
+    # compile timeout is a hang guard here, not a speed bound
+    p = subprocess.run([attnfuzz, "regress", "--strict", "--compile-timeout", "300"] + dirs, capture_output=True,
+                       text=True)
     sys.stdout.write(p.stdout)
     sys.stderr.write(p.stderr)
     if p.returncode != 0:

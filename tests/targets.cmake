@@ -127,4 +127,4 @@ list(FILTER af_findings_bundles EXCLUDE REGEX "-cuda/bundles$")
 add_test(NAME regress_findings COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/tests/known_entries_test.py --replay
          $<TARGET_FILE:attnfuzz> ${PROJECT_SOURCE_DIR} ${af_findings_bundles})
 set_tests_properties(regress_findings PROPERTIES ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}"
-  LABELS "python;findings" TIMEOUT 600)
+  LABELS "python;findings" TIMEOUT 1200)

@@ -60,7 +60,7 @@
 
 static void af_regress_usage(FILE *f) {
     fprintf(f, "usage: attnfuzz regress [--strict] [--junit FILE] [--waive FILE] [--jobs N] [--budget MIB]\n"
-               "                        [--known FILE] [--no-known] DIR...\n"
+               "                        [--timeout S] [--compile-timeout S] [--known FILE] [--no-known] DIR...\n"
                "\n"
                "Replays every bundle under each DIR (a corpus of bundles, or a directory holding\n"
                "crashes/: a shard's, or what attnfuzz merge wrote) with the checks it recorded\n"
@@ -80,6 +80,8 @@ static void af_regress_usage(FILE *f) {
                "--waive FILE known, accepted findings, one a line (# comments): a signature\n"
                "             (16 hex digits), a bundle name (<kind>-<signature>) or a kind\n"
                "             (diverge, nan_mismatch, ...); FILE may also be one such entry\n"
+               "--timeout S, --compile-timeout S   a worker's limits, as for fuzz (hang guards: a\n"
+               "             loaded machine compiles slowly)\n"
                "--known FILE, --no-known   known bugs, as for fuzz: a check failing now that is\n"
                "             one gets \"[known bug ID ...]\" on its verdict line (the verdict is the same)\n"
                "--jobs N     replay with N processes (default 1), each with its own workers; the\n"
@@ -986,6 +988,8 @@ int af_cmd_regress(int argc, char **argv) {
     af_cli_known ko = {0};
     enum { O_STRICT = 's', O_JUNIT = 'j', O_WAIVE_LIST = 'w', O_JOBS = 'J' };
     static const struct option longopts[] = {{"budget", required_argument, 0, AF_OPT_BUDGET},
+                                             {"timeout", required_argument, 0, AF_OPT_TIMEOUT},
+                                             {"compile-timeout", required_argument, 0, AF_OPT_COMPILE_TIMEOUT},
                                              AF_CLI_KNOWN_OPTIONS,
                                              {"strict", no_argument, 0, O_STRICT},
                                              {"junit", required_argument, 0, O_JUNIT},
@@ -996,7 +1000,11 @@ int af_cmd_regress(int argc, char **argv) {
     int opt;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        if (opt == AF_OPT_BUDGET && af_cli_exec_option(&cfg, opt, optarg, &selected) > 0) continue;
+        if (opt == AF_OPT_BUDGET || opt == AF_OPT_TIMEOUT || opt == AF_OPT_COMPILE_TIMEOUT) {
+            if (af_cli_exec_option(&cfg, opt, optarg, &selected) > 0) continue;
+            af_free(waive.entries);
+            return 2;
+        }
         int kr = af_cli_known_option(&ko, opt, optarg);
         if (kr < 0) {
             af_free(waive.entries);
