@@ -562,8 +562,9 @@ static void test_repository_entries(void **state) {
     if (af_known_load_root(k, src, &files, &err) != AF_OK) fail_msg("%s", err.msg);
     assert_true(files >= 6);
     assert_true(af_known_count(k) >= 30);
-    /* matching costs microseconds: a diverge of a torch CUDA kernel, checked against every
-     * entry (no match, so each applicable entry is evaluated) */
+    /* a diverge of a torch CUDA kernel, checked against every entry (no match, so each
+     * applicable entry is evaluated); what it costs is printed, not asserted (a wall-clock
+     * bound fails on a loaded machine): microseconds where the machine is not loaded */
     af_case c = small_case();
     c.causal = true, c.diag = AF_DIAG_BOTTOM_RIGHT, c.dtype = AF_F16;
     af_result r = result_of(AF_KIND_DIVERGE, 8, 2, 0);
@@ -576,7 +577,6 @@ static void test_repository_entries(void **state) {
     double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-3) / (double)n;
     printf("matching a finding against %zu entries: %.2f us\n", af_known_count(k), us);
     assert_int_equal(hits, -(long)n); /* a diverge outside the masked rows: no entry */
-    assert_true(us < 200.0);
     af_known_destroy(k);
 }
 
