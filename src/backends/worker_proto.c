@@ -340,8 +340,9 @@ static af_status af_wp_libs(const af_wp_header *h, long libs, af_host_libs *out,
                            "hello: libs.%s: a version longer than %d characters", name, AF_HOST_LIB_VER_MAX - 1);
         AF_RETURN_ERROR_IF(out->n >= AF_HOST_LIBS_MAX, err, AF_ERR_FORMAT, "hello: libs names more than %d libraries",
                            AF_HOST_LIBS_MAX);
-        snprintf(out->name[out->n], sizeof out->name[0], "%s", name);
-        snprintf(out->version[out->n], sizeof out->version[0], "%s", ver);
+        /* both lengths checked above: they fit with their terminators */
+        memcpy(out->name[out->n], name, strlen(name) + 1);
+        memcpy(out->version[out->n], ver, strlen(ver) + 1);
         out->n++;
         it = (long)t[val].next;
     }

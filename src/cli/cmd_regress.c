@@ -362,7 +362,7 @@ static int af_regress_bundle(af_regress_job *job, const char *dir, const char *n
                              const af_waive *waive, const af_known *known, af_regress_counts *n, af_junit_case *jc) {
     af_error err = {0};
     af_bundle *b;
-    char line[1400];
+    char line[2048]; /* a verdict (a skip's reasons: 280), the directory (900), the check (200), ... */
     if (af_bundle_read(dir, &b, &err) != AF_OK) {
         snprintf(line, sizeof line, "attnfuzz regress: %.1300s", err.msg);
         af_append(&jc->err, line);
@@ -430,7 +430,7 @@ static int af_regress_bundle(af_regress_job *job, const char *dir, const char *n
                 verdict = "waived"; /* a fixed finding the list accepts as gone */
                 failing = false;
             }
-            snprintf(line, sizeof line, "%-9s %.900s: %.200s: recorded %s, now %s%s%.63s", verdict, dir, check, af_kind_names[was],
+            snprintf(line, sizeof line, "%-9.280s %.900s: %.200s: recorded %s, now %s%s%.63s", verdict, dir, check, af_kind_names[was],
                      af_kind_names[now], by ? " (waive list: " : "", by ? by : "");
             if (by) strncat(line, ")", sizeof line - strlen(line) - 1);
             if (verdict == skip) strncat(line, skip_entry, sizeof line - strlen(line) - 1);
