@@ -19,7 +19,7 @@ set_tests_properties(test_worker_proto PROPERTIES LABELS "unit;sanitize;worker")
 # worker dying at start is exit 2; wrong workers are found and replay; c_worker is clean.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
-  set(AF_WORKER_SCENARIOS crash exit hang garbage shape error flaky die wrong_c clean clean_masked_rows_nan bind
+  set(AF_WORKER_SCENARIOS crash exit hang hang_eager garbage shape error flaky die wrong_c clean clean_masked_rows_nan bind
       restart_cost batch batch_crash batch_device batch_hang min_only_failing min_jobs_shared min_budget min_dir new_amid_known known_crash pipeline
       compiled_seeds compiled_errors)
   if(EXISTS "${AF_VENV_PYTHON}" AND af_venv_deps EQUAL 0) # tests/python.cmake: it imports numpy

@@ -3,6 +3,9 @@
 
     worker_campaign_test.py SCENARIO ATTNFUZZ C_WORKER [PYTHON]
 
+hang_eager: an eager worker (no compile key) hanging on some cases: each hang is killed at
+  --timeout alone, except on a process's first case (the compile allowance covers an eager
+  worker's first call only).
 crash, exit, hang, garbage, shape, error: c_worker --fault KIND on some cases. Each
   finding has the documented kind (crash / timeout / error, "protocol:" for broken
   frames), its case is one the fault was meant for (the restarted worker does not blame
@@ -164,6 +167,32 @@ def fault_campaign(attnfuzz, c_worker, fault, tmp):
         r = run([attnfuzz, "replay", found[0][0]])
         check(r.returncode == 1 and "crash" in r.stdout + r.stderr,
               f"{fault}: replay exit {r.returncode}: {(r.stdout + r.stderr)[-300:]}")
+
+
+def hang_eager(attnfuzz, c_worker, tmp):
+    """An eager worker (its hello names no compile key) builds nothing per structure: the
+    compile allowance covers its first case after a start only, so a hang on a later case
+    is killed at --timeout alone, whatever its structure; a compiled worker (the hang
+    scenario) gets the allowance on each new compile key."""
+    crashes, stats = os.path.join(tmp, "crashes"), os.path.join(tmp, "stats.json")
+    spec = f"worker:{c_worker} --eager --fault hang --fault-mod {FAULT_MOD}"
+    p = run([attnfuzz, "fuzz", "--backend", spec, "--runs", "150", "--seed", "1", "--crashes", crashes,
+             "--stats", stats, "--quiet", "--no-minimize", "--timeout", "0.5", "--compile-timeout", "5"])
+    check(p.returncode == 1, f"hang_eager: exit {p.returncode}, want 1 (findings): {p.stderr[-500:]}")
+    found = bundles(crashes)
+    limits = []
+    for path, b in found:
+        err = b["backends"][0].get("error") or ""
+        m = re.search(r"no answer within ([0-9.]+) s \(([^)]*)\)", err)
+        if check(m and b["kind"] == "timeout", f"hang_eager: {os.path.basename(path)}: {b['kind']}: {err[:200]!r}"):
+            limits.append((float(m.group(1)), m.group(2)))
+    # a hang that is a process's first case (right after the restart a hang causes, when the
+    # next case hangs too) keeps the allowance: 5.5 s; every other one is killed at 0.5 s
+    short = [x for x in limits if x == (0.5, "--timeout")]
+    check(all(x in short or x[0] == 5.5 for x in limits), f"hang_eager: limits {limits}")
+    check(len(short) >= 2 and len(short) >= len(limits) - len(short),
+          f"hang_eager: {len(short)} of {len(limits)} hangs killed at --timeout alone: {limits}")
+    print(f"hang_eager: {len(limits)} timeouts, {len(short)} at --timeout alone")
 
 
 def flaky(attnfuzz, c_worker, tmp):
@@ -811,6 +840,8 @@ def main():
             fault_campaign(attnfuzz, c_worker, scenario, tmp)
         elif scenario == "flaky":
             flaky(attnfuzz, c_worker, tmp)
+        elif scenario == "hang_eager":
+            hang_eager(attnfuzz, c_worker, tmp)
         elif scenario == "die":
             die(attnfuzz, c_worker, tmp)
         elif scenario == "wrong_c":

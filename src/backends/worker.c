@@ -37,7 +37,7 @@
 #define AF_WORKER_SPARES 2       /* processes started ahead of a fault */
 #define AF_WORKER_BATCH_CRASHES 2 /* named crashes in one batch after which its rest is not run */
 /* A batch's limit (af_worker_batch_limit): --timeout, the compile allowance when a key is
- * new, and per further case AF_WORKER_CASE_SLACK times the seconds a case has taken this
+ * new (af_worker_allowance), and per further case AF_WORKER_CASE_SLACK times the seconds a case has taken this
  * worker (a moving average), at least AF_WORKER_CASE_FLOOR s and at most --timeout */
 #define AF_WORKER_CASE_SLACK 8.0
 #define AF_WORKER_CASE_FLOOR 0.1
@@ -93,6 +93,7 @@ typedef struct af_worker {
 
     uint64_t keys[AF_WORKER_KEYS]; /* open addressing; 0 = empty */
     size_t nkeys;
+    bool answered; /* the process has answered a run (af_worker_allowance) */
 
     unsigned faults; /* consecutive faults (reset by an answered run) */
     double case_s;   /* seconds an answered case took, a moving average (0: none yet) */
@@ -544,6 +545,7 @@ static void af_worker_stop(af_worker *w) {
 static af_status af_worker_hello(af_worker *w, af_error *err) {
     memset(w->keys, 0, sizeof w->keys);
     w->nkeys = 0;
+    w->answered = false;
     double deadline = af_now() + w->opts.timeout + w->opts.compile_timeout;
     af_error xerr;
     af_status st = af_worker_exchange(w, NULL, 0, AF_WP_MAX_HEADER, deadline, &xerr);
@@ -764,20 +766,31 @@ static void af_worker_note_case_s(af_worker *w, double wall, size_t n) {
     w->case_s = w->case_s > 0.0 ? 0.9 * w->case_s + 0.1 * per : per;
 }
 
+/* Whether a run may take --compile-timeout on top of --timeout, given whether one of its
+ * cases has a compile key this process has not seen (fresh). A compiling backend (its hello
+ * names compile_key fields: it compiles or plans per structure) builds an artifact per new
+ * key. An eager one builds nothing per structure: only its first call is slow (a CUDA
+ * context, library handles, kernel modules loaded lazily), so it has the allowance until it
+ * has answered once. A kernel that never returns then costs an eager backend --timeout, not
+ * both limits, on each new serving structure or backward case it meets. */
+static bool af_worker_allowance(const af_worker *w, bool fresh) {
+    return w->hello.compile_key ? fresh : !w->answered;
+}
+
 /* How long a batch of n cases may take before the worker is killed and its cases run one
  * by one, each with --timeout (so a batch limit that is too tight costs a restart, never a
  * wrong finding). n times --timeout, as a batch was once given, let a kernel that never
  * returns hold a 64-case GPU batch, and its campaign, for 11 minutes; a batch's cases share
  * one compile key and run back to back, so after the first each is allowed a multiple of
  * what cases have taken this worker. */
-static double af_worker_batch_limit(const af_worker *w, size_t n, bool fresh) {
+static double af_worker_batch_limit(const af_worker *w, size_t n, bool allowance) {
     double per = fmin(w->opts.timeout, fmax(AF_WORKER_CASE_FLOOR, AF_WORKER_CASE_SLACK * w->case_s));
-    return w->opts.timeout + (double)(n ? n - 1 : 0) * per + (fresh ? w->opts.compile_timeout : 0.0);
+    return w->opts.timeout + (double)(n ? n - 1 : 0) * per + (allowance ? w->opts.compile_timeout : 0.0);
 }
 
 /* A failed exchange (crash, timeout, a broken frame, or out of memory) as the status of the
  * request(s) in flight; the child is dead or killed after it. */
-static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xerr, bool fresh, double limit,
+static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xerr, bool allowance, double limit,
                                   af_error *err) {
     char what[700];
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) {
@@ -796,7 +809,7 @@ static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xe
     if (st == AF_ERR_TIMEOUT) {
         af_worker_kill(&w->p);
         snprintf(what, sizeof what, "timeout: no answer within %.3g s (%s); the worker was killed", limit,
-                 fresh ? "a new compile key: timeout plus the compile allowance" : "--timeout");
+                 allowance ? "a new compile key or a first case: timeout plus the compile allowance" : "--timeout");
         return af_worker_fault(w, AF_ERR_TIMEOUT, what, err);
     }
     af_worker_kill(&w->p);
@@ -822,7 +835,8 @@ static af_status af_worker_run_backward(void *state, const af_case_tensors *in, 
     bool fresh = af_worker_key_note(w, af_case_key_hash(c, w->hello.compile_key));
     w->ext.new_key = fresh;
     double t0 = af_now();
-    double limit = w->opts.timeout + (fresh ? w->opts.compile_timeout : 0.0);
+    bool allowance = af_worker_allowance(w, fresh);
+    double limit = w->opts.timeout + (allowance ? w->opts.compile_timeout : 0.0);
     af_error xerr;
     af_status st = af_worker_exchange(w, parts, np + 1, AF_WP_MAX_HEADER + af_worker_answer_max(c), t0 + limit, &xerr);
     w->ext.wall_s = af_now() - t0;
@@ -833,7 +847,8 @@ static af_status af_worker_run_backward(void *state, const af_case_tensors *in, 
         st = af_wp_parse_result(w->rbuf + 4, w->rlen, id, c, &w->hello, &r, &payload, &xerr);
         if (st != AF_OK) st = AF_ERR_FORMAT;
     }
-    if (st != AF_OK) return af_worker_failed(w, st, &xerr, fresh, limit, err);
+    if (st != AF_OK) return af_worker_failed(w, st, &xerr, allowance, limit, err);
+    w->answered = true;
     /* stderr written before the answer was read with it (poll reports both); what comes
      * after, with the next exchange or the next fault */
     w->ext.stderr_tail = af_worker_tail(&w->p);
@@ -931,7 +946,8 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         cases[i] = w->bin[off + i]->c;
         max_frame += af_worker_answer_max(cases[i]);
     }
-    double limit = af_worker_batch_limit(w, n, w->bfresh);
+    bool allowance = af_worker_allowance(w, w->bfresh);
+    double limit = af_worker_batch_limit(w, n, allowance);
     af_error xerr;
     af_status st = af_worker_exchange(w, w->bparts, w->bnparts, max_frame, w->bstart + limit, &xerr);
     double wall = af_now() - w->bstart;
@@ -942,11 +958,11 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         if (st != AF_OK) st = AF_ERR_FORMAT;
     }
     w->crash_case = NULL; /* a batch's crash is charged case by case below */
-    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_worker_failed(w, st, &xerr, w->bfresh, limit, err);
+    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_worker_failed(w, st, &xerr, allowance, limit, err);
     if (st != AF_OK) {
         /* which case was it? each alone (a restart before the first: the spare takes over) */
         af_error ferr;
-        af_worker_failed(w, st, &xerr, w->bfresh, limit, &ferr);
+        af_worker_failed(w, st, &xerr, allowance, limit, &ferr);
         unsigned faulted = 0; /* crashes and timeouts among them */
         for (size_t i = 0; i < n; i++) {
             size_t slot = off + i;
@@ -986,6 +1002,7 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         }
         return AF_OK;
     }
+    w->answered = true;
     size_t crashed = n; /* the item the worker says it faulted on */
     for (size_t i = 0; i < n && crashed == n; i++)
         if (br[i].status == AF_WP_CRASH) crashed = i;

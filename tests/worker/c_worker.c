@@ -5,7 +5,7 @@
  *   c_worker [--compile-sleep S] [--out-dtype f32|f64|case] [--masked-rows nan]
  *            [--dropout keep_mask] [--bug scale|last_column] [--fault KIND] [--fault-mod N] [--fault-run N]
  *            [--name NAME] [--affinity-file PATH] [--start-sleep S] [--batch N] [--unsupported-mod N]
- *            [--count-file PATH] [--key-log PATH] [--event-log PATH]
+ *            [--count-file PATH] [--key-log PATH] [--event-log PATH] [--eager] [--ppid-file PATH]
  *
  * --compile-sleep S   sleep S seconds on each compile key not seen before (a compiler)
  * --bug scale         ignore the case's scale (always 1/sqrt(D)): a deliberately wrong worker
@@ -22,6 +22,8 @@
  * --start-sleep S     sleep S seconds before the hello (an interpreter and a GPU context starting)
  * --run-sleep S       sleep S seconds on every case (a slow kernel)
  * --batch N           declare batch N and answer run frames holding a batch of cases
+ * --eager             declare no compile key (an eager worker: it builds nothing per structure)
+ * --ppid-file P       append "NAME PPID" as it starts: which process started it
  * --unsupported-mod N answer "unsupported" on cases with (q_len + kv_len + head_dim) % N == 0
  * --count-file P      append "PID RUNS" (the run requests it answered) to P when it ends
  * --key-log P         append "KEY FAULT" for each run request: its compile key (hex) and 1
@@ -60,9 +62,11 @@ typedef struct cw_opts {
     const char *count_file;
     const char *key_log;
     const char *event_log;
+    int eager;
+    const char *ppid_file;
 } cw_opts;
 
-static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL, NULL, NULL};
+static cw_opts opt = {0.0, 0.0, 0.0, 0, 0, "f32", 0, 0, 0, 0, NULL, 3, 0, "c_worker", NULL, NULL, NULL, NULL, 0, NULL};
 static long runs_seen; /* run requests so far */
 static FILE *key_log;  /* --key-log, opened once, line-buffered */
 
@@ -628,6 +632,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--start-sleep") && v) opt.start_sleep = atof(v), i++;
         else if (!strcmp(a, "--run-sleep") && v) opt.run_sleep = atof(v), i++;
         else if (!strcmp(a, "--batch") && v) opt.batch = atol(v), i++;
+        else if (!strcmp(a, "--eager")) opt.eager = 1;
+        else if (!strcmp(a, "--ppid-file") && v) opt.ppid_file = v, i++;
         else if (!strcmp(a, "--unsupported-mod") && v) opt.unsupported_mod = atol(v), i++;
         else if (!strcmp(a, "--out-dtype") && v) opt.out_dtype = v, i++;
         else if (!strcmp(a, "--masked-rows") && v) opt.masked_rows_nan = !strcmp(v, "nan"), i++;
@@ -650,6 +656,15 @@ int main(int argc, char **argv) {
     if (opt.fault && !strcmp(opt.fault, "die")) {
         fprintf(stderr, "c_worker: cannot start: the device is not there (on purpose)\n");
         return 3;
+    }
+    if (opt.ppid_file) {
+        FILE *f = fopen(opt.ppid_file, "a");
+        if (!f) {
+            fprintf(stderr, "c_worker: %s: cannot record the parent\n", opt.ppid_file);
+            return 3;
+        }
+        fprintf(f, "%s %ld\n", opt.name, (long)getppid());
+        fclose(f);
     }
     if (opt.affinity_file) {
         cpu_set_t set;
@@ -686,9 +701,10 @@ int main(int argc, char **argv) {
              "\"layouts\":[\"bhsd\",\"bshd\",\"sbhd\",\"bsd\",\"channels_first\",\"qkv_bs3hd\",\"qkv_bsh3d\","
              "\"qkv_channels_first\"],\"dtypes\":[\"f32\",\"f16\",\"bf16\"],"
              "\"conventions\":{\"masked_rows\":\"%s\",\"dropout\":\"%s\"},"
-             "\"compile_key\":[\"shapes\",\"dtype\",\"layouts\",\"masks\",\"causal\"]%s}",
+             "\"compile_key\":[%s]%s}",
              opt.name, opt.bug_scale ? "bug_scale" : opt.bug_last_column ? "bug_last_column" : "naive", opt.masked_rows_nan ? "nan" : "zero",
-             opt.keep_mask ? "keep_mask" : "counter", batch);
+             opt.keep_mask ? "keep_mask" : "counter",
+             opt.eager ? "" : "\"shapes\",\"dtype\",\"layouts\",\"masks\",\"causal\"", batch);
     log_event("hello");
     write_frame(hello, NULL, 0);
     for (;;) {
