@@ -24,7 +24,12 @@ counted here, independently of what attnfuzz says.
     another, the first worker's hello would come before the second one's start);
   - a corpus naming more workers than regress holds open at once (max(4, 2 x CPUs), at most
     16): each starts once, and no start finds that many already running (their start and
-    end events). Standard library only."""
+    end events);
+  - --jobs 2 over A's six bundles, B's six and one bundle of a worker H recorded as a hang
+    (--timeout 7: replaying it waits 7 s, more than twelve ordinary bundles are reckoned
+    to take): H's bundle gets a job of its own and A's and B's share the other, each
+    worker started by one job (c_worker --ppid-file: the process that started it), where
+    shares of equal counts put A beside H. Standard library only."""
 import json
 import os
 import re
@@ -219,8 +224,33 @@ def main():
     if sorted(seen) != names_many:
         fail("want each of %d workers started once: %s" % (len(names_many), seen))
 
+    # --jobs 2, shared by cost: the hang alone in one job, A and B in the other
+    parents = os.path.join(work, "parents.log")
+    lpt = os.path.join(work, "lpt")
+    for i, n in enumerate(names):
+        for w in "AB":
+            sp = "worker:%s --name %s --ppid-file %s" % (worker, w, parents)
+            copy_as(os.path.join(src, n), os.path.join(lpt, "%02d-%s-%s" % (i, w, n)), sp, "ok")
+    with open(os.path.join(src, names[0], "case.json")) as f:
+        c = json.load(f)["case"]
+    hang_mod = c["q_len"] + c["kv_len"] + c["head_dim"]  # c_worker hangs on this case alone
+    sp = "worker:%s --name H --fault hang --fault-mod %d --ppid-file %s" % (worker, hang_mod, parents)
+    copy_as(os.path.join(src, names[0]), os.path.join(lpt, "99-H-%s" % names[0]), sp, "timeout")
+    rc, out, err, st = run(af, ["--strict", "--jobs", "2", "--timeout", "7", "--compile-timeout", "0.1", lpt])
+    verdicts = [l for l in out.splitlines() if l and not l[0].isdigit()]
+    if rc != 0 or len(verdicts) != 13 or any(not l.startswith("same ") for l in verdicts):
+        fail("hang corpus, --jobs 2: exit %d\n%s%s" % (rc, out, err))
+    started_by = {}
+    for line in lines_of(parents):
+        name, ppid = line.split()
+        started_by.setdefault(name, set()).add(ppid)
+    if sorted(started_by) != list("ABH") or any(len(v) != 1 for v in started_by.values()):
+        fail("hang corpus: want A, B and H each started by one job: %s" % started_by)
+    if started_by["A"] != started_by["B"] or started_by["A"] == started_by["H"]:
+        fail("hang corpus: want A and B in one job and H in the other: %s" % started_by)
+
     print("ok: 12 interleaved bundles on 2 workers started once each (regress and replay); a crash restarted "
-          "its worker; --jobs 2 output and JUnit equal to --jobs 1; 3 slow workers started side by side before the first run; %d workers started at most %d at a time" % (len(names_many), limit))
+          "its worker; --jobs 2 output and JUnit equal to --jobs 1; 3 slow workers started side by side before the first run; %d workers started at most %d at a time; --jobs 2 gave a hang a job of its own" % (len(names_many), limit))
 
 
 if __name__ == "__main__":

@@ -26,9 +26,12 @@
  * machine). A worker that cannot start is remembered by the pool as before: its bundles say
  * why.
  *
- * --jobs N forks N processes, each replaying a contiguous share of that order (cut where the
- * checks change, when that is near) with a pool of its own (a backend then starts in the jobs
- * whose shares name it, mostly one) and sending each
+ * --jobs N forks N processes, each replaying a share of that order with a pool of its own:
+ * the bundles that share a worker stay in one job (so each worker starts once), and these
+ * clusters are dealt out by their expected cost, the costliest first, each to the job with
+ * the least so far (af_regress_assign: a recorded hang waits out --timeout, a crash costs a
+ * restart, so such a cluster gets a job of its own instead of holding up a share of
+ * others). Each job sends each
  * bundle's outcome back through a pipe; this process prints them in the corpus's order and
  * writes the same JUnit as one job would. A recorded failure that passes is replayed up to
  * AF_REGRESS_REPLAYS times in all before it is called fixed, or, when the known bug it records
@@ -472,6 +475,7 @@ typedef struct af_regress_item {
     char *key;   /* af_malloc'd: its checks (af_regress_key), "" when it cannot be read */
     char *specs; /* af_malloc'd: the backends its checks open, one a line */
     size_t index;
+    double cost; /* seconds its replay is expected to take (af_regress_cost) */
 } af_regress_item;
 
 typedef struct af_regress_corpus {
@@ -487,6 +491,19 @@ typedef struct af_regress_opts {
     const af_known *known;
     unsigned starts; /* workers a job holds open at most while it starts more (af_regress_starts) */
 } af_regress_opts;
+
+/* What replaying a bundle is expected to cost, in seconds, for sharing a corpus out between
+ * jobs: a case's run, plus --timeout for a recorded hang (it hangs again: the limit is
+ * waited out) and a worker's start for a recorded crash (the next case restarts it; spares
+ * make later restarts cheap, the first is a start). Estimates: only their ratios matter. */
+#define AF_REGRESS_CASE_S 0.5
+#define AF_REGRESS_START_S 5.0
+static double af_regress_cost(af_kind kind, const af_exec_config *cfg) {
+    double t = AF_REGRESS_CASE_S;
+    if (kind == AF_KIND_TIMEOUT) t += cfg->worker.timeout > 0 ? cfg->worker.timeout : 10.0;
+    if (kind == AF_KIND_CRASH) t += AF_REGRESS_START_S;
+    return t;
+}
 
 /* Appends the bundle DIR/NAME, reading it for its checks. -1 when out of memory. */
 static int af_regress_corpus_add(af_regress_corpus *c, const char *dir, const char *name, const char *classname,
@@ -531,6 +548,7 @@ static int af_regress_corpus_add(af_regress_corpus *c, const char *dir, const ch
             const char *p = cfg.pairs[i], *comma = strchr(p, ',');
             if (comma) n += (size_t)snprintf(specs + n, sizeof specs - n, "%.*s\n%s\n", (int)(comma - p), p, comma + 1);
         }
+        it->cost = af_regress_cost(af_bundle_kind(b), &cfg);
         af_bundle_free(b);
     }
     it->path = af_strdup(path);
@@ -858,39 +876,109 @@ static int af_regress_receive(int fd, af_regress_corpus *c, af_regress_wire *w) 
 
 #define AF_REGRESS_JOBS_MAX 64
 
-/* Where the shares of `jobs` jobs begin in order (from[jobs] = n): near equal counts, each
- * cut moved to the nearest boundary between two groups of checks when one lies within half
- * a share of it, so that a backend tends to start in one job only. */
-static void af_regress_cuts(const af_regress_corpus *c, const size_t *order, size_t n, unsigned jobs, size_t *from) {
-    from[0] = 0;
-    from[jobs] = n;
-    for (unsigned k = 1; k < jobs; k++) {
-        size_t ideal = n * k / jobs, slack = n / (2 * (size_t)jobs), best = ideal, dist = SIZE_MAX;
-        for (size_t p = ideal > slack ? ideal - slack : 1; p <= ideal + slack && p < n; p++) {
-            size_t d = p > ideal ? p - ideal : ideal - p;
-            if (p > 0 && strcmp(c->items[order[p - 1]].key, c->items[order[p]].key) != 0 && d < dist) {
-                best = p;
-                dist = d;
-            }
-        }
-        from[k] = best < from[k - 1] ? from[k - 1] : best;
+/* Do the spec lists a and b (one a line) share a worker (worker:, target:)? In-process
+ * backends cost nothing to open in each job. */
+static bool af_regress_share_worker(const char *a, const char *b) {
+    for (const char *p = a; *p;) {
+        size_t n = strcspn(p, "\n");
+        char spec[4096];
+        snprintf(spec, sizeof spec, "%.*s", (int)n, p);
+        p += n + (p[n] == '\n');
+        if (af_backend_spec_kind(spec) == AF_BACKEND_WORKER && af_regress_names(b, spec)) return true;
     }
+    return false;
 }
 
-/* Replays the corpus with `jobs` child processes, job k taking the k-th contiguous share
- * of order; each bundle's outcome is printed (e) as soon as those before it are. A job that
+/* The root of position p's cluster (af_regress_assign), halving the path on the way. */
+static size_t af_regress_root(size_t *root, size_t p) {
+    while (root[p] != p) p = root[p] = root[root[p]];
+    return p;
+}
+
+/* Shares order[0 .. n) out between `jobs` jobs: job_of[p] is the job of position p. The
+ * bundles that share a worker, directly or through others, stay together (a worker then
+ * starts in one job), and these clusters go, the costliest first, to the job with the least
+ * cost so far (longest processing time first): a cluster holding a hang (its --timeout
+ * waited out) or a slow compile gets a job of its own while the others share theirs, where
+ * equal counts of bundles put the slow cluster beside others and made the whole corpus wait
+ * for it. Out of memory: -1. */
+static int af_regress_assign(const af_regress_corpus *c, const size_t *order, size_t n, unsigned jobs,
+                             unsigned *job_of) {
+    size_t *root = af_calloc(n ? n : 1, sizeof *root), *by = af_calloc(n ? n : 1, sizeof *by);
+    double *cost = af_calloc(n ? n : 1, sizeof *cost);
+    if (!root || !by || !cost) {
+        af_free(root);
+        af_free(by);
+        af_free(cost);
+        return -1;
+    }
+    /* clusters, as a union-find over positions (quadratic in the bundles: a corpus of
+     * thousands is still read in less time) */
+    for (size_t p = 0; p < n; p++) root[p] = p;
+    for (size_t p = 0; p < n; p++)
+        for (size_t q = 0; q < p; q++)
+            if (!strcmp(c->items[order[q]].key, c->items[order[p]].key) ||
+                af_regress_share_worker(c->items[order[q]].specs, c->items[order[p]].specs)) {
+                size_t a = af_regress_root(root, p), b = af_regress_root(root, q);
+                root[a > b ? a : b] = a > b ? b : a;
+            }
+    for (size_t p = 0; p < n; p++) root[p] = af_regress_root(root, p);
+    size_t nc = 0;
+    for (size_t p = 0; p < n; p++) {
+        cost[root[p]] += c->items[order[p]].cost;
+        if (root[p] == p) by[nc++] = p;
+    }
+    /* the costliest cluster first (insertion sort: a few hundred clusters at most) */
+    for (size_t a = 1; a < nc; a++)
+        for (size_t b = a; b > 0 && cost[by[b]] > cost[by[b - 1]]; b--) {
+            size_t t = by[b];
+            by[b] = by[b - 1];
+            by[b - 1] = t;
+        }
+    double load[AF_REGRESS_JOBS_MAX] = {0};
+    for (size_t k = 0; k < nc; k++) {
+        unsigned best = 0;
+        for (unsigned m = 1; m < jobs; m++)
+            if (load[m] < load[best]) best = m;
+        load[best] += cost[by[k]];
+        for (size_t p = 0; p < n; p++)
+            if (root[p] == by[k]) job_of[p] = best;
+    }
+    af_free(root);
+    af_free(by);
+    af_free(cost);
+    return 0;
+}
+
+/* Replays the corpus with `jobs` child processes, job k taking the positions of order that
+ * af_regress_assign gives it, in that order; each bundle's outcome is printed (e) as soon as those before it are. A job that
  * dies leaves its bundles not done with an error outcome. */
 static void af_regress_jobs(af_regress_corpus *c, const size_t *order, unsigned jobs, const af_regress_opts *o,
                             af_regress_emit *e, af_backend_pool_stats *stats) {
     size_t n = c->j.n;
     pid_t pid[AF_REGRESS_JOBS_MAX];
     int fd[AF_REGRESS_JOBS_MAX];
-    size_t from[AF_REGRESS_JOBS_MAX + 1], started[AF_REGRESS_JOBS_MAX];
-    af_regress_cuts(c, order, n, jobs, from);
+    size_t started[AF_REGRESS_JOBS_MAX], count[AF_REGRESS_JOBS_MAX] = {0};
+    /* share[k]: job k's bundles, in order; all shares in one array, job k's from start[k] */
+    unsigned *job_of = af_calloc(n ? n : 1, sizeof *job_of);
+    size_t *share = af_calloc(n ? n : 1, sizeof *share), start[AF_REGRESS_JOBS_MAX + 1];
+    if (!job_of || !share || af_regress_assign(c, order, n, jobs, job_of) != 0) {
+        /* out of memory: one job replays them all */
+        af_free(job_of);
+        af_free(share);
+        af_regress_share(c, order, n, o, af_regress_emit_done, e, stats);
+        return;
+    }
+    for (size_t p = 0; p < n; p++) count[job_of[p]]++;
+    start[0] = 0;
+    for (unsigned k = 0; k < jobs; k++) start[k + 1] = start[k] + count[k];
+    for (unsigned k = 0; k < jobs; k++) count[k] = 0;
+    for (size_t p = 0; p < n; p++) share[start[job_of[p]] + count[job_of[p]]++] = order[p];
     for (unsigned k = 0; k < jobs; k++) {
         pid[k] = -1;
         fd[k] = -1;
         started[k] = SIZE_MAX;
+        if (start[k + 1] == start[k]) continue; /* more jobs than clusters */
         int p[2];
         if (pipe(p) != 0) continue;
         fflush(NULL);
@@ -902,7 +990,7 @@ static void af_regress_jobs(af_regress_corpus *c, const size_t *order, unsigned 
             af_regress_child ch = {c, p[1]};
             af_regress_wire w;
             memset(&w, 0, sizeof w);
-            af_regress_share(c, order + from[k], from[k + 1] - from[k], o, af_regress_child_send, &ch, &w.stats);
+            af_regress_share(c, share + start[k], start[k + 1] - start[k], o, af_regress_child_send, &ch, &w.stats);
             w.type = AF_WIRE_STATS;
             _exit(af_regress_write(p[1], &w, sizeof w) == 0 ? 0 : 2);
         }
@@ -959,8 +1047,8 @@ static void af_regress_jobs(af_regress_corpus *c, const size_t *order, unsigned 
             if (WIFSIGNALED(status)) snprintf(how, sizeof how, "died of signal %d", WTERMSIG(status));
             else snprintf(how, sizeof how, "ended with status %d", WEXITSTATUS(status));
         }
-        for (size_t p = from[k]; p < from[k + 1]; p++) {
-            size_t i = order[p];
+        for (size_t p = start[k]; p < start[k + 1]; p++) {
+            size_t i = share[p];
             if (e->finished[i]) continue;
             af_junit_case *jc = &c->j.cases[i];
             char line[1400];
@@ -973,6 +1061,8 @@ static void af_regress_jobs(af_regress_corpus *c, const size_t *order, unsigned 
             af_regress_emit_done(e, i, true);
         }
     }
+    af_free(job_of);
+    af_free(share);
 }
 
 int af_cmd_regress(int argc, char **argv) {
