@@ -2,9 +2,9 @@
 (here q = -inf, k > 0) comes out NaN; onnx.reference gives 0, as it does for a fully masked
 row, and ORT itself gives 0 when the same row is fully masked through attn_mask.
 
-ORT's fully-masked-row guard looks at the mask only (cf. the review of onnxruntime PR
-#28958: the detector misses IEEE -inf), so -inf scores reach a plain softmax (exp(-inf -
-(-inf)) = NaN).
+ORT's fully-masked-row guard (added by onnxruntime PR #28958 for the ONNX errata
+onnx#8068) looks at the mask only, as this script shows, so -inf scores reach a plain
+softmax (exp(-inf - (-inf)) = NaN).
 
 Exits 1 while ORT returns NaN, 0 when fixed. Needs onnx, onnxruntime, numpy. Found by
 attnfuzz (target:ort/attention; bundle corpus/findings/ort/bundles/masked_row_nan-eaa22098e7a3765e).

@@ -3,9 +3,10 @@ dtype's lowest (float16 -65504, float32 -3.4028235e38) is treated as "masked": a
 keys all carry that value comes out as 0, although the spec adds the mask to the scores
 (one key with score -1.41 - 65504 still has softmax weight 1). onnx.reference returns V.
 
-The fully-masked-row guard compares mask entries with ORT's mask_filter_value sentinel
-(lowest()), so a user mask that happens to use finfo.min -- the Hugging Face convention --
-is taken for ORT's own sentinel.
+The fully-masked-row guard (onnxruntime PR #28958) behaves as if it compared mask entries
+with ORT's mask_filter_value sentinel (lowest()): a user mask that happens to use finfo.min
+-- the Hugging Face convention -- is taken for ORT's own sentinel. (Inferred from the
+behaviour; the PR's text does not describe the comparison.)
 
 Exits 1 while ORT returns 0, 0 when fixed. Needs onnx, onnxruntime, numpy. Found by
 attnfuzz (target:ort/attention; bundle corpus/findings/ort/bundles/diverge-4e91112d4929395a).
