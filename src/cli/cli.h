@@ -17,6 +17,9 @@ int af_cmd_regress(int argc, char **argv);
 int af_cmd_report(int argc, char **argv);
 int af_cmd_merge(int argc, char **argv);
 int af_cmd_known(int argc, char **argv);
+/* A command of the Python kit: execs `python -m module argv[1..]` (cmd_python.c); returns
+ * (2) only when that cannot start. */
+int af_cmd_python(const char *verb, const char *module, int argc, char **argv);
 
 /* The checks a bundle recorded: its backends (without ref, relation outputs and expected
  * comparisons) and its relation; the default pair for a bundle of another tool. names

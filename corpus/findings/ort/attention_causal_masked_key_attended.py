@@ -36,7 +36,7 @@ def session(inputs, mask_type=None, dtype=TensorProto.FLOAT, **attrs):
     if "nonpad" in inputs:
         ins.append(helper.make_tensor_value_info("nonpad", TensorProto.INT64, [1]))
     graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", dtype, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)], ir_version=10)  # IR 10: older ORT loads it
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
