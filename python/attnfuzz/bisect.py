@@ -11,9 +11,12 @@ is an error and decides nothing.
 The versions are the package's releases on the package registry (pre-releases with
 --pre) between A and B inclusive, in release order; --versions may also list them
 ("2.11.0,2.13.0,2.15.0"). Each version is installed once, alone (`pip install --no-deps
---target`), into a cache directory ($ATTNFUZZ_CACHE, default ~/.cache/attnfuzz, under
-bisect/PACKAGE/VERSION) and put first on the script's PYTHONPATH, so the script runs on
-this environment's numpy and the stack's other packages with that one version swapped in.
+--target`; --with NAME adds a package released in lockstep, jaxlib beside jax), into a
+cache directory ($ATTNFUZZ_CACHE, default ~/.cache/attnfuzz, under bisect/PACKAGE/VERSION)
+and put first on the script's PYTHONPATH, so the script runs on this environment's numpy and
+the stack's other packages with that one version swapped in. --env VAR=VALUE sets a variable
+for the runs (a torch release finds this environment's CUDA libraries through
+LD_LIBRARY_PATH when their layout differs from the one it was built against).
 Both ends are run first; when they agree the range holds no change and that is the answer.
 Otherwise the change is bisected (each step halves the range; a version in error is
 stepped over to its nearest neighbour that decides), assuming one change in the range, and
@@ -25,6 +28,7 @@ Exit status: 0 a change was found, 1 none in the range (both ends agree), 2 usag
 install that fails at an end, or no verdict (errors everywhere)."""
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -69,40 +73,53 @@ def pick(versions, spec):
     return sorted(want, key=lambda v: (known._release(v), v))
 
 
-def install(package, version, python=sys.executable, log=None):
-    """The directory holding package==version alone (installed the first time), or raises
-    RuntimeError with pip's last lines."""
-    d = os.path.join(cache_dir(), package, version)
+def install(package, version, python=sys.executable, also=()):
+    """The directory holding package==version alone, with each package of also at the same
+    version (jaxlib beside jax), installed the first time; or raises RuntimeError with pip's
+    last lines."""
+    d = os.path.join(cache_dir(), "+".join((package,) + tuple(also)), version)
     done = os.path.join(d, ".attnfuzz-installed")
     if os.path.exists(done):
         return d
+    os.makedirs(os.path.dirname(d), exist_ok=True)
+    with open(d + ".lock", "w") as lock:   # two bisections installing one version: one waits
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(done):
+            _install_into(d, package, version, python, also)
+    return d
+
+
+def _install_into(d, package, version, python, also):
+    done = os.path.join(d, ".attnfuzz-installed")
     tmp = d + ".partial"
     subprocess.run(["rm", "-rf", tmp], check=False)
-    os.makedirs(os.path.dirname(d), exist_ok=True)
     p = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--only-binary=:all:", "--target", tmp, "%s==%s" % (package, version)],
+                        "--only-binary=:all:", "--target", tmp]
+                       + ["%s==%s" % (name, version) for name in (package,) + tuple(also)],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     if p.returncode != 0:
         subprocess.run(["rm", "-rf", tmp], check=False)
         tail = " | ".join(l.strip() for l in p.stdout.strip().splitlines()[-2:])
-        raise RuntimeError("pip install %s==%s: %s" % (package, version, tail or "exit %d" % p.returncode))
+        raise RuntimeError("pip install %s==%s: %s" % ("+".join((package,) + tuple(also)), version,
+                                                         tail or "exit %d" % p.returncode))
     subprocess.run(["rm", "-rf", d], check=False)
     os.rename(tmp, d)
     open(done, "w").close()
-    return d
 
 
-def run_script(script, site, python=sys.executable, timeout=600):
+def run_script(script, site, python=sys.executable, timeout=600, extra_env=None):
     """(verdict, last line of the script's output) with the package directory site first
-    on PYTHONPATH."""
-    env = dict(os.environ)
+    on PYTHONPATH (and extra_env's variables set)."""
+    env = dict(os.environ, **(extra_env or {}))
     env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         p = subprocess.run([python, script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            universal_newlines=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return ERROR, "timeout after %d s" % timeout
-    lines = [l.strip() for l in p.stdout.splitlines() if l.strip()]
+    # progress bars write carriage returns: a line is what the last one left
+    lines = [l.split("\r")[-1].strip() for l in p.stdout.split("\n")]
+    lines = [l for l in lines if l]
     last = lines[-1] if lines else ""
     verdict = {0: GOOD, 1: BAD, 77: SKIP}.get(p.returncode, ERROR)
     if "Traceback (most recent call last)" in p.stdout:
@@ -115,17 +132,18 @@ def run_script(script, site, python=sys.executable, timeout=600):
 class Bisect:
     """The bisection of script over versions; evaluate(v) installs and runs (memoized)."""
 
-    def __init__(self, script, package, versions, python=sys.executable, timeout=600, out=sys.stdout):
-        self.script, self.package, self.versions = script, package, versions
-        self.python, self.timeout, self.out = python, timeout, out
+    def __init__(self, script, package, versions, python=sys.executable, timeout=600, out=sys.stdout, env=None,
+                 also=()):
+        self.script, self.package, self.versions, self.also = script, package, versions, tuple(also)
+        self.python, self.timeout, self.out, self.env = python, timeout, out, env
         self.seen = {}
 
     def evaluate(self, i):
         v = self.versions[i]
         if v not in self.seen:
             try:
-                site = install(self.package, v, self.python)
-                self.seen[v] = run_script(self.script, site, self.python, self.timeout)
+                site = install(self.package, v, self.python, self.also)
+                self.seen[v] = run_script(self.script, site, self.python, self.timeout, self.env)
             except RuntimeError as e:
                 self.seen[v] = (ERROR, str(e)[:200])
             if self.out:
@@ -227,7 +245,19 @@ def main(argv=None):
     ap.add_argument("--pre", action="store_true", help="include pre-releases")
     ap.add_argument("--timeout", type=float, default=600, help="seconds a run of the script may take (600)")
     ap.add_argument("--json", action="store_true", help="the result as JSON on stdout (the runs go to stderr)")
+    ap.add_argument("--with", dest="also", action="append", default=[], metavar="NAME",
+                    help="a package installed at the same version beside it (repeatable): jaxlib for jax")
+    ap.add_argument("--env", action="append", default=[], metavar="VAR=VALUE",
+                    help="set for the script's runs (repeatable), e.g. LD_LIBRARY_PATH for a version whose "
+                         "CUDA libraries this environment holds elsewhere")
     a = ap.parse_args(argv)
+    env = {}
+    for item in a.env:
+        if "=" not in item:
+            print("attnfuzz bisect: --env %s: want VAR=VALUE" % item, file=sys.stderr)
+            return 2
+        k, v = item.split("=", 1)
+        env[k] = v
     package = a.package or package_of(a.target)
     if not package:
         print("attnfuzz bisect: %s: say which package (--package NAME)" % a.target, file=sys.stderr)
@@ -250,7 +280,7 @@ def main(argv=None):
             return 2
         print("attnfuzz bisect: %s over %d releases of %s (%s .. %s)" % (os.path.basename(a.target.rstrip("/")),
               len(versions), package, versions[0], versions[-1]), file=log, flush=True)
-        res = Bisect(script, package, versions, timeout=a.timeout, out=log).run()
+        res = Bisect(script, package, versions, timeout=a.timeout, out=log, env=env, also=a.also).run()
     if a.json:
         json.dump(res, sys.stdout, indent=1)
         print()
