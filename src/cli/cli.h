@@ -17,6 +17,7 @@ int af_cmd_regress(int argc, char **argv);
 int af_cmd_report(int argc, char **argv);
 int af_cmd_merge(int argc, char **argv);
 int af_cmd_known(int argc, char **argv);
+int af_cmd_triage(int argc, char **argv);
 
 /* The checks a bundle recorded: its backends (without ref, relation outputs and expected
  * comparisons) and its relation; the default pair for a bundle of another tool. names

@@ -23,6 +23,7 @@ static void af_usage(FILE *f) {
             "  backends  list the backends and what they support\n"
             "  merge     join the bundles and stats of a campaign's shards (fuzz --shard)\n"
             "  known     list the known bugs, or say which one each bundle is\n"
+            "  triage    explain bundles: which model reproduces them, who shares them, a verdict\n"
             "\n"
             "attnfuzz COMMAND --help shows the options of a command.\n"
             "exit codes: 0 clean, 1 findings, 2 usage or runtime error\n");
@@ -53,6 +54,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "report")) return af_cmd_report(argc - 1, argv + 1);
     if (!strcmp(cmd, "merge")) return af_cmd_merge(argc - 1, argv + 1);
     if (!strcmp(cmd, "known")) return af_cmd_known(argc - 1, argv + 1);
+    if (!strcmp(cmd, "triage")) return af_cmd_triage(argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         af_usage(stdout);
         return 0;

@@ -1,0 +1,910 @@
+"""attnfuzz triage: the hypotheses an engineer tests by hand on a new bundle, as a command
+(docs/triage.md). For each bundle:
+
+- models: the recorded output judged again against the float64 reference computed under
+  each convention and precision model the project knows (subnormals flushed in the inputs,
+  the weights or the output; scores or scores and softmax in the case dtype; TF32; masks
+  as finite biases, replacing or added; each masked-row convention; IEEE 0 * Inf through
+  zero-weight keys; dropout conventions), with the tolerance the bundle records; the model
+  of fewest assumptions that passes every element explains the output;
+- sharing: the case replayed on the built-in backends and the same stack's other CPU
+  variants (`attnfuzz replay --backend`), bounded in time (`--no-share` skips it);
+- neighbours: the known entry that matches (`attnfuzz known`, with an entry left out by
+  `--blind`/`--known-without`) and the nearest entries by backend, kind and features;
+- sensitivity: which simplifications of the case keep the finding (replay probes, with
+  sharing), else what the minimizer kept;
+- a draft known.json entry and an upstream page (Markdown, with the standalone repro).
+
+The verdict is one of the project's classes (real_bug, convention, precision, target_bug)
+with a confidence and the evidence that decided it.
+
+    python -m attnfuzz.triage BUNDLE... [--json] [--no-share] [--blind] [--out DIR]
+
+`attnfuzz triage` runs this module with the project's Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from . import bundle as bundle_mod
+from . import case as case_mod
+from . import known as known_mod
+from . import reference
+
+# exceptions that a wrapper's own code raises (a stack raises its own types, or RuntimeError)
+WRAPPER_ERRORS = ("AttributeError", "NameError", "KeyError", "IndexError", "TypeError", "UnboundLocalError",
+                  "AssertionError", "ZeroDivisionError")
+CLASSES = ("real_bug", "convention", "precision", "target_bug")
+F32_TINY = float(np.finfo(np.float32).tiny)    # 2^-126
+F32_MAX = float(np.finfo(np.float32).max)
+EPS = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
+SUBNORMAL_STEP = {"f32": 2.0 ** -149, "f16": 2.0 ** -24, "bf16": 2.0 ** -133}
+GPU_ONLY = ("tf32", "tf32_split_inf", "exp2_overflow")   # modes of GPU kernels (cuBLAS, cuDNN, flash)
+
+# The finite values stacks put at masked scores (docs/findings.md): f16's lowest, jax's
+# -0.7 * finfo.max, finfo.min, the -1e4 of older HF code, cuDNN-in-jax's -2^15 (f16) and
+# -2^41 (bf16), -1e9 of many model zoos.
+MASK_BIASES = (("f16_lowest", -65504.0), ("jax_large_negative", -0.7 * F32_MAX), ("f32_lowest", -F32_MAX),
+               ("minus_1e4", -1e4), ("minus_2^15", -32768.0), ("minus_2^40", -2.0 ** 40), ("minus_2^41", -2.0 ** 41),
+               ("minus_1e9", -1e9))
+
+
+def _model_table():
+    """(name, class, what it assumes, knobs) for every single model."""
+    t = [("reference", None, "design.md section 2 in float64 (what the oracle compared with)", {}),
+         ("daz_inputs", "precision", "f32-subnormal inputs (Q, K, V, mask) flushed to 0 (DAZ)", {"daz": True}),
+         ("ftz_weights", "precision", "softmax weights below 2^-126 flushed to 0 (FTZ), keys of weight 0 skipped",
+          {"ftz_w": True}),
+         ("ftz_weights_ieee", "precision", "softmax weights below 2^-126 flushed to 0 and still multiplied by V "
+          "(0 * Inf = NaN)", {"ftz_w": True, "zero_ieee": True}),
+         ("ftz_output", "precision", "output values below 2^-126 flushed to 0", {"ftz_out": True}),
+         ("daz_ftz", "precision", "inputs, weights and output flushed below 2^-126", {"daz": True, "ftz_w": True,
+                                                                                    "ftz_out": True}),
+         ("scores_dtype", "precision", "scores (Q K^T, scale, mask) rounded to the case dtype", {"scores_dt": True}),
+         ("softmax_dtype", "precision", "scores and softmax weights in the case dtype",
+          {"scores_dt": True, "p_dt": True}),
+         ("qk_dtype", "precision", "Q K^T (before the scale), scores and weights in the case dtype (f16 overflows "
+          "before the scale)", {"qk_dt": True, "scores_dt": True, "p_dt": True}),
+         ("tf32", "precision", "Q K^T and P V with TF32 inputs (10-bit mantissa)", {"tf32": True}),
+         ("tf32_split_inf", "precision", "GEMMs split into TF32 parts (3xTF32): an Inf input makes its products NaN",
+          {"inf_nan": True}),
+         ("exp2_overflow", "precision", "scores times log2(e) in f32 (an exp2 softmax): below -FLT_MAX/log2(e) "
+          "they overflow to -inf and a row of such scores is 0", {"log2e": True}),
+         ("zero_weight_ieee", "convention", "keys of weight 0 still multiply V (masked_values ieee: 0 * NaN = NaN)",
+          {"zero_ieee": True}),
+         ("masked_rows_nan", "convention", "a fully masked row is NaN", {"dead": "nan"}),
+         ("masked_rows_mean", "convention", "a fully masked row is the mean of V over all keys", {"dead": "mean"}),
+         ("masked_rows_unmasked", "convention", "a fully masked row attends as if unmasked", {"dead": "unmasked"}),
+         ("dropout_unscaled", "convention", "kept weights not divided by 1 - p", {"drop": "unscaled"}),
+         ("dropout_ieee", "convention", "dropped weights still multiply V (0 * NaN = NaN)", {"drop": "ieee"})]
+    for name, val in MASK_BIASES:
+        t.append(("bias_replace_%s" % name, "convention", "masked scores replaced by the finite %g" % val,
+                  {"bias": val, "bias_how": "replace"}))
+        t.append(("bias_add_%s" % name, "convention", "the finite %g added to masked scores" % val,
+                  {"bias": val, "bias_how": "add"}))
+    return t
+
+
+MODELS = _model_table()
+
+
+# --- the models ----------------------------------------------------------------------------
+
+
+def _round_dtype(x, dtype):
+    """x (float64) rounded to the case dtype and back: f16 overflows to Inf."""
+    import ml_dtypes
+    with np.errstate(all="ignore"):
+        if dtype == "f16":
+            return x.astype(np.float16).astype(np.float64)
+        if dtype == "bf16":
+            return x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+        return x.astype(np.float32).astype(np.float64)
+
+
+def _tf32(x):
+    """x rounded to TF32 (f32 with a 10-bit mantissa, round to nearest even)."""
+    with np.errstate(all="ignore"):
+        f = np.asarray(x, dtype=np.float32).copy()
+        u = f.view(np.uint32)
+        fin = np.isfinite(f)
+        r = (u + np.uint32(0xFFF) + ((u >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+        u[fin] = r[fin]
+        return f.astype(np.float64)
+
+
+def _flush(x, tiny=F32_TINY):
+    x = np.array(x, dtype=np.float64)
+    x[np.abs(x) < tiny] = 0.0
+    return x
+
+
+def model_output(case, b, knobs):
+    """The output under knobs (see MODELS), float64 [B, Hq, Sq, Dv], or None when the model
+    does not apply to the case (it has nothing to change)."""
+    q, k, v = (np.asarray(b[n], dtype=np.float64) for n in ("q", "k", "v"))
+    mask, bmask = b.get("mask"), b.get("bool_mask")
+    if knobs.get("daz"):
+        q, k, v = _flush(q), _flush(k), _flush(v)
+        mask = None if mask is None else _flush(mask)
+    if knobs.get("tf32"):
+        q, k, v = _tf32(q), _tf32(k), _tf32(v)
+    if knobs.get("inf_nan"):
+        if not any(np.isinf(x).any() for x in (q, k, v)):
+            return None
+        q, k, v = (np.where(np.isinf(x), np.nan, x) for x in (q, k, v))
+    B, Hq, Sq, D = q.shape
+    Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    g = Hq // Hkv
+    with np.errstate(all="ignore"):
+        s0, s, live = reference._scores(case, q, k, mask, bmask, 0, Sq)
+        masked = np.isneginf(s) & ~np.isneginf(s0)   # masked by a mask, not by its own score
+        if knobs.get("qk_dt") and case.scale != 0.0:
+            r = _round_dtype(s0 / case.scale, case.dtype) * case.scale
+            s = np.where(np.isfinite(r) | np.isnan(s), s - s0 + r, r)
+        if knobs.get("scores_dt"):
+            s = _round_dtype(s, case.dtype)
+        if knobs.get("log2e"):
+            t = (s * np.log2(np.e)).astype(np.float32).astype(np.float64)
+            if not (np.isneginf(t) & np.isfinite(s)).any():
+                return None
+            s = np.where(np.isneginf(t), -np.inf, s)
+        if "bias" in knobs:
+            if not masked.any():
+                return None
+            base = s0 if knobs["bias_how"] == "add" else 0.0
+            s = np.where(masked, base + knobs["bias"], s)
+            live = None
+        isn = np.isnan(s)
+        m = np.where(isn, -np.inf, s).max(axis=-1, keepdims=True)
+        e = np.exp(s - m)
+        w = e / e.sum(axis=-1, keepdims=True)
+        w = np.where(isn.any(axis=-1, keepdims=True), np.nan, w)
+        if live is not None:
+            w = np.where(live, w, 0.0)
+        dead = (m == -np.inf) & ~isn.any(axis=-1, keepdims=True)
+        w = np.where(dead, 0.0, w)
+        dead_how = knobs.get("dead")
+        if dead_how and not dead.any():
+            return None
+        if dead_how == "unmasked":
+            su = s0 if mask is None else s0 + np.where(np.isneginf(np.broadcast_to(mask, s0.shape)), 0.0, mask)
+            eu = np.exp(su - su.max(axis=-1, keepdims=True))
+            w = np.where(dead, eu / eu.sum(axis=-1, keepdims=True), w)
+        elif dead_how == "mean":
+            w = np.where(dead, 1.0 / Sk, w)
+        if knobs.get("ftz_w"):
+            if not ((w > 0) & (w < F32_TINY)).any():
+                return None
+            w = np.where(np.abs(w) < F32_TINY, 0.0, w)
+        if knobs.get("p_dt"):
+            w = _round_dtype(w, case.dtype)
+        if knobs.get("tf32"):
+            w = _tf32(w)
+        drop = knobs.get("drop")
+        if case.dropout_p > 0.0:
+            p = case.dropout_p
+            keep = reference.rng.dropout_keep(case.dropout_seed, p, B, Hq, Sq, Sk, 0)
+            scale = 1.0 if drop == "unscaled" else (1.0 / (1.0 - p) if p < 1.0 else 0.0)
+            wk = np.where(keep, w * scale, 0.0)
+            nz = (wk != 0.0) | (~keep if drop == "ieee" else False)
+        elif drop:
+            return None
+        else:
+            wk, nz = w, w != 0.0
+        if knobs.get("zero_ieee"):
+            nz = np.ones_like(nz, dtype=bool) if live is None else np.broadcast_to(live, wk.shape)
+        vr = np.repeat(v, g, axis=1)                                          # [B, Hq, Sk, Dv]
+        fin = np.isfinite(vr)
+        out = np.matmul(np.where(nz, wk, 0.0), np.where(fin, vr, 0.0))
+        if not fin.all():
+            bad = np.nonzero(~fin.all(axis=(0, 1, 3)))[0]
+            wb = np.where(nz[..., bad], wk[..., bad], 0.0)[..., None]        # [B, Hq, Sq, nb, 1]
+            vb = np.where(fin[:, :, bad, :], 0.0, vr[:, :, bad, :])[:, :, None]
+            contrib = np.where(nz[..., bad][..., None], wb * vb, 0.0)
+            out = out + contrib.sum(axis=3)
+        if dead_how == "nan":
+            out = np.where(dead, np.nan, out)
+        if knobs.get("ftz_out"):
+            out = _flush(out)
+    return out
+
+
+def _row_atol(b, tol, metrics):
+    """The absolute tolerance of each query row [B, Hq, Sq, 1]: the recorded atol (the worst
+    element's row's) scaled by each row's largest finite |V| (docs/case-json.md: atol is
+    vscale[row] times a per-dtype floor or the honest error)."""
+    atol = float(tol.get("atol", 0.0) or 0.0)
+    v = np.asarray(b["v"], dtype=np.float64)
+    ref = b["ref"]
+    Hq, Hkv = ref.shape[1], v.shape[1]
+    vs = np.where(np.isfinite(v), np.abs(v), 0.0).max(axis=(2, 3))               # [B, Hkv]
+    vs = np.repeat(vs, Hq // Hkv, axis=1)[:, :, None, None] * np.ones(ref.shape[:3] + (1,))
+    wi = metrics.get("worst_index") or [0, 0, 0, 0]
+    try:
+        w = vs[wi[0], wi[1], wi[2], 0]
+    except (IndexError, TypeError):
+        w = 0.0
+    return atol * vs / w if w > 0 else np.full(vs.shape, atol)
+
+
+def judge(out, model, atol, rtol, dtype=None):
+    """How out compares with a model: {"fail": failing elements (class or beyond
+    atol + rtol |model|), "class": class mismatches, "max_abs", "exact": every element
+    equal to the model rounded to dtype (NaN to NaN)}."""
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(model, dtype=np.float64)
+    if o.shape != r.shape:
+        return {"fail": int(o.size), "class": int(o.size), "max_abs": float("inf"), "exact": False}
+    cls = lambda x: np.where(np.isnan(x), 1, np.where(np.isposinf(x), 2, np.where(np.isneginf(x), 3, 0)))
+    cbad = cls(o) != cls(r)
+    fin = np.isfinite(o) & np.isfinite(r)
+    err = np.where(fin, np.abs(o - r), 0.0)
+    bad = cbad | (err > atol + rtol * np.abs(np.where(fin, r, 0.0)))
+    rr = _round_dtype(np.where(fin, r, 0.0), dtype or "f32")
+    exact = not cbad.any() and bool(np.all(np.where(fin, o == rr, True)))
+    return {"fail": int(bad.sum()), "class": int(cbad.sum()), "max_abs": float(err.max()) if err.size else 0.0,
+            "exact": exact}
+
+
+def _dtype_precision(out, ref, dtype, sk):
+    """The accumulation-in-the-dtype bound: every element within 4 sqrt(Sk) ulps of the
+    dtype at the scale of its row's largest |ref| (what a kernel that rounds its partial
+    sums to the dtype may be off by). Returns the failing count under that bound."""
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        fin = np.isfinite(o) & np.isfinite(r)
+        scale = np.where(np.isfinite(r), np.abs(r), 0.0).max(axis=-1, keepdims=True)
+        bound = 4.0 * np.sqrt(max(sk, 1)) * (EPS.get(dtype, EPS["f32"]) * scale
+                                             + SUBNORMAL_STEP.get(dtype, SUBNORMAL_STEP["f32"]))
+        cbad = (np.isnan(o) != np.isnan(r)) | (np.isposinf(o) != np.isposinf(r)) | (np.isneginf(o) != np.isneginf(r))
+        bad = cbad | (fin & (np.abs(o - r) > bound))
+    return int(bad.sum())
+
+
+def models(b, meta):
+    """Every model judged on the failing backend's recorded output (or gradient): a list of
+    {"name", "class", "what", "fail", "class_mismatches", "max_abs", "exact"} in MODELS
+    order (models that change nothing on this case left out), and a note when the output
+    cannot be judged (no output, a serving case)."""
+    case = case_mod.Case(b["case"])
+    rec = _failing(meta)
+    tensor = meta.get("tensor") or "out"
+    key = None
+    if rec is not None:
+        if tensor == "out":
+            key = (rec.get("output") or "")[: -len(bundle_mod.SUFFIX)] or None
+        else:
+            key = (((rec.get("grads") or {}).get(tensor) or {}).get("output") or "")[: -len(bundle_mod.SUFFIX)] or None
+    if not key or key not in b:
+        return [], "no recorded output (%s): nothing to judge" % meta.get("kind")
+    tol = (meta.get("tolerances") or {}).get(tensor) or meta.get("tolerance") or {}
+    metrics = rec.get("metrics") or {}
+    if tensor != "out":
+        metrics = ((rec.get("grads") or {}).get(tensor) or {}).get("metrics") or {}
+    rtol = float(tol.get("rtol", 0.0) or 0.0)
+    out = b[key]
+    if tensor != "out":
+        ref = b.get("ref_" + tensor)
+        if ref is None or ref.shape != out.shape:
+            return [], "no reference for %s" % tensor
+        atol = float(tol.get("atol", 0.0) or 0.0)
+        j = judge(out, ref, atol, rtol, case.dtype)
+        n = _dtype_precision(out, ref, case.dtype, case.kv_len)
+        return ([_row("reference", None, "the float64 gradient", j),
+                 _row("reference+accumulation", "precision", "within 4 sqrt(Sk) ulps of the case dtype at each row's scale",
+                      dict(j, fail=n, exact=False))],
+                "gradient %s: only the reference and the dtype's accumulation bound are modelled" % tensor)
+    atol = _row_atol(b, tol, metrics)
+    res = []
+    note = None
+    where = _failing_rows(case, b, out, atol, rtol)
+    if case.sinks is not None or case.forms:
+        note = "a serving case: only the recorded reference and the dtype's accumulation bound are judged"
+        table = [MODELS[0]]
+    else:
+        table = MODELS
+    gpu = _on_gpu(rec)
+    for name, cls, what, knobs in table:
+        if name in GPU_ONLY and not gpu:
+            continue
+        if name == "reference":
+            m = b["ref"]
+        else:
+            try:
+                m = model_output(case, b, knobs)
+            except (ValueError, IndexError) as e:  # a case this pipeline does not take
+                note = "models skipped: %s" % e
+                break
+            if m is None:
+                continue
+        res.append(_row(name, cls, what, judge(out, m, atol, rtol, case.dtype)))
+        if cls in (None, "precision"):
+            # the model and partial sums in the case dtype (a precision mode seldom comes alone)
+            n = _dtype_precision(out, m, case.dtype, case.kv_len)
+            if n < res[-1]["fail"]:
+                res.append(_row(name + "+accumulation", "precision", what + ", and partial sums in the case dtype",
+                                dict(res[-1], fail=n, exact=False)))
+    if res and res[0]["fail"] and not any(r["fail"] == 0 for r in res[1:]) and out.size <= PAIR_LIMIT:
+        res += _pairs(case, b, out, atol, rtol, res, {n: (c, w, k) for n, c, w, k in table})
+    for r in res:
+        r["where"] = where
+    return res, note
+
+
+PAIR_LIMIT = 1 << 20   # output elements up to which pairs of models are tried
+
+
+def _pairs(case, b, out, atol, rtol, rows, table):
+    """Pairs of the single models that each fix some failing elements (two modes at once:
+    an exp2 overflow and a NaN masked row), knobs merged; a pair of conflicting knobs is
+    skipped. Named "A+B", of A's class (A the earlier in MODELS)."""
+    ref_fail = rows[0]["fail"]
+    good = [r["name"] for r in rows[1:] if r["fail"] < ref_fail and r["name"] in table]
+    res = []
+    for i, a in enumerate(good):
+        for bname in good[i + 1:]:
+            ka, kb = table[a][2], table[bname][2]
+            if any(k in ka and ka[k] != kb[k] for k in kb):
+                continue
+            m = model_output(case, b, dict(ka, **kb))
+            if m is None:
+                continue
+            res.append(_row(a + "+" + bname, table[a][0], table[a][1] + "; " + table[bname][1],
+                            judge(out, m, atol, rtol, case.dtype)))
+    return res
+
+
+def _failing_rows(case, b, out, atol, rtol):
+    """Where the output fails the reference: "dead" (every failing element in a row whose
+    every key is masked or scores -inf), "live", or "none"."""
+    ref = b["ref"]
+    j_bad = judge(out, ref, atol, rtol, case.dtype)["fail"]
+    if not j_bad:
+        return "none"
+    try:
+        with np.errstate(all="ignore"):
+            q, k = (np.asarray(b[n], dtype=np.float64) for n in ("q", "k"))
+            _, s, _ = reference._scores(case, q, k, b.get("mask"), b.get("bool_mask"), 0, case.q_len)
+            dead = np.where(np.isnan(s), -np.inf, s).max(axis=-1, keepdims=True) == -np.inf
+    except (ValueError, IndexError):
+        return "live"
+    o, r = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        bad = (np.isnan(o) != np.isnan(r)) | (np.abs(np.nan_to_num(o - r, nan=0.0)) > atol + rtol * np.abs(
+            np.nan_to_num(r)))
+    return "dead" if not (bad & ~dead).any() else "live"
+def _on_gpu(rec):
+    """Does the backend run on a GPU (its name or worker line says CUDA or cuDNN)?"""
+    text = ("%s %s" % (rec.get("name", ""), rec.get("worker", ""))).lower()
+    return any(w in text for w in ("cuda", "cudnn", "gpu", "triton"))
+
+
+def _row(name, cls, what, j):
+    return {"name": name, "class": cls, "what": what, "fail": j["fail"], "class_mismatches": j["class"],
+            "max_abs": j["max_abs"], "exact": j["exact"]}
+
+
+def best_model(rows):
+    """The model that explains the output: the first (fewest assumptions: MODELS order) of
+    those failing no element, exact ones first; None when the reference itself passes or
+    none passes."""
+    if not rows or rows[0]["name"] == "reference" and rows[0]["fail"] == 0:
+        return None
+    passing = [r for r in rows[1:] if r["fail"] == 0]
+    if not passing:
+        return None
+    exact = [r for r in passing if r["exact"]]
+    return (exact or passing)[0]
+
+
+# --- neighbours ----------------------------------------------------------------------------
+
+
+def _failing(meta):
+    for be in meta.get("backends") or []:
+        if isinstance(be, dict) and be.get("verdict", "ok") not in ("ok", "pass"):
+            return be
+    return (meta.get("backends") or [None])[0]
+
+
+def _tokens_of_bundle(meta):
+    who = meta.get("who") or ""
+    toks = set(re.findall(r"[a-z0-9_]+", (meta.get("features") or "").lower()))
+    toks |= set(re.split(r"[:/]", who.lower())) - {""}
+    toks.add(str(meta.get("kind")))
+    toks.add(str(meta.get("case", {}).get("dtype")))
+    return toks
+
+
+def _tokens_of_entry(e):
+    text = " ".join([" ".join(e.get("backends", [])), " ".join(e.get("kinds", [])),
+                     json.dumps(e.get("when", "")), json.dumps(e.get("symptom", "")), e.get("id", "")])
+    return set(re.findall(r"[a-z0-9_]+", text.lower().replace("-", "_"))) | set(re.split(r"[:/\-]", text.lower()))
+
+
+def _own_entry(path, entries):
+    rel = os.path.normpath(os.path.relpath(os.path.realpath(path), known_mod.ROOT))
+    for e in entries:
+        bs = e.get("bundle")
+        for x in ([bs] if isinstance(bs, str) else bs or []):
+            if os.path.normpath(x) == rel:
+                return e
+    return None
+
+
+def neighbours(meta, entries, n=3):
+    """The n nearest entries: backend glob match, kind, then shared feature tokens;
+    each {"id", "class", "score", "same", "differs"}."""
+    who = meta.get("who") or ""
+    kind = meta.get("kind")
+    bt = _tokens_of_bundle(meta)
+    out = []
+    for e in entries:
+        score = 0.0
+        if any(fnmatch.fnmatch(who, pat) for pat in e.get("backends", [])):
+            score += 3
+        elif who.split("/")[0] and any(p.split("/")[0] == who.split("/")[0] for p in e.get("backends", [])):
+            score += 1
+        if kind in e.get("kinds", []):
+            score += 2
+        et = _tokens_of_entry(e)
+        same = sorted(bt & et - {"target", "none", ""})
+        score += 0.5 * len(same)
+        clauses = e.get("when") or []
+        clauses = [clauses] if isinstance(clauses, str) else clauses
+        out.append({"id": e["id"], "class": e["class"], "score": score, "same": same,
+                    "differs": [c for c in clauses if not (set(re.findall(r"[a-z0-9_]+", c)) & bt)],
+                    "issue": e.get("issue"), "title": e.get("title", "")})
+    out.sort(key=lambda r: -r["score"])
+    return out[:n]
+
+
+def attnfuzz_exe():
+    """The attnfuzz executable: $ATTNFUZZ_EXE (the C command sets it), else build/attnfuzz
+    under the project root, else attnfuzz on PATH."""
+    env = os.environ.get("ATTNFUZZ_EXE")
+    if env:
+        return env
+    p = os.path.join(known_mod.ROOT, "build", "attnfuzz")
+    return p if os.access(p, os.X_OK) else shutil.which("attnfuzz")
+
+
+def known_match(path, entries, tmp):
+    """The id of the entry `attnfuzz known` matches among entries only, or None. `--no-known`
+    drops `--known` files too, so the set is given as the only known.json of a shadow
+    project root in tmp (its python/attnfuzz/__init__.py marks it; the executable, linked or
+    copied there, finds it first)."""
+    exe = attnfuzz_exe()
+    if not exe:
+        return None
+    root = os.path.join(tmp, "root")
+    shadow = os.path.join(root, "build", "attnfuzz")
+    if not os.path.exists(shadow):
+        os.makedirs(os.path.join(root, "python", "attnfuzz"))
+        os.makedirs(os.path.join(root, "build"))
+        os.makedirs(os.path.join(root, "corpus", "findings", "triage"))
+        open(os.path.join(root, "python", "attnfuzz", "__init__.py"), "w").close()
+        try:
+            os.link(os.path.realpath(exe), shadow)
+        except OSError:
+            shutil.copy2(os.path.realpath(exe), shadow)
+    with open(os.path.join(root, "corpus", "findings", "triage", "known.json"), "w") as fh:
+        json.dump({"format": "attnfuzz-known", "version": 1,
+                   "entries": [{k: v for k, v in e.items() if k != "file"} for e in entries]}, fh)
+    try:
+        r = subprocess.run([shadow, "known", os.path.realpath(path)], capture_output=True, text=True, timeout=120,
+                           cwd=root)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"known bug (\S+) \(", r.stdout)
+    return m.group(1) if m else None
+
+
+# --- sharing and sensitivity ---------------------------------------------------------------
+
+
+def _replay(path, backend, timeout):
+    """'fails', 'passes', or 'error: ...' for one backend on a bundle."""
+    exe = attnfuzz_exe()
+    if not exe:
+        return "error: no attnfuzz executable"
+    try:
+        r = subprocess.run([exe, "replay", "-q", "--no-known", "--timeout", str(int(timeout)), "--backend", backend,
+                            path], capture_output=True, text=True, timeout=timeout * 3 + 60)
+    except subprocess.TimeoutExpired:
+        return "error: timed out"
+    if r.returncode == 0:
+        return "passes"
+    if r.returncode == 1:
+        line = next((ln for ln in r.stdout.splitlines() if backend in ln), "")
+        kind = re.search(r"\b(diverge|nan_mismatch|inf_mismatch|masked_row_nan|masked_value_leak|crash|error|timeout)\b",
+                         line)
+        return "fails" + (" (%s)" % kind.group(1) if kind else "")
+    tail = (r.stderr.strip().splitlines() or [""])[-1]
+    return "error: " + tail[:160]
+
+
+def share_backends(meta):
+    """The backends the case is replayed on: the built-in explicit and fused, every other
+    variant of the failing target's stack, and the first variant of each other installed
+    stack; compiled variants are left out (a compile per case costs minutes on a busy
+    host), and GPU ones on a host without a GPU. A stack is installed when its modules
+    can be found (importlib.util.find_spec: nothing is imported)."""
+    import importlib.util
+    from . import targets
+    who = meta.get("who") or ""
+    m = re.match(r"target:([a-z0-9_]+)/([a-z0-9_]+)", who)
+    own = m.groups() if m else (None, None)
+    out = ["explicit", "fused"]
+    for name in targets.stack_names():
+        mod, _ = targets.load(name)
+        st = getattr(mod, "STACK", None)
+        if st is None:
+            continue
+        if st.reference or not all(importlib.util.find_spec(i) for i in st.imports):
+            continue
+        vs = [v for v in st.variants.values() if not v.compiled and (not v.gpu or _have_gpu())]
+        if name != own[0]:
+            vs = vs[:1]
+        out += ["target:%s/%s" % (name, v.name) for v in vs if (name, v.name) != own]
+    return out
+
+
+def _have_gpu():
+    return os.path.exists("/dev/nvidiactl")
+
+
+def sharing(path, meta, timeout):
+    rows = []
+    for be in share_backends(meta):
+        rows.append({"backend": be, "result": _replay(path, be, timeout)})
+    return rows
+
+
+# (field, what a probe sets it to): the simplifications the minimizer also tries
+PROBES = (("dtype", "f32"), ("layout", "bhsd"), ("scale", None), ("dropout_p", 0), ("causal", False),
+          ("additive_mask", None), ("bool_mask", None), ("softcap", 0), ("window", [-1, -1]), ("key_padding", None))
+
+
+def sensitivity(path, meta, timeout, tmp):
+    """Each probe that changes the case: does the finding stay on the failing backend?
+    [{"field", "to", "keeps": bool or None, "result"}]."""
+    who = meta.get("who") or ""
+    if not who or "," in who or "@" in who:
+        return []
+    c = meta["case"]
+    rows = []
+    for field, to in PROBES:
+        if field == "layout":
+            if all((c.get(t) or {}).get("layout", "bhsd") == "bhsd" and not (c.get(t) or {}).get("pad")
+                   for t in "qkv"):
+                continue
+        elif c.get(field) == to or (field == "dtype" and c.get("dtype") == "f32"):
+            continue
+        d = os.path.join(tmp, "probe-" + field)
+        shutil.copytree(os.path.realpath(path), d)
+        with open(os.path.join(d, "case.json")) as f:
+            m = json.load(f)
+        if field == "layout":
+            for t in "qkv":
+                if isinstance(m["case"].get(t), dict):
+                    m["case"][t].update(layout="bhsd", pad=0, perm=0, broadcast="none")
+        else:
+            m["case"][field] = to
+        for drop in {"additive_mask": ["mask"], "bool_mask": ["bool_mask"]}.get(field, []):
+            p = os.path.join(d, drop + bundle_mod.SUFFIX)
+            if os.path.exists(p):
+                os.unlink(p)
+        gone = {"additive_mask": "mask", "bool_mask": "bool_mask"}.get(field)
+        if gone and isinstance(m.get("files"), list):
+            m["files"] = [x for x in m["files"] if x != gone + bundle_mod.SUFFIX]
+        with open(os.path.join(d, "case.json"), "w") as f:
+            json.dump(m, f)
+        res = _replay(d, who, timeout)
+        rows.append({"field": field, "to": to, "keeps": res.startswith("fails") if not res.startswith("error") else None,
+                     "result": res})
+        shutil.rmtree(d, ignore_errors=True)
+    return rows
+
+
+# --- the draft entry and the upstream page -------------------------------------------------
+
+
+def _when_clauses(c, meta):
+    w = []
+    if c.get("dtype") and c["dtype"] != "f32":
+        w.append("dtype == %s" % c["dtype"])
+    feats = (meta.get("features") or "").split()
+    flags = [("causal", c.get("causal")), ("dropout > 0", (c.get("dropout_p") or 0) > 0),
+             ("amask", c.get("additive_mask")), ("bmask", c.get("bool_mask")), ("key_padding", c.get("key_padding")),
+             ("window", list(c.get("window") or [-1, -1]) != [-1, -1]), ("softcap > 0", (c.get("softcap") or 0) > 0),
+             ("backward", c.get("backward")), ("specials", "specials" in feats), ("denormal", "denormal" in feats),
+             ("near_overflow", "near_overflow" in feats), ("segments", "packed" in feats), ("cross", "sq!=sk" in feats)]
+    w += [name for name, on in flags if on]
+    if c.get("scale") is not None and isinstance(c.get("scale"), (int, float)) and c["scale"] <= 0:
+        w.append("scale <= 0")
+    return w
+
+
+def draft_entry(meta, verdict, sens):
+    """A known.json entry for the bundle (docs/known.md's format), narrowed by the probes
+    that lost the finding when sensitivity ran."""
+    c = meta["case"]
+    who = meta.get("who") or "?"
+    kind = meta.get("kind") or "?"
+    when = _when_clauses(c, meta)
+    kept = {r["field"] for r in sens if r.get("keeps")}
+    drop = {"dtype": "dtype ==", "causal": "causal", "dropout_p": "dropout", "additive_mask": "amask",
+            "bool_mask": "bmask", "softcap": "softcap", "window": "window", "key_padding": "key_padding"}
+    when = [w for w in when if not any(w.startswith(drop[f]) for f in kept if f in drop)]
+    rec = _failing(meta) or {}
+    e = {"id": re.sub(r"[^a-z0-9-]+", "-", ("%s-%s" % (who.split(":", 1)[-1], kind)).lower())[:63],
+         "class": verdict["class"], "title": "TODO: one line (%s %s)" % (who, kind),
+         "backends": [who], "kinds": [kind]}
+    if when:
+        e["when"] = when
+    m = rec.get("metrics") or {}
+    tensor = meta.get("tensor") or "out"
+    sym = []
+    if tensor != "out":
+        sym.append("tensor == %s" % tensor)
+    if kind in ("diverge", "nan_mismatch", "inf_mismatch", "masked_row_nan", "masked_value_leak"):
+        if m.get("n_fail_masked") and m.get("n_fail_masked") == (m.get("n_diverge", 0) + m.get("n_nan", 0)
+                                                                 + m.get("n_inf", 0)):
+            sym.append("masked_only")
+        if m.get("n_nan") and not m.get("n_nan_ref"):
+            sym.append("n_nan_ref == 0")
+    if sym:
+        e["symptom"] = sym
+    if kind in ("error", "crash") and rec.get("error"):
+        msg = str(rec["error"]).split("stderr:")[-1].strip().splitlines()[-1] if rec.get("error") else ""
+        e["message"] = msg[-60:]
+    return e
+
+
+def upstream_page(path, meta, b, verdict, rows, near, repro_path):
+    c = meta["case"]
+    rec = _failing(meta) or {}
+    m = rec.get("metrics") or {}
+    who = meta.get("who") or "?"
+    lines = ["# %s: %s on %s" % (who.split(":", 1)[-1], meta.get("kind"), meta.get("features") or ""), "",
+             "## Environment", "",
+             "- %s %s (%s)" % (who, rec.get("version", "?"), rec.get("worker", "")),
+             "- conventions declared: `%s`" % json.dumps(rec.get("conventions") or {}),
+             "- case: batch %s, heads %s/%s, Sq %s, Sk %s, D %s, Dv %s, %s" % tuple(
+                 c.get(k) for k in ("batch", "q_heads", "kv_heads", "q_len", "kv_len", "head_dim", "v_head_dim",
+                                    "dtype")),
+             "", "## Expected against actual", ""]
+    if meta.get("kind") in ("crash", "error", "timeout"):
+        lines.append("Expected: an output. Actual: `%s`" % str(rec.get("error", ""))[:400])
+    else:
+        lines.append("At index %s: expected %s (float64 reference), got %s; max |out - ref| %s, tolerance atol %s "
+                     "rtol %s." % (m.get("worst_index"), m.get("worst_ref"), m.get("worst_out"), m.get("max_abs"),
+                                   (meta.get("tolerance") or {}).get("atol"), (meta.get("tolerance") or {}).get("rtol")))
+    lines += ["", "Triage: **%s** (confidence %.2f): %s" % (verdict["class"], verdict["confidence"],
+                                                             verdict["evidence"]), ""]
+    lines += ["## Repro", ""]
+    if repro_path and os.path.exists(repro_path):
+        with open(repro_path) as f:
+            lines += ["```python", f.read().rstrip("\n"), "```"]
+    else:
+        lines.append("(no standalone script: %s)" % (repro_path or "none written"))
+    lines += ["", "## Before filing: nearest known entries and issues to search", ""]
+    for r in near:
+        lines.append("- `%s` (%s): %s%s" % (r["id"], r["class"], r["title"],
+                                           "; issue: %s" % r["issue"] if r.get("issue") else ""))
+    stack = who.split(":", 1)[-1].split("/")[0]
+    lines.append("- search the %s tracker for: %s" % (stack, ", ".join(repr(t) for t in _search_terms(meta))))
+    return "\n".join(lines) + "\n"
+
+
+def _search_terms(meta):
+    c = meta["case"]
+    terms = ["scaled_dot_product_attention" if "torch" in (meta.get("who") or "") else "dot_product_attention"]
+    kind = meta.get("kind")
+    terms.append({"nan_mismatch": "NaN", "inf_mismatch": "inf", "crash": "crash", "error": "error"}.get(kind, "wrong"))
+    if c.get("dtype") in ("f16", "bf16"):
+        terms.append({"f16": "float16", "bf16": "bfloat16"}[c["dtype"]])
+    for f in ("causal", "dropout_p", "additive_mask", "bool_mask", "backward"):
+        if c.get(f):
+            terms.append(f.replace("_p", "").replace("_", " "))
+    return terms
+
+
+# --- the verdict ---------------------------------------------------------------------------
+
+
+def verdict(meta, rows, note, match, shared, near=()):
+    """{"class", "confidence", "evidence"} from the models, the known match and sharing."""
+    kind = meta.get("kind")
+    rec = _failing(meta) or {}
+    who = meta.get("who") or ""
+    if match is not None:
+        return {"class": match["class"], "confidence": 0.95,
+                "evidence": "the known entry %s matches (attnfuzz known)" % match["id"]}
+    if kind in ("crash", "error", "timeout"):
+        st = meta.get("_stderr", "")
+        frames = re.findall(r'File "([^"]+)", line \d+', st)
+        exc = re.findall(r"^(\w+): ", st, re.M)
+        if frames and "/attnfuzz/" in frames[-1] and exc and exc[-1] in WRAPPER_ERRORS:
+            return {"class": "target_bug", "confidence": 0.6,
+                    "evidence": "the %s's traceback ends in attnfuzz's own code (%s)" % (kind, frames[-1])}
+        return {"class": "real_bug", "confidence": 0.75 if kind != "timeout" else 0.5,
+                "evidence": "a %s of the stack (%s)" % (kind, str(rec.get("error", "")).strip()[-120:])}
+    best = best_model(rows)
+    ref = rows[0] if rows else None
+    if best is not None:
+        conf = 0.9 if best["exact"] else 0.75
+        if best["name"].endswith("+accumulation"):
+            conf = 0.6
+        ev = "model %s reproduces the output %s (%s); the reference fails %d elements" % (
+            best["name"], "exactly" if best["exact"] else "within the tolerance", best["what"], ref["fail"] if ref else -1)
+        cls, why = _model_class(best, rec, meta["case"].get("dtype"))
+        return {"class": cls, "confidence": round(conf - (0.2 if why else 0.0), 2), "evidence": ev + (why or "")}
+    if ref is None:
+        if near:
+            return {"class": near[0]["class"], "confidence": 0.35,
+                    "evidence": "%s; by analogy with the nearest known entry %s" % (note or "nothing to judge",
+                                                                                   near[0]["id"])}
+        return {"class": "real_bug", "confidence": 0.3, "evidence": note or "nothing to judge"}
+    conf = 0.7
+    ev = "no model explains the output (the closest, %s, still fails %d of the reference's %d elements)" % (
+        min(rows, key=lambda r: r["fail"])["name"], min(r["fail"] for r in rows), ref["fail"])
+    others = [s for s in shared if s["backend"].startswith("target:")]
+    if others and all(s["result"].startswith("fails") for s in others):
+        conf -= 0.15
+        ev += "; every other variant of the stack fails it too (a bug they share)"
+    elif any(s["result"] == "passes" for s in shared):
+        conf += 0.1
+        ev += "; %s pass it" % ", ".join(s["backend"] for s in shared if s["result"] == "passes")
+    if who.startswith("mutant:"):
+        ev += "; a seeded mutant of attnfuzz's reference"
+    return {"class": "real_bug", "confidence": round(conf, 2), "evidence": ev}
+
+
+def _declared_rows(rec, dtype):
+    mr = (rec.get("conventions") or {}).get("masked_rows", "zero")
+    return mr.get(dtype, "zero") if isinstance(mr, dict) else mr
+
+
+def _model_class(best, rec, dtype):
+    """(class, why or None) of an explaining model: its own class, except where the project
+    calls the behaviour a bug (docs/findings.md): a finite mask bias that changes a row with
+    live keys leaks a masked key (ORT's, cuDNN-in-jax's f16 bias: real bugs), and a
+    masked-row behaviour other than the one the backend declares for its other rows (ORT's
+    NaN for a row of -inf scores where it zeroes masked rows) is inconsistent."""
+    name, where = best["name"], best.get("where")
+    declared = _declared_rows(rec, dtype)
+    if name.startswith("bias_") and where == "live":
+        return "real_bug", "; but the finite bias changes rows with live keys: a masked key keeps its weight (a leak)"
+    if name.startswith("bias_") and declared == "zero":
+        return "real_bug", ("; but the backend declares masked_rows zero, and its finite bias gives a fully masked "
+                            "row weights (inconsistent with its own convention)")
+    if name.startswith("masked_rows_") and name[len("masked_rows_"):] != declared:
+        return "real_bug", "; but the backend declares masked_rows %s for its other rows" % declared
+    return best["class"], None
+
+
+def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, without=()):
+    """The triage of one bundle as a JSON-able dict."""
+    b = bundle_mod.load(path)
+    meta = b["meta"]
+    st = os.path.join(os.path.realpath(path), "stderr.txt")
+    if os.path.exists(st):
+        with open(st, errors="replace") as f:
+            meta["_stderr"] = f.read()[-4000:]
+    own = _own_entry(path, entries) if blind else None
+    left_out = set(without) | ({own["id"]} if own else set())
+    pool = [e for e in entries if e["id"] not in left_out]
+    rows, note = models(b, meta)
+    with tempfile.TemporaryDirectory(prefix="attnfuzz-triage-") as tmp:
+        mid = known_match(path, pool, tmp)
+        match = next((e for e in pool if e["id"] == mid), None) if mid else None
+        shared = sharing(path, meta, timeout) if share else []
+        sens = sensitivity(path, meta, timeout, tmp) if share else []
+    near = neighbours(meta, pool)
+    v = verdict(meta, rows, note, match, shared, near)
+    res = {"bundle": path, "kind": meta.get("kind"), "who": meta.get("who"), "tensor": meta.get("tensor") or "out",
+           "verdict": v, "models": rows, "models_note": note, "best_model": (best_model(rows) or {}).get("name"),
+           "known_match": mid, "left_out": sorted(left_out), "neighbours": near, "sharing": shared,
+           "sensitivity": sens, "minimized": meta.get("minimized")}
+    res["draft_entry"] = draft_entry(meta, v, sens)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        name = os.path.basename(os.path.normpath(path))
+        repro_path = os.path.join(out_dir, name + ".py")
+        try:
+            from . import repro
+            repro.write_repro(path, repro_path)
+        except (OSError, ValueError, ImportError, KeyError) as e:
+            repro_path = "repro not written: %s" % e
+        page = os.path.join(out_dir, name + ".md")
+        with open(page, "w") as f:
+            f.write(upstream_page(path, meta, b, v, rows, near, repro_path))
+        with open(os.path.join(out_dir, name + ".known.json"), "w") as f:
+            json.dump({"format": "attnfuzz-known", "version": 1, "entries": [res["draft_entry"]]}, f, indent=2)
+        res["upstream_page"] = page
+    return res
+
+
+def render(r, file=sys.stdout):
+    p = lambda *a: print(*a, file=file)
+    v = r["verdict"]
+    p("%s: %s %s%s" % (r["bundle"], r["kind"], r["who"], "" if r["tensor"] == "out" else " (%s)" % r["tensor"]))
+    p("  verdict    %s (confidence %.2f): %s" % (v["class"], v["confidence"], v["evidence"]))
+    if r["models"]:
+        p("  models     (failing elements under each; * exact)")
+        ref_fail = r["models"][0]["fail"]
+        shown = [m for m in r["models"] if m["name"] == "reference" or m["fail"] < ref_fail]
+        for m in sorted(shown, key=lambda m: (m["name"] != "reference", m["fail"]))[:8]:
+            p("    %-34s %-10s fails %6d%s  %s" % (m["name"], m["class"] or "-", m["fail"], " *" if m["exact"] else "  ",
+                                               m["what"]))
+        if len(shown) < len(r["models"]):
+            p("    (%d other models fail as many elements as the reference or more)" % (len(r["models"]) - len(shown)))
+    if r["models_note"]:
+        p("  note       %s" % r["models_note"])
+    p("  known      %s%s" % (r["known_match"] or "no entry matches",
+                            " (left out: %s)" % ", ".join(r["left_out"]) if r["left_out"] else ""))
+    for n in r["neighbours"]:
+        p("  neighbour  %-48s %-10s shares %s%s" % (n["id"], n["class"], ",".join(n["same"][:6]) or "-",
+                                                    "; differs: %s" % "; ".join(n["differs"]) if n["differs"] else ""))
+    for s in r["sharing"]:
+        p("  sharing    %-40s %s" % (s["backend"], s["result"]))
+    for s in r["sensitivity"]:
+        p("  probe      %-14s -> %-10s %s" % (s["field"], json.dumps(s["to"]),
+                                              "keeps the finding" if s["keeps"] else
+                                              ("loses it: needed" if s["keeps"] is False else s["result"])))
+    p("  draft      %s" % json.dumps(r["draft_entry"]))
+    if r.get("upstream_page"):
+        p("  page       %s" % r["upstream_page"])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="attnfuzz triage", description=__doc__.split("\n\n")[0])
+    ap.add_argument("bundles", nargs="+", metavar="BUNDLE")
+    ap.add_argument("--json", action="store_true", help="one JSON object per bundle, a list")
+    ap.add_argument("--no-share", action="store_true", help="no replays: models and neighbours only")
+    ap.add_argument("--timeout", type=float, default=30, help="seconds per replay (default 30)")
+    ap.add_argument("--blind", action="store_true", help="leave the entry that lists the bundle out of the known set")
+    ap.add_argument("--known-without", action="append", default=[], metavar="ID", help="leave entry ID out (repeatable)")
+    ap.add_argument("--no-known", action="store_true", help="no known entries at all")
+    ap.add_argument("--out", metavar="DIR", help="write NAME.md (upstream page), NAME.py (repro), NAME.known.json")
+    a = ap.parse_args(argv)
+    try:
+        entries = [] if a.no_known else known_mod.load()
+    except ValueError as e:
+        print("attnfuzz triage: %s" % e, file=sys.stderr)
+        return 2
+    results, status = [], 0
+    for path in a.bundles:
+        try:
+            r = triage(path, entries, share=not a.no_share, timeout=a.timeout, out_dir=a.out, blind=a.blind,
+                       without=a.known_without)
+        except (OSError, ValueError, KeyError) as e:
+            print("attnfuzz triage: %s: %s" % (path, e), file=sys.stderr)
+            status = 2
+            continue
+        results.append(r)
+        if not a.json:
+            render(r)
+    if a.json:
+        json.dump(results, sys.stdout, indent=1, default=float)
+        print()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
