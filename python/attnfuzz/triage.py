@@ -40,7 +40,7 @@ import numpy as np
 from . import bundle as bundle_mod
 from . import case as case_mod
 from . import known as known_mod
-from . import reference
+from . import masks, reference
 
 # exceptions that a wrapper's own code raises (a stack raises its own types, or RuntimeError)
 WRAPPER_ERRORS = ("AttributeError", "NameError", "KeyError", "IndexError", "TypeError", "UnboundLocalError",
@@ -88,6 +88,10 @@ def _model_table():
          ("masked_rows_unmasked", "convention", "a fully masked row attends as if unmasked", {"dead": "unmasked"}),
          ("dropout_unscaled", "convention", "kept weights not divided by 1 - p", {"drop": "unscaled"}),
          ("dropout_ieee", "convention", "dropped weights still multiply V (0 * NaN = NaN)", {"drop": "ieee"})]
+    for n in (16, 32, 64, 128):
+        t.append(("bias_replace_jax_large_negative_block%d" % n, "convention",
+                  "masked scores replaced by -0.7 f32-max, keys padded with zero keys to a block of %d (a kernel "
+                  "that reads whole key blocks)" % n, {"bias": -0.7 * F32_MAX, "bias_how": "replace", "pad": n}))
     for name, val in MASK_BIASES:
         t.append(("bias_replace_%s" % name, "convention", "masked scores replaced by the finite %g" % val,
                   {"bias": val, "bias_how": "replace"}))
@@ -149,7 +153,10 @@ def model_output(case, b, knobs):
     g = Hq // Hkv
     with np.errstate(all="ignore"):
         s0, s, live = reference._scores(case, q, k, mask, bmask, 0, Sq)
-        masked = np.isneginf(s) & ~np.isneginf(s0)   # masked by a mask, not by its own score
+        # masked by a mask (structural, boolean, an additive -inf), not by its own score
+        masked = np.zeros(s.shape, dtype=bool) if live is None else ~np.broadcast_to(live, s.shape)
+        if mask is not None:
+            masked = masked | np.isneginf(np.broadcast_to(masks.additive_bhsd(case, mask), s.shape))
         if knobs.get("qk_dt") and case.scale != 0.0:
             r = _round_dtype(s0 / case.scale, case.dtype) * case.scale
             s = np.where(np.isfinite(r) | np.isnan(s), s - s0 + r, r)
@@ -166,6 +173,13 @@ def model_output(case, b, knobs):
             base = s0 if knobs["bias_how"] == "add" else 0.0
             s = np.where(masked, base + knobs["bias"], s)
             live = None
+        if knobs.get("pad"):
+            npad = (-Sk) % knobs["pad"]
+            if npad == 0 or case.dropout_p > 0.0:
+                return None
+            s = np.concatenate([s, np.full(s.shape[:3] + (npad,), knobs["bias"])], axis=-1)
+            v = np.concatenate([v, np.zeros(v.shape[:2] + (npad, Dv))], axis=2)
+            Sk += npad
         isn = np.isnan(s)
         m = np.where(isn, -np.inf, s).max(axis=-1, keepdims=True)
         e = np.exp(s - m)
@@ -275,44 +289,37 @@ def _dtype_precision(out, ref, dtype, sk):
 
 
 def models(b, meta):
-    """Every model judged on the failing backend's recorded output (or gradient): a list of
-    {"name", "class", "what", "fail", "class_mismatches", "max_abs", "exact"} in MODELS
-    order (models that change nothing on this case left out), and a note when the output
-    cannot be judged (no output, a serving case)."""
+    """Every model judged on the failing backend's recorded output: a list of {"name",
+    "class", "what", "fail", "class_mismatches", "max_abs", "exact", "where"} in MODELS
+    order (models that change nothing on this case left out; pairs after them when no
+    single model explains), and a note when the output cannot be judged (no output, a
+    gradient, a serving case, dropout with the backend's own keep mask)."""
     case = case_mod.Case(b["case"])
-    rec = _failing(meta)
+    rec = _failing(meta) or {}
     tensor = meta.get("tensor") or "out"
-    key = None
-    if rec is not None:
-        if tensor == "out":
-            key = (rec.get("output") or "")[: -len(bundle_mod.SUFFIX)] or None
-        else:
-            key = (((rec.get("grads") or {}).get(tensor) or {}).get("output") or "")[: -len(bundle_mod.SUFFIX)] or None
+    if tensor != "out":
+        # case.json records the output's tolerance only, and the oracle's per-row tolerance of
+        # a gradient (its honest run) cannot be rebuilt from the bundle: not judged here
+        n = ((rec.get("grads") or {}).get(tensor) or {}).get("metrics", {}).get("n_diverge", "?")
+        return [], ("a finding on %s: the gradient's tolerance is not recorded, so no model is judged (the oracle "
+                    "counted %s diverging elements)" % (tensor, n))
+    key = (rec.get("output") or "")[: -len(bundle_mod.SUFFIX)] or None
     if not key or key not in b:
         return [], "no recorded output (%s): nothing to judge" % meta.get("kind")
-    tol = (meta.get("tolerances") or {}).get(tensor) or meta.get("tolerance") or {}
+    tol = meta.get("tolerance") or {}
     metrics = rec.get("metrics") or {}
-    if tensor != "out":
-        metrics = ((rec.get("grads") or {}).get(tensor) or {}).get("metrics") or {}
     rtol = float(tol.get("rtol", 0.0) or 0.0)
     out = b[key]
-    if tensor != "out":
-        ref = b.get("ref_" + tensor)
-        if ref is None or ref.shape != out.shape:
-            return [], "no reference for %s" % tensor
-        atol = float(tol.get("atol", 0.0) or 0.0)
-        j = judge(out, ref, atol, rtol, case.dtype)
-        n = _dtype_precision(out, ref, case.dtype, case.kv_len)
-        return ([_row("reference", None, "the float64 gradient", j),
-                 _row("reference+accumulation", "precision", "within 4 sqrt(Sk) ulps of the case dtype at each row's scale",
-                      dict(j, fail=n, exact=False))],
-                "gradient %s: only the reference and the dtype's accumulation bound are modelled" % tensor)
     atol = _row_atol(b, tol, metrics)
     res = []
     note = None
     where = _failing_rows(case, b, out, atol, rtol)
     if case.sinks is not None or case.forms:
         note = "a serving case: only the recorded reference and the dtype's accumulation bound are judged"
+        table = [MODELS[0]]
+    elif not _own_keep(case, rec):
+        note = ("dropout with the backend's own keep mask (not in the bundle): only the recorded reference and the "
+                "dtype's accumulation bound are judged")
         table = [MODELS[0]]
     else:
         table = MODELS
@@ -368,8 +375,10 @@ def _pairs(case, b, out, atol, rtol, rows, table):
 
 
 def _failing_rows(case, b, out, atol, rtol):
-    """Where the output fails the reference: "dead" (every failing element in a row whose
-    every key is masked or scores -inf), "live", or "none"."""
+    """Where the output fails the reference: "live" (some failing element in a row with a
+    live key of finite score), "dead_mask" (every one in a row whose keys are all masked,
+    some in a row the masks mask whole), "dead_scores" (in rows whose live keys all score
+    -inf), or "none"."""
     ref = b["ref"]
     j_bad = judge(out, ref, atol, rtol, case.dtype)["fail"]
     if not j_bad:
@@ -377,15 +386,27 @@ def _failing_rows(case, b, out, atol, rtol):
     try:
         with np.errstate(all="ignore"):
             q, k = (np.asarray(b[n], dtype=np.float64) for n in ("q", "k"))
-            _, s, _ = reference._scores(case, q, k, b.get("mask"), b.get("bool_mask"), 0, case.q_len)
+            _, s, live = reference._scores(case, q, k, b.get("mask"), b.get("bool_mask"), 0, case.q_len)
             dead = np.where(np.isnan(s), -np.inf, s).max(axis=-1, keepdims=True) == -np.inf
+            by_mask = np.ones(dead.shape, dtype=bool) if live is None else ~np.broadcast_to(
+                live, s.shape).any(axis=-1, keepdims=True)
+            by_mask = by_mask & dead if live is not None else np.zeros(dead.shape, dtype=bool)
     except (ValueError, IndexError):
         return "live"
     o, r = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
     with np.errstate(all="ignore"):
         bad = (np.isnan(o) != np.isnan(r)) | (np.abs(np.nan_to_num(o - r, nan=0.0)) > atol + rtol * np.abs(
             np.nan_to_num(r)))
-    return "dead" if not (bad & ~dead).any() else "live"
+    if (bad & ~dead).any():
+        return "live"
+    return "dead_mask" if (bad & by_mask).any() else "dead_scores"
+def _own_keep(case, rec):
+    """Can the models redraw the case's dropout? Yes without dropout, or where the backend
+    uses attnfuzz's counter RNG (conventions dropout "counter"); a backend that returns its
+    own keep mask ("keep_mask") was judged with a mask the bundle does not keep."""
+    return not case.dropout_p > 0.0 or (rec.get("conventions") or {}).get("dropout") == "counter"
+
+
 def _on_gpu(rec):
     """Does the backend run on a GPU (its name or worker line says CUDA or cuDNN)?"""
     text = ("%s %s" % (rec.get("name", ""), rec.get("worker", ""))).lower()
@@ -420,21 +441,6 @@ def _failing(meta):
     return (meta.get("backends") or [None])[0]
 
 
-def _tokens_of_bundle(meta):
-    who = meta.get("who") or ""
-    toks = set(re.findall(r"[a-z0-9_]+", (meta.get("features") or "").lower()))
-    toks |= set(re.split(r"[:/]", who.lower())) - {""}
-    toks.add(str(meta.get("kind")))
-    toks.add(str(meta.get("case", {}).get("dtype")))
-    return toks
-
-
-def _tokens_of_entry(e):
-    text = " ".join([" ".join(e.get("backends", [])), " ".join(e.get("kinds", [])),
-                     json.dumps(e.get("when", "")), json.dumps(e.get("symptom", "")), e.get("id", "")])
-    return set(re.findall(r"[a-z0-9_]+", text.lower().replace("-", "_"))) | set(re.split(r"[:/\-]", text.lower()))
-
-
 def _own_entry(path, entries):
     rel = os.path.normpath(os.path.relpath(os.path.realpath(path), known_mod.ROOT))
     for e in entries:
@@ -445,12 +451,108 @@ def _own_entry(path, entries):
     return None
 
 
+# the case variables of docs/known.md ("Clauses") that case_vars() computes; a name in a
+# clause that is none of KNOWN_VARS is a value name (f16, bottom_right, near_overflow ...)
+KNOWN_VARS = set("""dtype tf32 b hq hkv sq sk d dv group gqa cross scale scale_set placement softcap dropout causal diag
+diag_offset key_padding valid_min valid_max window window_left window_right amask amask.dtype amask.rank amask.dims
+amask.pattern amask.fill amask.expanded amask.live_zero amask.mag bmask bmask.rank bmask.dims bmask.pattern
+bmask.expanded mask_dtype packed strided specials denormal near_overflow backward segments paged page_size sinks alibi
+kind tensor n_nan n_nan_ref n_nan_out n_inf n_masked_row_nan n_masked_value_leak n_diverge n_unstable n_fail
+n_fail_masked masked_only worst_ratio max_abs max_rel rel_fro worst_out worst_ref score_max do.perm do.pad do.bcast
+do.dist do.special""".split()) | {"%s.%s" % (t, f) for t in "qkv" for f in (
+    "layout", "perm", "pad", "bcast", "dist", "mag", "special", "contig", "row_stride", "align")}
+
+
+class _Unknown(Exception):
+    pass
+
+
+def case_vars(meta):
+    """The case variables of docs/known.md that case.json gives directly (the rest, layout
+    strides and result metrics but the kind and tensor, are unknown here)."""
+    c = meta["case"]
+    cs = case_mod.Case(c)
+    feats = (meta.get("features") or "").split()
+    am, bm = c.get("additive_mask"), c.get("bool_mask")
+    v = {"dtype": c.get("dtype", "f32"), "tf32": bool(c.get("allow_tf32")), "b": cs.batch, "hq": cs.q_heads,
+         "hkv": cs.kv_heads, "sq": cs.q_len, "sk": cs.kv_len, "d": cs.head_dim, "dv": cs.v_head_dim,
+         "group": cs.q_heads // max(cs.kv_heads, 1), "gqa": cs.q_heads != cs.kv_heads, "cross": cs.q_len != cs.kv_len,
+         "scale": cs.scale, "scale_set": c.get("scale") is not None, "placement": c.get("scale_placement", "scores"),
+         "softcap": float(c.get("softcap") or 0), "dropout": float(c.get("dropout_p") or 0),
+         "causal": bool(c.get("causal")), "diag": c.get("diagonal", "bottom_right"),
+         "diag_offset": (cs.diag_offset or [0])[0],
+         "key_padding": c.get("key_padding") is not None, "window": list(c.get("window") or [-1, -1]) != [-1, -1],
+         "window_left": (c.get("window") or [-1, -1])[0], "window_right": (c.get("window") or [-1, -1])[1],
+         "amask": am is not None, "bmask": bm is not None, "backward": bool(c.get("backward")),
+         "specials": "specials" in feats, "denormal": "denormal" in feats, "near_overflow": "near_overflow" in feats,
+         "segments": "packed" in feats or "segments" in feats, "paged": "paged" in feats,
+         "sinks": "sinks" in feats, "alibi": "alibi" in feats, "kind": meta.get("kind"),
+         "tensor": meta.get("tensor") or "out"}
+    if am is not None:
+        v.update({"amask.dtype": am.get("dtype", c.get("dtype")), "amask.fill": am.get("fill"),
+                  "amask.pattern": am.get("pattern"), "amask.rank": am.get("rank"),
+                  "amask.expanded": bool(am.get("expanded")), "amask.live_zero": bool(am.get("live_zero")),
+                  "mask_dtype": am.get("dtype", c.get("dtype")) != c.get("dtype")})
+    else:
+        v["mask_dtype"] = False
+    if bm is not None:
+        v.update({"bmask.pattern": bm.get("pattern"), "bmask.rank": bm.get("rank")})
+    for t in "qkv":
+        spec = c.get(t) or {}
+        v.update({"%s.layout" % t: spec.get("layout", "bhsd"), "%s.dist" % t: spec.get("dist", "normal"),
+                  "%s.special" % t: spec.get("special", "none"), "%s.pad" % t: spec.get("pad", 0),
+                  "%s.perm" % t: spec.get("perm", 0), "%s.bcast" % t: spec.get("broadcast", "none"),
+                  "%s.mag" % t: spec.get("log10_magnitude", 0)})
+    return v
+
+
+_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)|([A-Za-z_][A-Za-z0-9_.]*)|(\|\||&&|==|!=|<=|>=|[-+*/%<>()!\[\],]))")
+
+
+def clause_holds(clause, v):
+    """True/False for one clause of docs/known.md's grammar over the variables v; None when
+    it reads a variable v does not hold (or does not parse here)."""
+    out, pos = [], 0
+    try:
+        while pos < len(clause):
+            m = _TOKEN.match(clause, pos)
+            if not m or m.end() == pos:
+                if clause[pos:].strip() == "":
+                    break
+                return None
+            pos = m.end()
+            num, name, op = m.groups()
+            if num:
+                out.append(num)
+            elif name:
+                if name in ("true", "false"):
+                    out.append("True" if name == "true" else "False")
+                elif name in ("inf", "nan"):
+                    out.append("float(%r)" % name)
+                elif name in ("abs", "in"):
+                    out.append(" %s " % name)
+                elif name in KNOWN_VARS:
+                    if name not in v:
+                        raise _Unknown(name)
+                    out.append(repr(v[name]))
+                else:
+                    out.append(repr(name))    # a value name
+            else:
+                out.append({"||": " or ", "&&": " and ", "!": " not ", "[": "(", "]": ",)", "%": "%"}.get(op, op))
+        return bool(eval("".join(out), {"__builtins__": {}, "float": float, "abs": abs}))  # noqa: S307
+    except _Unknown:
+        return None
+    except Exception:  # noqa: BLE001 - a clause this small evaluator does not read
+        return None
+
+
 def neighbours(meta, entries, n=3):
-    """The n nearest entries: backend glob match, kind, then shared feature tokens;
-    each {"id", "class", "score", "same", "differs"}."""
+    """The n nearest entries: the backend (glob match, else the same stack), the kind, and
+    how many of the entry's `when` clauses the case meets (clause_holds); each {"id",
+    "class", "score", "holds", "differs": the clauses the case does not meet}."""
     who = meta.get("who") or ""
     kind = meta.get("kind")
-    bt = _tokens_of_bundle(meta)
+    v = case_vars(meta)
     out = []
     for e in entries:
         score = 0.0
@@ -460,13 +562,13 @@ def neighbours(meta, entries, n=3):
             score += 1
         if kind in e.get("kinds", []):
             score += 2
-        et = _tokens_of_entry(e)
-        same = sorted(bt & et - {"target", "none", ""})
-        score += 0.5 * len(same)
         clauses = e.get("when") or []
         clauses = [clauses] if isinstance(clauses, str) else clauses
-        out.append({"id": e["id"], "class": e["class"], "score": score, "same": same,
-                    "differs": [c for c in clauses if not (set(re.findall(r"[a-z0-9_]+", c)) & bt)],
+        res = [(c, clause_holds(c, v)) for c in clauses]
+        holds = [c for c, h in res if h]
+        differs = [c for c, h in res if h is False]
+        score += 1.5 * len(holds) - 1.5 * len(differs)
+        out.append({"id": e["id"], "class": e["class"], "score": score, "holds": holds, "differs": differs,
                     "issue": e.get("issue"), "title": e.get("title", "")})
     out.sort(key=lambda r: -r["score"])
     return out[:n]
@@ -780,6 +882,19 @@ def _declared_rows(rec, dtype):
     return mr.get(dtype, "zero") if isinstance(mr, dict) else mr
 
 
+# finite mask values that a stack uses by design (docs/findings.md): jax's -0.7 * finfo.max
+# (`_get_large_negative`, pallas' DEFAULT_MASK_VALUE), cuDNN-in-jax's -2^15 / -2^41 biases
+BY_DESIGN = (("target:jax/xla*", ("jax_large_negative",)), ("target:jax/pallas*", ("jax_large_negative",)),
+             ("target:jax/explicit*", ("jax_large_negative",)),
+             ("target:jax/cudnn*", ("minus_2^15", "minus_2^41", "jax_large_negative")))
+
+
+def _by_design(backend, best):
+    """Is the bias of an explaining bias model the one the backend's stack uses by design?"""
+    return any(fnmatch.fnmatch(backend, pat) and any(("_%s" % v) in best["name"] for v in vals)
+               for pat, vals in BY_DESIGN)
+
+
 def _model_class(best, rec, dtype):
     """(class, why or None) of an explaining model: its own class, except where the project
     calls the behaviour a bug (docs/findings.md): a finite mask bias that changes a row with
@@ -790,6 +905,8 @@ def _model_class(best, rec, dtype):
     declared = _declared_rows(rec, dtype)
     if name.startswith("bias_") and where == "live":
         return "real_bug", "; but the finite bias changes rows with live keys: a masked key keeps its weight (a leak)"
+    if name.startswith("bias_") and _by_design(rec.get("name", ""), best):
+        return best["class"], None
     if name.startswith("bias_") and declared == "zero":
         return "real_bug", ("; but the backend declares masked_rows zero, and its finite bias gives a fully masked "
                             "row weights (inconsistent with its own convention)")
@@ -859,8 +976,8 @@ def render(r, file=sys.stdout):
     p("  known      %s%s" % (r["known_match"] or "no entry matches",
                             " (left out: %s)" % ", ".join(r["left_out"]) if r["left_out"] else ""))
     for n in r["neighbours"]:
-        p("  neighbour  %-48s %-10s shares %s%s" % (n["id"], n["class"], ",".join(n["same"][:6]) or "-",
-                                                    "; differs: %s" % "; ".join(n["differs"]) if n["differs"] else ""))
+        p("  neighbour  %-48s %-10s meets %s%s" % (n["id"], n["class"], "; ".join(n["holds"]) or "-",
+                                                   "; differs: %s" % "; ".join(n["differs"]) if n["differs"] else ""))
     for s in r["sharing"]:
         p("  sharing    %-40s %s" % (s["backend"], s["result"]))
     for s in r["sensitivity"]:
