@@ -754,7 +754,9 @@ def draft_entry(meta, verdict, sens):
     when = [w for w in when if not any(w.startswith(drop[f]) for f in kept if f in drop)]
     rec = _failing(meta) or {}
     e = {"id": re.sub(r"[^a-z0-9-]+", "-", ("%s-%s" % (who.split(":", 1)[-1], kind)).lower())[:63],
-         "class": verdict["class"], "title": "TODO: one line (%s %s)" % (who, kind),
+         "class": verdict["class"],
+         "title": "%s: %s%s (draft: say what is wrong)" % (who.split(":", 1)[-1], kind,
+                                                          " when " + ", ".join(when) if when else ""),
          "backends": [who], "kinds": [kind]}
     if when:
         e["when"] = when
@@ -793,9 +795,11 @@ def upstream_page(path, meta, b, verdict, rows, near, repro_path):
     if meta.get("kind") in ("crash", "error", "timeout"):
         lines.append("Expected: an output. Actual: `%s`" % str(rec.get("error", ""))[:400])
     else:
-        lines.append("At index %s: expected %s (float64 reference), got %s; max |out - ref| %s, tolerance atol %s "
-                     "rtol %s." % (m.get("worst_index"), m.get("worst_ref"), m.get("worst_out"), m.get("max_abs"),
-                                   (meta.get("tolerance") or {}).get("atol"), (meta.get("tolerance") or {}).get("rtol")))
+        lines.append("At index %s: expected %s (float64 reference), got %s; max |out - ref| over finite pairs %s, "
+                     "NaN on one side only at %s elements, Inf at %s; tolerance atol %s rtol %s." % (
+                         m.get("worst_index"), m.get("worst_ref"), m.get("worst_out"), m.get("max_abs"),
+                         m.get("n_nan", 0), m.get("n_inf", 0), (meta.get("tolerance") or {}).get("atol"),
+                         (meta.get("tolerance") or {}).get("rtol")))
     lines += ["", "Triage: **%s** (confidence %.2f): %s" % (verdict["class"], verdict["confidence"],
                                                              verdict["evidence"]), ""]
     lines += ["## Repro", ""]
@@ -862,7 +866,7 @@ def verdict(meta, rows, note, match, shared, near=()):
                     "evidence": "%s; by analogy with the nearest known entry %s" % (note or "nothing to judge",
                                                                                    near[0]["id"])}
         return {"class": "real_bug", "confidence": 0.3, "evidence": note or "nothing to judge"}
-    conf = 0.7
+    conf = 0.7 if not note else 0.5     # fewer models were tried: a weaker "none explains"
     ev = "no model explains the output (the closest, %s, still fails %d of the reference's %d elements)" % (
         min(rows, key=lambda r: r["fail"])["name"], min(r["fail"] for r in rows), ref["fail"])
     others = [s for s in shared if s["backend"].startswith("target:")]
@@ -872,6 +876,8 @@ def verdict(meta, rows, note, match, shared, near=()):
     elif any(s["result"] == "passes" for s in shared):
         conf += 0.1
         ev += "; %s pass it" % ", ".join(s["backend"] for s in shared if s["result"] == "passes")
+    if note:
+        ev += "; %s" % note
     if who.startswith("mutant:"):
         ev += "; a seeded mutant of attnfuzz's reference"
     return {"class": "real_bug", "confidence": round(conf, 2), "evidence": ev}
