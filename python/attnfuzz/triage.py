@@ -253,6 +253,21 @@ def _row_atol(b, tol, metrics):
     return atol * vs / w if w > 0 else np.full(vs.shape, atol)
 
 
+def _classes(x):
+    """0 finite, 1 NaN, 2 +Inf, 3 -Inf (the oracle's element classes)."""
+    return np.where(np.isnan(x), 1, np.where(np.isposinf(x), 2, np.where(np.isneginf(x), 3, 0)))
+
+
+def _bad(o, r, bound):
+    """(failing elements: another class, or a finite pair further apart than bound;
+    the class mismatches; |o - r| over finite pairs, 0 elsewhere)."""
+    with np.errstate(all="ignore"):
+        cbad = _classes(o) != _classes(r)
+        fin = np.isfinite(o) & np.isfinite(r)
+        err = np.where(fin, np.abs(o - r), 0.0)
+        return cbad | (err > bound), cbad, err
+
+
 def judge(out, model, atol, rtol, dtype=None):
     """How out compares with a model: {"fail": failing elements (class or beyond
     atol + rtol |model|), "class": class mismatches, "max_abs", "exact": every element
@@ -261,13 +276,9 @@ def judge(out, model, atol, rtol, dtype=None):
     r = np.asarray(model, dtype=np.float64)
     if o.shape != r.shape:
         return {"fail": int(o.size), "class": int(o.size), "max_abs": float("inf"), "exact": False}
-    cls = lambda x: np.where(np.isnan(x), 1, np.where(np.isposinf(x), 2, np.where(np.isneginf(x), 3, 0)))
-    cbad = cls(o) != cls(r)
-    fin = np.isfinite(o) & np.isfinite(r)
-    err = np.where(fin, np.abs(o - r), 0.0)
-    bad = cbad | (err > atol + rtol * np.abs(np.where(fin, r, 0.0)))
-    rr = _round_dtype(np.where(fin, r, 0.0), dtype or "f32")
-    exact = not cbad.any() and bool(np.all(np.where(fin, o == rr, True)))
+    rf = np.where(np.isfinite(r), r, 0.0)
+    bad, cbad, err = _bad(o, r, atol + rtol * np.abs(rf))
+    exact = not cbad.any() and bool(np.all(np.where(np.isfinite(o), o == _round_dtype(rf, dtype or "f32"), True)))
     return {"fail": int(bad.sum()), "class": int(cbad.sum()), "max_abs": float(err.max()) if err.size else 0.0,
             "exact": exact}
 
@@ -278,13 +289,10 @@ def _dtype_precision(out, ref, dtype, sk):
     sums to the dtype may be off by). Returns the failing count under that bound."""
     o = np.asarray(out, dtype=np.float64)
     r = np.asarray(ref, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        fin = np.isfinite(o) & np.isfinite(r)
-        scale = np.where(np.isfinite(r), np.abs(r), 0.0).max(axis=-1, keepdims=True)
-        bound = 4.0 * np.sqrt(max(sk, 1)) * (EPS.get(dtype, EPS["f32"]) * scale
-                                             + SUBNORMAL_STEP.get(dtype, SUBNORMAL_STEP["f32"]))
-        cbad = (np.isnan(o) != np.isnan(r)) | (np.isposinf(o) != np.isposinf(r)) | (np.isneginf(o) != np.isneginf(r))
-        bad = cbad | (fin & (np.abs(o - r) > bound))
+    scale = np.where(np.isfinite(r), np.abs(r), 0.0).max(axis=-1, keepdims=True)
+    bound = 4.0 * np.sqrt(max(sk, 1)) * (EPS.get(dtype, EPS["f32"]) * scale
+                                         + SUBNORMAL_STEP.get(dtype, SUBNORMAL_STEP["f32"]))
+    bad, _, _ = _bad(o, r, bound)
     return int(bad.sum())
 
 
@@ -380,8 +388,7 @@ def _failing_rows(case, b, out, atol, rtol):
     some in a row the masks mask whole), "dead_scores" (in rows whose live keys all score
     -inf), or "none"."""
     ref = b["ref"]
-    j_bad = judge(out, ref, atol, rtol, case.dtype)["fail"]
-    if not j_bad:
+    if not judge(out, ref, atol, rtol, case.dtype)["fail"]:
         return "none"
     try:
         with np.errstate(all="ignore"):
@@ -393,10 +400,8 @@ def _failing_rows(case, b, out, atol, rtol):
             by_mask = by_mask & dead if live is not None else np.zeros(dead.shape, dtype=bool)
     except (ValueError, IndexError):
         return "live"
-    o, r = np.asarray(out, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        bad = (np.isnan(o) != np.isnan(r)) | (np.abs(np.nan_to_num(o - r, nan=0.0)) > atol + rtol * np.abs(
-            np.nan_to_num(r)))
+    r = np.asarray(ref, dtype=np.float64)
+    bad, _, _ = _bad(np.asarray(out, dtype=np.float64), r, atol + rtol * np.abs(np.where(np.isfinite(r), r, 0.0)))
     if (bad & ~dead).any():
         return "live"
     return "dead_mask" if (bad & by_mask).any() else "dead_scores"
@@ -642,10 +647,9 @@ def _replay(path, backend, timeout):
 def share_backends(meta):
     """The backends the case is replayed on: the built-in explicit and fused, every other
     variant of the failing target's stack, and the first variant of each other installed
-    stack; compiled variants are left out (a compile per case costs minutes on a busy
-    host), and GPU ones on a host without a GPU. A stack is installed when its modules
-    can be found (importlib.util.find_spec: nothing is imported)."""
-    import importlib.util
+    stack; variants left out of their stack's smoke campaign (one compile would not fit
+    seconds: torch.compile, flex) are left out, and GPU ones on a host without a GPU. A
+    stack is installed when its modules can be found (nothing is imported)."""
     from . import targets
     who = meta.get("who") or ""
     m = re.match(r"target:([a-z0-9_]+)/([a-z0-9_]+)", who)
@@ -656,13 +660,19 @@ def share_backends(meta):
         st = getattr(mod, "STACK", None)
         if st is None:
             continue
-        if st.reference or not all(importlib.util.find_spec(i) for i in st.imports):
+        if st.reference or not all(_installed(i) for i in st.imports):
             continue
-        vs = [v for v in st.variants.values() if not v.compiled and (not v.gpu or _have_gpu())]
+        vs = [v for v in st.variants.values()
+              if v.smoke and (not v.gpu or _have_gpu()) and all(_installed(i) for i in v.needs)]
         if name != own[0]:
             vs = vs[:1]
         out += ["target:%s/%s" % (name, v.name) for v in vs if (name, v.name) != own]
     return out
+
+
+def _installed(module):
+    import importlib.util
+    return importlib.util.find_spec(module.split(".")[0]) is not None
 
 
 def _have_gpu():
