@@ -679,9 +679,10 @@ def _have_gpu():
     return os.path.exists("/dev/nvidiactl")
 
 
-def sharing(path, meta, timeout):
+def sharing(path, meta, timeout, backends=None):
+    """[{"backend", "result"}] for each of backends (default share_backends(meta))."""
     rows = []
-    for be in share_backends(meta):
+    for be in backends or share_backends(meta):
         rows.append({"backend": be, "result": _replay(path, be, timeout)})
     return rows
 
@@ -931,8 +932,9 @@ def _model_class(best, rec, dtype):
     return best["class"], None
 
 
-def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, without=()):
-    """The triage of one bundle as a JSON-able dict."""
+def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, without=(), share_with=None):
+    """The triage of one bundle as a JSON-able dict: share=False makes no replay;
+    share_with names the backends to replay on (default: share_backends)."""
     b = bundle_mod.load(path)
     meta = b["meta"]
     st = os.path.join(os.path.realpath(path), "stderr.txt")
@@ -946,7 +948,7 @@ def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, wit
     with tempfile.TemporaryDirectory(prefix="attnfuzz-triage-") as tmp:
         mid = known_match(path, pool, tmp)
         match = next((e for e in pool if e["id"] == mid), None) if mid else None
-        shared = sharing(path, meta, timeout) if share else []
+        shared = sharing(path, meta, timeout, share_with) if share else []
         sens = sensitivity(path, meta, timeout, tmp) if share else []
     near = neighbours(meta, pool)
     v = verdict(meta, rows, note, match, shared, near)
@@ -1011,6 +1013,8 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="one JSON object per bundle, a list")
     ap.add_argument("--no-share", action="store_true", help="no replays: models and neighbours only")
     ap.add_argument("--timeout", type=float, default=30, help="seconds per replay (default 30)")
+    ap.add_argument("--share-with", action="append", metavar="SPEC",
+                    help="replay on this backend instead of the default set (repeatable)")
     ap.add_argument("--blind", action="store_true", help="leave the entry that lists the bundle out of the known set")
     ap.add_argument("--known-without", action="append", default=[], metavar="ID", help="leave entry ID out (repeatable)")
     ap.add_argument("--no-known", action="store_true", help="no known entries at all")
@@ -1025,7 +1029,7 @@ def main(argv=None):
     for path in a.bundles:
         try:
             r = triage(path, entries, share=not a.no_share, timeout=a.timeout, out_dir=a.out, blind=a.blind,
-                       without=a.known_without)
+                       without=a.known_without, share_with=a.share_with)
         except (OSError, ValueError, KeyError) as e:
             print("attnfuzz triage: %s: %s" % (path, e), file=sys.stderr)
             status = 2

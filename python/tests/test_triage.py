@@ -4,7 +4,8 @@ equal to the reference of flushed inputs is the DAZ precision model; a fully mas
 given the finite-bias softmax by a backend that declares masked rows as the mean (a finite
 bias) is a convention, and the same bias changing a row with live
 keys is a leak (a real bug). TF32 rounding and the judge against hand values; with a built
-attnfuzz, a corpus bundle's own entry matches and --blind leaves it out."""
+attnfuzz, a built-in mutant's bundle (real bug, the built-ins pass it, the causal mask
+needed), and a corpus bundle's own entry matches and --blind leaves it out."""
 
 import json
 import os
@@ -160,6 +161,28 @@ class Numbers(unittest.TestCase):
         self.assertEqual((j["fail"], j["class"]), (1, 1))
         self.assertFalse(j["exact"])
         self.assertTrue(triage.judge(ref, ref, 0.0, 0.0)["exact"])
+
+
+class Mutant(unittest.TestCase):
+    def test_builtin_mutant_bundle(self):
+        exe = triage.attnfuzz_exe()
+        if not exe:
+            self.skipTest("no built attnfuzz (build/attnfuzz)")
+        import subprocess
+        tmp = tempfile.mkdtemp(prefix="test-triage-mutant-")
+        try:
+            subprocess.run([exe, "fuzz", "--backend", "mutant:causal_top_left", "--max-findings", "1", "--time", "60",
+                            "--no-known", "--crashes", tmp], capture_output=True, check=False, timeout=300)
+            found = [os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith("diverge-")]
+            self.assertTrue(found, "the mutant campaign stored no bundle")
+            r = triage.triage(found[0], [], share=True, timeout=20, share_with=["explicit", "fused"])
+            self.assertEqual(r["verdict"]["class"], "real_bug")
+            self.assertIsNone(r["best_model"])
+            self.assertEqual([s["result"] for s in r["sharing"]], ["passes", "passes"])
+            causal = [p for p in r["sensitivity"] if p["field"] == "causal"]
+            self.assertEqual([p["keeps"] for p in causal], [False])   # the bug is in the causal mask
+        finally:
+            shutil.rmtree(tmp)
 
 
 class Corpus(unittest.TestCase):

@@ -16,8 +16,8 @@
 extern char **environ;
 
 static void af_triage_usage(FILE *f) {
-    fprintf(f, "usage: attnfuzz triage [--json] [--no-share] [--timeout S] [--blind] [--known-without ID]...\n"
-               "                       [--no-known] [--out DIR] BUNDLE...\n"
+    fprintf(f, "usage: attnfuzz triage [--json] [--no-share] [--share-with SPEC]... [--timeout S] [--blind]\n"
+               "                       [--known-without ID]... [--no-known] [--out DIR] BUNDLE...\n"
                "\n"
                "Explains each bundle: which convention or precision model reproduces its recorded output,\n"
                "which other backends share the finding (replays; --no-share skips them), the nearest known\n"
