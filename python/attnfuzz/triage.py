@@ -7,8 +7,9 @@
   as finite biases, replacing or added; each masked-row convention; IEEE 0 * Inf through
   zero-weight keys; dropout conventions), with the tolerance the bundle records; the model
   of fewest assumptions that passes every element explains the output;
-- sharing: the case replayed on the built-in backends and the same stack's other CPU
-  variants (`attnfuzz replay --backend`), bounded in time (`--no-share` skips it);
+- sharing: the case replayed on the built-ins, the stack's other variants and one of each
+  other installed stack (`attnfuzz replay --backend`; `--share-with SPEC` instead), each
+  within `--timeout` (`--no-share` skips it);
 - neighbours: the known entry that matches (`attnfuzz known`, with an entry left out by
   `--blind`/`--known-without`) and the nearest entries by backend, kind and features;
 - sensitivity: which simplifications of the case keep the finding (replay probes, with
@@ -18,7 +19,7 @@
 The verdict is one of the project's classes (real_bug, convention, precision, target_bug)
 with a confidence and the evidence that decided it.
 
-    python -m attnfuzz.triage BUNDLE... [--json] [--no-share] [--blind] [--out DIR]
+    python -m attnfuzz.triage BUNDLE... [--json] [--no-share] [--share-with SPEC]... [--blind] [--out DIR]
 
 `attnfuzz triage` runs this module with the project's Python.
 """
@@ -45,7 +46,6 @@ from . import masks, reference
 # exceptions that a wrapper's own code raises (a stack raises its own types, or RuntimeError)
 WRAPPER_ERRORS = ("AttributeError", "NameError", "KeyError", "IndexError", "TypeError", "UnboundLocalError",
                   "AssertionError", "ZeroDivisionError")
-CLASSES = ("real_bug", "convention", "precision", "target_bug")
 F32_TINY = float(np.finfo(np.float32).tiny)    # 2^-126
 F32_MAX = float(np.finfo(np.float32).max)
 EPS = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -790,7 +790,7 @@ def draft_entry(meta, verdict, sens):
     return e
 
 
-def upstream_page(path, meta, b, verdict, rows, near, repro_path):
+def upstream_page(meta, verdict, near, repro_path):
     c = meta["case"]
     rec = _failing(meta) or {}
     m = rec.get("metrics") or {}
@@ -968,7 +968,7 @@ def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, wit
             repro_path = "repro not written: %s" % e
         page = os.path.join(out_dir, name + ".md")
         with open(page, "w") as f:
-            f.write(upstream_page(path, meta, b, v, rows, near, repro_path))
+            f.write(upstream_page(meta, v, near, repro_path))
         with open(os.path.join(out_dir, name + ".known.json"), "w") as f:
             json.dump({"format": "attnfuzz-known", "version": 1, "entries": [res["draft_entry"]]}, f, indent=2)
         res["upstream_page"] = page
