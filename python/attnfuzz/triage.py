@@ -1007,6 +1007,21 @@ def render(r, file=sys.stdout):
         p("  page       %s" % r["upstream_page"])
 
 
+def _json_safe(x):
+    """x with non-finite numbers as the strings "inf", "-inf", "nan" (as case.json writes
+    them) and numpy scalars as Python numbers: strict JSON."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return x if np.isfinite(x) else ("nan" if np.isnan(x) else ("inf" if x > 0 else "-inf"))
+    if isinstance(x, np.integer):
+        return int(x)
+    return x
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="attnfuzz triage", description=__doc__.split("\n\n")[0])
     ap.add_argument("bundles", nargs="+", metavar="BUNDLE")
@@ -1038,7 +1053,7 @@ def main(argv=None):
         if not a.json:
             render(r)
     if a.json:
-        json.dump(results, sys.stdout, indent=1, default=float)
+        json.dump(_json_safe(results), sys.stdout, indent=1)
         print()
     return status
 
