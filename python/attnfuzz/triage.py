@@ -193,7 +193,8 @@ def model_output(case, b, knobs):
         if dead_how and not dead.any():
             return None
         if dead_how == "unmasked":
-            su = s0 if mask is None else s0 + np.where(np.isneginf(np.broadcast_to(mask, s0.shape)), 0.0, mask)
+            am = None if mask is None else np.broadcast_to(masks.additive_bhsd(case, mask), s0.shape)
+            su = s0 if am is None else s0 + np.where(np.isneginf(am), 0.0, am)   # the additive mask kept
             eu = np.exp(su - su.max(axis=-1, keepdims=True))
             w = np.where(dead, eu / eu.sum(axis=-1, keepdims=True), w)
         elif dead_how == "mean":
