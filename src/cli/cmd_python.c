@@ -1,10 +1,14 @@
-/* cmd_python.c - the commands written in the Python kit: `attnfuzz bisect ...` runs
- * `python -m attnfuzz.bisect ...` with the project's Python (proc.h: the checkout's .venv,
- * or the interpreter the wheel's `attnfuzz` command names) and the kit first on PYTHONPATH,
- * replacing this process, so its output, exit status and signals are the module's own. */
+/* cmd_python.c - the commands written in the Python kit: `attnfuzz triage ...` and
+ * `attnfuzz bisect ...` run `python -m attnfuzz.triage ...` (.bisect) with the project's
+ * Python (proc.h: the checkout's .venv, or the interpreter the wheel's `attnfuzz` command
+ * names) and the kit first on PYTHONPATH, replacing this process, so its output, exit status
+ * and signals are the module's own; $ATTNFUZZ_EXE tells the module where this executable
+ * is, for the replays it runs. */
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -16,6 +20,12 @@ int af_cmd_python(const char *verb, const char *module, int argc, char **argv) {
     af_proc_python py;
     af_error err;
     char **envp = NULL;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        setenv("ATTNFUZZ_EXE", self, 1);
+    }
     if (af_proc_python_find(&py, &err) != AF_OK || af_proc_python_env(&py, &envp, &err) != AF_OK) {
         fprintf(stderr, "attnfuzz %s: no Python for the kit: %s\n", verb, err.msg);
         return 2;
