@@ -458,9 +458,13 @@ class Target(_base.Target):
             # scale wont be well formed"
             raise Unsupported("cudnn: dropout probability 1")
         try:
-            _, _, R, _ = band(case)
+            _, L, R, _ = band(case)
         except NotImplementedError as e:
             raise Unsupported(str(e)) from None
+        if L is not None and L <= 0:
+            # "Left bound (Sliding window length) should be greater than zero when set": a
+            # window's left side above the top-left diagonal (an explicit positive offset)
+            raise Unsupported("cudnn: the band's left bound must be > 0")
         if R is not None and R < 0:
             # "Right bound needs to be larger than or equal to zero": a diagonal below the
             # top-left one (an explicit negative offset, a bottom-right one of a padded batch
