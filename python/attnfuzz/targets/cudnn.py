@@ -28,7 +28,13 @@ cases are unsupported, as is every other graph check_support refuses. ALiBi is c
 geometric slopes only (2^(-8 (h + 1) / n) ..., the case's `geometric` slopes of magnitude 1);
 its bias, (j - i) * slope, differs from attnfuzz's -(d - j) * slope by a constant per row,
 which the softmax cancels. The softmax statistics (log-sum-exp per row) come out of the
-forward graph of a backward case (generate_stats), which the backward graph reads.
+forward graph of a backward case (generate_stats), which the backward graph reads; a worker
+result has no field for them yet, so attnfuzz does not judge them.
+
+Measured on an H200 (cuDNN 9.19.0): NaN in the value row of a key the causal mask hides
+reaches the output (`masked_values: "ieee"`, probed at start); bf16 subnormal outputs come
+out 0 (`denormals: ["bf16"]`); a zero or negative scale gives NaN and a bias broadcast over
+queries or keys gives wrong gradients (docs/findings.md, cudnn rows).
 
 Only torch (for device tensors), numpy and cudnn: repro_snippet copies the model code."""
 
@@ -377,7 +383,8 @@ def cudnn_attention(case, q, k, v, mask, dev, handle):
 class Target(_base.Target):
     STACK = STACK
     PLANS = True                # a graph built per structure: timed as compiling
-    SCORE_BUDGET = False        # the fused kernel forms no [B, Hq, Sq, Sk] scores...
+    SCORE_BUDGET = False        # the fused kernel forms no [B, Hq, Sq, Sk] scores (dropout's
+                                # keep mask aside: refuse() checks it)
     CACHE_SIZE = 256
     # cudnnGraphNotSupportedError's messages and the frontend's own refusals
     REFUSALS = ("NOT_SUPPORTED", "not supported", "Not supported", "virtually slice", "not expressible",
@@ -453,6 +460,8 @@ class Target(_base.Target):
             # sdpa_backward_broadcast_bias_wrong.py; cuDNN's dBias takes [1|B, 1|H, Sq, Sk]
             raise Unsupported("cudnn: the backward takes a bias of full [Sq, Sk] only (a broadcast one gives "
                               "wrong gradients)")
+        if case.dropout_p > 0:
+            _base.check_score_budget(case)      # rng_dump: the keep mask [B, Hq, Sq, Sk] in f32
         if case.dropout_p >= 1:
             # the frontend's own check: "Dropout probability cannot be 1 as corresponding
             # scale wont be well formed"

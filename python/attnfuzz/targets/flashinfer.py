@@ -261,9 +261,7 @@ class Target(_base.Target):
         return dict(super().libs(), **_common.torch_libs(self.torch, True))
 
     def declare(self):
-        caps = ["f16", "bf16", "gqa", "causal", "padding", "window", "softcap", "scale", "strided"]
-        if self.variant != "decode":
-            caps.append("cross")
+        caps = ["f16", "bf16", "gqa", "cross", "causal", "padding", "window", "softcap", "scale", "strided"]
         limits = {"head_dim_multiple": 64, "max_head_dim": 256}
         if self.variant == "decode":
             limits["max_q_len"] = 1
