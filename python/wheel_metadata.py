@@ -9,7 +9,9 @@ that no pin is written twice:
   optional-dependencies   one extra per stack that declares pip pins, exactly as the
                           stack declares them and the set-up installs them
                           (`STACK = Stack(..., pip=...)`: attnfuzz[torch], [jax], [ort],
-                          [openvino], [tvm]), and [all] with every one of them
+                          [openvino], [tvm]), and [all] with every one of them; the GPU
+                          stacks' extras (`gpu_pip`: attnfuzz[cudnn], [flashinfer], [fa4]),
+                          which the CPU set-up never installs and [all] leaves out
 
 The declarations are read the way every script reads them, through `python -m
 attnfuzz.targets --declared` with python/ on PYTHONPATH; that imports numpy and ml_dtypes,
@@ -52,6 +54,8 @@ def stack_extras():
         if st["pip"]:
             extras[st["stack"]] = list(st["pip"])
             every += [p for p in st["pip"] if p not in every]
+        elif st.get("gpu_pip"):
+            extras[st["stack"]] = list(st["gpu_pip"])
     extras["all"] = every
     return extras
 

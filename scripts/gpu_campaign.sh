@@ -9,13 +9,14 @@
 #      else $ATTNFUZZ_BIN, build/attnfuzz if it runs here, an attnfuzz already installed in
 #      that environment, or a build with CMake. A checkout binary gets python/ on
 #      PYTHONPATH; an installed one runs the package installed beside it;
-#   3. lists the GPU variants available here (the stacks' declarations) in three groups: the
+#   3. lists the GPU variants available here (the stacks' declarations) in groups: the
 #      eager kernels, the eager serving paths (variants that declare a serving form: nested
 #      jagged tensors and varlen_attn, whose Python dispatch costs several milliseconds a
 #      case, where a dense kernel's case costs about one; the dense kernels would wait on
-#      them) and the compiled ones, a group per stack (torch's and jax's compile per shape
-#      apart: a batch waits for its slowest worker, and one stack's compiles need not hold
-#      the other's cases);
+#      them), the eager variants of each GPU-only stack (a `gpu_pip` declaration: cudnn's
+#      frontend) as a group of their own, and the compiled ones, a group per stack (torch's,
+#      jax's, flashinfer's and fa4's compile per shape apart: a batch waits for its slowest
+#      worker, and one stack's compiles need not hold the other's cases);
 #   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
 #      CUDA_VISIBLE_DEVICES; --cards LIST names the card of each, e.g. 0,0 to run two cards'
 #      groups on one and check they do not get in each other's way), one campaign of each group,
@@ -144,7 +145,7 @@ gpu=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0), "torch", torc
 cores=$(nproc)
 log "attnfuzz $af, python $py, $gpus of $ngpu GPUs ($gpu), $cores cores"
 
-# 3. the GPU variants available here, as three groups
+# 3. the GPU variants available here, as groups
 if [ -z "$variants" ]; then
   variants=$("$py" -m attnfuzz.targets --names available gpu campaign 2>>"$out/summary.txt" | paste -sd, -)
 fi
@@ -152,13 +153,22 @@ fi
 IFS=, read -r -a vlist <<<"$variants"
 compiled_set=" $("$py" -m attnfuzz.targets --names compiled | tr '\n' ' ') "
 serving_set=" $("$py" -m attnfuzz.targets --names eager serving | tr '\n' ' ') "
-eager=() serving=() compiled_stacks=()
+# the GPU-only stacks (a `gpu_pip` declaration: cudnn's frontend, flashinfer, fa4): each
+# stack's eager variants are a group of their own, beside torch's and jax's kernels
+gpu_only=" $("$py" -c 'import json, sys; print(" ".join(s["stack"] for s in json.load(sys.stdin) if s.get("gpu_pip")))' \
+  < <("$py" -m attnfuzz.targets --declared)) "
+eager=() serving=() compiled_stacks=() own_stacks=()
 declare -A compiled_of=()  # stack -> its compiled variants as --backend options
+declare -A own_of=()       # GPU-only stack -> its eager variants as --backend options
 for v in "${vlist[@]}"; do
+  st=${v%%/*}
   case $compiled_set in
-    *" $v "*) st=${v%%/*}
-              [ -n "${compiled_of[$st]:-}" ] || compiled_stacks+=("$st")
+    *" $v "*) [ -n "${compiled_of[$st]:-}" ] || compiled_stacks+=("$st")
               compiled_of[$st]+=" --backend target:$v"; continue ;;
+  esac
+  case $gpu_only in
+    *" $st "*) [ -n "${own_of[$st]:-}" ] || own_stacks+=("$st")
+               own_of[$st]+=" --backend target:$v"; continue ;;
   esac
   case $serving_set in
     *" $v "*) serving+=(--backend "target:$v") ;;
@@ -181,7 +191,8 @@ if [ "$time_s" != 0 ]; then
   groups=0 jobs_per_card=0
   [ ${#eager[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + eager_jobs))
   [ ${#serving[@]} -gt 0 ] && groups=$((groups + 1)) jobs_per_card=$((jobs_per_card + 1))
-  groups=$((groups + ${#compiled_stacks[@]})) jobs_per_card=$((jobs_per_card + ${#compiled_stacks[@]}))
+  groups=$((groups + ${#compiled_stacks[@]} + ${#own_stacks[@]}))
+  jobs_per_card=$((jobs_per_card + ${#compiled_stacks[@]} + ${#own_stacks[@]}))
   th=${threads:-$(( cores / (gpus * jobs_per_card) > 1 ? cores / (gpus * jobs_per_card) : 1 ))}
   cargs=(--time "$time_s" --crashes "$out/crashes" --threads "$th" --quiet)
   [ -n "$corpus" ] && cargs+=(--corpus "$corpus")
@@ -201,12 +212,16 @@ if [ "$time_s" != 0 ]; then
   for ((g = 0; g < gpus; g++)); do
     start eager "$g" $((1 + g)) "$batch" "$eager_jobs" "${eager[@]}"
     start serving "$g" $((201 + g)) "$batch" 1 "${serving[@]}"
+    for ((i = 0; i < ${#own_stacks[@]}; i++)); do
+      read -r -a ob <<<"${own_of[${own_stacks[$i]}]}"
+      start "gpu-${own_stacks[$i]}" "$g" $((301 + g + 10 * i)) "$batch" 1 "${ob[@]}"
+    done
     for ((i = 0; i < ${#compiled_stacks[@]}; i++)); do
       read -r -a cb <<<"${compiled_of[${compiled_stacks[$i]}]}"
       start "compiled-${compiled_stacks[$i]}" "$g" $((101 + g + 10 * i)) 16 1 "${cb[@]}"
     done
   done
-  log "campaigns: ${#pids[@]} campaigns ($gpus card(s) x $groups group(s); the eager group $eager_jobs job(s)), --threads $th, --batch $batch (eager, serving) / 16 (compiled: ${compiled_stacks[*]:-none}), $time_s s"
+  log "campaigns: ${#pids[@]} campaigns ($gpus card(s) x $groups group(s); the eager group $eager_jobs job(s)), --threads $th, --batch $batch (eager, serving, GPU-only stacks: ${own_stacks[*]:-none}) / 16 (compiled: ${compiled_stacks[*]:-none}), $time_s s"
   for p in "${pids[@]}"; do wait "$p" || true; done
   kill "$smi" 2>/dev/null || true
   wait "$smi" 2>/dev/null || true

@@ -54,6 +54,8 @@ KNOWN = {
                                    "corpus/findings/torch/flex_cpu_reshaped_query.py"),
     ("torch/sdpa_flash", "causal, negative scale"): (
         "wrong", "", "corpus/findings/torch/sdpa_cpu_flash_causal_negative_scale.py"),
+    ("cudnn/sdpa", "causal, negative scale"): ("wrong", "", "corpus/findings/cudnn/sdpa_nonpositive_scale_nan.py"),
+    ("cudnn/serving", "causal, negative scale"): ("wrong", "", "corpus/findings/cudnn/sdpa_nonpositive_scale_nan.py"),
     ("torch/cuda_sdpa_efficient", "strided: perm q, stride-0 k, padded v"): (
         "raise", "misaligned address", "corpus/findings/torch-cuda/sdpa_cuda_efficient_padded_value_misaligned.py"),
     ("torch/cuda_sdpa_cudnn", "f16 f32 mask"): (

@@ -88,7 +88,7 @@ for req in md.requires("attnfuzz"):
         base.append(req.strip())
 decl = json.loads(subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--declared"], check=True,
                                  stdout=subprocess.PIPE).stdout)
-want = {st["stack"]: st["pip"] for st in decl if st["pip"]}
+want = {st["stack"]: st["pip"] or st["gpu_pip"] for st in decl if st["pip"] or st["gpu_pip"]}
 want["all"] = [p for st in decl for p in st["pip"]]
 for name in ("torch", "jax", "ort", "openvino", "tvm"):
     assert name in want, "stack %s declares no pins" % name

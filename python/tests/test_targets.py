@@ -124,6 +124,11 @@ class Registry(unittest.TestCase):
             for pin in st["pip"]:
                 self.assertIn(pin, lines)
         self.assertIn("torch==2.15.0", lines)
+        # the GPU-only pins stay out of the CPU set-up's requirements
+        gpu = [pin for st in targets.declared() for pin in st.get("gpu_pip", [])]
+        self.assertTrue(gpu)
+        for pin in gpu:
+            self.assertNotIn(pin, lines)
 
     def test_broken_modules(self):
         with tempfile.TemporaryDirectory() as d:

@@ -59,13 +59,18 @@ def list_targets(stacks=None):
 
 def extras_by_module(mods):
     """{top-level module: stack} for the modules each stack imports, among the stack modules
-    mods that declare pip pins: the stack's name is the wheel's extra that installs them
-    (python/wheel_metadata.py), e.g. torch -> "torch", onnxruntime -> "ort"."""
+    mods that declare pip pins (CPU or GPU ones): the stack's name is the wheel's extra that
+    installs them (python/wheel_metadata.py), e.g. torch -> "torch", onnxruntime -> "ort",
+    cudnn -> "cudnn"."""
     out = {}
-    for mod in mods:
-        if mod is not None and mod.STACK.pip:
-            for name in mod.STACK.imports:
-                out.setdefault(name.split(".")[0], mod.STACK.name)
+    mods = [m for m in mods if m is not None]
+    # the CPU stacks first: a module a GPU stack imports beside its own (torch for
+    # cudnn's tensors) is named by the stack that installs it
+    for gpu in (False, True):
+        for mod in mods:
+            if mod.STACK.gpu_pip if gpu else mod.STACK.pip:
+                for name in mod.STACK.imports:
+                    out.setdefault(name.split(".")[0], mod.STACK.name)
     return out
 
 
@@ -140,7 +145,8 @@ def declared_rows(stacks=None):
 
 def requirements(base):
     """The pinned requirements: base's lines (a requirements file's path) then every
-    stack's pip pins, each once, in order."""
+    stack's pip pins, each once, in order (not the GPU-only gpu_pip pins: the CPU set-up
+    installs these)."""
     lines, seen = [], set()
     with open(base) as f:
         extra = [ln.strip() for ln in f]

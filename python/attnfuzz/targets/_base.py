@@ -101,15 +101,20 @@ class Stack:
     tested and smoke-run, never part of a stack campaign. default: the variant a worker runs
     when none is named (None: one must be named). trains: its variants answer backward cases
     (the gradients; a variant may say otherwise); an inference stack (ONNX Runtime,
-    OpenVINO, TVM, TensorRT) does not and is never sent one."""
+    OpenVINO, TVM, TensorRT) does not and is never sent one. gpu_pip: pinned PyPI requirements
+    that only a CUDA machine can use (cuDNN's frontend, FlashInfer, FlashAttention-4): the
+    wheel's extra of the stack carries them, the CPU set-up (scripts/setup_python.sh, which
+    installs `pip`) does not."""
 
-    __slots__ = ("name", "imports", "pip", "version_of", "variants", "probe", "reference", "default", "trains")
+    __slots__ = ("name", "imports", "pip", "gpu_pip", "version_of", "variants", "probe", "reference", "default",
+                 "trains")
 
     def __init__(self, name, imports, variants, pip=(), version_of=None, probe=None, reference=False,
-                 default=None, trains=False):
+                 default=None, trains=False, gpu_pip=()):
         self.name = str(name)
         self.imports = tuple(imports)
         self.pip = tuple(pip)
+        self.gpu_pip = tuple(gpu_pip)
         self.version_of = version_of or (self.imports[0] if self.imports else None)
         self.variants = {v.name: v for v in variants}
         self.probe = probe
@@ -164,6 +169,7 @@ class Stack:
 
     def as_dict(self):
         return {"stack": self.name, "imports": list(self.imports), "pip": list(self.pip),
+                "gpu_pip": list(self.gpu_pip),
                 "reference": self.reference, "trains": self.trains,
                 "variants": [v.as_dict() for v in self.variants.values()]}
 

@@ -1,0 +1,328 @@
+"""FlashInfer (flashinfer-python) as an attnfuzz target: the serving kernels vLLM and SGLang
+call, JIT-compiled with nvcc on first use.
+
+  single_prefill   flashinfer.single_prefill_with_kv_cache per batch row (NHD: [S, H, D]),
+                   each row's valid keys sliced as a serving engine hands them
+  batch_paged      BatchPrefillWithPagedKVCacheWrapper over a page cache: a paged case's own
+                   caches and block table (page sizes from 1 up), a dense or THD case's keys
+                   cut into 16-token pages in order
+  batch_ragged     BatchPrefillWithRaggedKVCacheWrapper over THD keys and values (qo_indptr,
+                   kv_indptr)
+  decode           BatchDecodeWithPagedKVCacheWrapper: one query a row over a page cache
+
+Every variant: f16 and bf16, GQA, the causal mask (FlashInfer aligns it to the bottom-right
+corner of each row's queries and keys: bottom_right, and bottom_right_valid where a row's keys
+are its valid ones), the sliding window's left side (`window_left`: keys
+[d - left, d]; a right side only as the causal one), the logits soft cap, and a sink logit
+through the returned log-sum-exp (FlashInfer's LSE is in base 2: out * sigmoid(lse ln 2 - z)).
+Forward only.
+
+Each combination of dtype, head dim, mask mode, window, soft cap and kernel is a JIT build
+(tens of seconds with nvcc): the variants are `compiled`, the structure of a case is its
+build's key (structure()), the first case of one is timed as compiling (build() runs a tiny
+call of that build), and head dims are restricted to 64, 128 and 256 so that a campaign
+meets few builds. The JIT cache is FlashInfer's own, under $FLASHINFER_WORKSPACE_BASE
+(default here: ~/.cache/attnfuzz/flashinfer), kept for the machine's life.
+
+Only torch, numpy and flashinfer: repro_snippet copies the model code."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+
+from attnfuzz import serving
+from attnfuzz.targets import _base, _common, _torch_layouts
+from attnfuzz.targets._torch_layouts import to_bhsd, to_numpy, to_torch, unpack_qkv
+
+# FlashInfer reads its JIT cache location when it is imported: a persistent one, shared by
+# every worker of the machine
+os.environ.setdefault("FLASHINFER_WORKSPACE_BASE",
+                      os.path.join(os.path.expanduser("~"), ".cache", "attnfuzz", "flashinfer"))
+
+KINDS = ("single_prefill", "batch_paged", "batch_ragged", "decode")
+DENSE_PAGE = 16
+WORKSPACE_BYTES = 128 << 20
+
+
+def _probe(variant):
+    import torch
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    major, _ = torch.cuda.get_device_capability()
+    if major < 8:
+        return "FlashInfer's kernels need compute capability 8.0 or newer"
+    import shutil
+    if not shutil.which("nvcc") and not os.environ.get("CUDA_HOME"):
+        return "FlashInfer compiles its kernels with nvcc: none on PATH and no CUDA_HOME"
+    return None
+
+
+_V = _base.Variant
+STACK = _base.Stack("flashinfer", imports=("flashinfer", "torch"), gpu_pip=("flashinfer-python==0.7.4",),
+                    probe=_probe, variants=(
+    _V("single_prefill", "flashinfer.single_prefill_with_kv_cache per batch row (CUDA, JIT)", gpu=True,
+       compiled=True, quick=True, serving=("sinks",)),
+    _V("batch_paged", "BatchPrefillWithPagedKVCacheWrapper over a page cache (CUDA, JIT)", gpu=True,
+       compiled=True, quick=True, serving=("packed", "paged", "sinks")),
+    _V("batch_ragged", "BatchPrefillWithRaggedKVCacheWrapper over THD keys (CUDA, JIT)", gpu=True, compiled=True,
+       quick=True, serving=("packed", "sinks")),
+    _V("decode", "BatchDecodeWithPagedKVCacheWrapper, one query a row (CUDA, JIT)", gpu=True, compiled=True,
+       quick=True, serving=("paged", "sinks")),
+))
+
+
+# ---------------------------------------------------------------------------------------
+# The model code: flashinfer, torch, numpy only (repro_snippet copies it).
+# ---------------------------------------------------------------------------------------
+
+def rows(case):
+    """(queries, keys) of each batch row: a packed case's segments, a paged one's key
+    lengths, else Sq and the row's valid keys."""
+    B = case.batch
+    if case.thd or case.paged:
+        return [(case.seg_q(b), case.seg_k(b)) for b in range(B)]
+    return [(case.q_len, case.valid_keys[b]) for b in range(B)]
+
+
+def window_left(case):
+    """FlashInfer's window_left: the case's left window (-1: none)."""
+    return int(case.window[0]) if case.window[0] >= 0 else -1
+
+
+def dense_bhsd(case, q, k, v, dev):
+    """A dense case's q, k, v as torch [B, H, S, D] views (a packed QKV buffer split as models
+    do)."""
+    if case.packed:
+        return unpack_qkv(to_torch(case.qkv, dev), case.layout, case.q_heads, case.head_dim)
+    return (to_bhsd(to_torch(q, dev), case.layouts["q"], case.q_heads, case.head_dim),
+            to_bhsd(to_torch(k, dev), case.layouts["k"], case.kv_heads, case.head_dim),
+            to_bhsd(to_torch(v, dev), case.layouts["v"], case.kv_heads, case.v_head_dim))
+
+
+def nhd_rows(case, q, k, v, dev):
+    """Per batch row: q [nq, Hq, D], k [nk, Hkv, D], v [nk, Hkv, Dv] (torch, contiguous),
+    its valid keys only, from the case's physical tensors (THD, page caches or dense)."""
+    out = []
+    if case.paged or case.thd:   # the serving tensors read as a kernel reads them
+        _, kc, vc = serving.gather(case, dict(case.serving_tensors, q=q, k=k, v=v))
+        qd = None if case.thd else to_bhsd(to_torch(q, dev), case.layouts["q"], case.q_heads, case.head_dim)
+    else:
+        qd, kd, vd = dense_bhsd(case, q, k, v, dev)
+    for b, (nq, nk) in enumerate(rows(case)):
+        if case.thd:
+            cu = case.serving_tensors["cu_seqlens_q"]
+            qb = to_torch(q, dev)[int(cu[b]):int(cu[b + 1])]
+        else:
+            qb = qd[b].transpose(0, 1)[:nq]
+        if case.paged or case.thd:
+            kb = torch_of(kc[b].transpose(1, 0, 2)[:nk], qb)
+            vb = torch_of(vc[b].transpose(1, 0, 2)[:nk], qb)
+        else:
+            kb, vb = kd[b].transpose(0, 1)[:nk], vd[b].transpose(0, 1)[:nk]
+        out.append((qb.contiguous(), kb.contiguous(), vb.contiguous()))
+    return out
+
+
+def torch_of(x, like):
+    import torch
+    return torch.from_numpy(np.ascontiguousarray(x)).to(like.device).to(like.dtype)
+
+
+def with_sink(case, out, lse):
+    """out [T, Hq, Dv] and FlashInfer's base-2 lse [T, Hq] -> the output with the sink logit
+    z_h in the denominator: out * e^lse / (e^lse + e^z) = out * sigmoid(lse ln 2 - z)."""
+    import torch
+    z = torch.from_numpy(np.asarray(case.sinks, dtype=np.float32)).to(out.device).reshape(1, -1)
+    w = torch.sigmoid(lse.float() * math.log(2.0) - z)
+    return (out.float() * w[..., None]).to(out.dtype)
+
+
+def paged_cache(case, q, k, v, dev, dt):
+    """(k cache, v cache [P, page, Hkv, D] torch, page size, indptr, indices, last_page_len
+    int32 torch) of a case: a paged case's own caches and table, else its keys (THD or
+    dense rows) cut into DENSE_PAGE-token pages in order."""
+    import torch
+    lens = [nk for _, nk in rows(case)]
+    if case.paged:
+        ps = case.page_size
+        kc, vc = to_torch(k, dev).contiguous(), to_torch(v, dev).contiguous()
+        tab = np.asarray(case.serving_tensors["block_table"])
+        pages = [tab[b, :-(-n // ps)] for b, n in enumerate(lens)]
+    else:
+        ps = DENSE_PAGE
+        parts = nhd_rows(case, q, k, v, dev)
+        kp, vp, pages, n0 = [], [], [], 0
+        for (_, kb, vb), n in zip(parts, lens):
+            m = -(-n // ps)
+            pad = m * ps - n
+            kp.append(torch.nn.functional.pad(kb, (0, 0, 0, 0, 0, pad)).reshape(m, ps, case.kv_heads, case.head_dim))
+            vp.append(torch.nn.functional.pad(vb, (0, 0, 0, 0, 0, pad)).reshape(m, ps, case.kv_heads,
+                                                                                 case.v_head_dim))
+            pages.append(np.arange(n0, n0 + m))
+            n0 += m
+        kc = torch.cat(kp) if n0 else torch.zeros((1, ps, case.kv_heads, case.head_dim), dtype=dt, device=dev)
+        vc = torch.cat(vp) if n0 else torch.zeros((1, ps, case.kv_heads, case.v_head_dim), dtype=dt, device=dev)
+    indptr = np.concatenate([[0], np.cumsum([len(p) for p in pages])]).astype(np.int32)
+    indices = np.concatenate([np.asarray(p, dtype=np.int32) for p in pages] + [np.zeros(0, np.int32)])
+    last = np.asarray([(n - 1) % ps + 1 if n else 0 for n in lens], dtype=np.int32)
+    t = [torch.from_numpy(x).to(dev) for x in (indptr, indices, last)]
+    return kc, vc, ps, t[0], t[1], t[2]
+
+
+def flashinfer_attention(case, q, k, v, dev, kind, workspace=None):
+    """One case through the kind's FlashInfer API: the output as THD [sum nq, Hq, Dv] (the
+    rows' queries in order) and the rows' query counts."""
+    import flashinfer
+    import torch
+    dt = {"f16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
+    lens = rows(case)
+    kw = dict(causal=bool(case.causal), sm_scale=float(case.scale), window_left=window_left(case),
+              logits_soft_cap=float(case.softcap) if case.softcap > 0 else None)
+    want_lse = case.sinks is not None
+    if workspace is None:
+        workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+    if kind == "single_prefill":
+        outs, lses = [], []
+        for (qb, kb, vb), (nq, nk) in zip(nhd_rows(case, q, k, v, dev), lens):
+            if nq == 0:
+                continue
+            if nk == 0:   # no keys: FlashInfer refuses an empty cache; the row is empty
+                outs.append(torch.zeros((nq, case.q_heads, case.v_head_dim), dtype=dt, device=dev))
+                lses.append(torch.full((nq, case.q_heads), -math.inf, device=dev))
+                continue
+            r = flashinfer.single_prefill_with_kv_cache(qb, kb, vb, return_lse=want_lse, **kw)
+            o, lse = r if want_lse else (r, None)
+            outs.append(o)
+            lses.append(lse)
+        out = torch.cat(outs) if outs else torch.zeros((0, case.q_heads, case.v_head_dim), dtype=dt, device=dev)
+        lse = torch.cat(lses) if (want_lse and lses) else None
+    else:
+        parts = nhd_rows(case, q, k, v, dev)
+        qt = torch.cat([qb for qb, _, _ in parts]).contiguous()
+        qo = torch.tensor(np.concatenate([[0], np.cumsum([nq for nq, _ in lens])]).astype(np.int32), device=dev)
+        if kind == "batch_ragged":
+            kt = torch.cat([kb for _, kb, _ in parts]).contiguous()
+            vt = torch.cat([vb for _, _, vb in parts]).contiguous()
+            kv = torch.tensor(np.concatenate([[0], np.cumsum([nk for _, nk in lens])]).astype(np.int32), device=dev)
+            w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")
+            w.plan(qo, kv, case.q_heads, case.kv_heads, case.head_dim, head_dim_vo=case.v_head_dim,
+                   q_data_type=dt, kv_data_type=dt, **kw)
+            r = w.run(qt, kt, vt, return_lse=want_lse)
+        else:
+            kc, vc, ps, indptr, indices, last = paged_cache(case, q, k, v, dev, dt)
+            if kind == "decode":
+                w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
+                kw.pop("causal")
+                w.plan(indptr, indices, last, case.q_heads, case.kv_heads, case.head_dim, ps, q_data_type=dt,
+                       kv_data_type=dt, **kw)
+            else:
+                w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+                w.plan(qo, indptr, indices, last, case.q_heads, case.kv_heads, case.head_dim, ps,
+                       head_dim_vo=case.v_head_dim, q_data_type=dt, kv_data_type=dt, **kw)
+            r = w.run(qt, (kc, vc), return_lse=want_lse)
+        out, lse = r if want_lse else (r, None)
+    if want_lse:
+        out = with_sink(case, out, lse)
+    torch.cuda.synchronize()
+    return out, [nq for nq, _ in lens]
+
+
+def thd_to_bhsd(case, out, nqs):
+    """THD rows [sum nq, Hq, Dv] -> [B, Hq, Sq, Dv] (rows past a row's queries: 0)."""
+    full = np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim), dtype=out.dtype)
+    c = 0
+    for b, n in enumerate(nqs):
+        full[b, :, :n] = out[c:c + n].transpose(1, 0, 2)
+        c += n
+    return full
+
+
+# ---------------------------------------------------------------------------------------
+# The worker side.
+# ---------------------------------------------------------------------------------------
+
+class Target(_base.Target):
+    STACK = STACK
+    SCORE_BUDGET = False
+    REFUSALS = ("not supported", "Unsupported", "unsupported", "not implemented")
+
+    def __init__(self, variant):
+        import torch
+        self.torch = torch
+        super().__init__(variant)
+        torch.set_grad_enabled(False)
+        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+
+    def libs(self):
+        return dict(super().libs(), **_common.torch_libs(self.torch, True))
+
+    def declare(self):
+        caps = ["f16", "bf16", "gqa", "cross", "causal", "padding", "window", "softcap", "scale", "strided"]
+        limits = {"head_dim_multiple": 64, "max_head_dim": 256}
+        if self.variant == "decode":
+            limits["max_q_len"] = 1
+        return {"caps": caps, "dtypes": ["f16", "bf16"], "limits": limits,
+                # FlashInfer's causal mask and window sit on each row's bottom-right corner
+                "conventions": {"causal": ["bottom_right", "bottom_right_valid"]},
+                # a JIT build per dtype, head dim, mask, window and soft cap
+                "compile_key": ["shapes", "dtype", "causal", "softcap"]}
+
+    def refuse(self, case, mask, bool_mask):
+        from attnfuzz.worker import Unsupported
+        if case.head_dim != case.v_head_dim and self.variant in ("single_prefill", "decode"):
+            raise Unsupported("flashinfer: %s takes one head dim for Q/K and V" % self.variant)
+        left, right = case.window
+        if right >= 0 and not case.causal:
+            raise Unsupported("flashinfer: a window's right side only as the causal mask")
+        if (case.causal or case.has_window) and case.diagonal == "bottom_right" and not (case.thd or case.paged) \
+                and case.key_padding is not None and any(n != case.kv_len for n in case.valid_keys):
+            raise Unsupported("flashinfer: the causal diagonal sits on each row's valid keys (bottom_right_valid)")
+        if self.variant == "decode" and any(nq != 1 for nq, _ in rows(case) if nq):
+            raise Unsupported("flashinfer decode: one query a row")
+
+    def structure(self, case, mask, bool_mask):
+        """The JIT build a case needs: dtype, head dims, mask mode, window, soft cap, sink (the
+        LSE output), and the kernel."""
+        return (self.variant, case.dtype, case.head_dim, case.v_head_dim, bool(case.causal),
+                window_left(case) >= 0, case.softcap > 0, case.sinks is not None)
+
+    def build(self, case, q, k, v, mask, bool_mask):
+        # the build's first call compiles it (nvcc): run the case once here, timed as compiling
+        flashinfer_attention(case, q, k, v, "cuda", self.variant, self.workspace)
+        return True
+
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        from attnfuzz.worker import Result
+        out, nqs = flashinfer_attention(case, q, k, v, "cuda", self.variant, self.workspace)
+        out = to_numpy(out)
+        if case.thd:
+            return Result(out, layout="thd")
+        return Result(thd_to_bhsd(case, out, nqs), layout="bhsd")
+
+    def fatal(self, exc):
+        return "CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError"
+
+
+def repro_snippet(variant):
+    return _common.snippet(
+        ["import torch", "import flashinfer"],
+        _torch_layouts.FUNCTIONS + (rows, window_left, dense_bhsd, nhd_rows, torch_of, with_sink, paged_cache,
+                                    flashinfer_attention, thd_to_bhsd),
+        consts={"DENSE_PAGE": DENSE_PAGE, "WORKSPACE_BYTES": WORKSPACE_BYTES},
+        namespaces={"serving": [serving.cu_seqlens, serving.gather]},
+        tail=f'''
+
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
+    """flashinfer/{variant}: q, k, v as the worker kit hands them (THD or page caches for a
+    serving case, its tables on case.serving_tensors). Returns the output as [B, Hq, Sq, Dv]."""
+    out, nqs = flashinfer_attention(case, q, k, v, "cuda", {variant!r})
+    return thd_to_bhsd(case, to_numpy(out), nqs)
+''')
+
+
+if __name__ == "__main__":
+    sys.exit(_base.main(STACK, Target))
