@@ -160,7 +160,14 @@ class Stack:
     def version(self):
         if not self.version_of:
             return "0"
-        return str(getattr(importlib.import_module(self.version_of), "__version__", "0"))
+        v = getattr(importlib.import_module(self.version_of), "__version__", None)
+        if v is None and self.pip:   # a package without __version__ (tinygrad, iree): its wheel's
+            from importlib import metadata
+            try:
+                v = metadata.version(self.pip[0].split("==")[0])
+            except metadata.PackageNotFoundError:
+                pass
+        return str(v or "0")
 
     def as_dict(self):
         return {"stack": self.name, "imports": list(self.imports), "pip": list(self.pip),
