@@ -233,8 +233,9 @@ class Target(_base.Target):
         conv = {"masked_rows": "nan", "masked_values": "ieee", "masked_keys": "ieee", "denormals": "flush"}
         if self.variant == "onnx_explicit":
             caps += ["softcap", "dropout", "mask_dtype"]
-            # ONNX MatMul, Mul and Add compute in their input type: f16 scores and mask
-            conv.update(scores="dtype", dropout="counter")
+            # ONNX MatMul, Mul and Add compute in their input type: f16 scores and mask; the
+            # graph masks by Where(allowed, scores, -inf), so a masked key's Inf is dropped
+            conv.update(scores="dtype", dropout="counter", masked_keys="exclude")
         return {"caps": caps, "dtypes": ["f32", "f16"], "limits": {"max_bytes": 64 << 20}, "conventions": conv}
 
     def libs(self):

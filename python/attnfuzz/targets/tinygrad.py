@@ -206,6 +206,11 @@ class Target(_base.Target):
         dtypes = ["f32", "f16", "bf16"] if self.variant == "gpu" else ["f32", "f16"]
         return {"caps": caps, "dtypes": dtypes, "limits": {"max_bytes": 64 << 20}, "conventions": conv}
 
+    def refuse(self, case, mask, bool_mask):
+        if self.variant != "gpu" and mask is not None and mask.dtype.name == "bfloat16":
+            from attnfuzz.worker import Unsupported
+            raise Unsupported("tinygrad's CPU device renders a bf16 mask as __bf16 C, which this clang refuses")
+
     def build(self, case, q, k, v, mask, bool_mask):
         cfg = config(case, mask, bool_mask, self.variant)
         return compile_fn(cfg), cfg
