@@ -24,6 +24,11 @@ Attention op (`failed to legalize operation 'torch.operator' ... onnx.Attention`
 explicit graph; iree_linalg_ext.attention rejects a K map that divides the head index
 (`h floordiv G`: "Shape Mismatch for Key"), hence the 5-D GQA form. Every structure is one
 compiled module (compile key: every field), compiled in-process by iree.compiler and cached.
+
+Conventions, measured by the self-test on llvm-cpu: subnormal results are flushed to 0 (f32
+included); a fully masked row is NaN (iree#24175 asks for 0); a NaN behind a zero weight
+reaches the output; the attention op applies a boolean mask as -inf (masked_keys ieee), the
+ONNX graph by Where (exclude); the ONNX graph computes its scores in the case dtype.
 """
 
 from __future__ import annotations
@@ -223,7 +228,6 @@ class Target(_base.Target):
     """One variant: a cache of compiled IREE functions keyed by structure."""
     STACK = STACK
     CACHE_SIZE = 32
-    REFUSALS = ()
 
     def declare(self) -> dict:
         caps = ["f32", "f16", "gqa", "cross", "dv", "scale", "amask", "bmask", "causal", "padding", "window",

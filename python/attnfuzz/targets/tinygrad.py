@@ -36,7 +36,7 @@ import sys
 
 import numpy as np
 
-from attnfuzz import layouts, masks
+from attnfuzz import masks
 from attnfuzz.targets import _base, _common
 from attnfuzz.targets._torch_layouts import from_bhsd, to_bhsd
 
