@@ -19,7 +19,7 @@ done
 
 packages=(build-essential cmake pkg-config libcjson-dev libxxhash-dev libzstd-dev libopenblas-dev
           libcmocka-dev libpng-dev python3 python3-numpy python3-zstandard python3-venv zstd
-          clang libclang-rt-14-dev afl++ chromium
+          clang libclang-rt-14-dev afl++ chromium  # clang: also tinygrad's CPU device compiler
           munge slurmctld slurmd slurm-client     # the Slurm test starts its own one-node cluster
           python3-yaml python3-kubernetes)        # the Kubernetes manifests' schema check
 scripts/apt_install.sh "${packages[@]}"

@@ -2,9 +2,10 @@
 # The project's Python environment, .venv/, on Debian's python3, with pinned versions: the
 # kit's own (python/requirements.txt: numpy, ml_dtypes, zstandard) and those every real
 # target's stack declares (`pip` in python/attnfuzz/targets/STACK.py: torch, onnx,
-# onnxruntime, openvino, apache-tvm, jax), as `python -m attnfuzz.targets --requirements`
-# lists them. The GPU-only stacks' pins (`gpu_pip`: cuDNN's frontend, FlashInfer,
-# FlashAttention-4) are not installed: the wheel's extras carry them.
+# onnxruntime, openvino, apache-tvm, jax, tinygrad, iree-base-compiler and -runtime), as
+# `python -m attnfuzz.targets --requirements` lists them. The GPU-only stacks' pins
+# (`gpu_pip`: cuDNN's frontend, FlashInfer, FlashAttention-4) are not installed: the wheel's
+# extras carry them.
 #
 # Installed once, reused: the environment is built in a cache directory named for the
 # requirements' hash ($ATTNFUZZ_CACHE, default ~/.cache/attnfuzz/venv-<hash>) and .venv

@@ -95,7 +95,7 @@ class Variant:
 class Stack:
     """A stack: its name (the STACK of target:STACK/VARIANT), the modules that must import
     for it to run, the pinned PyPI requirements the set-up installs for it, the module
-    whose __version__ the hello reports, its variants, and optionally probe(variant) ->
+    whose __version__ the hello reports (without one: the version of the first pinned wheel), its variants, and optionally probe(variant) ->
     None or the reason a variant cannot run here (a GPU missing, a compiler missing), called
     only after the imports succeeded. reference=True marks a second oracle (numpy_ref):
     tested and smoke-run, never part of a stack campaign. default: the variant a worker runs
@@ -165,7 +165,14 @@ class Stack:
     def version(self):
         if not self.version_of:
             return "0"
-        return str(getattr(importlib.import_module(self.version_of), "__version__", "0"))
+        v = getattr(importlib.import_module(self.version_of), "__version__", None)
+        if v is None and self.pip:   # no __version__ (tinygrad, iree): the first pinned wheel's version
+            from importlib import metadata
+            try:
+                v = metadata.version(self.pip[0].split("==")[0])
+            except metadata.PackageNotFoundError:
+                pass
+        return str(v or "0")
 
     def as_dict(self):
         return {"stack": self.name, "imports": list(self.imports), "pip": list(self.pip),
