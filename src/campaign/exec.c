@@ -414,22 +414,36 @@ static af_status af_exec_took(const af_exec *x, af_exec_slot *sl, size_t k, af_s
     return AF_OK;
 }
 
-/* Runs backend k on slot sl, alone. */
+/* Backend k's answer r on slot sl, from a run alone or a batch (one path for both): its
+ * timings into x's, then what it gave (af_exec_took). A backend that reports no compile
+ * time compiled for the whole wall time of a run on a compile key new to it (an upper
+ * bound). */
+static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_batch_result *r, af_error *err) {
+    double compile = r->compile_s >= 0 ? r->compile_s : r->new_key ? r->wall_s : 0.0;
+    x->timing.compile_s += compile;
+    if (r->run_s > 0) x->timing.target_s += r->run_s;
+    sl->tail[k] = r->stderr_tail;
+    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, compile, err);
+}
+
+/* Runs backend k on slot sl, alone: a batch of one as far as the answer goes (an
+ * in-process backend reports no timings). */
 static af_status af_exec_run_backend(af_exec *x, af_exec_slot *sl, size_t k, af_error *err) {
     if (!sl->supported[k]) return AF_OK;
-    af_error berr;
+    af_batch_result r = {.compile_s = -1.0, .run_s = -1.0};
     double t0 = af_now();
-    af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &berr)
-                                   : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &berr);
+    r.st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &r.err)
+                           : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &r.err);
     x->timing.backends_s += af_now() - t0;
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-    double compile = 0.0;
-    if (e) {
-        compile = e->compile_s >= 0 ? e->compile_s : e->new_key ? e->wall_s : 0.0;
-        if (e->run_s > 0) x->timing.target_s += e->run_s;
+    if (e) { /* a worker's run: its facts (stderr_tail NULL: the backend's current tail) */
+        r.dropout_keep = e->dropout_keep;
+        r.compile_s = e->compile_s;
+        r.run_s = e->run_s;
+        r.wall_s = e->wall_s;
+        r.new_key = e->new_key;
     }
-    x->timing.compile_s += compile;
-    return af_exec_took(x, sl, k, st, &berr, e ? e->dropout_keep : NULL, compile, err);
+    return af_exec_take(x, sl, k, &r, err);
 }
 
 /* Evaluates every check (or check `only`) on slot sl, whose backends have run; *unjudged
@@ -736,14 +750,7 @@ af_status af_exec_batch_collect(af_exec *x, af_error *err) {
             grads[j] = sj->backward[k] ? &sj->grads[k] : NULL;
         }
         AF_TRY(af_backend_batch_end(x->be[k], outs, grads, res, err));
-        for (size_t j = 0; j < b->cnt[k]; j++) {
-            af_exec_slot *sj = b->slots[b->idx[k][j]];
-            double compile = res[j].compile_s >= 0 ? res[j].compile_s : res[j].new_key ? res[j].wall_s : 0.0;
-            x->timing.compile_s += compile;
-            if (res[j].run_s > 0) x->timing.target_s += res[j].run_s;
-            sj->tail[k] = res[j].stderr_tail;
-            AF_TRY(af_exec_took(x, sj, k, res[j].st, &res[j].err, res[j].dropout_keep, compile, err));
-        }
+        for (size_t j = 0; j < b->cnt[k]; j++) AF_TRY(af_exec_take(x, b->slots[b->idx[k][j]], k, &res[j], err));
     }
     x->timing.backends_s += af_now() - tb;
     return AF_OK;
