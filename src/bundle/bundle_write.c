@@ -161,20 +161,6 @@ static af_status af_bundle_mkdirs(const char *dir, af_error *err) {
     return af_file_mkdirs(dir, err);
 }
 
-/* Removes a directory we filled with plain files. */
-static void af_bundle_rmtree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            unlinkat(dirfd(d), e->d_name, 0);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static void af_bundle_sync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return;
@@ -301,11 +287,11 @@ static void af_bundle_move_old(const char *from, const char *old_dir, const char
     char to[PATH_MAX];
     af_error err;
     if (af_bundle_mkdirs(old_dir, &err) != AF_OK || af_bundle_join(to, sizeof to, old_dir, name, &err) != AF_OK) {
-        if (drop) af_bundle_rmtree(from);
+        if (drop) af_file_remove_dir(from);
         return;
     }
     if (af_bundle_rename_noreplace(from, to) != 0 && (drop || errno == EEXIST || errno == ENOTEMPTY))
-        af_bundle_rmtree(from);
+        af_file_remove_dir(from);
 }
 
 /* Puts the written bundle tmp at final: without replacing anything, or (old_dir) in
@@ -399,7 +385,7 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
         status = af_bundle_place(bw.tmp, final, name, old_dir, err);
         if (status == AF_OK) af_bundle_sync_dir(crashes_dir);
     }
-    if (status != AF_OK) af_bundle_rmtree(bw.tmp);
+    if (status != AF_OK) af_file_remove_dir(bw.tmp);
     for (size_t i = 0; bw.files && i < bw.n_files; i++) af_free(bw.files[i]);
     for (size_t i = 0; bw.out_files && i < n_names; i++) af_free(bw.out_files[i]);
     af_free(bw.files);
@@ -444,7 +430,7 @@ size_t af_bundle_remove_partial(const char *crashes_dir, long pid) {
         if (!at || last[1] == 0 || strspn(last + 1, "0123456789") != strlen(last + 1)) continue;
         char path[PATH_MAX];
         if (af_bundle_join(path, sizeof path, crashes_dir, e->d_name, NULL) != AF_OK) continue;
-        af_bundle_rmtree(path);
+        af_file_remove_dir(path);
         removed++;
     }
     closedir(d);

@@ -1,7 +1,6 @@
 /* jobs.c - --jobs N supervision (see jobs.h, campaign.h). */
 #include "jobs.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -15,6 +14,7 @@
 
 #include "attnfuzz/bundle.h"
 #include "clock.h"
+#include "fileio.h"
 #include "cpu_bind.h"
 #include "loop.h"
 #include "minrec.h"
@@ -69,19 +69,6 @@ static af_status af_job_start(const af_campaign_opts *o, const char *dir, unsign
     job->pid = pid;
     job->started = af_now();
     return AF_OK;
-}
-
-/* Removes the job stats directory and what is in it (stats files, a temporary file a
- * killed child left). */
-static void af_jobs_cleanup(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-    }
-    rmdir(dir);
 }
 
 /* A dead child's stats are its last checkpoint (once a second): a finding it minimized
@@ -162,7 +149,7 @@ af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *s, af_e
             for (unsigned q = 0; q < k; q++) kill(jobs[q].pid, SIGINT);
             for (unsigned q = 0; q < k; q++) waitpid(jobs[q].pid, NULL, 0);
             af_cpu_bind_unlock(lock);
-            af_jobs_cleanup(dir);
+            af_file_remove_dir(dir);
             return st;
         }
     }
@@ -269,7 +256,7 @@ af_status af_campaign_jobs(const af_campaign_opts *o, af_campaign_stats *s, af_e
             for (unsigned k = 0; k < n; k++)
                 if (jobs[k].pid > 0) kill(jobs[k].pid, SIGINT);
     }
-    af_jobs_cleanup(dir);
+    af_file_remove_dir(dir);
     if (failed && s->execs == 0 && !s->jobs_restarted)
         status = af_error_set(err, AF_ERR_IO, "every job failed");
     return status;
