@@ -247,6 +247,16 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
                 st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
         }
     }
+    /* a worker's own dropout keep mask, which the reference followed */
+    for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
+        const af_bundle_output *o = &s->outputs[i];
+        if (!o->dropout_keep) continue;
+        char name[160];
+        af_bw_unique_name(bw, "keep", o->backend ? o->backend : "", name, sizeof name);
+        af_array a = {.dtype = AF_BOOL, .ndim = 4, .shape = {c->batch, c->q_heads, c->q_len, c->kv_len}};
+        a.data = (void *)(uintptr_t)o->dropout_keep; /* only read */
+        st = af_bw_array(bw, name, &a);
+    }
     /* a worker's stderr tail: stderr.txt, stderr.2.txt for a second worker */
     for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
         const char *tail = s->outputs[i].stderr_tail;
@@ -368,7 +378,7 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
     size_t n_names = (2 + AF_GRAD_COUNT) * spec->n_outputs; /* out, stderr and the gradients of each */
     /* and the case's own: input.bin, q, k, v, mask, bool_mask, ref, do, ref_<g> of each
      * gradient, case.json */
-    bw.cap_files = n_names + 9 + AF_GRAD_COUNT;
+    bw.cap_files = n_names + spec->n_outputs + 9 + AF_GRAD_COUNT; /* and a keep mask of each */
     bw.files = af_calloc(bw.cap_files, sizeof *bw.files);
     bw.out_files = af_calloc(n_names + 1, sizeof *bw.out_files);
     bw.err_files = bw.out_files ? bw.out_files + spec->n_outputs : NULL;

@@ -33,6 +33,7 @@ typedef struct af_exec_slot {
     af_oracle *keep_oracle[AF_EXEC_MAX_BACKENDS];
     af_case_tensors keep_t[AF_EXEC_MAX_BACKENDS];
     bool use_keep[AF_EXEC_MAX_BACKENDS];
+    af_scratch keeps; /* slot k: backend k's keep mask, copied (the worker's lasts only until its next run) */
 
     af_case c;
     uint8_t bytes[AF_CASE_ENCODED_MAX];
@@ -179,6 +180,7 @@ static void af_exec_slot_destroy(af_exec_slot *sl) {
     af_inputs_destroy(sl->in);
     af_oracle_destroy(sl->oracle);
     af_scratch_release(&sl->outs);
+    af_scratch_release(&sl->keeps);
     for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) af_scratch_release(&sl->gouts[k]);
     af_free(sl);
 }
@@ -336,8 +338,13 @@ static af_status af_exec_keep_reference(const af_exec *x, af_exec_slot *sl, size
         sl->keep_oracle[k] = af_oracle_create(&x->cfg.oracle);
         AF_RETURN_ERROR_IF(!sl->keep_oracle[k], err, AF_ERR_NOMEM, "out of memory");
     }
+    const af_case *c = t->c;
+    size_t n = c->batch * c->q_heads * c->q_len * c->kv_len;
+    uint8_t *own = af_scratch_get(&sl->keeps, (int)k, n, err);
+    if (!own) return AF_ERR_NOMEM;
+    memcpy(own, keep, n);
     sl->keep_t[k] = *t;
-    sl->keep_t[k].dropout_keep = keep;
+    sl->keep_t[k].dropout_keep = own;
     AF_TRY(af_oracle_prepare(sl->keep_oracle[k], &sl->keep_t[k], err));
     sl->use_keep[k] = true;
     return AF_OK;
@@ -885,6 +892,8 @@ static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, c
     o->out = sl->st[k] == AF_OK ? &sl->out[k] : NULL;
     o->result = res[0];
     o->error = sl->st[k] == AF_OK ? NULL : sl->msg[k];
+    /* the keep mask it drew, which the reference (the one it was judged by) followed */
+    o->dropout_keep = sl->st[k] == AF_OK && sl->use_keep[k] ? sl->keep_t[k].dropout_keep : NULL;
     if (sl->st[k] == AF_OK && sl->backward[k]) {
         o->grads = &sl->grads[k];
         for (int g = 0; g < AF_GRAD_COUNT; g++) o->grad_results[g] = res[1 + g];
@@ -958,6 +967,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
         outs[nout] = outs[0];
         outs[nout].backend = relname;
+        outs[nout].dropout_keep = NULL;
         bool failed = r[0].kind == AF_KIND_ERROR;
         outs[nout].out = failed ? NULL : af_relation_output(x->rel);
         outs[nout].result = r[0];
