@@ -71,7 +71,7 @@ static void af_harness_write_stats(void) {
      * `attnfuzz report --stats`) */
     snprintf(path, sizeof path, "%s-signatures.%ld.json", af_harness.cfg.stats, (long)getpid());
     af_harness.sigs.elapsed = af_harness_now() - af_harness.started;
-    af_campaign_stats_write(&af_harness.sigs, NULL, path, NULL);
+    af_stats_write(&af_harness.sigs, NULL, path, NULL);
     af_harness.stats_written = af_harness_now();
 }
 

@@ -889,6 +889,75 @@ static void test_bundle_round_trip(void **state) {
     assert_int_equal(count_entries(crashes, NULL), 24);
 }
 
+/* A worker's own dropout keep mask: written as keep.<backend>.npy.zst, and the reference
+ * the bundle holds (which followed it) is computed again from the bundle's inputs and that
+ * mask alone, bit for bit; the case's own Philox mask would give another reference. */
+static void test_bundle_keep_mask(void **state) {
+    (void)state;
+    char crashes[PATH_MAX];
+    path_in(crashes, g_dir, "crashes");
+    af_rng rng;
+    af_rng_init(&rng, 77, 3);
+    int differ = 0;
+    for (int i = 0; i < 4; i++) {
+        af_case c;
+        af_case_generate(&c, &rng, (size_t)1 << 20, 4e5);
+        c.dropout_p = 0.25;
+        c.dropout_seed = (uint64_t)(1000 + i);
+        af_case_repair(&c, (size_t)1 << 20);
+        run r;
+        run_make(&r, &c, (uint64_t)0x6b656570u + (uint64_t)i); /* judged against the Philox reference */
+        const af_case_tensors *t = af_inputs_get(r.in);
+        /* the mask the worker drew: every other element kept, unlike Philox's */
+        size_t n = c.batch * c.q_heads * c.q_len * c.kv_len;
+        uint8_t *keep = af_malloc(n);
+        assert_non_null(keep);
+        for (size_t e = 0; e < n; e++) keep[e] = (uint8_t)((e + (size_t)i) % 2);
+        af_case_tensors kt = *t;
+        kt.dropout_keep = keep;
+        af_oracle *ko = af_oracle_create(NULL);
+        af_error err = {0};
+        expect_ok(af_oracle_prepare(ko, &kt, &err), &err);
+        r.bo[0].dropout_keep = keep;
+        r.spec.ref = af_oracle_ref(ko);
+        char path[PATH_MAX] = "";
+        expect_ok(af_bundle_write(crashes, &r.spec, path, sizeof path, &err), &err);
+
+        af_bundle *b = NULL;
+        expect_ok(af_bundle_read(path, &b, &err), &err);
+        uint8_t *back = NULL;
+        expect_ok(af_bundle_load_keep(b, r.names[0], &back, &err), &err);
+        assert_non_null(back);
+        assert_memory_equal(back, keep, n);
+        uint8_t *none = NULL;
+        expect_ok(af_bundle_load_keep(b, r.names[1], &none, &err), &err);
+        assert_null(none); /* a backend that drew no mask has no file */
+        /* the reference again, from the bundle alone */
+        af_inputs *in = af_inputs_create();
+        assert_non_null(in);
+        expect_ok(af_bundle_load_inputs(b, in, &err), &err);
+        af_case_tensors bt = *af_inputs_get(in);
+        bt.dropout_keep = back;
+        af_oracle *again = af_oracle_create(NULL);
+        expect_ok(af_oracle_prepare(again, &bt, &err), &err);
+        double *stored = NULL;
+        expect_ok(af_bundle_load_output(b, "ref", &stored, &err), &err);
+        size_t nout = c.batch * c.q_heads * c.q_len * c.v_head_dim;
+        const double *philox = af_oracle_ref(r.o), *recomputed = af_oracle_ref(again);
+        for (size_t e = 0; e < nout; e++) assert_true(same_double(stored[e], recomputed[e]));
+        differ += memcmp(stored, philox, nout * sizeof *stored) != 0;
+        af_free(stored);
+        af_oracle_destroy(again);
+        af_inputs_destroy(in);
+        af_free(back);
+        af_bundle_free(b);
+        af_oracle_destroy(ko);
+        af_free(keep);
+        run_free(&r);
+    }
+    assert_true(differ > 0); /* the file matters: Philox's mask gives another reference */
+}
+
 /* A backward case: dO and the reference gradients stored canonical, each backend's
  * gradients with their verdicts and metrics, the finding's tensor; everything reads back
  * (values bit for bit, dO into the case's layout), and the recorded max_abs is what the
@@ -2070,6 +2139,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_npy_write_errors, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_round_trip, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_backward, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_bundle_keep_mask, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_exists, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_write_over, setup_dir, teardown_dir),
         cmocka_unit_test_setup_teardown(test_bundle_exact_numbers, setup_dir, teardown_dir),

@@ -20,6 +20,10 @@
  *   ref_<g>.npy.zst     per gradient g asked (dq, dk, dv, dmask) the float64 reference,
  *                       canonical (af_case_grad_shape: dmask at the mask's 4-D shape)
  *   <g>.<backend>.npy.zst   each backend's gradient g (float32 or float64)
+ *   keep.<backend>.npy.zst  the dropout keep mask a backend drew itself (a worker whose
+ *                       conventions say dropout "keep_mask"), numpy bool [B, Hq, Sq, Sk],
+ *                       true = kept: ref.npy.zst (and ref_<g>) follow it, so they can be
+ *                       computed again from the bundle (af_bundle_load_keep)
  *   expected.npy.zst    optional, from another tool: the output replay must reproduce
  *   stderr.txt          optional: the last 4 KiB of a worker's stderr (stderr.2.txt for a
  *                       second one; read back with af_bundle_load_text, at most 64 KiB)
@@ -85,6 +89,8 @@ typedef struct af_bundle_output {
     const char *describe;    /* "name version variant" as the worker said */
     const char *conventions; /* the conventions it declared, a JSON object text */
     const char *stderr_tail; /* the last 4 KiB of its stderr: written as stderr.txt */
+    const uint8_t *dropout_keep; /* the keep mask it drew itself ([B, Hq, Sq, Sk] bytes, 1 = kept),
+                                    which the reference followed: written as keep.<backend>.npy.zst */
     /* a backward case: the gradients it returned (a gradient with data NULL: none), or NULL
      * when it ran no backward; each gradient's result against the reference */
     const af_grads *grads;
@@ -211,6 +217,12 @@ af_status af_bundle_load_output(const af_bundle *b, const char *name, double **o
  * recorded file, else <g>.<backend>.npy.zst) as float64 at af_case_grad_shape; *out is NULL
  * and AF_OK when the bundle has none (a forward case, a gradient not asked or not stored). */
 af_status af_bundle_load_grad(const af_bundle *b, const char *name, int g, double **out, af_error *err);
+
+/* Loads backend's own dropout keep mask (keep.<backend>.npy.zst) as [B, Hq, Sq, Sk] bytes,
+ * 1 = kept, into *out (af_free it): the mask the bundle's reference followed, to compute
+ * that reference again (af_case_tensors.dropout_keep). *out is NULL and AF_OK when the
+ * bundle has none; a file of another shape or dtype is AF_ERR_FORMAT naming it. */
+af_status af_bundle_load_keep(const af_bundle *b, const char *backend, uint8_t **out, af_error *err);
 
 /* Loads a text file of the bundle (name inside it, e.g. "stderr.txt": a worker's stderr
  * tail) into *out, NUL-terminated (af_free it); *out is NULL and AF_OK when there is none.

@@ -12,9 +12,11 @@
 #include <stdint.h>
 
 #include "exec.h"
-#include "shard.h"
 #include "known.h"
+#include "shard.h"
+#include "stats.h"
 #include "status.h"
+#include "stop.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,30 +91,6 @@ void af_campaign_opts_default(af_campaign_opts *o);
 /* The end-of-campaign pass o gets, in seconds, for a campaign that ran `ran` seconds. */
 double af_campaign_minimize_grace(const af_campaign_opts *o, double ran);
 
-typedef struct af_signature_entry {
-    uint64_t signature;
-    af_kind kind;
-    char who[160];
-    uint64_t count;          /* executions that produced it (this campaign) */
-    uint64_t first_exec;     /* executions before the first one (1-based count) */
-    double first_time;       /* seconds into the campaign when it was first seen */
-    char bundle[512];        /* bundle directory, "" if it could not be written (yet) */
-    char input_hex[2 * AF_CASE_ENCODED_MAX + 1]; /* the input, when the bundle is missing */
-    bool stored_elsewhere;   /* another process had stored it already */
-    bool write_failed;       /* counted in write_errors: its bundle could not be written
-                                (a finding that did not fail again is not: no write error) */
-    bool unminimized;        /* signed and stored as found (not minimized, or not yet) */
-} af_signature_entry;
-
-/* One known bug (known.h) as a campaign met it. */
-typedef struct af_known_stat {
-    char id[AF_KNOWN_ID_MAX];
-    uint64_t hits;     /* findings counted against it: never minimized, never stored again */
-    uint64_t skipped;  /* backend runs the generator left out: cases that trigger it (its
-                          `when`) sent fewer to a backend it keeps hitting */
-    char bundle[512];  /* its exemplar bundle (known-<id>), "" when none was written */
-} af_known_stat;
-
 /* --jobs N supervision. The parent looks at its children once a second. A child that dies
  * (killed by a signal, as the OOM killer's SIGKILL, or exiting with an error) is reported
  * on stderr, on the status line and in the stats, and restarted in its slot with a new seed
@@ -129,81 +107,16 @@ typedef struct af_known_stat {
  * the parent sends its children SIGINT, then SIGKILL. */
 #define AF_JOB_LATE_STOP 10.0
 #define AF_JOB_LATE_KILL 120.0
-#define AF_JOB_MAX_DEATHS 64 /* deaths recorded one by one; more are only counted */
+/* (af_job_death, AF_JOB_MAX_DEATHS: stats.h) */
 
-typedef struct af_job_death {
-    unsigned job;     /* the slot, 0..jobs-1 */
-    long pid;
-    int signal;       /* the signal that killed it, 0 if it exited */
-    int exit_code;    /* its exit status when it exited */
-    double after;     /* seconds it had run */
-    bool restarted;   /* false: its slot was given up */
-} af_job_death;
-
-typedef struct af_campaign_stats {
-    uint64_t execs;
-    uint64_t skipped;  /* of execs: cases no backend ran (unsupported by all of them) */
-    uint64_t backward_execs; /* of execs: cases that asked for gradients */
-    uint64_t batches;        /* executions of one case or one batch (execs / batches: cases a batch) */
-    uint64_t grads_unjudged; /* gradients not judged (af_exec_grads_unjudged) */
-    uint64_t seeds, seeds_run; /* --corpus inputs, and how many of them have run (a compiling
-                                  campaign spreads them over its first minutes) */
-    double jobs_rate;  /* --jobs: the sum of each job's own execs/s, from its first case (its
-                          backends' start-up, e.g. a worker importing a stack, excluded) */
-    double elapsed;
-    uint64_t findings_total;                /* executions with a finding, counting repeats */
-    uint64_t unique_by_kind[AF_KIND_COUNT];
-    af_signature_entry *sigs;               /* af_free'd by af_campaign_stats_free */
-    size_t n_sigs, cap_sigs;
-    uint64_t write_errors;                  /* findings whose bundle could not be written */
-    uint64_t minimize_execs;                /* executions spent minimizing (not in execs) */
-    double minimize_seconds;                /* wall time spent minimizing, the end pass included
-                                               (summed over jobs) */
-    uint64_t stored_unminimized;            /* findings stored as found because minimizing did not
-                                               fit then (the budget, the time limit, another
-                                               process minimizing it): queued */
-    uint64_t minimized_later;               /* of those, minimized since (by this campaign, or read
-                                               from the shared record) */
-    uint64_t aliases_read;                  /* raw signatures whose minimized signature came from
-                                               the shared record (another job, an earlier run) */
-    double minimize_end_seconds;            /* the end-of-campaign pass (after elapsed; summed
-                                               over jobs) */
-    /* --jobs only */
-    uint64_t jobs_died;                     /* children that died (signal or error exit) */
-    uint64_t jobs_restarted;
-    bool jobs_kept_dying;                   /* some slot was given up (see AF_JOB_MAX_RESTARTS) */
-    af_job_death deaths[AF_JOB_MAX_DEATHS]; /* the first jobs_died of them */
-    double compile_seconds;                 /* time targets spent compiling (worker backends
-                                               report it; 0 when none did) */
-    /* where the time went (seconds, summed over jobs; af_exec_timing): drawing inputs, the
-     * float64 references, waiting for backends (of which the targets' own reported run time,
-     * the rest being the protocol and the worker kits), comparing, restarting workers */
-    double generate_seconds, reference_seconds, backend_seconds, target_seconds, check_seconds;
-    double restart_seconds;
-    uint64_t worker_restarts;
-    double started_at;   /* wall clock (seconds since the epoch) when the campaign started */
-    bool finished;       /* the campaign has stopped: these are its final stats (the stats file
-                            is rewritten every second while it runs, finished false) */
-    /* known bugs (opts.known): per entry met, in the order first met (af_free'd by
-     * af_campaign_stats_free); the totals over them */
-    af_known_stat *known;
-    size_t n_known, cap_known;
-    uint64_t known_hits, known_skipped;
-} af_campaign_stats;
-
-void af_campaign_stats_free(af_campaign_stats *s);
-/* Writes stats as JSON (atomically); AF_ERR_IO names the path. */
+/* Writes stats as JSON (atomically; af_stats_write with o's fields, o may be NULL); AF_ERR_IO
+ * names the path. */
 af_status af_campaign_stats_write(const af_campaign_stats *s, const af_campaign_opts *o, const char *path,
                                   af_error *err);
 
 /* Runs the campaign. Returns AF_OK whether or not something was found (see stats);
  * errors are setup or I/O problems that stop it. */
 af_status af_campaign_run(const af_campaign_opts *o, af_campaign_stats *stats, af_error *err);
-
-/* Asks a running campaign (and its job processes) to stop after the current execution.
- * Async-signal-safe: call it from a SIGINT handler. */
-void af_campaign_interrupt(void);
-bool af_campaign_interrupted(void);
 
 #ifdef __cplusplus
 }

@@ -171,7 +171,7 @@ bool af_exec_would_run(const af_exec *x, const af_case *c);
 uint32_t af_exec_compile_key(const af_exec *x);
 double af_exec_compile_seconds(const af_exec *x);
 
-/* The generator's hook for known bugs (campaign.c): the next single execution does not run the
+/* The generator's hook for known bugs (known_gate.c, loop.c): the next single execution does not run the
  * backends whose bit (index as af_exec_backend_at) is set in mask, as if they did not
  * support the case; later executions (minimizing, replaying) run every backend again.
  * af_exec_skipped counts the backend runs skipped so far. */

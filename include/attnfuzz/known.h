@@ -145,7 +145,7 @@ long af_known_match(const af_known *k, const af_known_finding *f);
  * for an enum, its values). */
 const char *af_known_var(size_t i, char *buf, size_t len);
 
-/* --- the generator's side (campaign.c): which cases trigger an entry ---------------- */
+/* --- the generator's side (src/campaign/known_gate.c): which cases trigger an entry ---------------- */
 
 #define AF_KNOWN_NVARS 128
 /* The case variables of c, computed once for several af_known_when calls. */

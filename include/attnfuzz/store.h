@@ -39,8 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "campaign.h"
 #include "exec.h"
+#include "stats.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -94,12 +94,10 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *stats, 
 
 /* Known bugs counted by this store: findings of entry (index in opts.known) on backend
  * (index as af_exec_backend_at of the executor it stored from; a pair's finding counts
- * for both sides), what the generator learns from (campaign.c). */
+ * for both sides), what the generator learns from (known_gate.c). */
 uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend);
-/* The stats record of known bug id, added (zeroed) when missing; NULL when out of memory. */
-af_known_stat *af_store_known_stat(af_campaign_stats *stats, const char *id);
 /* Minimizes what is queued (findings stored as found), until the queue is empty or the
- * deadline (CLOCK_MONOTONIC seconds; 0 = none) or af_campaign_interrupt: for each, the
+ * deadline (CLOCK_MONOTONIC seconds; 0 = none) or af_campaign_interrupt (stop.h): for each, the
  * shared record first (another process may have minimized it: its alias is taken), then a
  * claim, minimizing (cut by the deadline: left as it is), the minimized bundle (replacing
  * the one as found when they share a name), the alias, and the bundle as found moved to
@@ -120,18 +118,6 @@ bool af_store_alias(const af_store *st, uint64_t raw, uint64_t *sig, af_kind *ki
  * and af_store_finish minimizes it. AF_ERR_NOMEM. */
 af_status af_store_adopt(af_store *st, af_campaign_stats *stats, size_t check, const char *who, af_kind kind,
                          uint64_t raw, const af_case *c, const char *bundle, af_error *err);
-
-/* The signature table of stats: the entry for sig, or NULL. */
-af_signature_entry *af_store_find(af_campaign_stats *stats, uint64_t sig);
-/* Appends an entry (count 0) for sig and counts it in unique_by_kind; NULL (err set,
- * err may be NULL) when out of memory. */
-af_signature_entry *af_store_add(af_campaign_stats *stats, uint64_t sig, af_kind kind, const char *who,
-                                 af_error *err);
-/* Moves entry `from`'s count into entry `to` (kind), which is created, or is `from`
- * renamed (its bundle name cleared), when it does not exist yet: a finding stored as found
- * is now the minimized signature's. Returns the entry of `to` (NULL when out of memory). */
-af_signature_entry *af_store_merge(af_campaign_stats *stats, uint64_t from, uint64_t to, af_kind kind,
-                                   const char *who);
 
 #ifdef __cplusplus
 }

@@ -217,6 +217,30 @@ af_status af_bundle_load_output(const af_bundle *b, const char *name, double **o
     return af_bundle_load_f64(b, file, out, err);
 }
 
+af_status af_bundle_load_keep(const af_bundle *b, const char *backend, uint8_t **out, af_error *err) {
+    *out = NULL;
+    char file[160], path[PATH_MAX];
+    af_bundle_array_name("keep", backend, file, sizeof file);
+    if (!af_bundle_is_file(b->files, file)) return AF_OK;
+    AF_TRY(af_bundle_join(path, sizeof path, b->files, file, err));
+    const af_case *c = &b->c;
+    size_t want[4] = {c->batch, c->q_heads, c->q_len, c->kv_len}, n = want[0] * want[1] * want[2] * want[3];
+    af_array a;
+    AF_TRY(af_npy_read_zst_max(path, n, &a, err));
+    bool ok = a.dtype == AF_BOOL && a.ndim == 4;
+    for (int d = 0; ok && d < 4; d++) ok = a.shape[d] == want[d];
+    if (!ok) {
+        char got[64], exp[64];
+        af_bundle_shape_str(got, sizeof got, a.shape, a.ndim);
+        af_bundle_shape_str(exp, sizeof exp, want, 4);
+        const char *dt = (unsigned)a.dtype < AF_DTYPE_COUNT ? af_dtype_names[a.dtype] : "?";
+        af_error_set(err, AF_ERR_FORMAT, "%s/%s: a keep mask is bool %s, not %s %s", b->dir, file, exp, dt, got);
+        af_array_free(&a);
+        return AF_ERR_FORMAT;
+    }
+    *out = a.data;
+    return AF_OK;
+}
 
 af_status af_bundle_load_text(const af_bundle *b, const char *name, char **out, size_t *len, af_error *err) {
     *out = NULL;

@@ -161,20 +161,6 @@ static af_status af_bundle_mkdirs(const char *dir, af_error *err) {
     return af_file_mkdirs(dir, err);
 }
 
-/* Removes a directory we filled with plain files. */
-static void af_bundle_rmtree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-            unlinkat(dirfd(d), e->d_name, 0);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 static void af_bundle_sync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return;
@@ -261,6 +247,16 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
                 st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
         }
     }
+    /* a worker's own dropout keep mask, which the reference followed */
+    for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
+        const af_bundle_output *o = &s->outputs[i];
+        if (!o->dropout_keep) continue;
+        char name[160];
+        af_bw_unique_name(bw, "keep", o->backend ? o->backend : "", name, sizeof name);
+        af_array a = {.dtype = AF_BOOL, .ndim = 4, .shape = {c->batch, c->q_heads, c->q_len, c->kv_len}};
+        a.data = (void *)(uintptr_t)o->dropout_keep; /* only read */
+        st = af_bw_array(bw, name, &a);
+    }
     /* a worker's stderr tail: stderr.txt, stderr.2.txt for a second worker */
     for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
         const char *tail = s->outputs[i].stderr_tail;
@@ -301,11 +297,11 @@ static void af_bundle_move_old(const char *from, const char *old_dir, const char
     char to[PATH_MAX];
     af_error err;
     if (af_bundle_mkdirs(old_dir, &err) != AF_OK || af_bundle_join(to, sizeof to, old_dir, name, &err) != AF_OK) {
-        if (drop) af_bundle_rmtree(from);
+        if (drop) af_file_remove_dir(from);
         return;
     }
     if (af_bundle_rename_noreplace(from, to) != 0 && (drop || errno == EEXIST || errno == ENOTEMPTY))
-        af_bundle_rmtree(from);
+        af_file_remove_dir(from);
 }
 
 /* Puts the written bundle tmp at final: without replacing anything, or (old_dir) in
@@ -382,7 +378,7 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
     size_t n_names = (2 + AF_GRAD_COUNT) * spec->n_outputs; /* out, stderr and the gradients of each */
     /* and the case's own: input.bin, q, k, v, mask, bool_mask, ref, do, ref_<g> of each
      * gradient, case.json */
-    bw.cap_files = n_names + 9 + AF_GRAD_COUNT;
+    bw.cap_files = n_names + spec->n_outputs + 9 + AF_GRAD_COUNT; /* and a keep mask of each */
     bw.files = af_calloc(bw.cap_files, sizeof *bw.files);
     bw.out_files = af_calloc(n_names + 1, sizeof *bw.out_files);
     bw.err_files = bw.out_files ? bw.out_files + spec->n_outputs : NULL;
@@ -399,7 +395,7 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
         status = af_bundle_place(bw.tmp, final, name, old_dir, err);
         if (status == AF_OK) af_bundle_sync_dir(crashes_dir);
     }
-    if (status != AF_OK) af_bundle_rmtree(bw.tmp);
+    if (status != AF_OK) af_file_remove_dir(bw.tmp);
     for (size_t i = 0; bw.files && i < bw.n_files; i++) af_free(bw.files[i]);
     for (size_t i = 0; bw.out_files && i < n_names; i++) af_free(bw.out_files[i]);
     af_free(bw.files);
@@ -444,7 +440,7 @@ size_t af_bundle_remove_partial(const char *crashes_dir, long pid) {
         if (!at || last[1] == 0 || strspn(last + 1, "0123456789") != strlen(last + 1)) continue;
         char path[PATH_MAX];
         if (af_bundle_join(path, sizeof path, crashes_dir, e->d_name, NULL) != AF_OK) continue;
-        af_bundle_rmtree(path);
+        af_file_remove_dir(path);
         removed++;
     }
     closedir(d);

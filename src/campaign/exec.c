@@ -33,6 +33,7 @@ typedef struct af_exec_slot {
     af_oracle *keep_oracle[AF_EXEC_MAX_BACKENDS];
     af_case_tensors keep_t[AF_EXEC_MAX_BACKENDS];
     bool use_keep[AF_EXEC_MAX_BACKENDS];
+    af_scratch keeps; /* slot k: backend k's keep mask, copied (the worker's lasts only until its next run) */
 
     af_case c;
     uint8_t bytes[AF_CASE_ENCODED_MAX];
@@ -81,7 +82,10 @@ struct af_exec {
     af_exec_slot *single; /* single executions (af_exec_run_case, _check, _bundle) */
     af_exec_bank bank[2]; /* batches */
     af_exec_bank *cur;    /* the batch checked last, while its bank is not reused */
-    af_exec_slot *s;      /* the execution the accessors see (af_exec_select) */
+    af_exec_slot *sel;    /* the execution the public accessors read (exec.h): set by the
+                             public entry points alone (a single run, af_exec_select, a
+                             batch's check), never moved by the stages, which each take the
+                             slot they act on */
     bool has_expected;
     af_exec_timing timing;
     af_batch_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
@@ -176,6 +180,7 @@ static void af_exec_slot_destroy(af_exec_slot *sl) {
     af_inputs_destroy(sl->in);
     af_oracle_destroy(sl->oracle);
     af_scratch_release(&sl->outs);
+    af_scratch_release(&sl->keeps);
     for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) af_scratch_release(&sl->gouts[k]);
     af_free(sl);
 }
@@ -219,7 +224,7 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
         af_exec_destroy(x);
         return NULL;
     }
-    x->s = x->single;
+    x->sel = x->single;
     if (af_exec_setup(x, err) != AF_OK) {
         af_exec_destroy(x);
         return NULL;
@@ -323,19 +328,23 @@ static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_
     return AF_OK;
 }
 
-/* After backend k ran on the current slot: when it returned its own dropout keep mask
- * (keep, NULL when none), prepares the reference that follows it. */
-static af_status af_exec_keep_reference(af_exec *x, size_t k, const af_case_tensors *t, const uint8_t *keep,
-                                        af_error *err) {
-    af_exec_slot *sl = x->s;
+/* After backend k ran on slot sl: when it returned its own dropout keep mask (keep, NULL
+ * when none), prepares the reference that follows it. */
+static af_status af_exec_keep_reference(const af_exec *x, af_exec_slot *sl, size_t k, const af_case_tensors *t,
+                                        const uint8_t *keep, af_error *err) {
     sl->use_keep[k] = false;
     if (!keep || !(t->c->dropout_p > 0.0)) return AF_OK;
     if (!sl->keep_oracle[k]) {
         sl->keep_oracle[k] = af_oracle_create(&x->cfg.oracle);
         AF_RETURN_ERROR_IF(!sl->keep_oracle[k], err, AF_ERR_NOMEM, "out of memory");
     }
+    const af_case *c = t->c;
+    size_t n = c->batch * c->q_heads * c->q_len * c->kv_len;
+    uint8_t *own = af_scratch_get(&sl->keeps, (int)k, n, err);
+    if (!own) return AF_ERR_NOMEM;
+    memcpy(own, keep, n);
     sl->keep_t[k] = *t;
-    sl->keep_t[k].dropout_keep = keep;
+    sl->keep_t[k].dropout_keep = own;
     AF_TRY(af_oracle_prepare(sl->keep_oracle[k], &sl->keep_t[k], err));
     sl->use_keep[k] = true;
     return AF_OK;
@@ -361,10 +370,9 @@ static bool af_exec_check_uses(const af_check *ck, size_t k) {
     return ck->a == k || (ck->type == AF_CHECK_PAIR && ck->b == k);
 }
 
-/* Which backends support the current slot's case (with only != SIZE_MAX: only those check
- * `only` needs); their output buffers. */
-static af_status af_exec_slot_outputs(af_exec *x, size_t only, af_error *err) {
-    af_exec_slot *sl = x->s;
+/* Which backends support slot sl's case (with only != SIZE_MAX: only those check `only`
+ * needs); their output buffers. */
+static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only, af_error *err) {
     for (size_t k = 0; k < x->nbe; k++) {
         sl->supported[k] = (only == SIZE_MAX || af_exec_check_uses(&x->checks[only], k)) &&
                            af_backend_supports(x->be[k], &sl->c, NULL, 0);
@@ -395,11 +403,10 @@ static af_status af_exec_slot_outputs(af_exec *x, size_t only, af_error *err) {
     return AF_OK;
 }
 
-/* What backend k's run on the current slot gave: st (err's message), the keep mask it
- * drew, the seconds it compiled. */
-static af_status af_exec_took(af_exec *x, size_t k, af_status st, const af_error *berr, const uint8_t *keep,
-                              double compile_s, af_error *err) {
-    af_exec_slot *sl = x->s;
+/* What backend k's run on slot sl gave: st (err's message), the keep mask it drew, the
+ * seconds it compiled. */
+static af_status af_exec_took(const af_exec *x, af_exec_slot *sl, size_t k, af_status st, const af_error *berr,
+                              const uint8_t *keep, double compile_s, af_error *err) {
     sl->st[k] = st;
     sl->compile_s += compile_s;
     /* out of memory, or a worker that can no longer be started: not a finding */
@@ -410,27 +417,40 @@ static af_status af_exec_took(af_exec *x, size_t k, af_status st, const af_error
         return AF_OK;
     }
     if (st != AF_OK) snprintf(sl->msg[k], sizeof sl->msg[k], "%s", berr->msg);
-    if (st == AF_OK) AF_TRY(af_exec_keep_reference(x, k, af_inputs_get(sl->in), keep, err));
+    if (st == AF_OK) AF_TRY(af_exec_keep_reference(x, sl, k, af_inputs_get(sl->in), keep, err));
     return AF_OK;
 }
 
-/* Runs backend k on the current slot, alone. */
-static af_status af_exec_run_backend(af_exec *x, size_t k, af_error *err) {
-    af_exec_slot *sl = x->s;
+/* Backend k's answer r on slot sl, from a run alone or a batch (one path for both): its
+ * timings into x's, then what it gave (af_exec_took). A backend that reports no compile
+ * time compiled for the whole wall time of a run on a compile key new to it (an upper
+ * bound). */
+static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_batch_result *r, af_error *err) {
+    double compile = r->compile_s >= 0 ? r->compile_s : r->new_key ? r->wall_s : 0.0;
+    x->timing.compile_s += compile;
+    if (r->run_s > 0) x->timing.target_s += r->run_s;
+    sl->tail[k] = r->stderr_tail;
+    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, compile, err);
+}
+
+/* Runs backend k on slot sl, alone: a batch of one as far as the answer goes (an
+ * in-process backend reports no timings). */
+static af_status af_exec_run_backend(af_exec *x, af_exec_slot *sl, size_t k, af_error *err) {
     if (!sl->supported[k]) return AF_OK;
-    af_error berr;
+    af_batch_result r = {.compile_s = -1.0, .run_s = -1.0};
     double t0 = af_now();
-    af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &berr)
-                                   : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &berr);
+    r.st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &r.err)
+                           : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &r.err);
     x->timing.backends_s += af_now() - t0;
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-    double compile = 0.0;
-    if (e) {
-        compile = e->compile_s >= 0 ? e->compile_s : e->new_key ? e->wall_s : 0.0;
-        if (e->run_s > 0) x->timing.target_s += e->run_s;
+    if (e) { /* a worker's run: its facts (stderr_tail NULL: the backend's current tail) */
+        r.dropout_keep = e->dropout_keep;
+        r.compile_s = e->compile_s;
+        r.run_s = e->run_s;
+        r.wall_s = e->wall_s;
+        r.new_key = e->new_key;
     }
-    x->timing.compile_s += compile;
-    return af_exec_took(x, k, st, &berr, e ? e->dropout_keep : NULL, compile, err);
+    return af_exec_take(x, sl, k, &r, err);
 }
 
 /* Evaluates every check (or check `only`) on slot sl, whose backends have run; *unjudged
@@ -534,26 +554,25 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
     return AF_OK;
 }
 
-/* The checks of the current slot (af_exec_checks_slot), timed. */
-static af_status af_exec_checks(af_exec *x, size_t only, af_error *err) {
+/* The checks of slot sl (af_exec_checks_slot), timed. */
+static af_status af_exec_checks(af_exec *x, af_exec_slot *sl, size_t only, af_error *err) {
     double t0 = af_now();
-    af_status st = af_exec_checks_slot(x, x->s, only, &x->grads_unjudged, err);
+    af_status st = af_exec_checks_slot(x, sl, only, &x->grads_unjudged, err);
     x->timing.checks_s += af_now() - t0;
     return st;
 }
 
-/* Runs the checks on the inputs in the current slot: every check and every backend (only
- * == SIZE_MAX), or check `only` alone with the backends it needs and nothing else (a
- * sampled relation then runs whatever the sample says: it was named). */
-static af_status af_exec_execute(af_exec *x, size_t only, af_error *err) {
-    af_exec_slot *sl = x->s;
+/* Runs the checks on the inputs in slot sl: every check and every backend (only ==
+ * SIZE_MAX), or check `only` alone with the backends it needs and nothing else (a sampled
+ * relation then runs whatever the sample says: it was named). */
+static af_status af_exec_execute(af_exec *x, af_exec_slot *sl, size_t only, af_error *err) {
     af_exec_slot_begin(sl);
     double t0 = af_now();
     AF_TRY(af_oracle_prepare(sl->oracle, af_inputs_get(sl->in), err));
     x->timing.reference_s += af_now() - t0;
-    AF_TRY(af_exec_slot_outputs(x, only, err));
-    for (size_t k = 0; k < x->nbe; k++) AF_TRY(af_exec_run_backend(x, k, err));
-    return af_exec_checks(x, only, err);
+    AF_TRY(af_exec_slot_outputs(x, sl, only, err));
+    for (size_t k = 0; k < x->nbe; k++) AF_TRY(af_exec_run_backend(x, sl, k, err));
+    return af_exec_checks(x, sl, only, err);
 }
 
 /* Drops the checks against an expected output of a previous bundle. */
@@ -562,31 +581,31 @@ static void af_exec_drop_expected(af_exec *x) {
     x->has_expected = false;
 }
 
-af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err) {
-    af_exec_drop_expected(x);
+/* A single execution of c (every check, or check `only`) in the single slot, leaving out
+ * the backends of skip; it is then the one the accessors read. */
+static af_status af_exec_run_single(af_exec *x, size_t only, const af_case *c, uint32_t skip, af_error *err) {
     AF_TRY(af_exec_batch_collect(x, err)); /* the workers are free for a single case */
-    x->s = x->single;
-    x->s->skip = x->skip_next;
-    x->skip_next = 0;
+    af_exec_slot *sl = x->sel = x->single;
+    sl->skip = skip;
     double t0 = af_now();
-    AF_TRY(af_inputs_generate(x->s->in, c, err));
+    AF_TRY(af_inputs_generate(sl->in, c, err));
     x->timing.generate_s += af_now() - t0;
     x->timing.cases++;
-    return af_exec_execute(x, SIZE_MAX, err);
+    return af_exec_execute(x, sl, only, err);
+}
+
+af_status af_exec_run_case(af_exec *x, const af_case *c, af_error *err) {
+    af_exec_drop_expected(x);
+    uint32_t skip = x->skip_next;
+    x->skip_next = 0;
+    return af_exec_run_single(x, SIZE_MAX, c, skip, err);
 }
 
 af_status af_exec_run_check(af_exec *x, size_t check, const af_case *c, af_error *err) {
     af_exec_drop_expected(x);
     AF_RETURN_ERROR_IF(check >= x->nchecks, err, AF_ERR_INVALID, "no check %zu (the executor has %zu)", check,
                        x->nchecks);
-    AF_TRY(af_exec_batch_collect(x, err)); /* the workers are free for a single case */
-    x->s = x->single;
-    x->s->skip = 0;
-    double t0 = af_now();
-    AF_TRY(af_inputs_generate(x->s->in, c, err));
-    x->timing.generate_s += af_now() - t0;
-    x->timing.cases++;
-    return af_exec_execute(x, check, err);
+    return af_exec_run_single(x, check, c, 0, err);
 }
 
 /* --- batches ----------------------------------------------------------------------------- */
@@ -692,10 +711,7 @@ af_status af_exec_batch_send(af_exec *x, const af_case *cases, const uint32_t *s
     x->timing.generate_s += af_now() - t0;
     x->timing.cases += n;
     AF_TRY(af_exec_prep_status(b, err));
-    for (size_t i = 0; i < n; i++) {
-        x->s = b->slots[i];
-        AF_TRY(af_exec_slot_outputs(x, SIZE_MAX, err));
-    }
+    for (size_t i = 0; i < n; i++) AF_TRY(af_exec_slot_outputs(x, b->slots[i], SIZE_MAX, err));
     /* 2. each backend that takes batches gets its cases now, in one frame, and works on
      * them while the references are computed here; from here on the bank must be collected
      * (the backends without batches run then, case by case) */
@@ -726,10 +742,7 @@ af_status af_exec_batch_collect(af_exec *x, af_error *err) {
     /* the backends without batches, case by case; then the batches' answers */
     for (size_t k = 0; k < x->nbe; k++) {
         if (b->begun[k]) continue;
-        for (size_t i = 0; i < b->n; i++) {
-            x->s = b->slots[i];
-            AF_TRY(af_exec_run_backend(x, k, err));
-        }
+        for (size_t i = 0; i < b->n; i++) AF_TRY(af_exec_run_backend(x, b->slots[i], k, err));
     }
     double tb = af_now();
     for (size_t k = 0; k < x->nbe; k++) {
@@ -744,14 +757,7 @@ af_status af_exec_batch_collect(af_exec *x, af_error *err) {
             grads[j] = sj->backward[k] ? &sj->grads[k] : NULL;
         }
         AF_TRY(af_backend_batch_end(x->be[k], outs, grads, res, err));
-        for (size_t j = 0; j < b->cnt[k]; j++) {
-            x->s = b->slots[b->idx[k][j]];
-            double compile = res[j].compile_s >= 0 ? res[j].compile_s : res[j].new_key ? res[j].wall_s : 0.0;
-            x->timing.compile_s += compile;
-            if (res[j].run_s > 0) x->timing.target_s += res[j].run_s;
-            x->s->tail[k] = res[j].stderr_tail;
-            AF_TRY(af_exec_took(x, k, res[j].st, &res[j].err, res[j].dropout_keep, compile, err));
-        }
+        for (size_t j = 0; j < b->cnt[k]; j++) AF_TRY(af_exec_take(x, b->slots[b->idx[k][j]], k, &res[j], err));
     }
     x->timing.backends_s += af_now() - tb;
     return AF_OK;
@@ -772,12 +778,9 @@ af_status af_exec_batch_check(af_exec *x, unsigned threads, af_error *err) {
         for (size_t i = 0; i < b->n; i++) x->grads_unjudged += b->slots[i]->unjudged;
         AF_TRY(af_exec_prep_status(b, err));
     } else {
-        for (size_t i = 0; i < b->n; i++) {
-            x->s = b->slots[i];
-            AF_TRY(af_exec_checks(x, SIZE_MAX, err));
-        }
+        for (size_t i = 0; i < b->n; i++) AF_TRY(af_exec_checks(x, b->slots[i], SIZE_MAX, err));
     }
-    x->s = b->slots[0];
+    x->sel = b->slots[0];
     return AF_OK;
 }
 
@@ -795,7 +798,7 @@ bool af_exec_batch_pending(const af_exec *x) {
 
 af_status af_exec_select(af_exec *x, size_t i, af_error *err) {
     AF_RETURN_ERROR_IF(!x->cur || i >= x->cur->n, err, AF_ERR_INVALID, "no case %zu in the last batch checked", i);
-    x->s = x->cur->slots[i];
+    x->sel = x->cur->slots[i];
     return AF_OK;
 }
 
@@ -819,13 +822,13 @@ af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_err
 af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
     af_exec_drop_expected(x);
     AF_TRY(af_exec_batch_collect(x, err)); /* the workers are free for a single case */
-    x->s = x->single;
+    af_exec_slot *sl = x->sel = x->single;
     AF_TRY(af_bundle_check_budget(b, x->cfg.budget, err)); /* before anything is allocated for it */
-    AF_TRY(af_bundle_load_inputs(b, x->s->in, err));
+    AF_TRY(af_bundle_load_inputs(b, sl->in, err));
     double *expected = NULL;
     AF_TRY(af_bundle_load_expected(b, &expected, err));
     if (expected) {
-        const af_case_tensors *t = af_inputs_get(x->s->in);
+        const af_case_tensors *t = af_inputs_get(sl->in);
         af_status st = af_oracle_prepare_expected(x->exp_oracle, t, expected, err);
         af_free(expected);
         AF_TRY(st);
@@ -838,15 +841,15 @@ af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
         }
         x->has_expected = true;
     }
-    return af_exec_execute(x, SIZE_MAX, err);
+    return af_exec_execute(x, sl, SIZE_MAX, err);
 }
 
-size_t af_exec_finding_count(const af_exec *x) { return x->s->nfind; }
-const af_finding *af_exec_finding(const af_exec *x, size_t i) { return i < x->s->nfind ? &x->s->findings[i] : NULL; }
-const af_case *af_exec_case(const af_exec *x) { return &x->s->c; }
+size_t af_exec_finding_count(const af_exec *x) { return x->sel->nfind; }
+const af_finding *af_exec_finding(const af_exec *x, size_t i) { return i < x->sel->nfind ? &x->sel->findings[i] : NULL; }
+const af_case *af_exec_case(const af_exec *x) { return &x->sel->c; }
 size_t af_exec_input(const af_exec *x, const uint8_t **bytes) {
-    *bytes = x->s->bytes;
-    return x->s->nbytes;
+    *bytes = x->sel->bytes;
+    return x->sel->nbytes;
 }
 size_t af_exec_backend_count(const af_exec *x) { return x->nbe; }
 af_backend *af_exec_backend_at(const af_exec *x, size_t i) { return i < x->nbe ? x->be[i] : NULL; }
@@ -866,7 +869,7 @@ uint32_t af_exec_compile_key(const af_exec *x) {
     return key;
 }
 
-double af_exec_compile_seconds(const af_exec *x) { return x->s->compile_s; }
+double af_exec_compile_seconds(const af_exec *x) { return x->sel->compile_s; }
 
 void af_exec_skip_next(af_exec *x, uint32_t mask) { x->skip_next = mask; }
 uint64_t af_exec_skipped(const af_exec *x) { return x->skipped; }
@@ -874,36 +877,39 @@ uint64_t af_exec_grads_unjudged(const af_exec *x) { return x->grads_unjudged; }
 
 size_t af_exec_check_count(const af_exec *x) { return x->nchecks; }
 const char *af_exec_check_name(const af_exec *x, size_t i) { return x->checks[i].name; }
-bool af_exec_check_ran(const af_exec *x, size_t i) { return x->s->check_ran[i]; }
-const af_result *af_exec_check_result(const af_exec *x, size_t i) { return &x->s->results[i]; }
+bool af_exec_check_ran(const af_exec *x, size_t i) { return x->sel->check_ran[i]; }
+const af_result *af_exec_check_result(const af_exec *x, size_t i) { return &x->sel->results[i]; }
 const char *af_exec_check_tensor(const af_exec *x, size_t i) {
-    return af_exec_tensor_name(x->s->check_ran[i] ? x->s->result_tensor[i] : -1);
+    return af_exec_tensor_name(x->sel->check_ran[i] ? x->sel->result_tensor[i] : -1);
 }
 
-/* Backend k's side of a bundle: res[0] its output's result, res[1 + g] gradient g's. */
-static void af_exec_output(af_exec *x, size_t k, const af_result *res, af_bundle_output *o) {
+/* Backend k's side of slot sl's bundle: res[0] its output's result, res[1 + g] gradient g's. */
+static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, const af_result *res,
+                           af_bundle_output *o) {
     memset(o, 0, sizeof *o);
     o->backend = af_backend_name(x->be[k]);
     o->version = af_backend_version(x->be[k]);
-    o->out = x->s->st[k] == AF_OK ? &x->s->out[k] : NULL;
+    o->out = sl->st[k] == AF_OK ? &sl->out[k] : NULL;
     o->result = res[0];
-    o->error = x->s->st[k] == AF_OK ? NULL : x->s->msg[k];
-    if (x->s->st[k] == AF_OK && x->s->backward[k]) {
-        o->grads = &x->s->grads[k];
+    o->error = sl->st[k] == AF_OK ? NULL : sl->msg[k];
+    /* the keep mask it drew, which the reference (the one it was judged by) followed */
+    o->dropout_keep = sl->st[k] == AF_OK && sl->use_keep[k] ? sl->keep_t[k].dropout_keep : NULL;
+    if (sl->st[k] == AF_OK && sl->backward[k]) {
+        o->grads = &sl->grads[k];
         for (int g = 0; g < AF_GRAD_COUNT; g++) o->grad_results[g] = res[1 + g];
     }
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     if (e) {
         o->conventions = e->conventions;
         o->describe = e->describe;
-        const char *tail = x->s->tail[k] ? x->s->tail[k] : e->stderr_tail;
+        const char *tail = sl->tail[k] ? sl->tail[k] : e->stderr_tail;
         o->stderr_tail = tail && tail[0] ? tail : NULL;
     }
 }
 
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len, af_error *err) {
-    AF_RETURN_ERROR_IF(i >= x->s->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
-    return af_exec_write_bundle_as(x, i, x->s->findings[i].signature, dir, path, path_len, err);
+    AF_RETURN_ERROR_IF(i >= x->sel->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    return af_exec_write_bundle_as(x, i, x->sel->findings[i].signature, dir, path, path_len, err);
 }
 
 af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, const char *dir, char *path,
@@ -914,11 +920,12 @@ af_status af_exec_write_bundle_as(af_exec *x, size_t i, uint64_t signature, cons
 
 af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const af_exec_bundle_opts *bo, char *path,
                                     size_t path_len, af_error *err) {
-    AF_RETURN_ERROR_IF(i >= x->s->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
+    af_exec_slot *sl = x->sel;
+    AF_RETURN_ERROR_IF(i >= sl->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
     uint64_t signature = bo->signature;
-    const af_finding *f = &x->s->findings[i];
+    const af_finding *f = &sl->findings[i];
     const af_check *ck = &x->checks[f->check];
-    const af_case_tensors *t = af_inputs_get(x->s->in);
+    const af_case_tensors *t = af_inputs_get(sl->in);
     af_bundle_output outs[2];
     size_t nout = 0;
     char relname[200];
@@ -930,21 +937,21 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         if (ck->a == SIZE_MAX) break;
         memset(rs, 0, sizeof rs);
         rs[0] = f->result;
-        if (ck->type == AF_CHECK_BACKEND && x->s->st[ck->a] == AF_OK)
-            AF_TRY(af_exec_judge(x, x->s, ck->a, af_exec_oracle_for(x->s, ck->a), rs, &tensor, &x->grads_unjudged, err));
-        af_exec_output(x, ck->a, rs, &outs[nout++]);
+        if (ck->type == AF_CHECK_BACKEND && sl->st[ck->a] == AF_OK)
+            AF_TRY(af_exec_judge(x, sl, ck->a, af_exec_oracle_for(sl, ck->a), rs, &tensor, &x->grads_unjudged, err));
+        af_exec_output(x, sl, ck->a, rs, &outs[nout++]);
         break;
     case AF_CHECK_PAIR: {
         size_t sides[2] = {ck->a, ck->b};
         for (int s = 0; s < 2; s++) {
             memset(rs, 0, sizeof rs);
-            if (x->s->st[sides[s]] == AF_OK) {
-                AF_TRY(af_exec_judge(x, x->s, sides[s], af_exec_oracle_for(x->s, sides[s]), rs, &tensor,
+            if (sl->st[sides[s]] == AF_OK) {
+                AF_TRY(af_exec_judge(x, sl, sides[s], af_exec_oracle_for(sl, sides[s]), rs, &tensor,
                                      &x->grads_unjudged, err));
             } else {
-                af_exec_error_result(x->s, sides[s], &rs[0]);
+                af_exec_error_result(sl, sides[s], &rs[0]);
             }
-            af_exec_output(x, sides[s], rs, &outs[nout++]);
+            af_exec_output(x, sl, sides[s], rs, &outs[nout++]);
         }
         break;
     }
@@ -952,14 +959,15 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         /* the transformed run again (deterministic), to store its output beside the original */
         af_result r[1 + AF_GRAD_COUNT];
         af_error rerr;
-        bool bwd = x->s->backward[ck->a];
-        AF_TRY(af_relation_check_backward(ck->rel, x->be[ck->a], t, &x->s->out[ck->a], bwd ? &x->s->grads[ck->a] : NULL,
-                                          x->s->oracle, x->rel, r, &rerr));
-        AF_TRY(af_exec_judge(x, x->s, ck->a, x->s->oracle, rs, &tensor, &x->grads_unjudged, err));
-        af_exec_output(x, ck->a, rs, &outs[nout++]);
+        bool bwd = sl->backward[ck->a];
+        AF_TRY(af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a], bwd ? &sl->grads[ck->a] : NULL,
+                                          sl->oracle, x->rel, r, &rerr));
+        AF_TRY(af_exec_judge(x, sl, ck->a, sl->oracle, rs, &tensor, &x->grads_unjudged, err));
+        af_exec_output(x, sl, ck->a, rs, &outs[nout++]);
         snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
         outs[nout] = outs[0];
         outs[nout].backend = relname;
+        outs[nout].dropout_keep = NULL;
         bool failed = r[0].kind == AF_KIND_ERROR;
         outs[nout].out = failed ? NULL : af_relation_output(x->rel);
         outs[nout].result = r[0];
@@ -978,12 +986,12 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     snprintf(replay, sizeof replay, "attnfuzz replay %s/%s", dir, name);
     af_bundle_spec spec;
     memset(&spec, 0, sizeof spec);
-    spec.c = &x->s->c;
-    spec.input = x->s->bytes;
-    spec.input_len = x->s->nbytes;
+    spec.c = &sl->c;
+    spec.input = sl->bytes;
+    spec.input_len = sl->nbytes;
     spec.tensors = t;
     /* the reference the failing side was judged by (one following a worker's keep mask) */
-    const af_oracle *ro = ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? x->s->oracle : af_exec_oracle_for(x->s, ck->a);
+    const af_oracle *ro = ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? sl->oracle : af_exec_oracle_for(sl, ck->a);
     spec.ref = af_oracle_ref(ro);
     for (int g = 0; g < AF_GRAD_COUNT; g++) spec.ref_grads[g] = af_oracle_ref_grad(ro, g);
     spec.tensor = f->tensor;

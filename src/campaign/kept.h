@@ -1,5 +1,5 @@
 /* kept.h - the compiled structures a campaign draws new values for (library-internal:
- * campaign.c and the tests use it).
+ * loop.c and the tests use it).
  *
  * While compiling takes more than its share of a campaign's time, the next batch keeps
  * the structure (the fields of the compile key: shapes, dtype, layouts, masks, gradients,

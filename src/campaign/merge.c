@@ -34,18 +34,6 @@ static bool af_merge_is_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-/* Removes a directory of plain files (a bundle version or a copy in progress). */
-static void af_merge_rmtree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL)
-            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
 /* Sets path's ctime to now, leaving its mtime (when the bundle was stored, which report
  * shows) alone: the start of an old version's grace. false when path is gone. */
 static bool af_merge_touch(const char *path) {
@@ -254,7 +242,7 @@ static af_status af_merge_install(af_merge_out *m, const char *name, const char 
         (errno != EINVAL || rename(tmp, version) != 0)) /* no RENAME_NOREPLACE: the name is unique anyway */
         st = af_error_set(err, AF_ERR_IO, "%s: cannot rename %s into place: %s", version, tmp, strerror(errno));
     if (st != AF_OK) {
-        af_merge_rmtree(tmp);
+        af_file_remove_dir(tmp);
         return st;
     }
 
@@ -305,7 +293,7 @@ static af_status af_merge_install(af_merge_out *m, const char *name, const char 
         *outcome = AF_MERGE_REPLACED;
         return AF_OK;
     }
-    af_merge_rmtree(version); /* never linked: nobody can be reading it */
+    af_file_remove_dir(version); /* never linked: nobody can be reading it */
     af_merge_unlock(m->lock, held);
     return st;
 }
@@ -358,7 +346,7 @@ static size_t af_merge_gc(const af_merge_out *m, double grace) {
         if (af_merge_age(&sb) <= keep) continue;
         char path[PATH_MAX];
         if (!af_merge_join(path, sizeof path, m->versions, e->d_name)) continue;
-        af_merge_rmtree(path);
+        af_file_remove_dir(path);
         removed++;
     }
     if (d) closedir(d);

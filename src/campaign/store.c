@@ -11,6 +11,7 @@
 
 #include "attnfuzz/mem.h"
 #include "attnfuzz/minimize.h"
+#include "attnfuzz/stop.h"
 #include "clock.h"
 #include "store_known.h"
 #include "minrec.h"
@@ -29,36 +30,6 @@
  * tries: each costs one execution when it does not hold. */
 #define AF_STORE_HINTS 16
 #define AF_STORE_HINT_TRIES 3
-
-/* --- the signature table -------------------------------------------------------------- */
-
-af_signature_entry *af_store_find(af_campaign_stats *s, uint64_t sig) {
-    for (size_t i = 0; i < s->n_sigs; i++)
-        if (s->sigs[i].signature == sig) return &s->sigs[i];
-    return NULL;
-}
-
-af_signature_entry *af_store_add(af_campaign_stats *s, uint64_t sig, af_kind kind, const char *who, af_error *err) {
-    if (s->n_sigs == s->cap_sigs) {
-        size_t cap = s->cap_sigs ? 2 * s->cap_sigs : 64;
-        af_signature_entry *n = af_calloc(cap, sizeof *n);
-        if (!n) {
-            af_error_set(err, AF_ERR_NOMEM, "out of memory");
-            return NULL;
-        }
-        if (s->sigs) memcpy(n, s->sigs, s->n_sigs * sizeof *n);
-        af_free(s->sigs);
-        s->sigs = n;
-        s->cap_sigs = cap;
-    }
-    af_signature_entry *e = &s->sigs[s->n_sigs++];
-    memset(e, 0, sizeof *e);
-    e->signature = sig;
-    e->kind = kind;
-    snprintf(e->who, sizeof e->who, "%s", who);
-    s->unique_by_kind[kind]++;
-    return e;
-}
 
 /* --- raw signature -> minimized signature ---------------------------------------- */
 
@@ -306,7 +277,7 @@ static bool af_store_sig_minimized(void *ctx, uint64_t sig) {
     uint64_t to;
     af_kind kind;
     if (af_alias_get(&st->aliases, sig, &to, &kind)) {
-        const af_signature_entry *e = st->stats ? af_store_find((af_campaign_stats *)st->stats, to) : NULL;
+        const af_signature_entry *e = st->stats ? af_stats_find((af_campaign_stats *)st->stats, to) : NULL;
         return !(e && e->unminimized); /* not one stored as found (a flaky target's) */
     }
     af_minrec_alias a;
@@ -400,34 +371,6 @@ static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *
     return r;
 }
 
-af_signature_entry *af_store_merge(af_campaign_stats *s, uint64_t from, uint64_t to, af_kind kind,
-                                   const char *who) {
-    af_signature_entry *a = af_store_find(s, from), *b = af_store_find(s, to);
-    if (a && a != b && !b) { /* renamed */
-        s->unique_by_kind[a->kind]--;
-        s->unique_by_kind[kind]++;
-        a->signature = to;
-        a->kind = kind;
-        a->bundle[0] = 0;
-        a->input_hex[0] = 0;
-        a->stored_elsewhere = false;
-        if (a->write_failed) s->write_errors--;
-        a->write_failed = false;
-        return a;
-    }
-    if (a && b && a != b) { /* merged */
-        b->count += a->count;
-        if (a->first_exec < b->first_exec) b->first_exec = a->first_exec;
-        if (a->first_time < b->first_time) b->first_time = a->first_time;
-        if (a->write_failed) s->write_errors--;
-        s->unique_by_kind[a->kind]--;
-        *a = s->sigs[--s->n_sigs];
-        return af_store_find(s, to);
-    }
-    if (b) return b;
-    return af_store_add(s, to, kind, who, NULL);
-}
-
 /* Writes the bundle of entry e from x's execution of check: a minimized case (replacing a
  * bundle of that name stored as found), or the case as found. A bundle that cannot be
  * written keeps the finding's input in e (the stats) and says so on stderr once. */
@@ -493,10 +436,10 @@ static af_status af_store_resolve_alias(af_store *st, af_campaign_stats *s, size
     af_store_item it = st->queue[i];
     af_store_dequeue(st, i);
     (void)af_alias_put(&st->aliases, it.raw, a->sig, a->kind); /* else the record is read again: no harm */
-    const af_signature_entry *was = af_store_find(s, it.raw);
+    const af_signature_entry *was = af_stats_find(s, it.raw);
     char who[sizeof was->who];
     snprintf(who, sizeof who, "%s", was ? was->who : "");
-    af_signature_entry *e = af_store_merge(s, it.raw, a->sig, a->kind, who);
+    af_signature_entry *e = af_stats_merge(s, it.raw, a->sig, a->kind, who);
     AF_RETURN_ERROR_IF(!e, err, AF_ERR_NOMEM, "out of memory");
     if (from_record) s->aliases_read++;
     s->minimized_later++;
@@ -535,7 +478,7 @@ static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_sta
     AF_RETURN_ERROR_IF(!af_alias_put(&st->known_raw, was.raw, (uint64_t)kb, fm->kind), err, AF_ERR_NOMEM,
                        "out of memory");
     uint64_t n = 1;
-    af_signature_entry *old = af_store_find(s, was.raw);
+    af_signature_entry *old = af_stats_find(s, was.raw);
     if (old) {
         n = old->count ? old->count : 1;
         if (old->write_failed) s->write_errors--;
@@ -603,12 +546,12 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
     if (kb >= 0) return af_store_became_known(st, x, s, i, fm, kb, &c, out, err);
     af_store_item was = *it;
     af_store_dequeue(st, i);
-    const af_signature_entry *old = af_store_find(s, raw), *there = af_store_find(s, fm->signature);
+    const af_signature_entry *old = af_stats_find(s, raw), *there = af_stats_find(s, fm->signature);
     /* the minimized signature's bundle is stored already (not one as found of that name) */
     bool stored = there && there != old && !there->unminimized && (there->bundle[0] || there->stored_elsewhere);
     char who[sizeof old->who];
     snprintf(who, sizeof who, "%s", old ? old->who : "");
-    af_signature_entry *e = af_store_merge(s, raw, fm->signature, fm->kind, who);
+    af_signature_entry *e = af_stats_merge(s, raw, fm->signature, fm->kind, who);
     if (!e) {
         af_minrec_release(st->rec, raw);
         return af_error_set(err, AF_ERR_NOMEM, "out of memory");
@@ -746,13 +689,13 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
         }
     }
     bool first = false, replace = false;
-    af_signature_entry *e = af_store_find(s, sig);
+    af_signature_entry *e = af_stats_find(s, sig);
     if (e) {
         e->count++;
         /* its bundle holds a case as found that signs as this minimized one: replaced */
         replace = minimized && e->unminimized;
     } else {
-        e = af_store_add(s, sig, kind, f->who, err);
+        e = af_stats_add(s, sig, kind, f->who, err);
         if (!e) {
             if (claimed) af_minrec_release(st->rec, raw);
             return AF_ERR_NOMEM;
@@ -848,10 +791,10 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
      * event's entry is found again by its signature, or the one that signature became */
     for (size_t i = 0; ev && i < nev; i++) {
         if (ev[i].known >= 0) continue; /* entry indexes stats->known */
-        af_signature_entry *e = af_store_find(s, signed_as[i]);
+        af_signature_entry *e = af_stats_find(s, signed_as[i]);
         uint64_t sig;
         af_kind kind;
-        if (!e && af_alias_get(&st->aliases, signed_as[i], &sig, &kind)) e = af_store_find(s, sig);
+        if (!e && af_alias_get(&st->aliases, signed_as[i], &sig, &kind)) e = af_stats_find(s, sig);
         AF_ASSERT(e); /* an entry only ever becomes another one */
         ev[i].entry = (size_t)(e - s->sigs);
     }
@@ -888,9 +831,9 @@ out:;
 
 af_status af_store_adopt(af_store *st, af_campaign_stats *s, size_t check, const char *who, af_kind kind,
                          uint64_t raw, const af_case *c, const char *bundle, af_error *err) {
-    af_signature_entry *e = af_store_find(s, raw);
+    af_signature_entry *e = af_stats_find(s, raw);
     if (!e) {
-        e = af_store_add(s, raw, kind, who, err);
+        e = af_stats_add(s, raw, kind, who, err);
         if (!e) return AF_ERR_NOMEM;
     }
     e->count++;

@@ -14,25 +14,6 @@ struct af_store_known {
     uint8_t *tried;  /* [entry]: its exemplar was written or found written (or could not be) */
 };
 
-/* store.h */
-af_known_stat *af_store_known_stat(af_campaign_stats *s, const char *id) {
-    for (size_t i = 0; i < s->n_known; i++)
-        if (!strcmp(s->known[i].id, id)) return &s->known[i];
-    if (s->n_known == s->cap_known) {
-        size_t cap = s->cap_known ? 2 * s->cap_known : 16;
-        af_known_stat *n = af_calloc(cap, sizeof *n);
-        if (!n) return NULL;
-        if (s->known) memcpy(n, s->known, s->n_known * sizeof *n);
-        af_free(s->known);
-        s->known = n;
-        s->cap_known = cap;
-    }
-    af_known_stat *k = &s->known[s->n_known++];
-    memset(k, 0, sizeof *k);
-    snprintf(k->id, sizeof k->id, "%s", id);
-    return k;
-}
-
 af_store_known *af_store_known_create(const af_known *k, af_error *err) {
     size_t n = af_known_count(k);
     if (!n) return NULL;
@@ -113,7 +94,7 @@ af_status af_store_known_hit(af_store_known *sk, af_exec *x, af_campaign_stats *
                              af_error *err) {
     af_known_info info;
     af_known_info_of(sk->k, (size_t)entry, &info);
-    af_known_stat *ks = af_store_known_stat(s, info.id);
+    af_known_stat *ks = af_stats_known(s, info.id);
     AF_RETURN_ERROR_IF(!ks, err, AF_ERR_NOMEM, "out of memory");
     memset(ev, 0, sizeof *ev);
     ev->known = entry;

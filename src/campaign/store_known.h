@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attnfuzz/campaign.h"
 #include "attnfuzz/exec.h"
 #include "attnfuzz/known.h"
 #include "attnfuzz/store.h"

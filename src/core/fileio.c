@@ -1,6 +1,7 @@
 /* fileio.c - whole-file writes and bounded whole-file reads (see fileio.h). */
 #include "fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -149,4 +150,15 @@ af_status af_file_read(const char *path, size_t cap, char **out, size_t *len, af
     *out = buf;
     *len = n;
     return AF_OK;
+}
+
+void af_file_remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    rmdir(dir);
 }

@@ -20,6 +20,10 @@ af_status af_file_write_atomic(const char *path, const void *data, size_t n, af_
  * that could not be made, or dir when it exists but is not a directory. */
 af_status af_file_mkdirs(const char *dir, af_error *err);
 
+/* Removes dir and the plain files in it (a directory this process filled: a bundle in
+ * progress, a campaign's job stats). Best effort: what cannot be removed stays. */
+void af_file_remove_dir(const char *dir);
+
 /* Reads a whole regular file of at most cap bytes into an af_malloc'ed buffer with a NUL
  * after the last byte (*out, *len; the caller af_frees *out). What it reads comes from
  * outside (a bundle, a corpus, a worker), so it is bounded before anything is allocated:
