@@ -247,6 +247,8 @@ static void fill_pattern(af_array *a, unsigned salt) {
         case AF_F16:
         case AF_BF16:
         case AF_I32:
+        case AF_E4M3:
+        case AF_E5M2:
         case AF_DTYPE_COUNT: fail();
         }
     }
@@ -902,7 +904,7 @@ static void test_bundle_backward(void **state) {
     af_rng_init(&rng, 4242, 1);
     for (int i = 0; i < 6; i++) {
         af_case c;
-        af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0, 0.0};
+        af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0, 0.0, 0.0};
         af_case_generate_opts(&c, &rng, &go);
         if (i % 2) { /* an additive mask: dmask asked too; and a boolean one: every file a
                       * bundle can hold (an H100 campaign's bundle of this form once overflowed

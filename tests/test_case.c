@@ -978,7 +978,7 @@ static void test_generate_backward(void **state) {
     size_t n = scaled(20000);
     size_t bwd = 0, all = 0, with_mask = 0, dmask = 0, bcast = 0, special = 0, overflow = 0, denormal = 0;
     size_t single[AF_GRAD_COUNT] = {0};
-    af_gen_opts o = {0, 0.0, 0.25, 0.0};
+    af_gen_opts o = {0, 0.0, 0.25, 0.0, 0.0};
     for (size_t t = 0; t < n; t++) {
         af_case c, fw;
         f = r; /* both from the same point of the stream */

@@ -230,7 +230,7 @@ static void test_serving_json(void **state) {
     (void)state;
     af_rng r;
     af_rng_init(&r, 77, 1);
-    af_gen_opts o = {0, 2e7, 0.0, 1.0};
+    af_gen_opts o = {0, 2e7, 0.0, 1.0, 0.0};
     for (size_t t = 0; t < scaled(3000); t++) {
         af_case c, d;
         af_case_generate_opts(&c, &r, &o);
@@ -277,7 +277,7 @@ static void test_serving_generate(void **state) {
     /* share 0 draws exactly what the generator always drew */
     for (size_t t = 0; t < scaled(2000); t++) {
         af_case a, b;
-        af_gen_opts z = {0, 2e7, 0.0, 0.0};
+        af_gen_opts z = {0, 2e7, 0.0, 0.0, 0.0};
         f = r;
         af_case_generate_opts(&a, &r, &z);
         af_case_generate(&b, &f, 0, 2e7);
@@ -285,7 +285,7 @@ static void test_serving_generate(void **state) {
     }
     size_t n = scaled(20000), forms[16] = {0}, decode = 0, decode_long = 0, zero_q = 0, zero_k = 0, cross_seg = 0,
            big_page = 0, partial_page = 0, shared = 0, sym = 0, random_slopes = 0, batch2 = 0;
-    af_gen_opts o = {0, 2e7, 0.0, 1.0};
+    af_gen_opts o = {0, 2e7, 0.0, 1.0, 0.0};
     for (size_t t = 0; t < n; t++) {
         af_case c;
         af_case_generate_opts(&c, &r, &o);
@@ -353,7 +353,7 @@ static void test_serving_mutate(void **state) {
     (void)state;
     af_rng r;
     af_rng_init(&r, 31337, 2);
-    af_gen_opts o = {0, 2e7, 0.0, 0.5};
+    af_gen_opts o = {0, 2e7, 0.0, 0.5, 0.0};
     af_case pool[2];
     af_case_generate_opts(&pool[0], &r, &o);
     af_case_generate_opts(&pool[1], &r, &o);
@@ -509,7 +509,7 @@ static void test_serving_tensors(void **state) {
     /* generated serving cases */
     af_rng r;
     af_rng_init(&r, 4141, 0);
-    af_gen_opts o = {32u << 20, 2e6, 0.0, 1.0};
+    af_gen_opts o = {32u << 20, 2e6, 0.0, 1.0, 0.0};
     for (size_t k = 0; k < scaled(300); k++) {
         af_case g;
         af_case_generate_opts(&g, &r, &o);

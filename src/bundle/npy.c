@@ -76,6 +76,8 @@ static const char *af_npy_descr(af_dtype dt) {
     case AF_F16: return "<f2";
     case AF_BOOL: return "|b1";
     case AF_I32: return "<i4";
+    case AF_E4M3:
+    case AF_E5M2: return "|u1"; /* the stored bits; the format is the case's (case.json) */
     case AF_BF16:
     case AF_DTYPE_COUNT: break;
     }

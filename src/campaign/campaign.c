@@ -74,6 +74,7 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->jobs = 1;
     o->backward = -1.0;
     o->serving = -1.0;
+    o->fp8 = -1.0;
     o->minimize_share = AF_MINIMIZE_SHARE;
     o->minimize_grace = -1.0;
 }
@@ -93,6 +94,16 @@ static double af_campaign_serving_share(const af_campaign_opts *o, const af_exec
     for (size_t k = 0; k < af_exec_backend_count(x); k++) {
         const af_backend *be = af_exec_backend_at(x, k);
         if (af_backend_ext_of(be) && (af_backend_caps(be) & AF_CAP_SERVING)) return AF_SERVING_AUTO;
+    }
+    return 0.0;
+}
+
+/* The FP8 share: --fp8, or AF_FP8_AUTO when a worker or target declares an FP8 format. */
+static double af_campaign_fp8_share(const af_campaign_opts *o, const af_exec *x) {
+    if (o->fp8 >= 0.0) return o->fp8 > 1.0 ? 1.0 : o->fp8;
+    for (size_t k = 0; k < af_exec_backend_count(x); k++) {
+        const af_backend *be = af_exec_backend_at(x, k);
+        if (af_backend_ext_of(be) && (af_backend_caps(be) & AF_CAP_FP8)) return AF_FP8_AUTO;
     }
     return 0.0;
 }
@@ -531,7 +542,7 @@ static void af_campaign_draw(const af_campaign_opts *o, af_pool *pool, uint64_t 
             af_case_crossover(&pool->cases[af_rng_below(rng, (uint32_t)pool->n)],
                               &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
         } else {
-            af_gen_opts go = {o->exec.budget, max_flops, backward, serving};
+            af_gen_opts go = {o->exec.budget, max_flops, backward, serving, af_campaign_fp8_share(o, x)};
             af_case_generate_opts(c, rng, &go);
         }
         if (backward <= 0.0 && c->bwd.grads) { /* forward-only campaign */
