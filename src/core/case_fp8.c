@@ -163,6 +163,12 @@ void af_fp8_generate(af_case *c, af_rng *r) {
     }
 }
 
+void af_fp8_revalue(af_case *c, af_rng *r) {
+    if (c->fp8.fmt == AF_FP8_NONE) return;
+    for (int t = 0; t < AF_QKV_COUNT; t++)
+        c->fp8.descale[t] = af_fp8_draw_descale(r, &c->t[t], af_fp8_dtype(c->fp8.fmt));
+}
+
 void af_fp8_mutate(af_case *c, af_rng *r) {
     switch (af_rng_below(r, 4)) {
     case 0: c->fp8.fmt = c->fp8.fmt == AF_FP8_E4M3 ? AF_FP8_E5M2 : AF_FP8_E4M3; break;

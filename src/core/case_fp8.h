@@ -34,6 +34,9 @@ af_status af_fp8_read_json(af_case *c, const void *o, af_error *err);
  * each tensor's amax (sometimes off by a factor). The caller repairs. */
 struct af_rng;
 void af_fp8_generate(af_case *c, struct af_rng *r);
+/* New descales for an FP8 case's tensors as they are now (no compile key names them);
+ * nothing for another case. The caller repairs. */
+void af_fp8_revalue(af_case *c, struct af_rng *r);
 /* One edit of an FP8 case: the other format, back to f16/bf16 inputs (no FP8), or a descale
  * redrawn. The caller repairs. */
 void af_fp8_mutate(af_case *c, struct af_rng *r);
