@@ -425,8 +425,9 @@ enum {
  * broadcasts, drops key padding and the backward part: what a change of it may change. */
 #define F_SERVE_ALL (F_SERVE | F_TQ | F_TK | F_TV | F_KP | F_KVVALID | F_BWD)
 /* The FP8 record (after the serving one) makes an f32 case bf16 without TF32, forward-only
- * and without a serving form. */
-#define F_FP8_ALL (F_FP8 | F_DTYPE | F_TF32 | F_BWD | F_SERVE)
+ * and without a serving form; kv_only unpacks a packed QKV buffer (the shapes packing forced
+ * are free again). */
+#define F_FP8_ALL (F_FP8 | F_DTYPE | F_TF32 | F_BWD | F_SERVE | F_TQ | F_TK | F_TV | F_KVLEN | F_HEADS | F_VDIM | F_KVVALID)
 
 static bool spec_eq(const af_tensor_spec *x, const af_tensor_spec *y) {
     return x->layout == y->layout && x->perm == y->perm && x->pad == y->pad && x->bcast == y->bcast &&
@@ -466,7 +467,7 @@ static unsigned case_diff(const af_case *a, const af_case *b) {
     if (!spec_eq(&a->t[AF_V], &b->t[AF_V])) f |= F_TV;
     if (a->bwd.grads != b->bwd.grads || !spec_eq(&a->bwd.dout, &b->bwd.dout)) f |= F_BWD;
     if (memcmp(&a->serve, &b->serve, sizeof a->serve)) f |= F_SERVE;
-    if (a->fp8.fmt != b->fp8.fmt || memcmp(a->fp8.descale, b->fp8.descale, sizeof a->fp8.descale)) f |= F_FP8;
+    if (a->fp8.fmt != b->fp8.fmt || a->fp8.kv_only != b->fp8.kv_only || memcmp(a->fp8.descale, b->fp8.descale, sizeof a->fp8.descale)) f |= F_FP8;
     return f;
 }
 

@@ -153,20 +153,22 @@ static void test_fp8_case_round_trips(void **state) {
     (void)state;
     af_rng r;
     af_rng_init(&r, 33, 0);
-    size_t n = scaled_at_least(3000, 300), fp8 = 0, e5 = 0;
+    size_t n = scaled_at_least(3000, 300), fp8 = 0, e5 = 0, kv = 0;
     for (size_t i = 0; i < n; i++) {
         af_case c, d;
         gen_fp8(&c, &r, 2e6);
         if (i % 3 == 1) af_case_mutate(&c, &r, 0);
         af_error err = {0};
         if (af_case_validate(&c, 0, &err) != AF_OK) fail_msg("case %zu invalid: %s", i, err.msg);
-        fp8 += c.fp8.fmt != AF_FP8_NONE, e5 += c.fp8.fmt == AF_FP8_E5M2;
+        fp8 += c.fp8.fmt != AF_FP8_NONE, e5 += c.fp8.fmt == AF_FP8_E5M2, kv += c.fp8.kv_only;
         if (c.fp8.fmt != AF_FP8_NONE) {
             assert_true(c.dtype == AF_F16 || c.dtype == AF_BF16);
             assert_int_equal(c.bwd.grads, 0);
             assert_int_equal(c.serve.forms, 0);
             for (int t = 0; t < AF_QKV_COUNT; t++) assert_true(c.fp8.descale[t] > 0.0f);
             assert_int_equal(af_case_input_dtype(&c, AF_K), c.fp8.fmt == AF_FP8_E4M3 ? AF_E4M3 : AF_E5M2);
+            assert_int_equal(af_case_input_dtype(&c, AF_Q), c.fp8.kv_only ? c.dtype : af_case_input_dtype(&c, AF_K));
+            if (c.fp8.kv_only) assert_true(c.fp8.descale[AF_Q] == 1.0f && !af_case_is_packed(&c));
         }
         uint8_t buf[AF_CASE_ENCODED_MAX];
         size_t len = af_case_encode(&c, buf, sizeof buf);
@@ -181,6 +183,7 @@ static void test_fp8_case_round_trips(void **state) {
     }
     assert_true(fp8 > n / 2); /* mutation turns some back into f16/bf16 ones */
     assert_true(e5 > n / 10);
+    assert_true(kv > n / 10);
     /* the JSON a tool writes: descales default to 1, must be float32 values */
     af_case c;
     af_error err = {0};
@@ -191,6 +194,13 @@ static void test_fp8_case_round_trips(void **state) {
                      AF_ERR_INVALID);
     assert_int_equal(af_case_from_json(&c, "{\"dtype\": \"f32\", \"fp8\": {\"format\": \"e4m3\"}}", &err), AF_ERR_INVALID);
     assert_int_equal(af_case_from_json(&c, "{\"fp8\": {\"format\": \"e3m4\"}}", &err), AF_ERR_INVALID);
+    assert_int_equal(af_case_from_json(&c, "{\"dtype\": \"f16\", \"fp8\": {\"format\": \"e4m3\", \"kv_only\": true, "
+                                           "\"descale\": [0.5, 1, 1]}}", &err), AF_ERR_INVALID); /* q has no descale */
+    assert_int_equal(af_case_from_json(&c, "{\"dtype\": \"f16\", \"fp8\": {\"format\": \"e4m3\", \"kv_only\": true}, "
+                                           "\"q\": {\"layout\": \"qkv_bs3hd\"}}", &err), AF_ERR_INVALID);
+    assert_int_equal(af_case_from_json(&c, "{\"dtype\": \"f16\", \"fp8\": {\"format\": \"e5m2\", \"kv_only\": true}}", &err), AF_OK);
+    assert_int_equal(af_case_input_dtype(&c, AF_Q), AF_F16);
+    assert_int_equal(af_case_input_dtype(&c, AF_V), AF_E5M2);
 }
 
 /* Any byte string decodes to a valid case; its encoding decodes to the same case. Bytes long
@@ -288,9 +298,12 @@ static void naive_attention(const af_case *c, const af_case_tensors *t, double *
                     s[j] = -HUGE_VAL;
                     if (c->causal && (long)j > (long)i + off) continue;
                     double acc = 0.0;
-                    for (size_t d = 0; d < D; d++)
-                        acc += hand_fp8(stored_at(&t->qv, b, h, i, d), e5) * (double)c->fp8.descale[0] *
-                               (hand_fp8(stored_at(&t->kv, b, h / group, j, d), e5) * (double)c->fp8.descale[1]);
+                    for (size_t d = 0; d < D; d++) {
+                        /* kv_only: Q in the case dtype (f16 or bf16), exact in double */
+                        double qx = c->fp8.kv_only ? af_dtype_load(t->qv.dtype, t->qv.data, af_view_offset(&t->qv, b, h, i, d))
+                                                   : hand_fp8(stored_at(&t->qv, b, h, i, d), e5) * (double)c->fp8.descale[0];
+                        acc += qx * (hand_fp8(stored_at(&t->kv, b, h / group, j, d), e5) * (double)c->fp8.descale[1]);
+                    }
                     s[j] = acc * scale;
                     m = s[j] > m ? s[j] : m;
                     live++;
@@ -318,7 +331,7 @@ static void test_fp8_reference_independent(void **state) {
     af_error err = {0};
     assert_int_equal(af_backend_open("ref", &ref, &err), AF_OK);
     af_inputs *in = af_inputs_create();
-    size_t n = scaled_at_least(300, 30), compared = 0;
+    size_t n = scaled_at_least(300, 30), compared = 0, kv_only = 0;
     for (size_t k = 0; k < n; k++) {
         af_case c;
         gen_fp8(&c, &r, 2e5);
@@ -358,10 +371,12 @@ static void test_fp8_reference_independent(void **state) {
             }
         }
         compared += cnt;
+        kv_only += c.fp8.kv_only;
         free(got);
         free(want);
     }
     assert_true(compared > 1000);
+    assert_true(kv_only > 0 && kv_only < n);
     af_inputs_destroy(in);
     af_backend_close(ref);
 }

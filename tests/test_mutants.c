@@ -674,6 +674,8 @@ static void test_fp8_e5m2_as_e4m3(void **state) {
     EXPECT_OK(m, &c, SAME_BITS, "f16");
     fp8_case(&c, AF_FP8_E5M2);
     EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "e5m2");
+    c.fp8.kv_only = true, c.fp8.descale[AF_Q] = 1.0f; /* an e5m2 KV cache beside bf16 queries */
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "e5m2 KV cache");
 }
 
 int main(void) {

@@ -56,10 +56,11 @@ enum {
     AF_CAP_E4M3 = 1u << 22,
     AF_CAP_E5M2 = 1u << 23,
     AF_CAP_FP8 = AF_CAP_E4M3 | AF_CAP_E5M2,
+    AF_CAP_FP8_KV = 1u << 24,    /* only K and V in FP8 (kv_only), Q in the case dtype */
     AF_CAP_FORWARD_ALL = (1u << 17) - 1, /* every capability of a dense forward case: the plugin ABI's AF_PLUGIN_CAP_ALL */
-    AF_CAP_ALL = (1u << 24) - 1
+    AF_CAP_ALL = (1u << 25) - 1
 };
-#define AF_CAP_COUNT 24
+#define AF_CAP_COUNT 25
 #define AF_LAYOUTS_ALL ((1u << AF_LAYOUT_COUNT) - 1)
 extern const char *const af_cap_names[AF_CAP_COUNT]; /* bit b: af_cap_names[b] ("f32", ..., "backward") */
 

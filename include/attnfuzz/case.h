@@ -216,8 +216,10 @@ typedef struct af_serving_spec {
  * its stored values by; the math is the case's on the dequantized values x * descale, exact in
  * float64. The case dtype is then the output's, what the API returns: f16 or bf16 (repair
  * makes an f32 case dtype bf16, the default). An FP8 case is forward-only, without a serving
- * form, and needs a backend that declares the format's capability (e4m3, e5m2). Without FP8
- * (AF_FP8_NONE) every descale is 1. */
+ * form, and needs a backend that declares the format's capability (e4m3, e5m2). kv_only: only
+ * K and V are FP8 (an FP8 KV cache beside f16/bf16 queries; capability fp8_kv too), Q is in
+ * the case dtype with descale 1 and not in a packed layout. Without FP8 (AF_FP8_NONE) every
+ * descale is 1 and kv_only false. */
 typedef enum af_fp8_fmt { AF_FP8_NONE, AF_FP8_E4M3, AF_FP8_E5M2, AF_FP8_COUNT } af_fp8_fmt;
 extern const char *const af_fp8_fmt_names[AF_FP8_COUNT]; /* "none", "e4m3", "e5m2" */
 #define AF_FP8_DESCALE_MIN 0x1p-40f /* repair clamps a descale into this range (NaN, 0 and */
@@ -225,6 +227,7 @@ extern const char *const af_fp8_fmt_names[AF_FP8_COUNT]; /* "none", "e4m3", "e5m
 
 typedef struct af_fp8_spec {
     af_fp8_fmt fmt;
+    bool kv_only;                /* K and V only: Q in the case dtype */
     float descale[AF_QKV_COUNT]; /* q, k, v */
 } af_fp8_spec;
 

@@ -20,7 +20,7 @@ rules as the C oracle (src/backends/ref.c):
 
 An FP8 case (case.fp8 set) computes all this on the dequantized inputs x * descale (exact
 in float64): its q, k, v are the stored values, ml_dtypes float8 arrays (a worker's views)
-or their uint8 bits (a bundle's arrays).
+or their uint8 bits (a bundle's arrays); with fp8_kv, q is in the case dtype as usual.
 """
 
 import numpy as np
@@ -63,7 +63,7 @@ def dequantized(case, x, name):
     """Input name ("q", "k" or "v") as float64: an FP8 case's stored values (ml_dtypes float8,
     or uint8 bits) times the tensor's descale, exactly; any other case's values as they are."""
     fmt = getattr(case, "fp8", None)
-    if not fmt:
+    if not fmt or (name == "q" and case.fp8_kv):
         return np.asarray(x, dtype=np.float64)
     x = np.asarray(x)
     if x.dtype == np.uint8:

@@ -1,6 +1,6 @@
 """FP8 cases through the worker protocol: a campaign of FP8 cases (fuzz --fp8 1) against
 fp8_check_worker.py (the Python reference on the float8 views the worker kit builds) must be
-clean and meet both formats; the same worker forgetting the descales must be found.
+clean and meet both formats and the FP8 KV-cache form (fp8.kv_only); the same worker forgetting the descales must be found.
 Usage: campaign_fp8.py ATTNFUZZ [RUNS]. Exits 77 (ctest: skipped) without a worker: backend."""
 
 import collections
@@ -45,7 +45,8 @@ def main():
                     print(open(path).read()[-1500:])
             print("FAIL: FP8 cases through the worker are not clean (exit %d, %d bundles)" % (p.returncode, len(found)))
             return 1
-        if min(formats.get("e4m3", 0), formats.get("e5m2", 0)) < runs // 10:
+        kv = formats.get("e4m3_kv", 0) + formats.get("e5m2_kv", 0)
+        if min(formats.get("e4m3", 0), formats.get("e5m2", 0), kv) < runs // 10:
             print("FAIL: the campaign met too few cases of a format: %s" % dict(formats))
             return 1
         p, formats, found = campaign(attnfuzz, tmp, 200, True)

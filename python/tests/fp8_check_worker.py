@@ -21,11 +21,12 @@ _wrong = len(sys.argv) > 1 and sys.argv[1] == "no_descale"
 def run(case, q, k, v, mask=None, bool_mask=None):
     # mutation turns some FP8 cases back into f16/bf16 ones: those run as they are
     want = dtypes.DTYPES[case.fp8 or case.dtype]
-    for x in (q, k, v):
-        assert x.dtype == want, "tensor dtype %s, case %s" % (x.dtype, case.fp8 or case.dtype)
+    for n, x in (("q", q), ("k", k), ("v", v)):
+        w = dtypes.DTYPES[case.dtype] if n == "q" and case.fp8_kv else want
+        assert x.dtype == w, "tensor %s dtype %s, case %s" % (n, x.dtype, case.raw.get("fp8") or case.dtype)
     ds = (case.raw.get("fp8") or {}).get("descale") or [1.0, 1.0, 1.0]
     assert [case.descale[n] for n in "qkv"] == [float(d) for d in ds]
-    _tally.write("%s\n" % (case.fp8 or case.dtype))
+    _tally.write("%s%s\n" % (case.fp8 or case.dtype, "_kv" if case.fp8_kv else ""))
     qb, kb, vb = layouts.case_inputs_bhsd(case, q, k, v)
     if _wrong:
         case.descale = {"q": 1.0, "k": 1.0, "v": 1.0}
@@ -34,6 +35,6 @@ def run(case, q, k, v, mask=None, bool_mask=None):
 
 if __name__ == "__main__":
     caps = ["f16", "bf16", "gqa", "cross", "dv", "scale", "softcap", "amask", "bmask", "causal", "padding",
-            "window", "dropout", "strided", "mask_dtype", "e4m3", "e5m2"]
+            "window", "dropout", "strided", "mask_dtype", "e4m3", "e5m2", "fp8_kv"]
     serve(run, name="fp8_check", version="1", caps=caps, layouts=layouts.ALL,
           conventions={"dropout": "counter"})

@@ -15,8 +15,8 @@ _Static_assert(sizeof af_fp8_fmt_names / sizeof af_fp8_fmt_names[0] == AF_FP8_CO
 static af_dtype af_fp8_dtype(af_fp8_fmt f) { return f == AF_FP8_E5M2 ? AF_E5M2 : AF_E4M3; }
 
 af_dtype af_case_input_dtype(const af_case *c, af_tensor_id w) {
-    (void)w; /* Q, K and V alike */
-    return c->fp8.fmt == AF_FP8_NONE ? c->dtype : af_fp8_dtype(c->fp8.fmt);
+    bool fp8 = c->fp8.fmt != AF_FP8_NONE && !(w == AF_Q && c->fp8.kv_only);
+    return fp8 ? af_fp8_dtype(c->fp8.fmt) : c->dtype;
 }
 
 double af_case_descale(const af_case *c, af_tensor_id w) {
@@ -28,9 +28,11 @@ static bool af_fp8_descale_ok(float d) { return d >= AF_FP8_DESCALE_MIN && d <= 
 void af_fp8_repair(af_case *c) {
     af_fp8_spec *f = &c->fp8;
     if ((unsigned)f->fmt >= AF_FP8_COUNT) f->fmt = AF_FP8_NONE;
+    if (f->fmt == AF_FP8_NONE) f->kv_only = false;
     for (int w = 0; w < AF_QKV_COUNT; w++) {
         float d = f->descale[w];
-        if (f->fmt == AF_FP8_NONE || !(d > 0.0f) || isinf(d)) d = 1.0f; /* NaN, 0, negative */
+        if (f->fmt == AF_FP8_NONE || (w == AF_Q && f->kv_only) || !(d > 0.0f) || isinf(d))
+            d = 1.0f; /* NaN, 0, negative; Q beside an FP8 KV cache */
         f->descale[w] = d < AF_FP8_DESCALE_MIN ? AF_FP8_DESCALE_MIN : d > AF_FP8_DESCALE_MAX ? AF_FP8_DESCALE_MAX : d;
     }
     if (f->fmt == AF_FP8_NONE) return;
@@ -38,16 +40,24 @@ void af_fp8_repair(af_case *c) {
     c->allow_tf32 = false;
     memset(&c->bwd, 0, sizeof c->bwd);
     memset(&c->serve, 0, sizeof c->serve);
+    /* Q in another dtype than K and V: no packed buffer (bshd, the packed layouts' family) */
+    if (f->kv_only && c->t[AF_Q].layout >= AF_LAYOUT_FIRST_PACKED)
+        for (int t = 0; t < AF_QKV_COUNT; t++) c->t[t].layout = AF_LAYOUT_BSHD;
 }
 
 af_status af_fp8_validate(const af_case *c, af_error *err) {
     const af_fp8_spec *f = &c->fp8;
     AF_RETURN_ERROR_IF((unsigned)f->fmt >= AF_FP8_COUNT, err, AF_ERR_INVALID, "fp8.format must be e4m3 or e5m2");
-    for (int w = 0; w < AF_QKV_COUNT; w++)
-        AF_RETURN_ERROR_IF(f->fmt == AF_FP8_NONE ? f->descale[w] != 1.0f : !af_fp8_descale_ok(f->descale[w]), err,
-                           AF_ERR_INVALID, "fp8.descale[%d] (%g) must be in 2^-40..2^40 (1 without fp8)", w,
+    AF_RETURN_ERROR_IF(f->kv_only && f->fmt == AF_FP8_NONE, err, AF_ERR_INVALID, "fp8.kv_only without a format");
+    for (int w = 0; w < AF_QKV_COUNT; w++) {
+        bool one = f->fmt == AF_FP8_NONE || (w == AF_Q && f->kv_only);
+        AF_RETURN_ERROR_IF(one ? f->descale[w] != 1.0f : !af_fp8_descale_ok(f->descale[w]), err, AF_ERR_INVALID,
+                           "fp8.descale[%d] (%g) must be in 2^-40..2^40 (1 without fp8, and q's with kv_only)", w,
                            (double)f->descale[w]);
+    }
     if (f->fmt == AF_FP8_NONE) return AF_OK;
+    AF_RETURN_ERROR_IF(f->kv_only && af_case_is_packed(c), err, AF_ERR_INVALID,
+                       "fp8.kv_only: q in another dtype than k and v cannot share a packed buffer");
     AF_RETURN_ERROR_IF(c->dtype == AF_F32, err, AF_ERR_INVALID, "fp8: the output dtype must be f16 or bf16");
     AF_RETURN_ERROR_IF(c->bwd.grads, err, AF_ERR_INVALID, "fp8: an FP8 case is forward-only");
     AF_RETURN_ERROR_IF(c->serve.forms, err, AF_ERR_INVALID, "fp8: an FP8 case has no serving form");
@@ -55,13 +65,15 @@ af_status af_fp8_validate(const af_case *c, af_error *err) {
 }
 
 bool af_fp8_equal(const af_case *a, const af_case *b) {
-    return a->fp8.fmt == b->fp8.fmt && memcmp(a->fp8.descale, b->fp8.descale, sizeof a->fp8.descale) == 0;
+    return a->fp8.fmt == b->fp8.fmt && a->fp8.kv_only == b->fp8.kv_only &&
+           memcmp(a->fp8.descale, b->fp8.descale, sizeof a->fp8.descale) == 0;
 }
 
 void af_fp8_decode(af_case *c, const uint8_t *p, size_t n) {
     uint8_t rec[AF_FP8_BYTES] = {0};
     if (p) memcpy(rec, p, n < AF_FP8_BYTES ? n : AF_FP8_BYTES);
-    c->fp8.fmt = (af_fp8_fmt)(rec[0] % AF_FP8_COUNT);
+    c->fp8.fmt = (af_fp8_fmt)((rec[0] & 3u) % AF_FP8_COUNT);
+    c->fp8.kv_only = (rec[0] >> 2) & 1u;
     for (int w = 0; w < AF_QKV_COUNT; w++) {
         uint32_t u = 0;
         for (int i = 0; i < 4; i++) u |= (uint32_t)rec[1 + 4 * w + i] << (8 * i);
@@ -70,7 +82,7 @@ void af_fp8_decode(af_case *c, const uint8_t *p, size_t n) {
 }
 
 void af_fp8_encode(const af_case *c, uint8_t out[AF_FP8_BYTES]) {
-    out[0] = (uint8_t)c->fp8.fmt;
+    out[0] = (uint8_t)((unsigned)c->fp8.fmt | (c->fp8.kv_only ? 4u : 0u));
     for (int w = 0; w < AF_QKV_COUNT; w++) {
         uint32_t u;
         memcpy(&u, &c->fp8.descale[w], 4);
@@ -83,6 +95,7 @@ void af_fp8_write_json(af_jw *w, const af_case *c) {
     af_jw_key(w, "fp8");
     af_jw_begin(w, '{');
     af_jw_key(w, "format"), af_jw_string(w, af_fp8_fmt_names[c->fp8.fmt]);
+    if (c->fp8.kv_only) af_jw_key(w, "kv_only"), af_jw_bool(w, true);
     af_jw_key(w, "descale");
     af_jw_begin(w, '[');
     for (int t = 0; t < AF_QKV_COUNT; t++) af_jw_double(w, (double)c->fp8.descale[t]);
@@ -93,6 +106,7 @@ void af_fp8_write_json(af_jw *w, const af_case *c) {
 af_status af_fp8_read_json(af_case *c, const void *json, af_error *err) {
     af_fp8_spec *f = &c->fp8;
     f->fmt = AF_FP8_NONE;
+    f->kv_only = false;
     for (int t = 0; t < AF_QKV_COUNT; t++) f->descale[t] = 1.0f;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive((const cJSON *)json, "fp8");
     if (!o || cJSON_IsNull(o)) return AF_OK;
@@ -103,6 +117,10 @@ af_status af_fp8_read_json(af_case *c, const void *json, af_error *err) {
         if (strcmp(fmt->valuestring, af_fp8_fmt_names[i]) == 0) k = i;
     AF_RETURN_ERROR_IF(k == AF_FP8_COUNT, err, AF_ERR_INVALID, "field fp8.format: expected \"e4m3\" or \"e5m2\"");
     f->fmt = (af_fp8_fmt)k;
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(o, "kv_only");
+    AF_RETURN_ERROR_IF(kv && !cJSON_IsNull(kv) && !cJSON_IsBool(kv), err, AF_ERR_FORMAT,
+                       "field fp8.kv_only: expected true or false");
+    f->kv_only = cJSON_IsTrue(kv);
     const cJSON *ds = cJSON_GetObjectItemCaseSensitive(o, "descale");
     if (!ds || cJSON_IsNull(ds)) return AF_OK; /* descales 1 */
     AF_RETURN_ERROR_IF(!cJSON_IsArray(ds) || cJSON_GetArraySize(ds) != AF_QKV_COUNT, err, AF_ERR_FORMAT,
@@ -153,6 +171,7 @@ static float af_fp8_draw_descale(af_rng *r, const af_tensor_spec *t, af_dtype fm
 
 void af_fp8_generate(af_case *c, af_rng *r) {
     c->fp8.fmt = af_rng_chance(r, 3, 5) ? AF_FP8_E4M3 : AF_FP8_E5M2;
+    c->fp8.kv_only = af_rng_chance(r, 1, 3); /* an FP8 KV cache beside f16/bf16 queries */
     c->dtype = af_rng_chance(r, 7, 10) ? AF_BF16 : AF_F16;
     c->allow_tf32 = false;
     for (int t = 0; t < AF_QKV_COUNT; t++) {
@@ -170,9 +189,13 @@ void af_fp8_revalue(af_case *c, af_rng *r) {
 }
 
 void af_fp8_mutate(af_case *c, af_rng *r) {
-    switch (af_rng_below(r, 4)) {
+    switch (af_rng_below(r, 5)) {
     case 0: c->fp8.fmt = c->fp8.fmt == AF_FP8_E4M3 ? AF_FP8_E5M2 : AF_FP8_E4M3; break;
     case 1: c->fp8.fmt = AF_FP8_NONE; break; /* the same case in f16/bf16 (repair resets descales) */
+    case 2: /* Q in FP8 too, or back in the case dtype */
+        c->fp8.kv_only = !c->fp8.kv_only;
+        if (!c->fp8.kv_only) c->fp8.descale[AF_Q] = af_fp8_draw_descale(r, &c->t[AF_Q], af_fp8_dtype(c->fp8.fmt));
+        break;
     default: {
         int t = (int)af_rng_below(r, AF_QKV_COUNT);
         c->fp8.descale[t] = af_fp8_draw_descale(r, &c->t[t], af_fp8_dtype(c->fp8.fmt));

@@ -19,7 +19,8 @@ void af_fp8_repair(af_case *c);
 af_status af_fp8_validate(const af_case *c, af_error *err);
 bool af_fp8_equal(const af_case *a, const af_case *b);
 
-/* The FP8 record, after the serving one: format (mod 3), then each descale's float32 bits.
+/* The FP8 record, after the serving one: format (low two bits, mod 3) and kv_only (bit 2),
+ * then each descale's float32 bits.
  * Missing bytes read 0 (no FP8). */
 #define AF_FP8_BYTES 13
 void af_fp8_decode(af_case *c, const uint8_t *p, size_t n);
@@ -37,8 +38,8 @@ void af_fp8_generate(af_case *c, struct af_rng *r);
 /* New descales for an FP8 case's tensors as they are now (no compile key names them);
  * nothing for another case. The caller repairs. */
 void af_fp8_revalue(af_case *c, struct af_rng *r);
-/* One edit of an FP8 case: the other format, back to f16/bf16 inputs (no FP8), or a descale
- * redrawn. The caller repairs. */
+/* One edit of an FP8 case: the other format, back to f16/bf16 inputs (no FP8), Q in or out
+ * of FP8 (kv_only), or a descale redrawn. The caller repairs. */
 void af_fp8_mutate(af_case *c, struct af_rng *r);
 
 #endif
