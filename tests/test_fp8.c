@@ -230,7 +230,7 @@ static void test_fp8_total_decoder(void **state) {
 /* --- inputs -------------------------------------------------------------------------- */
 
 static uint8_t stored_at(const af_view *v, size_t b, size_t h, size_t s, size_t d) {
-    return ((const uint8_t *)v->data)[af_view_offset(v, b, h, s, d)];
+    return *af_view_fp8_at(v, b, h, s, d);
 }
 
 static void test_fp8_inputs(void **state) {

@@ -50,6 +50,10 @@ typedef struct af_view {
 static inline size_t af_view_offset(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3) {
     return i0 * v->nb[0] + i1 * v->nb[1] + i2 * v->nb[2] + i3 * v->nb[3];
 }
+/* The stored byte of an element of an FP8 view (its bits, no descale). */
+static inline uint8_t *af_view_fp8_at(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3) {
+    return (uint8_t *)(uintptr_t)v->data + af_view_offset(v, i0, i1, i2, i3);
+}
 static inline size_t af_tensor_offset(const af_tensor *t, const size_t *idx) {
     size_t off = 0;
     for (int k = 0; k < t->ndim; k++) off += idx[k] * t->nb[k];

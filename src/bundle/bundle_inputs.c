@@ -26,7 +26,7 @@ static void af_bundle_put(const af_array *a, size_t e, const af_view *v, size_t 
         af_view_set(v, i0, i1, i2, i3, af_dtype_load(a->dtype, a->data, e * af_dtype_size(a->dtype)));
         return;
     }
-    uint8_t *p = (uint8_t *)(uintptr_t)v->data + af_view_offset(v, i0, i1, i2, i3);
+    uint8_t *p = af_view_fp8_at(v, i0, i1, i2, i3);
     if (a->u8)
         *p = ((const uint8_t *)a->data)[e];
     else

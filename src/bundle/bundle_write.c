@@ -75,7 +75,7 @@ static af_status af_bw_fp8(af_bw *bw, const char *name, const af_view *v) {
         for (size_t i1 = 0; i1 < v->ne[1]; i1++)
             for (size_t i2 = 0; i2 < v->ne[2]; i2++)
                 for (size_t i3 = 0; i3 < v->ne[3]; i3++)
-                    x[e++] = ((const uint8_t *)v->data)[af_view_offset(v, i0, i1, i2, i3)];
+                    x[e++] = *af_view_fp8_at(v, i0, i1, i2, i3);
     a.data = x;
     af_status st = af_bw_array(bw, name, &a);
     af_free(x);

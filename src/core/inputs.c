@@ -224,8 +224,7 @@ static void af_set_fp8(const af_view *v, const af_tensor_spec *s, uint32_t strea
         double u = af_u53(w[0], w[1]), sign = w[2] & 1u ? -1.0 : 1.0;
         r = sign * (s->dist == AF_DIST_DENORMAL ? u * af_dtype_min_normal(v->dtype) : (0.25 + 0.8 * u) * fmax);
     }
-    uint8_t bits = af_fp8_from_f64(r, v->dtype, 1);
-    memcpy((char *)(uintptr_t)v->data + af_view_offset(v, b, h, i, d), &bits, 1);
+    *af_view_fp8_at(v, b, h, i, d) = af_fp8_from_f64(r, v->dtype, 1);
 }
 
 static void af_fill_values(const af_case *c, const af_view *v, uint32_t w) {
@@ -321,8 +320,7 @@ static void af_plant_at(const af_view *v, size_t b, size_t h, size_t i, size_t d
         af_view_set(v, b, h, i, d, val);
         return;
     }
-    uint8_t bits = (uint8_t)fp8_nan;
-    memcpy((char *)(uintptr_t)v->data + af_view_offset(v, b, h, i, d), &bits, 1);
+    *af_view_fp8_at(v, b, h, i, d) = (uint8_t)fp8_nan;
 }
 
 /* Plants NaN or Inf per the tensor's special. Masked targets are rows no query uses:
