@@ -28,7 +28,7 @@ class Target(_base.Target):
 
     def declare(self):
         return {"caps": ["f32", "f16", "bf16", "tf32", "gqa", "cross", "dv", "scale", "softcap", "amask", "bmask",
-                         "causal", "padding", "window", "dropout", "strided", "mask_dtype", "e4m3", "e5m2", "fp8_kv"],
+                         "causal", "padding", "window", "dropout", "strided", "mask_dtype"],
                 "conventions": {"dropout": "counter"}}
 
     def execute(self, art, case, q, k, v, mask, bool_mask):
