@@ -40,9 +40,9 @@ void af_fp8_repair(af_case *c) {
     c->allow_tf32 = false;
     memset(&c->bwd, 0, sizeof c->bwd);
     memset(&c->serve, 0, sizeof c->serve);
-    /* Q in another dtype than K and V: no packed buffer (bshd, the packed layouts' family) */
-    if (f->kv_only && c->t[AF_Q].layout >= AF_LAYOUT_FIRST_PACKED)
-        for (int t = 0; t < AF_QKV_COUNT; t++) c->t[t].layout = AF_LAYOUT_BSHD;
+    /* Q in another dtype than K and V: no packed buffer (Q bshd, the packed layouts' family;
+     * K and V keep theirs, unpacked as without packing) */
+    if (f->kv_only && c->t[AF_Q].layout >= AF_LAYOUT_FIRST_PACKED) c->t[AF_Q].layout = AF_LAYOUT_BSHD;
 }
 
 af_status af_fp8_validate(const af_case *c, af_error *err) {
