@@ -3,7 +3,8 @@
 seeded-bug mutant (docs/design.md section 8, docs/mutants.md), per case strategy. The
 forward mutants and the backward ones (bwd_*: found through a gradient, on the backward
 cases a campaign draws for a backend that declares the backward capability, a third of
-them by default) get a table each.
+them by default), the serving ones (campaigns with --serving) and the FP8 ones (campaigns
+with --fp8) get a table each.
 
 For each mutant and strategy it runs N independent campaigns (seeds 1..N, the same seeds
 for every cell), each
@@ -73,7 +74,14 @@ SERVING_MUTANTS = [
     "segment_leak",
 ]
 SERVING_SHARE = 0.5
-MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS
+# The FP8 mutants show only on FP8 cases, which the built-ins run when asked: their campaigns
+# draw half of the cases with FP8 inputs (fuzz --fp8 FP8_SHARE).
+FP8_MUTANTS = [
+    "fp8_descale_twice",
+    "fp8_e5m2_as_e4m3",
+]
+FP8_SHARE = 0.5
+MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS
 STRATEGIES = ["generator", "grid", "bytes"]
 LIBFUZZER = "libfuzzer"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -207,6 +215,8 @@ def run_attnfuzz_trial(exe, mutant, strategy, budget, seed, env, keep_dir, runs=
            "--time", "%g" % budget, "--seed", str(seed), "--crashes", crashes, "--stats", stats_path, "--quiet"]
     if mutant in SERVING_MUTANTS:
         cmd += ["--serving", "%g" % SERVING_SHARE]
+    if mutant in FP8_MUTANTS:
+        cmd += ["--fp8", "%g" % FP8_SHARE]
     if runs:
         cmd += ["--runs", str(runs)]  # --require-execs: no need to run past the bound
     trial = {"mutant": mutant, "strategy": strategy, "seed": seed, "budget": budget,
@@ -433,9 +443,10 @@ def report(trials):
     print("p = two-sided Mann-Whitney U of times vs the generator's (normal approx., ties, both censored at the")
     print("smaller budget)")
     print()
-    fwd = [r for r in rows if r["mutant"] not in BACKWARD_MUTANTS + SERVING_MUTANTS]
+    fwd = [r for r in rows if r["mutant"] not in BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS]
     bwd = [r for r in rows if r["mutant"] in BACKWARD_MUTANTS]
     srv = [r for r in rows if r["mutant"] in SERVING_MUTANTS]
+    fp8 = [r for r in rows if r["mutant"] in FP8_MUTANTS]
     if fwd:
         print(table(fwd))
     if bwd:
@@ -450,6 +461,12 @@ def report(trials):
         print("serving mutants (campaigns with --serving %g: packed, paged, decode, sinks, ALiBi):" % SERVING_SHARE)
         print()
         print(table(srv))
+    if fp8:
+        if fwd or bwd or srv:
+            print()
+        print("FP8 mutants (campaigns with --fp8 %g: e4m3 and e5m2 inputs with descales):" % FP8_SHARE)
+        print()
+        print(table(fp8))
     killed = [t for t in trials if t.get("killed")]
     if killed:
         print()
@@ -484,7 +501,7 @@ def main(argv=None):
                     help="per-strategy budgets overriding --budget, e.g. grid=10,bytes=10")
     ap.add_argument("--jobs", type=int, default=2, help="campaigns run in parallel (default 2)")
     ap.add_argument("--mutants", default=",".join(MUTANTS),
-                    help="comma-separated, or 'forward' / 'backward' (default: all thirteen)")
+                    help="comma-separated, or a group: 'forward', 'backward', 'serving', 'fp8' (default: all)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated: generator,grid,bytes")
     ap.add_argument("--attnfuzz", default=None, help="the attnfuzz executable (default: build*/attnfuzz)")
     ap.add_argument("--libfuzzer", default=None,
@@ -520,7 +537,8 @@ def main(argv=None):
         return 0
 
     print("command: " + shlex.join(["python3"] + sys.argv), flush=True)
-    groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS, "serving": SERVING_MUTANTS}
+    groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS, "serving": SERVING_MUTANTS,
+              "fp8": FP8_MUTANTS}
     mutants = [x for m in a.mutants.split(",") if m for x in groups.get(m, [m])]
     strategies = [s for s in a.strategies.split(",") if s]
     for s in strategies:

@@ -60,3 +60,13 @@ if(EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
   set_tests_properties(python_ref_grad_cross PROPERTIES LABELS "python" TIMEOUT 600
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
 endif()
+
+# FP8 cases through the worker protocol (python/tests/campaign_fp8.py): 600 cases of fuzz --fp8 1
+# against a worker that checks the float8 views and descales the kit hands it and answers with
+# the Python reference: clean, both formats met; the same worker forgetting the descales found.
+if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
+  add_test(NAME python_fp8_campaign
+           COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/campaign_fp8.py $<TARGET_FILE:attnfuzz> 600)
+  set_tests_properties(python_fp8_campaign PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
+endif()

@@ -247,6 +247,8 @@ static void fill_pattern(af_array *a, unsigned salt) {
         case AF_F16:
         case AF_BF16:
         case AF_I32:
+        case AF_E4M3:
+        case AF_E5M2:
         case AF_DTYPE_COUNT: fail();
         }
     }
@@ -387,14 +389,23 @@ static void test_npy_handwritten(void **state) {
     assert_true(af_dtype_load(AF_F16, a.data, 6) == 0x1p-24);
     af_array_free(&a);
 
-    /* uint8 reads as bool, nonzero = true */
+    /* uint8 reads as bool, nonzero = true, its bytes kept (an FP8 case's stored bits);
+     * '|b1' written by another tool with a byte other than 0 and 1 reads as 0 and 1 */
     const uint8_t u3[3] = {0, 1, 7};
     path_in(path, g_dir, "b.npy.zst");
     write_npy_zst(path, "{'descr': '|u1', 'fortran_order': False, 'shape': (1, 3), }", u3, sizeof u3);
     expect_ok(af_npy_read_zst(path, &a, &err), &err);
     assert_int_equal(a.dtype, AF_BOOL);
+    assert_true(a.u8);
     assert_int_equal(((uint8_t *)a.data)[0], 0);
     assert_int_equal(((uint8_t *)a.data)[1], 1);
+    assert_int_equal(((uint8_t *)a.data)[2], 7);
+    assert_true(af_dtype_load(AF_BOOL, a.data, 2) == 1.0);
+    af_array_free(&a);
+    write_npy_zst(path, "{'descr': '|b1', 'fortran_order': False, 'shape': (1, 3), }", u3, sizeof u3);
+    expect_ok(af_npy_read_zst(path, &a, &err), &err);
+    assert_int_equal(a.dtype, AF_BOOL);
+    assert_false(a.u8);
     assert_int_equal(((uint8_t *)a.data)[2], 1);
     af_array_free(&a);
 
@@ -971,7 +982,7 @@ static void test_bundle_backward(void **state) {
     af_rng_init(&rng, 4242, 1);
     for (int i = 0; i < 6; i++) {
         af_case c;
-        af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0, 0.0};
+        af_gen_opts go = {(size_t)1 << 20, 4e5, 1.0, 0.0, 0.0};
         af_case_generate_opts(&c, &rng, &go);
         if (i % 2) { /* an additive mask: dmask asked too; and a boolean one: every file a
                       * bundle can hold (an H100 campaign's bundle of this form once overflowed

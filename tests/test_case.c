@@ -419,11 +419,15 @@ enum {
     F_DTYPE = 1 << 6, F_TF32 = 1 << 7, F_SCALE = 1 << 8, F_PLACE = 1 << 9, F_SOFTCAP = 1 << 10,
     F_CAUSAL = 1 << 11, F_DIAG = 1 << 12, F_KP = 1 << 13, F_KVVALID = 1 << 14, F_WINDOW = 1 << 15,
     F_AMASK = 1 << 16, F_BMASK = 1 << 17, F_DROP = 1 << 18, F_DSEED = 1 << 19, F_TQ = 1 << 20,
-    F_TK = 1 << 21, F_TV = 1 << 22, F_BWD = 1 << 23, F_SERVE = 1 << 24
+    F_TK = 1 << 21, F_TV = 1 << 22, F_BWD = 1 << 23, F_SERVE = 1 << 24, F_FP8 = 1 << 25
 };
 /* A serving form (whose bytes follow the backward ones) repairs Q/K/V's layouts and
  * broadcasts, drops key padding and the backward part: what a change of it may change. */
 #define F_SERVE_ALL (F_SERVE | F_TQ | F_TK | F_TV | F_KP | F_KVVALID | F_BWD)
+/* The FP8 record (after the serving one) makes an f32 case bf16 without TF32, forward-only
+ * and without a serving form; kv_only unpacks a packed QKV buffer (the shapes packing forced
+ * are free again). */
+#define F_FP8_ALL (F_FP8 | F_DTYPE | F_TF32 | F_BWD | F_SERVE | F_TQ | F_TK | F_TV | F_KVLEN | F_HEADS | F_VDIM | F_KVVALID)
 
 static bool spec_eq(const af_tensor_spec *x, const af_tensor_spec *y) {
     return x->layout == y->layout && x->perm == y->perm && x->pad == y->pad && x->bcast == y->bcast &&
@@ -463,6 +467,7 @@ static unsigned case_diff(const af_case *a, const af_case *b) {
     if (!spec_eq(&a->t[AF_V], &b->t[AF_V])) f |= F_TV;
     if (a->bwd.grads != b->bwd.grads || !spec_eq(&a->bwd.dout, &b->bwd.dout)) f |= F_BWD;
     if (memcmp(&a->serve, &b->serve, sizeof a->serve)) f |= F_SERVE;
+    if (a->fp8.fmt != b->fp8.fmt || a->fp8.kv_only != b->fp8.kv_only || memcmp(a->fp8.descale, b->fp8.descale, sizeof a->fp8.descale)) f |= F_FP8;
     return f;
 }
 
@@ -472,9 +477,9 @@ static unsigned case_diff(const af_case *a, const af_case *b) {
 static unsigned allowed_fields(size_t off, const uint8_t *in, const af_case *a, const af_case *b) {
     bool packed = af_case_is_packed(a) || af_case_is_packed(b);
     bool serve = a->serve.forms || b->serve.forms;
-    /* the batch byte places the serving bytes too */
-    if (off == OFF_BATCH) return F_BATCH | F_KVVALID | F_BWD | (serve ? F_SERVE_ALL : 0);
-    if (off >= off_bwd(in) + BWD_LEN) return F_SERVE_ALL;
+    /* the batch byte places the serving bytes and the FP8 record too */
+    if (off == OFF_BATCH) return F_BATCH | F_KVVALID | F_BWD | (serve ? F_SERVE_ALL : 0) | F_FP8_ALL;
+    if (off >= off_bwd(in) + BWD_LEN) return F_SERVE_ALL | F_FP8_ALL;
     /* a planted special of K or V ends shared pages */
     if (serve && off >= OFF_TK && off < OFF_TV) return F_TK | F_SERVE;
     if (serve && off >= OFF_TV && off < OFF_KV_VALID) return F_TV | F_SERVE;
@@ -978,7 +983,7 @@ static void test_generate_backward(void **state) {
     size_t n = scaled(20000);
     size_t bwd = 0, all = 0, with_mask = 0, dmask = 0, bcast = 0, special = 0, overflow = 0, denormal = 0;
     size_t single[AF_GRAD_COUNT] = {0};
-    af_gen_opts o = {0, 0.0, 0.25, 0.0};
+    af_gen_opts o = {0, 0.0, 0.25, 0.0, 0.0};
     for (size_t t = 0; t < n; t++) {
         af_case c, fw;
         f = r; /* both from the same point of the stream */

@@ -163,7 +163,7 @@ static void test_tensor_helpers(void **state) {
     t.ne[1] = 0;
     assert_int_equal(af_tensor_span(&t), 0);
     assert_int_equal(af_tensor_numel(&t), 0);
-    af_view v = {AF_F16, NULL, {2, 3, 4, 5}, {120, 40, 10, 2}};
+    af_view v = {AF_F16, NULL, {2, 3, 4, 5}, {120, 40, 10, 2}, 1.0f};
     assert_int_equal(af_view_offset(&v, 1, 2, 3, 4), 120 + 80 + 30 + 8);
 }
 

@@ -28,7 +28,8 @@ static const char *const mutant_names[] = {
     "mutant:sink_ignored",              "mutant:sink_in_numerator",         "mutant:zero_len_nan",
     "mutant:segment_leak",              "mutant:bwd_dq_no_scale",           "mutant:bwd_gqa_no_sum",
     "mutant:bwd_dropout_not_reapplied", "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds",
-    "mutant:bwd_tail_tile_past_sk",     "mutant:bwd_lse_nan",
+    "mutant:bwd_tail_tile_past_sk",     "mutant:bwd_lse_nan",              "mutant:fp8_descale_twice",
+    "mutant:fp8_e5m2_as_e4m3",
 };
 #define N_MUTANTS (sizeof mutant_names / sizeof mutant_names[0])
 
@@ -635,6 +636,48 @@ static void test_segment_leak(void **state) {
     EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "segments of one token");
 }
 
+/* --- the FP8 mutants ------------------------------------------------------------------ */
+
+/* base_case in FP8: bf16 output, descales as a user's amax of N(0, 1) data gives them. */
+static void fp8_case(af_case *c, af_fp8_fmt fmt) {
+    base_case(c);
+    c->dtype = AF_BF16;
+    c->fp8.fmt = fmt;
+    for (int t = 0; t < AF_QKV_COUNT; t++) c->fp8.descale[t] = 4.0f / (fmt == AF_FP8_E4M3 ? 448.0f : 57344.0f);
+}
+
+static void test_fp8_descale_twice(void **state) {
+    (void)state;
+    const char *m = "mutant:fp8_descale_twice";
+    af_case c;
+    base_case(&c);
+    EXPECT_OK(m, &c, SAME_BITS, "no FP8 (descale 1)");
+    fp8_case(&c, AF_FP8_E4M3);
+    c.fp8.descale[AF_K] = 1.0f; /* 1 * 1 = 1 */
+    EXPECT_OK(m, &c, SAME_BITS, "e4m3, K's descale exactly 1");
+    /* K's values 2^-5 of what they are: the scores shrink, the weights flatten */
+    fp8_case(&c, AF_FP8_E4M3);
+    c.fp8.descale[AF_K] = 0x1p-5f;
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "e4m3, K descale 2^-5");
+    fp8_case(&c, AF_FP8_E5M2);
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "e5m2, amax descales");
+}
+
+static void test_fp8_e5m2_as_e4m3(void **state) {
+    (void)state;
+    const char *m = "mutant:fp8_e5m2_as_e4m3";
+    af_case c;
+    fp8_case(&c, AF_FP8_E4M3);
+    EXPECT_OK(m, &c, SAME_BITS, "e4m3 read as e4m3");
+    base_case(&c);
+    c.dtype = AF_F16;
+    EXPECT_OK(m, &c, SAME_BITS, "f16");
+    fp8_case(&c, AF_FP8_E5M2);
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "e5m2");
+    c.fp8.kv_only = true, c.fp8.descale[AF_Q] = 1.0f; /* an e5m2 KV cache beside bf16 queries */
+    EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "e5m2 KV cache");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mutants_registered),
@@ -657,6 +700,8 @@ int main(void) {
         cmocka_unit_test(test_sink_mutants),
         cmocka_unit_test(test_zero_len_nan),
         cmocka_unit_test(test_segment_leak),
+        cmocka_unit_test(test_fp8_descale_twice),
+        cmocka_unit_test(test_fp8_e5m2_as_e4m3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

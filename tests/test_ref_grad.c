@@ -146,7 +146,7 @@ static double fd(f64case *f, double *x, size_t e, double h) {
 
 /* A generated case made smooth and small: every feature, modest values, no planted specials. */
 static void small_case(af_case *c, af_rng *r, bool dropout) {
-    af_gen_opts go = {0, 0.0, 1.0, 0.0};
+    af_gen_opts go = {0, 0.0, 1.0, 0.0, 0.0};
     af_case_generate_opts(c, r, &go);
     c->batch = 1 + af_rng_below(r, 2);
     c->kv_heads = 1 + af_rng_below(r, 2);
@@ -583,7 +583,7 @@ static void test_honest_sens(void **state) {
     for (int k = 0; k < AF_GRAD_COUNT; k++) ratios[k] = malloc(cap * sizeof(double));
     for (size_t t = 0; t < n; t++) {
         af_case c;
-        af_gen_opts go = {(size_t)4 << 20, 2e5, 1.0, 0.0};
+        af_gen_opts go = {(size_t)4 << 20, 2e5, 1.0, 0.0, 0.0};
         af_case_generate_opts(&c, &r, &go);
         af_error err = {0};
         assert_int_equal(af_inputs_generate(in, &c, &err), AF_OK);

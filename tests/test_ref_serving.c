@@ -132,7 +132,7 @@ static void test_segments_vs_dense_twins(void **state) {
     (void)state;
     af_rng r;
     af_rng_init(&r, 20260424, 0);
-    af_gen_opts o = {16u << 20, 4e5, 0.0, 1.0};
+    af_gen_opts o = {16u << 20, 4e5, 0.0, 1.0, 0.0};
     size_t n = scaled_at_least(10000, 2500), checked = 0, segments = 0; /* every form combination even scaled down */
     size_t forms[16] = {0};
     for (size_t k = 0; k < n; k++) {

@@ -104,7 +104,7 @@ static void test_builtins_clean(void **state) {
         af_rng_init(&rng, 20260 + (uint64_t)b, 0);
         for (int n = 0; n < 300; n++) {
             af_case c;
-            af_gen_opts go = {0, 2e6, 1.0, 0.0};
+            af_gen_opts go = {0, 2e6, 1.0, 0.0, 0.0};
             af_case_generate_opts(&c, &rng, &go);
             af_case_cap_flops(&c, 2e6, 0);
             assert_true(c.bwd.grads != 0);

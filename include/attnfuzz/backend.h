@@ -51,10 +51,16 @@ enum {
     AF_CAP_SINKS = 1u << 20,     /* per-head sink logits */
     AF_CAP_ALIBI = 1u << 21,     /* per-head ALiBi slopes */
     AF_CAP_SERVING = AF_CAP_PACKED | AF_CAP_PAGED | AF_CAP_SINKS | AF_CAP_ALIBI,
+    /* FP8 inputs (docs/design.md section 2, "FP8"): Q, K and V stored in the format, with
+     * per-tensor descales; the output in the case dtype (f16 or bf16). Never a plugin's. */
+    AF_CAP_E4M3 = 1u << 22,
+    AF_CAP_E5M2 = 1u << 23,
+    AF_CAP_FP8 = AF_CAP_E4M3 | AF_CAP_E5M2,
+    AF_CAP_FP8_KV = 1u << 24,    /* only K and V in FP8 (kv_only), Q in the case dtype */
     AF_CAP_FORWARD_ALL = (1u << 17) - 1, /* every capability of a dense forward case: the plugin ABI's AF_PLUGIN_CAP_ALL */
-    AF_CAP_ALL = (1u << 22) - 1
+    AF_CAP_ALL = (1u << 25) - 1
 };
-#define AF_CAP_COUNT 22
+#define AF_CAP_COUNT 25
 #define AF_LAYOUTS_ALL ((1u << AF_LAYOUT_COUNT) - 1)
 extern const char *const af_cap_names[AF_CAP_COUNT]; /* bit b: af_cap_names[b] ("f32", ..., "backward") */
 

@@ -10,7 +10,8 @@
  *                       backends with versions, metrics and verdicts, tolerance, replay
  *                       command (schema: docs/case-json.md)
  *   input.bin           the fuzz input bytes (af_case_encode), for libFuzzer and AFL++
- *   q.npy.zst k.npy.zst v.npy.zst      canonical [B, H, S, D] float32
+ *   q.npy.zst k.npy.zst v.npy.zst      canonical [B, H, S, D] float32; an FP8 case's as
+ *                       uint8 ('|u1'): the stored bits, format and descales in case.json
  *   mask.npy.zst        additive mask, float32, 4-D, broadcastable to [B, Hq, Sq, Sk]
  *   bool_mask.npy.zst   boolean mask (numpy bool), 4-D, broadcastable, true = attend
  *   ref.npy.zst         float64 reference [B, Hq, Sq, Dv]
@@ -54,7 +55,10 @@ extern "C" {
 
 /* A dense C-order array. Owned by whoever filled it (af_array_free releases data). */
 typedef struct af_array {
-    af_dtype dtype; /* AF_F32, AF_F64, AF_F16 or AF_BOOL on read; F32/F64/BOOL on write */
+    af_dtype dtype; /* AF_F32, AF_F64, AF_F16 or AF_BOOL on read; F32/F64/BOOL, or E4M3/E5M2
+                       (written '|u1': the stored bits) on write */
+    bool u8;        /* on read: the file said '|u1', and data holds its bytes as they are
+                       (dtype AF_BOOL: nonzero is true); '|b1' reads as 0 and 1 */
     int ndim;       /* 0..AF_MAX_DIMS */
     size_t shape[AF_MAX_DIMS];
     void *data;
@@ -67,7 +71,7 @@ void af_array_free(af_array *a); /* frees data, leaves a zeroed; NULL does nothi
  * atomically (temp file + rename). Errors name the path (AF_ERR_IO on a full disk). */
 af_status af_npy_write_zst(const char *path, const af_array *a, af_error *err);
 /* Reads a .npy.zst (or a plain .npy when the path ends in .npy) holding at most max_numel
- * elements. Accepts '<f4', '<f8', '<f2', '|b1', '|u1' (as BOOL), C order only. A
+ * elements. Accepts '<f4', '<f8', '<f2', '|b1', '|u1' (as BOOL, its bytes kept: u8), C order only. A
  * truncated, corrupt or unsupported file is AF_ERR_FORMAT with a message naming the path
  * and the problem; so is one that is larger than max_numel elements can make it, whose
  * .npy header declares more elements, or whose zstd frames declare or produce more bytes

@@ -77,12 +77,16 @@ typedef struct af_campaign_opts {
                                  (a worker or target) declares a serving capability (packed,
                                  paged, sinks, alibi), else 0: the built-ins run serving cases
                                  when asked */
+    double fp8;               /* share of generated cases with FP8 inputs (0..1); < 0 (the default):
+                                 AF_FP8_AUTO when some external backend declares e4m3 or e5m2,
+                                 else 0: the built-ins run FP8 cases when asked */
     af_shard shard;           /* --shard I/N: the case stream of shard I (shard.h); count 0 =
                                  not sharded. The stats say which shard they are */
     const af_known *known;    /* known bugs (known.h) findings are matched against before
                                  they are minimized or stored; NULL: none (--no-known) */
 } af_campaign_opts;
 #define AF_SERVING_AUTO 0.25
+#define AF_FP8_AUTO 0.25
 
 void af_campaign_opts_default(af_campaign_opts *o);
 

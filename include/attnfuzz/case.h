@@ -211,6 +211,26 @@ typedef struct af_serving_spec {
     uint32_t alibi_seed;
 } af_serving_spec;
 
+/* FP8 inputs (docs/design.md section 2, "FP8"): Q, K and V stored in an FP8 format (dtype.h:
+ * AF_E4M3 / AF_E5M2), each with a per-tensor descale, the float32 factor a kernel multiplies
+ * its stored values by; the math is the case's on the dequantized values x * descale, exact in
+ * float64. The case dtype is then the output's, what the API returns: f16 or bf16 (repair
+ * makes an f32 case dtype bf16, the default). An FP8 case is forward-only, without a serving
+ * form, and needs a backend that declares the format's capability (e4m3, e5m2). kv_only: only
+ * K and V are FP8 (an FP8 KV cache beside f16/bf16 queries; capability fp8_kv too), Q is in
+ * the case dtype with descale 1 and not in a packed layout. Without FP8 (AF_FP8_NONE) every
+ * descale is 1 and kv_only false. */
+typedef enum af_fp8_fmt { AF_FP8_NONE, AF_FP8_E4M3, AF_FP8_E5M2, AF_FP8_COUNT } af_fp8_fmt;
+extern const char *const af_fp8_fmt_names[AF_FP8_COUNT]; /* "none", "e4m3", "e5m2" */
+#define AF_FP8_DESCALE_MIN 0x1p-40f /* repair clamps a descale into this range (NaN, 0 and */
+#define AF_FP8_DESCALE_MAX 0x1p40f  /* negative ones become 1) */
+
+typedef struct af_fp8_spec {
+    af_fp8_fmt fmt;
+    bool kv_only;                /* K and V only: Q in the case dtype */
+    float descale[AF_QKV_COUNT]; /* q, k, v */
+} af_fp8_spec;
+
 typedef struct af_case {
     /* shapes */
     uint32_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
@@ -241,6 +261,8 @@ typedef struct af_case {
     af_backward_spec bwd;
     /* serving forms (docs/design.md section 2, "Serving forms"; case_serving.c) */
     af_serving_spec serve;
+    /* FP8 inputs (docs/design.md section 2, "FP8"; case_fp8.c) */
+    af_fp8_spec fp8;
 } af_case;
 
 /* The smallest valid case: 1x1x1x1, f32, contiguous BHSD, no masks. */
@@ -275,6 +297,10 @@ bool af_case_is_packed(const af_case *c);
 int32_t af_case_diag_offset(const af_case *c, uint32_t b); /* offset(b) of the diagonal */
 uint32_t af_case_valid_keys(const af_case *c, uint32_t b); /* kv_valid[b] or kv_len */
 bool af_case_has_window(const af_case *c);
+/* FP8 (case_fp8.c): the dtype tensor w (Q, K or V) is stored in (the FP8 format, else the case
+ * dtype), and its descale (1 without FP8). */
+af_dtype af_case_input_dtype(const af_case *c, af_tensor_id w);
+double af_case_descale(const af_case *c, af_tensor_id w);
 /* Serving forms (case_serving.c): per-row lengths exist with a packed or paged form. */
 bool af_case_has_lens(const af_case *c);
 uint32_t af_case_seg_q(const af_case *c, uint32_t b); /* queries of row b: q_lens[b] packed, else q_len */
@@ -322,6 +348,8 @@ typedef struct af_gen_opts {
                          draws are exactly af_case_generate's) */
     double serving;   /* share of cases in a serving form or decode shape, 0..1 (0: none, and the
                          draws are exactly as without it); such a case is forward-only */
+    double fp8;       /* share of FP8 cases (e4m3 or e5m2 inputs with descales), 0..1 (0: none, and
+                         the draws are exactly as without it); such a case is forward-only, dense */
 } af_gen_opts;
 /* af_case_generate with options: a share of the cases also asks for gradients (any
  * non-empty set, weighted towards all of them; dO drawn like Q, K and V, stride-0 more

@@ -34,17 +34,25 @@ typedef struct af_tensor {
     void *data;             /* element [0, ..., 0] */
 } af_tensor;
 
-/* Canonical 4-D view: element (i0, i1, i2, i3) sits at data + sum(i_k * nb[k]). */
+/* Canonical 4-D view: element (i0, i1, i2, i3) sits at data + sum(i_k * nb[k]). A view of
+ * an FP8 tensor (AF_E4M3, AF_E5M2) carries the tensor's descale: reading it gives the
+ * dequantized value stored * descale (exact in float64), writing stores x / descale rounded
+ * once to the format; other dtypes ignore descale. */
 typedef struct af_view {
     af_dtype dtype;
     const void *data;
     size_t ne[4];
     size_t nb[4];
+    float descale;
 } af_view;
 
 /* Byte offset of an element: the one place offsets are computed (all size_t). */
 static inline size_t af_view_offset(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3) {
     return i0 * v->nb[0] + i1 * v->nb[1] + i2 * v->nb[2] + i3 * v->nb[3];
+}
+/* The stored byte of an element of an FP8 view (its bits, no descale). */
+static inline uint8_t *af_view_fp8_at(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3) {
+    return (uint8_t *)(uintptr_t)v->data + af_view_offset(v, i0, i1, i2, i3);
 }
 static inline size_t af_tensor_offset(const af_tensor *t, const size_t *idx) {
     size_t off = 0;
@@ -57,7 +65,8 @@ size_t af_tensor_numel(const af_tensor *t);
 size_t af_tensor_span(const af_tensor *t);
 /* A contiguous tensor of the given shape (data NULL). */
 void af_tensor_contiguous(af_tensor *t, af_dtype dt, int ndim, const size_t *ne);
-/* Reads / writes one canonical element as double (writing rounds once to the dtype). */
+/* Reads / writes one canonical element as double (writing rounds once to the dtype; an FP8
+ * view dequantizes and quantizes with its descale). */
 double af_view_get(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3);
 void af_view_set(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3, double x);
 

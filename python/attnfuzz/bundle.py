@@ -11,6 +11,10 @@ gradient asked, ref_<g>.npy.zst and <g>.<backend>.npy.zst, g one of dq, dk, dv, 
     b["meta"]["tensor"], b["do"], b["ref_dq"], b["dq.fused"]     # a backward finding
     ab.save_array("mybundle/expected.npy.zst", my_output)   # a bundle another tool writes
 
+An FP8 case's q, k and v (case "fp8": format and descales) are uint8 arrays, the stored
+bits; attnfuzz.dtypes.fp8_from_bits views them as ml_dtypes float8 arrays and
+attnfuzz.reference.dequantized gives their float64 values.
+
 Print a summary: python3 -m attnfuzz.bundle BUNDLE... (or scripts/attnfuzz_bundle.py, which
 runs this module under any python3).
 

@@ -9,6 +9,11 @@ packed, paged, sinks, alibi), thd and paged, the per-row lengths q_lens/kv_lens,
 geometry, and the tensors of its run request (serving_tensors: cu_seqlens, block table,
 sinks, slopes; its q, k, v are then THD or page caches: attnfuzz.serving).
 
+An FP8 case (docs/case-json.md, "fp8") has fp8, its format ("e4m3" or "e5m2"; None for any
+other case), fp8_kv (only k and v are FP8, an FP8 KV cache: q is in case.dtype), and
+descale {"q", "k", "v"}: the float32 factors its stored q, k, v values are multiplied by
+(1.0 without FP8, and q's with fp8_kv); case.dtype is then the output's (f16 or bf16).
+
 Attributes follow the JSON field names where they exist, with defaults applied; derived
 values (scale, diag_offset, valid_keys) come from the request's "derived" object when it
 gives them, else they are computed here by the rules of docs/design.md section 2."""
@@ -19,6 +24,7 @@ PACKED_LAYOUTS = ("qkv_bs3hd", "qkv_bsh3d", "qkv_channels_first")
 UNPACKED_LAYOUTS = ("bhsd", "bshd", "sbhd", "bsd", "channels_first")
 LAYOUTS = UNPACKED_LAYOUTS + PACKED_LAYOUTS
 DIAGONALS = ("top_left", "bottom_right", "bottom_right_valid", "explicit")
+FP8_FORMATS = ("e4m3", "e5m2")
 KEY_FIELDS = ("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
 SERVING_FORMS = ("packed", "paged", "sinks", "alibi")
 GRADS = ("dq", "dk", "dv", "dmask")
@@ -62,7 +68,7 @@ class Case:
                  "bmask", "dropout_p", "dropout_seed", "layout", "packed", "grads", "dout", "_diag", "_valid",
                  "_specs", "forms", "thd", "paged", "q_lens", "kv_lens", "page_size", "shared_pages", "page_seed",
                  "sink_mag_q4", "sink_seed", "alibi_symmetric", "alibi_random", "alibi_mag_q4", "alibi_seed",
-                 "serving_tensors")
+                 "serving_tensors", "fp8", "fp8_kv", "descale")
 
     def __init__(self, raw, derived=None, tensors=None):
         if not isinstance(raw, dict):
@@ -115,6 +121,13 @@ class Case:
         self.grads = tuple(n for n in GRADS if n in asked)
         self.dout = None
         self._serving(g("serving") or {})
+        f8 = g("fp8") or {}
+        self.fp8 = f8.get("format")
+        if self.fp8 is not None and self.fp8 not in FP8_FORMATS:
+            raise ValueError("case: fp8 format %r unknown (known: %s)" % (self.fp8, ", ".join(FP8_FORMATS)))
+        self.fp8_kv = bool(f8.get("kv_only"))
+        ds = f8.get("descale") or (1.0, 1.0, 1.0)
+        self.descale = {n: float(ds[i]) for i, n in enumerate(("q", "k", "v"))}
         self._diag = None
         self._valid = None
         self._specs = None
@@ -258,6 +271,10 @@ class Case:
         """The capability names (AF_CAP_*) a backend must declare to be sent this case: the
         rule of af_case_required_caps (src/backends/backend.c)."""
         caps = {self.dtype} | set(self.forms)
+        if self.fp8:
+            caps.add(self.fp8)
+        if self.fp8_kv:
+            caps.add("fp8_kv")
         if self.allow_tf32:
             caps.add("tf32")
         rows = range(self.batch) if self.kv_lens is not None else range(1)
@@ -302,7 +319,7 @@ class Case:
                 v = (self.batch, self.q_heads, self.kv_heads, self.q_len, self.kv_len, self.head_dim,
                      self.v_head_dim)
             elif f == "dtype":
-                v = (self.dtype, self.allow_tf32)
+                v = (self.dtype, self.allow_tf32, self.fp8, self.fp8_kv)
             elif f == "layouts":
                 s = self.specs
                 v = tuple((s[n]["layout"], s[n]["perm"], s[n]["pad"], s[n]["broadcast"], self._entry_key(n))

@@ -17,6 +17,10 @@ rules as the C oracle (src/backends/ref.c):
    exactly 0 (masked by any mask, an additive -inf, a score of -inf, an exp flushed to
    0, dropped) contributes nothing, not 0 * NaN (docs/design.md section 2 rule 5); a key of
    nonzero weight (NaN included) meets its value row in IEEE arithmetic.
+
+An FP8 case (case.fp8 set) computes all this on the dequantized inputs x * descale (exact
+in float64): its q, k, v are the stored values, ml_dtypes float8 arrays (a worker's views)
+or their uint8 bits (a bundle's arrays); with fp8_kv, q is in the case dtype as usual.
 """
 
 import numpy as np
@@ -35,9 +39,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     v [B, Hkv, Sk, Dv] (any float dtype; taken as float64), the additive mask and the
     boolean mask as sent or 4-D (broadcastable to [B, Hq, Sq, Sk]; each used only when
     given), and keep: a bool [B, Hq, Sq, Sk] keep-mask replacing the counter RNG's."""
-    q = np.asarray(q, dtype=np.float64)
-    k = np.asarray(k, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
+    q, k, v = (dequantized(case, x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, Hq, Sq, D = q.shape
     Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
     if k.shape != (B, Hkv, Sk, D) or v.shape != (B, Hkv, Sk, Dv) or Hkv == 0 or Hq % Hkv:
@@ -55,6 +57,20 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         out[:, :, i0:i1] = _rows(case, q[:, :, i0:i1], k, v, None if am is None else am[:, :, i0:i1], bool_mask,
                                  None if keep is None else np.asarray(keep)[:, :, i0:i1], i0, i1)
     return out
+
+
+def dequantized(case, x, name):
+    """Input name ("q", "k" or "v") as float64: an FP8 case's stored values (ml_dtypes float8,
+    or uint8 bits) times the tensor's descale, exactly; any other case's values as they are."""
+    fmt = getattr(case, "fp8", None)
+    if not fmt or (name == "q" and case.fp8_kv):
+        return np.asarray(x, dtype=np.float64)
+    x = np.asarray(x)
+    if x.dtype == np.uint8:
+        from .dtypes import fp8_from_bits  # ml_dtypes, only for FP8 bits
+
+        x = fp8_from_bits(x, fmt)
+    return x.astype(np.float64) * case.descale[name]
 
 
 def _scores(case, q, k, mask, bool_mask, i0, i1):

@@ -13,7 +13,7 @@
 const char *const af_cap_names[AF_CAP_COUNT] = {
     "f32",     "f16",   "bf16",   "tf32",    "gqa",    "cross",   "dv",      "scale",      "softcap",
     "amask",   "bmask", "causal", "padding", "window", "dropout", "strided", "mask_dtype", "backward",
-    "packed",  "paged", "sinks",  "alibi",
+    "packed",  "paged", "sinks",  "alibi",   "e4m3",   "e5m2",    "fp8_kv",
 };
 _Static_assert(sizeof af_cap_names / sizeof af_cap_names[0] == AF_CAP_COUNT, "names");
 _Static_assert(AF_CAP_ALL == (1u << AF_CAP_COUNT) - 1, "every capability has a name");
@@ -223,6 +223,9 @@ uint32_t af_case_required_caps(const af_case *c) {
     if (c->serve.forms & AF_SERVE_PAGED) caps |= AF_CAP_PAGED;
     if (c->serve.forms & AF_SERVE_SINKS) caps |= AF_CAP_SINKS;
     if (c->serve.forms & AF_SERVE_ALIBI) caps |= AF_CAP_ALIBI;
+    if (c->fp8.fmt == AF_FP8_E4M3) caps |= AF_CAP_E4M3;
+    if (c->fp8.fmt == AF_FP8_E5M2) caps |= AF_CAP_E5M2;
+    if (c->fp8.kv_only) caps |= AF_CAP_FP8_KV;
     return caps;
 }
 

@@ -13,6 +13,10 @@
  * dtype (dmask to the mask's); terms of weight 0 give nothing (rule 5). ref_grad.c's honest
  * mode rounds where this file rounds.
  *
+ * FP8 inputs are dequantized in f32 (x_fp8.float() * descale, one rounding) and stay f32
+ * through the scale's placement, as FP8 kernels fold the descales into fp32 arithmetic; the
+ * case dtype (f16 or bf16, the output's) then rounds P and the output as for any case.
+ *
  * Shapes per head: q [Sq x D], k [Sk x D], v [Sk x Dv] in f32 (exact copies of the
  * dtype values); scores R rows at a time (R * Sk <= 256K floats). */
 #include <math.h>
@@ -46,6 +50,7 @@ typedef struct af_ex {
     const af_case *c;
     size_t Sq, Sk, D, Dv, R;
     af_dtype dt;
+    af_dtype in_dt; /* what a scaled input rounds to: the case dtype, f32 for FP8 inputs */
     bool tf32;
     float scale, sq, p, keep_scale;
     uint64_t thr;
@@ -59,6 +64,7 @@ static void af_ex_init(af_ex *x, const af_case_tensors *in) {
     x->c = c;
     x->Sq = c->q_len, x->Sk = c->kv_len, x->D = c->head_dim, x->Dv = c->v_head_dim;
     x->dt = c->dtype;
+    x->in_dt = c->fp8.fmt != AF_FP8_NONE ? AF_F32 : c->dtype;
     x->tf32 = c->allow_tf32 && x->dt == AF_F32;
     double scale = af_case_scale(c);
     x->scale = (float)scale;
@@ -77,8 +83,8 @@ static void af_ex_kv(const af_ex *x, size_t b, size_t g, float *k, float *v) {
     const af_case *c = x->c;
     af_gather_f32(&x->in->kv, b, g, k, x->D);
     af_gather_f32(&x->in->vv, b, g, v, x->Dv);
-    if (c->placement == AF_PLACE_K) af_scale_round(k, x->Sk * x->D, x->scale, x->dt);
-    if (c->placement == AF_PLACE_SQRT_QK) af_scale_round(k, x->Sk * x->D, af_case_scale(c) < 0 ? -x->sq : x->sq, x->dt);
+    if (c->placement == AF_PLACE_K) af_scale_round(k, x->Sk * x->D, x->scale, x->in_dt);
+    if (c->placement == AF_PLACE_SQRT_QK) af_scale_round(k, x->Sk * x->D, af_case_scale(c) < 0 ? -x->sq : x->sq, x->in_dt);
     if (x->tf32) {
         af_round_tf32_array(k, x->Sk * x->D);
         af_round_tf32_array(v, x->Sk * x->Dv);
@@ -88,8 +94,8 @@ static void af_ex_kv(const af_ex *x, size_t b, size_t g, float *k, float *v) {
 static void af_ex_q(const af_ex *x, size_t b, size_t h, float *q) {
     const af_case *c = x->c;
     af_gather_f32(&x->in->qv, b, h, q, x->D);
-    if (c->placement == AF_PLACE_Q) af_scale_round(q, x->Sq * x->D, x->scale, x->dt);
-    if (c->placement == AF_PLACE_SQRT_QK) af_scale_round(q, x->Sq * x->D, x->sq, x->dt);
+    if (c->placement == AF_PLACE_Q) af_scale_round(q, x->Sq * x->D, x->scale, x->in_dt);
+    if (c->placement == AF_PLACE_SQRT_QK) af_scale_round(q, x->Sq * x->D, x->sq, x->in_dt);
     if (x->tf32) af_round_tf32_array(q, x->Sq * x->D);
 }
 

@@ -1,6 +1,7 @@
 /* bundle_inputs.c - a case's inputs from the q/k/v/mask arrays of a bundle: values rounded
  * once to the case dtype and written into the case's layout; what is missing is generated
- * from the case. */
+ * from the case. An FP8 case's q, k, v arrays hold the stored values: uint8 ('|u1') bits as
+ * they are, or floats (another tool's) rounded once to the format, never descaled. */
 #include <limits.h>
 #include <math.h>
 #include <string.h>
@@ -8,11 +9,28 @@
 #include "attnfuzz/mem.h"
 #include "bundle_internal.h"
 
-/* x as the view's dtype would store it: what reading it back must give. */
-static double af_bundle_as_stored(af_dtype dt, double x) {
+/* x as the view's dtype would store it: what reading it back must give (an FP8 view's
+ * stored value x, dequantized). */
+static double af_bundle_as_stored(const af_view *v, double x) {
     uint8_t tmp[8];
-    af_dtype_store(dt, tmp, 0, x);
-    return af_dtype_load(dt, tmp, 0);
+    af_dtype_store(v->dtype, tmp, 0, x);
+    double y = af_dtype_load(v->dtype, tmp, 0);
+    return af_dtype_is_fp8(v->dtype) ? y * (double)v->descale : y;
+}
+
+/* Element e of array a into view element (i0..i3): an FP8 view takes stored values (bits
+ * from '|u1', else rounded once), any other the value rounded once to its dtype. */
+static void af_bundle_put(const af_array *a, size_t e, const af_view *v, size_t i0, size_t i1, size_t i2,
+                          size_t i3) {
+    if (!af_dtype_is_fp8(v->dtype)) {
+        af_view_set(v, i0, i1, i2, i3, af_dtype_load(a->dtype, a->data, e * af_dtype_size(a->dtype)));
+        return;
+    }
+    uint8_t *p = af_view_fp8_at(v, i0, i1, i2, i3);
+    if (a->u8)
+        *p = ((const uint8_t *)a->data)[e];
+    else
+        af_dtype_store(v->dtype, p, 0, af_dtype_load(a->dtype, a->data, e * af_dtype_size(a->dtype)));
 }
 
 /* Writes array element (i0..i3) (dims of size 1 read at 0) into view element (i0..i3) for
@@ -32,12 +50,13 @@ static bool af_bundle_copy_in(const af_array *a, const size_t ashape[4], const a
             for (size_t i2 = 0; i2 < ext[2]; i2++)
                 for (size_t i3 = 0; i3 < ext[3]; i3++) {
                     size_t e = i0 * st[0] + i1 * st[1] + i2 * st[2] + i3 * st[3];
-                    double x = af_dtype_load(a->dtype, a->data, e * es);
                     if (!check) {
-                        af_view_set(v, i0, i1, i2, i3, x);
+                        af_bundle_put(a, e, v, i0, i1, i2, i3);
                         continue;
                     }
-                    double want = af_bundle_as_stored(v->dtype, x), got = af_view_get(v, i0, i1, i2, i3);
+                    double x = af_dtype_load(a->dtype, a->data, e * es);
+                    if (a->u8 && af_dtype_is_fp8(v->dtype)) x = af_fp8_to_f64(((const uint8_t *)a->data)[e], v->dtype);
+                    double want = af_bundle_as_stored(v, x), got = af_view_get(v, i0, i1, i2, i3);
                     if (!(got == want || (isnan(got) && isnan(want)))) return false;
                 }
     return true;

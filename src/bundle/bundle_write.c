@@ -61,8 +61,32 @@ static af_status af_bw_array(af_bw *bw, const char *name, const af_array *a) {
     return af_bw_add(bw, name);
 }
 
-/* q, k or v: the canonical [B, H, S, D] values as float32 (f16 and bf16 are exact in it). */
+static af_status af_bw_fp8(af_bw *bw, const char *name, const af_view *v) {
+    af_array a = {.dtype = v->dtype, .ndim = 4};
+    size_t n = 1;
+    for (int d = 0; d < 4; d++) {
+        a.shape[d] = v->ne[d];
+        n *= v->ne[d];
+    }
+    uint8_t *x = af_calloc(n ? n : 1, 1);
+    AF_RETURN_ERROR_IF(!x, bw->err, AF_ERR_NOMEM, "%s: out of memory", name);
+    size_t e = 0;
+    for (size_t i0 = 0; i0 < v->ne[0]; i0++)
+        for (size_t i1 = 0; i1 < v->ne[1]; i1++)
+            for (size_t i2 = 0; i2 < v->ne[2]; i2++)
+                for (size_t i3 = 0; i3 < v->ne[3]; i3++)
+                    x[e++] = *af_view_fp8_at(v, i0, i1, i2, i3);
+    a.data = x;
+    af_status st = af_bw_array(bw, name, &a);
+    af_free(x);
+    return st;
+}
+
+/* q, k or v: the canonical [B, H, S, D] values as float32 (f16 and bf16 are exact in it);
+ * an FP8 tensor's stored bytes as uint8 (its dequantized values need float64, and the bits
+ * keep which NaN pattern it holds). */
 static af_status af_bw_view(af_bw *bw, const char *name, const af_view *v) {
+    if (af_dtype_is_fp8(v->dtype)) return af_bw_fp8(bw, name, v);
     af_array a = {.dtype = AF_F32, .ndim = 4};
     size_t n = 1;
     for (int d = 0; d < 4; d++) {

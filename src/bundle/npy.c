@@ -76,6 +76,8 @@ static const char *af_npy_descr(af_dtype dt) {
     case AF_F16: return "<f2";
     case AF_BOOL: return "|b1";
     case AF_I32: return "<i4";
+    case AF_E4M3:
+    case AF_E5M2: return "|u1"; /* the stored bits; the format is the case's (case.json) */
     case AF_BF16:
     case AF_DTYPE_COUNT: break;
     }
@@ -200,6 +202,7 @@ static const char *af_npy_dict(const char *text, size_t len, af_array *a, char *
                 a->dtype = AF_F16;
             } else if (strcmp(val, "|b1") == 0 || strcmp(val, "|u1") == 0) {
                 a->dtype = AF_BOOL;
+                a->u8 = val[1] == 'u';
             } else {
                 snprintf(why, why_len, "unsupported descr '%s' (accepted: <f4 <f8 <f2 |b1 |u1)", val);
                 return why;
@@ -299,8 +302,8 @@ static void af_npy_shape_str(char *buf, size_t len, const size_t *shape, int ndi
 static void af_npy_take(uint8_t *raw, size_t off, size_t nbytes, const af_array *hdr, af_array *a) {
     *a = *hdr;
     memmove(raw, raw + off, nbytes);
-    if (a->dtype == AF_BOOL)
-        for (size_t i = 0; i < nbytes; i++) raw[i] = raw[i] != 0; /* '|u1' may hold any byte */
+    if (a->dtype == AF_BOOL && !a->u8)
+        for (size_t i = 0; i < nbytes; i++) raw[i] = raw[i] != 0; /* numpy writes '|b1' as 0/1, another tool may not */
     a->data = nbytes ? raw : NULL;
     if (!nbytes) af_free(raw);
 }

@@ -26,6 +26,7 @@ void af_campaign_opts_default(af_campaign_opts *o) {
     o->jobs = 1;
     o->backward = -1.0;
     o->serving = -1.0;
+    o->fp8 = -1.0;
     o->minimize_share = AF_MINIMIZE_SHARE;
     o->minimize_grace = -1.0;
 }

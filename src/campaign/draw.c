@@ -53,7 +53,7 @@ void af_draw_case(const af_draw *d, uint64_t n, double backward, af_case *c, uin
             af_case_crossover(&pool->cases[af_rng_below(rng, (uint32_t)pool->n)],
                               &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
         } else {
-            af_gen_opts go = {o->exec.budget, max_flops, backward, d->serving};
+            af_gen_opts go = {o->exec.budget, max_flops, backward, d->serving, d->fp8};
             af_case_generate_opts(c, rng, &go);
         }
         if (backward <= 0.0 && c->bwd.grads) { /* forward-only campaign */

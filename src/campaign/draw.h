@@ -23,6 +23,7 @@ typedef struct af_draw {
     af_campaign_stats *s;
     double max_flops; /* cap per generated case */
     double serving;   /* share of generated cases in a serving form */
+    double fp8;       /* share of generated cases in an FP8 format */
 } af_draw;
 
 /* The next case of the strategy (n: the cases drawn before it; the grid's point), with

@@ -96,6 +96,16 @@ static double af_loop_serving_share(const af_campaign_opts *o, const af_exec *x)
     return 0.0;
 }
 
+/* The FP8 share: --fp8, or AF_FP8_AUTO when a worker or target declares an FP8 format. */
+static double af_loop_fp8_share(const af_campaign_opts *o, const af_exec *x) {
+    if (o->fp8 >= 0.0) return o->fp8 > 1.0 ? 1.0 : o->fp8;
+    for (size_t k = 0; k < af_exec_backend_count(x); k++) {
+        const af_backend *be = af_exec_backend_at(x, k);
+        if (af_backend_ext_of(be) && (af_backend_caps(be) & AF_CAP_FP8)) return AF_FP8_AUTO;
+    }
+    return 0.0;
+}
+
 /* Opens the executor, the store, the pool (with --corpus), the gate and the banks. On an
  * error what was opened stays for af_loop_close. */
 static af_status af_loop_open(af_loop *L, const af_campaign_opts *o, af_campaign_stats *s, bool status,
@@ -118,7 +128,7 @@ static af_status af_loop_open(af_loop *L, const af_campaign_opts *o, af_campaign
     L->seeds = L->pool->n;
     L->backward = af_loop_backward_share(o, L->x);
     L->draw = (af_draw){o, L->pool, &L->rng, L->x, L->store, &L->gate, s, o->max_flops > 0 ? o->max_flops : 2e7,
-                        af_loop_serving_share(o, L->x)};
+                        af_loop_serving_share(o, L->x), af_loop_fp8_share(o, L->x)};
     L->status = status;
     L->tty = status && isatty(STDERR_FILENO);
     L->key = af_exec_compile_key(L->x);

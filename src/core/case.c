@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "attnfuzz/tensor.h"
+#include "case_fp8.h"
 #include "case_serving.h"
 
 const char *const af_layout_names[AF_LAYOUT_COUNT] = {
@@ -68,7 +69,7 @@ void af_case_default(af_case *c) {
     c->window_left = c->window_right = -1;
     c->amask.dtype = AF_F32;
     c->bmask.dtype = AF_BOOL;
-    for (int t = 0; t < AF_QKV_COUNT; t++) c->t[t].layout = AF_LAYOUT_BHSD;
+    for (int t = 0; t < AF_QKV_COUNT; t++) c->t[t].layout = AF_LAYOUT_BHSD, c->fp8.descale[t] = 1.0f;
 }
 
 static uint32_t af_clamp_u32(uint32_t x, uint32_t lo, uint32_t hi) { return x < lo ? lo : x > hi ? hi : x; }
@@ -196,6 +197,7 @@ static void af_case_shrink_step(af_case *c) {
 void af_case_repair(af_case *c, size_t budget) {
     if (budget == 0) budget = AF_DEFAULT_BUDGET;
     if ((unsigned)c->dtype >= AF_CASE_DTYPE_COUNT) c->dtype = AF_F32;
+    af_fp8_repair(c); /* first: an FP8 case drops its backward and serving parts */
     if (c->dtype != AF_F32) c->allow_tf32 = false;
 
     c->batch = af_clamp_u32(c->batch, 1, AF_MAX_BATCH);
@@ -375,6 +377,7 @@ af_status af_case_validate(const af_case *c, size_t budget, af_error *err) {
                        af_layout_names[c->bwd.dout.layout % AF_LAYOUT_COUNT],
                        af_layout_names[af_out_layout(c->t[AF_Q].layout)]);
     AF_TRY(af_serving_validate(c, err));
+    AF_TRY(af_fp8_validate(c, err));
     size_t bytes = af_case_tensor_bytes(c);
     AF_RETURN_ERROR_IF(bytes > budget, err, AF_ERR_INVALID,
                        "tensors need %zu bytes, over the budget of %zu (raise it with --budget)", bytes, budget);
@@ -400,7 +403,7 @@ bool af_case_equal(const af_case *a, const af_case *b) {
         return false;
     if (memcmp(a->kv_valid, b->kv_valid, sizeof a->kv_valid) != 0) return false;
     if (!af_mask_equal(&a->amask, &b->amask) || !af_mask_equal(&a->bmask, &b->bmask)) return false;
-    if (a->bwd.grads != b->bwd.grads || !af_serving_equal(a, b)) return false;
+    if (a->bwd.grads != b->bwd.grads || !af_serving_equal(a, b) || !af_fp8_equal(a, b)) return false;
     for (int t = 0; t <= AF_QKV_COUNT; t++) {
         const af_tensor_spec *x = t < AF_QKV_COUNT ? &a->t[t] : &a->bwd.dout;
         const af_tensor_spec *y = t < AF_QKV_COUNT ? &b->t[t] : &b->bwd.dout;

@@ -18,10 +18,12 @@
  *   22  8    softcap (f64)             X+1 10   backward: dO spec, without layout
  *
  * with X = 114 + 4*B (B as the batch byte reads, before repair), then at X+11 the serving
- * record (case_serving.c). Each part comes after everything older, so an input written
+ * record (case_serving.c, 19 + 8*B bytes), then the FP8 record (case_fp8.c: format, three
+ * float32 descales). Each part comes after everything older, so an input written
  * before it existed (it ends at X, or at X+11) decodes without it (missing bytes read 0:
- * forward-only, no serving form), a forward-only case without a serving form encodes
- * without either, and one with a serving form writes eleven zero backward bytes first.
+ * forward-only, no serving form, no FP8), a forward-only case without a serving form encodes
+ * without either, one with a serving form writes eleven zero backward bytes first, and an
+ * FP8 case (forward-only, dense) writes zero backward and serving records before its own.
  *
  * mask spec: flags (present, rank2, expanded, live_zero), dims, dtype, pattern, density,
  * fill, mag_q4, seed(4). tensor spec: layout, perm, pad, bcast, dist, mag_q4, special,
@@ -30,10 +32,12 @@
 #include <string.h>
 
 #include "attnfuzz/case.h"
+#include "case_fp8.h"
 #include "case_serving.h"
 
 /* The longest encoding: the fixed record, every batch row's key padding, the backward. */
-_Static_assert(114 + 4 * AF_MAX_BATCH + 1 + 10 + AF_SERVING_FIXED_BYTES + 8 * AF_MAX_BATCH <= AF_CASE_ENCODED_MAX,
+_Static_assert(114 + 4 * AF_MAX_BATCH + 1 + 10 + AF_SERVING_FIXED_BYTES + 8 * AF_MAX_BATCH + AF_FP8_BYTES <=
+                   AF_CASE_ENCODED_MAX,
                "AF_CASE_ENCODED_MAX holds every case");
 
 typedef struct af_reader {
@@ -120,6 +124,9 @@ void af_case_decode(af_case *c, const uint8_t *data, size_t size, size_t budget)
     c->bwd.grads = af_read_u8(&r);
     af_read_tensor(&r, &c->bwd.dout, false);
     af_serving_decode(c, r.p, r.left, c->batch);
+    size_t serving = AF_SERVING_FIXED_BYTES + 8u * c->batch; /* the record's bytes, as read */
+    if (serving > r.left) serving = r.left;
+    af_fp8_decode(c, r.p ? r.p + serving : NULL, r.left - serving);
     /* kv_valid (and the backward bytes after it) are read before repair clamps the batch,
      * so their position depends only on the batch byte; repair then fits every field. */
     af_case_repair(c, budget);
@@ -193,17 +200,23 @@ size_t af_case_encode(const af_case *c, uint8_t *out, size_t cap) {
     af_write_mask(&w, &c->bmask);
     for (int t = 0; t < AF_QKV_COUNT; t++) af_write_tensor(&w, &c->t[t], true);
     for (uint32_t b = 0; b < c->batch; b++) af_write_le(&w, c->kv_valid[b], 4);
-    if (c->bwd.grads || c->serve.forms) {
+    bool fp8 = c->fp8.fmt != AF_FP8_NONE;
+    if (c->bwd.grads || c->serve.forms || fp8) {
         af_write_le(&w, c->bwd.grads, 1);
         af_write_tensor(&w, &c->bwd.dout, false);
     }
-    if (c->serve.forms && !w.overflow) {
+    if ((c->serve.forms || fp8) && !w.overflow) { /* without a form: a record of zeros */
         size_t n = 0;
         if (af_serving_encode(c, w.p, w.left, &n)) {
             w.p += n, w.left -= n;
         } else {
             w.overflow = true;
         }
+    }
+    if (fp8 && !w.overflow) {
+        uint8_t rec[AF_FP8_BYTES];
+        af_fp8_encode(c, rec);
+        for (size_t i = 0; i < AF_FP8_BYTES; i++) af_write_le(&w, rec[i], 1);
     }
     return w.overflow ? 0 : cap - w.left;
 }

@@ -12,6 +12,7 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/rng.h"
+#include "case_fp8.h"
 #include "case_serving.h"
 
 
@@ -123,7 +124,7 @@ static void af_gen_backward(af_rng *r, af_case *c) {
 }
 
 void af_case_generate(af_case *c, af_rng *r, size_t budget, double max_flops) {
-    af_gen_opts o = {budget, max_flops, 0.0, 0.0};
+    af_gen_opts o = {budget, max_flops, 0.0, 0.0, 0.0};
     af_case_generate_opts(c, r, &o);
 }
 
@@ -213,6 +214,9 @@ void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
         int dc = af_serving_generate(c, r);
         if (dc) cls = dc;
     }
+
+    /* after it, for the same reason; an FP8 case is forward-only and dense (repair) */
+    if (o->fp8 > 0.0 && af_rng_uniform(r) < o->fp8) af_fp8_generate(c, r);
 
     af_case_repair(c, budget);
     /* medium cases get a sixteenth of the cap: a campaign spends its time evenly */

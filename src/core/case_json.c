@@ -12,6 +12,7 @@
 
 #include "attnfuzz/case.h"
 #include "case_json.h"
+#include "case_fp8.h"
 #include "case_serving.h"
 #include "json_exact.h"
 
@@ -121,6 +122,7 @@ void af_case_write_json(af_jw *w, const af_case *c) {
         af_jw_end(w, '}');
     }
     af_serving_write_json(w, c); /* absent: no serving form */
+    af_fp8_write_json(w, c);     /* absent: no FP8 */
     af_jw_end(w, '}');
 }
 
@@ -398,6 +400,7 @@ af_status af_case_from_cjson(af_case *c, const void *json, af_error *err) {
     af_jr_backward(&jr, o, c);
     if (jr.st != AF_OK) return jr.st;
     AF_TRY(af_serving_read_json(c, o, err));
+    AF_TRY(af_fp8_read_json(c, o, err));
     /* Fields a writer may leave out: packed K/V follow Q. */
     if (af_case_is_packed(c)) {
         for (int t = AF_K; t <= AF_V; t++) {

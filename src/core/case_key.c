@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "attnfuzz/rng.h"
+#include "case_fp8.h"
 #include "case_serving.h"
 
 const char *const af_key_names[AF_KEY_COUNT_] = {"shapes", "dtype", "layouts", "masks",
@@ -64,6 +65,8 @@ uint64_t af_case_key_hash(const af_case *c, uint32_t key) {
     if (key & AF_KEY_DROPOUT) af_key_mix(&k, af_key_double(c->dropout_p));
     /* a serving form is another artifact whatever the key names (none: nothing mixed) */
     if (c->serve.forms) af_key_mix(&k, af_serving_key(c, key & AF_KEY_SHAPES, key & AF_KEY_CAUSAL));
+    /* so is an FP8 one, per format; descales are values (none: nothing mixed) */
+    if (c->fp8.fmt) af_key_mix(&k, 0x66703800ull | (uint64_t)c->fp8.fmt);
     return k.h;
 }
 
@@ -103,5 +106,6 @@ void af_case_revalue(af_case *c, af_rng *r, uint32_t key, size_t budget) {
     if (!(key & AF_KEY_SOFTCAP) && c->softcap > 0.0) c->softcap = (double)af_rng_range(r, 1, 50);
     if (!(key & AF_KEY_DROPOUT) && c->dropout_p > 0.0) c->dropout_p = (double)af_rng_range(r, 1, 99) / 100.0;
     af_serving_revalue(c, r);
+    af_fp8_revalue(c, r);
     af_case_repair(c, budget);
 }

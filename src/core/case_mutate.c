@@ -7,6 +7,7 @@
 
 #include "attnfuzz/case.h"
 #include "attnfuzz/rng.h"
+#include "case_fp8.h"
 #include "case_serving.h"
 
 /* A new value for a dimension, always within 1..hi (the case's arrays are sized by the
@@ -162,9 +163,14 @@ void af_case_mutate(af_case *c, af_rng *r, size_t budget) {
     unsigned edits = 1 + af_rng_below(r, 3);
     for (unsigned e = 0; e < edits; e++) {
         /* a forward-only case without a serving form draws among the first five, as it
-         * always did; a backward case adds the sixth, a serving case (forward-only) the seventh */
-        unsigned op = af_rng_below(r, 5u + (c->bwd.grads ? 1u : 0u) + (c->serve.forms ? 1u : 0u));
-        if (op == 5 && !c->bwd.grads) op = 6;
+         * always did; a backward case adds the sixth, a serving case (forward-only) the
+         * seventh, an FP8 case (forward-only, dense) the eighth */
+        unsigned extra[3], n = 0;
+        if (c->bwd.grads) extra[n++] = 5;
+        if (c->serve.forms) extra[n++] = 6;
+        if (c->fp8.fmt != AF_FP8_NONE) extra[n++] = 7;
+        unsigned op = af_rng_below(r, 5u + n);
+        if (op >= 5) op = extra[op - 5];
         switch (op) {
         case 0: af_mutate_dims(c, r); break;
         case 1: af_mutate_layout(c, r); break;
@@ -172,7 +178,8 @@ void af_case_mutate(af_case *c, af_rng *r, size_t budget) {
         case 3: af_mutate_values(c, r); break;
         case 4: af_mutate_numerics(c, r); break;
         case 5: af_mutate_backward(c, r); break;
-        default: af_serving_mutate(c, r); break;
+        case 6: af_serving_mutate(c, r); break;
+        default: af_fp8_mutate(c, r); break;
         }
     }
     af_case_repair(c, budget);
@@ -200,6 +207,7 @@ void af_case_crossover(const af_case *a, const af_case *b, af_case *out, af_rng 
         if (af_rng_chance(r, 1, 2)) x.t[t] = y->t[t];
     if ((a->bwd.grads || b->bwd.grads) && af_rng_chance(r, 1, 2)) x.bwd = y->bwd;
     if ((a->serve.forms || b->serve.forms) && af_rng_chance(r, 1, 2)) x.serve = y->serve;
+    if ((a->fp8.fmt || b->fp8.fmt) && af_rng_chance(r, 1, 2)) x.fp8 = y->fp8, x.dtype = y->dtype;
     af_case_repair(&x, budget);
     *out = x;
 }

@@ -1,4 +1,4 @@
-/* dtype.c - exact conversions between float64, f32, f16, bf16 and TF32.
+/* dtype.c - exact conversions between float64, f32, f16, bf16, TF32 and the FP8 formats.
  *
  * Rounding is always round-to-nearest-even, once. af_round_f64 works in double
  * arithmetic (scale by a power of two, nearbyint, scale back: all exact), which makes
@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-const char *const af_dtype_names[AF_DTYPE_COUNT] = {"f32", "f16", "bf16", "f64", "bool", "i32"};
+const char *const af_dtype_names[AF_DTYPE_COUNT] = {"f32", "f16", "bf16", "f64", "bool", "i32", "e4m3", "e5m2"};
 _Static_assert(sizeof(af_dtype_names) / sizeof(af_dtype_names[0]) == AF_DTYPE_COUNT, "names");
 
 size_t af_dtype_size(af_dtype dt) {
@@ -20,6 +20,8 @@ size_t af_dtype_size(af_dtype dt) {
     case AF_F64: return 8;
     case AF_BOOL: return 1;
     case AF_I32: return 4;
+    case AF_E4M3:
+    case AF_E5M2: return 1;
     case AF_DTYPE_COUNT: break;
     }
     return 0;
@@ -33,6 +35,8 @@ int af_dtype_from_name(const char *name) {
     if (!strcmp(name, "float16") || !strcmp(name, "half")) return AF_F16;
     if (!strcmp(name, "bfloat16")) return AF_BF16;
     if (!strcmp(name, "float64") || !strcmp(name, "double")) return AF_F64;
+    if (!strcmp(name, "float8_e4m3fn") || !strcmp(name, "e4m3fn")) return AF_E4M3;
+    if (!strcmp(name, "float8_e5m2")) return AF_E5M2;
     return -1;
 }
 
@@ -49,6 +53,8 @@ static af_fmt af_dtype_fmt(af_dtype dt) {
     case AF_BF16: return (af_fmt){7, -126, 0x1.fep127};
     case AF_F32: return (af_fmt){23, -126, 0x1.fffffep127};
     case AF_F64: return (af_fmt){52, -1022, 0x1.fffffffffffffp1023};
+    case AF_E4M3: return (af_fmt){3, -6, 448.0};
+    case AF_E5M2: return (af_fmt){2, -14, 57344.0};
     case AF_BOOL:
     case AF_I32:
     case AF_DTYPE_COUNT: break;
@@ -73,6 +79,7 @@ double af_round_f64(double x, af_dtype dt) {
     if (dt == AF_F64 || dt == AF_BOOL || dt == AF_DTYPE_COUNT) return x;
     if (dt == AF_F32) return (double)(float)x; /* IEEE conversion: RNE, subnormals, Inf */
     if (isnan(x)) return x;
+    if (af_dtype_is_fp8(dt)) return af_fp8_to_f64(af_fp8_from_f64(x, dt, 0), dt);
     if (dt == AF_F16) return (double)af_f16_to_f32(af_f16_from_f64(x));
     return (double)af_bf16_to_f32(af_bf16_from_f64(x));
 }
@@ -90,7 +97,7 @@ double af_round_f64_reference(double x, af_dtype dt) {
     int ue = e - 1 < f.emin ? f.emin : e - 1;
     double quantum = ldexp(1.0, ue - f.mant);
     double r = nearbyint(a / quantum) * quantum; /* both scalings exact: RNE happens once */
-    if (r > f.max) r = HUGE_VAL;
+    if (r > f.max) r = dt == AF_E4M3 ? (double)NAN : HUGE_VAL; /* e4m3fn has no Inf */
     return copysign(r, x);
 }
 
@@ -139,6 +146,8 @@ float af_round_f32(float x, af_dtype dt) {
     switch (dt) {
     case AF_F16: return af_round_f32_to_f16(x);
     case AF_BF16: return af_round_f32_to_bf16(x);
+    case AF_E4M3:
+    case AF_E5M2: return (float)af_fp8_to_f64(af_fp8_from_f64((double)x, dt, 0), dt);
     case AF_F32:
     case AF_F64:
     case AF_BOOL:
@@ -207,6 +216,45 @@ float af_f16_to_f32(uint16_t h) {
 
 float af_bf16_to_f32(uint16_t b) { return af_bits_f32((uint32_t)b << 16); }
 
+/* float64 -> FP8: round the magnitude once in double arithmetic (the quantum of its binade,
+ * or of the smallest normal one below it, as af_round_f64_reference does), then place
+ * exponent and mantissa. A result past the largest finite value is the overflow encoding:
+ * NaN (S.1111.111) for e4m3fn, Inf (S.11111.00) for e5m2. */
+uint8_t af_fp8_from_f64(double x, af_dtype dt, int saturate) {
+    const af_fmt f = af_dtype_fmt(dt);
+    const int bias = dt == AF_E5M2 ? 15 : 7;
+    const uint8_t sign = signbit(x) ? 0x80u : 0u;
+    const uint8_t nan = dt == AF_E5M2 ? 0x7eu : 0x7fu, over = dt == AF_E5M2 ? 0x7cu : 0x7fu;
+    if (isnan(x)) return (uint8_t)(sign | nan);
+    double a = fabs(x);
+    if (saturate && a > f.max) a = f.max;
+    if (isinf(a)) return (uint8_t)(sign | over);
+    if (a == 0.0) return sign;
+    int e;
+    (void)frexp(a, &e);
+    int ue = e - 1 < f.emin ? f.emin : e - 1;
+    double quantum = ldexp(1.0, ue - f.mant);
+    double r = nearbyint(a / quantum) * quantum;
+    if (r > f.max) return (uint8_t)(sign | over);
+    if (r == 0.0) return sign;
+    int re = ilogb(r);
+    if (re < f.emin) /* subnormal: exponent field 0, the mantissa counts quanta of 2^(emin - mant) */
+        return (uint8_t)(sign | (uint8_t)(r / ldexp(1.0, f.emin - f.mant)));
+    unsigned m = (unsigned)((r / ldexp(1.0, re) - 1.0) * (double)(1u << f.mant));
+    return (uint8_t)(sign | (unsigned)(re + bias) << f.mant | m);
+}
+
+double af_fp8_to_f64(uint8_t bits, af_dtype dt) {
+    const int e5 = dt == AF_E5M2;
+    const int mant = e5 ? 2 : 3, bias = e5 ? 15 : 7;
+    const unsigned em = bits & 0x7fu, ex = em >> mant, m = em & ((1u << mant) - 1u);
+    const double s = (bits & 0x80u) ? -1.0 : 1.0;
+    if (!e5 && em == 0x7fu) return copysign((double)NAN, s);
+    if (e5 && ex == 31u) return m ? copysign((double)NAN, s) : s * HUGE_VAL;
+    if (ex == 0) return s * ldexp((double)m, 1 - bias - mant);
+    return s * ldexp((double)((1u << mant) | m), (int)ex - bias - mant);
+}
+
 double af_dtype_load(af_dtype dt, const void *base, size_t off) {
     const unsigned char *p = (const unsigned char *)base + off;
     switch (dt) {
@@ -236,6 +284,8 @@ double af_dtype_load(af_dtype dt, const void *base, size_t off) {
         memcpy(&i, p, 4);
         return (double)i;
     }
+    case AF_E4M3:
+    case AF_E5M2: return af_fp8_to_f64(*p, dt);
     case AF_DTYPE_COUNT: break;
     }
     return 0.0;
@@ -266,6 +316,8 @@ void af_dtype_store(af_dtype dt, void *base, size_t off, double x) {
         memcpy(p, &i, 4);
         return;
     }
+    case AF_E4M3:
+    case AF_E5M2: *p = af_fp8_from_f64(x, dt, 0); return;
     case AF_DTYPE_COUNT: break;
     }
 }

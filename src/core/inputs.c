@@ -5,7 +5,15 @@
  * (b, h, s, d) draws Philox block ((b*H + h)*S + s)*D + d, in float64, rounded once to
  * the dtype. A broadcast (stride-0) dim draws index 0, so its copies agree. Padding
  * between rows holds NaN: an implementation that reads it shows it. The upstream
- * gradient dO of a backward case is drawn the same way, as a fourth tensor. */
+ * gradient dO of a backward case is drawn the same way, as a fourth tensor.
+ *
+ * FP8 tensors (an FP8 case's Q, K, V) store x / descale rounded once to the format, the
+ * magnitude clamped to its largest finite value first (saturating, as users' scaling code
+ * clamps before the cast): x is the float64 draw, as a user's tensor holds it before
+ * quantizing. The near-overflow and denormal distributions are drawn in the format's own
+ * range instead (+-[0.25, 1.05] of its largest finite value: the top ones round or clamp to
+ * it; its subnormals), so they reach those stored values whatever the descale. Padding holds
+ * the NaN byte 0x7f (NaN in both formats). */
 #include <math.h>
 #include <string.h>
 
@@ -55,6 +63,8 @@ static void af_fill_nan(void *p, size_t bytes, af_dtype dt) {
     if (dt == AF_F32) {
         uint32_t nan = 0x7fc00000u;
         for (size_t off = 0; off + 4 <= bytes; off += 4) memcpy((char *)p + off, &nan, 4);
+    } else if (af_dtype_is_fp8(dt)) {
+        memset(p, 0x7f, bytes);
     } else if (dt == AF_F16 || dt == AF_BF16) {
         uint16_t nan = dt == AF_F16 ? 0x7e00u : 0x7fc0u;
         for (size_t off = 0; off + 2 <= bytes; off += 2) memcpy((char *)p + off, &nan, 2);
@@ -106,12 +116,13 @@ af_status af_inputs_alloc(af_inputs *in, const af_case *c, af_error *err) {
         } else {
             size_t span = af_case_input_layout(c, (af_tensor_id)w, qkv[w]);
             AF_TRY(af_inputs_reserve(in, AF_BUF_Q + w, span, err));
-            af_fill_nan(in->buf[AF_BUF_Q + w], span, c->dtype);
+            af_fill_nan(in->buf[AF_BUF_Q + w], span, qkv[w]->dtype);
             qkv[w]->data = in->buf[AF_BUF_Q + w];
         }
         size_t H, S, D;
         af_case_tensor_dims(c, (af_tensor_id)w, &H, &S, &D);
         af_layout_view(c->t[packed ? AF_Q : w].layout, qkv[w], (af_tensor_id)w, H, D, views[w]);
+        views[w]->descale = (float)af_case_descale(c, (af_tensor_id)w);
     }
     const af_mask_spec *ms[2] = {&c->amask, &c->bmask};
     af_tensor *mt[2] = {&t->amask, &t->bmask};
@@ -203,6 +214,19 @@ static const af_tensor_spec *af_buffer_spec_of(const af_case *c, uint32_t w) {
     return w == AF_TENSOR_DOUT ? &c->bwd.dout : &c->t[af_case_is_packed(c) ? AF_Q : w];
 }
 
+/* An FP8 tensor's stored value for draw x (the file's head comment): e = element index. */
+static void af_set_fp8(const af_view *v, const af_tensor_spec *s, uint32_t stream, uint64_t e, double x, size_t b,
+                       size_t h, size_t i, size_t d) {
+    double fmax = af_dtype_max(v->dtype), r = x / (double)v->descale;
+    if (s->dist == AF_DIST_NEAR_OVERFLOW || s->dist == AF_DIST_DENORMAL) {
+        uint32_t w[4];
+        af_philox_at(s->seed, stream, e, w);
+        double u = af_u53(w[0], w[1]), sign = w[2] & 1u ? -1.0 : 1.0;
+        r = sign * (s->dist == AF_DIST_DENORMAL ? u * af_dtype_min_normal(v->dtype) : (0.25 + 0.8 * u) * fmax);
+    }
+    *af_view_fp8_at(v, b, h, i, d) = af_fp8_from_f64(r, v->dtype, 1);
+}
+
 static void af_fill_values(const af_case *c, const af_view *v, uint32_t w) {
     const af_tensor_spec *s = af_spec_of(c, w);
     const af_tensor_spec *bs = af_buffer_spec_of(c, w); /* strides belong to the buffer */
@@ -227,7 +251,11 @@ static void af_fill_values(const af_case *c, const af_view *v, uint32_t w) {
                 for (size_t d = 0; d < D; d++) {
                     double x = s->dist == AF_DIST_ONE_HOT ? (d == spike ? spike_val : 0.0)
                                                           : af_draw(&nc, s, c->dtype, stream, row * D + d, mag);
-                    af_view_set(v, b, h, i, d, x);
+                    if (af_dtype_is_fp8(v->dtype)) {
+                        af_set_fp8(v, s, stream, row * D + d, x, b, h, i, d);
+                    } else {
+                        af_view_set(v, b, h, i, d, x);
+                    }
                 }
             }
 }
@@ -286,6 +314,15 @@ static void af_fill_mask(const af_case *c, const af_mask_spec *m, const af_view 
     (void)c;
 }
 
+/* One planted value: an FP8 NaN's bit pattern (fp8_nan >= 0) as it is, else val. */
+static void af_plant_at(const af_view *v, size_t b, size_t h, size_t i, size_t d, double val, int fp8_nan) {
+    if (fp8_nan < 0) {
+        af_view_set(v, b, h, i, d, val);
+        return;
+    }
+    *af_view_fp8_at(v, b, h, i, d) = (uint8_t)fp8_nan;
+}
+
 /* Plants NaN or Inf per the tensor's special. Masked targets are rows no query uses:
  * fully masked query rows of Q and dO, fully masked keys of K and V. A broadcast row is
  * shared by every batch row (or head), so it is a target only when dead in all of them. */
@@ -301,11 +338,18 @@ static void af_plant(af_inputs *in, uint32_t w, const uint8_t *dead_keys) {
     af_philox_at(s->seed, AF_STREAM_SPECIAL + (uint32_t)w, 0, r);
     bool nan = s->special == AF_SPECIAL_NAN_MASKED || s->special == AF_SPECIAL_NAN_LIVE;
     double val = nan ? (double)NAN : (r[3] & 1u ? -HUGE_VAL : HUGE_VAL);
+    /* FP8: a NaN is one of the format's NaN bit patterns, either sign (e5m2 has three:
+     * 0x7d..0x7f); an Inf is e5m2's, and in e4m3fn (no Inf) what a cast of Inf gives, NaN */
+    int fp8_nan = -1;
+    if (af_dtype_is_fp8(v->dtype) && nan) {
+        unsigned pick = r[2] % (v->dtype == AF_E5M2 ? 3u : 1u);
+        fp8_nan = (int)((r[3] & 1u ? 0x80u : 0u) | (0x7fu - pick));
+    }
     if (s->special == AF_SPECIAL_NAN_LIVE || s->special == AF_SPECIAL_INF_LIVE) {
         size_t Bn = bs->bcast == AF_BCAST_BATCH ? 1 : B, Hn = bs->bcast == AF_BCAST_HEADS ? 1 : H;
         size_t n = Bn * Hn * S * D;
         size_t e = (size_t)((((uint64_t)r[0] << 32) | r[1]) % n);
-        af_view_set(v, e / (Hn * S * D), e / (S * D) % Hn, e / D % S, e % D, val);
+        af_plant_at(v, e / (Hn * S * D), e / (S * D) % Hn, e / D % S, e % D, val, fp8_nan);
         return;
     }
     size_t Bn = bs->bcast == AF_BCAST_BATCH ? 1 : B, Hn = bs->bcast == AF_BCAST_HEADS ? 1 : H;
@@ -323,7 +367,7 @@ static void af_plant(af_inputs *in, uint32_t w, const uint8_t *dead_keys) {
                         }
                     }
                 if (!dead) continue;
-                for (size_t d = 0; d < D; d++) af_view_set(v, b, h, i, d, val);
+                for (size_t d = 0; d < D; d++) af_plant_at(v, b, h, i, d, val, fp8_nan);
             }
 }
 

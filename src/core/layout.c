@@ -43,6 +43,7 @@ void af_layout_view(af_layout l, const af_tensor *t, af_tensor_id which, size_t 
     const unsigned char *base = t->data;
     size_t w = (size_t)which;
     v->dtype = t->dtype;
+    v->descale = 1.0f; /* an FP8 tensor's owner sets its own (inputs.c) */
     switch (l) {
     case AF_LAYOUT_BHSD:
         v->ne[0] = ne[0], v->ne[2] = ne[2];
@@ -137,9 +138,10 @@ void af_case_tensor_dims(const af_case *c, af_tensor_id which, size_t *H, size_t
 }
 
 /* Shape and strides of a tensor of spec s holding [B, H, S, D] canonically. */
-static size_t af_spec_layout(const af_case *c, const af_tensor_spec *s, size_t H, size_t S, size_t D, af_tensor *t) {
+static size_t af_spec_layout(const af_case *c, af_dtype dt, const af_tensor_spec *s, size_t H, size_t S, size_t D,
+                             af_tensor *t) {
     memset(t, 0, sizeof *t);
-    t->dtype = c->dtype;
+    t->dtype = dt;
     t->ndim = af_layout_shape(s->layout, c->batch, H, S, D, t->ne);
     uint32_t bdims = 0;
     int bd = af_layout_dim(s->layout, 'b'), hd = af_layout_dim(s->layout, 'h');
@@ -151,11 +153,11 @@ static size_t af_spec_layout(const af_case *c, const af_tensor_spec *s, size_t H
 size_t af_case_input_layout(const af_case *c, af_tensor_id which, af_tensor *t) {
     size_t H, S, D;
     af_case_tensor_dims(c, which, &H, &S, &D);
-    return af_spec_layout(c, &c->t[af_case_is_packed(c) ? AF_Q : which], H, S, D, t);
+    return af_spec_layout(c, af_case_input_dtype(c, which), &c->t[af_case_is_packed(c) ? AF_Q : which], H, S, D, t);
 }
 
 size_t af_case_dout_layout(const af_case *c, af_tensor *t) {
-    return af_spec_layout(c, &c->bwd.dout, c->q_heads, c->q_len, c->v_head_dim, t);
+    return af_spec_layout(c, c->dtype, &c->bwd.dout, c->q_heads, c->q_len, c->v_head_dim, t);
 }
 
 size_t af_case_dout_span(const af_case *c) {

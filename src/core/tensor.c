@@ -35,9 +35,11 @@ void af_tensor_contiguous(af_tensor *t, af_dtype dt, int ndim, const size_t *ne)
 }
 
 double af_view_get(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3) {
-    return af_dtype_load(v->dtype, v->data, af_view_offset(v, i0, i1, i2, i3));
+    double x = af_dtype_load(v->dtype, v->data, af_view_offset(v, i0, i1, i2, i3));
+    return af_dtype_is_fp8(v->dtype) ? x * (double)v->descale : x; /* <= 4 + 24 bits: exact */
 }
 
 void af_view_set(const af_view *v, size_t i0, size_t i1, size_t i2, size_t i3, double x) {
+    if (af_dtype_is_fp8(v->dtype)) x /= (double)v->descale; /* exact for a dequantized value */
     af_dtype_store(v->dtype, (void *)(uintptr_t)v->data, af_view_offset(v, i0, i1, i2, i3), x);
 }

@@ -314,10 +314,29 @@ static inline double af_ld_f32d(const unsigned char *p) { return (double)af_ld_f
 static inline double af_ld_f16d(const unsigned char *p) { return (double)af_ld_f16(p); }
 static inline double af_ld_bf16d(const unsigned char *p) { return (double)af_ld_bf16(p); }
 
+/* An FP8 view dequantized: stored * descale, exact in float64; the f32 gather rounds that
+ * once, as a kernel's f32 multiply does. */
+static void af_gather_fp8(const af_view *v, size_t b, size_t h, double *dst64, float *dst32, size_t ld) {
+    const unsigned char *base = (const unsigned char *)v->data + b * v->nb[0] + h * v->nb[1];
+    size_t S = v->ne[2], D = v->ne[3];
+    double lut[256];
+    for (unsigned k = 0; k < 256; k++) lut[k] = af_fp8_to_f64((uint8_t)k, v->dtype) * (double)v->descale;
+    for (size_t s = 0; s < S; s++) {
+        const unsigned char *row = base + s * v->nb[2];
+        for (size_t d = 0; d < D; d++) {
+            double x = lut[row[d * v->nb[3]]];
+            if (dst64) dst64[s * ld + d] = x;
+            else dst32[s * ld + d] = (float)x;
+        }
+    }
+}
+
 void af_gather_f32(const af_view *v, size_t b, size_t h, float *dst, size_t ld) {
     const unsigned char *base = (const unsigned char *)v->data + b * v->nb[0] + h * v->nb[1];
     size_t S = v->ne[2], D = v->ne[3];
-    if (v->dtype == AF_F32 && v->nb[3] == 4) {
+    if (af_dtype_is_fp8(v->dtype)) {
+        af_gather_fp8(v, b, h, NULL, dst, ld);
+    } else if (v->dtype == AF_F32 && v->nb[3] == 4) {
         for (size_t s = 0; s < S; s++) memcpy(dst + s * ld, base + s * v->nb[2], D * 4);
     } else if (v->dtype == AF_F32) {
         AF_GATHER_LOOP(float, af_ld_f32)
@@ -331,7 +350,9 @@ void af_gather_f32(const af_view *v, size_t b, size_t h, float *dst, size_t ld) 
 void af_gather_f64(const af_view *v, size_t b, size_t h, double *dst, size_t ld) {
     const unsigned char *base = (const unsigned char *)v->data + b * v->nb[0] + h * v->nb[1];
     size_t S = v->ne[2], D = v->ne[3];
-    if (v->dtype == AF_F32) {
+    if (af_dtype_is_fp8(v->dtype)) {
+        af_gather_fp8(v, b, h, dst, NULL, ld);
+    } else if (v->dtype == AF_F32) {
         AF_GATHER_LOOP(double, af_ld_f32d)
     } else if (v->dtype == AF_F16) {
         AF_GATHER_LOOP(double, af_ld_f16d)

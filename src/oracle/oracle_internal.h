@@ -25,6 +25,8 @@ static inline double af_out_at(const af_tensor *t, size_t e) {
     case AF_F32:
     case AF_BOOL:
     case AF_I32:
+    case AF_E4M3:
+    case AF_E5M2:
     case AF_DTYPE_COUNT: break;
     }
     return (double)((const float *)t->data)[e];

@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
     af_scratch ws = {0};
     for (size_t t = 0; t < n; t++) {
         af_case c;
-        af_gen_opts go = {(size_t)4 << 20, 2e5, 1.0, 0.0};
+        af_gen_opts go = {(size_t)4 << 20, 2e5, 1.0, 0.0, 0.0};
         af_case_generate_opts(&c, &r, &go);
         af_error err = {0};
         if (af_inputs_generate(in, &c, &err) != AF_OK) {
