@@ -15,7 +15,8 @@ except ImportError:
 
 from attnfuzz import repro
 
-# the library exactly as a repro script holds it (copies of attnfuzz.case, .layouts, .rng)
+# the library exactly as a repro script holds it (copies of attnfuzz.case, .layouts, .rng,
+# .request)
 ns = {"np": np, "io": __import__("io"), "base64": __import__("base64"), "sys": sys}
 exec(repro.script_library(), ns)
 Case = ns["_case"].Case
@@ -23,10 +24,11 @@ L = ns["_layouts"]
 
 
 def physical_inputs(c, Q, K, V, mask=None, bool_mask=None):
-    """q, k, v (and the masks) as the script hands them to the function under test."""
-    case, arrays, _ = ns["inputs"](c.raw, Q, K, V, mask, bool_mask)
-    c.qkv = case.qkv
-    return arrays
+    """q, k, v (the packed buffer as "qkv"), the masks: the request the script hands to the
+    function under test, as {field: array}."""
+    req = ns["inputs"](c.raw, Q, K, V, mask, bool_mask)
+    check(isinstance(req, ns["_request"].Request) and req.case.raw == c.raw, "inputs() gives the case's request")
+    return req.tensors()
 
 
 def check(cond, msg):
@@ -89,13 +91,13 @@ c = case(Sk=3, q={"layout": "qkv_bs3hd"})
 K3, V3 = canon(1, 2, 3, 4), canon(1, 2, 3, 4)
 a = physical_inputs(c, Q, K3, V3)
 q, k, v = a["q"], a["k"], a["v"]
-check(c.qkv is not None and c.qkv.shape == (1, 3, 3, 2, 4), "packed buffer shape")
-check(np.shares_memory(q, c.qkv) and np.shares_memory(v, c.qkv), "packed views share the buffer")
-check(v[0, 2, 1, 3] == V3[0, 1, 2, 3] and c.qkv[0, 1, 1, 0, 2] == K3[0, 0, 1, 2], "packed values")
+check(a.get("qkv") is not None and a["qkv"].shape == (1, 3, 3, 2, 4), "packed buffer shape")
+check(np.shares_memory(q, a["qkv"]) and np.shares_memory(v, a["qkv"]), "packed views share the buffer")
+check(v[0, 2, 1, 3] == V3[0, 1, 2, 3] and a["qkv"][0, 1, 1, 0, 2] == K3[0, 0, 1, 2], "packed values")
 c = case(Sk=3, q={"layout": "qkv_channels_first"})
 a = physical_inputs(c, Q, K3, V3)
 q, k, v = a["q"], a["k"], a["v"]
-check(c.qkv.shape == (1, 24, 3) and k[0, 1 * 4 + 2, 1] == K3[0, 1, 1, 2], "packed channels_first")
+check(a["qkv"].shape == (1, 24, 3) and k[0, 1 * 4 + 2, 1] == K3[0, 1, 1, 2], "packed channels_first")
 
 # f16 inputs, a rank-2 f16 mask, an expanded bool mask (bundle masks: 4-D, size 1 where broadcast)
 c = case(dtype="f16", additive_mask={"rank": 2, "dtype": "f16"}, bool_mask={"expanded": True})
@@ -108,7 +110,7 @@ check(bm.shape == (1, 2, 3, 5) and estrides(bm)[1] == 0, "expanded bool mask")
 
 # the dropout keep mask of the counter RNG, as the worker kit's targets draw it
 c = case(dropout_p=0.5, dropout_seed=7)
-_, _, keep = ns["inputs"](c.raw, Q, K, V, None, None)
+keep = ns["inputs"](c.raw, Q, K, V, None, None).keep
 check(keep.shape == (1, 2, 3, 5) and keep.dtype == np.bool_, "keep mask shape")
 from attnfuzz import rng as kit_rng  # noqa: E402
 check(np.array_equal(keep, kit_rng.dropout_keep(7, 0.5, 1, 2, 3, 5)), "the copied RNG draws the kit's keep mask")

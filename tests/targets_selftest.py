@@ -33,9 +33,10 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # jax workers s
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-from attnfuzz import dtypes, known as known_entries, layouts, masks, probes, protocol, reference, serving, testing  # noqa: E402
+from attnfuzz import dtypes, known as known_entries, layouts, masks, probes, protocol, reference, rng, serving, testing  # noqa: E402,E501
 from attnfuzz import targets as registry  # noqa: E402
 from attnfuzz.case import Case  # noqa: E402
+from attnfuzz.request import Request, caller  # noqa: E402
 from attnfuzz.worker import Result, Unsupported  # noqa: E402
 
 # Tolerance per dtype: |out - ref| <= ATOL * max(max|V|, 1) + RTOL * |ref| (inputs N(0,1)): a
@@ -386,22 +387,19 @@ def inputs_for(c, seed, magnitude=1.0):
 
 
 def request(c, arrays):
-    """A run request as the worker kit hands it to a target: (Case with derived values and
-    the request's views, q, k, v, mask, bool_mask), the views read-only."""
-    cs = Case(c, testing.derived(c))
-    cs.qkv = arrays.get("qkv")
-    cs.dout = arrays.get("do")
-    cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
+    """A run request as the worker kit hands it to a target: a Request of the Case with
+    derived values and the views (read-only), its keep mask the counter RNG's."""
     for a in arrays.values():
         a.flags.writeable = False
-    return cs, arrays["q"], arrays["k"], arrays["v"], arrays.get("mask"), arrays.get("bool_mask")
+    return Request.from_arrays(Case(c, testing.derived(c)), arrays, keep=rng.case_keep)
 
 
 def call_run(target, c, arrays):
     """Calls a target's run like the worker kit does (request()). Returns (output
     [B, Hq, Sq, Dv], Case, Result)."""
-    cs, q, k, v, mask, bool_mask = request(c, arrays)
-    res = target.run(cs, q, k, v, mask=mask, bool_mask=bool_mask)
+    req = request(c, arrays)
+    cs = req.case
+    res = target.run(req)
     if not isinstance(res, Result):
         res = Result(res)
     out = np.asarray(res.out)
@@ -601,7 +599,8 @@ def check_batch(R, tname, target, most=12):
     outs = target.run_batch(reqs)
     same = 0
     varying = None   # the scoped entry (SCOPED) a batch answer went wrong by
-    for (label, c, q, k, v, arrays, alone), (cs, *_), res in zip(picked, reqs, outs):
+    for (label, c, q, k, v, arrays, alone), req, res in zip(picked, reqs, outs):
+        cs = req.case
         if isinstance(res, BaseException):
             R.fail("%s batch %s: raised %s" % (tname, label, res))
             continue
@@ -776,10 +775,11 @@ def check_cache(R, tname, target):
 
 
 def check_snippet(R, tname, mod, target):
-    """repro_snippet's attention(case, q, k, v, ...) runs standalone (no attnfuzz import for
-    a stack under test) on a causal case the variant runs (packed with a bool mask where it
-    takes those) and matches the reference."""
-    src = mod.repro_snippet(target.variant)
+    """repro_snippet's attention(req) runs standalone (no attnfuzz import for a stack under
+    test) on a causal case the variant runs (packed with a bool mask where it takes those)
+    and matches the reference; the snippet is the one of the module whose class runs the
+    variant (Stack.repro_snippet)."""
+    src = mod.STACK.repro_snippet(target.variant)
     if not mod.STACK.reference and ("import attnfuzz" in src or "from attnfuzz" in src):
         R.fail("%s repro_snippet imports attnfuzz" % tname)
         return
@@ -807,13 +807,12 @@ def check_snippet(R, tname, mod, target):
         R.skip("%s repro_snippet: the variant runs none of the probe cases" % tname)
         return
     lay = c.get("q", {}).get("layout", "bhsd")
-    cs = Case(c, testing.derived(c))
-    cs.qkv = arrays.get("qkv")
-    cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
+    req = Request.from_arrays(Case(c, testing.derived(c)), arrays, keep=rng.case_keep)
+    cs = req.case
     ns = {}
     try:
         exec(compile(src, "<repro %s>" % tname, "exec"), ns)
-        out = ns["attention"](cs, arrays["q"], arrays["k"], arrays["v"], bool_mask=arrays.get("bool_mask"))
+        out = caller(ns["attention"])(req)
         ref = reference.attention(cs, q, k, v, bool_mask=arrays.get("bool_mask"))
         rows = rows_checked(hello["conventions"], dt)
         check_close("repro_snippet", out, ref, v, dt, dead_rows(cs, None, arrays.get("bool_mask")), rows)
@@ -871,7 +870,6 @@ def check_protocol(R, stack, variant, target):
                 continue
             out = protocol.tensors_from_header(header, payload)["out"]
             cs = Case(c, testing.derived(c))
-            cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
             if cs.forms:
                 out = serving.padded_out(cs, out, header.get("layout", "bhsd"))
             else:
@@ -920,7 +918,7 @@ def self_test(R, names):
             R.skip("%s: %s" % (name, why))
             continue
         t0 = time.time()
-        target = mod.Target(variant)
+        target = mod.STACK.target(variant)
         if not test_cases(R, name, target) or not check_backward(R, name, target):
             rest_in_a_new_process(R, names[i + 1:])
             return
@@ -1019,7 +1017,7 @@ def random_smoke(names, n, seed):
         if not ok:
             R.skip("%s: %s" % (name, why))
             continue
-        target = mod.Target(variant)
+        target = mod.STACK.target(variant)
         hello = target.hello()
         t0 = time.perf_counter()
         bad = unsup = known_bad = 0

@@ -6,8 +6,8 @@
 
 A serving case (docs/design.md section 2, "Serving forms") also has forms (a subset of
 packed, paged, sinks, alibi), thd and paged, the per-row lengths q_lens/kv_lens, the page
-geometry, and the tensors of its run request (serving_tensors: cu_seqlens, block table,
-sinks, slopes; its q, k, v are then THD or page caches: attnfuzz.serving).
+geometry (the tensors of its run request, cu_seqlens, block table, sinks, slopes, are the
+request's: attnfuzz.request; its q, k, v are then THD or page caches: attnfuzz.serving).
 
 An FP8 case (docs/case-json.md, "fp8") has fp8, its format ("e4m3" or "e5m2"; None for any
 other case), fp8_kv (only k and v are FP8, an FP8 KV cache: q is in case.dtype), and
@@ -55,20 +55,20 @@ class Case:
     valid_keys (list per batch row), window ((left, right), -1 unbounded), amask, bmask
     (mask spec dicts or None), dropout_p, dropout_seed, layout (q's), layouts
     ({"q", "k", "v"}), specs ({"q", "k", "v"}: the tensor objects with defaults),
-    packed, qkv (the packed buffer view, set by the worker kit, or None), tensors
-    ({name: protocol entry} of the request, empty when built from case.json alone), raw;
-    backward: grads (the gradients asked for, a tuple in GRADS order; empty for a
-    forward-only case), out_layout (where `out` and `do` live), dout (the `do` view, set
-    by the worker kit for a backward case, or None); specs["do"] is dO's tensor object.
+    packed, tensors ({name: protocol entry} of the request, empty when built from
+    case.json alone), raw; backward: grads (the gradients asked for, a tuple in GRADS
+    order; empty for a forward-only case), out_layout (where `out` and `do` live);
+    specs["do"] is dO's tensor object. The tensors themselves (the packed buffer, dO, the
+    serving tables) are the request's (attnfuzz.request), not the case's.
     """
 
-    __slots__ = ("raw", "derived", "tensors", "qkv", "batch", "q_heads", "kv_heads", "q_len", "kv_len",
+    __slots__ = ("raw", "derived", "tensors", "batch", "q_heads", "kv_heads", "q_len", "kv_len",
                  "head_dim", "v_head_dim", "dtype", "allow_tf32", "scale", "scale_given", "placement",
                  "softcap", "causal", "diagonal", "diagonal_offset", "key_padding", "window", "amask",
-                 "bmask", "dropout_p", "dropout_seed", "layout", "packed", "grads", "dout", "_diag", "_valid",
+                 "bmask", "dropout_p", "dropout_seed", "layout", "packed", "grads", "_diag", "_valid",
                  "_specs", "forms", "thd", "paged", "q_lens", "kv_lens", "page_size", "shared_pages", "page_seed",
                  "sink_mag_q4", "sink_seed", "alibi_symmetric", "alibi_random", "alibi_mag_q4", "alibi_seed",
-                 "serving_tensors", "fp8", "fp8_kv", "descale")
+                 "fp8", "fp8_kv", "descale")
 
     def __init__(self, raw, derived=None, tensors=None):
         if not isinstance(raw, dict):
@@ -80,7 +80,6 @@ class Case:
         elif isinstance(tensors, list):
             tensors = {e["name"]: e for e in tensors}
         self.tensors = tensors
-        self.qkv = None
         g = raw.get
         self.batch = int(_get(raw, "batch", 1))
         self.q_heads = int(_get(raw, "q_heads", 1))
@@ -119,7 +118,6 @@ class Case:
             raise ValueError("case: backward asks for unknown gradients %s (known: %s)"
                              % (", ".join(sorted(unknown)), ", ".join(GRADS)))
         self.grads = tuple(n for n in GRADS if n in asked)
-        self.dout = None
         self._serving(g("serving") or {})
         f8 = g("fp8") or {}
         self.fp8 = f8.get("format")
@@ -152,7 +150,6 @@ class Case:
         self.alibi_random = _get(sv, "alibi_slopes", "geometric") == "random"
         self.alibi_mag_q4 = int(round(4 * float(_get(sv, "alibi_log10_magnitude", 0.0))))
         self.alibi_seed = _seed(sv.get("alibi_seed"))
-        self.serving_tensors = {}
 
     # --- serving --------------------------------------------------------------------
 
@@ -163,25 +160,6 @@ class Case:
     def seg_k(self, b):
         """Keys of row b: kv_lens[b] with a packed or paged form, else kv_len."""
         return min(self.kv_lens[b], self.kv_len) if self.kv_lens is not None else self.kv_len
-
-    def _table(self, name, form):
-        if form not in self.forms:
-            return None
-        t = self.serving_tensors.get(name)
-        if t is None:
-            raise ValueError("case: a %s case without its %s tensor (the run request's, or "
-                             "attnfuzz.serving.physical's)" % (form, name))
-        return t
-
-    @property
-    def sinks(self):
-        """float32 [Hq]: the sink logits of the run request (serving_tensors), or None."""
-        return self._table("sinks", "sinks")
-
-    @property
-    def alibi_slopes(self):
-        """float32 [Hq]: the ALiBi slopes of the run request (serving_tensors), or None."""
-        return self._table("alibi_slopes", "alibi")
 
     # --- derived values -------------------------------------------------------------
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnfuzz import dtypes, layouts, reference, testing
+from attnfuzz import dtypes, layouts, reference, rng, testing
 from attnfuzz.case import Case
+from attnfuzz.request import Request, caller
 
 # the order classify() tries them in: "nan" before "zero" (both take an all-0 row)
 MASKED_ROWS = ("zero", "nan", "mean", "unmasked")
@@ -41,11 +42,10 @@ def masked_row_probe(dt):
 
 def run_case(run, c, arrays):
     """run's answer to case c (a bhsd case, no serving form) as [B, Hq, Sq, Dv] float64, run
-    called as the worker kit calls a target's run(case, q, k, v, mask=, bool_mask=)."""
+    called as the worker kit calls it (run(req), or the old positional form)."""
     from attnfuzz.worker import Result
     cs = Case(c, testing.derived(c))
-    res = run(cs, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
-                     bool_mask=arrays.get("bool_mask"))
+    res = caller(run)(Request.from_arrays(cs, arrays, keep=rng.case_keep))
     res = res if isinstance(res, Result) else Result(res)
     return layouts.to_bhsd(np.asarray(res.out), res.layout, cs.q_heads, cs.v_head_dim).astype(np.float64)
 

@@ -25,7 +25,7 @@ or their uint8 bits (a bundle's arrays); with fp8_kv, q is in the case dtype as 
 
 import numpy as np
 
-from . import masks, rng
+from . import masks, rng, serving
 
 _TINY = np.finfo(np.float64).tiny  # 2^-1022
 
@@ -34,11 +34,14 @@ _TINY = np.finfo(np.float64).tiny  # 2^-1022
 BLOCK_ELEMS = 1 << 21
 
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
+def attention(case, q, k, v, mask=None, bool_mask=None, keep=None, sinks=None, slopes=None):
     """float64 [B, Hq, Sq, Dv] from canonical q [B, Hq, Sq, D], k [B, Hkv, Sk, D],
     v [B, Hkv, Sk, Dv] (any float dtype; taken as float64), the additive mask and the
     boolean mask as sent or 4-D (broadcastable to [B, Hq, Sq, Sk]; each used only when
-    given), and keep: a bool [B, Hq, Sq, Sk] keep-mask replacing the counter RNG's."""
+    given), and keep: a bool [B, Hq, Sq, Sk] keep-mask replacing the counter RNG's; sinks and
+    slopes: a run request's sink logits and ALiBi slopes (float32 [Hq]; None: the case's
+    own, attnfuzz.serving's, which is what attnfuzz sends)."""
+    sinks, slopes = _serving_tables(case, sinks, slopes)
     q, k, v = (dequantized(case, x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
     B, Hq, Sq, D = q.shape
     Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
@@ -49,13 +52,13 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
         raise ValueError("reference: q %s and k %s do not match the case" % (list(q.shape), list(k.shape)))
     rows = max(1, BLOCK_ELEMS // max(1, B * Hq * Sk))
     if rows >= Sq:
-        return _rows(case, q, k, v, mask, bool_mask, keep, 0, Sq)
+        return _rows(case, q, k, v, mask, bool_mask, keep, 0, Sq, sinks, slopes)
     am = None if mask is None else masks.additive_bhsd(case, mask)
     out = np.empty((B, Hq, Sq, Dv))
     for i0 in range(0, Sq, rows):
         i1 = min(Sq, i0 + rows)
         out[:, :, i0:i1] = _rows(case, q[:, :, i0:i1], k, v, None if am is None else am[:, :, i0:i1], bool_mask,
-                                 None if keep is None else np.asarray(keep)[:, :, i0:i1], i0, i1)
+                                 None if keep is None else np.asarray(keep)[:, :, i0:i1], i0, i1, sinks, slopes)
     return out
 
 
@@ -73,7 +76,16 @@ def dequantized(case, x, name):
     return x.astype(np.float64) * case.descale[name]
 
 
-def _scores(case, q, k, mask, bool_mask, i0, i1):
+def _serving_tables(case, sinks, slopes):
+    """(sinks, slopes) of a case with those forms: the ones given, else the case's own."""
+    if sinks is None and "sinks" in case.forms:
+        sinks = serving.sinks(case)
+    if slopes is None and "alibi" in case.forms:
+        slopes = serving.slopes(case)
+    return sinks, slopes
+
+
+def _scores(case, q, k, mask, bool_mask, i0, i1, slopes):
     """Rules 1-4 for the query rows i0 .. i1 - 1 (q holds just those; mask too, when i0 > 0
     or i1 < Sq; bool_mask is the whole mask): (s0, s, live) with s0 = scale q . k before
     softcap [B, Hq, rows, Sk], s the scores after softcap and the additive mask with -inf at
@@ -93,7 +105,7 @@ def _scores(case, q, k, mask, bool_mask, i0, i1):
         d = np.arange(i0, i0 + Sq, dtype=np.float64).reshape(1, 1, Sq, 1) + np.asarray(
             case.diag_offset, dtype=np.float64).reshape(B, 1, 1, 1)
         dist = d - np.arange(Sk, dtype=np.float64).reshape(1, 1, 1, Sk)
-        slopes = np.asarray(case.alibi_slopes, dtype=np.float64).reshape(1, Hq, 1, 1)
+        slopes = np.asarray(slopes, dtype=np.float64).reshape(1, Hq, 1, 1)
         s = s - slopes * (np.abs(dist) if case.alibi_symmetric else dist)
     # 4. masks (live is None when every key is live)
     if mask is not None:
@@ -143,17 +155,17 @@ def _dropout(case, w, keep, B, Hq, Sq, Sk, i0):
     return np.where(keep, w / (1.0 - p) if p < 1.0 else 0.0, 0.0), np.asarray(keep, dtype=bool)
 
 
-def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1):
+def _rows(case, q, k, v, mask, bool_mask, keep, i0, i1, sinks, slopes):
     """The query rows i0 .. i1 - 1 (q holds just those; mask and keep too, when i0 > 0 or
     i1 < Sq; bool_mask is the whole mask)."""
     B, Hq, Sq, D = q.shape
     Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
     g = Hq // Hkv
     with np.errstate(all="ignore"):
-        _, s, live = _scores(case, q, k, mask, bool_mask, i0, i1)
+        _, s, live = _scores(case, q, k, mask, bool_mask, i0, i1, slopes)
         fin = np.isfinite(v)
         allfin = fin.all()
-        z = None if case.sinks is None else np.asarray(case.sinks, dtype=np.float64).reshape(1, Hq, 1, 1)
+        z = None if sinks is None else np.asarray(sinks, dtype=np.float64).reshape(1, Hq, 1, 1)
         w, _ = _softmax(s, live, flush=not allfin, z=z)
         w, _ = _dropout(case, w, keep, B, Hq, Sq, Sk, i0)
         # 7. P V; V's non-finite entries added back for the keys of nonzero weight only
@@ -211,7 +223,7 @@ def backward(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
             grads["dmask"] = np.zeros(np.shape(mask))
         return grads
     with np.errstate(all="ignore"):
-        s0, s, live = _scores(case, q, k, mask, bool_mask, 0, Sq)
+        s0, s, live = _scores(case, q, k, mask, bool_mask, 0, Sq, _serving_tables(case, None, None)[1])
         # exp below 2^-1022 flushed always, as the C kernels do: a subnormal weight meets NaN
         # or Inf in dO and V here, and a huge dP (subnormal x 1e38 is 1e-270, not 0) elsewhere
         w, _ = _softmax(s, live, flush=True)

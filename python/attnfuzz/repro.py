@@ -5,14 +5,18 @@ the target's own stack, never attnfuzz. It holds
   - the bundle's inputs (base64 of .npy; a few KiB for a minimized finding), rebuilt in
     the case's physical layout and strides (what the target received),
   - the function that ran them: a shipped target's `repro_snippet(variant)`
-    (`target:STACK/VARIANT`), or the run function of a `worker:python FILE` worker (the
-    file's source, executed without its serving loop),
+    (`target:STACK/VARIANT`: the snippet of the module whose class runs the variant,
+    attnfuzz.targets._base.Stack.repro_snippet), or the run function of a `worker:python
+    FILE` worker (the file's source, executed without its serving loop),
   - the float64 reference output and the recorded tolerance; for a backward finding also
     dO and each gradient's reference, and the snippet's `gradients(...)` runs the backward
     the way a training step does (a snippet without one: the forward alone),
-  - copies of attnfuzz.case, attnfuzz.layouts and attnfuzz.rng (numpy and math only) that
-    rebuild the case object, the physical inputs and the dropout keep mask exactly as the
-    worker kit hands them to a target,
+  - copies of attnfuzz.case, attnfuzz.layouts, attnfuzz.rng and attnfuzz.request (numpy and
+    math only) that rebuild the request (the case object, the physical inputs, the dropout
+    keep mask) exactly as the worker kit hands it to a target; the function under test is
+    called as attention(req) (gradients(req)), or in the old positional form
+    attention(case, q, k, v, mask=, bool_mask=, keep=) (gradients(case, q, k, v, dout, ...))
+    where it takes more than one parameter (attnfuzz.request.takes_request),
 and prints the max abs error and the worst index, exiting 1 while the output is beyond
 tolerance (an element fails when |out - ref| > atol + rtol |ref|, or when out and ref
 differ in class: NaN, +Inf, -Inf, finite).
@@ -32,7 +36,7 @@ import sys
 
 import numpy as np
 
-from attnfuzz import bundle, case as case_module, layouts, rng
+from attnfuzz import bundle, case as case_module, layouts, request as request_module, rng
 
 
 def load_bundle(path):
@@ -72,17 +76,18 @@ def _python_file_of(command):
 
 
 def function_source(backend, search_dirs=()):
-    """(source, how) of `attention(case, q, k, v, mask, bool_mask)` for a backend name, or
-    raises ValueError saying why there is none."""
+    """(source, how) of `attention(req)` (or the old form) for a backend name, or raises
+    ValueError saying why there is none."""
     if backend.startswith("target:"):
         stack, _, variant = backend[len("target:") :].partition("/")
         import importlib
 
-        mod = importlib.import_module("attnfuzz.targets." + stack)
-        snippet = getattr(mod, "repro_snippet", None)
-        if snippet is None:
-            raise ValueError("attnfuzz.targets.%s has no repro_snippet" % stack)
-        return snippet(variant), "the target's own API (attnfuzz.targets.%s, variant %s)" % (stack, variant)
+        decl = importlib.import_module("attnfuzz.targets." + stack).STACK
+        try:
+            src = decl.repro_snippet(variant)
+        except AttributeError:
+            raise ValueError("the module that runs %s/%s has no repro_snippet" % (stack, variant)) from None
+        return src, "the target's own API (attnfuzz.targets.%s, variant %s)" % (stack, variant)
     if backend.startswith("worker:"):
         command = backend[len("worker:") :]
         path = _python_file_of(command)
@@ -104,7 +109,7 @@ _WORKER_WRAPPER = '''
 _WORKER_SOURCE = %(src)s
 
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
+def attention(req):
     import types
 
     kit = types.ModuleType("attnfuzz.worker")
@@ -131,16 +136,16 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
                 sys.modules.pop(n, None)
             else:
                 sys.modules[n] = m
-    out = ns["run"](case, q, k, v, mask=mask, bool_mask=bool_mask)
+    out = _request.caller(ns["run"])(req)
     layout = out.layout if isinstance(out, Result) else "bhsd"
     out = np.asarray(out.out if isinstance(out, Result) else out)
-    return _layouts.to_bhsd(out, layout, case.q_heads, case.v_head_dim)
+    return _layouts.to_bhsd(out, layout, req.case.q_heads, req.case.v_head_dim)
 '''
 
-# The script's library: attnfuzz.case, attnfuzz.layouts and attnfuzz.rng copied as module
-# objects (_case, _layouts, _rng: their names stay apart from the function under test's), and
-# the glue. Nothing here imports attnfuzz.
-LIBRARY = (("_case", case_module), ("_layouts", layouts), ("_rng", rng))
+# The script's library: attnfuzz.case, attnfuzz.layouts, attnfuzz.rng and attnfuzz.request
+# copied as module objects (_case, _layouts, _rng, _request: their names stay apart from the
+# function under test's), and the glue. Nothing here imports attnfuzz.
+LIBRARY = (("_case", case_module), ("_layouts", layouts), ("_rng", rng), ("_request", request_module))
 
 _SCRIPT_GLUE = r'''
 def _arr(text):
@@ -183,18 +188,28 @@ def as_mask_grad(g, ref):
 
 
 def inputs(raw, q, k, v, mask, bool_mask, dout=None):
-    """The case object and what the target received: physical q, k, v in the case's dtype,
-    layouts and strides (case.qkv the packed buffer), the masks in their own dtype, rank and
-    stride-0 form, a backward case's dO in the output layout (arrays["do"]), and the
-    dropout keep mask (None without dropout)."""
+    """The request the target received: physical q, k, v in the case's dtype, layouts and
+    strides (req.qkv the packed buffer), the masks in their own dtype, rank and stride-0
+    form, a backward case's dO in the output layout (req.dout), and the dropout keep mask
+    (None without dropout)."""
     case = _case.Case(raw)
     arrays = _layouts.physical_inputs(case, q, k, v, mask, bool_mask, dout=dout)
-    case.qkv = arrays.get("qkv")
     keep = None
     if 0 < case.dropout_p < 1:
         keep = _rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len,
                                  case.kv_len)
-    return case, arrays, keep
+    return _request.Request.from_arrays(case, arrays, keep=keep)
+
+
+def call_under_test(fn, req, grads=False):
+    """fn (attention or gradients) on the request: fn(req), or the old positional form
+    fn(case, q, k, v[, dout], mask=, bool_mask=, keep=) with the case answering qkv and
+    dout (attnfuzz.request.takes_request decides)."""
+    if _request.takes_request(fn):
+        return fn(req)
+    case, q, k, v, mask, bool_mask = _request.old_form(req)
+    lead = (case, q, k, v, req.dout) if grads else (case, q, k, v)
+    return fn(*lead, mask=mask, bool_mask=bool_mask, keep=req.keep)
 '''
 
 
@@ -236,17 +251,15 @@ def report(name, got, ref, atol, rtol):
 
 
 def main():
-    case, arrays, keep = inputs(CASE, Q, K, V, MASK, BOOL_MASK, DO)
+    req = inputs(CASE, Q, K, V, MASK, BOOL_MASK, DO)
     print("%s: %s" % (TITLE, FEATURES))
-    got = attention(case, arrays["q"], arrays["k"], arrays["v"], mask=arrays.get("mask"),
-                    bool_mask=arrays.get("bool_mask"), keep=keep)
+    got = call_under_test(attention, req)
     failed = report("output", got, REF, ATOL, RTOL)
     if GRADS and "gradients" not in globals():
         print("(the function under test has no gradients(): the backward is not run here)")
     elif GRADS:
         # the backward a training step runs, on the same inputs and dO
-        g = gradients(case, arrays["q"], arrays["k"], arrays["v"], arrays["do"], mask=arrays.get("mask"),
-                      bool_mask=arrays.get("bool_mask"), keep=keep)
+        g = call_under_test(gradients, req, grads=True)
         for name, (ref, atol, rtol) in GRADS.items():
             x = as_mask_grad(g[name], ref) if name == "dmask" else g[name]
             failed |= report(name, x, ref, atol, rtol)

@@ -70,3 +70,12 @@ def dropout_keep(seed, p, B, Hq, Sq, Sk, i0=0):
     if thr > 0xFFFFFFFF:
         return np.zeros((B, Hq, Sq, Sk), dtype=np.bool_)
     return dropout_words(seed, B, Hq, Sq, Sk, i0) >= np.uint32(thr)
+
+
+def case_keep(case):
+    """The counter rule's keep mask of a case, bool [B, Hq, Sq, Sk] (docs/design.md section 2
+    rule 6): None without dropout, all False for p >= 1. What a request's keep holds for a
+    target that applies the rule itself (attnfuzz.request)."""
+    if not case.dropout_p > 0:
+        return None
+    return dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)

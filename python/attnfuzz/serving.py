@@ -9,7 +9,7 @@ src/core/inputs_serving.c builds (docs/worker-protocol.md lists the tensors):
     q, k, v = gather(case, t)                    # and back: the padded canonical view
     sinks(case), slopes(case), block_table(case) # from the case's seeds
 
-A worker gets these tensors in its run request (attnfuzz.worker puts them on the Case);
+A worker gets these tensors in its run request (attnfuzz.request.Request's tables);
 physical() is for tests, repro scripts and bundles, which start from canonical arrays.
 This module imports numpy and math only."""
 
@@ -143,7 +143,7 @@ def alibi_bias(case, b, h, i0, i1, slope=None):
     """float64 [i1 - i0, Sk]: ALiBi's bias of rows i0 .. i1 - 1 of (b, h): -slope (d - j), or
     -slope |d - j| for the symmetric form, d = i + diag_offset[b]."""
     if slope is None:
-        slope = float(case.alibi_slopes[h])
+        slope = float(slopes(case)[h])
     d = np.arange(i0, i1, dtype=np.float64).reshape(-1, 1) + case.diag_offset[b]
     dist = d - np.arange(case.kv_len, dtype=np.float64).reshape(1, -1)
     return -float(slope) * (np.abs(dist) if case.alibi_symmetric else dist)

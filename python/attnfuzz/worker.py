@@ -3,29 +3,36 @@ docs/worker-protocol.md).
 
     from attnfuzz.worker import serve, Unsupported, Result
 
-    def run(case, q, k, v, mask=None, bool_mask=None):
-        return my_attention(q, k, v)          # numpy [B, Hq, Sq, Dv] ("bhsd")
+    def run(req):
+        return my_attention(req.q, req.k, req.v)     # numpy [B, Hq, Sq, Dv] ("bhsd")
 
     serve(run, name="mine", version="1.0", caps=["f32", "gqa", "causal"], layouts=["bhsd"])
 
-run gets numpy views with the case's physical layout and strides (float32, float16 or
-ml_dtypes.bfloat16; for packed layouts three views of one buffer, case.qkv the whole
-buffer), the additive mask as sent (its own dtype, 2-D or 4-D, maybe stride 0) and the
-boolean mask as sent. The views are read-only and valid only during the call. It returns
-an array [B, Hq, Sq, Dv] in any float dtype, or Result(out, layout=..., dropout_keep=...,
-compile_s=..., run_s=...); raise Unsupported("why") for a case it does not run. Any other
-exception becomes status "error" with "ExcType: message" (traceback on stderr).
+run gets one attnfuzz.request.Request: req.case (attnfuzz.case.Case), req.q, req.k, req.v as
+numpy views with the case's physical layout and strides (float32, float16 or
+ml_dtypes.bfloat16; for packed layouts three views of one buffer, req.qkv the whole buffer),
+req.mask, the additive mask as sent (its own dtype, 2-D or 4-D, maybe stride 0), and
+req.bool_mask, the boolean mask as sent. The views are read-only and valid only during the
+call. It returns an array [B, Hq, Sq, Dv] in any float dtype, or Result(out, layout=...,
+dropout_keep=..., compile_s=..., run_s=...); raise Unsupported("why") for a case it does not
+run. Any other exception becomes status "error" with "ExcType: message" (traceback on
+stderr). req.keep is the counter RNG's dropout keep mask (computed when first read).
 
-Backward cases (a worker that declares the cap "backward"): case.grads names the gradients
-asked for ("dq", "dk", "dv", "dmask"), case.dout is the upstream gradient dO in the output
-layout (case.out_layout) with its strides; run returns Result(out, grads={"dq": ...}) with
-every gradient asked: dq, dk, dv in the result's layout like out (Hkv heads and Sk for dk,
-dv), dmask at the additive mask's shape as sent (2-D or 4-D; a dimension the mask
+The old positional form run(case, q, k, v, mask=None, bool_mask=None) keeps working: serve()
+reads run's signature (attnfuzz.request.takes_request: one parameter is a request) and
+calls an old-form run with the request's arguments, its case answering qkv, dout and
+serving_tensors from the request (attnfuzz.request.CaseView).
+
+Backward cases (a worker that declares the cap "backward"): req.case.grads names the
+gradients asked for ("dq", "dk", "dv", "dmask"), req.dout is the upstream gradient dO in the
+output layout (case.out_layout) with its strides; run returns Result(out, grads={"dq": ...})
+with every gradient asked: dq, dk, dv in the result's layout like out (Hkv heads and Sk for
+dk, dv), dmask at the additive mask's shape as sent (2-D or 4-D; a dimension the mask
 broadcasts may come back full and is summed here).
 
 Serving cases (caps "packed", "paged", "sinks", "alibi"; docs/worker-protocol.md): q, k, v
 arrive in their physical forms (THD [T, H, D] when packed, the page caches
-[P, page_size, H, D] when paged), case.serving_tensors holds the tables of the request
+[P, page_size, H, D] when paged), req.tables holds the tables of the request
 (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, sinks, alibi_slopes: attnfuzz.serving),
 and a packed case's output may come back as Result(out, layout="thd"), [Tq, Hq, Dv].
 """
@@ -37,8 +44,9 @@ import traceback
 
 import numpy as np
 
-from . import dtypes, layouts, protocol, serving
+from . import dtypes, layouts, protocol, rng
 from .case import Case
+from .request import Request, caller, old_form, takes_request
 
 _FLOAT_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", dtypes.DTYPES["bf16"]: "bf16",
                 np.dtype(np.float64): "f64"}
@@ -144,20 +152,17 @@ def _as_output(x):
 
 
 def _request(header, payload):
-    """(id, case, q, k, v, mask, bool_mask) of one run request (a frame's header, or an item
-    of a batch), the views into payload."""
+    """(id, Request) of one run request (a frame's header, or an item of a batch), its
+    tensors views into payload, its keep mask the counter RNG's (computed when read)."""
     rid = header.get("id")
     views = protocol.tensors_from_header(header, payload)
     case = Case(header.get("case") or {}, header.get("derived"), header.get("tensors"))
-    case.qkv = views.get("qkv")
-    case.dout = views.get("do")
-    case.serving_tensors = {n: views[n] for n in serving.TABLES if n in views}
-    if case.grads and case.dout is None:
+    if case.grads and views.get("do") is None:
         raise protocol.ProtocolError("run %s: a backward case without tensor do" % (rid,))
     for n in ("q", "k", "v"):
         if n not in views:
             raise protocol.ProtocolError("run %s: tensor %s is missing" % (rid, n))
-    return rid, case, views["q"], views["k"], views["v"], views.get("mask"), views.get("bool_mask")
+    return rid, Request.from_arrays(case, views, keep=rng.case_keep)
 
 
 def _answer(rid, case, res, seconds):
@@ -259,11 +264,11 @@ def _refusal(rid, e):
 
 
 def _run_one(fn, header, payload):
-    """The result header and payload parts for one run request."""
-    rid, case, q, k, v, mask, bool_mask = _request(header, payload)
+    """The result header and payload parts for one run request (fn takes a request)."""
+    rid, req = _request(header, payload)
     t0 = time.perf_counter()
-    res = fn(case, q, k, v, mask=mask, bool_mask=bool_mask)
-    h, arrays = _answer(rid, case, res, time.perf_counter() - t0)
+    res = fn(req)
+    h, arrays = _answer(rid, req.case, res, time.perf_counter() - t0)
     entries, parts = protocol.entries_for(arrays)
     h.update(type="result", tensors=entries)
     return h, parts
@@ -272,13 +277,13 @@ def _run_one(fn, header, payload):
 def _run_batch(fn, batch_fn, items, payload):
     """The result frame (header, parts) for a batch's items: every item answered, in order,
     a failing one with its own status; batch_fn(requests) -> [result or exception] runs
-    them all at once when given, else fn one by one."""
+    them all at once when given, else fn (which takes a request) one by one."""
     reqs = [_request(it, payload) if isinstance(it, dict) else None for it in items]
     if any(r is None for r in reqs):
         raise protocol.ProtocolError("a batch item is not an object")
     t0 = time.perf_counter()
     if batch_fn is not None:
-        outs = list(batch_fn([r[1:] for r in reqs]))
+        outs = list(batch_fn([r[1] for r in reqs]))
         short = len(outs) < len(reqs) and outs and isinstance(outs[-1], Fault)
         if len(outs) != len(reqs) and not short:
             raise RuntimeError("run_batch answered %d of %d cases" % (len(outs), len(reqs)))
@@ -286,7 +291,7 @@ def _run_batch(fn, batch_fn, items, payload):
         outs = []
         for r in reqs:
             try:
-                outs.append(fn(r[1], r[2], r[3], r[4], mask=r[5], bool_mask=r[6]))
+                outs.append(fn(r[1]))
             except Exception as e:  # noqa: BLE001 - a failing case is that item's status
                 outs.append(e)
     per_case = (time.perf_counter() - t0) / max(1, len(outs))
@@ -303,7 +308,7 @@ def _run_batch(fn, batch_fn, items, payload):
             try:
                 if isinstance(res, BaseException):
                     raise res
-                h, a = _answer(r[0], r[1], res, per_case)
+                h, a = _answer(r[0], r[1].case, res, per_case)
             except Exception as e:  # noqa: BLE001
                 h, a = _refusal(r[0], e), []
         heads.append(h)
@@ -335,11 +340,13 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
           compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None):
     """Writes hello, then answers run frames with result frames until bye or end of input.
 
-    run(case, q, k, v, mask=None, bool_mask=None): see the module's doc. dtypes defaults to
-    the float caps among f32/f16/bf16. batch: the most cases a run frame may hold (declared
-    in the hello; None or 1: one case per frame); a batch is answered case by case with run,
-    or all at once by run_batch([(case, q, k, v, mask, bool_mask), ...]) -> [result or
-    exception per case]; a run_batch that meets a fault the process cannot go on from ends
+    run(req), or the old form run(case, q, k, v, mask=None, bool_mask=None): see the
+    module's doc. dtypes defaults to the float caps among f32/f16/bf16. batch: the most
+    cases a run frame may hold (declared in the hello; None or 1: one case per frame); a
+    batch is answered case by case with run, or all at once by run_batch(items) -> [result
+    or exception per case], items in run's form: requests (attnfuzz.request.Request) for
+    run(req), tuples (case, q, k, v, mask, bool_mask) for the old form; a run_batch that
+    meets a fault the process cannot go on from ends
     its list with a Fault: the rest is answered not_run and the process exits FAULT_EXIT.
     stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
     but frames reaches the real stdout. libs: the versions under it (hello_header). Returns 0
@@ -351,7 +358,10 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
     hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch,
                          libs)
     try:
-        return _loop(run, run_batch, hello, stdin, stdout)
+        if run_batch is not None and not takes_request(run):
+            old_batch = run_batch
+            run_batch = lambda reqs: old_batch([old_form(r) for r in reqs])  # noqa: E731
+        return _loop(caller(run), run_batch, hello, stdin, stdout)
     except (BrokenPipeError, KeyboardInterrupt):
         # attnfuzz went away (or the campaign was interrupted): nobody reads an answer
         return 1

@@ -15,10 +15,10 @@ _tally = open(os.environ["AF_LAYOUT_TALLY"], "a", buffering=1)
 class Tally(numpy_ref.Target):
     """numpy_ref's target, writing each case's layouts to the tally first."""
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
-        s = case.specs
+    def execute(self, art, req):
+        s = req.case.specs
         _tally.write("%s %s %s\n" % (s["q"]["layout"], s["k"]["layout"], s["v"]["layout"]))
-        return super().execute(art, case, q, k, v, mask, bool_mask)
+        return super().execute(art, req)
 
 
 if __name__ == "__main__":

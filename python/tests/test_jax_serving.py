@@ -23,7 +23,9 @@ from test_serving import inputs, random_case
 
 from attnfuzz import dtypes, layouts, masks, reference, serving, testing
 from attnfuzz.case import Case
+from attnfuzz.request import Request
 from attnfuzz.targets import _jax_serving as js
+from attnfuzz.targets import jax as jx
 
 try:
     import jax  # noqa: F401
@@ -167,10 +169,8 @@ def run_target(variant, c, r, interpret=False):
         k, v = serving.share(cs0, k, v)
     arrays = testing.physical_inputs(c, q, k, v)
     cs = Case(c, testing.derived(c))
-    cs.qkv = arrays.get("qkv")
-    cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
     t = js.ServingTarget(variant, interpret=interpret)
-    res = t.run(cs, arrays["q"], arrays["k"], arrays["v"])
+    res = t.run(Request.from_arrays(cs, arrays))
     out = np.asarray(res.out, dtype=np.float64)
     if cs.forms:
         out = serving.padded_out(cs, out, res.layout)
@@ -226,8 +226,7 @@ class XlaSeqlens(unittest.TestCase):
         k = r.standard_normal((3, 2, 6, 8)).astype(np.float32).astype(np.float64)
         v = r.standard_normal((3, 2, 6, 8)).astype(np.float32).astype(np.float64)
         arrays = testing.physical_inputs(c, q, k, v)
-        cs.serving_tensors = {n: arrays[n] for n in serving.TABLES if n in arrays}
-        res = js.ServingTarget("xla_seqlens").run(cs, arrays["q"], arrays["k"], arrays["v"])
+        res = js.ServingTarget("xla_seqlens").run(Request.from_arrays(cs, arrays))
         out = serving.padded_out(cs, res.out, res.layout)
         np.testing.assert_allclose(out[0, :, 0], v[0, :, :5].sum(axis=1) / 6, rtol=1e-5, atol=1e-6)
         self.assertTrue((out[1] == 0).all())
@@ -264,8 +263,7 @@ class Structure(unittest.TestCase):
             c = dict(base, serving={"forms": ["packed"], "q_lens": lens[0], "kv_lens": lens[1]})
             cs, q, k, v, phys = inputs(c, r)
             cs = Case(c, testing.derived(c))
-            cs.serving_tensors = {n: phys[n] for n in serving.TABLES if n in phys}
-            res = t.run(cs, phys["q"], phys["k"], phys["v"])
+            res = t.run(Request.from_arrays(cs, phys))
             runs.append(res)
             ref = reference.attention(cs, q, k, v)
             out = serving.padded_out(cs, res.out, res.layout)
@@ -275,14 +273,13 @@ class Structure(unittest.TestCase):
         c = dict(base, diagonal="bottom_right", serving={"forms": ["packed"], "q_lens": [2, 1, 5], "kv_lens": [7, 3, 5]})
         cs, q, k, v, phys = inputs(c, r)
         cs = Case(c, testing.derived(c))
-        cs.serving_tensors = {n: phys[n] for n in serving.TABLES if n in phys}
-        t.run(cs, phys["q"], phys["k"], phys["v"])
+        t.run(Request.from_arrays(cs, phys))
         self.assertEqual(len(t.cache), 2)   # bottom-right offsets != 0: the structural mask as an input
 
 
 def pallas_available(kind):
     try:
-        importlib.import_module(js.PALLAS_MODULES[kind])
+        importlib.import_module(jx.PALLAS_MODULES[kind])
         return True
     except Exception:  # noqa: BLE001
         return False
@@ -294,7 +291,7 @@ class PallasInterpret(unittest.TestCase):
 
     def check(self, variant, c, seed):
         if not pallas_available(js.KINDS[variant]):
-            self.skipTest("%s does not import" % js.PALLAS_MODULES[js.KINDS[variant]])
+            self.skipTest("%s does not import" % jx.PALLAS_MODULES[js.KINDS[variant]])
         out, ref, dead, cs = run_target(variant, c, np.random.default_rng(seed), interpret=True)
         close(self, out, ref, dead, cs.dtype, "%s %r" % (variant, c))
         self.assertTrue((out[dead] == 0).all() or variant == "pallas_mha")

@@ -84,7 +84,6 @@ def inputs(c, r):
     if cs.paged:
         k, v = serving.share(cs, k, v)
     phys = serving.physical(cs, q, k, v, dtype_of=dtypes.DTYPES.__getitem__)
-    cs.serving_tensors = {n: phys[n] for n in serving.TABLES if n in phys}
     return cs, q, k, v, phys
 
 
@@ -146,10 +145,10 @@ class ReferenceVsTorch(unittest.TestCase):
         combos = [[f for k, f in enumerate(serving.FORMS) if m >> k & 1] for m in range(1, 16)]
         for t in range(600):
             c = random_case(r, combos[t % len(combos)])
-            cs, q, k, v, _ = inputs(c, r)
-            ref = reference.attention(cs, q, k, v)
+            cs, q, k, v, phys = inputs(c, r)
+            ref = reference.attention(cs, q, k, v)     # the case's own sinks and slopes
             for b in range(cs.batch):
-                want = segment_by_torch(c, q, k, v, b, cs.sinks, cs.alibi_slopes)
+                want = segment_by_torch(c, q, k, v, b, phys.get("sinks"), phys.get("alibi_slopes"))
                 nq = want.shape[1]
                 got = ref[b, :, :nq]
                 np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12,
@@ -215,10 +214,12 @@ class PhysicalAndBack(unittest.TestCase):
         np.testing.assert_array_equal(z, z.astype(dtypes.DTYPES["bf16"]).astype(np.float32))
         self.assertTrue(np.abs(z).max() < 100)
 
-    def test_case_needs_its_tables(self):
+    def test_request_needs_its_tables(self):
+        from attnfuzz.request import Request
         c = Case({"serving": {"forms": ["sinks"]}})
         with self.assertRaises(ValueError):
-            c.sinks
+            Request(c, None, None, None).sinks
+        self.assertIsNone(Request(c, None, None, None).alibi_slopes)   # not a form of the case
 
 
 if __name__ == "__main__":

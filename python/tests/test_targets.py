@@ -17,6 +17,7 @@ import numpy as np
 
 import attnfuzz.targets as targets
 from attnfuzz.case import Case
+from attnfuzz.request import Request
 from attnfuzz.targets import _base, numpy_ref
 from attnfuzz.worker import Fault, Result, Unsupported
 
@@ -258,7 +259,27 @@ def _case(**kw):
 def _run(t, **kw):
     c = _case(**kw)
     z = np.zeros(1)
-    return t.run(c, z, z, z)
+    return t.run(Request(c, z, z, z))
+
+
+class RequestFakeTarget(FakeTarget):
+    """FakeTarget's hooks in the request form (FakeTarget keeps the old positional form)."""
+
+    def refuse(self, req):
+        FakeTarget.refuse(self, req.case, req.mask, req.bool_mask)
+
+    def build(self, req):
+        return FakeTarget.build(self, req.case, req.q, req.k, req.v, req.mask, req.bool_mask)
+
+    def execute(self, art, req):
+        self.seen = req
+        return FakeTarget.execute(self, art, req.case, req.q, req.k, req.v, req.mask, req.bool_mask)
+
+
+class OldFormSeen(FakeTarget):
+    def execute(self, art, case, q, k, v, mask, bool_mask):
+        self.seen = (case.qkv, case.dout, case.serving_tensors, case.q_len)
+        return FakeTarget.execute(self, art, case, q, k, v, mask, bool_mask)
 
 
 class Contract(unittest.TestCase):
@@ -317,7 +338,7 @@ class Contract(unittest.TestCase):
             return real(art, case, *a)
         t.execute = execute
         z = np.zeros(1)
-        reqs = [(_case(q_len=n, kv_len=n), z, z, z, None, None) for n in (2, 6, 7, 2)]
+        reqs = [Request(_case(q_len=n, kv_len=n), z, z, z) for n in (2, 6, 7, 2)]
         out = t.run_batch(reqs)
         self.assertEqual(len(out), 3)
         self.assertIsInstance(out[0], Result)
@@ -354,6 +375,81 @@ class Contract(unittest.TestCase):
         k = _base.keep_mask(_case(dropout_p=0.5, dropout_seed=3, q_len=64, kv_len=64))
         self.assertEqual(k.shape, (1, 1, 64, 64))
         self.assertTrue(0.4 < k.mean() < 0.6)
+
+    def test_both_forms_of_the_hooks(self):
+        """A Target whose hooks take the request and one whose hooks take the old positional
+        arguments answer alike; the old form's case answers qkv, dout and serving_tensors
+        from the request, the request form gets the request itself."""
+        for variant in ("eager", "jit", "aot"):
+            old, new = FakeTarget(variant), RequestFakeTarget(variant)
+            self.assertEqual(_base._old_form_hooks(FakeTarget), {"refuse", "build", "execute"})
+            self.assertEqual(_base._old_form_hooks(RequestFakeTarget), frozenset())
+            for kw in ({}, {"q_len": 4, "kv_len": 4}):
+                a, b = _run(old, **kw), _run(new, **kw)
+                np.testing.assert_array_equal(a.out, b.out)
+            self.assertEqual(old.builds, new.builds)
+            for t in (old, new):
+                with self.assertRaisesRegex(Unsupported, "q_len 3 is not run"):
+                    _run(t, q_len=3, kv_len=3)
+        t = OldFormSeen("eager")
+        qkv, do = np.zeros((1, 2, 3, 1, 4)), np.ones((1, 1, 2, 4))
+        req = Request(_case(), qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dout=do, qkv=qkv,
+                      tables={"seqlens_k": np.array([2], np.int32)})
+        t.run(req)
+        self.assertIs(t.seen[0], qkv)
+        self.assertIs(t.seen[1], do)
+        self.assertEqual(list(t.seen[2]), ["seqlens_k"])
+        self.assertEqual(t.seen[3], 2)
+        n = RequestFakeTarget("eager")
+        n.run(req)
+        self.assertIs(n.seen, req)
+
+    def test_a_variant_names_its_class(self):
+        """Stack.target makes the class a declaration names (a module of attnfuzz.targets and
+        a class in it), else the stack module's Target; the serving variants of torch and jax
+        are declared so (no routing in a constructor)."""
+        from attnfuzz.targets import jax as jx
+        self.assertEqual(jx.STACK.variant("xla_seqlens").target, "_jax_serving.ServingTarget")
+        self.assertIsNone(jx.STACK.variant("xla").target)
+        self.assertEqual(jx.STACK.target_class("xla").__name__, "Target")
+        self.assertEqual(jx.STACK.target_class("xla").__module__, "attnfuzz.targets.jax")
+        cls = jx.STACK.target_class("xla_seqlens")
+        self.assertEqual((cls.__module__, cls.__name__), ("attnfuzz.targets._jax_serving", "ServingTarget"))
+        self.assertIs(cls.STACK, jx.STACK)
+        self.assertFalse(hasattr(jx.Target, "__new__") and "__new__" in vars(jx.Target))
+        self.assertEqual(numpy_ref.STACK.target_class("float64"), numpy_ref.Target)
+
+    def test_shared_helpers_take_both_forms(self):
+        """_common.dense_arguments and _onnx_graphs.feeds take a request, or the old
+        positional arguments with an old-form hook's case (its qkv the packed buffer): the
+        same arrays either way (a packed case with a structural mask, key padding and
+        dropout: every input kind)."""
+        from attnfuzz import rng, testing
+        from attnfuzz.request import old_form
+        from attnfuzz.targets import _common, _onnx_graphs
+        c = {"batch": 1, "q_heads": 2, "q_len": 3, "kv_len": 3, "head_dim": 4, "dtype": "f32",
+             "q": {"layout": "qkv_bs3hd"}, "dropout_p": 0.3, "causal": True, "diagonal": "bottom_right",
+             "key_padding": [2]}
+        r = np.random.default_rng(1)
+        q, k, v = (r.standard_normal((1, 2, 3, 4)) for _ in range(3))
+        req = Request.from_arrays(Case(c, testing.derived(c)), testing.physical_inputs(c, q, k, v),
+                                  keep=rng.case_keep)
+        case, q, k, v, mask, bool_mask = old_form(req)
+        keep = rng.case_keep(case)
+        names = ["struct", "kv_len", "keep"]
+        new = _common.dense_arguments(req, names)
+        old = _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, names)
+        self.assertEqual(len(new), 4)              # the packed buffer and the three inputs
+        self.assertEqual(new[0].shape, (1, 3, 3, 2, 4))
+        for a, b in zip(new, old):
+            np.testing.assert_array_equal(a, b)
+        spec = _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(req.case, "explicit"), None, None)
+        f1 = _onnx_graphs.feeds(req, spec)
+        f2 = _onnx_graphs.feeds(case, spec, q, k, v, mask, bool_mask, keep)
+        self.assertEqual(sorted(f1), sorted(f2))
+        self.assertIn("keep", f1)
+        for n in f1:
+            np.testing.assert_array_equal(f1[n], f2[n])
 
     def test_main_exit_codes(self):
         self.assertEqual(_base.main(FAKE, FakeTarget, ["nope"]), 2)

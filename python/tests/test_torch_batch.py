@@ -18,11 +18,7 @@ except ImportError:  # pragma: no cover - the venv has torch; a bare one may not
     torch = None
 
 import ml_dtypes
-
-
-class FakeCase:
-    def __init__(self, qkv=None, dout=None):
-        self.qkv, self.dout = qkv, dout
+from attnfuzz.request import Request
 
 
 def as_f64(x):
@@ -68,13 +64,15 @@ class Staging(unittest.TestCase):
         bmask = self.view(5000, (1, 1, 5, 5), np.bool_)
         bmask.flags.writeable = True
         bmask[...] = self.rng.random(bmask.shape) > 0.5
-        c0, c1 = FakeCase(dout=dout), FakeCase(qkv=qkv)
-        reqs = [(c0, q, k, v, mask, None), (c1, pq, pk, pv, None, bmask)]
+        reqs = [Request(None, q, k, v, mask, None, dout=dout), Request(None, pq, pk, pv, None, bmask, qkv=qkv)]
         expect = {"q": q, "k": k, "v": v, "do": dout, "qkv": qkv, "pq": pq, "pk": pk, "pv": pv, "bmask": bmask}
         expect = {n: (a.copy(), a.shape, tuple(s // a.itemsize for s in a.strides)) for n, a in expect.items()}
         out = self.mod.Staging(torch).upload(reqs, "cpu")
-        got = {"q": out[0][1], "k": out[0][2], "v": out[0][3], "do": c0.dout, "qkv": c1.qkv,
-               "pq": out[1][1], "pk": out[1][2], "pv": out[1][3], "bmask": out[1][5]}
+        got = {"q": out[0].q, "k": out[0].k, "v": out[0].v, "do": out[0].dout, "qkv": out[1].qkv,
+               "pq": out[1].q, "pk": out[1].k, "pv": out[1].v, "bmask": out[1].bool_mask}
+        # the requests given are left as they were (a request is a value)
+        self.assertIs(reqs[0].q, q)
+        self.assertIs(reqs[1].qkv, qkv)
         for n, t in got.items():
             self.assertIsInstance(t, torch.Tensor, n)
             want, shape, strides = expect[n]
@@ -89,8 +87,8 @@ class Staging(unittest.TestCase):
         for n in ("q", "k", "v", "do", "qkv", "bmask"):
             t = got[n]
             self.assertEqual(t.storage_offset() * t.element_size() % self.mod.ALIGN, 0, n)
-        self.assertIsInstance(out[0][4], torch.Tensor)
-        self.assertEqual(out[0][4].storage_offset() * 4 % self.mod.ALIGN, 0)
+        self.assertIsInstance(out[0].mask, torch.Tensor)
+        self.assertEqual(out[0].mask.storage_offset() * 4 % self.mod.ALIGN, 0)
         # the packed views lie inside the packed buffer's slot, at their offsets in it
         qkv_t = got["qkv"]
         for n, w in (("pq", 0), ("pk", 1), ("pv", 2)):
@@ -110,13 +108,13 @@ class Staging(unittest.TestCase):
         e = np.ndarray((0, 8), np.float32, buffer=self.payload, offset=0)
         h = self.finite(self.view(8192, (64,), np.float16))
         f = np.ndarray((4,), np.float32, buffer=self.payload, offset=8194)
-        out = self.mod.Staging(torch).upload([(FakeCase(), a, b, c, e, None), (FakeCase(), h, f, h, None, None)], "cpu")
-        np.testing.assert_array_equal(out[0][1].numpy(), a)
-        np.testing.assert_array_equal(out[0][2].numpy(), b)
-        self.assertIs(out[0][3], c)
-        self.assertIs(out[0][4], e)
-        np.testing.assert_array_equal(out[1][1].numpy(), h)
-        self.assertIs(out[1][2], f)
+        out = self.mod.Staging(torch).upload([Request(None, a, b, c, e, None), Request(None, h, f, h, None, None)], "cpu")
+        np.testing.assert_array_equal(out[0].q.numpy(), a)
+        np.testing.assert_array_equal(out[0].k.numpy(), b)
+        self.assertIs(out[0].v, c)
+        self.assertIs(out[0].mask, e)
+        np.testing.assert_array_equal(out[1].q.numpy(), h)
+        self.assertIs(out[1].k, f)
 
     def test_to_torch_takes_a_staged_tensor_as_it_is(self):
         from attnfuzz.targets._torch_layouts import to_torch
@@ -185,7 +183,7 @@ def _requests(seed=5):
         q = rng.standard_normal((1, 2, n, 4)).astype(np.float32)
         k = rng.standard_normal((1, 2, n + 1, 4)).astype(np.float32)
         v = rng.standard_normal((1, 2, n + 1, 4)).astype(np.float32)
-        reqs.append((c, q, k, v, None, None))
+        reqs.append(Request(c, q, k, v))
     return reqs
 
 
@@ -207,7 +205,7 @@ class DeferredBatch(unittest.TestCase):
     def test_results_equal_case_by_case(self):
         t = self.tt.Target("sdpa_math")
         got = t.run_batch(_requests())
-        want = [t.run(*r[:4]) for r in _requests()]
+        want = [t.run(r) for r in _requests()]
         self.assertEqual(len(got), 4)
         for g, w in zip(got, want):
             self.assertIsInstance(g.out, np.ndarray)
@@ -221,11 +219,11 @@ class DeferredBatch(unittest.TestCase):
         real = t.execute
         calls = []
 
-        def execute(art, case, *a):
-            calls.append(case.q_len)
+        def execute(art, req):
+            calls.append(req.case.q_len)
             if len(calls) == at + 1:
                 raise RuntimeError("CUDA error: device lost")
-            return real(art, case, *a)
+            return real(art, req)
         t.execute = execute
         saved = self.base.fault_exit
 

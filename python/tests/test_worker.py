@@ -1,7 +1,9 @@
 """serve() end to end over pipes: a worker process, hand-built run frames (header text and
 payload bytes written here), the result frames read back byte by byte; Unsupported,
-exceptions, stray prints, bye and end of input. Then numpy_ref over every layout with
-permuted, padded and stride-0 tensors against the reference on canonical inputs."""
+exceptions, stray prints, bye and end of input; the same worker in the old positional form
+run(case, q, k, v, ...) and in the request form run(req) answering alike, and the README's
+worker as printed there. Then numpy_ref over every layout with permuted, padded and
+stride-0 tensors against the reference on canonical inputs."""
 
 import json
 import os
@@ -74,6 +76,17 @@ serve(run, name="faulty", version="0.1", caps=["f32"], layouts=["bhsd"], batch=8
 '''
 
 
+# The same two workers in the request form: run(req), run_batch([req, ...]).
+REQUEST_WORKER = (WORKER.replace("def run(case, q, k, v, mask=None, bool_mask=None):",
+                                 "def run(req):\n    case, q, k, v, mask = req.case, req.q, req.k, req.v, req.mask")
+                  .replace("case.qkv", "req.qkv"))
+REQUEST_FAULT_WORKER = (FAULT_WORKER.replace("def run(case, q, k, v, mask=None, bool_mask=None):",
+                                             "def run(req):\n    case, v = req.case, req.v")
+                        .replace("for case, q, k, v, mask, bool_mask in requests:",
+                                 "for req in requests:\n        case = req.case")
+                        .replace("run(case, q, k, v)", "run(req)"))
+
+
 def hand_frame(header_text, payload):
     body = header_text.encode() + b"\n" + payload
     return struct.pack("<I", len(body)) + body
@@ -127,12 +140,17 @@ class Libs(unittest.TestCase):
 
 
 class Serve(unittest.TestCase):
+    """The workers in the old positional form (run(case, q, k, v, mask=, bool_mask=),
+    case.qkv: attnfuzz.request.CaseView); ServeRequestForm runs the same tests on them in
+    the request form."""
+    SOURCE, FAULT_SOURCE = WORKER, FAULT_WORKER
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.script = os.path.join(cls.tmp.name, "echo_worker.py")
         with open(cls.script, "w") as f:
-            f.write(WORKER % {"pydir": _util.PYDIR})
+            f.write(cls.SOURCE % {"pydir": _util.PYDIR})
 
     @classmethod
     def tearDownClass(cls):
@@ -264,7 +282,7 @@ class Serve(unittest.TestCase):
         the process ends with FAULT_EXIT once the frame is written."""
         script = os.path.join(self.tmp.name, "fault_worker.py")
         with open(script, "w") as f:
-            f.write(FAULT_WORKER % {"pydir": _util.PYDIR})
+            f.write(self.FAULT_SOURCE % {"pydir": _util.PYDIR})
         p = subprocess.Popen([sys.executable, script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
         hello, _ = read_result(p.stdout)
@@ -305,6 +323,45 @@ class Serve(unittest.TestCase):
         p.stdin.close()
         self.assertEqual(p.wait(10), 0)
         p.stdout.close(), p.stderr.close()
+
+
+class ServeRequestForm(Serve):
+    SOURCE, FAULT_SOURCE = REQUEST_WORKER, REQUEST_FAULT_WORKER
+
+    def test_sources_differ(self):
+        self.assertIn("def run(req):", self.SOURCE)
+        self.assertNotIn("case.qkv", self.SOURCE)
+        self.assertIn("for req in requests:", self.FAULT_SOURCE)
+
+
+class ReadmeWorker(unittest.TestCase):
+    """The README's twenty-line worker, as printed there (the old positional form), runs
+    unchanged: its hello, and a GQA causal case against the reference."""
+
+    def test_readme_worker_unchanged(self):
+        readme = os.path.join(os.path.dirname(_util.PYDIR), "README.md")
+        with open(readme, encoding="utf-8") as f:
+            text = f.read()
+        start = text.index("# my_worker.py")
+        src = text[start:text.index("```", start)]
+        self.assertIn("def run(case, q, k, v, mask=None, bool_mask=None):", src)
+        with tempfile.TemporaryDirectory() as tmp:
+            script = os.path.join(tmp, "my_worker.py")
+            with open(script, "w") as f:
+                f.write(src)
+            c = {"batch": 2, "q_heads": 4, "kv_heads": 2, "q_len": 5, "kv_len": 5, "head_dim": 8, "dtype": "f32",
+                 "causal": True}
+            r = np.random.default_rng(3)
+            q = r.standard_normal((2, 4, 5, 8)).astype(np.float32)
+            k, v = (r.standard_normal((2, 2, 5, 8)).astype(np.float32) for _ in range(2))
+            env = dict(os.environ, PYTHONPATH=_util.PYDIR)
+            with testing.WorkerProcess([sys.executable, script], env=env) as w:
+                self.assertEqual(w.hello["name"], "mine")
+                header, payload = w.call(testing.run_frame(c, testing.physical_inputs(c, q, k, v)))
+            self.assertEqual(header["status"], "ok", header)
+            out = protocol.tensors_from_header(header, payload)["out"]
+            ref = reference.attention(Case(c), q, k, v)
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
 
 class NumpyRef(unittest.TestCase):

@@ -11,13 +11,17 @@ A stack module (any module of this package whose name does not start with "_") h
     class Target(_base.Target):
         STACK = STACK
         def declare(self): ...                 # caps, dtypes, conventions, limits
-        def execute(self, art, case, q, k, v, mask, bool_mask): ...   # -> output or Result
-        # compiled stacks also: build(...) (timed as compile), structure(...) (the cache key)
+        def execute(self, art, req): ...       # one attnfuzz.request.Request -> output or Result
+        # compiled stacks also: build(req) (timed as compile), structure(req) (the cache key)
 
     def repro_snippet(variant): ...            # standalone source for repro scripts
 
     if __name__ == "__main__":
-        sys.exit(_base.main(STACK, Target))
+        sys.exit(_base.main(STACK))
+
+A variant runs as the stack module's Target unless its declaration names another class
+(Variant(..., target="_mystack_serving.ServingTarget"): a module of this package and a
+class in it, imported only when the variant runs); Stack.target(variant) makes it.
 
 Declarations (Stack, Variant) are plain data, read without importing the stack: the
 package lists them (`python -m attnfuzz.targets --declared`) for the CMake test loop, the
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import importlib
+import inspect
 import sys
 import time
 import warnings
@@ -71,12 +76,14 @@ class Variant:
     serving   the serving forms it runs (docs/design.md section 2, "Serving forms"): any of
               "packed", "paged", "sinks", "alibi", caps of its hello; a campaign draws a
               share of serving cases for a variant with any (fuzz --serving)
+    target    the class that runs it, "MODULE.CLASS" of a module of attnfuzz.targets
+              (imported only when the variant runs); None: the stack module's Target
     """
 
-    __slots__ = ("name", "summary", "gpu", "compiled", "needs", "quick", "smoke", "backward", "serving")
+    __slots__ = ("name", "summary", "gpu", "compiled", "needs", "quick", "smoke", "backward", "serving", "target")
 
     def __init__(self, name, summary, gpu=False, compiled=False, needs=(), quick=False, smoke=True, backward=None,
-                 serving=()):
+                 serving=(), target=None):
         self.name, self.summary = str(name), str(summary)
         self.gpu, self.compiled, self.quick, self.smoke = bool(gpu), bool(compiled), bool(quick), bool(smoke)
         self.needs = tuple(needs)
@@ -85,6 +92,7 @@ class Variant:
         if unknown:
             raise ValueError("variant %s: unknown serving forms %s" % (name, ", ".join(sorted(unknown))))
         self.serving = tuple(f for f in SERVING_FORMS if f in serving)
+        self.target = target
 
     def as_dict(self):
         return {"variant": self.name, "summary": self.summary, "gpu": self.gpu, "compiled": self.compiled,
@@ -162,6 +170,23 @@ class Stack:
         """Does the variant answer backward cases?"""
         return self.variant(variant).backward
 
+    def target_class(self, variant):
+        """The class that runs a variant: its declaration's target ("MODULE.CLASS" under
+        attnfuzz.targets), else Target of the stack's module (attnfuzz.targets.NAME).
+        Imports the module."""
+        where = self.variant(variant).target or "%s.Target" % self.name
+        module, _, cls = where.rpartition(".")
+        return getattr(importlib.import_module("attnfuzz.targets." + module), cls)
+
+    def target(self, variant):
+        """A variant's target, made: target_class(variant)(variant)."""
+        return self.target_class(variant)(variant)
+
+    def repro_snippet(self, variant):
+        """The repro source of a variant: repro_snippet(variant) of the module holding the
+        class that runs it (AttributeError where that module has none)."""
+        return sys.modules[self.target_class(variant).__module__].repro_snippet(variant)
+
     def version(self):
         if not self.version_of:
             return "0"
@@ -217,12 +242,9 @@ class LRU:
         return len(self._d)
 
 
-def keep_mask(case):
-    """The counter RNG's dropout keep mask, bool [B, Hq, Sq, Sk] (docs/design.md section 2):
-    None without dropout, all False for p >= 1."""
-    if not case.dropout_p > 0:
-        return None
-    return rng.dropout_keep(case.dropout_seed, case.dropout_p, case.batch, case.q_heads, case.q_len, case.kv_len)
+# The counter RNG's dropout keep mask of a case, bool [B, Hq, Sq, Sk] (docs/design.md section
+# 2): None without dropout, all False for p >= 1. A request's keep holds it (req.keep).
+keep_mask = rng.case_keep
 
 
 def check_score_budget(case, limit=SCORE_BYTES_LIMIT):
@@ -245,26 +267,52 @@ def dense_structure(case, mask, bool_mask):
             tuple(sorted(case.layouts.items())), case.packed, shp(mask), shp(bool_mask), case.grads)
 
 
+def _old_form_hooks(cls):
+    """The hooks of cls written in the old positional form: refuse(case, mask, bool_mask),
+    structure(case, mask, bool_mask), build(case, q, k, v, mask, bool_mask),
+    execute(art, case, q, k, v, mask, bool_mask), told from the request form (refuse(req),
+    structure(req), build(req), execute(art, req)) by their count of positional parameters
+    without a default (self aside)."""
+    old = _OLD_FORM.get(cls)
+    if old is None:
+        old = set()
+        for name, n in (("refuse", 1), ("structure", 1), ("build", 1), ("execute", 2)):
+            params = [p for p in inspect.signature(getattr(cls, name)).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+            if len(params) - 1 > n:      # self aside
+                old.add(name)
+        old = _OLD_FORM[cls] = frozenset(old)
+    return old
+
+
+_OLD_FORM = {}
+
+
 class Target:
     """One variant of a stack as its worker runs it (the base of every stack's Target).
 
     Subclasses set STACK and implement declare() and execute(); those that compile per
-    structure implement build() too, and may override structure(). run() is what the
-    worker kit calls:
+    structure implement build() too, and may override structure(). run(req) is what the
+    worker kit calls, with one attnfuzz.request.Request:
 
       1. a case needing a dtype or capability the hello does not declare is Unsupported
          (attnfuzz sends none; a direct caller may), then the score budget is checked and
-         refuse(case, mask, bool_mask) raises Unsupported for the cases the variant does
-         not run though its caps allow them;
-      2. structure(case, mask, bool_mask) is the cache key (None: nothing is cached);
-      3. build(case, q, k, v, mask, bool_mask) makes the artifact for a new structure,
-         timed as compile time for a compiled variant (with LAZY_COMPILE, the artifact's
-         first execute is too: jit compiles on its first call);
-      4. execute(artifact, case, q, k, v, mask, bool_mask) runs one case and returns the
-         output [B, Hq, Sq, Dv] or a worker.Result (another layout, a keep mask);
+         refuse(req) raises Unsupported for the cases the variant does not run though its
+         caps allow them;
+      2. structure(req) is the cache key (None: nothing is cached);
+      3. build(req) makes the artifact for a new structure, timed as compile time for a
+         compiled variant (with LAZY_COMPILE, the artifact's first execute is too: jit
+         compiles on its first call);
+      4. execute(artifact, req) runs one case and returns the output [B, Hq, Sq, Dv] or a
+         worker.Result (another layout, a keep mask);
       5. an exception whose message refusal() recognizes (REFUSALS: substrings of the
          stack's own "this case is not supported" errors) becomes Unsupported with the
          stack's reason; any other is an error finding.
+
+    A subclass written in the old positional form (execute(artifact, case, q, k, v, mask,
+    bool_mask), refuse(case, mask, bool_mask), ...; told by each hook's count of
+    parameters) keeps working: its hooks get the request's arguments, the case an
+    attnfuzz.request.CaseView (qkv, dout, serving_tensors from the request).
     """
 
     STACK: Stack = None
@@ -322,19 +370,32 @@ class Target:
         return {name: self.STACK.version()} if name else {}
 
     # -- one case ----------------------------------------------------------------------
-    def refuse(self, case, mask, bool_mask):
+    def refuse(self, req):
         """Raise worker.Unsupported for a case this variant does not run."""
 
-    def structure(self, case, mask, bool_mask):
+    def structure(self, req):
         """The cache key of the artifact a case needs; None when nothing is built."""
-        return dense_structure(case, mask, bool_mask) if self.decl.compiled or self.PLANS else None
+        return dense_structure(req.case, req.mask, req.bool_mask) if self.decl.compiled or self.PLANS else None
 
-    def build(self, case, q, k, v, mask, bool_mask):
+    def build(self, req):
         """The artifact for a new structure (a compiled graph, a session, a module)."""
         return None
 
-    def execute(self, artifact, case, q, k, v, mask, bool_mask):
+    def execute(self, artifact, req):
         raise NotImplementedError
+
+    def _hooks(self, req):
+        """(refuse, structure, build, execute) as functions of the request (and the
+        artifact, for execute), the old-form ones given the request's arguments."""
+        old = _old_form_hooks(type(self))
+        if not old:
+            return self.refuse, self.structure, self.build, self.execute
+        from attnfuzz.request import old_form
+        case, q, k, v, mask, bool_mask = old_form(req)
+        return ((lambda r: self.refuse(case, mask, bool_mask)) if "refuse" in old else self.refuse,
+                (lambda r: self.structure(case, mask, bool_mask)) if "structure" in old else self.structure,
+                (lambda r: self.build(case, q, k, v, mask, bool_mask)) if "build" in old else self.build,
+                (lambda a, r: self.execute(a, case, q, k, v, mask, bool_mask)) if "execute" in old else self.execute)
 
     def refusal(self, exc):
         """The unsupported reason when exc is the stack refusing the case, else None."""
@@ -349,8 +410,9 @@ class Target:
         lost): main() then exits, attnfuzz records a crash and restarts the worker."""
         return False
 
-    def run(self, case, q, k, v, mask=None, bool_mask=None):
+    def run(self, req):
         from attnfuzz.worker import Result, Unsupported
+        case = req.case
         h = self.hello()
         if case.dtype not in h["dtypes"]:
             raise Unsupported("dtype %s" % case.dtype)
@@ -359,20 +421,21 @@ class Target:
             raise Unsupported("%s/%s does not declare %s" % (self.STACK.name, self.variant, ", ".join(sorted(missing))))
         if self.SCORE_BUDGET:
             check_score_budget(case)
-        self.refuse(case, mask, bool_mask)
-        key = self.structure(case, mask, bool_mask)
+        refuse, structure, build, execute = self._hooks(req)
+        refuse(req)
+        key = structure(req)
         compile_s = 0.0
         try:
             art = self.cache.get(key) if key is not None else None
             fresh = art is None
             if fresh:
                 t0 = time.perf_counter()
-                art = self.build(case, q, k, v, mask, bool_mask)
+                art = build(req)
                 compile_s = time.perf_counter() - t0
                 if key is not None:
                     self.cache.put(key, art)
             t0 = time.perf_counter()
-            res = self.execute(art, case, q, k, v, mask, bool_mask)
+            res = execute(art, req)
             run_s = time.perf_counter() - t0
         except Unsupported:
             raise
@@ -392,16 +455,16 @@ class Target:
         return res
 
     def run_batch(self, requests):
-        """Runs the cases of a batch frame ([(case, q, k, v, mask, bool_mask)], one compile
-        key): a Result or the exception raised, per case, in order, one by one. It stops at
+        """Runs the cases of a batch frame (requests, one compile key): a Result or the
+        exception raised, per case, in order, one by one. It stops at
         an exception that is fatal (the process can run no other case): that case's answer is
         a worker.Fault, the last; serve() answers the rest not_run and ends the worker, so
         that attnfuzz charges the crash to that case alone and sends the rest to another."""
         from attnfuzz.worker import Fault
         out = []
-        for case, q, k, v, mask, bool_mask in requests:
+        for req in requests:
             try:
-                out.append(self.run(case, q, k, v, mask=mask, bool_mask=bool_mask))
+                out.append(self.run(req))
             except Exception as e:  # noqa: BLE001 - the case's own status
                 if self.fatal(e):
                     report_fault(e)
@@ -435,10 +498,11 @@ def _quiet_warnings():
         warnings.filterwarnings("ignore", category=category)
 
 
-def main(stack, target_cls, argv=None):
+def main(stack, target_cls=None, argv=None):
     """`python -m attnfuzz.targets.STACK [VARIANT]`: serves one variant (the stack's default
-    when none is named) as a worker. Exit 2 for an unknown variant (or none), 3 when it cannot run here (the reason on stderr), 0
-    after bye."""
+    when none is named) as a worker, run by target_cls or else the class its declaration
+    names (Stack.target_class). Exit 2 for an unknown variant (or none), 3 when it cannot
+    run here (the reason on stderr), 0 after bye."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv and stack.default:
         argv = [stack.default]
@@ -453,12 +517,12 @@ def main(stack, target_cls, argv=None):
         return 3
     _quiet_warnings()
     from attnfuzz.worker import serve
-    target = target_cls(variant)
+    target = target_cls(variant) if target_cls is not None else stack.target(variant)
     h = target.hello()
 
-    def run(*a, **kw):
+    def run(req):
         try:
-            return target.run(*a, **kw)
+            return target.run(req)
         except Exception as e:  # noqa: BLE001
             if target.fatal(e):
                 # the process cannot run another case (a CUDA context lost): exit, so

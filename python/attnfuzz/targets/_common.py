@@ -70,12 +70,19 @@ def span_view(x: np.ndarray) -> tuple:
     return flat, shape, tuple(s // item for s in strides)
 
 
-def dense_arguments(case, q, k, v, mask, bool_mask, keep, inputs):
+def dense_arguments(req, inputs, *old):
     """The inputs of a graph built from dense tensors, in order, as contiguous numpy arrays:
-    q, k, v (or the packed qkv buffer), then each name of inputs: "mask" (the additive mask
-    as sent), "bool_mask" (as sent), "struct" (the structural masks, bool [B, 1, Sq, Sk]),
-    "kv_len" (int32 key lengths), "keep" (the dropout keep mask)."""
-    args = [case.qkv] if case.packed else [q, k, v]
+    the request's q, k, v (or the packed qkv buffer), then each name of inputs: "mask" (the
+    additive mask as sent), "bool_mask" (as sent), "struct" (the structural masks, bool
+    [B, 1, Sq, Sk]), "kv_len" (int32 key lengths), "keep" (the dropout keep mask). The old
+    positional form dense_arguments(case, q, k, v, mask, bool_mask, keep, inputs) (the
+    packed buffer case.qkv: an old-form hook's case) is taken too."""
+    if old:
+        case, q, k, v, mask, bool_mask, keep, inputs = (req, inputs) + old
+        qkv = case.qkv if case.packed else None
+    else:
+        case, q, k, v, mask, bool_mask, qkv = req.case, req.q, req.k, req.v, req.mask, req.bool_mask, req.qkv
+    args = [qkv] if case.packed else [q, k, v]
     for n in inputs:
         if n == "mask":
             args.append(mask)
@@ -86,7 +93,7 @@ def dense_arguments(case, q, k, v, mask, bool_mask, keep, inputs):
         elif n == "kv_len":
             args.append(np.asarray(case.key_padding, dtype=np.int32))
         elif n == "keep":
-            args.append(keep)
+            args.append(keep if old else req.keep)
         else:
             raise ValueError("dense_arguments: unknown input %r" % (n,))
     return [np.ascontiguousarray(a) for a in args]

@@ -55,27 +55,15 @@ the config itself.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from attnfuzz import masks, serving
 from attnfuzz.targets import _base, _common
-from attnfuzz.targets.jax import CUDNN_MASKED_ROWS, STACK, _has_gpu, from_btnh, full_qk, to_btnh, unpack_btnh
-
-KINDS = {"xla_seqlens": "seqlens", "cudnn_seqlens": "seqlens", "pallas_mha": "segments",
-         "pallas_decode": "decode", "pallas_paged": "paged"}
-PALLAS_MODULES = {"segments": "jax.experimental.pallas.ops.gpu.attention",
-                  "decode": "jax.experimental.pallas.ops.gpu.decode_attention",
-                  "paged": "jax.experimental.pallas.ops.gpu.paged_attention"}
+from attnfuzz.targets.jax import (CUDNN_MASKED_ROWS, STACK, _has_gpu, from_btnh, full_qk, interpret_mode, to_btnh,
+                                  unpack_btnh)
+from attnfuzz.targets.jax import SERVING_KINDS as KINDS
 DENSE_PAGE = 16      # the pages pallas_paged cuts a dense (or THD) case's keys into
 DECODE_MAX_Q = 16    # queries a row at most for decode and paged (one call row each)
-
-
-def interpret_mode():
-    """ATTNFUZZ_PALLAS_INTERPRET=1: the pallas variants run in pallas's interpret mode on
-    the default (CPU) device."""
-    return os.environ.get("ATTNFUZZ_PALLAS_INTERPRET", "") not in ("", "0")
 
 
 # ---------------------------------------------------------------------------------------
@@ -200,7 +188,7 @@ def padded_table_with(table, width, null):
 
 # ---------------------------------------------------------------------------------------
 # The model code: jax, numpy and math only from here to the end of the section
-# (repro_snippet_source copies it with the index functions above).
+# (repro_snippet copies it with the index functions above).
 # ---------------------------------------------------------------------------------------
 
 def thd_to_padded(x, idx):
@@ -433,7 +421,7 @@ def config(case, mask, bool_mask, variant, interpret=False):
         inputs += ["row_b", "start", "end"]
         if kind == "decode":
             cfg["s_pad"], cfg["k_splits"], cfg["block_k"] = decode_geometry(case.kv_len)
-            if case.sinks is not None:
+            if "sinks" in case.forms:
                 inputs.append("sinks")
         else:
             ps = case.page_size if case.paged else DENSE_PAGE
@@ -455,10 +443,11 @@ def pad_rows(x, n):
     return np.concatenate([x, np.zeros((n - x.shape[0],) + x.shape[1:], dtype=x.dtype)])
 
 
-def serving_arguments(case, q, k, v, mask, bool_mask, cfg):
-    """The inputs of the jitted function, in order, as contiguous numpy arrays: THD tensors,
-    call rows and page caches padded to the structure's capacities (zeros; rows past the
-    lengths come back unused)."""
+def serving_arguments(req, cfg):
+    """The inputs of the jitted function from a request, in order, as contiguous numpy
+    arrays: THD tensors, call rows and page caches padded to the structure's capacities
+    (zeros; rows past the lengths come back unused)."""
+    case, q, k, v = req.case, req.q, req.k, req.v
     lens = segment_lengths(case)
     if cfg["paged"]:
         q = pad_rows(q, cfg["rows"]) if cfg["thd"] else q
@@ -466,13 +455,13 @@ def serving_arguments(case, q, k, v, mask, bool_mask, cfg):
     elif cfg["thd"]:
         args = [pad_rows(q, cfg["rows"]), pad_rows(k, cfg["keys"]), pad_rows(v, cfg["keys"])]
     else:
-        args = [case.qkv] if case.packed else [q, k, v]
+        args = [req.qkv] if case.packed else [q, k, v]
     rows = None
     for n in cfg["inputs"]:
         if n == "mask":
-            args.append(mask)
+            args.append(req.mask)
         elif n == "bool_mask":
-            args.append(bool_mask)
+            args.append(req.bool_mask)
         elif n == "struct":
             args.append(_common.structural_allowed(case))
         elif n == "q_lens":
@@ -493,10 +482,10 @@ def serving_arguments(case, q, k, v, mask, bool_mask, cfg):
                 rows = tuple(pad_rows(x, cfg["rows"]) for x in (rows[0],) + key_bounds(case, *rows))
             args.append(rows[("row_b", "start", "end").index(n)])
         elif n == "sinks":
-            args.append(np.asarray(case.sinks, dtype=np.float32))
+            args.append(np.asarray(req.sinks, dtype=np.float32))
         elif n == "table":
             if case.paged:
-                tab = np.asarray(case.serving_tensors["block_table"], dtype=np.int32)
+                tab = np.asarray(req.tables["block_table"], dtype=np.int32)
             else:
                 tab = np.arange(cfg["pages"], dtype=np.int32).reshape(case.batch, cfg["width"])
             # spare entries: the zero page the model code appends past the (padded) cache
@@ -532,7 +521,8 @@ _BASE = ["f32", "f16", "bf16", "gqa", "scale", "causal", "strided", "tf32"]
 
 
 class ServingTarget(_base.Target):
-    """A serving variant of the jax stack (attnfuzz.targets.jax's Target makes one)."""
+    """A serving variant of the jax stack (its declaration in attnfuzz.targets.jax names this
+    class)."""
     STACK = STACK
     LAZY_COMPILE = True
     SCORE_BUDGET = True      # xla_seqlens forms the [B, Hq, Sq, Sk] scores
@@ -577,8 +567,9 @@ class ServingTarget(_base.Target):
                 conv["masked_keys"] = "ieee"   # its mask is added to the scores
         return {"caps": caps, "limits": limits, "conventions": conv}
 
-    def refuse(self, case, mask, bool_mask):
+    def refuse(self, req):
         from attnfuzz.worker import Unsupported
+        case = req.case
         name = "jax/" + self.variant
         if self.kind == "segments":
             if case.head_dim < 16:
@@ -595,24 +586,26 @@ class ServingTarget(_base.Target):
                 raise Unsupported("%s: paged_attention takes a length per row, not a key range starting past 0 "
                                   "(a window's left side, a causal diagonal with a negative offset)" % name)
 
-    def structure(self, case, mask, bool_mask):
+    def structure(self, req):
         # the inputs' shapes are the dense ones and the capacities (not the lengths): one
         # jitted function serves every draw of lengths whose static choices (a packed case's
         # native diagonal, the inputs it needs) are the same, all of them in its config
+        case, mask, bool_mask = req.case, req.mask, req.bool_mask
         cfg = config(case, mask, bool_mask, self.variant, self.interpret)
         return (_base.dense_structure(case, mask, bool_mask), tuple(sorted(case.forms)), repr(sorted(cfg.items())))
 
-    def build(self, case, q, k, v, mask, bool_mask):
-        cfg = config(case, mask, bool_mask, self.variant, self.interpret)
+    def build(self, req):
+        cfg = config(req.case, req.mask, req.bool_mask, self.variant, self.interpret)
         return make_fn(cfg), cfg
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
         from attnfuzz.worker import Result
+        case = req.case
         fn, cfg = art
         if no_query_rows(case):
             return Result(np.zeros((0, case.q_heads, case.v_head_dim), dtype=np.float32), layout="thd")
         # the structure fixes everything but the values; lengths, key ranges and tables are inputs
-        out = call(fn, serving_arguments(case, q, k, v, mask, bool_mask, cfg), cfg)
+        out = call(fn, serving_arguments(req, cfg), cfg)
         if case.thd:   # the valid THD rows: the first Tq of the padded ones
             return Result(out[:sum(case.seg_q(b) for b in range(case.batch))], layout="thd")
         return Result(out, layout=cfg["out_layout"])
@@ -634,9 +627,9 @@ class ServingTarget(_base.Target):
         return None
 
 
-def repro_snippet_source(variant):
-    """Standalone source of `attention(case, q, k, v, ...)` for a serving variant (the
-    case's serving tensors on case.serving_tensors, as the worker kit puts them)."""
+def repro_snippet(variant):
+    """Standalone source of `attention(req)` for a serving variant (the request's tables on
+    req.tables, as the worker kit puts them)."""
     KINDS[variant]
     return _common.snippet(
         ["import jax", "import jax.numpy as jnp"],
@@ -648,16 +641,17 @@ def repro_snippet_source(variant):
         namespaces={"serving": [serving.cu_seqlens]},
         tail='''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """q, k, v as the worker kit hands them (THD or page caches for a serving case, its
-    tables on case.serving_tensors). Returns the output as [B, Hq, Sq, Dv] (rows past a
+def attention(req):
+    """req.q, req.k, req.v as the worker kit hands them (THD or page caches for a serving
+    case, its tables on req.tables). Returns the output as [B, Hq, Sq, Dv] (rows past a
     packed segment 0)."""
-    cfg = config(case, mask, bool_mask, VARIANT, INTERPRET)
+    case = req.case
+    cfg = config(case, req.mask, req.bool_mask, VARIANT, INTERPRET)
     B, Hq, Sq, Dv = case.batch, case.q_heads, case.q_len, case.v_head_dim
     full = np.zeros((B, Hq, Sq, Dv))
     if case.thd and sum(case.seg_q(b) for b in range(B)) == 0:
         return full
-    out = call(make_fn(cfg), serving_arguments(case, q, k, v, mask, bool_mask, cfg), cfg)
+    out = call(make_fn(cfg), serving_arguments(req, cfg), cfg)
     if not case.thd:
         return layouts.to_bhsd(out, cfg["out_layout"], Hq, Dv)
     cu = serving.cu_seqlens([case.seg_q(b) for b in range(B)])

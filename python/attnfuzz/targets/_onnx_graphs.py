@@ -501,11 +501,18 @@ def feeds_spec(spec, mask, bool_mask):
     return s
 
 
-def feeds(case, spec, q, k, v, mask, bool_mask, keep):
-    """The graph's inputs as contiguous numpy arrays (ONNX takes no strides: strided cases
-    are accepted and the graph sees their values): q, k, v or the packed qkv, the masks as
-    sent, the host's structural mask, the key lengths, the dropout keep mask."""
-    f = {"qkv": case.qkv} if case.packed else {"q": q, "k": k, "v": v}
+def feeds(req, spec, *old):
+    """The graph's inputs from a request, as contiguous numpy arrays (ONNX takes no strides:
+    strided cases are accepted and the graph sees their values): q, k, v or the packed qkv,
+    the masks as sent, the host's structural mask, the key lengths, the dropout keep mask.
+    The old positional form feeds(case, spec, q, k, v, mask, bool_mask, keep) (the packed
+    buffer case.qkv: an old-form hook's case) is taken too."""
+    if old:
+        case, spec, q, k, v, mask, bool_mask, keep = (req, spec) + old
+        qkv = case.qkv if case.packed else None
+    else:
+        case, q, k, v, mask, bool_mask, qkv = req.case, req.q, req.k, req.v, req.mask, req.bool_mask, req.qkv
+    f = {"qkv": qkv} if case.packed else {"q": q, "k": k, "v": v}
     if mask is not None:
         f["mask"] = mask
     if bool_mask is not None:
@@ -515,7 +522,7 @@ def feeds(case, spec, q, k, v, mask, bool_mask, keep):
     if spec["nonpad"]:
         f["nonpad"] = np.asarray(case.key_padding, dtype=np.int64)
     if spec["dropout"] > 0:
-        f["keep"] = keep if spec["dropout"] < 1 else np.zeros(
+        f["keep"] = (keep if old else req.keep) if spec["dropout"] < 1 else np.zeros(
             (case.batch, case.q_heads, case.q_len, case.kv_len), bool)
     return {n: np.ascontiguousarray(x) for n, x in f.items()}
 

@@ -51,6 +51,11 @@ def _bytes(a, n):
     return flat.view(np.uint8)
 
 
+# The request fields a batch stages (attnfuzz.request.Request); the serving tables stay host
+# arrays (the serving variants read them on the host).
+_STAGED = ("q", "k", "v", "qkv", "mask", "bool_mask", "dout")
+
+
 class Staging:
     """One worker's staging buffer (pinned host memory, grown as batches need, reused)."""
 
@@ -62,15 +67,16 @@ class Staging:
 
 
     def upload(self, requests, device):
-        """requests [(case, q, k, v, mask, bool_mask)] with numpy inputs -> the same with
-        each input a device view of one staged copy; case.qkv and case.dout are replaced
-        in place. An input it cannot stage (an unknown dtype, a view whose element offset
-        does not divide) stays numpy, and to_torch copies it alone as before. With device
-        "cpu" (the tests) the buffer is not pinned and the views are of a copy of it."""
+        """requests (attnfuzz.request.Request) with numpy inputs -> new requests (the same
+        cases) whose inputs (q, k, v, qkv, the masks, dout) are device views of one staged
+        copy; the requests given are left as they are. An input it cannot stage (an unknown
+        dtype, a view whose element offset does not divide) stays numpy, and to_torch copies
+        it alone as before. With device "cpu" (the tests) the buffer is not pinned and the
+        views are of a copy of it."""
         torch = self.torch
         arrays = []  # (array, start, length)
-        for case, q, k, v, mask, bool_mask in requests:
-            for a in (getattr(case, "qkv", None), q, k, v, mask, bool_mask, getattr(case, "dout", None)):
+        for req in requests:
+            for a in (req.qkv, req.q, req.k, req.v, req.mask, req.bool_mask, req.dout):
                 if isinstance(a, np.ndarray) and a.dtype.name in self.dtypes:
                     sp = _span(a)
                     if sp is not None:
@@ -113,14 +119,7 @@ class Staging:
 
         def swap(a):
             return staged.get(id(a), a) if isinstance(a, np.ndarray) else a
-        out = []
-        for case, q, k, v, mask, bool_mask in requests:
-            if getattr(case, "qkv", None) is not None:
-                case.qkv = swap(case.qkv)
-            if getattr(case, "dout", None) is not None:
-                case.dout = swap(case.dout)
-            out.append((case, swap(q), swap(k), swap(v), swap(mask), swap(bool_mask)))
-        return out
+        return [req.replace(**{n: swap(getattr(req, n)) for n in _STAGED}) for req in requests]
 
 
 class Download:

@@ -35,10 +35,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from attnfuzz import serving
-from attnfuzz.targets import _base, _common, _torch_layouts
+from attnfuzz.targets import _base, _common, _torch_layouts, _torch_probes
 from attnfuzz.targets._torch_layouts import band, to_bhsd, to_numpy, to_torch, unpack_qkv
-
-KINDS = {"sdpa_jagged": "jagged", "flex_paged": "flex_paged", "flex_decode": "flex_paged", "varlen": "varlen"}
+from attnfuzz.targets.torch import SERVING_KINDS as KINDS
+from attnfuzz.targets.torch import STACK
 # The pages a flex variant cuts a dense case's keys into, and its query block: on CUDA
 # FlexAttention's Triton kernel tiles (BLOCK_M, BLOCK_N up to 128) must divide the block
 # mask's blocks, so there both are PyTorch's default 128 (with 16, f16 has no kernel
@@ -66,23 +66,27 @@ def torch_cat(parts, H, D, like):
     return torch.cat(parts) if parts else torch.empty((0, H, D), dtype=like.dtype, device=like.device)
 
 
-def dense_bhsd(case, q, k, v, dev):
-    """The dense inputs as torch [B, H, S, D] views (a packed QKV buffer split as models do)."""
+def dense_bhsd(req, dev):
+    """A request's dense inputs as torch [B, H, S, D] views (a packed QKV buffer split as
+    models do)."""
+    case, q, k, v = req.case, req.q, req.k, req.v
     if case.packed:
-        return unpack_qkv(to_torch(case.qkv, dev), case.layout, case.q_heads, case.head_dim)
+        return unpack_qkv(to_torch(req.qkv, dev), case.layout, case.q_heads, case.head_dim)
     return (to_bhsd(to_torch(q, dev), case.layouts["q"], case.q_heads, case.head_dim),
             to_bhsd(to_torch(k, dev), case.layouts["k"], case.kv_heads, case.head_dim),
             to_bhsd(to_torch(v, dev), case.layouts["v"], case.kv_heads, case.v_head_dim))
 
 
-def thd_inputs(case, q, k, v, dev):
-    """THD q, k, v (torch, contiguous) and cu_seqlens_q, cu_seqlens_k (int32 torch) of a case:
-    a packed case's own tensors (its paged K and V gathered to THD), else its batch rows."""
+def thd_inputs(req, dev):
+    """THD q, k, v (torch, contiguous) and cu_seqlens_q, cu_seqlens_k (int32 torch) of a
+    request: a packed case's own tensors (its paged K and V gathered to THD), else its batch
+    rows."""
     import torch
+    case, q, k, v = req.case, req.q, req.k, req.v
     lens = segment_lengths(case)
     cu_q = torch.tensor(serving.cu_seqlens([a for a, _ in lens]), device=dev)
     cu_k = torch.tensor(serving.cu_seqlens([b for _, b in lens]), device=dev)
-    dense = None if (case.thd or case.paged) else dense_bhsd(case, q, k, v, dev)
+    dense = None if (case.thd or case.paged) else dense_bhsd(req, dev)
     if case.thd:
         qt = to_torch(q, dev)
     else:
@@ -93,7 +97,7 @@ def thd_inputs(case, q, k, v, dev):
         kt, vt = to_torch(k, dev), to_torch(v, dev)
     else:
         if case.paged:
-            _, kb, vb = serving.gather(case, dict(case.serving_tensors, k=k, v=v))
+            _, kb, vb = serving.gather(case, dict(req.tables, k=k, v=v))
             kb, vb = (torch.from_numpy(x).to(dev).to(qt.dtype) for x in (kb, vb))
         else:
             kb, vb = dense[1], dense[2]
@@ -116,7 +120,7 @@ def jagged_attention(case, qt, kt, vt, cu_q, cu_k, causal, scale):
     return o.transpose(1, 2).values()
 
 
-def flex_paged_attention(case, q, k, v, dev, cfg):
+def flex_paged_attention(req, dev, cfg):
     """FlexAttention over a page cache: q padded [B, Hq, Sq, D]; the case's caches and block
     table (a dense case: its keys cut into cfg["dense_page"]-token pages in order); PagedAttention
     maps logical key blocks to pages; ALiBi and softcap in the score_mod; a sink through the
@@ -124,6 +128,7 @@ def flex_paged_attention(case, q, k, v, dev, cfg):
     import torch
     from torch.nn.attention.experimental._paged_attention import PagedAttention
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    case, q, k, v = req.case, req.q, req.k, req.v
     B, Hq, Hkv, Sq = case.batch, case.q_heads, case.kv_heads, case.q_len
     if case.thd:
         qb = torch.zeros((B, Hq, Sq, case.head_dim), dtype=cfg["dtype"], device=dev)
@@ -133,19 +138,19 @@ def flex_paged_attention(case, q, k, v, dev, cfg):
     elif case.paged:  # K and V are page caches: only Q is in the case's dense layout
         qb = to_bhsd(to_torch(q, dev), case.layouts["q"], case.q_heads, case.head_dim)
     else:
-        qb = dense_bhsd(case, q, k, v, dev)[0]
+        qb = dense_bhsd(req, dev)[0]
     lens = [nk for _, nk in segment_lengths(case)]
     if case.paged:
         ps = case.page_size
-        table = torch.from_numpy(np.asarray(case.serving_tensors["block_table"], dtype=np.int64)).to(dev)
+        table = torch.from_numpy(np.asarray(req.tables["block_table"], dtype=np.int64)).to(dev)
         kc, vc = to_torch(k, dev), to_torch(v, dev)                        # [P, ps, Hkv, D]
     else:  # a dense case's (or THD) keys, paged in order
         ps = cfg["dense_page"]
         if case.thd:
-            _, kb, vb = serving.gather(case, dict(case.serving_tensors, k=k, v=v))
+            _, kb, vb = serving.gather(case, dict(req.tables, k=k, v=v))
             kb, vb = (torch.from_numpy(x).to(dev).to(cfg["dtype"]) for x in (kb, vb))
         else:
-            _, kb, vb = dense_bhsd(case, q, k, v, dev)
+            _, kb, vb = dense_bhsd(req, dev)
         W = max(1, -(-case.kv_len // ps))
         pad = W * ps - case.kv_len
         kc = torch.nn.functional.pad(kb, (0, 0, 0, pad)).transpose(1, 2).reshape(B * W, ps, Hkv, case.head_dim)
@@ -170,7 +175,7 @@ def flex_paged_attention(case, q, k, v, dev, cfg):
         return band((kv < kv_len[b]) & (qi < q_len[b]), kv, qi + off[b], causal, left, right)
 
     cap = cfg["softcap"]
-    slopes = None if case.alibi_slopes is None else torch.from_numpy(np.asarray(case.alibi_slopes)).to(dev)
+    slopes = None if req.alibi_slopes is None else torch.from_numpy(np.asarray(req.alibi_slopes)).to(dev)
     symmetric = case.alibi_symmetric
 
     def score_mod(score, b, h, qi, kv):
@@ -185,13 +190,13 @@ def flex_paged_attention(case, q, k, v, dev, cfg):
     block_mask = paged.convert_logical_block_mask(block_mask, kv_len=kv_len)
     mod = paged.get_score_mod(score_mod, kv_len) if (cap > 0 or slopes is not None) else None
     fn = cfg["flex"] or flex_attention
-    if case.sinks is None:
+    if req.sinks is None:
         return fn(qb, kf, vf, score_mod=mod, block_mask=block_mask, scale=cfg["scale_arg"],
                   enable_gqa=Hq != Hkv)
     from torch.nn.attention.flex_attention import AuxRequest
     out, aux = fn(qb, kf, vf, score_mod=mod, block_mask=block_mask, scale=cfg["scale_arg"], enable_gqa=Hq != Hkv,
                   return_aux=AuxRequest(lse=True))
-    z = torch.from_numpy(np.asarray(case.sinks)).to(dev).reshape(1, Hq, 1)
+    z = torch.from_numpy(np.asarray(req.sinks)).to(dev).reshape(1, Hq, 1)
     w = torch.sigmoid(aux.lse.float() - z)  # e^lse / (e^lse + e^z): a row without keys has lse -inf, weight 0
     return (out.float() * w[..., None]).to(out.dtype)
 
@@ -205,11 +210,12 @@ def varlen_window(case):
     return (int(left), int(right))
 
 
-def varlen_attention(case, q, k, v, dev, cfg):
+def varlen_attention(req, dev, cfg):
     """torch.nn.attention.varlen.varlen_attn on THD tensors (paged K and V through its
     block_table and seqused_k where the installed torch takes them); THD [Tq, Hq, Dv]."""
     import torch
     from torch.nn.attention.varlen import varlen_attn
+    case, q, k, v = req.case, req.q, req.k, req.v
     params = inspect.signature(varlen_attn).parameters
     kw = {}
     if "scale" in params:
@@ -224,14 +230,14 @@ def varlen_attention(case, q, k, v, dev, cfg):
     lens = segment_lengths(case)
     max_q, max_k = max([a for a, _ in lens] + [1]), max([b for _, b in lens] + [1])
     if case.paged and "block_table" in params:
-        qt = to_torch(q, dev).contiguous() if case.thd else thd_inputs(case, q, k, v, dev)[0]
+        qt = to_torch(q, dev).contiguous() if case.thd else thd_inputs(req, dev)[0]
         cu_q = torch.tensor(serving.cu_seqlens([a for a, _ in lens]), device=dev)
-        t = case.serving_tensors
+        t = req.tables
         kw.update(seqused_k=torch.from_numpy(np.asarray(t["seqlens_k"])).to(dev),
                   block_table=torch.from_numpy(np.asarray(t["block_table"])).to(dev))
         return varlen_attn(qt, to_torch(k, dev).contiguous(), to_torch(v, dev).contiguous(), cu_q, None, max_q,
                            max_k, **kw)
-    qt, kt, vt, cu_q, cu_k = thd_inputs(case, q, k, v, dev)
+    qt, kt, vt, cu_q, cu_k = thd_inputs(req, dev)
     return varlen_attn(qt, kt, vt, cu_q, cu_k, max_q, max_k, **kw)
 
 
@@ -245,16 +251,16 @@ def serving_config(case, base, cuda):
             "flex": None}
 
 
-def serving_attention(case, q, k, v, dev, cfg):
-    """One case through the variant's API: (output as numpy, its layout)."""
-    kind = cfg["kind"]
+def serving_attention(req, dev, cfg):
+    """One request through the variant's API: (output as numpy, its layout)."""
+    case, kind = req.case, cfg["kind"]
     if kind == "flex_paged":
-        return to_numpy(flex_paged_attention(case, q, k, v, dev, cfg)), "bhsd"
+        return to_numpy(flex_paged_attention(req, dev, cfg)), "bhsd"
     if kind == "jagged":
-        qt, kt, vt, cu_q, cu_k = thd_inputs(case, q, k, v, dev)
+        qt, kt, vt, cu_q, cu_k = thd_inputs(req, dev)
         out = jagged_attention(case, qt, kt, vt, cu_q, cu_k, bool(case.causal), cfg["scale_arg"])
     else:
-        out = varlen_attention(case, q, k, v, dev, cfg)
+        out = varlen_attention(req, dev, cfg)
     out = to_numpy(out)
     if case.thd:
         return out, "thd"
@@ -274,7 +280,9 @@ _COMMON = ["f32", "f16", "bf16", "gqa", "cross", "scale", "causal", "padding", "
 
 
 class ServingTarget(_base.Target):
-    """A serving variant of the torch stack (STACK is set by attnfuzz.targets.torch)."""
+    """A serving variant of the torch stack (its declaration in attnfuzz.targets.torch names
+    this class)."""
+    STACK = STACK
     LAZY_COMPILE = True
     SCORE_BUDGET = False   # none of these forms the [B, Hq, Sq, Sk] scores
 
@@ -362,42 +370,36 @@ class ServingTarget(_base.Target):
         takes no causal mask, so there the key's score is -inf (a -inf K against a positive
         query: a stock CPU bundle, NaN where the reference excludes the key, asked for it)."""
         torch = self.torch
-        try:
-            dt = torch.float16 if self.cuda else torch.float32
-            x = torch.ones(2, 1, 16, dtype=dt, device=self.device)
-            v, k = x.clone(), x.clone()
-            v[1] = float("nan")
-            if not self.cuda:
-                k[1] = float("-inf")
-            cu = torch.tensor([0, 2], dtype=torch.int32, device=self.device)
+        dt = torch.float16 if self.cuda else torch.float32
+        x = torch.ones(2, 1, 16, dtype=dt, device=self.device)
+        v, k = x.clone(), x.clone()
+        v[1] = float("nan")
+        if not self.cuda:
+            k[1] = float("-inf")
+        cu = torch.tensor([0, 2], dtype=torch.int32, device=self.device)
+
+        def attend():
             if self.kind == "jagged":
-                o = jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, k, v, cu, cu, self.cuda, None)
-            else:
-                from torch.nn.attention.varlen import varlen_attn
-                params = inspect.signature(varlen_attn).parameters
-                kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-                o = varlen_attn(x, x, v, cu, cu, 2, 2, **kw)
-            if self.cuda:
-                torch.cuda.synchronize()
-            return bool(torch.isnan(o[0]).any())
-        except Exception:  # noqa: BLE001 - a probe only: nothing declared
-            return False
+                return jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), x, k, v, cu, cu, self.cuda, None)
+            from torch.nn.attention.varlen import varlen_attn
+            params = inspect.signature(varlen_attn).parameters
+            kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+            return varlen_attn(x, x, v, cu, cu, 2, 2, **kw)
+        o = _torch_probes.output(torch, self.cuda, attend, errors=(Exception,))   # a probe only
+        return o is not None and bool(torch.isnan(o[0]).any())
 
     def _f32_flushes_denormals(self):
         """Measured: do NJT's f32 calls (CUDA's memory-efficient kernel) give a V of
         subnormal values with more than its rounding's error (1e-4 of it)? That kernel keeps
-        about 11 bits of a subnormal V (torch.py's TorchTarget._flushes_denormals)."""
+        about 11 bits of a subnormal V (torch.py's Target._flushes_denormals)."""
         torch = self.torch
-        try:
-            q = torch.ones(2, 1, 16, dtype=torch.float32, device=self.device)
-            v = _torch_layouts.subnormal_values(torch, (2, 1, 16), torch.float32, self.device)
-            cu = torch.tensor([0, 2], dtype=torch.int32, device=self.device)
-            o = jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), q, q, v, cu, cu, False, None)
-            torch.cuda.synchronize()
-        except Exception:  # noqa: BLE001 - a probe only: nothing declared
-            return False
-        exact = v.double().mean(dim=0, keepdim=True).expand_as(o)   # q = k: equal weights
-        return _torch_layouts.flushes_subnormals(o, exact)
+        q = torch.ones(2, 1, 16, dtype=torch.float32, device=self.device)
+        v = _torch_layouts.subnormal_values(torch, (2, 1, 16), torch.float32, self.device)
+        cu = torch.tensor([0, 2], dtype=torch.int32, device=self.device)
+
+        def attend(q, k, v):
+            return jagged_attention(SimpleNamespace(q_heads=1, kv_heads=1), q, k, v, cu, cu, False, None)
+        return _torch_probes.flushes_denormals(torch, attend, q, v, 0, True, errors=(Exception,))
 
     def hello(self):
         h = super().hello()
@@ -406,8 +408,9 @@ class ServingTarget(_base.Target):
             h["caps"].remove("sinks")
         return h
 
-    def refuse(self, case, mask, bool_mask):
+    def refuse(self, req):
         from attnfuzz.worker import Unsupported
+        case = req.case
         if self.kind == "jagged":
             lens = segment_lengths(case)
             # NJT's SDPA pads through to_padded_tensor, which raises "at least one constituent
@@ -436,24 +439,24 @@ class ServingTarget(_base.Target):
         if self.kind == "flex_paged" and case.paged and self.cuda and case.page_size % 16:
             raise Unsupported("FlexAttention's kernels take key blocks (pages) of a multiple of 16 tokens")
 
-    def structure(self, case, mask, bool_mask):
+    def structure(self, req):
         # a compiled flex kernel per shape of its inputs (the page cache's and the table's
         # included) and per score_mod and mask_mod
         if self.kind != "flex_paged":
             return None
-        return (_base.dense_structure(case, mask, bool_mask), case.key("serving"))
+        return (_base.dense_structure(req.case, req.mask, req.bool_mask), req.case.key("serving"))
 
-    def build(self, case, q, k, v, mask, bool_mask):
+    def build(self, req):
         if self.kind == "flex_paged" and self._flex is None:
             from torch.nn.attention.flex_attention import flex_attention
             self._flex = self.torch.compile(flex_attention, dynamic=False)
         return self._flex
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
         from attnfuzz.worker import Result
-        cfg = serving_config(case, self.base, self.cuda)
+        cfg = serving_config(req.case, self.base, self.cuda)
         cfg["flex"] = art
-        out, lay = serving_attention(case, q, k, v, self.device, cfg)
+        out, lay = serving_attention(req, self.device, cfg)
         if self.cuda:
             self.torch.cuda.synchronize()
         return Result(out, layout=lay)
@@ -480,9 +483,9 @@ class ServingTarget(_base.Target):
         return self.cuda and ("CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError")
 
 
-def repro_snippet_source(variant):
-    """Standalone source of `attention(case, q, k, v, ...)` for a serving variant (the case's
-    serving tensors on case.serving_tensors, as the worker kit puts them)."""
+def repro_snippet(variant):
+    """Standalone source of `attention(req)` for a serving variant (the request's tables on
+    req.tables, as the worker kit puts them)."""
     from attnfuzz.targets import _common
     cuda = variant.startswith("cuda_")
     base = variant[5:] if cuda else variant
@@ -495,12 +498,13 @@ def repro_snippet_source(variant):
         namespaces={"serving": [serving.cu_seqlens, serving.gather]},
         tail=f'''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """{variant}: q, k, v as the worker kit hands them (THD or page caches for a serving case,
-    its tables on case.serving_tensors). Returns the output as [B, Hq, Sq, Dv]."""
+def attention(req):
+    """{variant}: req.q, req.k, req.v as the worker kit hands them (THD or page caches for a
+    serving case, its tables on req.tables). Returns the output as [B, Hq, Sq, Dv]."""
+    case = req.case
     dev = {"'cuda'" if cuda else "'cpu'"}
     cfg = serving_config(case, {base!r}, {cuda!r})
-    out, lay = serving_attention(case, q, k, v, dev, cfg)
+    out, lay = serving_attention(req, dev, cfg)
     if lay == "thd":
         full = np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim), dtype=out.dtype)
         cu = serving.cu_seqlens([case.seg_q(b) for b in range(case.batch)])

@@ -61,8 +61,13 @@ import numpy as np
 from attnfuzz import layouts, masks
 from attnfuzz.targets import _base, _common
 
-# The serving variants (attnfuzz.targets._jax_serving) and the CUDA-only ones among them.
-SERVING = ("xla_seqlens", "cudnn_seqlens", "pallas_mha", "pallas_decode", "pallas_paged")
+# The serving variants (run by attnfuzz.targets._jax_serving.ServingTarget, their declarations
+# say) and the kind of call each makes; the pallas kernels' modules.
+SERVING_KINDS = {"xla_seqlens": "seqlens", "cudnn_seqlens": "seqlens", "pallas_mha": "segments",
+                 "pallas_decode": "decode", "pallas_paged": "paged"}
+PALLAS_MODULES = {"segments": "jax.experimental.pallas.ops.gpu.attention",
+                  "decode": "jax.experimental.pallas.ops.gpu.decode_attention",
+                  "paged": "jax.experimental.pallas.ops.gpu.paged_attention"}
 # What a fully masked row gives through implementation="cudnn", per dtype: the boolean mask
 # becomes a finite bias, -2 << 14 in f16 (plain attention over every key: "unmasked") and
 # -2 << 40 in bf16, which swamps every score (the mean of V over the masked keys: "mean")
@@ -70,15 +75,20 @@ CUDNN_MASKED_ROWS = {"f16": "unmasked", "bf16": "mean"}
 PALLAS = ("pallas_mha", "pallas_decode", "pallas_paged")
 
 
+def interpret_mode():
+    """ATTNFUZZ_PALLAS_INTERPRET=1: the pallas variants run in pallas's interpret mode on
+    the default (CPU) device."""
+    return os.environ.get("ATTNFUZZ_PALLAS_INTERPRET", "") not in ("", "0")
+
+
 def _probe(variant):
     if variant in PALLAS:
-        from attnfuzz.targets import _jax_serving
-        mod = _jax_serving.PALLAS_MODULES[_jax_serving.KINDS[variant]]
+        mod = PALLAS_MODULES[SERVING_KINDS[variant]]
         try:
             importlib.import_module(mod)
         except Exception as e:  # noqa: BLE001 - the module is not in this jax
             return "%s does not import: %s" % (mod, _base.describe(e))
-        if _jax_serving.interpret_mode():
+        if interpret_mode():
             return None       # pallas's interpret mode: the kernels as jax programs on the CPU
     elif variant not in ("cudnn", "cudnn_seqlens"):
         return None
@@ -91,6 +101,7 @@ def _probe(variant):
 
 
 _V = _base.Variant
+_SERVING = "_jax_serving.ServingTarget"
 STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2"), probe=_probe, trains=True,
                     variants=(
     _V("xla", "jax.nn.dot_product_attention(implementation='xla') under jit, inputs in the physical layout",
@@ -101,16 +112,17 @@ STACK = _base.Stack("jax", imports=("jax",), pip=("jax==0.10.2", "jaxlib==0.10.2
     # serving paths (attnfuzz.targets._jax_serving); forward only
     _V("xla_seqlens", "jax.nn.dot_product_attention(implementation='xla') with query/key_value_seq_lengths on a "
        "padded batch: THD segments gathered, the valid rows back to THD", compiled=True, backward=False,
-       serving=("packed",)),
+       serving=("packed",), target=_SERVING),
     _V("cudnn_seqlens", "the same with implementation='cudnn' (CUDA GPU only)", gpu=True, compiled=True,
-       backward=False, serving=("packed",)),
+       backward=False, serving=("packed",), target=_SERVING),
     _V("pallas_mha", "pallas attention.mha over one packed sequence with segment_ids (CUDA GPU only)", gpu=True,
-       compiled=True, backward=False, serving=("packed",)),
+       compiled=True, backward=False, serving=("packed",), target=_SERVING),
     _V("pallas_decode", "pallas decode_attention.gqa (split-KV), a call row per query with its key range; a sink "
        "through the residuals (CUDA GPU only)", gpu=True, compiled=True, backward=False,
-       serving=("packed", "sinks")),
+       serving=("packed", "sinks"), target=_SERVING),
     _V("pallas_paged", "pallas paged_attention over the page cache and block table, a call row per query with its "
-       "length (CUDA GPU only)", gpu=True, compiled=True, backward=False, serving=("packed", "paged")),
+       "length (CUDA GPU only)", gpu=True, compiled=True, backward=False, serving=("packed", "paged"),
+       target=_SERVING),
 ))
 
 
@@ -327,12 +339,12 @@ def config(case, mask, bool_mask, variant):
     }
 
 
-def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
+def arguments(req, cfg):
     """The inputs of the jitted function, in order (_common.dense_arguments); a backward
     case's dO last."""
-    args = _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
+    args = _common.dense_arguments(req, cfg["inputs"])
     if cfg["grads"]:
-        args.append(np.ascontiguousarray(case.dout))
+        args.append(np.ascontiguousarray(req.dout))
     return args
 
 
@@ -370,13 +382,6 @@ class Target(_base.Target):
     # flash attention does not take, e.g. a training graph with a bias and an odd length
     REFUSALS = ("Unsupported sequence length", "The head dim must be")
 
-    def __new__(cls, variant: str):
-        # the serving paths have their own worker class (attnfuzz.targets._jax_serving)
-        if cls is Target and variant in SERVING:
-            from attnfuzz.targets import _jax_serving
-            return _jax_serving.ServingTarget(variant)
-        return super().__new__(cls)
-
     def libs(self):
         return dict(super().libs(), **_common.jax_libs(_has_gpu()))
 
@@ -411,14 +416,15 @@ class Target(_base.Target):
             limits.update({"max_head_dim": 256, "head_dim_multiple": 8})
         return {"caps": caps, "limits": limits, "conventions": conv}
 
-    def build(self, case, q, k, v, mask, bool_mask):
-        cfg = config(case, mask, bool_mask, self.variant)
+    def build(self, req):
+        cfg = config(req.case, req.mask, req.bool_mask, self.variant)
         return make_fn(cfg), cfg
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
         from attnfuzz.worker import Result
+        case = req.case
         fn, cfg = art
-        res = call(fn, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), cfg)
+        res = call(fn, arguments(req, cfg), cfg)
         if not case.grads:
             return Result(res, layout=cfg["out_layout"])
         out, grads = res
@@ -428,31 +434,32 @@ class Target(_base.Target):
 
 
 def repro_snippet(variant: str) -> str:
-    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None, keep=None)
-    with jax and numpy only; returns the output as [B, Hq, Sq, Dv]."""
-    STACK.variant(variant)
-    if variant in SERVING:
-        from attnfuzz.targets import _jax_serving
-        return _jax_serving.repro_snippet_source(variant)
+    """Python source defining attention(req) and gradients(req) with jax and numpy only;
+    returns the output as [B, Hq, Sq, Dv]. (A serving variant's: _jax_serving.repro_snippet,
+    the module of the class that runs it.)"""
+    if STACK.variant(variant).target:
+        raise ValueError("jax/%s runs as %s: its repro snippet is that module's" % (variant, _SERVING))
     return _common.snippet(
         ["import jax", "import jax.numpy as jnp"],
         (to_btnh, unpack_btnh, from_btnh, full_qk, make_fn, explicit_btnh, config, arguments, call),
         consts={"VARIANT": variant}, tail='''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
-    cfg = dict(config(case, mask, bool_mask, VARIANT), grads=())
-    out = call(make_fn(cfg), arguments(case, q, k, v, mask, bool_mask, keep, cfg), cfg)
+def attention(req):
+    """req.q, req.k, req.v: numpy arrays in the case's physical layouts (req.qkv: the packed
+    buffer)."""
+    case = req.case
+    cfg = dict(config(case, req.mask, req.bool_mask, VARIANT), grads=())
+    out = call(make_fn(cfg), arguments(req, cfg), cfg)
     return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
 
 
-def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
+def gradients(req):
     """Backward as a training step asks for it: jax.vjp of the same jitted function with
-    cotangent dout (numpy, in the output layout). Returns the gradients the case asks for:
-    dq, dk, dv as [B, H, S, D], dmask at the mask's shape."""
-    case.dout = dout
-    cfg = config(case, mask, bool_mask, VARIANT)
-    _, g = call(make_fn(cfg), arguments(case, q, k, v, mask, bool_mask, keep, cfg), cfg)
+    cotangent req.dout (numpy, in the output layout). Returns the gradients the case asks
+    for: dq, dk, dv as [B, H, S, D], dmask at the mask's shape."""
+    case = req.case
+    cfg = config(case, req.mask, req.bool_mask, VARIANT)
+    _, g = call(make_fn(cfg), arguments(req, cfg), cfg)
     g = layouts.grads_bhsd(case, g)
     return {n: g[n] for n in case.grads}
 ''')
@@ -466,7 +473,7 @@ def main(argv=None) -> int:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jax
     jax.config.update("jax_enable_x64", False)
-    return _base.main(STACK, Target, argv)
+    return _base.main(STACK, argv=argv)
 
 
 if __name__ == "__main__":

@@ -31,30 +31,36 @@ class Target(_base.Target):
                          "causal", "padding", "window", "dropout", "strided", "mask_dtype"],
                 "conventions": {"dropout": "counter"}}
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
-        out = attention(case, q, k, v, mask=mask, bool_mask=bool_mask)
+    def execute(self, art, req):
+        case = req.case
+        out = attention(req)
         if case.thd:  # the packed case's rows in THD form, as a varlen kernel returns them
             return Result(np.concatenate([out[b, :, :case.seg_q(b)].transpose(1, 0, 2) for b in range(case.batch)]),
                           layout="thd")
         if not case.grads:
             return out
-        g = gradients(case, q, k, v, case.dout, mask=mask, bool_mask=bool_mask)
+        g = gradients(req)
         return Result(out, grads={n: g[n] for n in case.grads})
 
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
+def attention(req):
+    """reference.attention on a request's physical inputs (its keep mask: the counter RNG's;
+    its sinks and slopes: the ones sent)."""
+    case = req.case
     if case.forms:  # THD and page caches back to the padded view
-        qb, kb, vb = serving.gather(case, dict(case.serving_tensors, q=q, k=k, v=v))
+        qb, kb, vb = serving.gather(case, dict(req.tables, q=req.q, k=req.k, v=req.v))
     else:
-        qb, kb, vb = layouts.case_inputs_bhsd(case, q, k, v)
-    return reference.attention(case, qb, kb, vb, mask=mask, bool_mask=bool_mask, keep=keep)
+        qb, kb, vb = layouts.case_inputs_bhsd(case, req.q, req.k, req.v)
+    return reference.attention(case, qb, kb, vb, mask=req.mask, bool_mask=req.bool_mask, keep=req.keep,
+                               sinks=req.sinks, slopes=req.alibi_slopes)
 
 
-def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
-    """reference.backward on the physical inputs and dO (in the output layout)."""
-    qb, kb, vb = layouts.case_inputs_bhsd(case, q, k, v)
-    do = layouts.to_bhsd(dout, case.out_layout, case.q_heads, case.v_head_dim)
-    return reference.backward(case, qb, kb, vb, do, mask=mask, bool_mask=bool_mask, keep=keep)
+def gradients(req):
+    """reference.backward on a request's physical inputs and dO (in the output layout)."""
+    case = req.case
+    qb, kb, vb = layouts.case_inputs_bhsd(case, req.q, req.k, req.v)
+    do = layouts.to_bhsd(req.dout, case.out_layout, case.q_heads, case.v_head_dim)
+    return reference.backward(case, qb, kb, vb, do, mask=req.mask, bool_mask=req.bool_mask, keep=req.keep)
 
 
 def repro_snippet(variant="float64"):
@@ -65,4 +71,4 @@ def repro_snippet(variant="float64"):
 
 
 if __name__ == "__main__":
-    sys.exit(_base.main(STACK, Target))
+    sys.exit(_base.main(STACK))

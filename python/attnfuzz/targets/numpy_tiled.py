@@ -28,10 +28,11 @@ STACK = _base.Stack("numpy_tiled", imports=("numpy",), pip=(), variants=(
 BLOCK = 16
 
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """q, k, v: the physical views of a case; the additive and boolean masks as sent; keep:
-    the dropout keep mask [B, Hq, Sq, Sk] (None without dropout). Returns [B, Hq, Sq, Dv]
-    in the inputs' dtype."""
+def attention(req):
+    """req: an attnfuzz.request.Request (q, k, v: the physical views of a case; the additive
+    and boolean masks as sent; keep: the dropout keep mask [B, Hq, Sq, Sk], None without
+    dropout). Returns [B, Hq, Sq, Dv] in the inputs' dtype."""
+    case, q, k, v, mask, bool_mask = req.case, req.q, req.k, req.v, req.mask, req.bool_mask
     B, Hq, Sq, Sk, Dv = case.batch, case.q_heads, case.q_len, case.kv_len, case.v_head_dim
     f32 = np.float32
     qb = layouts.to_bhsd(q, case.layouts["q"], Hq, case.head_dim).astype(f32)
@@ -74,7 +75,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
             # of keys a structural or boolean mask masks, and those dropout drops)
             live = np.broadcast_to(allowed[..., j0:j1], s.shape) if allowed is not None else np.ones(s.shape, bool)
             if p_drop > 0.0:
-                kb_ = keep[..., j0:j1] if keep is not None else np.zeros(s.shape, bool)
+                kb_ = req.keep[..., j0:j1] if req.keep is not None else np.zeros(s.shape, bool)
                 e = np.where(kb_, e * rescale, f32(0.0))
                 live = live & kb_
             kept |= live.any(axis=-1, keepdims=True)
@@ -95,8 +96,8 @@ class Target(_base.Target):
                          "causal", "padding", "window", "dropout", "strided", "mask_dtype"],
                 "conventions": {"dropout": "counter", "masked_values": "ieee"}}
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
-        return Result(attention(case, q, k, v, mask, bool_mask, _base.keep_mask(case)))
+    def execute(self, art, req):
+        return Result(attention(req))
 
 
 def repro_snippet(variant):
@@ -104,4 +105,4 @@ def repro_snippet(variant):
 
 
 if __name__ == "__main__":
-    sys.exit(_base.main(STACK, Target))
+    sys.exit(_base.main(STACK))

@@ -283,14 +283,15 @@ def infer(request, arrays, dtype):
     return np.array(t.data)
 
 
-def config(case, mask, bool_mask, variant):
-    """The static structure of one case as plain values."""
+def config(req, variant):
+    """The static structure of one request as plain values."""
+    case, mask, bool_mask = req.case, req.mask, req.bool_mask
     lay = dict(case.layouts)
     B, Hq, Hkv, Sq, Sk, D, Dv = (case.batch, case.q_heads, case.kv_heads, case.q_len, case.kv_len,
                                  case.head_dim, case.v_head_dim)
     phys = {}
     if case.packed:
-        phys["qkv"] = tuple(case.qkv.shape)
+        phys["qkv"] = tuple(req.qkv.shape)
     else:
         for n, h, s, dim in (("q", Hq, Sq, D), ("k", Hkv, Sk, D), ("v", Hkv, Sk, Dv)):
             phys[n] = layouts.out_shape(lay[n], B, h, s, dim)
@@ -326,9 +327,9 @@ def config(case, mask, bool_mask, variant):
     }
 
 
-def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
+def arguments(req, cfg):
     """The inputs of the model, in order (_common.dense_arguments)."""
-    return _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
+    return _common.dense_arguments(req, cfg["inputs"])
 
 
 class Target(_base.Target):
@@ -371,14 +372,13 @@ class Target(_base.Target):
         then shows it)."""
         from attnfuzz import probes
 
-        def run(case, q, k, v, mask=None, bool_mask=None):
-            art = self.build(case, q, k, v, mask, bool_mask)
-            return self.execute(art, case, q, k, v, mask, bool_mask)
+        def run(req):
+            return self.execute(self.build(req), req)
         rows = {dt: name or "nan" for dt, name in probes.masked_rows(run, ["f32", "f16", "bf16"]).items()}
         return rows if len(set(rows.values())) > 1 else next(iter(rows.values()), "nan")
 
-    def build(self, case, q, k, v, mask, bool_mask):
-        cfg = config(case, mask, bool_mask, self.variant)
+    def build(self, req):
+        cfg = config(req, self.variant)
         compiled, request = compile_model(cfg)
         return compiled, request, cfg
 
@@ -404,16 +404,16 @@ class Target(_base.Target):
                  "models compiled at their precision (%s; CPU capabilities %s)"
                  % (", ".join("%d %s at %s" % (n, d, want[d]) for d, n in sorted(seen.items())), " ".join(caps)))]
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
         from attnfuzz.worker import Result
         _, request, cfg = art
-        out = infer(request, arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg), case.dtype)
+        out = infer(request, arguments(req, cfg), req.case.dtype)
         return Result(out, layout=cfg["out_layout"])
 
 
 def repro_snippet(variant: str) -> str:
-    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None, keep=None)
-    with openvino and numpy only; returns the output as [B, Hq, Sq, Dv]."""
+    """Python source defining attention(req) with openvino and numpy only; returns the
+    output as [B, Hq, Sq, Dv]."""
     STACK.variant(variant)
     return _common.snippet(
         ["import openvino as ov", "import openvino.opset13 as ops"],
@@ -421,14 +421,16 @@ def repro_snippet(variant: str) -> str:
          compile_model, ov_tensor, infer, config, arguments),
         consts={"VARIANT": variant, "_OV_TYPES": _OV_TYPES}, tail='''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
-    cfg = config(case, mask, bool_mask, VARIANT)
+def attention(req):
+    """req.q, req.k, req.v: numpy arrays in the case's physical layouts (req.qkv: the packed
+    buffer)."""
+    case = req.case
+    cfg = config(req, VARIANT)
     compiled, request = compile_model(cfg)
-    out = infer(request, arguments(case, q, k, v, mask, bool_mask, keep, cfg), case.dtype)
+    out = infer(request, arguments(req, cfg), case.dtype)
     return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
 ''')
 
 
 if __name__ == "__main__":
-    sys.exit(_base.main(STACK, Target))
+    sys.exit(_base.main(STACK))

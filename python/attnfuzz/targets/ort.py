@@ -74,18 +74,19 @@ class Target(_base.Target):
         # ORT's CPU provider lacks the bf16 kernels
         return {"caps": caps, "dtypes": ["f32", "f16"], "conventions": conv}
 
-    def refuse(self, case, mask, bool_mask):
+    def refuse(self, req):
+        case = req.case
         if self.kind == "attention" and case.scale_given and not case.scale > 0:
             from attnfuzz.worker import Unsupported
             # The op's reference splits sqrt(scale) over Q and K; ORT refuses scale <= 0.
             raise Unsupported("the ONNX Attention op takes a positive scale only")
 
-    def structure(self, case, mask, bool_mask):
-        spec = _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(case, self.kind), mask, bool_mask)
+    def structure(self, req):
+        spec = _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(req.case, self.kind), req.mask, req.bool_mask)
         return tuple(sorted((k, repr(v)) for k, v in spec.items()))
 
-    def build(self, case, q, k, v, mask, bool_mask):
-        spec = _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(case, self.kind), mask, bool_mask)
+    def build(self, req):
+        spec = _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(req.case, self.kind), req.mask, req.bool_mask)
         so = self.ort.SessionOptions()
         so.graph_optimization_level = self.opt
         so.intra_op_num_threads = 1
@@ -95,13 +96,12 @@ class Target(_base.Target):
                                          providers=["CPUExecutionProvider"])
         return sess, spec
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
         from attnfuzz.worker import Result
         sess, spec = art
-        f = _onnx_graphs.feeds(case, spec, q, k, v, mask, bool_mask, _base.keep_mask(case))
-        f = {n: ort_value(self.ort, x) for n, x in f.items()}
+        f = {n: ort_value(self.ort, x) for n, x in _onnx_graphs.feeds(req, spec).items()}
         out = sess.run(["out"], f)[0]
-        return Result(out, layout=_common.OUT_LAYOUT[case.layouts["q"]])
+        return Result(out, layout=_common.OUT_LAYOUT[req.case.layouts["q"]])
 
 
 def ort_value(ort, x):
@@ -113,24 +113,25 @@ def ort_value(ort, x):
 
 
 def repro_snippet(variant: str) -> str:
-    """Standalone source: `attention(case, q, k, v, mask=None, bool_mask=None, keep=None)`
+    """Standalone source: `attention(req)` (an attnfuzz.request.Request, the repro's copy)
     with onnx, onnxruntime and numpy only; the graph is built by the same ONNX helper calls."""
     opt = "ORT_DISABLE_ALL" if variant == "explicit_noopt" else "ORT_ENABLE_ALL"
     return _common.snippet(["import onnxruntime as ort"], _onnx_graphs.model_objects() + [ort_value],
                            consts=_onnx_graphs.CONSTS, tail=f'''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """ort/{variant}: physical numpy inputs -> the output as [B, Hq, Sq, Dv]. `keep`: the
-    dropout keep mask [B, Hq, Sq, Sk] when the case has dropout."""
-    spec = feeds_spec(graph_spec(case, {_KIND[variant]!r}), mask, bool_mask)
+def attention(req):
+    """ort/{variant}: the request's physical numpy inputs (req.keep: the dropout keep mask
+    [B, Hq, Sq, Sk] when the case has dropout) -> the output as [B, Hq, Sq, Dv]."""
+    case = req.case
+    spec = feeds_spec(graph_spec(case, {_KIND[variant]!r}), req.mask, req.bool_mask)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.{opt}
     sess = ort.InferenceSession(build(spec).SerializeToString(), so, providers=["CPUExecutionProvider"])
-    f = {{n: ort_value(ort, x) for n, x in feeds(case, spec, q, k, v, mask, bool_mask, keep).items()}}
+    f = {{n: ort_value(ort, x) for n, x in feeds(req, spec).items()}}
     out = sess.run(["out"], f)[0]
     return layouts.to_bhsd(out, OUT_LAYOUT[case.layouts["q"]], case.q_heads, case.v_head_dim)
 ''')
 
 
 if __name__ == "__main__":
-    sys.exit(_base.main(STACK, Target))
+    sys.exit(_base.main(STACK))

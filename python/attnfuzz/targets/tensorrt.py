@@ -60,15 +60,17 @@ class Target(_base.Target):
             conv["dropout"] = "counter"
         return {"caps": caps, "dtypes": ["f32", "f16"], "conventions": conv}
 
-    def _spec(self, case, mask, bool_mask):
-        return _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(case, self.variant, opset=18), mask, bool_mask)
+    def _spec(self, req):
+        return _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(req.case, self.variant, opset=18), req.mask,
+                                       req.bool_mask)
 
-    def structure(self, case, mask, bool_mask):
-        return tuple(sorted((k, repr(v)) for k, v in self._spec(case, mask, bool_mask).items())), case.allow_tf32
+    def structure(self, req):
+        return tuple(sorted((k, repr(v)) for k, v in self._spec(req).items())), req.case.allow_tf32
 
-    def build(self, case, q, k, v, mask, bool_mask):
+    def build(self, req):
         trt = self.trt
-        spec = self._spec(case, mask, bool_mask)
+        case = req.case
+        spec = self._spec(req)
         flags = 0
         if spec["dtype"] != "f32":
             flags |= 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
@@ -90,11 +92,11 @@ class Target(_base.Target):
         engine = self.runtime.deserialize_cuda_engine(blob)
         return engine, engine.create_execution_context(), spec
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
         from attnfuzz.worker import Result
         engine, ctx, spec = art
-        out = run_engine(ctx, spec, _onnx_graphs.feeds(case, spec, q, k, v, mask, bool_mask, _base.keep_mask(case)))
-        return Result(out, layout=_common.OUT_LAYOUT[case.layouts["q"]])
+        out = run_engine(ctx, spec, _onnx_graphs.feeds(req, spec))
+        return Result(out, layout=_common.OUT_LAYOUT[req.case.layouts["q"]])
 
 
 def run_engine(ctx, spec, feeds):
@@ -125,14 +127,15 @@ out_dtype = _onnx_graphs.out_dtype
 
 
 def repro_snippet(variant: str) -> str:
-    """Standalone source: `attention(case, q, k, v, mask=None, bool_mask=None, keep=None)`
-    with tensorrt, onnx, torch (CUDA buffers) and numpy."""
+    """Standalone source: `attention(req)` with tensorrt, onnx, torch (CUDA buffers) and
+    numpy."""
     return _common.snippet(["import tensorrt as trt", "import torch"], _onnx_graphs.model_objects() + [run_engine],
                            consts=_onnx_graphs.CONSTS, tail=f'''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """tensorrt/{variant}: physical numpy inputs -> the output as [B, Hq, Sq, Dv]."""
-    spec = feeds_spec(graph_spec(case, {variant!r}, opset=18), mask, bool_mask)
+def attention(req):
+    """tensorrt/{variant}: the request's physical numpy inputs -> the output as [B, Hq, Sq, Dv]."""
+    case = req.case
+    spec = feeds_spec(graph_spec(case, {variant!r}, opset=18), req.mask, req.bool_mask)
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
     flags = 0 if spec["dtype"] == "f32" else 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
@@ -143,10 +146,10 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     if spec["dtype"] == "f32":
         (config.set_flag if case.allow_tf32 else config.clear_flag)(trt.BuilderFlag.TF32)
     engine = trt.Runtime(logger).deserialize_cuda_engine(builder.build_serialized_network(network, config))
-    out = run_engine(engine.create_execution_context(), spec, feeds(case, spec, q, k, v, mask, bool_mask, keep))
+    out = run_engine(engine.create_execution_context(), spec, feeds(req, spec))
     return layouts.to_bhsd(out, OUT_LAYOUT[case.layouts["q"]], case.q_heads, case.v_head_dim)
 ''')
 
 
 if __name__ == "__main__":
-    sys.exit(_base.main(STACK, Target))
+    sys.exit(_base.main(STACK))

@@ -56,35 +56,21 @@ attnfuzz records a crash and restarts it.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import shutil
 import sys
 import time
 import warnings
 
-import numpy as np
+from attnfuzz.targets import _base, _common, _torch_batch, _torch_layouts, _torch_model, _torch_probes
+from attnfuzz.targets._torch_model import (_KIND, _VALUE_FIELDS, _arguments, _base_of, _config, _host, backward,
+                                           combine_masks, from_bhsd, grad_leaves, grads_of, make_modules,
+                                           warm_autograd)
 
-from attnfuzz import masks
-from attnfuzz.targets import _base, _common, _torch_batch, _torch_layouts, _torch_serving
-from attnfuzz.targets._torch_layouts import band, from_bhsd, to_bhsd, to_numpy, to_torch, unpack_qkv
-
-# The module kind and SDPA backend of each variant (without the cuda_ prefix).
-_KIND = {
-    "sdpa_math": ("sdpa", "MATH"),
-    "sdpa_flash": ("sdpa", "FLASH_ATTENTION"),
-    "sdpa_efficient": ("sdpa", "EFFICIENT_ATTENTION"),
-    "sdpa_cudnn": ("sdpa", "CUDNN_ATTENTION"),
-    "explicit": ("explicit", None),
-    "compile": ("explicit", "compile"),
-    "compile_sdpa": ("sdpa", "compile"),
-    "flex": ("flex", "compile"),
-}
-
-
-def _base_of(variant: str) -> tuple:
-    cuda = variant.startswith("cuda_")
-    return (variant[5:] if cuda else variant), cuda
+# The serving variants (without the cuda_ prefix; run by _torch_serving.ServingTarget, their
+# declarations say) and the API each calls.
+SERVING_KINDS = {"sdpa_jagged": "jagged", "flex_paged": "flex_paged", "flex_decode": "flex_paged",
+                 "varlen": "varlen"}
 
 
 def _probe(variant):
@@ -93,14 +79,14 @@ def _probe(variant):
     base, cuda = _base_of(variant)
     if cuda and not torch.cuda.is_available():
         return "torch sees no CUDA device"
-    if base in _torch_serving.KINDS:
+    if base in SERVING_KINDS:
         mods = {"jagged": "torch.nested", "flex_paged": "torch.nn.attention.experimental._paged_attention",
                 "varlen": "torch.nn.attention.varlen"}
         try:
-            importlib.import_module(mods[_torch_serving.KINDS[base]])
+            importlib.import_module(mods[SERVING_KINDS[base]])
         except Exception as e:  # noqa: BLE001
-            return "%s does not import: %s" % (mods[_torch_serving.KINDS[base]], e)
-        if _torch_serving.KINDS[base] == "flex_paged" and not cuda and not (
+            return "%s does not import: %s" % (mods[SERVING_KINDS[base]], e)
+        if SERVING_KINDS[base] == "flex_paged" and not cuda and not (
                 shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")):
             return "Inductor on CPU needs a C++ compiler (c++, g++ or clang++) on PATH"
         return None
@@ -116,6 +102,7 @@ def _probe(variant):
 
 
 _V = _base.Variant
+_SERVING = "_torch_serving.ServingTarget"
 STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_probe, trains=True, variants=(
     _V("sdpa_math", "F.scaled_dot_product_attention, math kernel (CPU)"),
     _V("sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CPU; D == Dv)"),
@@ -137,259 +124,21 @@ STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_
     _V("cuda_flex", "FlexAttention, compiled (CUDA)", gpu=True, compiled=True, quick=True),
     # serving paths (attnfuzz.targets._torch_serving); forward only
     _V("sdpa_jagged", "F.scaled_dot_product_attention on nested jagged tensors (THD + offsets, CPU)",
-       backward=False, serving=("packed",)),
+       backward=False, serving=("packed",), target=_SERVING),
     _V("flex_paged", "FlexAttention over a page cache (PagedAttention), ALiBi score_mod, compiled (CPU)",
-       compiled=True, quick=True, smoke=False, backward=False, serving=("packed", "paged", "alibi")),
-    _V("cuda_sdpa_jagged", "SDPA on nested jagged tensors (CUDA)", gpu=True, backward=False, serving=("packed",)),
+       compiled=True, quick=True, smoke=False, backward=False, serving=("packed", "paged", "alibi"),
+       target=_SERVING),
+    _V("cuda_sdpa_jagged", "SDPA on nested jagged tensors (CUDA)", gpu=True, backward=False, serving=("packed",),
+       target=_SERVING),
     _V("cuda_flex_paged", "FlexAttention over a page cache, ALiBi score_mod, a sink through the LSE (CUDA)",
-       gpu=True, compiled=True, quick=True, backward=False, serving=("packed", "paged", "sinks", "alibi")),
+       gpu=True, compiled=True, quick=True, backward=False, serving=("packed", "paged", "sinks", "alibi"),
+       target=_SERVING),
     _V("cuda_flex_decode", "FlexAttention's decode kernel (at most 16 queries) over a page cache (CUDA)",
-       gpu=True, compiled=True, quick=True, backward=False, serving=("packed", "paged", "sinks", "alibi")),
+       gpu=True, compiled=True, quick=True, backward=False, serving=("packed", "paged", "sinks", "alibi"),
+       target=_SERVING),
     _V("cuda_varlen", "torch.nn.attention.varlen.varlen_attn: FlashAttention varlen, paged KV where torch has it "
-       "(CUDA)", gpu=True, backward=False, serving=("packed", "paged")),
+       "(CUDA)", gpu=True, backward=False, serving=("packed", "paged"), target=_SERVING),
 ))
-_torch_serving.ServingTarget.STACK = STACK
-
-
-# ---------------------------------------------------------------------------------------
-# The model code. Everything from here to the end of the Modules section uses only torch,
-# numpy and math: repro_snippet() copies it verbatim into a standalone repro.py.
-# ---------------------------------------------------------------------------------------
-
-def combine_masks(add, keep_mask, struct, dtype):
-    """One SDPA attn_mask from the additive mask, the boolean mask and the structural mask
-    (True = attend): a bool mask when there is no additive one, else the additive mask with
-    -inf where a boolean mask says no."""
-    import torch
-    m = add
-    for b in (keep_mask, struct):
-        if b is None:
-            continue
-        if m is None:
-            m = b
-        elif m.dtype == torch.bool:
-            m = m & b
-        else:
-            m = torch.where(b, m, torch.tensor(float("-inf"), dtype=m.dtype, device=m.device))
-    return m
-
-
-class _Base:
-    """Static structure shared by the modules: layouts, head counts, dims, scale, masks."""
-
-    def _setup(self, cfg, **more):
-        """The configuration as plain attributes, written to the instance's __dict__ in one
-        update: nn.Module.__setattr__ looks each name up among parameters, buffers and
-        submodules first (12 of them a case were 0.12 ms of torch/explicit's 1.4 ms on the
-        CPU, profiled); none of these values is a parameter or a module."""
-        self.__dict__.update(layouts=cfg["layouts"], packed=cfg["packed"], hq=cfg["hq"], hkv=cfg["hkv"],
-                             d=cfg["d"], dv=cfg["dv"], out_layout=cfg["out_layout"], **more)
-
-    def _inputs(self, q, k, v):
-        if self.packed:
-            return unpack_qkv(q, self.layouts[0], self.hq, self.d)
-        return (to_bhsd(q, self.layouts[0], self.hq, self.d),
-                to_bhsd(k, self.layouts[1], self.hkv, self.d),
-                to_bhsd(v, self.layouts[2], self.hkv, self.dv))
-
-
-def make_modules():
-    """The module classes (defined inside a function so torch is imported lazily)."""
-    import torch
-    import torch.nn.functional as F
-
-    class SDPAModule(torch.nn.Module, _Base):
-        """F.scaled_dot_product_attention on inputs in their physical layouts."""
-
-        def __init__(self, cfg):
-            super().__init__()
-            self.configure(cfg)
-
-        def configure(self, cfg):
-            # scale None: SDPA's default 1/sqrt(D)
-            self._setup(cfg, scale=cfg["scale_arg"], is_causal=cfg["is_causal"], gqa=cfg["hq"] != cfg["hkv"])
-
-        def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
-            q, k, v = self._inputs(q, k, v)
-            if add is not None and add.dtype not in (torch.float32, q.dtype):
-                add = add.float()     # SDPA takes bool, float32 or Q's dtype; f32 holds the rest exactly
-            m = combine_masks(add, bool_mask, struct, q.dtype)
-            kw = {"enable_gqa": True} if self.gqa else {}
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=self.is_causal,
-                                               scale=self.scale, **kw)
-            return from_bhsd(o, self.out_layout)
-
-    class ExplicitModule(torch.nn.Module, _Base):
-        """The unfused graph: (Q K^T) * scale at the case's placement, softcap, masks,
-        softmax, dropout by a keep mask, P V."""
-
-        def __init__(self, cfg):
-            super().__init__()
-            self.configure(cfg)
-
-        def configure(self, cfg):
-            self._setup(cfg, placement=cfg["placement"], is_causal=cfg["is_causal"], scale=cfg["scale"],
-                        softcap=cfg["softcap"], dropout_p=cfg["dropout_p"])
-
-        def forward(self, q, k, v, add=None, bool_mask=None, struct=None, keep=None):
-            q, k, v = self._inputs(q, k, v)
-            if self.hq != self.hkv:
-                rep = self.hq // self.hkv
-                k = k.repeat_interleave(rep, dim=1)
-                v = v.repeat_interleave(rep, dim=1)
-            s = self.scale
-            if self.placement == "q":
-                scores = (q * s) @ k.transpose(-2, -1)
-            elif self.placement == "k":
-                scores = q @ (k * s).transpose(-2, -1)
-            elif self.placement == "sqrt_qk":
-                r = math.sqrt(abs(s))
-                scores = (q * r) @ (k * math.copysign(r, s)).transpose(-2, -1)
-            else:
-                scores = (q @ k.transpose(-2, -1)) * s
-            if self.softcap > 0:
-                scores = self.softcap * torch.tanh(scores / self.softcap)
-            if add is not None:
-                scores = scores + add.to(scores.dtype)
-            if bool_mask is not None:
-                scores = scores.masked_fill(~bool_mask, float("-inf"))
-            if self.is_causal:
-                sq, sk = scores.shape[-2], scores.shape[-1]
-                tri = torch.ones(sq, sk, dtype=torch.bool, device=scores.device).tril()
-                scores = scores.masked_fill(~tri, float("-inf"))
-            if struct is not None:
-                scores = scores.masked_fill(~struct, float("-inf"))
-            p = torch.softmax(scores, dim=-1)
-            if self.dropout_p >= 1.0:
-                p = torch.zeros_like(p)
-            elif self.dropout_p > 0.0:
-                p = p.masked_fill(~keep, 0.0) / (1.0 - self.dropout_p)
-            return from_bhsd(p @ v, self.out_layout)
-
-    class FlexModule(torch.nn.Module, _Base):
-        """FlexAttention as its users write it: the structural masks (causal, window, key
-        padding on the diagonal d = i + offset[b]) and the boolean mask as a mask_mod turned
-        into a block mask (the block-sparse path), softcap and the additive mask as a
-        score_mod. `struct` here is int64 [2, B]: offset[b] and the valid key count."""
-
-        def __init__(self, cfg):
-            super().__init__()
-            self.configure(cfg)
-
-        def configure(self, cfg):
-            self._setup(cfg, scale=cfg["scale_arg"], softcap=cfg["softcap"], gqa=cfg["hq"] != cfg["hkv"],
-                        causal=cfg["flex_causal"], left=cfg["flex_window"][0], right=cfg["flex_window"][1],
-                        padding=cfg["flex_padding"])
-
-        def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
-            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-            q, k, v = self._inputs(q, k, v)
-            bsz, hq, sq, sk = q.shape[0], self.hq, q.shape[2], k.shape[2]
-            cap = self.softcap
-            # Captured tensors are indexed inside the mods (views only: Inductor's CPU flex
-            # template wants every captured buffer to be a graph input).
-            a = None if add is None else add.expand(bsz, hq, sq, sk)
-            bm = None if bool_mask is None else bool_mask.expand(bsz, hq, sq, sk)
-            causal, left, right, padding = self.causal, self.left, self.right, self.padding
-
-            def score_mod(score, b, h, qi, kv):
-                if cap > 0:
-                    score = cap * torch.tanh(score / cap)
-                if a is not None:
-                    score = score + a[b, h, qi, kv].to(score.dtype)
-                return score
-
-            def mask_mod(b, h, qi, kv):
-                ok = kv >= 0
-                if struct is not None:
-                    ok = band(ok, kv, qi + struct[0, b], causal, left, right)
-                    if padding:
-                        ok = ok & (kv < struct[1, b])
-                if bm is not None:
-                    ok = ok & bm[b, h, qi, kv]
-                return ok
-
-            block_mask = None
-            if struct is not None or bm is not None:
-                heads = None if bm is None else hq
-                block_mask = create_block_mask(mask_mod, bsz, heads, sq, sk, device=q.device)
-            o = flex_attention(q, k, v, score_mod=score_mod if (cap > 0 or a is not None) else None,
-                               block_mask=block_mask, scale=self.scale, enable_gqa=self.gqa)
-            return from_bhsd(o, self.out_layout)
-
-    return SDPAModule, ExplicitModule, FlexModule
-
-
-def warm_autograd(torch, device):
-    """One tiny backward before the hello: the first backward of a process imports
-    torch.fx's symbolic shapes (4 s on an H100 host, measured), which a worker started
-    ahead of a fault (a spare) should have done before it takes over."""
-    with torch.enable_grad():
-        x = torch.ones(2, device=device, requires_grad=True)
-        y = x * 2
-        y.backward(torch.ones_like(y))
-
-
-def grad_leaves(case, args):
-    """The module's arguments with the tensors whose gradients the case asks for made
-    leaves that require grad (q, k, v or the packed buffer; the additive mask for dmask),
-    and {name: leaf}. The leaves keep the physical layout and strides (stride-0 dims
-    included), as a model's parameters or activations would arrive."""
-    args = list(args)
-    names = ["qkv"] if case.packed else ["q", "k", "v"]
-    idx = list(range(len(names)))
-    if "dmask" in case.grads:
-        names.append("mask")
-        idx.append(3)
-    leaves = {}
-    for n, i in zip(names, idx):
-        args[i] = args[i].detach().requires_grad_(True)
-        leaves[n] = args[i]
-    return args, leaves
-
-
-def grads_of(case, cfg, out, leaves, dev):
-    """out.backward(dO) (dO as sent: the output layout, its own strides): (out, {name:
-    gradient}) for the gradients the case asks for, out and dq, dk, dv as canonical
-    [B, H, S, D] tensors, dmask at the mask's shape as sent."""
-    import torch
-    do = to_torch(case.dout, dev)
-    out.backward(do)
-
-    def grad(name):
-        t = leaves[name]
-        return t.grad if t.grad is not None else torch.zeros_like(t)
-    if case.packed:
-        dq, dk, dv = unpack_qkv(grad("qkv"), cfg["layouts"][0], cfg["hq"], cfg["d"])
-    else:
-        dq = to_bhsd(grad("q"), cfg["layouts"][0], cfg["hq"], cfg["d"])
-        dk = to_bhsd(grad("k"), cfg["layouts"][1], cfg["hkv"], cfg["d"])
-        dv = to_bhsd(grad("v"), cfg["layouts"][2], cfg["hkv"], cfg["dv"])
-    g = {"dq": dq, "dk": dk, "dv": dv}
-    if "dmask" in case.grads:
-        g["dmask"] = grad("mask")
-    o = to_bhsd(out.detach(), cfg["out_layout"], cfg["hq"], cfg["dv"])
-    return o, {n: g[n] for n in case.grads}
-
-
-def backward(case, cfg, forward, args, dev):
-    """forward(args) with gradients: grads_of's (out, {name: gradient})."""
-    import torch
-    with torch.enable_grad():
-        args, leaves = grad_leaves(case, args)
-        return grads_of(case, cfg, forward(args), leaves, dev)
-
-
-def struct_input(case, cfg):
-    """The structural-mask input of a module: None, bool [B, 1, Sq, Sk] (True = attend), or
-    for FlexAttention's mask_mod int64 [2, B]: the diagonal offset and valid keys per row."""
-    if not cfg["struct"]:
-        return None
-    if cfg["kind"] == "flex":
-        return np.array([case.diag_offset, case.valid_keys], dtype=np.int64)
-    return _common.structural_allowed(case)
-
-
 
 
 # ---------------------------------------------------------------------------------------
@@ -410,66 +159,6 @@ _KERNEL_CHECKS = {
 
 
 
-def _config(case, base: str, cuda: bool) -> dict:
-    """The static structure of the module a case needs."""
-    kind, _ = _KIND[base]
-    layouts = (case.layouts["q"], case.layouts["k"], case.layouts["v"])
-    # SDPA's is_causal (top-left) when the case is exactly that and there is no other mask
-    # (SDPA refuses attn_mask together with is_causal); the explicit module builds its
-    # tril in forward for a plain causal case whatever else it has.
-    plain = _common.plain_causal(case)
-    if kind == "explicit":
-        is_causal = plain
-    elif kind == "sdpa":
-        is_causal = plain and case.amask is None and case.bmask is None
-    else:
-        is_causal = False
-    return {
-        "kind": kind,
-        "layouts": layouts,
-        "packed": case.packed,
-        "hq": case.q_heads, "hkv": case.kv_heads, "d": case.head_dim, "dv": case.v_head_dim,
-        "out_layout": _common.OUT_LAYOUT[layouts[0]],
-        "scale": float(case.scale),
-        "scale_arg": float(case.scale) if case.scale_given else None,
-        "placement": case.placement,
-        "softcap": float(case.softcap),
-        "is_causal": is_causal,
-        "struct": masks.has_structural(case) and not is_causal,
-        "flex_causal": bool(case.causal) if kind == "flex" else False,
-        "flex_window": tuple(case.window) if kind == "flex" else (-1, -1),
-        "flex_padding": case.key_padding is not None if kind == "flex" else False,
-        "dropout_p": float(case.dropout_p),
-    }
-
-
-def _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev):
-    """The module's arguments: q, k, v (or the packed buffer), the masks as sent, the
-    structural input, and for the explicit module the keep mask."""
-    import torch
-    if case.packed:
-        args = [to_torch(case.qkv, dev), None, None]
-    else:
-        args = [to_torch(q, dev), to_torch(k, dev), to_torch(v, dev)]
-    args.append(None if mask is None else to_torch(mask, dev))
-    args.append(None if bool_mask is None else to_torch(bool_mask, dev))
-    struct = struct_input(case, cfg)
-    args.append(None if struct is None else torch.from_numpy(struct).to(dev))
-    if cfg["kind"] == "explicit":
-        args.append(None if keep is None else torch.from_numpy(np.ascontiguousarray(keep)).to(dev))
-    return args
-
-
-def _host(res):
-    """A Result whose tensors (output, gradients, keep mask) may still be on the device, with
-    numpy arrays instead."""
-    def host(t):
-        return t if t is None or isinstance(t, np.ndarray) else to_numpy(t)
-    res.out = host(res.out)
-    res.dropout_keep = host(res.dropout_keep)
-    if res.grads:
-        res.grads = {n: host(t) for n, t in res.grads.items()}
-    return res
 
 
 _SDPA_SELECTED = {"target": None, "ctx": None}
@@ -493,19 +182,11 @@ def _select_sdpa(target):
     _SDPA_SELECTED["target"] = target
 
 
-# The fields of _config an eager module takes per case (its values(cfg)), not at build.
-_VALUE_FIELDS = ("scale", "scale_arg", "softcap", "dropout_p")
 
 
 class Target(_base.Target):
     STACK = STACK
     LAZY_COMPILE = True          # torch.compile compiles on the first call
-
-    def __new__(cls, variant: str):
-        # the serving paths have their own worker class (attnfuzz.targets._torch_serving)
-        if cls is Target and _base_of(variant)[0] in _torch_serving.KINDS:
-            return _torch_serving.ServingTarget(variant)
-        return super().__new__(cls)
 
     def __init__(self, variant: str):
         import torch
@@ -568,18 +249,18 @@ class Target(_base.Target):
             # Whether P @ V runs over masked keys too, so that a NaN in a masked value row
             # leaks (pytorch#101967): measured per kernel at start where one is forced, known
             # for the compiled module (Inductor's decomposition of the math kernel).
-            leaks = self.backend == "compile" or (self.sdpa_ctx is not None and self._masked_values_leak())
+            leaks = self.backend == "compile" or (self.sdpa_ctx is not None and self._probe(_torch_probes.masked_values_leak))
             conventions["masked_values"] = "ieee" if leaks else "exclude"
             # The flash kernel's debug mask did not match its output on one random case
             # (B1 H8 S8 D8, p 0.5) on an H100: not declared until that is understood.
             if self.cuda and self.backend == "EFFICIENT_ATTENTION":
                 caps.append("dropout")
                 conventions["dropout"] = "keep_mask"
-        if self.kind == "sdpa" and self.sdpa_ctx is not None and self._masked_rows_nan():
+        if self.kind == "sdpa" and self.sdpa_ctx is not None and self._probe(_torch_probes.masked_rows_nan):
             conventions["masked_rows"] = "nan"
         # SDPA adds a boolean mask as -inf: measured where a kernel is forced, known for the
         # compiled module (Inductor's decomposition adds it as the math kernel does)
-        if self.kind == "sdpa" and (self.backend == "compile" or (self.sdpa_ctx is not None and self._masked_keys_leak())):
+        if self.kind == "sdpa" and (self.backend == "compile" or (self.sdpa_ctx is not None and self._probe(_torch_probes.masked_keys_leak))):
             conventions["masked_keys"] = "ieee"
         # CUDA kernels that flush subnormal values to zero (measured on a probe)
         if self.cuda and self.kind == "sdpa" and self._flushes_denormals():
@@ -596,58 +277,17 @@ class Target(_base.Target):
             warm_autograd(self.torch, self.device)
         return {"caps": caps, "dtypes": self.dtypes, "limits": limits, "conventions": conventions}
 
-    def _probe_sdpa(self, **kw):
-        """The forced kernel's output on a tiny probe, or None when it refuses it."""
+    def _sdpa(self, **kw):
+        """F.scaled_dot_product_attention under the variant's forced kernel (the probes')."""
         torch = self.torch
-        try:
-            with torch.no_grad(), self.sdpa_ctx():
-                o = torch.nn.functional.scaled_dot_product_attention(**kw)
-            if self.cuda:
-                torch.cuda.synchronize()
-            return o
-        except RuntimeError:
-            return None
+        with torch.no_grad(), self.sdpa_ctx():
+            return torch.nn.functional.scaled_dot_product_attention(**kw)
 
-    def _probe_tensors(self):
+    def _probe(self, probe):
+        """A dense SDPA probe of _torch_probes on the forced kernel, in the first dtype."""
         torch = self.torch
         dt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.dtypes[0]]
-        return (torch.ones(1, 1, 2, 16, dtype=dt, device=self.device),
-                torch.ones(1, 1, 2, 16, dtype=dt, device=self.device))
-
-    def _masked_rows_nan(self) -> bool:
-        """Measured, not assumed (it changed between PyTorch versions): does this kernel
-        give NaN for a fully masked row?"""
-        q, _ = self._probe_tensors()
-        m = self.torch.tensor([[True, True], [False, False]], device=self.device)
-        o = self._probe_sdpa(query=q, key=q, value=q, attn_mask=m)
-        return o is not None and bool(self.torch.isnan(o[0, 0, 1]).any())
-
-    def _masked_values_leak(self) -> bool:
-        """Measured: does a NaN in the value row of a masked key reach the output? Key 1 is
-        masked for query 0 by a boolean mask and, for kernels that take no mask, by a
-        top-left causal mask."""
-        q, v = self._probe_tensors()
-        v[0, 0, 1] = float("nan")
-        m = self.torch.tensor([[True, False], [True, True]], device=self.device)
-        leaked = False
-        for kw in ({"attn_mask": m}, {"is_causal": True}):
-            o = self._probe_sdpa(query=q, key=q, value=v, **kw)
-            leaked |= o is not None and bool(self.torch.isnan(o[0, 0, 0]).any())
-        return leaked
-
-    def _masked_keys_leak(self) -> bool:
-        """Measured: does an Inf in the key row of a masked key make its query's row NaN
-        (the mask added as -inf: Inf + -inf)? Key 1 masked for query 0 by a boolean mask,
-        and by a top-left causal mask for kernels that take no mask."""
-        q, _ = self._probe_tensors()
-        k = q.clone()
-        k[0, 0, 1] = float("inf")
-        m = self.torch.tensor([[True, False], [True, True]], device=self.device)
-        leaked = False
-        for kw in ({"attn_mask": m}, {"is_causal": True}):
-            o = self._probe_sdpa(query=q, key=k, value=q, **kw)
-            leaked |= o is not None and bool(self.torch.isnan(o[0, 0, 0]).any())
-        return leaked
+        return probe(torch, self._sdpa, dt, self.device, self.cuda)
 
     def _flushes_denormals(self) -> bool:
         """Measured: does a V of subnormal values (f32: about 1e-39; bf16 has f32's exponent
@@ -664,53 +304,48 @@ class Target(_base.Target):
             return False
         q = torch.ones(1, 1, 2, 16, dtype=dt, device=self.device)
         v = _torch_layouts.subnormal_values(torch, (1, 1, 2, 16), dt, self.device)
-        try:
-            if self.sdpa_ctx is not None:
-                with torch.no_grad(), self.sdpa_ctx():
-                    o = torch.nn.functional.scaled_dot_product_attention(q, q, v)
-            else:
-                o = torch.nn.functional.scaled_dot_product_attention(q, q, v)
-            torch.cuda.synchronize()
-        except RuntimeError:
-            return False
-        exact = v.double().mean(dim=2, keepdim=True).expand_as(o)   # q = k: equal weights
-        return _torch_layouts.flushes_subnormals(o, exact, partial=name == "f32")
+        attend = ((lambda q, k, v: self._sdpa(query=q, key=k, value=v)) if self.sdpa_ctx is not None
+                  else torch.nn.functional.scaled_dot_product_attention)
+        return _torch_probes.flushes_denormals(torch, attend, q, v, 2, True, partial=name == "f32")
 
     # -- running -----------------------------------------------------------------------
-    def refuse(self, case, mask, bool_mask):
+    def refuse(self, req):
         from attnfuzz.worker import Unsupported
+        case = req.case
         if self.base == "sdpa_flash" and case.head_dim != case.v_head_dim:
             raise Unsupported("the flash kernel needs head_dim == v_head_dim")
         if self.kind == "sdpa" and case.dropout_p >= 1.0 and self.cuda:
             raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
 
-    def structure(self, case, mask, bool_mask):
+    def structure(self, req):
         # A compiled module bakes its whole configuration in: every field is in its key. An
         # eager module holds nothing but its configuration, set per case (configure): one
         # module serves every case (building one per case cost a quarter of a millisecond),
         # but for cuDNN, whose plan per structure is timed as compiling (PLANS).
         if not self.compiled and not self.PLANS:
             return ("eager",)
+        case = req.case
         cfg = _config(case, self.base, self.cuda)
         key = (case.key("shapes", "dtype", "layouts", "masks", "causal", "scale", "softcap", "dropout")
                + (("backward", case.grads),) if self.compiled else case.grads)
         return key, tuple(sorted((k, v) for k, v in cfg.items() if self.compiled or k not in _VALUE_FIELDS))
 
-    def build(self, case, q, k, v, mask, bool_mask):
+    def build(self, req):
         if self.compiled and len(self.cache) >= self.cache.capacity:
             import torch._dynamo
             torch._dynamo.reset()          # drop every guard set with the evicted modules
             self.cache.clear()
-        cfg = _config(case, self.base, self.cuda)
+        cfg = _config(req.case, self.base, self.cuda)
         cls = {"sdpa": self.SDPAModule, "explicit": self.ExplicitModule, "flex": self.FlexModule}[self.kind]
         mod = cls(cfg).to(self.device).eval()
         if self.compiled:
             mod = self.torch.compile(mod, dynamic=False, fullgraph=True)
         return mod
 
-    def execute(self, mod, case, q, k, v, mask, bool_mask):
+    def execute(self, mod, req):
         from attnfuzz.worker import Result
         torch = self.torch
+        case = req.case
         if self.cuda and self._tf32 != bool(case.allow_tf32):
             self._tf32 = bool(case.allow_tf32)
             torch.backends.cuda.matmul.allow_tf32 = self._tf32
@@ -718,14 +353,13 @@ class Target(_base.Target):
         cfg = _config(case, self.base, self.cuda)
         if not self.compiled:
             mod.configure(cfg)
-        keep = _base.keep_mask(case) if (self.kind == "explicit" and 0.0 < case.dropout_p < 1.0) else None
-        args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, self.device)
+        args = _arguments(req, cfg, self.device)
         try:
             if self.kind == "sdpa" and case.dropout_p > 0.0:
-                return self._run_sdpa_dropout(case, mod, cfg, args)
+                return self._run_sdpa_dropout(req, mod, cfg, args)
             _select_sdpa(self)
             if case.grads:
-                o, g = backward(case, cfg, lambda a: mod(*a), args, self.device)
+                o, g = backward(case, req.dout, cfg, lambda a: mod(*a), args, self.device)
                 res = Result(o, layout="bhsd", grads=g)
             else:
                 res = Result(mod(*args), layout=cfg["out_layout"])
@@ -747,7 +381,8 @@ class Target(_base.Target):
             # memory_reserved() reads every allocator statistic (0.5 ms on an H100 host,
             # measured): asked every _CUDA_KEEP_EVERY cases, and after a case of 16 MiB
             self._cases += 1
-            if self.cuda and (self._cases % _CUDA_KEEP_EVERY == 0 or q.nbytes + k.nbytes + v.nbytes > 1 << 24) \
+            if self.cuda and (self._cases % _CUDA_KEEP_EVERY == 0
+                              or req.q.nbytes + req.k.nbytes + req.v.nbytes > 1 << 24) \
                     and torch.cuda.memory_reserved() > _CUDA_KEEP_BYTES:
                 torch.cuda.empty_cache()
 
@@ -835,7 +470,7 @@ class Target(_base.Target):
             why = "; ".join(str(x.message).split(" (Triggered")[0] for x in w) or "its input checks"
             raise Unsupported(f"{self.backend} declines the case: {why}")
 
-    def _run_sdpa_dropout(self, case, mod, cfg, args):
+    def _run_sdpa_dropout(self, req, mod, cfg, args):
         """CUDA flash / memory-efficient SDPA with dropout: the kernel's own Philox RNG, its
         keep mask extracted the way PyTorch's tests do (test_transformers.py): the flash
         op's debug mask (negative = dropped), or _fill_mem_eff_dropout_mask_ replaying the
@@ -844,6 +479,7 @@ class Target(_base.Target):
         first."""
         from attnfuzz.worker import Result, Unsupported
         torch = self.torch
+        case = req.case
         with torch.set_grad_enabled(bool(case.grads)):
             leaves = None
             if case.grads:
@@ -890,7 +526,7 @@ class Target(_base.Target):
                 keep = m > p
             out = from_bhsd(out, cfg["out_layout"])
             if case.grads:
-                o, g = grads_of(case, cfg, out, leaves, self.device)
+                o, g = grads_of(case, req.dout, cfg, out, leaves, self.device)
                 res = Result(o, layout="bhsd", grads=g)
             else:
                 res = Result(out, layout=cfg["out_layout"])
@@ -900,25 +536,27 @@ class Target(_base.Target):
 
 
 def repro_snippet(variant: str) -> str:
-    """Standalone source: `attention(case, q, k, v, mask=None, bool_mask=None, keep=None)`
-    with torch and numpy only (the same module code the worker runs, on the same physical
-    inputs); returns the output as [B, Hq, Sq, Dv]."""
+    """Standalone source: `attention(req)` and `gradients(req)` with torch and numpy only
+    (the model code of _torch_model the worker runs, on the same physical inputs); returns
+    the output as [B, Hq, Sq, Dv]. (A serving variant's: _torch_serving.repro_snippet, the
+    module of the class that runs it.)"""
+    if STACK.variant(variant).target:
+        raise ValueError("torch/%s runs as %s: its repro snippet is that module's" % (variant, _SERVING))
     base, cuda = _base_of(variant)
-    if base in _torch_serving.KINDS:
-        return _torch_serving.repro_snippet_source(variant)
     kind, backend = _KIND[base]
     sdpa_backend = backend if kind == "sdpa" and backend not in (None, "compile") else None
     return _common.snippet(
         ["import torch"],
-        _torch_layouts.FUNCTIONS + (combine_masks, grad_leaves, grads_of, backward, struct_input, _config,
-                                    _arguments, _Base, make_modules),
+        _torch_layouts.FUNCTIONS + (combine_masks, grad_leaves, grads_of, backward, _torch_model.struct_input,
+                                    _config, _arguments, _torch_model._Base, make_modules),
         consts={"_KIND": _KIND},
         tail=f'''
 
-def model(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """{variant}'s module on the case's device, its config, its arguments from the physical
-    inputs, the device, and the context that forces its SDPA kernel (if any)."""
+def model(req):
+    """{variant}'s module on the case's device, its config, its arguments from the request's
+    physical inputs, the device, and the context that forces its SDPA kernel (if any)."""
     import contextlib
+    case = req.case
     dev = {"'cuda'" if cuda else "'cpu'"}
     if dev == 'cuda':
         torch.backends.cuda.matmul.allow_tf32 = bool(case.allow_tf32)
@@ -929,7 +567,7 @@ def model(case, q, k, v, mask=None, bool_mask=None, keep=None):
     mod = cls(cfg).to(dev).eval()
     if {backend == 'compile'!r}:
         mod = torch.compile(mod, dynamic=False, fullgraph=True)
-    args = _arguments(case, cfg, q, k, v, mask, bool_mask, keep, dev)
+    args = _arguments(req, cfg, dev)
     kernel = {sdpa_backend!r}      # the SDPA kernel this variant forces, if any
     if kernel is None:
         return mod, cfg, args, dev, contextlib.nullcontext()
@@ -937,28 +575,28 @@ def model(case, q, k, v, mask=None, bool_mask=None, keep=None):
     return mod, cfg, args, dev, sdpa_kernel([getattr(SDPBackend, kernel)])
 
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """{variant}: q, k, v (and masks) as numpy arrays in the case's physical layout;
-    `keep` is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout. Returns the
-    output as [B, Hq, Sq, Dv]."""
-    mod, cfg, args, dev, forced = model(case, q, k, v, mask, bool_mask, keep)
+def attention(req):
+    """{variant}: req.q, req.k, req.v (and masks) as numpy arrays in the case's physical
+    layout; req.keep is the dropout keep mask [B, Hq, Sq, Sk] when the case has dropout.
+    Returns the output as [B, Hq, Sq, Dv]."""
+    case = req.case
+    mod, cfg, args, dev, forced = model(req)
     with torch.no_grad(), forced:
         out = mod(*args)
     return layouts.to_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
 
 
-def gradients(case, q, k, v, dout, mask=None, bool_mask=None, keep=None):
-    """{variant}, backward as a training step runs it: out.backward(dout) with dout (the
-    upstream gradient, numpy, in the output layout) on leaves made from the physical
-    inputs. Returns the gradients the case asks for as numpy: dq, dk, dv as
-    [B, H, S, D], dmask at the mask's shape."""
-    mod, cfg, args, dev, forced = model(case, q, k, v, mask, bool_mask, keep)
-    case.dout = dout
+def gradients(req):
+    """{variant}, backward as a training step runs it: out.backward(req.dout) (the upstream
+    gradient, numpy, in the output layout) on leaves made from the physical inputs. Returns
+    the gradients the case asks for as numpy: dq, dk, dv as [B, H, S, D], dmask at the
+    mask's shape."""
+    mod, cfg, args, dev, forced = model(req)
     with forced:
-        _, g = backward(case, cfg, lambda a: mod(*a), args, dev)
+        _, g = backward(req.case, req.dout, cfg, lambda a: mod(*a), args, dev)
     return {{n: to_numpy(t) for n, t in g.items()}}
 ''')
 
 
 if __name__ == "__main__":
-    sys.exit(_base.main(STACK, Target))
+    sys.exit(_base.main(STACK))

@@ -325,13 +325,13 @@ def config(case, mask, bool_mask, variant):
     }
 
 
-def arguments(case, q, k, v, mask, bool_mask, keep, cfg):
+def arguments(req, cfg):
     """The module's input arrays, in order (_common.dense_arguments); a bf16 mask as f32
     (exact): neither torch.from_numpy nor tvm's frontend takes bf16 (explicit only; the
     SDPA variants refuse a mask dtype other than Q's)."""
-    if mask is not None and mask.dtype.name == "bfloat16":
-        mask = mask.astype(np.float32)
-    return _common.dense_arguments(case, q, k, v, mask, bool_mask, keep, cfg["inputs"])
+    if req.mask is not None and req.mask.dtype.name == "bfloat16":
+        req = req.replace(mask=req.mask.astype(np.float32))
+    return _common.dense_arguments(req, cfg["inputs"])
 
 
 class Target(_base.Target):
@@ -358,22 +358,22 @@ class Target(_base.Target):
         # tvm's PyTorch frontend has no bfloat16
         return {"caps": caps, "dtypes": ["f32", "f16"], "limits": {"max_bytes": 64 << 20}, "conventions": conv}
 
-    def build(self, case, q, k, v, mask, bool_mask):
-        cfg = config(case, mask, bool_mask, self.variant)
-        example = arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg)
+    def build(self, req):
+        cfg = config(req.case, req.mask, req.bool_mask, self.variant)
+        example = arguments(req, cfg)
         return (build_relax(cfg, example) if cfg["kind"] == "relax" else build(cfg, example)), cfg
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
         from attnfuzz.worker import Result
         fn, cfg = art
-        args = arguments(case, q, k, v, mask, bool_mask, _base.keep_mask(case), cfg)
+        args = arguments(req, cfg)
         out = call_relax(fn, args) if cfg["kind"] == "relax" else call(fn, args)
         return Result(out, layout=cfg["out_layout"])
 
 
 def repro_snippet(variant: str) -> str:
-    """Python source defining attention(case, q, k, v, mask=None, bool_mask=None, keep=None)
-    with torch, tvm and numpy only; returns the output as [B, Hq, Sq, Dv]."""
+    """Python source defining attention(req) with torch, tvm and numpy only; returns the
+    output as [B, Hq, Sq, Dv]."""
     STACK.variant(variant)
     return _common.snippet(
         ["import torch", "import tvm", "from tvm import relax"],
@@ -381,14 +381,16 @@ def repro_snippet(variant: str) -> str:
                                     relax_unpack, relax_from_bshd, build_relax, call_relax, config, arguments),
         consts={"VARIANT": variant, "_MODULE_CLASS": []}, tail='''
 
-def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
-    """q, k, v: numpy arrays in the case's physical layouts (case.qkv: the packed buffer)."""
-    cfg = config(case, mask, bool_mask, VARIANT)
-    args = arguments(case, q, k, v, mask, bool_mask, keep, cfg)
+def attention(req):
+    """req.q, req.k, req.v: numpy arrays in the case's physical layouts (req.qkv: the packed
+    buffer)."""
+    case = req.case
+    cfg = config(case, req.mask, req.bool_mask, VARIANT)
+    args = arguments(req, cfg)
     out = call_relax(build_relax(cfg, args), args) if cfg["kind"] == "relax" else call(build(cfg, args), args)
     return layouts.to_bhsd(out, cfg["out_layout"], case.q_heads, case.v_head_dim)
 ''')
 
 
 if __name__ == "__main__":
-    sys.exit(_base.main(STACK, Target))
+    sys.exit(_base.main(STACK))
