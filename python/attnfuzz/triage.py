@@ -152,7 +152,7 @@ def model_output(case, b, knobs):
     Hkv, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
     g = Hq // Hkv
     with np.errstate(all="ignore"):
-        s0, s, live = reference._scores(case, q, k, mask, bmask, 0, Sq)
+        s0, s, live = reference._scores(case, q, k, mask, bmask, 0, Sq, reference._serving_tables(case, None, None)[1])
         # masked by a mask (structural, boolean, an additive -inf), not by its own score
         masked = np.zeros(s.shape, dtype=bool) if live is None else ~np.broadcast_to(live, s.shape)
         if mask is not None:
@@ -323,7 +323,7 @@ def models(b, meta):
     res = []
     note = None
     where = _failing_rows(case, b, out, atol, rtol)
-    if case.sinks is not None or case.forms:
+    if case.forms:  # the serving forms, sinks and ALiBi among them
         note = "a serving case: only the recorded reference and the dtype's accumulation bound are judged"
         table = [MODELS[0]]
     elif not _own_keep(case, rec):
@@ -393,8 +393,9 @@ def _failing_rows(case, b, out, atol, rtol):
         return "none"
     try:
         with np.errstate(all="ignore"):
-            q, k = (np.asarray(b[n], dtype=np.float64) for n in ("q", "k"))
-            _, s, live = reference._scores(case, q, k, b.get("mask"), b.get("bool_mask"), 0, case.q_len)
+            q, k = (reference.dequantized(case, b[n], n) for n in ("q", "k"))
+            _, s, live = reference._scores(case, q, k, b.get("mask"), b.get("bool_mask"), 0, case.q_len,
+                                           reference._serving_tables(case, None, None)[1])
             dead = np.where(np.isnan(s), -np.inf, s).max(axis=-1, keepdims=True) == -np.inf
             by_mask = np.ones(dead.shape, dtype=bool) if live is None else ~np.broadcast_to(
                 live, s.shape).any(axis=-1, keepdims=True)
