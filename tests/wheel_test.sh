@@ -89,7 +89,8 @@ for req in md.requires("attnfuzz"):
 decl = json.loads(subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--declared"], check=True,
                                  stdout=subprocess.PIPE).stdout)
 want = {st["stack"]: st["pip"] or st["gpu_pip"] for st in decl if st["pip"] or st["gpu_pip"]}
-want["all"] = [p for st in decl for p in st["pip"]]
+# every CPU stack's pins in order, each once (IREE and ORT both pin onnx)
+want["all"] = list(dict.fromkeys(p for st in decl for p in st["pip"]))
 for name in ("torch", "jax", "ort", "openvino", "tvm"):
     assert name in want, "stack %s declares no pins" % name
 assert extras == want, "extras %s, declared %s" % (extras, want)
