@@ -515,7 +515,7 @@ def repro_snippet(variant):
         _torch_layouts.FUNCTIONS + (band, cudnn_alibi_ok, io_type, torch_dtype, cudnn_inputs, logical,
                                     contiguous_strides, finish, build_graph, run_graph, cudnn_attention),
         consts={"UID": UID},
-        namespaces={"serving": [serving.cu_seqlens]},
+        namespaces={"serving": [serving.cu_seqlens, serving.seg_q, serving.padded_out]},
         tail=f'''
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
@@ -524,13 +524,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     handle = cudnn.create_handle()
     out, lay, _, _ = cudnn_attention(case, q, k, v, mask, "cuda", handle)
     out = to_numpy(out)
-    if lay == "thd":
-        full = np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim), dtype=out.dtype)
-        cu = serving.cu_seqlens([case.seg_q(b) for b in range(case.batch)])
-        for b in range(case.batch):
-            full[b, :, :cu[b + 1] - cu[b]] = out[cu[b]:cu[b + 1]].transpose(1, 0, 2)
-        return full
-    return out
+    return serving.padded_out(case, out, "thd") if lay == "thd" else out
 ''')
 
 

@@ -183,20 +183,14 @@ def repro_snippet(variant):
     return _common.snippet(
         ["import torch"],
         _torch_layouts.FUNCTIONS + (fa_window, bshd_inputs, fa4_attention),
-        namespaces={"serving": [serving.cu_seqlens]},
+        namespaces={"serving": [serving.cu_seqlens, serving.seg_q, serving.padded_out]},
         tail=f'''
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """fa4/{variant}: q, k, v as the worker kit hands them. Returns [B, Hq, Sq, Dv]."""
     out, lay, _ = fa4_attention(case, q, k, v, "cuda", {variant!r})
     out = to_numpy(out)
-    if lay == "thd":
-        full = np.zeros((case.batch, case.q_heads, case.q_len, case.v_head_dim), dtype=out.dtype)
-        cu = serving.cu_seqlens([case.seg_q(b) for b in range(case.batch)])
-        for b in range(case.batch):
-            full[b, :, :cu[b + 1] - cu[b]] = out[cu[b]:cu[b + 1]].transpose(1, 0, 2)
-        return full
-    return out
+    return serving.padded_out(case, out, "thd") if lay == "thd" else out
 ''')
 
 
