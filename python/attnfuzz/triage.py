@@ -934,6 +934,18 @@ def _model_class(best, rec, dtype):
     return best["class"], None
 
 
+def versions(meta):
+    """{backend: {"version": ..., "libs": {...}}} as the bundle recorded them: what an upstream
+    report must state and what bisect starts from."""
+    out = {}
+    for b in meta.get("backends") or []:
+        row = {"version": b.get("version")}
+        if b.get("libs"):
+            row["libs"] = b["libs"]
+        out[b.get("name")] = row
+    return out
+
+
 def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, without=(), share_with=None):
     """The triage of one bundle as a JSON-able dict: share=False makes no replay;
     share_with names the backends to replay on (default: share_backends)."""
@@ -957,7 +969,7 @@ def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, wit
     res = {"bundle": path, "kind": meta.get("kind"), "who": meta.get("who"), "tensor": meta.get("tensor") or "out",
            "verdict": v, "models": rows, "models_note": note, "best_model": (best_model(rows) or {}).get("name"),
            "known_match": mid, "left_out": sorted(left_out), "neighbours": near, "sharing": shared,
-           "sensitivity": sens, "minimized": meta.get("minimized")}
+           "sensitivity": sens, "minimized": meta.get("minimized"), "versions": versions(meta)}
     res["draft_entry"] = draft_entry(meta, v, sens)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
@@ -993,6 +1005,9 @@ def render(r, file=sys.stdout):
             p("    (%d other models fail as many elements as the reference or more)" % (len(r["models"]) - len(shown)))
     if r["models_note"]:
         p("  note       %s" % r["models_note"])
+    for name, row in sorted(r["versions"].items()):
+        libs = ", ".join("%s %s" % kv for kv in sorted((row.get("libs") or {}).items()))
+        p("  version    %-40s %s%s" % (name, row["version"] or "-", " (%s)" % libs if libs else ""))
     p("  known      %s%s" % (r["known_match"] or "no entry matches",
                             " (left out: %s)" % ", ".join(r["left_out"]) if r["left_out"] else ""))
     for n in r["neighbours"]:

@@ -29,7 +29,6 @@ log-sum-exp a sink needs (no cap sinks there)."""
 from __future__ import annotations
 
 import inspect
-import math
 from types import SimpleNamespace
 
 import numpy as np
