@@ -195,6 +195,7 @@ class Corpus(unittest.TestCase):
         r = triage.triage(self.BUNDLE, entries, share=False)
         self.assertEqual(r["known_match"], "ort-attention-mask-lowest-drops-key")
         self.assertEqual(r["verdict"]["class"], "real_bug")
+        self.assertEqual(r["versions"], {"target:ort/attention": {"version": "1.32.0"}})   # its case.json
         b = triage.triage(self.BUNDLE, entries, share=False, blind=True)
         self.assertEqual(b["left_out"], ["ort-attention-mask-lowest-drops-key"])
         self.assertNotEqual(b["known_match"], "ort-attention-mask-lowest-drops-key")
