@@ -1,6 +1,15 @@
 # The regression corpus: one minimized bundle per seeded bug, each must still be found.
 add_test(NAME regress_corpus COMMAND ${PROJECT_BINARY_DIR}/attnfuzz regress --strict ${PROJECT_SOURCE_DIR}/corpus/regress)
 set_tests_properties(regress_corpus PROPERTIES LABELS "sanitize" TIMEOUT 120)
+# A bundle named itself (a directory holding case.json) is a corpus of one; a directory with
+# no bundle in it says so on stderr.
+add_test(NAME regress_one_bundle COMMAND ${PROJECT_BINARY_DIR}/attnfuzz regress --strict
+         ${PROJECT_SOURCE_DIR}/corpus/regress/diverge-5868ff954b2aa973/)
+set_tests_properties(regress_one_bundle PROPERTIES TIMEOUT 60
+                     PASS_REGULAR_EXPRESSION "1 bundles: 1 checks same, 0 fixed, 0 regressed")
+file(MAKE_DIRECTORY ${PROJECT_BINARY_DIR}/regress-empty)
+add_test(NAME regress_empty_dir COMMAND ${PROJECT_BINARY_DIR}/attnfuzz regress ${PROJECT_BINARY_DIR}/regress-empty)
+set_tests_properties(regress_empty_dir PROPERTIES TIMEOUT 60 PASS_REGULAR_EXPRESSION "regress-empty: no bundle in it")
 
 # regress --junit / --waive: the XML's testsuite/testcase/failure/error/skipped counts
 # agree, one testcase per bundle, the failure text is the verdict line (stdlib Python).

@@ -1149,10 +1149,24 @@ int af_cmd_regress(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     double start = af_now();
     for (int a = optind; a < argc && !oom; a++) {
-        /* a merged directory or a shard's (attnfuzz merge, fuzz --root): its crashes/ */
+        /* a bundle itself (a directory holding case.json): that one bundle */
         char sub[2048];
         struct stat ds;
-        int w = snprintf(sub, sizeof sub, "%s/crashes", argv[a]);
+        int w = snprintf(sub, sizeof sub, "%s/case.json", argv[a]);
+        if (w > 0 && (size_t)w < sizeof sub && stat(sub, &ds) == 0 && S_ISREG(ds.st_mode)) {
+            char bdir[2048];
+            snprintf(bdir, sizeof bdir, "%s", argv[a]);
+            size_t n = strlen(bdir);
+            while (n > 1 && bdir[n - 1] == '/') bdir[--n] = '\0';
+            char *slash = strrchr(bdir, '/');
+            const char *name = slash ? slash + 1 : bdir, *parent = ".";
+            if (slash == bdir) parent = "/";
+            else if (slash) *slash = '\0', parent = bdir;
+            oom = af_regress_corpus_add(&c, parent, name, argv[a], &cfg) != 0;
+            continue;
+        }
+        /* a merged directory or a shard's (attnfuzz merge, fuzz --root): its crashes/ */
+        w = snprintf(sub, sizeof sub, "%s/crashes", argv[a]);
         const char *dir = w > 0 && (size_t)w < sizeof sub && stat(sub, &ds) == 0 && S_ISDIR(ds.st_mode) ? sub : argv[a];
         struct dirent **ents;
         int ne = scandir(dir, &ents, NULL, alphasort);
@@ -1161,6 +1175,7 @@ int af_cmd_regress(int argc, char **argv) {
             rc = 2;
             continue;
         }
+        size_t before = c.j.n;
         for (int e = 0; e < ne; e++) {
             char path[4096];
             struct stat sb;
@@ -1171,6 +1186,8 @@ int af_cmd_regress(int argc, char **argv) {
             free(ents[e]);
         }
         free(ents);
+        if (c.j.n == before && !oom)
+            fprintf(stderr, "attnfuzz regress: %s: no bundle in it (a bundle is a directory holding case.json)\n", dir);
     }
     size_t *order = oom ? NULL : af_regress_order(&c);
     bool *finished = order ? af_calloc(c.j.n ? c.j.n : 1, sizeof *finished) : NULL;
