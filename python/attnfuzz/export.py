@@ -83,7 +83,8 @@ def graph_kind(case, meta, asked=None):
 
 def request_of(b):
     """The request attnfuzz sent for the bundle b (bundle.load): physical inputs in the
-    case's dtype and layouts, the masks as sent, the dropout keep mask."""
+    case's dtype and layouts, the masks as sent, the dropout keep mask (as the repro
+    scripts' inputs() builds it)."""
     from . import rng
     case = Case(b["case"])
     arrays = layouts.physical_inputs(case, b["q"], b["k"], b["v"], b.get("mask"), b.get("bool_mask"))

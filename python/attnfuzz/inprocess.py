@@ -47,10 +47,17 @@ class Outcome:
 
 
 class Finding:
-    """A bundle the campaign stored: kind, bundle (its directory), who (the backend)."""
+    """A bundle the campaign stored: kind, bundle (its directory), who (the backend),
+    error (the function's exception as "Type: message" for kind error, else None)."""
 
     def __init__(self, kind, bundle, who):
         self.kind, self.bundle, self.who = kind, bundle, who
+        self.error = None
+        try:
+            with open(os.path.join(bundle, "case.json")) as f:
+                self.error = next((b.get("error") for b in json.load(f).get("backends") or [] if b.get("error")), None)
+        except (OSError, ValueError):
+            pass
 
     def __repr__(self):
         return "%s on %s: bundle %s" % (self.kind, self.who, self.bundle)
@@ -73,9 +80,10 @@ def request_runner(fn, array="numpy"):
             kw["mask"] = np.ascontiguousarray(masks.additive_bhsd(case, req.mask)).astype(q.dtype)
         if array == "torch":
             import torch
-            q, k, v = (torch.from_numpy(x) for x in (q, k, v))
+            # copies: the request's views are read-only, torch tensors are not
+            q, k, v = (torch.from_numpy(np.array(x)) for x in (q, k, v))
             if "mask" in kw:
-                kw["mask"] = torch.from_numpy(kw["mask"])
+                kw["mask"] = torch.from_numpy(np.array(kw["mask"]))
         out = fn(q, k, v, **kw)
         if hasattr(out, "detach"):       # a torch tensor
             out = out.detach().float().cpu().numpy() if str(out.dtype) == "torch.bfloat16" else out.detach().cpu().numpy()

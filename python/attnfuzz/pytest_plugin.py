@@ -158,60 +158,51 @@ class RegressRun:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _regress(self, exe, runnable, tmp, opt):
-        # regress takes directories of bundles: one directory of links per source
-        # directory, so names stay unique and only the runnable bundles run
-        groups, where = {}, {}
+        # regress takes directories of bundles: one directory of links per source directory
+        # (gN/NAME, relative to tmp, where both commands run), so names stay unique and only
+        # the runnable bundles run
+        groups, links = {}, {}
         for p in runnable:
-            parent = os.path.dirname(os.path.abspath(p))
-            g = groups.setdefault(parent, os.path.join(tmp, "g%d" % len(groups)))
-            os.makedirs(g, exist_ok=True)
-            link = os.path.join(g, os.path.basename(p))
-            os.symlink(os.path.abspath(p), link)
-            where[(os.path.basename(g), os.path.basename(p))] = p
+            g = groups.setdefault(os.path.dirname(os.path.abspath(p)), "g%d" % len(groups))
+            os.makedirs(os.path.join(tmp, g), exist_ok=True)
+            os.symlink(os.path.abspath(p), os.path.join(tmp, g, os.path.basename(p)))
+            links[g + "/" + os.path.basename(p)] = p
         extra = [a for f in opt("--attnfuzz-known") for a in ("--known", os.path.abspath(f))]
-        known = subprocess.run([exe, "known"] + extra + [os.path.join(g, n) for g, n in
-                                                 ((groups[os.path.dirname(os.path.abspath(p))],
-                                                   os.path.basename(p)) for p in runnable)],
-                               capture_output=True, text=True, cwd=tmp)
-        for line in known.stdout.splitlines():
-            m = re.match(r"(\S+): .*known bug (\S+)", line)
-            if m:
-                g, n = os.path.relpath(m.group(1).rstrip("/"), tmp).split(os.sep)[:2]
-                if (g, n) in where:
-                    self.known[where[(g, n)]] = m.group(2)
+        known = subprocess.run([exe, "known"] + extra + list(links), capture_output=True, text=True, cwd=tmp)
+        for line in known.stdout.splitlines():   # "gN/NAME: KIND WHO: known bug ID (CLASS): TITLE"
+            m = re.match(r"(\S+?)/?: .*?known bug (\S+)", line)
+            if m and m.group(1) in links:
+                self.known[links[m.group(1)]] = m.group(2)
         junit = os.path.join(tmp, "regress.xml")
         cmd = [exe, "regress", "--junit", junit, "--jobs", str(max(1, opt("--attnfuzz-jobs")))] + extra
         if opt("--attnfuzz-timeout"):
-            cmd += ["--timeout", "%g" % opt("--attnfuzz-timeout"), "--compile-timeout", "%g" % opt("--attnfuzz-timeout")]
-        r = subprocess.run(cmd + sorted(os.path.basename(g) for g in groups.values()), capture_output=True,
-                           text=True, cwd=tmp)
-        if not os.path.exists(junit):
-            for p in runnable:
-                self.results[p] = ("error", "attnfuzz regress wrote no report (exit %d): %s"
-                                   % (r.returncode, r.stderr.strip()[-2000:]))
-            return
-        for tc in ET.parse(junit).iter("testcase"):
-            g = tc.get("classname", "").rsplit(".", 1)[-1]
-            p = where.get((os.path.basename(g), tc.get("name")))
-            if p is None:
-                continue
-            # regress names the link (gN/NAME): name the bundle as the user gave it
-            text = (tc.findtext("system-out") or "").strip().replace(os.path.join(g, tc.get("name")), p)
-            for child in ("failure", "error"):
-                e = tc.find(child)
-                if e is not None:
-                    msg = (e.get("message") or "") + "\n" + (e.text or "")
-                    self.results[p] = ("regressed" if child == "failure" else "error", (text or msg).strip())
-                    break
-            else:
-                word = text.split(None, 1)[0] if text else ""
-                status = word.lower() if word.lower() in ("same", "fixed", "waived", "skip") else "same"
-                if tc.find("skipped") is not None and status not in ("waived",):
-                    status = "skip" if _NEEDS_RE.search(text) or word.lower() == "skip" else "waived"
-                self.results[p] = (status, text)
+            t = "%g" % opt("--attnfuzz-timeout")
+            cmd += ["--timeout", t, "--compile-timeout", t]
+        r = subprocess.run(cmd + sorted(groups.values()), capture_output=True, text=True, cwd=tmp)
+        why = "(exit %d): %s" % (r.returncode, r.stderr.strip()[-2000:])
+        if os.path.exists(junit):
+            for tc in ET.parse(junit).iter("testcase"):
+                # classname "attnfuzz.regress.gN", name the bundle's directory name
+                link = tc.get("classname", "").rsplit(".", 1)[-1] + "/" + tc.get("name", "")
+                if link in links:
+                    self.results[links[link]] = _verdict(tc, link, links[link])
         for p in runnable:
-            self.results.setdefault(p, ("error", "attnfuzz regress did not report this bundle (exit %d): %s"
-                                        % (r.returncode, r.stderr.strip()[-2000:])))
+            self.results.setdefault(p, ("error", "attnfuzz regress did not report this bundle " + why))
+
+
+def _verdict(tc, link, path):
+    """(status, verdict line) of one JUnit testcase of attnfuzz regress."""
+    text = (tc.findtext("system-out") or "").strip().replace(link, path)   # the bundle as the user named it
+    for tag, status in (("failure", "regressed"), ("error", "error")):
+        e = tc.find(tag)
+        if e is not None:
+            return status, text or ((e.get("message") or "") + "\n" + (e.text or "")).strip()
+    word = text.split(None, 1)[0].lower() if text else ""
+    if tc.find("skipped") is not None:
+        return ("waived" if word == "waived" else "skip"), text
+    if word in ("same", "fixed"):
+        return word, text
+    return "error", "attnfuzz regress said %r" % text
 
 
 class BundleItem(pytest.Item):
@@ -297,7 +288,7 @@ def attnfuzz_fuzz(request, tmp_path_factory):
         res = fuzz_function(fn, runs=runs, time=budget, crashes=crashes, exe=exe, **options)
         f = res.finding
         if f is not None:
-            pytest.fail("attnfuzz: %s gives %s: bundle %s (attnfuzz show %s)" % (f.who, f.kind, f.bundle, f.bundle),
-                        pytrace=False)
+            pytest.fail("attnfuzz: %s gives %s: bundle %s (attnfuzz show %s)%s"
+                        % (f.who, f.kind, f.bundle, f.bundle, "\n" + f.error if f.error else ""), pytrace=False)
         return res.execs
     return fuzz

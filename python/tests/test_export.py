@@ -174,6 +174,23 @@ class ExportPolygraphy(unittest.TestCase):
         finally:
             shutil.rmtree(tmp)
 
+    def test_polygraphy_run_compares_onnxrt_with_reference(self):
+        # the files as the user runs them: polygraphy run --onnxrt against the expected output
+        poly = os.path.join(os.path.dirname(sys.executable), "polygraphy")
+        if not os.access(poly, os.X_OK):
+            self.skipTest("polygraphy not installed")
+        import subprocess
+        tmp = tempfile.mkdtemp(prefix="attnfuzz-export-")
+        try:
+            d, inp, out = (os.path.join(tmp, n) for n in ("onnx", "in.json", "out.json"))
+            self.assertEqual(export.main([GQA, "--onnx", d, "--polygraphy", inp, "--polygraphy-outputs", out]), 0)
+            r = subprocess.run([poly, "run", os.path.join(d, "model.onnx"), "--onnxrt", "--load-inputs", inp,
+                                "--load-outputs", out], capture_output=True, text=True, timeout=600)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            self.assertIn("Passed: 1/1 iterations", r.stdout + r.stderr)
+        finally:
+            shutil.rmtree(tmp)
+
 
 if __name__ == "__main__":
     unittest.main()
