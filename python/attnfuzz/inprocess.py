@@ -29,6 +29,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 
@@ -143,7 +144,6 @@ def fuzz_function(fn, runs=None, time=None, seed=1, crashes=None, exe=None, name
     then). exe: the
     attnfuzz binary (default: as the pytest plugin finds it). Raises RuntimeError when
     attnfuzz fails to run (exit 2)."""
-    from .pytest_plugin import attnfuzz_exe
     exe = exe or attnfuzz_exe()
     if not exe:
         raise RuntimeError("no attnfuzz binary ($ATTNFUZZ_EXE, the wheel's, build/attnfuzz, PATH)")
@@ -158,7 +158,7 @@ def fuzz_function(fn, runs=None, time=None, seed=1, crashes=None, exe=None, name
     server = _Server(sock, request_runner(fn, array), name, hello_caps(dtypes, gqa), conv, dtypes)
     relay = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_relay.py")
     stats = os.path.join(work, "stats.json")
-    cmd = [exe, "fuzz", "--backend", "worker:%s %s %s" % (_python(), relay, sock), "--crashes", crashes,
+    cmd = [exe, "fuzz", "--backend", "worker:%s %s %s" % (sys.executable, relay, sock), "--crashes", crashes,
            "--max-findings", "1", "--seed", str(seed), "--timeout", str(timeout), "--no-known", "--quiet",
            "--serving", "0", "--fp8", "0", "--backward", "0", "--stats", stats]
     if time is not None:
@@ -166,7 +166,7 @@ def fuzz_function(fn, runs=None, time=None, seed=1, crashes=None, exe=None, name
     if runs is not None or time is None:
         cmd += ["--runs", str(runs or 1000)]
     try:
-        r = subprocess.run(cmd + list(extra_args), capture_output=True, text=True)
+        r = subprocess.run(cmd + list(extra_args), capture_output=True, text=True, env=exe_env(exe))
         execs = 0
         if os.path.exists(stats):
             with open(stats) as f:
@@ -183,6 +183,27 @@ def fuzz_function(fn, runs=None, time=None, seed=1, crashes=None, exe=None, name
     return Outcome(Finding(found[0].split("-", 1)[0], os.path.join(crashes, found[0]), "worker:" + name), execs)
 
 
-def _python():
-    import sys
-    return sys.executable
+def attnfuzz_exe(given=None):
+    """The attnfuzz binary, or None: given, else $ATTNFUZZ_EXE, else the wheel's
+    (attnfuzz/bin/attnfuzz), else build/attnfuzz of the checkout this package is in, else
+    `attnfuzz` on PATH."""
+    if given:
+        return given
+    if os.environ.get("ATTNFUZZ_EXE"):
+        return os.environ["ATTNFUZZ_EXE"]
+    from . import __main__ as wheel
+    if os.access(wheel.binary(), os.X_OK):
+        return wheel.binary()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = os.path.join(root, "build", "attnfuzz")
+    return p if os.access(p, os.X_OK) else shutil.which("attnfuzz")
+
+
+def exe_env(exe):
+    """The environment to run exe in: the wheel's binary gets this interpreter as
+    $ATTNFUZZ_PYTHON, as the wheel's `attnfuzz` command gives it (attnfuzz/__main__.py), so
+    its targets run here; a checkout's build/attnfuzz finds its own .venv."""
+    from . import __main__ as wheel
+    if os.path.realpath(exe) == os.path.realpath(wheel.binary()):
+        return dict(os.environ, ATTNFUZZ_PYTHON=sys.executable)
+    return None

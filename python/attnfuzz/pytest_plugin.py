@@ -25,7 +25,7 @@ GPU) is skipped naming the target and why, without running. Given only
 `--attnfuzz-regress`, pytest collects nothing else (no test files from the current
 directory); positional paths add their tests as usual.
 
-The binary: `--attnfuzz-exe`, else $ATTNFUZZ_EXE, else the wheel's (attnfuzz/bin/attnfuzz),
+The binary: `--attnfuzz-exe`, else attnfuzz.inprocess.attnfuzz_exe(): $ATTNFUZZ_EXE, the wheel's,
 else build/attnfuzz of the checkout this package is in, else `attnfuzz` on PATH.
 """
 
@@ -56,20 +56,6 @@ def pytest_addoption(parser):
     g.addoption("--attnfuzz-known", action="append", default=[], metavar="FILE",
                 help="also the known bugs of FILE, a known.json (attnfuzz --known FILE; repeatable)")
     g.addoption("--attnfuzz-exe", metavar="PATH", help="the attnfuzz binary (default: found as the module says)")
-
-
-def attnfuzz_exe(given=None):
-    """The attnfuzz binary (the module's doc says where it is looked for), or None."""
-    if given:
-        return given
-    if os.environ.get("ATTNFUZZ_EXE"):
-        return os.environ["ATTNFUZZ_EXE"]
-    from . import __main__ as wheel
-    if os.access(wheel.binary(), os.X_OK):
-        return wheel.binary()
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    p = os.path.join(root, "build", "attnfuzz")
-    return p if os.access(p, os.X_OK) else shutil.which("attnfuzz")
 
 
 def find_bundles(path):
@@ -134,6 +120,7 @@ class RegressRun:
         if self.results is not None:
             return
         self.results = {}
+        from .inprocess import attnfuzz_exe
         opt = self.config.getoption
         exe = attnfuzz_exe(opt("--attnfuzz-exe"))
         if not exe:
@@ -168,7 +155,9 @@ class RegressRun:
             os.symlink(os.path.abspath(p), os.path.join(tmp, g, os.path.basename(p)))
             links[g + "/" + os.path.basename(p)] = p
         extra = [a for f in opt("--attnfuzz-known") for a in ("--known", os.path.abspath(f))]
-        known = subprocess.run([exe, "known"] + extra + list(links), capture_output=True, text=True, cwd=tmp)
+        from .inprocess import exe_env
+        env = exe_env(exe)
+        known = subprocess.run([exe, "known"] + extra + list(links), capture_output=True, text=True, cwd=tmp, env=env)
         for line in known.stdout.splitlines():   # "gN/NAME: KIND WHO: known bug ID (CLASS): TITLE"
             m = re.match(r"(\S+?)/?: .*?known bug (\S+)", line)
             if m and m.group(1) in links:
@@ -178,7 +167,7 @@ class RegressRun:
         if opt("--attnfuzz-timeout"):
             t = "%g" % opt("--attnfuzz-timeout")
             cmd += ["--timeout", t, "--compile-timeout", t]
-        r = subprocess.run(cmd + sorted(groups.values()), capture_output=True, text=True, cwd=tmp)
+        r = subprocess.run(cmd + sorted(groups.values()), capture_output=True, text=True, cwd=tmp, env=env)
         why = "(exit %d): %s" % (r.returncode, r.stderr.strip()[-2000:])
         if os.path.exists(junit):
             for tc in ET.parse(junit).iter("testcase"):
