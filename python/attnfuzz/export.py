@@ -11,7 +11,8 @@ layouts and dtype, the masks as attnfuzz sends them, the structural masks the op
 express as a boolean input `struct`, a dropout keep mask as a boolean input `keep`, and one
 output `out` in the query's output layout. The graph kind: that of the bundle's backend for
 an ORT or TensorRT finding (the model then is the one that failed), else the ONNX Attention
-op (opset 24, 25 with a window) where it expresses the case, else the explicit
+op (opset 24, 25 with a window; --opset 23 where no key padding needs opset 24's
+nonpad_kv_seqlen) where it expresses the case, else the explicit
 MatMul/Softmax graph; `--graph` chooses. DIR gets model.onnx and test_data_set_0/input_N.pb
 (in the graph's input order) and output_0.pb: the float64 reference cast to the model's
 output dtype (`--expect reference`, the default) or the output the bundle recorded for its
@@ -115,6 +116,12 @@ class Export:
         self.kind = graph_kind(case, meta, graph)
         req = request_of(b)
         spec = _onnx_graphs.feeds_spec(_onnx_graphs.graph_spec(case, self.kind, opset), req.mask, req.bool_mask)
+        if opset and spec.get("nonpad") and opset < 24:
+            raise ExportError("%s: --opset %d: the key padding (field \"key_padding\") goes to the Attention op as "
+                              "nonpad_kv_seqlen, an input of opset 24" % (path, opset))
+        if opset and spec.get("window") and opset < 25:
+            raise ExportError("%s: --opset %d: the window (field \"window\") is an attribute of opset 25's "
+                              "Attention" % (path, opset))
         self.spec = spec
         self.model = _onnx_graphs.build(spec)
         feeds = _onnx_graphs.feeds(req, spec)

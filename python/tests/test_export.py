@@ -127,6 +127,17 @@ class ExportOnnx(unittest.TestCase):
         with self.assertRaisesRegex(export.ExportError, "dropout_p"):
             export.Export(path, graph="attention")
 
+    def test_opset_23_without_key_padding_input(self):
+        # opset 23's Attention has no nonpad_kv_seqlen: the key-padding case is refused by
+        # field, the causal one runs and still shows ORT's bug
+        with self.assertRaisesRegex(export.ExportError, "key_padding"):
+            export.Export(MASKED, opset=23)
+        e = export.Export(CAUSAL, expect="recorded", opset=23)
+        self.assertEqual(e.model.opset_import[0].version, 23)
+        sess = ort.InferenceSession(e.model.SerializeToString(), providers=["CPUExecutionProvider"])
+        np.testing.assert_allclose(sess.run(None, e.feeds)[0].astype(np.float64), e.expected.astype(np.float64),
+                                   rtol=1e-3, atol=1e-6)
+
     def test_serving_refused_naming_field(self):
         with open(os.path.join(FINDINGS, "torch-cuda", "bundles", "error-29dfcc94dba710fe", "case.json")) as f:
             raw = json.load(f)
