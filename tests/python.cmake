@@ -42,7 +42,7 @@ endif()
 
 # The pytest plugin (python/tests/test_pytest_plugin.py: each regress verdict as its item's
 # outcome on a corpus made from one seeded bug, the in-process fixture on an honest and a
-# buggy function; about 90 s), and the plugin over the repository's corpus/ as CI runs it:
+# buggy function; 2 to 3 minutes), and the plugin over the repository's corpus/ as CI runs it:
 # the known bugs expected failures, the GPU bundles and those needing a CPU feature this host
 # lacks skipped naming why (the same replays as regress_findings, through pytest; minutes
 # for the compiling stacks). Both need pytest (python/requirements-test.txt).
