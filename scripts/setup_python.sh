@@ -49,6 +49,18 @@ else
     fi
     ln -sfn "$dir" .venv
 fi
+# The tests' own tools (python/requirements-test.txt: pytest, polygraphy), into the same
+# environment with a marker of their own, under the same lock.
+test_req=python/requirements-test.txt
+test_marker=.attnfuzz-test-requirements-$(sha256sum <"$test_req" | cut -c1-12)
+if [ ! -f ".venv/$test_marker" ]; then
+    exec 8>"$(readlink -f .venv)/.lock-test"
+    flock 8
+    if [ ! -f ".venv/$test_marker" ]; then
+        .venv/bin/python -m pip install -q --disable-pip-version-check -r "$test_req"
+        touch ".venv/$test_marker"
+    fi
+fi
 # the attnfuzz package itself is not installed: everything that runs it sets
 # PYTHONPATH=python (the C side does so for target: backends), so the shared environment
 # never points at one clone.

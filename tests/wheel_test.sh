@@ -12,7 +12,7 @@
 #      corpus bundle still finds its bug, a worker campaign of target:numpy_ref/float64 runs
 #      with the environment's Python, `backends` names that Python and the extra a missing
 #      stack needs, `known` lists the repository's known bugs from the package, and the
-#      bundle loader reads a bundle; `backends` run inside the clone
+#      bundle loader reads a bundle, the pytest plugin is a pytest11 entry point; `backends` run inside the clone
 #      still uses the environment, not the checkout.
 # Exit 77 (skipped) when SRC is not a git checkout or PyPI cannot be reached.
 #   tests/wheel_test.sh SRC WORKDIR
@@ -149,6 +149,11 @@ print(sum(len(json.load(open(f))["entries"]) for f in glob.glob(sys.argv[1] + "/
   || { bad "known (exit $rc): $n_installed of the repository's $n_repo entries from $site/attnfuzz"; head -n 3 "$work/out"; }
 rc=$(rc_of python -c 'import sys, attnfuzz.bundle as b; x = b.load("bundle"); print(x["case"]["q_len"], sorted(x)[:3])')
 [ "$rc" = 0 ] && ok "the bundle loader: $(cat "$work/out")" || { bad "bundle loader: exit $rc"; cat "$work/out"; }
+rc=$(rc_of python -c 'from importlib.metadata import entry_points
+print([e.value for e in entry_points(group="pytest11") if e.name == "attnfuzz.pytest_plugin"])')
+[ "$rc" = 0 ] && grep -q "\['attnfuzz.pytest_plugin'\]" "$work/out" \
+  && ok "the pytest plugin is a pytest11 entry point (pytest loads it where the wheel is installed)" \
+  || { bad "pytest11 entry point (exit $rc)"; cat "$work/out"; }
 
 step "done"
 echo "$fails failed; wheel $(du -k "$whl" | cut -f1) KiB"
