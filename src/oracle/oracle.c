@@ -773,7 +773,7 @@ af_status af_oracle_compare_pair_within(af_oracle *o, const af_tensor *a, const 
 af_status af_oracle_compare_bitwise(const af_tensor *a, const af_tensor *b, const uint32_t *row_map, af_kind kind,
                                     af_result *res, af_error *err) {
     memset(res, 0, sizeof *res);
-    res->m.fail_score_max = NAN;
+    res->m.fail_score_max = (double)NAN;
     AF_RETURN_ERROR_IF(a->ndim < 1 || b->ndim != a->ndim || a->ne[a->ndim - 1] != b->ne[b->ndim - 1], err,
                        AF_ERR_INVALID, "bitwise: the two tensors' rows differ in length");
     size_t len = a->ne[a->ndim - 1], na = af_tensor_numel(a), nb = af_tensor_numel(b);
@@ -804,7 +804,7 @@ af_status af_oracle_compare_bitwise(const af_tensor *a, const af_tensor *b, cons
     }
     if (res->m.n_diverge) {
         res->kind = kind;
-        res->m.worst_ratio = INFINITY;
+        res->m.worst_ratio = (double)INFINITY;
     }
     return AF_OK;
 }
