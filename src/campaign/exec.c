@@ -585,7 +585,9 @@ static bool af_exec_determinism_sampled(const af_exec *x, const af_case *c, size
  * case again into fresh guarded NaN-filled buffers (out2, grads2), then bitwise against the
  * first run: the output (res[0]) unless the backend declares its forward nondeterministic,
  * each gradient (res[1 + g]) unless it declares its backward so. A second run that fails
- * is res[0] of the failure's kind, its message in berr. */
+ * is res[0] of the failure's kind, its message in berr. Every tensor the record holds for
+ * the run is compared the same way: softmax statistics, where a result carries them, are
+ * one more af_oracle_compare_bitwise over the two runs' copies. */
 static af_status af_exec_determinism(af_exec *x, af_exec_slot *sl, size_t k, af_result res[1 + AF_GRAD_COUNT],
                                      af_error *berr, af_error *err) {
     memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
