@@ -25,7 +25,10 @@ unsigned af_feedback_bucket(const af_result *r) {
     case AF_KIND_NAN_MISMATCH:
     case AF_KIND_INF_MISMATCH:
     case AF_KIND_MASKED_ROW_NAN:
-    case AF_KIND_MASKED_VALUE_LEAK: return 31;
+    case AF_KIND_MASKED_VALUE_LEAK:
+    case AF_KIND_NONDETERMINISTIC:
+    case AF_KIND_BATCH_VARIANT:
+    case AF_KIND_GUARD_WRITE: return 31;
     case AF_KIND_ERROR:
     case AF_KIND_CRASH:
     case AF_KIND_TIMEOUT: return 30;

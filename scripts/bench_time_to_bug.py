@@ -81,7 +81,16 @@ FP8_MUTANTS = [
     "fp8_e5m2_as_e4m3",
 ]
 FP8_SHARE = 0.5
-MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS
+# The mutants of the checks beyond one output: each needs its check, with the campaign's
+# defaults otherwise (racy_sum: the determinism check's default share of executions;
+# batch_split_kv: the batch_split relation, which a --backend campaign runs only when asked;
+# write_past_out: the guard bands, always on).
+CHECK_MUTANTS = {
+    "racy_sum": [],
+    "batch_split_kv": ["--relation", "batch_split"],
+    "write_past_out": [],
+}
+MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS + list(CHECK_MUTANTS)
 STRATEGIES = ["generator", "grid", "bytes"]
 LIBFUZZER = "libfuzzer"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,6 +226,7 @@ def run_attnfuzz_trial(exe, mutant, strategy, budget, seed, env, keep_dir, runs=
         cmd += ["--serving", "%g" % SERVING_SHARE]
     if mutant in FP8_MUTANTS:
         cmd += ["--fp8", "%g" % FP8_SHARE]
+    cmd += CHECK_MUTANTS.get(mutant, [])
     if runs:
         cmd += ["--runs", str(runs)]  # --require-execs: no need to run past the bound
     trial = {"mutant": mutant, "strategy": strategy, "seed": seed, "budget": budget,
@@ -249,8 +259,11 @@ def run_attnfuzz_trial(exe, mutant, strategy, budget, seed, env, keep_dir, runs=
         if trial.get("killed"):
             trial["elapsed"] = trial["wall"]
         want = "mutant:" + mutant
-        sigs = [s for s in stats.get("signatures", []) if s.get("who") == want]
-        other = [s for s in stats.get("signatures", []) if s.get("who") != want]
+        # the mutant's own check, or a check of it (determinism@mutant:X, batch_split@mutant:X)
+        def mine(s):
+            return s.get("who") == want or s.get("who", "").endswith("@" + want)
+        sigs = [s for s in stats.get("signatures", []) if mine(s)]
+        other = [s for s in stats.get("signatures", []) if not mine(s)]
         if other:
             trial["other_signatures"] = other
         if sigs:
@@ -443,7 +456,8 @@ def report(trials):
     print("p = two-sided Mann-Whitney U of times vs the generator's (normal approx., ties, both censored at the")
     print("smaller budget)")
     print()
-    fwd = [r for r in rows if r["mutant"] not in BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS]
+    fwd = [r for r in rows if r["mutant"] not in BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS + list(CHECK_MUTANTS)]
+    chk = [r for r in rows if r["mutant"] in CHECK_MUTANTS]
     bwd = [r for r in rows if r["mutant"] in BACKWARD_MUTANTS]
     srv = [r for r in rows if r["mutant"] in SERVING_MUTANTS]
     fp8 = [r for r in rows if r["mutant"] in FP8_MUTANTS]
@@ -467,6 +481,12 @@ def report(trials):
         print("FP8 mutants (campaigns with --fp8 %g: e4m3 and e5m2 inputs with descales):" % FP8_SHARE)
         print()
         print(table(fp8))
+    if chk:
+        if fwd or bwd or srv or fp8:
+            print()
+        print("check mutants (determinism at its default share, batch_split, guard bands):")
+        print()
+        print(table(chk))
     killed = [t for t in trials if t.get("killed")]
     if killed:
         print()
@@ -501,7 +521,7 @@ def main(argv=None):
                     help="per-strategy budgets overriding --budget, e.g. grid=10,bytes=10")
     ap.add_argument("--jobs", type=int, default=2, help="campaigns run in parallel (default 2)")
     ap.add_argument("--mutants", default=",".join(MUTANTS),
-                    help="comma-separated, or a group: 'forward', 'backward', 'serving', 'fp8' (default: all)")
+                    help="comma-separated, or a group: 'forward', 'backward', 'serving', 'fp8', 'checks' (default: all)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated: generator,grid,bytes")
     ap.add_argument("--attnfuzz", default=None, help="the attnfuzz executable (default: build*/attnfuzz)")
     ap.add_argument("--libfuzzer", default=None,
@@ -538,7 +558,7 @@ def main(argv=None):
 
     print("command: " + shlex.join(["python3"] + sys.argv), flush=True)
     groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS, "serving": SERVING_MUTANTS,
-              "fp8": FP8_MUTANTS}
+              "fp8": FP8_MUTANTS, "checks": list(CHECK_MUTANTS)}
     mutants = [x for m in a.mutants.split(",") if m for x in groups.get(m, [m])]
     strategies = [s for s in a.strategies.split(",") if s]
     for s in strategies:

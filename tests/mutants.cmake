@@ -6,7 +6,7 @@
 # seconds are the benchmark's to print, never a test's to bound; --budget 120 is only a hang guard.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND AND TARGET attnfuzz)
-  foreach(group backward serving fp8)
+  foreach(group backward serving fp8 checks)
     add_test(NAME ttb_${group}_mutants
              COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/bench_time_to_bug.py --trials 3 --budget 120
                      --strategies generator --mutants ${group} --jobs 2 --attnfuzz $<TARGET_FILE:attnfuzz>

@@ -546,15 +546,23 @@ static void test_backend_names(void **state) {
 
 /* --- mutants ------------------------------------------------------------------------------ */
 
+static bool check_mutant(const char *name) {
+    return !strcmp(name, "mutant:racy_sum") || !strcmp(name, "mutant:batch_split_kv") ||
+           !strcmp(name, "mutant:write_past_out");
+}
+
 static void test_mutants_found(void **state) {
     (void)state;
-    /* the forward mutants (the backward ones compute the forward exactly: tests/test_mutants.c) */
+    /* the forward mutants (the backward ones compute the forward exactly: tests/test_mutants.c);
+     * not those only a check beyond the output finds (a second run, batch_split, the guard
+     * bands: tests/test_checks.c), which the oracle alone passes by design */
     size_t first = 3, count = 0;
-    for (size_t i = first; i < af_backend_builtin_count(); i++) count += !af_backend_builtin(i)->run_backward;
+    for (size_t i = first; i < af_backend_builtin_count(); i++)
+        count += !af_backend_builtin(i)->run_backward && !check_mutant(af_backend_builtin(i)->name);
     af_backend **mut = calloc(count, sizeof *mut);
     size_t *found_at = calloc(count, sizeof *found_at);
     for (size_t i = first, k = 0; i < af_backend_builtin_count(); i++) {
-        if (af_backend_builtin(i)->run_backward) continue;
+        if (af_backend_builtin(i)->run_backward || check_mutant(af_backend_builtin(i)->name)) continue;
         mut[k] = open_backend(af_backend_builtin(i)->name);
         found_at[k++] = SIZE_MAX;
     }

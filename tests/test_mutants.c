@@ -29,7 +29,8 @@ static const char *const mutant_names[] = {
     "mutant:segment_leak",              "mutant:bwd_dq_no_scale",           "mutant:bwd_gqa_no_sum",
     "mutant:bwd_dropout_not_reapplied", "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds",
     "mutant:bwd_tail_tile_past_sk",     "mutant:bwd_lse_nan",              "mutant:fp8_descale_twice",
-    "mutant:fp8_e5m2_as_e4m3",
+    "mutant:fp8_e5m2_as_e4m3",          "mutant:racy_sum",                 "mutant:batch_split_kv",
+    "mutant:write_past_out",
 };
 #define N_MUTANTS (sizeof mutant_names / sizeof mutant_names[0])
 
@@ -663,6 +664,103 @@ static void test_fp8_descale_twice(void **state) {
     EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "e5m2, amax descales");
 }
 
+/* Backend name's output on case c into a buffer with `slack` elements after it, which are
+ * first set to -1; *ref the reference's (ref backend) on the same inputs. */
+static double *run_with_slack(const char *name, const af_case *c, size_t slack, double **ref) {
+    af_error err = {0};
+    af_backend *be = NULL, *rb = NULL;
+    assert_int_equal(af_backend_open(name, &be, &err), AF_OK);
+    assert_int_equal(af_backend_open("ref", &rb, &err), AF_OK);
+    af_inputs *in = af_inputs_create();
+    assert_int_equal(af_inputs_generate(in, c, &err), AF_OK);
+    af_tensor out;
+    af_backend_out_shape(be, c, &out);
+    size_t n = af_tensor_numel(&out);
+    double *buf = malloc((n + slack) * sizeof *buf), *rbuf = malloc(n * sizeof *rbuf);
+    assert_non_null(buf);
+    assert_non_null(rbuf);
+    for (size_t e = 0; e < n + slack; e++) buf[e] = -1.0;
+    out.data = buf;
+    assert_int_equal(af_backend_run(be, af_inputs_get(in), &out, &err), AF_OK);
+    out.data = rbuf;
+    assert_int_equal(af_backend_run(rb, af_inputs_get(in), &out, &err), AF_OK);
+    af_inputs_destroy(in);
+    af_backend_close(be);
+    af_backend_close(rb);
+    *ref = rbuf;
+    return buf;
+}
+
+/* racy_sum: within a few f32 ulps of the reference, and two runs differ somewhere (the
+ * partials' order rotates with each call); the same instance run three times gives three
+ * orders, so the first and the fourth agree bit for bit. */
+static void test_racy_sum(void **state) {
+    (void)state;
+    af_case c;
+    base_case(&c);
+    af_error err = {0};
+    af_backend *be = NULL;
+    assert_int_equal(af_backend_open("mutant:racy_sum", &be, &err), AF_OK);
+    af_inputs *in = af_inputs_create();
+    assert_int_equal(af_inputs_generate(in, &c, &err), AF_OK);
+    af_tensor out;
+    af_backend_out_shape(be, &c, &out);
+    size_t n = af_tensor_numel(&out);
+    double *run[4];
+    for (int r = 0; r < 4; r++) {
+        run[r] = malloc(n * sizeof *run[r]);
+        out.data = run[r];
+        assert_int_equal(af_backend_run(be, af_inputs_get(in), &out, &err), AF_OK);
+    }
+    size_t diff = 0;
+    for (size_t e = 0; e < n; e++) {
+        diff += run[0][e] != run[1][e];
+        assert_true(run[0][e] == run[3][e]);
+        /* 5x/2 in f32 and two adds: |err| <= 4 * 2^-24 * 5/2 |x| */
+        assert_true(fabs(run[0][e] - run[1][e]) <= 1e-6 * (fabs(run[0][e]) + 1e-30));
+    }
+    assert_true(diff > 0);
+    for (int r = 0; r < 4; r++) free(run[r]);
+    af_inputs_destroy(in);
+    af_backend_close(be);
+    expect_mutant("mutant:racy_sum", &c, AF_KIND_OK, AF_KIND_OK, 0, "within tolerance");
+}
+
+/* batch_split_kv: a batch is the reference bit for bit; a single sequence is not, within
+ * tolerance. */
+static void test_batch_split_kv(void **state) {
+    (void)state;
+    af_case c;
+    base_case(&c);
+    expect_mutant("mutant:batch_split_kv", &c, AF_KIND_OK, AF_KIND_OK, SAME_BITS, "batch 2: one split");
+    c.batch = 1;
+    double *ref, *out = run_with_slack("mutant:batch_split_kv", &c, 0, &ref);
+    size_t n = (size_t)c.q_heads * c.q_len * c.v_head_dim, diff = 0;
+    for (size_t e = 0; e < n; e++) diff += out[e] != ref[e];
+    assert_true(diff > 0);
+    free(out);
+    free(ref);
+    expect_mutant("mutant:batch_split_kv", &c, AF_KIND_OK, AF_KIND_OK, 0, "batch 1: three splits, within tolerance");
+}
+
+/* write_past_out: the output is the reference's; with Sq % 4 != 0 exactly the Dv elements
+ * after it are written (0), never before; with Sq % 4 == 0 nothing past it. */
+static void test_write_past_out(void **state) {
+    (void)state;
+    af_case c;
+    base_case(&c);
+    for (uint32_t sq = 3; sq <= 4; sq++) {
+        c.q_len = sq;
+        double *ref, *out = run_with_slack("mutant:write_past_out", &c, 2 * c.v_head_dim, &ref);
+        size_t n = (size_t)c.batch * c.q_heads * c.q_len * c.v_head_dim;
+        for (size_t e = 0; e < n; e++) assert_true(out[e] == ref[e]);
+        for (size_t d = 0; d < 2 * c.v_head_dim; d++)
+            assert_true(out[n + d] == (sq % 4 != 0 && d < c.v_head_dim ? 0.0 : -1.0));
+        free(out);
+        free(ref);
+    }
+}
+
 static void test_fp8_e5m2_as_e4m3(void **state) {
     (void)state;
     const char *m = "mutant:fp8_e5m2_as_e4m3";
@@ -702,6 +800,9 @@ int main(void) {
         cmocka_unit_test(test_segment_leak),
         cmocka_unit_test(test_fp8_descale_twice),
         cmocka_unit_test(test_fp8_e5m2_as_e4m3),
+        cmocka_unit_test(test_racy_sum),
+        cmocka_unit_test(test_batch_split_kv),
+        cmocka_unit_test(test_write_past_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

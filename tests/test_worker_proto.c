@@ -288,6 +288,82 @@ static void test_result_ok_bhsd(void **state) {
     for (int e = 0; e < 12; e++) assert_true(dst[e] == (double)e + 0.5);
 }
 
+/* The hello's repeat declarations (docs/worker-protocol.md): deterministic passes and
+ * batch_invariant, as AF_TRAIT_* bits; defaults 0; anything but booleans refused. */
+static void test_hello_traits(void **state) {
+    (void)state;
+    af_wp_hello hello;
+    af_error err;
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[\"bhsd\"],"
+                         "\"deterministic\":{\"forward\":true,\"backward\":false},\"batch_invariant\":true}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.traits, AF_TRAIT_NONDET_BACKWARD | AF_TRAIT_BATCH_INVARIANT);
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[\"bhsd\"],"
+                  "\"deterministic\":{\"forward\":false}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.traits, AF_TRAIT_NONDET_FORWARD);
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[\"bhsd\"]}", NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.traits, 0);
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[\"bhsd\"],"
+                  "\"deterministic\":{\"forward\":1}}",
+                  NULL, 0);
+    expect_format(af_wp_parse_hello(body, n, &hello, &err), &err, "deterministic.forward");
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[\"bhsd\"],"
+                  "\"batch_invariant\":\"yes\"}",
+                  NULL, 0);
+    expect_format(af_wp_parse_hello(body, n, &hello, &err), &err, "batch_invariant");
+}
+
+/* A result's guard_writes: each entry as written; an entry of count 0 is no write; more than
+ * 8, an unknown margin or a missing member refused. */
+static void test_result_guard_writes(void **state) {
+    (void)state;
+    af_case c = small_case();
+    float vals[12] = {0};
+    af_wp_result r;
+    const uint8_t *payload;
+    af_error err;
+    size_t n = make_body(result_header("4", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "",
+                                       ",\"guard_writes\":[{\"buffer\":\"out\",\"margin\":\"after\",\"offset\":3,"
+                                       "\"count\":2},{\"buffer\":\"kv_cache\",\"margin\":\"page_tail\",\"offset\":0,"
+                                       "\"count\":0},{\"buffer\":\"kv_cache\",\"margin\":\"null_page\",\"offset\":17,"
+                                       "\"count\":1}]"),
+                         vals, sizeof vals);
+    assert_int_equal(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), AF_OK);
+    assert_int_equal(r.guard.n, 2);
+    assert_string_equal(r.guard.w[0].buffer, "out");
+    assert_int_equal(r.guard.w[0].margin, AF_MARGIN_AFTER);
+    assert_int_equal(r.guard.w[0].offset, 3);
+    assert_int_equal(r.guard.w[0].count, 2);
+    assert_string_equal(r.guard.w[1].buffer, "kv_cache");
+    assert_int_equal(r.guard.w[1].margin, AF_MARGIN_NULL_PAGE);
+    assert_int_equal(r.guard.w[1].offset, 17);
+    n = make_body(result_header("4", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", ",\"guard_writes\":[]"), vals,
+                  sizeof vals);
+    assert_int_equal(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), AF_OK);
+    assert_int_equal(r.guard.n, 0);
+    static const char *const bad[] = {
+        ",\"guard_writes\":{}",
+        ",\"guard_writes\":[{\"buffer\":\"out\",\"margin\":\"inside\",\"offset\":0,\"count\":1}]",
+        ",\"guard_writes\":[{\"buffer\":\"out\",\"margin\":\"before\",\"count\":1}]",
+        ",\"guard_writes\":[{\"margin\":\"before\",\"offset\":0,\"count\":1}]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        n = make_body(result_header("4", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", bad[i]), vals, sizeof vals);
+        expect_format(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), &err, "guard_writes");
+    }
+    char many[2048] = ",\"guard_writes\":[";
+    for (int i = 0; i < 9; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s{\"buffer\":\"out\",\"margin\":\"after\",\"offset\":%d,"
+                 "\"count\":1}", i ? "," : "", i);
+    snprintf(many + strlen(many), sizeof many - strlen(many), "]");
+    n = make_body(result_header("4", "ok", "bhsd", "f32", "1,2,3,2", "48,24,8,4", "0", "", many), vals, sizeof vals);
+    expect_format(af_wp_parse_result(body, n, 4, &c, NULL, &r, &payload, &err), &err, "at most 8");
+}
+
 /* The f16 bits of x, a non-negative value that f16 holds exactly (normal or 0). */
 static uint16_t f16_exact(float x) {
     if (x == 0.0f) return 0;
@@ -933,6 +1009,8 @@ int main(void) {
         cmocka_unit_test(test_result_batch_fault),
         cmocka_unit_test(test_run_frame_batch),
         cmocka_unit_test(test_result_malformed),
+        cmocka_unit_test(test_hello_traits),
+        cmocka_unit_test(test_result_guard_writes),
         cmocka_unit_test(test_result_header_over_limit),
         cmocka_unit_test(test_result_keep_mask),
         cmocka_unit_test(test_run_frame_bhsd),

@@ -89,6 +89,33 @@ static inline const af_tensor *af_grads_get(const af_grads *gr, int g) {
 /* The canonical shape of gradient g of case c (4 dims, above). */
 void af_case_grad_shape(const af_case *c, int g, size_t ne[4]);
 
+/* What a backend declares about repeating a case (docs/design.md section 4, "Determinism
+ * and batch invariance"): a built-in in its table's `traits`, a worker in its hello
+ * ("deterministic": {"forward", "backward"}, "batch_invariant"). 0 is the default: both
+ * passes deterministic, not batch-invariant. */
+enum {
+    AF_TRAIT_NONDET_FORWARD = 1u << 0,  /* two runs of a case may give outputs that differ */
+    AF_TRAIT_NONDET_BACKWARD = 1u << 1, /* likewise its gradients (atomics in the backward) */
+    AF_TRAIT_BATCH_INVARIANT = 1u << 2  /* a batch row alone is bitwise its slice of the batch */
+};
+
+/* A guard band that changed after a run (docs/worker-protocol.md "guard_writes"): the
+ * buffer ("out", a gradient's name, a cache), which margin, the element offset of the
+ * first changed element within that margin and how many changed. */
+typedef enum af_margin { AF_MARGIN_BEFORE, AF_MARGIN_AFTER, AF_MARGIN_NULL_PAGE, AF_MARGIN_PAGE_TAIL, AF_MARGIN_COUNT } af_margin;
+extern const char *const af_margin_names[AF_MARGIN_COUNT]; /* "before", "after", "null_page", "page_tail" */
+int af_margin_from_name(const char *name);                 /* -1 when unknown */
+#define AF_GUARD_MAX 8 /* guard writes one run reports at most */
+typedef struct af_guard_write {
+    char buffer[16];
+    af_margin margin;
+    uint64_t offset, count;
+} af_guard_write;
+typedef struct af_guard_writes {
+    af_guard_write w[AF_GUARD_MAX];
+    size_t n; /* 0: no guard changed */
+} af_guard_writes;
+
 /* What an external backend (worker.h) declared and what its last run left behind; in-process
  * backends have none (af_backend_ext returns NULL). Strings are owned by the backend and
  * valid until its next run or close. */
@@ -107,6 +134,8 @@ typedef struct af_backend_ext {
     double run_s;              /* seconds it reported running (-1 when it did not say) */
     double wall_s;             /* seconds the run took as seen from here */
     bool new_key;              /* the run's compile key was new to this process */
+    af_guard_writes guard;     /* the guard writes it reported */
+    uint32_t traits;           /* AF_TRAIT_* its hello declared */
     /* totals */
     uint64_t runs, restarts, unsupported;
     double restart_s;          /* seconds spent restarting it after faults */
@@ -124,6 +153,7 @@ typedef struct af_batch_result {
     bool new_key;                 /* its compile key was new to the backend's process */
     const char *stderr_tail;      /* a fault's: the stderr of the process it killed (a later case of the
                                      batch may have restarted it); NULL: the backend's current tail */
+    af_guard_writes guard;        /* the guard writes it reported */
 } af_batch_result;
 
 typedef struct af_backend_vtable {
@@ -163,6 +193,7 @@ typedef struct af_backend_vtable {
      * gradient of g whose data is not NULL (the ones the case asks for). A backend that
      * declares AF_CAP_BACKWARD without it is never sent a backward case. */
     af_status (*run_backward)(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g, af_error *err);
+    uint32_t traits; /* AF_TRAIT_* (0: deterministic, not declared batch-invariant) */
 } af_backend_vtable;
 
 typedef struct af_backend af_backend;
@@ -191,6 +222,9 @@ const char *af_backend_version(const af_backend *be);
 const af_backend_vtable *af_backend_vt(const af_backend *be);
 /* What an external backend declared and its last run left behind; NULL for in-process ones. */
 const af_backend_ext *af_backend_ext_of(const af_backend *be);
+
+/* AF_TRAIT_* in force: a worker's hello, else its table's. */
+uint32_t af_backend_traits(const af_backend *be);
 
 /* Can this backend run case c? When not, why (if not NULL) names the missing capability. */
 bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len);

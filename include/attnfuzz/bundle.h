@@ -99,6 +99,10 @@ typedef struct af_bundle_output {
      * when it ran no backward; each gradient's result against the reference */
     const af_grads *grads;
     af_result grad_results[AF_GRAD_COUNT];
+    /* a nondeterministic finding: the second run's output and gradients (NULL: none), written
+     * as out.<backend>.run2.npy.zst and <g>.<backend>.run2.npy.zst */
+    const af_tensor *out_run2;
+    const af_grads *grads_run2;
 } af_bundle_output;
 
 typedef struct af_bundle_spec {
@@ -122,6 +126,7 @@ typedef struct af_bundle_spec {
     const char *tensor;
     const char *name;       /* optional: the directory name ([A-Za-z0-9_.-], at most 63
                                characters); NULL: <kind>-<signature> */
+    const af_guard_writes *guard; /* a guard_write finding's bands (case.json "guard_writes"), or NULL */
     signed char minimized;  /* case.json "minimized": +1 true (the case was minimized, the name is
                                its signature), -1 false (stored as found: `attnfuzz minimize DIR`
                                minimizes it later), 0 not written (other tools) */
@@ -201,6 +206,8 @@ af_kind af_bundle_record_verdict(const af_bundle_record *r);
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol);
 /* case.json "minimized": +1 true, -1 false (stored as found), 0 absent. */
 int af_bundle_minimized(const af_bundle *b);
+/* case.json "guard_writes" (a guard_write finding's bands; n 0 when none). */
+const af_guard_writes *af_bundle_guard_writes(const af_bundle *b);
 
 /* The case in case.json is a claim like any other: AF_ERR_INVALID naming case.json when
  * its tensors need more than budget bytes (0 = AF_DEFAULT_BUDGET; --budget raises it).
@@ -221,6 +228,11 @@ af_status af_bundle_load_output(const af_bundle *b, const char *name, double **o
  * recorded file, else <g>.<backend>.npy.zst) as float64 at af_case_grad_shape; *out is NULL
  * and AF_OK when the bundle has none (a forward case, a gradient not asked or not stored). */
 af_status af_bundle_load_grad(const af_bundle *b, const char *name, int g, double **out, af_error *err);
+/* A nondeterministic finding's second run of backend name: its output (g -1,
+ * out.<backend>.run2.npy.zst) or gradient g (<g>.<backend>.run2.npy.zst) as float64; *out
+ * NULL and AF_OK when the bundle has none (af_bundle_read already refused a
+ * nondeterministic bundle that lacks a recorded output's second run). */
+af_status af_bundle_load_run2(const af_bundle *b, const char *name, int g, double **out, af_error *err);
 
 /* Loads backend's own dropout keep mask (keep.<backend>.npy.zst) as [B, Hq, Sq, Sk] bytes,
  * 1 = kept, into *out (af_free it): the mask the bundle's reference followed, to compute

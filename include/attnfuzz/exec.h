@@ -7,6 +7,10 @@
  *   pair A,B         both against the reference; a finding     who = "A,B"
  *                    when either side is off
  *   relation R on B  B run twice on transformed inputs         who = "R@B"
+ *   determinism on B B run a second time on the same inputs     who = "determinism@B"
+ *                    (a share of executions): bitwise equal
+ *                    outputs and gradients, but for the passes
+ *                    B declares nondeterministic (AF_TRAIT_*)
  * and every buffer an execution needs, reused across executions. */
 #ifndef ATTNFUZZ_EXEC_H
 #define ATTNFUZZ_EXEC_H
@@ -43,6 +47,9 @@ typedef struct af_exec_timing {
     double target_s;     /* of which the workers reported running the cases */
     double compile_s;    /* of which they reported compiling */
     double checks_s;     /* comparisons and relations */
+    double relations_s;  /* of which the relations (their backend runs and comparisons) */
+    double determinism_s; /* of which the determinism checks' second runs and comparisons */
+    uint64_t determinism_runs; /* second runs made by determinism checks */
 } af_exec_timing;
 
 typedef struct af_exec_config {
@@ -53,6 +60,10 @@ typedef struct af_exec_config {
     bool relations[AF_REL_COUNT];               /* run on every backend of the config */
     bool sample_relations;                      /* per backend, run one of the enabled relations
                                                    that apply, picked from the case's seeds */
+    double determinism;                         /* the share of executions (0..1) in which each
+                                                   backend runs the case a second time (0: no
+                                                   determinism checks); picked from the case's
+                                                   seeds, so an input always runs the same checks */
     af_oracle_opts oracle;
     size_t budget;                              /* bytes of tensors per case, 0 = default */
     af_worker_opts worker;                      /* for worker: and target: backends; zeros = defaults */
@@ -73,6 +84,7 @@ typedef struct af_finding {
     size_t check;      /* index of the check that produced it */
     af_result result;  /* of the failing side */
     char message[512]; /* the backend's error, for kind error */
+    af_guard_writes guard; /* kind guard_write: the bands that changed */
 } af_finding;
 
 typedef struct af_exec af_exec;

@@ -53,6 +53,7 @@
  * joined by signature (counts summed, first_time the earliest), objects of an array
  * keyed by "id" (known bugs) joined by id, elapsed the longest shard's with
  * shard_seconds the sum, execs_per_sec the sum of the shards' rates (they run at once),
+ * check_share from the summed seconds over every shard's jobs' time,
  * unique counts (unique_signatures, findings_per_kind) those of the merged table, and one
  * row per shard (per_shard). */
 #ifndef ATTNFUZZ_MERGE_H

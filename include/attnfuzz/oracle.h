@@ -55,6 +55,10 @@ typedef enum af_kind {
     AF_KIND_ERROR,          /* the backend returned an error */
     AF_KIND_CRASH,          /* an external backend died */
     AF_KIND_TIMEOUT,        /* an external backend hung */
+    /* the checks beyond one output against the reference (docs/design.md section 4) */
+    AF_KIND_NONDETERMINISTIC, /* a second run of the same case was not bitwise equal */
+    AF_KIND_BATCH_VARIANT,    /* a batch row alone differs from itself inside the batch */
+    AF_KIND_GUARD_WRITE,      /* the backend wrote into a guard band around an output */
     AF_KIND_COUNT
 } af_kind;
 extern const char *const af_kind_names[AF_KIND_COUNT];
@@ -156,6 +160,22 @@ af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tens
 af_status af_oracle_compare_pair_leak(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
                                       const uint8_t *leak_b, af_result *res, af_error *err);
 
+/* af_oracle_compare_pair_leak with the tolerance times tol_mult instead of 2 (batch_split's
+ * non-declared strength: each run within the oracle's own tolerance of the other). */
+af_status af_oracle_compare_pair_within(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
+                                        const uint8_t *leak_b, double tol_mult, af_result *res, af_error *err);
+
+/* Two runs that must be bitwise equal (a determinism check, batch_split on a backend that
+ * declares batch_invariant): a and b hold rows of a->ne[ndim-1] elements (any float dtype,
+ * contiguous; b's dtype may differ only where both are read exactly as doubles); b's row r
+ * is a's row row_map[r] (NULL: the same rows, b as large as a). Two elements are equal when
+ * their values are identical bits as doubles (+0 and -0 differ) or both are NaN. res->kind
+ * is `kind` when some element differs, else AF_KIND_OK; m.n_diverge counts them, m.max_abs
+ * is the largest finite difference, m.worst the (b, h, i, d) of the first. Needs no
+ * prepared oracle. AF_ERR_INVALID when the shapes do not fit. */
+af_status af_oracle_compare_bitwise(const af_tensor *a, const af_tensor *b, const uint32_t *row_map, af_kind kind,
+                                    af_result *res, af_error *err);
+
 /* --- the gradients of a backward case ----------------------------------------------
  *
  * af_oracle_prepare on a backward case also runs the float64 reference backward. Each
@@ -187,6 +207,11 @@ af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got,
 af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
                                       const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
                                       af_result *res, af_error *err);
+
+/* af_oracle_compare_grad_pair with the tolerance times tol_mult instead of 2 (batch_split). */
+af_status af_oracle_compare_grad_pair_within(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
+                                             const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
+                                             double tol_mult, af_result *res, af_error *err);
 
 /* The tolerance in force (the row with the largest V scale) (computing the honest run if it was not yet needed). */
 af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err);

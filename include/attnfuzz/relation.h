@@ -44,6 +44,9 @@ af_status af_relation_transform(af_relation r, const af_case_tensors *src, af_re
  * them (valid after af_relation_check). */
 const af_case_tensors *af_relation_tensors(const af_relation_ctx *x);
 const af_tensor *af_relation_output(const af_relation_ctx *x);
+/* Which source row each row of the transformed output is ([B, H, S] flattened; NULL: the
+ * same rows). Valid after a transform. */
+const uint32_t *af_relation_row_map(const af_relation_ctx *x);
 
 /* Transforms, runs be on the transformed inputs, maps its output back and compares it
  * with out_src (be's output on src) under o's tolerance (o prepared on src). An error

@@ -96,6 +96,10 @@ typedef struct af_campaign_stats {
      * float64 references, waiting for backends (of which the targets' own reported run time,
      * the rest being the protocol and the worker kits), comparing, restarting workers */
     double generate_seconds, reference_seconds, backend_seconds, target_seconds, check_seconds;
+    double relation_seconds, determinism_seconds; /* of check_seconds: the relations' runs and
+                                                     comparisons, the determinism checks' second
+                                                     runs and comparisons */
+    uint64_t determinism_runs;                    /* second runs made by determinism checks */
     double restart_seconds;
     uint64_t worker_restarts;
     double started_at;   /* wall clock (seconds since the epoch) when the campaign started */

@@ -16,6 +16,15 @@ const char *const af_cap_names[AF_CAP_COUNT] = {
     "packed",  "paged", "sinks",  "alibi",   "e4m3",   "e5m2",    "fp8_kv",
 };
 _Static_assert(sizeof af_cap_names / sizeof af_cap_names[0] == AF_CAP_COUNT, "names");
+
+const char *const af_margin_names[AF_MARGIN_COUNT] = {"before", "after", "null_page", "page_tail"};
+_Static_assert(sizeof af_margin_names / sizeof af_margin_names[0] == AF_MARGIN_COUNT, "names");
+
+int af_margin_from_name(const char *name) {
+    for (int i = 0; i < AF_MARGIN_COUNT; i++)
+        if (strcmp(name, af_margin_names[i]) == 0) return i;
+    return -1;
+}
 _Static_assert(AF_CAP_ALL == (1u << AF_CAP_COUNT) - 1, "every capability has a name");
 
 struct af_backend {
@@ -232,6 +241,11 @@ uint32_t af_case_required_caps(const af_case *c) {
 uint32_t af_backend_caps(const af_backend *be) {
     uint32_t caps = be->vt->caps & AF_CAP_ALL;
     return be->vt->run_backward ? caps : caps & ~(uint32_t)AF_CAP_BACKWARD;
+}
+
+uint32_t af_backend_traits(const af_backend *be) {
+    const af_backend_ext *e = af_backend_ext_of(be);
+    return e ? e->traits : be->vt->traits;
 }
 
 bool af_backend_supports(const af_backend *be, const af_case *c, char *why, size_t why_len) {

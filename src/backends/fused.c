@@ -499,4 +499,5 @@ const af_backend_vtable af_backend_fused = {
     .destroy = af_scratch_state_destroy,
     .run = af_fused_run,
     .run_backward = af_fused_run_backward,
+    .traits = AF_TRAIT_BATCH_INVARIANT, /* each (batch, head) row computed alone: bitwise the same in any batch */
 };

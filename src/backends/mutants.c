@@ -37,6 +37,10 @@ typedef enum af_mutant_id {
     /* FP8 inputs */
     AF_MUT_FP8_DESCALE_TWICE,
     AF_MUT_FP8_E5M2_AS_E4M3,
+    /* the checks beyond one output (determinism, batch invariance, guard bands) */
+    AF_MUT_RACY_SUM,
+    AF_MUT_BATCH_SPLIT_KV,
+    AF_MUT_WRITE_PAST_OUT,
     AF_MUT_COUNT
 } af_mutant_id;
 
@@ -44,7 +48,27 @@ typedef struct af_mutant {
     af_mutant_id id;
     af_scratch ws;
     af_scratch misread; /* slots 0..2: Q, K, V read through the wrong layout */
+    uint64_t calls;     /* runs so far (racy_sum: which partial finishes first) */
 } af_mutant;
+
+/* A split-KV combine in f32: each output element as three partial sums (5x/2, -7x/4 and
+ * the rest, as three key ranges of mixed signs would give them) added in f32, starting with
+ * partial `first` (0..2). The order changes the last bits and nothing else (a few f32 ulps
+ * of 5x/2: well inside every dtype's tolerance). */
+static void af_mutant_split_combine(double *out, size_t n, unsigned first) {
+    for (size_t e = 0; e < n; e++) {
+        double x = out[e];
+        if (!isfinite(x)) continue;
+        float p[3];
+        p[0] = (float)(x * 2.5);
+        p[1] = (float)(x * -1.75);
+        p[2] = (float)(x - (double)p[0] - (double)p[1]);
+        float acc = p[first % 3];
+        acc += p[(first + 1) % 3];
+        acc += p[(first + 2) % 3];
+        out[e] = (double)acc;
+    }
+}
 
 /* The buffers of q, k and v reinterpreted: element (b, h, s, d) as the buggy code reads it.
  * bshd_as_bhsd: a [B, S, H, D] tensor taken for [B, H, S, D]: flat offset (h*S + s)*D + d
@@ -133,6 +157,9 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
         break;
     case AF_MUT_SPLITKV_BATCH_STRIDE:
     case AF_MUT_ZERO_LEN_NAN: /* bent after (below) */
+    case AF_MUT_RACY_SUM:
+    case AF_MUT_BATCH_SPLIT_KV:
+    case AF_MUT_WRITE_PAST_OUT:
     case AF_MUT_BWD_DQ_NO_SCALE:
     case AF_MUT_BWD_GQA_NO_SUM:
     case AF_MUT_BWD_DROPOUT_NOT_REAPPLIED:
@@ -146,6 +173,17 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
     /* deviations in what the kernel writes */
     if (m->id == AF_MUT_SPLITKV_BATCH_STRIDE) af_mutant_splitkv_fold(c, outt->data);
     if (m->id == AF_MUT_ZERO_LEN_NAN) af_mutant_zero_len_nan(c, outt->data);
+    size_t n = (size_t)c->batch * c->q_heads * c->q_len * c->v_head_dim;
+    m->calls++;
+    /* racy_sum: the partial that finishes first is added first, and which one that is
+     * changes from run to run (here: rotates with every call) */
+    if (m->id == AF_MUT_RACY_SUM) af_mutant_split_combine(outt->data, n, (unsigned)(m->calls % 3));
+    /* batch_split_kv: a single sequence gets three KV splits (to fill the GPU), a batch one */
+    if (m->id == AF_MUT_BATCH_SPLIT_KV && c->batch == 1) af_mutant_split_combine(outt->data, n, 0);
+    /* write_past_out: the last tile's store is not bounded by Sq: with Sq not a multiple of
+     * 4 it writes one row past the output (the next buffer's first Dv elements) */
+    if (m->id == AF_MUT_WRITE_PAST_OUT && c->q_len % 4 != 0)
+        for (size_t d = 0; d < c->v_head_dim; d++) ((double *)outt->data)[n + d] = 0.0;
     return AF_OK;
 }
 
@@ -177,6 +215,9 @@ static af_grad_bug af_mutant_grad_bug(af_mutant_id id, const af_case *c) {
     case AF_MUT_SEGMENT_LEAK:
     case AF_MUT_FP8_DESCALE_TWICE:
     case AF_MUT_FP8_E5M2_AS_E4M3:
+    case AF_MUT_RACY_SUM:
+    case AF_MUT_BATCH_SPLIT_KV:
+    case AF_MUT_WRITE_PAST_OUT:
     case AF_MUT_COUNT: break;
     }
     return AF_GRAD_BUG_NONE;
@@ -203,7 +244,7 @@ static void af_mutant_destroy(void *state) {
     af_free(m);
 }
 
-#define AF_MUTANT_VT(ID, NAME, SUMMARY, CAPS, BACKWARD)                                            \
+#define AF_MUTANT_VT(ID, NAME, SUMMARY, CAPS, BACKWARD, TRAITS)                                    \
     static af_status af_mutant_create_##NAME(const char *args, void **state, af_error *err) {      \
         (void)args;                                                                                \
         af_mutant *m = af_calloc(1, sizeof *m);                                                    \
@@ -223,10 +264,11 @@ static void af_mutant_destroy(void *state) {
         .destroy = af_mutant_destroy,                                                              \
         .run = af_mutant_run,                                                                      \
         .run_backward = BACKWARD,                                                                  \
+        .traits = TRAITS,                                                                          \
     };
 /* a forward mutant (forward cases only), a backward one (its forward is ref's) */
-#define AF_MUTANT(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL & ~AF_CAP_BACKWARD, NULL)
-#define AF_MUTANT_BWD(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL, af_mutant_run_backward)
+#define AF_MUTANT(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL & ~AF_CAP_BACKWARD, NULL, 0)
+#define AF_MUTANT_BWD(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL, af_mutant_run_backward, 0)
 
 AF_MUTANT(AF_MUT_SCALE_SQRT_Q_ONLY, scale_sqrt_q_only,
           "TensorRT 10.7 SDPA: with a split scale, sqrt(scale) reaches Q but the K half is dropped")
@@ -256,6 +298,18 @@ AF_MUTANT(AF_MUT_FP8_DESCALE_TWICE, fp8_descale_twice,
 AF_MUTANT(AF_MUT_FP8_E5M2_AS_E4M3, fp8_e5m2_as_e4m3,
           "FP8 attention: a kernel built for e4m3 reads e5m2 tensors (an FP8 KV-cache format mix-up)")
 
+AF_MUTANT(AF_MUT_RACY_SUM, racy_sum,
+          "split-KV/atomic reductions (FlashAttention test_flash_attn_race_condition): partials added in the order "
+          "they finish, so two runs differ in the last bits")
+/* it declares batch_invariant, as the serving stacks that promise batch-invariant inference do */
+AF_MUTANT_VT(AF_MUT_BATCH_SPLIT_KV, batch_split_kv,
+             "batch-variant split heuristics (FlashInfer test_batch_invariant): a sequence alone gets 3 KV splits, in "
+             "a batch one, while it declares batch_invariant",
+             AF_CAP_ALL & ~AF_CAP_BACKWARD, NULL, AF_TRAIT_BATCH_INVARIANT)
+AF_MUTANT(AF_MUT_WRITE_PAST_OUT, write_past_out,
+          "an unbounded tail-tile store (cuDNN frontend's output guard bands): with Sq % 4 != 0 one row written past "
+          "the output")
+
 AF_MUTANT_BWD(AF_MUT_BWD_DQ_NO_SCALE, bwd_dq_no_scale,
               "TransformerEngine#3216: with batch >= 2 the dQ kernel leaves the softmax scale out (dQ 1/scale off)")
 AF_MUTANT_BWD(AF_MUT_BWD_GQA_NO_SUM, bwd_gqa_no_sum,
@@ -280,6 +334,7 @@ const af_backend_vtable *const af_mutant_vtables[] = {
     &af_mutant_vt_bwd_dq_no_scale,         &af_mutant_vt_bwd_gqa_no_sum,
     &af_mutant_vt_bwd_dropout_not_reapplied, &af_mutant_vt_bwd_softcap_no_derivative,
     &af_mutant_vt_bwd_causal_missing_in_ds,  &af_mutant_vt_bwd_tail_tile_past_sk,   &af_mutant_vt_bwd_lse_nan,
+    &af_mutant_vt_racy_sum,                  &af_mutant_vt_batch_split_kv,          &af_mutant_vt_write_past_out,
 };
 const size_t af_mutant_count = sizeof af_mutant_vtables / sizeof af_mutant_vtables[0];
 _Static_assert(sizeof af_mutant_vtables / sizeof af_mutant_vtables[0] == AF_MUT_COUNT, "every mutant registered");

@@ -460,4 +460,5 @@ const af_backend_vtable af_backend_ref = {
     .destroy = af_scratch_state_destroy,
     .run = af_ref_run,
     .run_backward = af_ref_run_backward,
+    .traits = AF_TRAIT_BATCH_INVARIANT, /* each (batch, head) row computed alone: bitwise the same in any batch */
 };

@@ -825,6 +825,7 @@ static af_status af_worker_run_backward(void *state, const af_case_tensors *in, 
     w->ext.compile_s = w->ext.run_s = -1.0;
     w->ext.wall_s = 0.0;
     w->ext.new_key = false;
+    w->ext.guard.n = 0;
     if (w->p.pid <= 0) AF_TRY(af_worker_restart(w, err));
     w->ext.runs++;
     uint64_t id = ++w->next_id;
@@ -856,6 +857,7 @@ static af_status af_worker_run_backward(void *state, const af_case_tensors *in, 
     if (!fresh) af_worker_note_case_s(w, w->ext.wall_s, 1);
     w->ext.compile_s = r.compile_s;
     w->ext.run_s = r.run_s;
+    w->ext.guard = r.guard;
     return af_worker_take(w, c, &r, payload, out, g, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
 }
 
@@ -985,6 +987,7 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
             res[i].run_s = w->ext.run_s;
             res[i].wall_s = w->ext.wall_s;
             res[i].new_key = w->ext.new_key;
+            res[i].guard = w->ext.guard;
             res[i].dropout_keep = NULL;
             if (w->ext.dropout_keep && res[i].st == AF_OK) {
                 /* the single runs share one keep buffer: keep this item's */
@@ -1019,6 +1022,7 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         res[i].run_s = br[i].run_s;
         res[i].wall_s = wall / (double)n;
         res[i].new_key = w->bfresh && i == 0;
+        res[i].guard = br[i].guard;
         res[i].st = af_worker_take(w, cases[i], &br[i], payload, outs[i], grads ? grads[i] : NULL, &w->bkeep[slot],
                                    &w->bkeep_cap[slot], &res[i].dropout_keep, &res[i].err);
         if (res[i].st == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "out of memory");
@@ -1112,6 +1116,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->ext.own_dropout = h->dropout == AF_WP_DROPOUT_KEEP_MASK;
     w->ext.conv = h->conv;
     w->ext.compile_key = h->compile_key;
+    w->ext.traits = h->traits;
     w->ext.libs = &h->libs;
     w->ext.stderr_tail = af_worker_tail(&w->p);
     w->ext.learned = w->learned;

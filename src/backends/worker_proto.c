@@ -415,6 +415,22 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
         AF_WP_FAIL("hello: batch must be a positive integer (the most cases per run frame)");
     hl->batch = batch > AF_WP_MAX_BATCH ? AF_WP_MAX_BATCH : (uint32_t)batch;
     AF_WP_TRY(af_wp_libs(h, af_wp_get(h, 0, "libs"), &hl->libs, err));
+    long det = af_wp_get(h, 0, "deterministic");
+    if (!af_wp_none(h, det)) {
+        if (!af_wp_type(h, det, AF_JS_OBJECT)) AF_WP_FAIL("hello: deterministic must be an object {forward, backward}");
+        static const char *const passes[2] = {"forward", "backward"};
+        for (int i = 0; i < 2; i++) {
+            long p = af_wp_get(h, det, passes[i]);
+            if (af_wp_none(h, p)) continue;
+            if (!af_wp_type(h, p, AF_JS_TRUE) && !af_wp_type(h, p, AF_JS_FALSE))
+                AF_WP_FAIL("hello: deterministic.%s must be true or false", passes[i]);
+            if (af_wp_type(h, p, AF_JS_FALSE)) hl->traits |= i == 0 ? AF_TRAIT_NONDET_FORWARD : AF_TRAIT_NONDET_BACKWARD;
+        }
+    }
+    long bi = af_wp_get(h, 0, "batch_invariant");
+    if (!af_wp_none(h, bi) && !af_wp_type(h, bi, AF_JS_TRUE) && !af_wp_type(h, bi, AF_JS_FALSE))
+        AF_WP_FAIL("hello: batch_invariant must be true or false");
+    if (af_wp_type(h, bi, AF_JS_TRUE)) hl->traits |= AF_TRAIT_BATCH_INVARIANT;
     long ck = af_wp_get(h, 0, "compile_key");
     hl->compile_key = AF_KEY_ALL;
     if (!af_wp_none(h, ck))
@@ -474,6 +490,36 @@ static af_status af_wp_check_float(const af_wp_tensor *t, af_layout l, const af_
         return af_error_set(err, AF_ERR_FORMAT, "%s has shape [%s], the case's %s%s is [%s]", t->name, got,
                             g == AF_GRAD_COUNT - 1 ? "" : af_layout_names[l],
                             g < 0 ? " output" : g == AF_GRAD_COUNT - 1 ? "additive mask" : "", exp);
+    }
+    return AF_OK;
+}
+
+/* A result's "guard_writes" (token gw, absent or null: none): at most AF_GUARD_MAX entries
+ * {buffer, margin, offset, count}, each margin one of af_margin_names. */
+static af_status af_wp_guard_writes(const af_wp_header *h, long gw, af_guard_writes *g, af_error *err) {
+    memset(g, 0, sizeof *g);
+    if (af_wp_none(h, gw)) return AF_OK;
+    AF_RETURN_ERROR_IF(!af_wp_type(h, gw, AF_JS_ARRAY), err, AF_ERR_FORMAT, "result: guard_writes must be an array");
+    AF_RETURN_ERROR_IF(h->tok[gw].size > AF_GUARD_MAX, err, AF_ERR_FORMAT,
+                       "result: guard_writes holds %u entries (at most %d)", h->tok[gw].size, AF_GUARD_MAX);
+    long e = af_js_item(h->tok, gw, 0);
+    for (uint32_t i = 0; i < h->tok[gw].size; i++, e = h->tok[e].next) {
+        af_guard_write *w = &g->w[g->n];
+        long buf = af_wp_get(h, e, "buffer"), mg = af_wp_get(h, e, "margin");
+        size_t off, cnt;
+        int m = af_wp_type(h, mg, AF_JS_STRING) ? af_wp_which(h, mg, af_margin_names, AF_MARGIN_COUNT) : -1;
+        AF_RETURN_ERROR_IF(!af_wp_type(h, e, AF_JS_OBJECT) || !af_wp_type(h, buf, AF_JS_STRING) || m < 0 ||
+                               !af_wp_uint(h, af_wp_get(h, e, "offset"), &off) ||
+                               !af_wp_uint(h, af_wp_get(h, e, "count"), &cnt),
+                           err, AF_ERR_FORMAT,
+                           "result: guard_writes[%u] must be {\"buffer\": name, \"margin\": before|after|null_page|page_tail, "
+                           "\"offset\": N, \"count\": M}",
+                           i);
+        af_wp_str(h, buf, w->buffer, sizeof w->buffer);
+        w->margin = (af_margin)m;
+        w->offset = off;
+        w->count = cnt;
+        if (cnt > 0) g->n++; /* an entry that changed nothing is no guard write */
     }
     return AF_OK;
 }
@@ -583,6 +629,7 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
     } else if (hl && hl->dropout == AF_WP_DROPOUT_KEEP_MASK && c->dropout_p > 0.0) {
         AF_WP_FAIL("no dropout_keep, but conventions.dropout is keep_mask and the case has dropout %g", c->dropout_p);
     }
+    AF_WP_TRY(af_wp_guard_writes(h, af_wp_get(h, obj, "guard_writes"), &r->guard, err));
     long tim = af_wp_get(h, obj, "timings");
     if (af_wp_type(h, tim, AF_JS_OBJECT)) {
         double v;

@@ -48,6 +48,7 @@ typedef struct af_wp_hello {
     uint32_t batch;       /* the most cases it takes in one run frame (1: no batches) */
     char conventions[512]; /* the conventions in effect as a compact JSON object */
     af_host_libs libs;     /* "libs": the stack's and its libraries' versions, "sm" (n 0: none) */
+    uint32_t traits;       /* AF_TRAIT_* from "deterministic" and "batch_invariant" (backend.h) */
 } af_wp_hello;
 
 /* CRASH and NOT_RUN only in a batch answer: the item the worker faulted on (it exits after
@@ -67,6 +68,7 @@ typedef struct af_wp_result {
                                          (like out), dmask 4-D (a full dim where the mask broadcasts
                                          is summed by af_wp_copy_grad) */
     double compile_s, run_s; /* -1 when not given */
+    af_guard_writes guard;   /* "guard_writes": the guard bands that changed (n 0: none) */
 } af_wp_result;
 
 /* A frame's header as tokens (json_scan.h), checked as JSON: in `local` when they fit,

@@ -49,6 +49,13 @@ void af_bundle_array_name(const char *prefix, const char *backend, char *buf, si
 
 void af_bundle_out_name(const char *backend, char *buf, size_t len) { af_bundle_array_name("out", backend, buf, len); }
 
+void af_bundle_run2_name(const char *prefix, const char *backend, char *buf, size_t len) {
+    char base[160];
+    af_bundle_array_name(prefix, backend, base, sizeof base);
+    base[strlen(base) - strlen(".npy.zst")] = 0;
+    snprintf(buf, len, "%s.run2.npy.zst", base);
+}
+
 void af_bundle_shape_str(char *buf, size_t len, const size_t *shape, int ndim) {
     size_t n = 0;
     int w = snprintf(buf, len, "[");

@@ -41,6 +41,7 @@ struct af_bundle {
     bool has_tol;
     af_tolerance tol;
     int minimized; /* case.json "minimized": +1, -1, 0 absent */
+    af_guard_writes guard; /* case.json "guard_writes" */
 };
 
 /* --- npy.c ---------------------------------------------------------------------------- */
@@ -64,6 +65,8 @@ bool af_bundle_plain_name(const char *s);
 void af_bundle_out_name(const char *backend, char *buf, size_t len);
 /* The same for another array of a backend: "<prefix>.<backend>.npy.zst" ("dq", ...). */
 void af_bundle_array_name(const char *prefix, const char *backend, char *buf, size_t len);
+/* A second run's array: "<prefix>.<backend>.run2.npy.zst". */
+void af_bundle_run2_name(const char *prefix, const char *backend, char *buf, size_t len);
 /* "[2, 3, 4]" for messages. */
 void af_bundle_shape_str(char *buf, size_t len, const size_t *shape, int ndim);
 

@@ -90,6 +90,19 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
     af_bj_item(&w, root, "relation", af_bj_string(s->relation));
     af_bj_item(&w, root, "tensor", cJSON_CreateString(s->tensor ? s->tensor : "out"));
     if (s->minimized) af_bj_item(&w, root, "minimized", cJSON_CreateBool(s->minimized > 0));
+    if (s->guard && s->guard->n) {
+        cJSON *gws = cJSON_CreateArray();
+        for (size_t i = 0; i < s->guard->n; i++) {
+            const af_guard_write *gw = &s->guard->w[i];
+            cJSON *o = cJSON_CreateObject();
+            af_bj_item(&w, o, "buffer", cJSON_CreateString(gw->buffer));
+            af_bj_item(&w, o, "margin", cJSON_CreateString(af_margin_names[gw->margin]));
+            af_bj_item(&w, o, "offset", af_bj_count((size_t)gw->offset));
+            af_bj_item(&w, o, "count", af_bj_count((size_t)gw->count));
+            af_bj_push(&w, gws, o);
+        }
+        af_bj_item(&w, root, "guard_writes", gws);
+    }
     cJSON *case_obj = af_case_to_cjson(s->c); /* numbers already exact */
     af_bj_item(&w, root, "case", case_obj);
     af_case_features_str(s->c, buf, sizeof buf);
@@ -340,6 +353,31 @@ static void af_br_grads(af_br *r, const cJSON *be, const char *f, const char *na
     }
 }
 
+/* "guard_writes": at most AF_GUARD_MAX {buffer, margin, offset, count}. */
+static void af_br_guard_writes(af_br *r, const cJSON *root, af_bundle *b) {
+    const cJSON *gws = af_br_get(root, "guard_writes");
+    if (!gws) return;
+    if (!cJSON_IsArray(gws) || cJSON_GetArraySize(gws) > AF_GUARD_MAX) {
+        af_br_fail(r, "guard_writes", "expected an array of at most 8 guard writes");
+        return;
+    }
+    const cJSON *o;
+    cJSON_ArrayForEach(o, gws) {
+        af_guard_write *gw = &b->guard.w[b->guard.n];
+        const cJSON *buf = af_br_get(o, "buffer"), *mg = af_br_get(o, "margin");
+        int m = cJSON_IsString(mg) ? af_margin_from_name(mg->valuestring) : -1;
+        if (!cJSON_IsString(buf) || m < 0) {
+            af_br_fail(r, "guard_writes", "expected {buffer, margin (before, after, null_page, page_tail), offset, count}");
+            return;
+        }
+        snprintf(gw->buffer, sizeof gw->buffer, "%s", buf->valuestring);
+        gw->margin = (af_margin)m;
+        gw->offset = af_br_count(r, af_br_get(o, "offset"), "guard_writes.offset");
+        gw->count = af_br_count(r, af_br_get(o, "count"), "guard_writes.count");
+        b->guard.n++;
+    }
+}
+
 static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
     const cJSON *bes = af_br_get(root, "backends");
     if (!bes) return;
@@ -499,6 +537,7 @@ static af_status af_br_root(af_br *r, const cJSON *root, af_bundle *b) {
     const cJSON *minimized = af_br_get(root, "minimized");
     if (minimized && !cJSON_IsBool(minimized)) af_br_fail(r, "minimized", "expected true or false");
     if (minimized) b->minimized = cJSON_IsTrue(minimized) ? 1 : -1;
+    af_br_guard_writes(r, root, b);
     af_br_backends(r, root, b);
     af_br_tolerance(r, root, b);
     af_br_files(r, root, b);

@@ -43,6 +43,15 @@ af_status af_bundle_read(const char *dir, af_bundle **out, af_error *err) {
         st = af_bundle_json_parse(path, text, len, b, err);
     }
     af_free(text);
+    /* a nondeterministic finding holds both runs: each recorded output's second run */
+    for (size_t i = 0; st == AF_OK && b->kind == AF_KIND_NONDETERMINISTIC && i < b->n_recs; i++) {
+        if (!b->rec_files[i] || !b->rec_names[i]) continue;
+        char file[200];
+        af_bundle_run2_name("out", b->rec_names[i], file, sizeof file);
+        if (!af_bundle_is_file(b->files, file))
+            st = af_error_set(err, AF_ERR_FORMAT, "%s/%s: missing: a nondeterministic finding's bundle holds the "
+                              "second run's output beside the first's", dir, file);
+    }
     if (st != AF_OK) {
         af_bundle_free(b);
         return st;
@@ -96,6 +105,7 @@ const af_bundle_record *af_bundle_record_at(const af_bundle *b, size_t i) {
 }
 
 int af_bundle_minimized(const af_bundle *b) { return b->minimized; }
+const af_guard_writes *af_bundle_guard_writes(const af_bundle *b) { return &b->guard; }
 
 bool af_bundle_has_tolerance(const af_bundle *b, af_tolerance *tol) {
     if (b->has_tol && tol) *tol = b->tol;
@@ -191,6 +201,21 @@ af_status af_bundle_load_grad(const af_bundle *b, const char *name, int g, doubl
     }
     if (!af_bundle_is_file(b->files, use)) return AF_OK;
     return af_bundle_load_shaped(b, use, want, out, err);
+}
+
+af_status af_bundle_load_run2(const af_bundle *b, const char *name, int g, double **out, af_error *err) {
+    *out = NULL;
+    AF_RETURN_ERROR_IF(g < -1 || g >= AF_GRAD_COUNT, err, AF_ERR_INVALID, "no gradient %d", g);
+    const af_case *c = &b->c;
+    size_t want[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+    if (g >= 0) {
+        if (!(c->bwd.grads & (1u << g))) return AF_OK;
+        af_case_grad_shape(c, g, want);
+    }
+    char file[200];
+    af_bundle_run2_name(g < 0 ? "out" : af_grad_names[g], name, file, sizeof file);
+    if (!af_bundle_is_file(b->files, file)) return AF_OK;
+    return af_bundle_load_shaped(b, file, want, out, err);
 }
 
 af_kind af_bundle_record_verdict(const af_bundle_record *r) {

@@ -271,6 +271,24 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
                 st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
         }
     }
+    /* a nondeterministic finding's second run (the names fixed: a reader finds them by rule) */
+    for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
+        const af_bundle_output *o = &s->outputs[i];
+        const char *backend = o->backend ? o->backend : "";
+        char name[200];
+        if (o->out_run2) {
+            af_bundle_run2_name("out", backend, name, sizeof name);
+            st = af_bw_output(bw, name, o->out_run2, want_out, backend);
+        }
+        for (int g = 0; st == AF_OK && o->grads_run2 && g < AF_GRAD_COUNT; g++) {
+            const af_tensor *gt = af_grads_get(o->grads_run2, g);
+            if (!(c->bwd.grads & (1u << g)) || !gt->data) continue;
+            size_t want[4];
+            af_case_grad_shape(c, g, want);
+            af_bundle_run2_name(af_grad_names[g], backend, name, sizeof name);
+            st = af_bw_output(bw, name, gt, want, backend);
+        }
+    }
     /* a worker's own dropout keep mask, which the reference followed */
     for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
         const af_bundle_output *o = &s->outputs[i];

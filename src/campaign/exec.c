@@ -13,7 +13,13 @@
 #include "parallel.h"
 #include "scratch.h"
 
-typedef enum af_check_type { AF_CHECK_BACKEND, AF_CHECK_PAIR, AF_CHECK_RELATION, AF_CHECK_EXPECTED } af_check_type;
+typedef enum af_check_type {
+    AF_CHECK_BACKEND,
+    AF_CHECK_PAIR,
+    AF_CHECK_RELATION,
+    AF_CHECK_EXPECTED,
+    AF_CHECK_DETERMINISM /* backend a run a second time, bitwise equal (a share of executions) */
+} af_check_type;
 
 typedef struct af_check {
     af_check_type type;
@@ -34,6 +40,16 @@ typedef struct af_exec_slot {
     af_case_tensors keep_t[AF_EXEC_MAX_BACKENDS];
     bool use_keep[AF_EXEC_MAX_BACKENDS];
     af_scratch keeps; /* slot k: backend k's keep mask, copied (the worker's lasts only until its next run) */
+    /* guard bands: each output buffer's bytes as allocated (between its two margins), per
+     * backend the output's (0) and each gradient's (1 + g); what the margins show after a run */
+    size_t guarded[AF_EXEC_MAX_BACKENDS][1 + AF_GRAD_COUNT];
+    af_guard_writes guard[AF_EXEC_MAX_BACKENDS];
+    /* a determinism check's second run of backend k: its buffers (slot 0 the output, 1 + g
+     * gradient g), output and gradients */
+    af_scratch again[AF_EXEC_MAX_BACKENDS];
+    af_tensor out2[AF_EXEC_MAX_BACKENDS];
+    af_grads grads2[AF_EXEC_MAX_BACKENDS];
+    bool ran2[AF_EXEC_MAX_BACKENDS];
 
     af_case c;
     uint8_t bytes[AF_CASE_ENCODED_MAX];
@@ -89,6 +105,8 @@ struct af_exec {
     bool has_expected;
     af_exec_timing timing;
     af_batch_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
+    af_scratch bundle_ws; /* a bundle's rearranged arrays (af_exec_relation_full) */
+    af_tensor full;       /* batch_split's row alone, set into the batch's output */
     uint32_t skip_next; /* backends the next single execution does not run (af_exec_skip_next) */
     uint64_t skipped;   /* backend runs skipped that way */
     uint64_t grads_unjudged;
@@ -170,6 +188,12 @@ static af_status af_exec_setup(af_exec *x, af_error *err) {
             snprintf(ck->name, sizeof ck->name, "%s@%s", af_relation_names[r], af_backend_name(x->be[k]));
         }
     }
+    for (size_t k = 0; cfg->determinism > 0.0 && k < x->nbe; k++) {
+        af_check *ck = af_exec_add_check(x, AF_CHECK_DETERMINISM, err);
+        if (!ck) return AF_ERR_INVALID;
+        ck->a = k;
+        snprintf(ck->name, sizeof ck->name, "determinism@%s", af_backend_name(x->be[k]));
+    }
     AF_RETURN_ERROR_IF(x->nchecks == 0, err, AF_ERR_INVALID, "nothing to check: give --backend, --pair or --relation with a backend");
     return AF_OK;
 }
@@ -181,7 +205,10 @@ static void af_exec_slot_destroy(af_exec_slot *sl) {
     af_oracle_destroy(sl->oracle);
     af_scratch_release(&sl->outs);
     af_scratch_release(&sl->keeps);
-    for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) af_scratch_release(&sl->gouts[k]);
+    for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) {
+        af_scratch_release(&sl->gouts[k]);
+        af_scratch_release(&sl->again[k]);
+    }
     af_free(sl);
 }
 
@@ -241,6 +268,7 @@ void af_exec_destroy(af_exec *x) {
         for (size_t i = 0; i < x->bank[b].nslots; i++) af_exec_slot_destroy(x->bank[b].slots[i]);
     af_oracle_destroy(x->exp_oracle);
     af_relation_ctx_destroy(x->rel);
+    af_scratch_release(&x->bundle_ws);
     af_free(x);
 }
 
@@ -267,6 +295,12 @@ static int af_exec_worst(const af_result *res) {
 }
 
 static const char *af_exec_tensor_name(int tensor) { return tensor < 0 ? "out" : af_grad_names[tensor]; }
+/* The gradient a buffer name is, -1 for the output or anything else. */
+static int af_exec_grad_index(const char *name) {
+    for (int g = 0; g < AF_GRAD_COUNT; g++)
+        if (strcmp(name, af_grad_names[g]) == 0) return g;
+    return -1;
+}
 
 static void af_exec_error_result(const af_exec_slot *sl, size_t k, af_result *res) {
     memset(res, 0, sizeof *res);
@@ -325,6 +359,11 @@ static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_
         }
     }
     *tensor = af_exec_worst(res);
+    if (sl->guard[k].n) { /* a write outside the buffer decides, whatever the values inside */
+        int g = af_exec_grad_index(sl->guard[k].w[0].buffer);
+        *tensor = g >= 0 && sl->backward[k] ? g : -1;
+        res[1 + *tensor].kind = AF_KIND_GUARD_WRITE;
+    }
     return AF_OK;
 }
 
@@ -370,6 +409,85 @@ static bool af_exec_check_uses(const af_check *ck, size_t k) {
     return ck->a == k || (ck->type == AF_CHECK_PAIR && ck->b == k);
 }
 
+/* --- guard bands ---
+ * Every buffer a backend writes (its output, its gradients) lies between two margins of
+ * all-ones bytes, which are NaN in every float dtype, each one output row wide (Dv
+ * elements of the widest dtype, at least 64 bytes, so the buffer stays 64-byte aligned);
+ * the buffer itself is filled the same way before each run, so an element a backend never
+ * writes reads NaN. After the run a margin byte that changed is a guard write
+ * (AF_KIND_GUARD_WRITE). A cost of two memsets and a scan of two rows per buffer. */
+#define AF_EXEC_GUARD_FILL 0xFF
+
+static size_t af_exec_guard_margin(const af_case *c) {
+    size_t m = ((size_t)c->v_head_dim * 8 + 63) & ~(size_t)63;
+    return m < 64 ? 64 : m;
+}
+
+/* Slot k of s as a guarded buffer of span bytes: every byte (margins and buffer) filled;
+ * returns the buffer (after the first margin). */
+static void *af_exec_guarded(af_scratch *s, int k, size_t span, size_t margin, af_error *err) {
+    uint8_t *p = af_scratch_get(s, k, span + 2 * margin, err);
+    if (!p) return NULL;
+    memset(p, AF_EXEC_GUARD_FILL, span + 2 * margin);
+    return p + margin;
+}
+
+/* Appends to g what the margins of buffer t (span bytes as allocated) show: per margin the
+ * first changed element (in t's dtype after the run, counted from the margin's start) and
+ * how many changed. */
+static void af_exec_guard_scan(const af_tensor *t, size_t span, size_t margin, const char *name, af_guard_writes *g) {
+    const uint8_t *base = (const uint8_t *)t->data;
+    const uint8_t *m[2] = {base - margin, base + span};
+    size_t es = af_dtype_size(t->dtype);
+    for (int side = 0; side < 2 && g->n < AF_GUARD_MAX; side++) {
+        uint64_t first = 0, count = 0;
+        for (size_t e = 0; e + es <= margin; e += es) {
+            bool changed = false;
+            for (size_t b = 0; b < es; b++) changed |= m[side][e + b] != AF_EXEC_GUARD_FILL;
+            if (changed && count++ == 0) first = e / es;
+        }
+        if (!count) continue;
+        af_guard_write *w = &g->w[g->n++];
+        snprintf(w->buffer, sizeof w->buffer, "%s", name);
+        w->margin = side ? AF_MARGIN_AFTER : AF_MARGIN_BEFORE;
+        w->offset = first;
+        w->count = count;
+    }
+}
+
+/* Backend k's guard bands on slot sl after a run (out, grads: that run's buffers). */
+static void af_exec_guard_check(const af_exec_slot *sl, size_t k, const af_tensor *out, const af_grads *grads,
+                                af_guard_writes *g) {
+    size_t margin = af_exec_guard_margin(&sl->c);
+    af_exec_guard_scan(out, sl->guarded[k][0], margin, "out", g);
+    for (int gi = 0; sl->backward[k] && gi < AF_GRAD_COUNT; gi++) {
+        const af_tensor *gt = af_grads_get(grads, gi);
+        if (gt->data) af_exec_guard_scan(gt, sl->guarded[k][1 + gi], margin, af_grad_names[gi], g);
+    }
+}
+
+/* Backend k's buffers for a run on slot sl: out and grads shaped, out in slot oslot of s,
+ * gradient g in slot gbase + g of gs, all guarded. */
+static af_status af_exec_buffers(const af_exec *x, af_exec_slot *sl, size_t k, af_scratch *s, int oslot, af_scratch *gs,
+                                 int gbase, af_tensor *out, af_grads *grads, af_error *err) {
+    size_t margin = af_exec_guard_margin(&sl->c);
+    af_backend_out_shape(x->be[k], &sl->c, out);
+    sl->guarded[k][0] = af_tensor_span(out);
+    out->data = af_exec_guarded(s, oslot, sl->guarded[k][0], margin, err);
+    if (!out->data) return AF_ERR_NOMEM;
+    memset(grads, 0, sizeof *grads);
+    if (!sl->backward[k]) return AF_OK;
+    af_backend_grads_shape(x->be[k], &sl->c, grads);
+    for (int g = 0; g < AF_GRAD_COUNT; g++) {
+        af_tensor *gt = af_grads_at(grads, g);
+        if (!gt->ndim) continue;
+        sl->guarded[k][1 + g] = af_tensor_span(gt);
+        gt->data = af_exec_guarded(gs, gbase + g, sl->guarded[k][1 + g], margin, err);
+        if (!gt->data) return AF_ERR_NOMEM;
+    }
+    return AF_OK;
+}
+
 /* Which backends support slot sl's case (with only != SIZE_MAX: only those check `only`
  * needs); their output buffers. */
 static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only, af_error *err) {
@@ -384,21 +502,12 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
         sl->tail[k] = NULL;
         sl->st[k] = AF_OK;
         sl->msg[k][0] = 0;
+        sl->guard[k].n = 0;
+        sl->ran2[k] = false;
         if (!sl->supported[k]) continue;
-        af_backend_out_shape(x->be[k], &sl->c, &sl->out[k]);
-        sl->out[k].data = af_scratch_get(&sl->outs, (int)k, af_tensor_span(&sl->out[k]), err);
-        if (!sl->out[k].data) return AF_ERR_NOMEM;
         /* a backend that supports a backward case declared the capability (af_case_required_caps) */
         sl->backward[k] = sl->c.bwd.grads != 0;
-        memset(&sl->grads[k], 0, sizeof sl->grads[k]);
-        if (!sl->backward[k]) continue;
-        af_backend_grads_shape(x->be[k], &sl->c, &sl->grads[k]);
-        for (int g = 0; g < AF_GRAD_COUNT; g++) {
-            af_tensor *gt = af_grads_at(&sl->grads[k], g);
-            if (!gt->ndim) continue;
-            gt->data = af_scratch_get(&sl->gouts[k], g, af_tensor_span(gt), err);
-            if (!gt->data) return AF_ERR_NOMEM;
-        }
+        AF_TRY(af_exec_buffers(x, sl, k, &sl->outs, (int)k, &sl->gouts[k], 0, &sl->out[k], &sl->grads[k], err));
     }
     return AF_OK;
 }
@@ -406,7 +515,7 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
 /* What backend k's run on slot sl gave: st (err's message), the keep mask it drew, the
  * seconds it compiled. */
 static af_status af_exec_took(const af_exec *x, af_exec_slot *sl, size_t k, af_status st, const af_error *berr,
-                              const uint8_t *keep, double compile_s, af_error *err) {
+                              const uint8_t *keep, double compile_s, const af_guard_writes *reported, af_error *err) {
     sl->st[k] = st;
     sl->compile_s += compile_s;
     /* out of memory, or a worker that can no longer be started: not a finding */
@@ -417,8 +526,11 @@ static af_status af_exec_took(const af_exec *x, af_exec_slot *sl, size_t k, af_s
         return AF_OK;
     }
     if (st != AF_OK) snprintf(sl->msg[k], sizeof sl->msg[k], "%s", berr->msg);
-    if (st == AF_OK) AF_TRY(af_exec_keep_reference(x, sl, k, af_inputs_get(sl->in), keep, err));
-    return AF_OK;
+    if (st != AF_OK) return AF_OK;
+    /* what the worker saw in its own bands, then what ours show */
+    for (size_t i = 0; i < reported->n && sl->guard[k].n < AF_GUARD_MAX; i++) sl->guard[k].w[sl->guard[k].n++] = reported->w[i];
+    af_exec_guard_check(sl, k, &sl->out[k], &sl->grads[k], &sl->guard[k]);
+    return af_exec_keep_reference(x, sl, k, af_inputs_get(sl->in), keep, err);
 }
 
 /* Backend k's answer r on slot sl, from a run alone or a batch (one path for both): its
@@ -430,7 +542,7 @@ static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_b
     x->timing.compile_s += compile;
     if (r->run_s > 0) x->timing.target_s += r->run_s;
     sl->tail[k] = r->stderr_tail;
-    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, compile, err);
+    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, compile, &r->guard, err);
 }
 
 /* Runs backend k on slot sl, alone: a batch of one as far as the answer goes (an
@@ -449,8 +561,63 @@ static af_status af_exec_run_backend(af_exec *x, af_exec_slot *sl, size_t k, af_
         r.run_s = e->run_s;
         r.wall_s = e->wall_s;
         r.new_key = e->new_key;
+        r.guard = e->guard;
     }
     return af_exec_take(x, sl, k, &r, err);
+}
+
+/* Does a sampled execution run backend k's determinism check on c? A function of the
+ * case's seeds (another mix than the relations'), below the configured share. */
+static bool af_exec_determinism_sampled(const af_exec *x, const af_case *c, size_t k) {
+    uint64_t h = 0x243f6a8885a308d3ull ^ k;
+    for (int t = 0; t < AF_QKV_COUNT; t++) { /* splitmix64's finalizer over each seed in turn */
+        h = (h ^ (uint64_t)c->t[t].seed) * 0x9e3779b97f4a7c15ull;
+        h ^= h >> 30;
+        h *= 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 27;
+        h *= 0x94d049bb133111ebull;
+        h ^= h >> 31;
+    }
+    return (double)(h >> 11) * 0x1p-53 < x->cfg.determinism;
+}
+
+/* The determinism check of backend k on slot sl (run once already, successfully): the
+ * case again into fresh guarded NaN-filled buffers (out2, grads2), then bitwise against the
+ * first run: the output (res[0]) unless the backend declares its forward nondeterministic,
+ * each gradient (res[1 + g]) unless it declares its backward so. A second run that fails
+ * is res[0] of the failure's kind, its message in berr. Every tensor the record holds for
+ * the run is compared the same way: softmax statistics, where a result carries them, are
+ * one more af_oracle_compare_bitwise over the two runs' copies. */
+static af_status af_exec_determinism(af_exec *x, af_exec_slot *sl, size_t k, af_result res[1 + AF_GRAD_COUNT],
+                                     af_error *berr, af_error *err) {
+    memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
+    AF_TRY(af_exec_buffers(x, sl, k, &sl->again[k], 0, &sl->again[k], 1, &sl->out2[k], &sl->grads2[k], err));
+    const af_case_tensors *t = af_inputs_get(sl->in);
+    af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], t, &sl->out2[k], &sl->grads2[k], berr)
+                                   : af_backend_run(x->be[k], t, &sl->out2[k], berr);
+    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr->msg);
+    if (st == AF_ERR_UNSUPPORTED) return AF_ERR_UNSUPPORTED;
+    if (st != AF_OK) {
+        res[0].kind = af_kind_of_status(st);
+        return AF_OK;
+    }
+    sl->ran2[k] = true;
+    x->timing.determinism_runs++;
+    uint32_t tr = af_backend_traits(x->be[k]);
+    if (!(tr & AF_TRAIT_NONDET_FORWARD))
+        AF_TRY(af_oracle_compare_bitwise(&sl->out[k], &sl->out2[k], NULL, AF_KIND_NONDETERMINISTIC, &res[0], err));
+    for (int g = 0; sl->backward[k] && !(tr & AF_TRAIT_NONDET_BACKWARD) && g < AF_GRAD_COUNT; g++) {
+        const af_tensor *a = af_grads_get(&sl->grads[k], g), *b = af_grads_get(&sl->grads2[k], g);
+        if (a->data && b->data)
+            AF_TRY(af_oracle_compare_bitwise(a, b, NULL, AF_KIND_NONDETERMINISTIC, &res[1 + g], err));
+    }
+    return AF_OK;
+}
+
+/* Does backend k declare every pass slot sl runs nondeterministic (nothing to check)? */
+static bool af_exec_all_nondet(const af_exec *x, const af_exec_slot *sl, size_t k) {
+    uint32_t tr = af_backend_traits(x->be[k]);
+    return (tr & AF_TRAIT_NONDET_FORWARD) && (!sl->backward[k] || (tr & AF_TRAIT_NONDET_BACKWARD));
 }
 
 /* Evaluates every check (or check `only`) on slot sl, whose backends have run; *unjudged
@@ -469,6 +636,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
         *tensor = -1;
         af_result rs[1 + AF_GRAD_COUNT];
         const char *message = "";
+        const af_guard_writes *guard = NULL;
         if (only != SIZE_MAX && i != only) continue;
         switch (ck->type) {
         case AF_CHECK_BACKEND:
@@ -480,6 +648,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             } else {
                 AF_TRY(af_exec_judge(x, sl, ck->a, af_exec_oracle_for(sl, ck->a), rs, tensor, unjudged, err));
                 *res = rs[1 + *tensor];
+                if (res->kind == AF_KIND_GUARD_WRITE) guard = &sl->guard[ck->a];
             }
             break;
         case AF_CHECK_PAIR: {
@@ -500,6 +669,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             const af_result *w = af_worse(&side[0], &side[1]);
             *res = *w;
             *tensor = st[w == &side[0] ? 0 : 1];
+            if (res->kind == AF_KIND_GUARD_WRITE) guard = &sl->guard[sides[w == &side[0] ? 0 : 1]];
             break;
         }
         case AF_CHECK_RELATION: {
@@ -509,15 +679,34 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             if (x->cfg.sample_relations && only == SIZE_MAX && ck->rel != af_exec_sampled_relation(x, c, ck->a))
                 break;
             af_error rerr;
+            double t0 = af_now();
             af_status st = af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a],
                                                       sl->backward[ck->a] ? &sl->grads[ck->a] : NULL,
                                                       sl->oracle, x->rel, rs, &rerr);
+            x->timing.relations_s += af_now() - t0;
             if (st == AF_ERR_UNSUPPORTED) break;
             if (st != AF_OK) return af_error_set(err, st, "%s: %s", ck->name, rerr.msg);
             sl->check_ran[i] = true;
             *tensor = af_exec_worst(rs);
             *res = rs[1 + *tensor];
             if (res->kind == AF_KIND_ERROR) message = rerr.msg;
+            break;
+        }
+        case AF_CHECK_DETERMINISM: {
+            size_t k = ck->a;
+            if (!sl->supported[k] || sl->st[k] != AF_OK || !af_exec_repeatable(x, k, c) || af_exec_all_nondet(x, sl, k))
+                break;
+            if (only == SIZE_MAX && !af_exec_determinism_sampled(x, c, k)) break;
+            af_error berr;
+            double t0 = af_now();
+            af_status st = af_exec_determinism(x, sl, k, rs, &berr, err);
+            x->timing.determinism_s += af_now() - t0;
+            if (st == AF_ERR_UNSUPPORTED) break;
+            AF_TRY(st);
+            sl->check_ran[i] = true;
+            *tensor = af_exec_worst(rs);
+            *res = rs[1 + *tensor];
+            if (res->kind != AF_KIND_OK && res->kind != AF_KIND_NONDETERMINISTIC) message = berr.msg;
             break;
         }
         case AF_CHECK_EXPECTED: {
@@ -548,6 +737,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             snprintf(f->who, sizeof f->who, "%s", ck->name);
             snprintf(f->tensor, sizeof f->tensor, "%s", af_exec_tensor_name(*tensor));
             snprintf(f->message, sizeof f->message, "%s", message);
+            if (guard) f->guard = *guard;
             f->signature = af_signature_tensor(f->kind, f->who, f->tensor, c);
         }
     }
@@ -670,7 +860,7 @@ static void af_exec_push_batches(void *arg) {
 }
 
 bool af_exec_checks_parallel(const af_exec *x) {
-    for (size_t i = 0; i < x->nchecks; i++)
+    for (size_t i = 0; i < x->nchecks; i++) /* a determinism check runs its backend again: one thread */
         if (x->checks[i].type != AF_CHECK_BACKEND && x->checks[i].type != AF_CHECK_PAIR) return false;
     return true;
 }
@@ -907,6 +1097,25 @@ static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, c
     }
 }
 
+/* A relation's output (rout) as a bundle holds it: the case's shape. One that covers fewer
+ * rows (batch_split's row alone) is set into a copy of the source output src at the rows
+ * it maps to, so the two files differ exactly where the relation failed. */
+static af_status af_exec_relation_full(af_exec *x, const af_tensor *src, const af_tensor *rout, const af_tensor **full,
+                                       af_error *err) {
+    *full = rout;
+    if (rout->ne[0] == src->ne[0] || rout->dtype != src->dtype) return AF_OK;
+    const uint32_t *rows = af_relation_row_map(x->rel);
+    size_t row = src->ne[3] * af_dtype_size(src->dtype), n = rout->ne[0] * rout->ne[1] * rout->ne[2];
+    x->full = *src;
+    x->full.data = af_scratch_get(&x->bundle_ws, 0, af_tensor_span(src), err);
+    if (!x->full.data) return AF_ERR_NOMEM;
+    memcpy(x->full.data, src->data, af_tensor_span(src));
+    for (size_t r = 0; r < n; r++)
+        memcpy((uint8_t *)x->full.data + (rows ? rows[r] : r) * row, (const uint8_t *)rout->data + r * row, row);
+    *full = &x->full;
+    return AF_OK;
+}
+
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len, af_error *err) {
     AF_RETURN_ERROR_IF(i >= x->sel->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
     return af_exec_write_bundle_as(x, i, x->sel->findings[i].signature, dir, path, path_len, err);
@@ -969,14 +1178,28 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         outs[nout].backend = relname;
         outs[nout].dropout_keep = NULL;
         bool failed = r[0].kind == AF_KIND_ERROR;
-        outs[nout].out = failed ? NULL : af_relation_output(x->rel);
+        outs[nout].out = NULL;
+        if (!failed) AF_TRY(af_exec_relation_full(x, &sl->out[ck->a], af_relation_output(x->rel), &outs[nout].out, err));
         outs[nout].result = r[0];
         outs[nout].error = failed ? rerr.msg : NULL;
-        outs[nout].grads = bwd && !failed ? af_relation_grads(x->rel) : NULL;
+        /* gradients of a row alone (batch_split) have other shapes than the case's: not stored */
+        bool same_rows = outs[nout].out == af_relation_output(x->rel);
+        outs[nout].grads = bwd && !failed && same_rows ? af_relation_grads(x->rel) : NULL;
         for (int g = 0; g < AF_GRAD_COUNT; g++) outs[nout].grad_results[g] = r[1 + g];
         nout++;
         break;
     }
+    case AF_CHECK_DETERMINISM:
+        /* the first run judged against the reference, the second as the record holds it */
+        memset(rs, 0, sizeof rs);
+        AF_TRY(af_exec_judge(x, sl, ck->a, af_exec_oracle_for(sl, ck->a), rs, &tensor, &x->grads_unjudged, err));
+        af_exec_output(x, sl, ck->a, rs, &outs[nout]);
+        if (sl->ran2[ck->a]) {
+            outs[nout].out_run2 = &sl->out2[ck->a];
+            outs[nout].grads_run2 = sl->backward[ck->a] ? &sl->grads2[ck->a] : NULL;
+        }
+        nout++;
+        break;
     }
     char name[64], replay[1024];
     if (bo->name)
@@ -1002,6 +1225,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     spec.outputs = outs;
     spec.n_outputs = nout;
     spec.tol = f->result.tol;
+    spec.guard = f->kind == AF_KIND_GUARD_WRITE ? &f->guard : NULL;
     spec.replay_cmd = replay;
     spec.name = bo->name;
     spec.extra_json = bo->extra_json;

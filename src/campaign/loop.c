@@ -328,6 +328,9 @@ static void af_loop_note_timing(af_campaign_stats *s, const af_exec *x) {
     s->backend_seconds = t->backends_s;
     s->target_seconds = t->target_s;
     s->check_seconds = t->checks_s;
+    s->relation_seconds = t->relations_s;
+    s->determinism_seconds = t->determinism_s;
+    s->determinism_runs = t->determinism_runs;
     s->restart_seconds = 0;
     s->worker_restarts = 0;
     for (size_t k = 0; k < af_exec_backend_count(x); k++) {

@@ -15,6 +15,7 @@
 static const char *const af_ms_special[] = {
     "shard", "shards", "seed", "host", "crashes", "strategy", "finished", "started_at", "elapsed", "execs_per_sec",
     "execs_per_sec_jobs", "unique_signatures", "findings_per_kind", "signatures", "format", "version", "jobs",
+    "check_share",
 };
 
 static bool af_ms_is_special(const char *name) {
@@ -245,6 +246,17 @@ char *af_merge_stats_print(const af_merge_source *src, size_t n, const char *out
         }
     }
     af_ms_signatures(out, src, n, out_crashes);
+
+    /* each check's share of the time of every job of every shard, from the summed seconds */
+    double whole = 0;
+    for (size_t i = 0; i < n; i++)
+        if (src[i].st) whole += af_ms_num(src[i].st, "elapsed") * fmax(1.0, af_ms_num(src[i].st, "jobs"));
+    const cJSON *secs = cJSON_GetObjectItem(out, "seconds");
+    double rel = af_ms_num(secs, "relations"), det = af_ms_num(secs, "determinism");
+    cJSON *cs = cJSON_AddObjectToObject(out, "check_share");
+    cJSON_AddNumberToObject(cs, "compare", whole > 0 ? (af_ms_num(secs, "checks") - rel - det) / whole : 0.0);
+    cJSON_AddNumberToObject(cs, "relations", whole > 0 ? rel / whole : 0.0);
+    cJSON_AddNumberToObject(cs, "determinism", whole > 0 ? det / whole : 0.0);
 
     /* one row per shard */
     cJSON *rows = cJSON_AddArrayToObject(out, "per_shard");

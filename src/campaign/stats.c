@@ -74,6 +74,15 @@ af_status af_stats_write(const af_campaign_stats *s, const af_stats_about *o, co
     cJSON_AddNumberToObject(tm, "compile", s->compile_seconds);
     cJSON_AddNumberToObject(tm, "protocol", fmax(0.0, s->backend_seconds - s->target_seconds - s->compile_seconds));
     cJSON_AddNumberToObject(tm, "checks", s->check_seconds);
+    cJSON_AddNumberToObject(tm, "relations", s->relation_seconds);
+    cJSON_AddNumberToObject(tm, "determinism", s->determinism_seconds);
+    cJSON_AddNumberToObject(j, "determinism_runs", (double)s->determinism_runs);
+    /* what each check costs, as a share of the campaign's time (every job's) */
+    cJSON *cs = cJSON_AddObjectToObject(j, "check_share");
+    double whole = s->elapsed * (o && o->jobs > 1 ? o->jobs : 1);
+    cJSON_AddNumberToObject(cs, "compare", whole > 0 ? (s->check_seconds - s->relation_seconds - s->determinism_seconds) / whole : 0.0);
+    cJSON_AddNumberToObject(cs, "relations", whole > 0 ? s->relation_seconds / whole : 0.0);
+    cJSON_AddNumberToObject(cs, "determinism", whole > 0 ? s->determinism_seconds / whole : 0.0);
     cJSON_AddNumberToObject(tm, "restarts", s->restart_seconds);
     cJSON_AddNumberToObject(j, "worker_restarts", (double)s->worker_restarts);
     /* known bugs: hits per entry, the backend runs left out for them, the exemplars */
@@ -259,9 +268,12 @@ void af_stats_add_file(af_campaign_stats *s, const char *path, uint64_t *execs, 
     const cJSON *cs = cJSON_GetObjectItem(j, "compile_seconds");
     if (cJSON_IsNumber(cs)) s->compile_seconds += cs->valuedouble;
     const cJSON *tm = cJSON_GetObjectItem(j, "seconds");
-    static const char *const tnames[] = {"generate", "reference", "backends", "target", "checks", "restarts"};
-    double *tvals[] = {&s->generate_seconds, &s->reference_seconds, &s->backend_seconds, &s->target_seconds,
-                       &s->check_seconds, &s->restart_seconds};
+    static const char *const tnames[] = {"generate", "reference",  "backends",    "target",
+                                         "checks",   "relations", "determinism", "restarts"};
+    double *tvals[] = {&s->generate_seconds, &s->reference_seconds, &s->backend_seconds,     &s->target_seconds,
+                       &s->check_seconds,    &s->relation_seconds,  &s->determinism_seconds, &s->restart_seconds};
+    const cJSON *dr = cJSON_GetObjectItem(j, "determinism_runs");
+    if (cJSON_IsNumber(dr)) s->determinism_runs += (uint64_t)dr->valuedouble;
     for (size_t i = 0; i < sizeof tnames / sizeof tnames[0]; i++) {
         const cJSON *v = cJSON_GetObjectItem(tm, tnames[i]);
         if (cJSON_IsNumber(v)) *tvals[i] += v->valuedouble;

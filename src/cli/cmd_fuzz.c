@@ -45,6 +45,10 @@ static void af_fuzz_usage(FILE *f) {
             "                      paged KV, sinks, ALiBi) or a decode shape, 0..1 (default\n"
             "                      0.25 when a worker or target declares a serving capability,\n"
             "                      else 0)\n"
+            "  --determinism SHARE share of executions in which each backend runs the case a\n"
+            "                      second time and must give bitwise-equal outputs and\n"
+            "                      gradients (default 0.02; 0 turns it off; a check that runs\n"
+            "                      a backend again, like a relation: batches are not pipelined)\n"
             "  --fp8 SHARE         share of generated cases with FP8 inputs (e4m3 or e5m2 Q, K,\n"
             "                      V with per-tensor descales), 0..1 (default 0.25 when a\n"
             "                      worker or target declares e4m3 or e5m2, else 0)\n"
@@ -119,10 +123,11 @@ int af_cmd_fuzz(int argc, char **argv) {
     af_exec_config cfg;
     memset(&cfg, 0, sizeof cfg);
     af_oracle_opts_default(&cfg.oracle);
+    cfg.determinism = 0.02;
     int selected = 0;
     af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_NOPIPE, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING, O_FAULTGAP, O_FP8 };
+           O_BATCH, O_NOPIPE, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING, O_FAULTGAP, O_FP8, O_DETERMINISM };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         AF_CLI_KNOWN_OPTIONS,
@@ -152,6 +157,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"root", required_argument, 0, O_ROOT},
         {"serving", required_argument, 0, O_SERVING},
         {"fp8", required_argument, 0, O_FP8},
+        {"determinism", required_argument, 0, O_DETERMINISM},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -206,6 +212,12 @@ int af_cmd_fuzz(int argc, char **argv) {
             char *end = NULL;
             o.serving = strtod(optarg, &end);
             if (end == optarg || *end || !(o.serving >= 0.0 && o.serving <= 1.0)) goto bad;
+            break;
+        }
+        case O_DETERMINISM: {
+            char *end = NULL;
+            cfg.determinism = strtod(optarg, &end);
+            if (end == optarg || *end || !(cfg.determinism >= 0.0 && cfg.determinism <= 1.0)) goto bad;
             break;
         }
         case O_FP8: {
@@ -335,6 +347,14 @@ int af_cmd_fuzz(int argc, char **argv) {
         if (stats.known_skipped)
             fprintf(stderr, "attnfuzz: %llu backend runs left out: cases of known bugs their backend keeps hitting\n",
                     (unsigned long long)stats.known_skipped);
+        double whole = stats.elapsed * (o.jobs > 1 ? o.jobs : 1);
+        if (whole > 0 && (stats.relation_seconds > 0 || stats.determinism_runs))
+            fprintf(stderr,
+                    "attnfuzz: checks: comparing %.1f%% of the campaign's time, relations %.1f%%, determinism %.1f%% "
+                    "(%llu second runs)\n",
+                    100.0 * (stats.check_seconds - stats.relation_seconds - stats.determinism_seconds) / whole,
+                    100.0 * stats.relation_seconds / whole, 100.0 * stats.determinism_seconds / whole,
+                    (unsigned long long)stats.determinism_runs);
         if (stats.minimize_execs || stats.stored_unminimized || stats.aliases_read)
             fprintf(stderr,
                     "attnfuzz: minimizing: %llu execs in %.1fs (an end pass of %.1fs), %llu read from the shared record, "

@@ -68,6 +68,7 @@ static bool af_minimize_config(const char *who, const af_exec_config *base, af_e
     *cfg = *base;
     cfg->n_backends = cfg->n_pairs = 0;
     cfg->sample_relations = false;
+    cfg->determinism = 0.0;
     for (int r = 0; r < AF_REL_COUNT; r++) cfg->relations[r] = false;
     snprintf(buf, cap, "%s", who);
     if (!buf[0] || strchr(buf, '~')) return false;
@@ -75,8 +76,12 @@ static bool af_minimize_config(const char *who, const af_exec_config *base, af_e
     if (at) {
         *at = 0;
         int r = af_relation_from_name(buf);
-        if (r < 0 || !at[1]) return false;
-        cfg->relations[r] = true;
+        bool det = strcmp(buf, "determinism") == 0; /* every execution runs the case twice */
+        if ((r < 0 && !det) || !at[1]) return false;
+        if (det)
+            cfg->determinism = 1.0;
+        else
+            cfg->relations[r] = true;
         cfg->backends[cfg->n_backends++] = at + 1;
     } else if (strchr(buf, ',')) {
         cfg->pairs[cfg->n_pairs++] = buf;

@@ -307,6 +307,7 @@ static void af_regress_key(const af_exec_config *c, char *key, size_t cap) {
     for (size_t i = 0; i < c->n_backends && n < cap; i++) n += (size_t)snprintf(key + n, cap - n, "%s|", c->backends[i]);
     for (size_t i = 0; i < c->n_pairs && n < cap; i++) n += (size_t)snprintf(key + n, cap - n, "p%s|", c->pairs[i]);
     for (int r = 0; r < AF_REL_COUNT && n < cap; r++) n += (size_t)snprintf(key + n, cap - n, "%d", c->relations[r]);
+    if (n < cap) snprintf(key + n, cap - n, "|d%a", c->determinism);
 }
 
 static af_exec *af_regress_exec(af_regress_job *job, const af_exec_config *cfg, af_error *err) {

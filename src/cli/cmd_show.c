@@ -67,6 +67,48 @@ static int af_show_grad_heatmap(const af_bundle *b, const af_bundle_record *r, i
     return rc;
 }
 
+/* The checks beyond one output: a guard_write finding's bands, a nondeterministic finding's
+ * two runs (how many elements of each recorded output and gradient differ bitwise). */
+static int af_show_checks(const af_bundle *b) {
+    const af_guard_writes *gw = af_bundle_guard_writes(b);
+    for (size_t i = 0; i < gw->n; i++)
+        printf("guard    %s: %llu element%s changed in the margin %s, the first at element %llu of it\n", gw->w[i].buffer,
+               (unsigned long long)gw->w[i].count, gw->w[i].count == 1 ? "" : "s", af_margin_names[gw->w[i].margin],
+               (unsigned long long)gw->w[i].offset);
+    if (af_bundle_kind(b) != AF_KIND_NONDETERMINISTIC) return 0;
+    const af_case *c = af_bundle_case(b);
+    for (size_t i = 0; i < af_bundle_record_count(b); i++) {
+        const char *name = af_bundle_record_at(b, i)->backend;
+        for (int g = -1; g < AF_GRAD_COUNT; g++) {
+            af_error err = {0};
+            double *one = NULL, *two = NULL;
+            af_status st = g < 0 ? af_bundle_load_output(b, name, &one, &err) : af_bundle_load_grad(b, name, g, &one, &err);
+            if (st == AF_OK && one) st = af_bundle_load_run2(b, name, g, &two, &err);
+            if (st != AF_OK) {
+                fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+                af_free(one);
+                return 2;
+            }
+            if (one && two) {
+                size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
+                if (g >= 0) af_case_grad_shape(c, g, ne);
+                af_tensor t1, t2;
+                af_tensor_contiguous(&t1, AF_F64, 4, ne);
+                t2 = t1;
+                t1.data = one;
+                t2.data = two;
+                af_result r;
+                if (af_oracle_compare_bitwise(&t1, &t2, NULL, AF_KIND_NONDETERMINISTIC, &r, &err) == AF_OK)
+                    printf("run2     %s %s: %zu of %zu elements differ between the two runs (largest %.3g)\n", name,
+                           g < 0 ? "out" : af_grad_names[g], r.m.n_diverge, af_tensor_numel(&t1), r.m.max_abs);
+            }
+            af_free(one);
+            af_free(two);
+        }
+    }
+    return 0;
+}
+
 static void af_show_mask(const char *name, const af_case *c, const af_mask_spec *m, bool additive) {
     if (!m->present) return;
     size_t full[4] = {c->batch, c->q_heads, c->q_len, c->kv_len};
@@ -124,6 +166,10 @@ int af_cmd_show(int argc, char **argv) {
            af_bundle_relation(b) ? " under relation " : "", af_bundle_relation(b) ? af_bundle_relation(b) : "",
            (unsigned long long)af_bundle_signature(b));
     printf("features %s\n", feat);
+    if (af_show_checks(b) != 0) {
+        af_bundle_free(b);
+        return 2;
+    }
     printf("shape    Q [%u,%u,%u,%u]  K [%u,%u,%u,%u]  V [%u,%u,%u,%u]  out [%u,%u,%u,%u]\n", c->batch, c->q_heads,
            c->q_len, c->head_dim, c->batch, c->kv_heads, c->kv_len, c->head_dim, c->batch, c->kv_heads, c->kv_len,
            c->v_head_dim, c->batch, c->q_heads, c->q_len, c->v_head_dim);

@@ -100,6 +100,8 @@ void af_cli_config_from_bundle(const af_bundle *b, af_exec_config *cfg, char nam
     cfg->n_backends = n;
     const char *rel = af_bundle_relation(b);
     if (rel && af_relation_from_name(rel) >= 0) cfg->relations[af_relation_from_name(rel)] = true;
+    /* a nondeterministic finding: every execution runs the case twice */
+    if (af_bundle_kind(b) == AF_KIND_NONDETERMINISTIC) cfg->determinism = 1.0;
     if (n == 0) { /* a bundle from another tool: the default pair */
         cfg->pairs[0] = "explicit,fused";
         cfg->n_pairs = 1;

@@ -38,7 +38,8 @@
 
 const char *const af_kind_names[AF_KIND_COUNT] = {"ok",      "nan_mismatch", "inf_mismatch", "masked_row_nan",
                                                   "masked_value_leak",      "diverge",      "error",
-                                                  "crash",   "timeout"};
+                                                  "crash",   "timeout",      "nondeterministic",
+                                                  "batch_variant",          "guard_write"};
 _Static_assert(sizeof(af_kind_names) / sizeof(af_kind_names[0]) == AF_KIND_COUNT, "names");
 
 int af_kind_from_name(const char *name) {
@@ -199,6 +200,14 @@ const double *af_oracle_ref_grad(const af_oracle *o, int g) { return o->backward
 af_status af_oracle_compare_grad(af_oracle *o, int g, const af_tensor *got, af_result *res, af_error *err) {
     AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
     return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, NULL, got, NULL, NULL, NULL, 1.0, false, res, err);
+}
+
+af_status af_oracle_compare_grad_pair_within(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
+                                             const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
+                                             double tol_mult, af_result *res, af_error *err) {
+    AF_RETURN_ERROR_IF(!o->backward, err, AF_ERR_INVALID, "the case asks for no gradients");
+    return af_oracle_grads_compare(o->grads, &o->opts, o->rows, g, a, b, row_map, col_map, leak_b, tol_mult, false, res,
+                                   err);
 }
 
 af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
@@ -753,6 +762,51 @@ af_status af_oracle_compare_pair(af_oracle *o, const af_tensor *a, const af_tens
 af_status af_oracle_compare_pair_leak(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
                                       const uint8_t *leak_b, af_result *res, af_error *err) {
     return af_oracle_check(o, a, NULL, b, row_map, leak_b, 2.0, res, err);
+}
+
+af_status af_oracle_compare_pair_within(af_oracle *o, const af_tensor *a, const af_tensor *b, const uint32_t *row_map,
+                                        const uint8_t *leak_b, double tol_mult, af_result *res, af_error *err) {
+    return af_oracle_check(o, a, NULL, b, row_map, leak_b, tol_mult, res, err);
+}
+
+/* Bitwise: no tolerance, no reference; a difference in the last bit is one. */
+af_status af_oracle_compare_bitwise(const af_tensor *a, const af_tensor *b, const uint32_t *row_map, af_kind kind,
+                                    af_result *res, af_error *err) {
+    memset(res, 0, sizeof *res);
+    res->m.fail_score_max = (double)NAN;
+    AF_RETURN_ERROR_IF(a->ndim < 1 || b->ndim != a->ndim || a->ne[a->ndim - 1] != b->ne[b->ndim - 1], err,
+                       AF_ERR_INVALID, "bitwise: the two tensors' rows differ in length");
+    size_t len = a->ne[a->ndim - 1], na = af_tensor_numel(a), nb = af_tensor_numel(b);
+    AF_RETURN_ERROR_IF(!row_map && na != nb, err, AF_ERR_INVALID, "bitwise: %zu elements against %zu", na, nb);
+    size_t esa = af_dtype_size(a->dtype), esb = af_dtype_size(b->dtype);
+    bool first = true;
+    for (size_t r = 0; len && r < nb / len; r++) {
+        size_t ra = row_map ? row_map[r] : r;
+        AF_RETURN_ERROR_IF((ra + 1) * len > na, err, AF_ERR_INVALID, "bitwise: row %zu maps outside (%zu)", r, ra);
+        for (size_t d = 0; d < len; d++) {
+            double x = af_dtype_load(a->dtype, a->data, (ra * len + d) * esa);
+            double y = af_dtype_load(b->dtype, b->data, (r * len + d) * esb);
+            if ((isnan(x) && isnan(y)) || memcmp(&x, &y, sizeof x) == 0) continue;
+            res->m.n_diverge++;
+            double diff = fabs(x - y);
+            if (isfinite(diff) && diff > res->m.max_abs) res->m.max_abs = diff;
+            if (!first) continue;
+            first = false;
+            size_t e = ra * len + d; /* (b, h, i, d) of a 4-D tensor; the leading dims folded otherwise */
+            size_t ne1 = a->ndim == 4 ? a->ne[1] : 1, ne2 = a->ndim >= 3 ? a->ne[a->ndim - 2] : 1;
+            res->m.worst[3] = e % len;
+            res->m.worst[2] = e / len % ne2;
+            res->m.worst[1] = e / len / ne2 % ne1;
+            res->m.worst[0] = e / len / ne2 / ne1;
+            res->m.worst_out = y;
+            res->m.worst_ref = x;
+        }
+    }
+    if (res->m.n_diverge) {
+        res->kind = kind;
+        res->m.worst_ratio = (double)INFINITY;
+    }
+    return AF_OK;
 }
 
 /* --- signatures -------------------------------------------------------------------- */
