@@ -13,12 +13,13 @@ matched by its entry.
           it is that entry.
 
     known_entries_test.py --replay ATTNFUZZ ROOT DIR...
-        runs `ATTNFUZZ regress --strict DIR...` (the CPU bundles, replayed by their real
-        targets): it must pass, and each bundle's failing check must say it is its entry
-        ("[known bug ID ...]"), or, where this host lacks what the entry needs (its
-        "needs", e.g. a CPU flag), regress must say "skip (needs ...)" for it and name it.
+        runs the project's pytest plugin over DIR... (`pytest --attnfuzz-regress DIR
+        --attnfuzz-strict`: one `ATTNFUZZ regress` of the CPU bundles, replayed by their real
+        targets): it must pass, and each bundle must be an expected failure naming its entry
+        ("known bug ID"), or, where this host lacks what the entry needs (its "needs", e.g. a
+        CPU flag), a skip saying "needs ...".
 
-Standard library only. Exit 0 when all holds, 1 otherwise."""
+Standard library only, but --replay runs pytest (python/requirements-test.txt). Exit 0 when all holds, 1 otherwise."""
 
 import glob
 import json
@@ -133,31 +134,54 @@ def check_static(attnfuzz, root):
 
 
 def check_replay(attnfuzz, root, dirs):
+    """The bundles replayed through the project's pytest plugin (one `attnfuzz regress --junit`
+    under it, --attnfuzz-strict), as a CI job of a user runs them: each item's outcome read from
+    pytest's JUnit XML (xfail "known bug ID", skip "needs ...", failure)."""
+    import tempfile
+    import xml.etree.ElementTree as ET
     bad = []
     entries = load_entries(root)
     listed = {b: e["id"] for e in entries.values() for b in e["_bundles"]}
-    # a compiling target's first build takes over a minute on a loaded 2-core machine: the
-    # compile timeout is a hang guard here, not a speed bound
-    p = subprocess.run([attnfuzz, "regress", "--strict", "--compile-timeout", "300"] + dirs, capture_output=True,
-                       text=True)
-    sys.stdout.write(p.stdout)
-    sys.stderr.write(p.stderr)
-    if p.returncode != 0:
-        bad.append("attnfuzz regress --strict exited %d" % p.returncode)
-    seen, skipped = {}, {}
-    for line in p.stdout.splitlines():
-        m = re.match(r"(skip \(.*?\)|\S+)\s+(\S+): (.*): recorded (\S+), now (\S+)", line)
-        if not m or (m.group(5) == "ok" and not m.group(1).startswith("skip")):
-            continue
-        b = os.path.relpath(m.group(2), root)
-        k = re.search(r"\[known bug ([a-z0-9-]+)", line)
-        seen[b] = k.group(1) if k else None
-        if m.group(1).startswith("skip"):
-            skipped[b] = m.group(1)
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "python"))
+    with tempfile.TemporaryDirectory(prefix="known-replay-") as tmp:
+        xml = os.path.join(tmp, "pytest.xml")
+        # a compiling target's first build takes over a minute on a loaded 2-core machine: the
+        # timeout is a hang guard here, not a speed bound
+        cmd = [sys.executable, "-m", "pytest", "-p", "attnfuzz.pytest_plugin", "-p", "no:cacheprovider", "-q", "-rxs",
+               "--attnfuzz-strict", "--attnfuzz-timeout", "300", "--attnfuzz-exe", attnfuzz, "--junitxml", xml]
+        for d in dirs:
+            cmd += ["--attnfuzz-regress", os.path.relpath(d, root)]
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env)
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        if p.returncode != 0:
+            bad.append("pytest --attnfuzz-regress exited %d" % p.returncode)
+        seen, skipped = {}, {}
+        if os.path.exists(xml):
+            for tc in ET.parse(xml).getroot().iter("testcase"):
+                b = os.path.normpath(tc.get("name", ""))
+                sk, fail = tc.find("skipped"), tc.find("failure")
+                if fail is None:
+                    fail = tc.find("error")
+                if fail is not None:
+                    seen[b] = "(failed: %s)" % (fail.get("message") or "").splitlines()[0][:200]
+                elif sk is not None and sk.get("type") == "pytest.xfail":
+                    m = re.match(r"known bug (\S+)", sk.get("message") or "")
+                    seen[b] = m.group(1) if m else "(xfail: %s)" % sk.get("message")
+                elif sk is not None:
+                    seen[b] = "(skipped)"
+                    m = re.search(r"known bug ([a-z0-9-]+)", sk.get("message") or "")
+                    if m:
+                        seen[b] = m.group(1)
+                    skipped[b] = sk.get("message") or "skip"
+                else:
+                    seen[b] = None
     for d in dirs:
         for case in sorted(glob.glob(os.path.join(d, "*", "case.json"))):
             b = os.path.relpath(os.path.dirname(case), root)
             want = listed.get(b)
+            if b in skipped and entries.get(want, {}).get("needs") and seen.get(b) == "(skipped)":
+                seen[b] = want   # "skip (needs ...)": regress names the need, not the entry
             if seen.get(b) != want:
                 bad.append("bundle %s replayed as known bug %s, its entry is %s" % (b, seen.get(b), want))
             elif b in skipped and not entries[want].get("needs"):

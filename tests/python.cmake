@@ -42,18 +42,12 @@ endif()
 
 # The pytest plugin (python/tests/test_pytest_plugin.py: each regress verdict as its item's
 # outcome on a corpus made from one seeded bug, the in-process fixture on an honest and a
-# buggy function; 2 to 3 minutes), and the plugin over the repository's corpus/ as CI runs it:
-# the known bugs expected failures, the GPU bundles and those needing a CPU feature this host
-# lacks skipped naming why (the same replays as regress_findings, through pytest; minutes
-# for the compiling stacks). Both need pytest (python/requirements-test.txt).
+# buggy function; 2 to 3 minutes). The plugin over the repository's corpus/findings as CI
+# runs it is regress_findings (tests/targets.cmake). Both need pytest
+# (python/requirements-test.txt).
 if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
   add_test(NAME python_pytest_plugin COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/test_pytest_plugin.py)
   set_tests_properties(python_pytest_plugin PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
-    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;ATTNFUZZ_EXE=$<TARGET_FILE:attnfuzz>;${AF_BLAS_ENV}")
-  add_test(NAME pytest_corpus COMMAND ${AF_VENV_PYTHON} -m pytest -p attnfuzz.pytest_plugin -p no:cacheprovider -q -rxs
-           --attnfuzz-regress corpus --attnfuzz-jobs 2 --attnfuzz-timeout 300
-           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(pytest_corpus PROPERTIES LABELS "python;findings" TIMEOUT 1200
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;ATTNFUZZ_EXE=$<TARGET_FILE:attnfuzz>;${AF_BLAS_ENV}")
 endif()
 

@@ -117,8 +117,9 @@ set_tests_properties(findings_repros PROPERTIES ENVIRONMENT "${af_targets_env}"
   SKIP_RETURN_CODE 77 LABELS "python;findings" TIMEOUT 1200)
 # regress_findings replays the campaigns' bundles of real stack bugs (every
 # corpus/findings/<stack>/bundles but the GPU ones, <stack>-cuda/bundles: scripts/gpu_campaign.sh
-# replays those) and fails when one is fixed or changed kind (--strict), or when a bundle's
-# failing check is not its own known bug (tests/known_entries_test.py --replay; the GPU
+# replays those) through the pytest plugin, as a user's CI would (`pytest --attnfuzz-regress`:
+# each known bug an expected failure), and fails when one is fixed or changed kind (strict), or
+# when a bundle's failing check is not its own known bug (tests/known_entries_test.py --replay; the GPU
 # bundles are matched without running in the known_entries test). A bug that shows only on
 # a CPU with a feature has an entry that says so ("needs": {"cpu": ["amx_bf16"]},
 # docs/known.md): where this CPU lacks it, regress says "skip (needs amx_bf16)", no failure
