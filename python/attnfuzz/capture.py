@@ -467,10 +467,7 @@ def torch_case(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
             m = m.float()
         fields, obj, stored = mask_fields(m.numpy(), is_bool, B, Hq, Sq, Sk, tuple(attn_mask.stride()),
                                           mdt, notes)
-        if is_causal and fields.get("causal"):
-            notes.append("is_causal with a causal mask: both applied")
-        fields.pop("causal", None) if is_causal else None
-        case.update(fields)
+        case.update(fields)  # torch refuses is_causal with a mask: no diagonal to reconcile
         case["bool_mask" if is_bool else "additive_mask"] = obj
         if arrays is not None:
             arrays["bool_mask" if is_bool else "mask"] = stored
