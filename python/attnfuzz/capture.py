@@ -11,7 +11,8 @@
 The program runs in this process (runpy), after the hooks are in place, so that the model
 code it imports sees them: `torch.nn.functional.scaled_dot_product_attention` (and
 `torch._C._nn`'s, and every module that had imported either by name), FlexAttention's
-`flex_attention`, nested (jagged) tensors through SDPA, and `jax.nn.dot_product_attention`.
+`flex_attention`, nested (jagged) tensors through SDPA, `torch.nn.attention.varlen.varlen_attn`
+(THD with cu_seqlens), and `jax.nn.dot_product_attention`.
 `record_onnx(path)` reads an ONNX model's Attention (ai.onnx), MultiHeadAttention and
 GroupQueryAttention (com.microsoft) nodes instead. Only Python programs can be captured.
 
@@ -511,6 +512,56 @@ def _torch_nested_case(q, k, v, attn_mask, dropout_p, is_causal, scale, notes, t
     return case, notes, arrays
 
 
+def varlen_case(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None, window_size=(-1, -1),
+                enable_gqa=False, seqused_k=None, block_table=None, tensors=False, **kw):
+    """(case, notes, arrays) of one torch.nn.attention.varlen.varlen_attn call: THD inputs
+    [T, H, D] cut by cu_seq_q/cu_seq_k, padded to [B, H, max, D] (layout bshd), each
+    sequence's key count as key_padding; window_size (FlashAttention's (left, right),
+    (-1, 0) causal) as causal and window on the bottom-right diagonal of the keys."""
+    notes = []
+    cq = [int(x) for x in cu_seq_q.tolist()]
+    lens_q = [b - a for a, b in zip(cq, cq[1:])]
+    if seqused_k is not None:
+        lens_k = [int(x) for x in seqused_k.tolist()]
+    else:
+        ck = [int(x) for x in cu_seq_k.tolist()]
+        lens_k = [b - a for a, b in zip(ck, ck[1:])]
+    B, Hq, D = len(lens_q), query.shape[-2], query.shape[-1]
+    Hkv, Dv = key.shape[-2], value.shape[-1]
+    dtype, dnote = _dtype_name(query.dtype)
+    if dnote:
+        notes.append(dnote)
+    Sq, Sk = int(max_q), int(max_k)
+    if block_table is not None:
+        notes.append("paged K/V (block_table): recorded as dense sequences")
+    case = base_case(B, Hq, Hkv, Sq, Sk, D, Dv, dtype, scale, notes)
+    for n in "qkv":
+        case[n] = _tensor_spec("bshd")
+    if min(lens_k) < Sk:
+        case["key_padding"] = lens_k
+    left, right = (int(w) for w in window_size)
+    if right == 0:
+        case["causal"], case["diagonal"] = True, "bottom_right_valid"
+        if left >= 0:
+            case["window"] = [left, -1]
+    elif (left, right) != (-1, -1):
+        case["diagonal"], case["window"] = "bottom_right_valid", [left, right]
+    if len(set(lens_q)) > 1 or lens_q[0] != Sq:
+        notes.append("varlen query lengths %s padded to %d (the diagonal is each sequence's bottom right: "
+                     "the case aligns it to the padded length)" % (lens_q, Sq))
+    arrays = None
+    if tensors and block_table is None:
+        def pad(x, cu, S):
+            out = np.zeros((B, x.shape[-2], S, x.shape[-1]), np.float32)
+            for b in range(B):
+                seg = x[cu[b]:cu[b + 1]].detach().float().cpu().numpy()
+                out[b, :, :seg.shape[0]] = seg.transpose(1, 0, 2)
+            return out
+        ck = [int(x) for x in cu_seq_k.tolist()]
+        arrays = {"q": pad(query, cq, Sq), "k": pad(key, ck, Sk), "v": pad(value, ck, Sk)}
+    return case, notes, arrays
+
+
 def flex_case(q, k, v, score_mod=None, block_mask=None, scale=None, enable_gqa=False, tensors=False, **kw):
     """(case, notes, arrays) of one flex_attention call: the block mask's mask_mod made
     dense (create_mask) and read like an SDPA boolean mask; a score_mod is noted unmapped."""
@@ -682,6 +733,13 @@ def _install(patches):
         if not getattr(orig, "_attnfuzz_capture", False):
             hooked = _wrap("torch.sdpa", orig, _sdpa_build)
             patches.everywhere(orig, hooked)  # F, torch._C._nn and by-name importers
+        try:
+            import torch.nn.attention.varlen as vl
+            if not getattr(vl.varlen_attn, "_attnfuzz_capture", False):
+                vorig = vl.varlen_attn
+                patches.everywhere(vorig, _wrap("torch.varlen_attn", vorig, varlen_case))
+        except ImportError:
+            pass
         try:
             import torch.nn.attention.flex_attention as fa
             if not getattr(fa.flex_attention, "_attnfuzz_capture", False):

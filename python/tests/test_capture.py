@@ -258,6 +258,31 @@ class Hooks(Tmp):
         self.assertIn("nested jagged", c["notes"][0])
 
 
+@unittest.skipIf(torch is None, "no torch")
+class Varlen(Tmp):
+    def test_thd_sequences(self):
+        try:
+            import torch.nn.attention.varlen as vl
+        except ImportError:
+            self.skipTest("no torch.nn.attention.varlen")
+        lens = [3, 5]
+        cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+        q = torch.randn(8, 4, 16)  # [T, H, D]
+        with capture.recording(self.dir, tensors=True):
+            try:
+                vl.varlen_attn(q, q, q, cu, cu, 5, 5, window_size=(-1, 0))
+            except Exception:
+                pass  # a CPU build may have no kernel for it; the call was recorded first
+        (c,) = self.cases()
+        k = c["case"]
+        self.assertEqual((k["batch"], k["q_heads"], k["q_len"], k["key_padding"], k["causal"], k["diagonal"]),
+                         (2, 4, 5, lens, True, "bottom_right_valid"))
+        from attnfuzz import bundle
+        b = bundle.load(os.path.join(self.dir, c["name"]))
+        np.testing.assert_array_equal(b["q"][1, :, :5], q[3:8].transpose(0, 1).numpy())
+        self.assertTrue(np.all(b["q"][0, :, 3:] == 0))
+
+
 @unittest.skipUnless(_importable("jax"), "no jax")
 class Jax(Tmp):
     def test_eager_and_traced(self):
