@@ -196,10 +196,10 @@ def _dtype_name(s):
 
 
 def layout_of(shapes, strides, offsets):
-    """The layout name and perm (docs/design.md section 3) of q, k, v given as canonical
-    [B, H, S, D] views: their shapes, element strides and storage offsets (None when they
-    do not share one storage). Packed when the three share a storage in one of the packed
-    patterns; otherwise q's own (k and v get theirs from tensor_layout)."""
+    """The packed layout (docs/design.md section 3) of q, k, v given as canonical
+    [B, H, S, D] views (their shapes, element strides and storage offsets; offsets None
+    when they do not share one storage) when the three sit in one buffer at a packed
+    layout's offsets and strides, else None (each then has its own, tensor_layout)."""
     (B, H, S, D), st = shapes[0], strides[0]
     if offsets is not None and shapes[0] == shapes[1] == shapes[2] and strides[0] == strides[1] == strides[2]:
         dk, dv = offsets[1] - offsets[0], offsets[2] - offsets[0]
@@ -899,9 +899,10 @@ def _onnx_case(node, shapes, etypes, dims):
 # --- the command -----------------------------------------------------------------------
 
 def _program(command):
-    """(kind, target, argv) for runpy: ("path", script, argv) or ("module", name, argv)."""
+    """(kind, target, argv) for runpy: ("path", script, argv) or ("module", name, argv);
+    ValueError when command is no Python program."""
     if not command:
-        raise SystemExit("attnfuzz capture: no program given (-- python my_model.py ...)")
+        raise ValueError("no program given (-- python my_model.py ...)")
     first = os.path.basename(command[0])
     if first.startswith("python"):
         rest = command[1:]
@@ -910,13 +911,13 @@ def _program(command):
         if rest and rest[0] == "-m" and len(rest) > 1:
             return "module", rest[1], [rest[1]] + rest[2:]
         if rest and rest[0] == "-c":
-            raise SystemExit("attnfuzz capture: python -c is not captured: put the code in a script")
+            raise ValueError("python -c is not captured: put the code in a script")
         if not rest:
-            raise SystemExit("attnfuzz capture: no script after %s" % command[0])
+            raise ValueError("no script after %s" % command[0])
         return "path", rest[0], rest
     if command[0].endswith(".py") or _is_python_script(command[0]):
         return "path", command[0], command
-    raise SystemExit("attnfuzz capture: %s is not a Python program: only Python programs can be captured "
+    raise ValueError("%s is not a Python program: only Python programs can be captured "
                      "(their attention calls are hooked in the same interpreter)" % command[0])
 
 
@@ -983,6 +984,8 @@ def main(argv=None):
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1:]
     ap = argparse.ArgumentParser(prog="attnfuzz capture", description=__doc__.split("\n\n")[0],
+                                 usage="attnfuzz capture -o DIR [--tensors] [--onnx MODEL [--dim NAME=N]...] "
+                                       "[-- python SCRIPT|-m MODULE ARGS...]",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-o", "--out", required=True, help="the corpus directory (created, or added to)")
     ap.add_argument("--tensors", action="store_true", help="also store each case's first call's tensors")
@@ -999,7 +1002,11 @@ def main(argv=None):
         for path in a.onnx:
             record_onnx(path, a.out, dims)
     if command:
-        _, status = run_program(command, a.out, a.tensors)
+        try:
+            _, status = run_program(command, a.out, a.tensors)
+        except ValueError as exc:
+            print("attnfuzz capture: %s" % exc, file=sys.stderr)
+            return 2
     index = _read_index(a.out)
     print("attnfuzz capture: %d calls, %d cases in %s (%s)" % (index["calls"], len(index["cases"]), a.out, INDEX),
           file=sys.stderr)

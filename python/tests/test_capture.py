@@ -424,8 +424,9 @@ class Corpus(Tmp):
     def test_only_python_programs(self):
         r = subprocess.run([EXE, "capture", "-o", self.dir, "--", "/bin/true"], capture_output=True, text=True,
                            timeout=120)
-        self.assertNotEqual(r.returncode, 0)
+        self.assertEqual(r.returncode, 2)
         self.assertIn("only Python programs can be captured", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, capture.INDEX)))
 
 
 if __name__ == "__main__":
