@@ -562,17 +562,17 @@ def varlen_case(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=No
     return case, notes, arrays
 
 
-def flex_case(q, k, v, score_mod=None, block_mask=None, scale=None, enable_gqa=False, tensors=False, **kw):
+def flex_case(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, tensors=False, **kw):
     """(case, notes, arrays) of one flex_attention call: the block mask's mask_mod made
     dense (create_mask) and read like an SDPA boolean mask; a score_mod is noted unmapped."""
-    case, notes, arrays = torch_case(q, k, v, None, 0.0, False, scale, enable_gqa, tensors=tensors)
+    case, notes, arrays = torch_case(query, key, value, None, 0.0, False, scale, enable_gqa, tensors=tensors)
     if score_mod is not None:
         notes.append("flex score_mod %s unmapped" % getattr(score_mod, "__name__", type(score_mod).__name__))
     if block_mask is not None:
         from torch.nn.attention.flex_attention import create_mask
         B, Hq, Sq, Sk = case["batch"], case["q_heads"], case["q_len"], case["kv_len"]
         mod = block_mask.mask_mod
-        dense = create_mask(mod, B, Hq, Sq, Sk, device=q.device).cpu().numpy()
+        dense = create_mask(mod, B, Hq, Sq, Sk, device=query.device).cpu().numpy()
         fields, obj, stored = mask_fields(dense, True, B, Hq, Sq, Sk, None, "f32", notes)
         name = getattr(mod, "__name__", type(mod).__name__)
         if obj["pattern"] == "none":
@@ -688,11 +688,6 @@ def _sdpa_build(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
     return torch_case(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, tensors=tensors)
 
 
-def _flex_build(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, tensors=False,
-                **kw):
-    return flex_case(query, key, value, score_mod, block_mask, scale, enable_gqa, tensors=tensors, **kw)
-
-
 class _Patches:
     """The attributes replaced, to put back in reverse order."""
 
@@ -744,7 +739,7 @@ def _install(patches):
             import torch.nn.attention.flex_attention as fa
             if not getattr(fa.flex_attention, "_attnfuzz_capture", False):
                 forig = fa.flex_attention
-                patches.everywhere(forig, _wrap("torch.flex_attention", forig, _flex_build))
+                patches.everywhere(forig, _wrap("torch.flex_attention", forig, flex_case))
         except ImportError:
             pass
     if "jax" in sys.modules or _importable("jax"):
