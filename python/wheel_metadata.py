@@ -11,7 +11,9 @@ that no pin is written twice:
                           (`STACK = Stack(..., pip=...)`: attnfuzz[torch], [jax], [ort],
                           [openvino], [tvm]), and [all] with every one of them; the GPU
                           stacks' extras (`gpu_pip`: attnfuzz[cudnn], [flashinfer], [fa4]),
-                          which the CPU set-up never installs and [all] leaves out
+                          which the CPU set-up never installs and [all] leaves out;
+                          and [capture]: the model libraries of `attnfuzz capture`'s
+                          examples and tests (python/requirements-capture.txt)
 
 The declarations are read the way every script reads them, through `python -m
 attnfuzz.targets --declared` with python/ on PYTHONPATH; that imports numpy and ml_dtypes,
@@ -27,6 +29,7 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REQUIREMENTS = os.path.join(_HERE, "requirements.txt")
+_CAPTURE = os.path.join(_HERE, "requirements-capture.txt")
 # A requirement's name: what precedes its version specifier or environment marker (PEP 508).
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
@@ -43,7 +46,8 @@ def kit_requirements():
 
 def stack_extras():
     """{stack: [pin, ...]} for every stack that declares pip pins, plus "all": all of them
-    in order, each once. Raises when a stack's declaration does not read."""
+    in order, each once, and "capture": python/requirements-capture.txt's pins. Raises
+    when a stack's declaration does not read."""
     env = dict(os.environ, PYTHONPATH=_HERE, PYTHONDONTWRITEBYTECODE="1")
     out = subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--declared"], env=env, check=True,
                          stdout=subprocess.PIPE, universal_newlines=True).stdout
@@ -57,6 +61,7 @@ def stack_extras():
         elif st.get("gpu_pip"):
             extras[st["stack"]] = list(st["gpu_pip"])
     extras["all"] = every
+    extras["capture"] = _lines(_CAPTURE)
     return extras
 
 

@@ -2,8 +2,10 @@
 # The project's Python environment, .venv/, on Debian's python3, with pinned versions: the
 # kit's own (python/requirements.txt: numpy, ml_dtypes, zstandard) and those every real
 # target's stack declares (`pip` in python/attnfuzz/targets/STACK.py: torch, onnx,
-# onnxruntime, openvino, apache-tvm, jax, tinygrad, iree-base-compiler and -runtime), as
-# `python -m attnfuzz.targets --requirements` lists them. The GPU-only stacks' pins
+# onnxruntime, openvino, apache-tvm, jax, tinygrad, iree-base-compiler and -runtime) and
+# the capture extra's (python/requirements-capture.txt: transformers, diffusers, for the
+# tiny models `attnfuzz capture` is tested on), as `python -m attnfuzz.targets
+# --requirements` lists them. The GPU-only stacks' pins
 # (`gpu_pip`: cuDNN's frontend, FlashInfer, FlashAttention-4) are not installed: the wheel's
 # extras carry them.
 #
@@ -21,7 +23,7 @@ py=/usr/bin/python3
 [ -x "$py" ] || py=$(command -v python3)
 req=$(mktemp)
 trap 'rm -f "$req"' EXIT
-PYTHONPATH=python "$py" -m attnfuzz.targets --requirements python/requirements.txt >"$req" \
+PYTHONPATH=python "$py" -m attnfuzz.targets --requirements python/requirements.txt python/requirements-capture.txt >"$req" \
     || { echo "setup_python: the stacks' declarations do not read (python -m attnfuzz.targets --requirements)" >&2; exit 2; }
 hash=$( (cat "$req"; "$py" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-12)
 marker=.attnfuzz-requirements-$hash

@@ -76,7 +76,7 @@ for lib in libopenblas libgfortran libcjson libxxhash libzstd libpng16; do
 done
 
 # the metadata against the declarations, read from the installed package
-"$vpy" - <<'EOF' && ok "Requires-Dist and the extras agree with python/requirements.txt and the stacks' pip pins" || bad "metadata"
+AF_CAPTURE_REQ="$work/src/python/requirements-capture.txt" "$vpy" - <<'EOF' && ok "Requires-Dist and the extras agree with python/requirements.txt, the stacks' pip pins and the capture extra's" || bad "metadata"
 import importlib.metadata as md, json, re, subprocess, sys
 meta = md.metadata("attnfuzz")
 base, extras = [], {}
@@ -91,6 +91,9 @@ decl = json.loads(subprocess.run([sys.executable, "-m", "attnfuzz.targets", "--d
 want = {st["stack"]: st["pip"] or st["gpu_pip"] for st in decl if st["pip"] or st["gpu_pip"]}
 # every CPU stack's pins in order, each once (IREE and ORT both pin onnx)
 want["all"] = list(dict.fromkeys(p for st in decl for p in st["pip"]))
+import os
+with open(os.environ["AF_CAPTURE_REQ"]) as f:  # attnfuzz[capture]: transformers, diffusers
+    want["capture"] = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
 for name in ("torch", "jax", "ort", "openvino", "tvm"):
     assert name in want, "stack %s declares no pins" % name
 assert extras == want, "extras %s, declared %s" % (extras, want)

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attnfuzz/bundle.h"
 #include "attnfuzz/mem.h"
 #include "fileio.h"
 
@@ -33,6 +34,32 @@ void af_pool_add(af_pool *p, const af_case *c, af_rng *r) {
     }
 }
 
+/* A bundle of another tool (attnfuzz capture writes only case.json and arrays): its case,
+ * through the byte codec so that the decoder's repairs and the --budget apply to it as to
+ * an input.bin. A directory without a readable case.json is skipped silently, one whose
+ * case.json does not read with a warning. */
+static void af_pool_load_case_json(af_pool *p, const char *bundle_dir, size_t budget, af_rng *r) {
+    char path[4096 + 16];
+    int w = snprintf(path, sizeof path, "%s/case.json", bundle_dir);
+    if (w < 0 || (size_t)w >= sizeof path || access(path, R_OK) != 0) return;
+    af_bundle *b = NULL;
+    af_error berr;
+    if (af_bundle_read(bundle_dir, &b, &berr) != AF_OK) {
+        fprintf(stderr, "attnfuzz: --corpus: skipped %s\n", berr.msg);
+        return;
+    }
+    uint8_t bytes[AF_CASE_ENCODED_MAX];
+    size_t n = af_case_encode(af_bundle_case(b), bytes, sizeof bytes);
+    af_bundle_free(b);
+    if (n == 0) {
+        fprintf(stderr, "attnfuzz: --corpus: skipped %s: the case does not encode\n", path);
+        return;
+    }
+    af_case c;
+    af_case_decode(&c, bytes, n, budget);
+    af_pool_add(p, &c, r);
+}
+
 af_status af_pool_load_corpus(af_pool *p, const char *dir, size_t budget, af_rng *r, af_error *err) {
     DIR *d = opendir(dir);
     AF_RETURN_ERROR_IF(!d, err, AF_ERR_IO, "--corpus %s: %s", dir, strerror(errno));
@@ -43,8 +70,14 @@ af_status af_pool_load_corpus(af_pool *p, const char *dir, size_t budget, af_rng
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat sb;
         if (stat(path, &sb) != 0) continue;
+        size_t len = strlen(e->d_name);
+        if (!S_ISDIR(sb.st_mode) && len > 5 && !strcmp(e->d_name + len - 5, ".json")) continue; /* an index */
         if (S_ISDIR(sb.st_mode)) snprintf(path, sizeof path, "%s/%s/input.bin", dir, e->d_name);
-        if (S_ISDIR(sb.st_mode) && access(path, R_OK) != 0) continue;
+        if (S_ISDIR(sb.st_mode) && access(path, R_OK) != 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            af_pool_load_case_json(p, path, budget, r);
+            continue;
+        }
         char *buf = NULL;
         size_t n = 0;
         af_error ferr;

@@ -27,7 +27,9 @@ typedef struct af_pool {
 bool af_pool_note(af_pool *p, uint64_t key);
 /* Adds c; a full pool replaces a random case. */
 void af_pool_add(af_pool *p, const af_case *c, af_rng *r);
-/* Seeds from --corpus dir: raw inputs, or bundle directories (their input.bin). A file that
+/* Seeds from --corpus dir: raw inputs, or bundle directories (their input.bin, or when a
+ * bundle has none, as another tool's or `attnfuzz capture`'s, its case.json). A file named
+ * *.json is an index (capture's captured.json), not an input, and is passed over. A file that
  * is not a regular file or is over AF_CASE_INPUT_MAX bytes is skipped, unread, with a
  * warning naming it: one odd file does not stop a campaign. AF_ERR_IO when dir cannot be
  * read. */

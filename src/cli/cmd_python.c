@@ -1,6 +1,6 @@
 /* cmd_python.c - the commands written in the Python kit: `attnfuzz triage ...`,
- * `attnfuzz bisect ...` and `attnfuzz export ...` run `python -m attnfuzz.triage ...`
- * (.bisect, .export) with the project's
+ * `attnfuzz bisect ...`, `attnfuzz export ...` and `attnfuzz capture ...` run
+ * `python -m attnfuzz.triage ...` (.bisect, .export, .capture) with the project's
  * Python (proc.h: the checkout's .venv, or the interpreter the wheel's `attnfuzz` command
  * names) and the kit first on PYTHONPATH, replacing this process, so its output, exit status
  * and signals are the module's own; $ATTNFUZZ_EXE tells the module where this executable

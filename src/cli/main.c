@@ -26,6 +26,7 @@ static void af_usage(FILE *f) {
             "  bisect    the released version of a stack that brought a bug, or fixed it\n"
             "  triage    explain bundles: which model reproduces them, who shares them, a verdict\n"
             "  export    a bundle as an ONNX model with its test data, or as Polygraphy JSON\n"
+            "  capture   record a Python program's attention calls as a corpus of cases\n"
             "\n"
             "attnfuzz COMMAND --help shows the options of a command.\n"
             "exit codes: 0 clean, 1 findings, 2 usage or runtime error\n");
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bisect")) return af_cmd_python("bisect", "attnfuzz.bisect", argc - 1, argv + 1);
     if (!strcmp(cmd, "triage")) return af_cmd_python("triage", "attnfuzz.triage", argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return af_cmd_python("export", "attnfuzz.export", argc - 1, argv + 1);
+    if (!strcmp(cmd, "capture")) return af_cmd_python("capture", "attnfuzz.capture", argc - 1, argv + 1);
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         af_usage(stdout);
         return 0;

@@ -143,15 +143,18 @@ def declared_rows(stacks=None):
     return rows
 
 
-def requirements(base):
-    """The pinned requirements: base's lines (a requirements file's path) then every
-    stack's pip pins, each once, in order (not the GPU-only gpu_pip pins: the CPU set-up
-    installs these)."""
+def requirements(base, *more):
+    """The pinned requirements: base's lines (a requirements file's path), then every
+    stack's pip pins, then the lines of the files in more (the capture extra's), each once,
+    in order (not the GPU-only gpu_pip pins: the CPU set-up installs these)."""
     lines, seen = [], set()
     with open(base) as f:
         extra = [ln.strip() for ln in f]
     for st in declared():
         extra += st.get("pip", [])
+    for path in more:
+        with open(path) as f:
+            extra += [ln.strip() for ln in f]
     for ln in extra:
         if ln and not ln.startswith("#") and ln not in seen:
             seen.add(ln)

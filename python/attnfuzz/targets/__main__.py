@@ -8,7 +8,8 @@
                                                       one per line: NAME STACK/VARIANT... (a stack's
                                                       variants, as STACK-eager and STACK-compiled
                                                       where it has both)
-    python -m attnfuzz.targets --requirements FILE    FILE's pins, then every stack's pip pins
+    python -m attnfuzz.targets --requirements FILE [MORE...]
+                                                  FILE's pins, every stack's pip pins, MORE's pins
 
 WHERE words narrow the variants (all must hold): cpu, gpu, eager, compiled, campaign (not
 a reference oracle), smoke (in CI's smoke campaign), serving (runs a serving form: packed,
@@ -46,10 +47,10 @@ def main(argv=None):
         return 2
     cmd, where = argv[0], argv[1:]
     if cmd == "--requirements":
-        if len(where) != 1:
-            print("usage: python -m attnfuzz.targets --requirements FILE", file=sys.stderr)
+        if not where:
+            print("usage: python -m attnfuzz.targets --requirements FILE [MORE...]", file=sys.stderr)
             return 2
-        print("\n".join(targets.requirements(where[0])))
+        print("\n".join(targets.requirements(*where)))
         return 0
     if cmd == "--declared":
         json.dump(targets.declared(), sys.stdout, indent=1)
