@@ -329,6 +329,19 @@ def needs(c):
     return cs.required_caps(), cs
 
 
+def declared_case(c, hello):
+    """Case c in the variant's declared dtype and head dims where it is outside them: the first
+    declared dtype for an undeclared one, head dims rounded up to the declared multiple (a
+    kernel of fixed head dims, FlashInfer's bucket, runs the same checks at its own size)."""
+    if c.get("dtype", "f32") not in hello["dtypes"]:
+        c = dict(c, dtype=hello["dtypes"][0])
+    mult = hello.get("limits", {}).get("head_dim_multiple", 1)
+    if mult > 1:
+        d, dv = c.get("head_dim", 16), c.get("v_head_dim", c.get("head_dim", 16))
+        c = dict(c, head_dim=-(-d // mult) * mult, v_head_dim=-(-dv // mult) * mult)
+    return c
+
+
 def sendable(c, hello):
     """Would attnfuzz send case c to a variant that said hello?"""
     caps, cs = needs(c)
@@ -541,6 +554,7 @@ def test_cases(R, tname, target):
     for i, (label, c) in enumerate(CASES + SERVING_CASES):
         if quick and label not in QUICK and label not in QUICK_SERVING:
             continue
+        c = declared_case(c, hello)
         if not sendable(c, hello):
             continue
         caps, _ = needs(c)
@@ -582,8 +596,7 @@ def check_batch(R, tname, target, most=12):
     for i, (label, c) in enumerate(CASES):
         if len(picked) == most:
             break
-        if c.get("dtype", "f32") not in hello["dtypes"]:  # f16/bf16-only kernels: the same case in theirs
-            c = dict(c, dtype=hello["dtypes"][0])
+        c = declared_case(c, hello)  # f16/bf16-only kernels: the same case in theirs
         if not sendable(c, hello) or c.get("dropout_p", 0) > 0 or known_bug(tname, label, needs(c)[0]):
             continue
         q, k, v, arrays = inputs_for(c, 1000 + i)
@@ -752,8 +765,7 @@ def check_cache(R, tname, target):
     if not target.decl.compiled:
         return
     hello = target.hello()
-    c = _case(layout="bshd", q_len=16, kv_len=16, causal=True,
-              dtype="f32" if "f32" in hello["dtypes"] else hello["dtypes"][0])
+    c = declared_case(_case(layout="bshd", q_len=16, kv_len=16, causal=True), hello)
     times, compiled, cached = [], [], None
     for seed in range(8):
         q, k, v, arrays = inputs_for(c, seed)

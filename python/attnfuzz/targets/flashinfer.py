@@ -20,8 +20,9 @@ Forward only.
 Each combination of dtype, head dim, mask mode, window, soft cap and kernel is a JIT build
 (tens of seconds with nvcc): the variants are `compiled`, the structure of a case is its
 build's key (structure()), the first case of one is timed as compiling (build() runs a tiny
-call of that build), and head dims are restricted to 64, 128 and 256 so that a campaign
-meets few builds. The JIT cache is FlashInfer's own, under $FLASHINFER_WORKSPACE_BASE
+call of that build), and the head dim is one, HEAD_DIM (64; $ATTNFUZZ_FLASHINFER_HEAD_DIM for
+another), so that a campaign meets few builds: 3 modules (single prefill, batch prefill, decode)
+x 2 dtypes x window x soft cap = 24. The JIT cache is FlashInfer's own, under $FLASHINFER_WORKSPACE_BASE
 (default here: ~/.cache/attnfuzz/flashinfer), kept for the machine's life.
 
 Only torch, numpy and flashinfer: repro_snippet copies the model code."""
@@ -45,6 +46,8 @@ os.environ.setdefault("FLASHINFER_WORKSPACE_BASE",
 
 KINDS = ("single_prefill", "batch_paged", "batch_ragged", "decode")
 DENSE_PAGE = 16
+# the one head dim (Q/K and V) the variants declare: every head dim is a JIT build of each module
+HEAD_DIM = int(os.environ.get("ATTNFUZZ_FLASHINFER_HEAD_DIM", "64"))
 WORKSPACE_BYTES = 128 << 20
 
 
@@ -262,12 +265,16 @@ class Target(_base.Target):
 
     def declare(self):
         caps = ["f16", "bf16", "gqa", "cross", "causal", "padding", "window", "softcap", "scale", "strided"]
-        limits = {"head_dim_multiple": 64, "max_head_dim": 256}
+        limits = {"head_dim_multiple": HEAD_DIM, "max_head_dim": HEAD_DIM}
         if self.variant == "decode":
             limits["max_q_len"] = 1
         return {"caps": caps, "dtypes": ["f16", "bf16"], "limits": limits,
-                # FlashInfer's causal mask and window sit on each row's bottom-right corner
-                "conventions": {"causal": ["bottom_right", "bottom_right_valid"]},
+                # FlashInfer's causal mask and window sit on each row's bottom-right corner;
+                # P V runs over whole key tiles, a masked key's weight 0 times a non-finite V
+                # included (0 * Inf = NaN); its sm90 kernels read bf16 subnormals as 0 (both
+                # measured on the H200: docs/findings-campaigns.md)
+                "conventions": {"causal": ["bottom_right", "bottom_right_valid"], "masked_values": "ieee",
+                                "denormals": ["bf16"]},
                 # a JIT build per dtype, head dim, mask, window and soft cap
                 "compile_key": ["shapes", "dtype", "causal", "softcap"]}
 
