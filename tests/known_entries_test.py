@@ -159,7 +159,8 @@ def check_replay(attnfuzz, root, dirs):
         seen, skipped = {}, {}
         if os.path.exists(xml):
             for tc in ET.parse(xml).getroot().iter("testcase"):
-                b = os.path.normpath(tc.get("name", ""))
+                # pytest's JUnit writes a nodeid without "::" (a bundle's path) with "/" as "."
+                b = (tc.get("classname") + "." if tc.get("classname") else "") + tc.get("name", "")
                 sk, fail = tc.find("skipped"), tc.find("failure")
                 if fail is None:
                     fail = tc.find("error")
@@ -179,6 +180,11 @@ def check_replay(attnfuzz, root, dirs):
     for d in dirs:
         for case in sorted(glob.glob(os.path.join(d, "*", "case.json"))):
             b = os.path.relpath(os.path.dirname(case), root)
+            dotted = b.replace(os.sep, ".")
+            if dotted in seen:
+                seen[b] = seen.pop(dotted)
+            if dotted in skipped:
+                skipped[b] = skipped.pop(dotted)
             want = listed.get(b)
             if b in skipped and entries.get(want, {}).get("needs") and seen.get(b) == "(skipped)":
                 seen[b] = want   # "skip (needs ...)": regress names the need, not the entry
