@@ -55,6 +55,7 @@ typedef enum af_kind {
     AF_KIND_ERROR,          /* the backend returned an error */
     AF_KIND_CRASH,          /* an external backend died */
     AF_KIND_TIMEOUT,        /* an external backend hung */
+    AF_KIND_LSE_DIVERGE,    /* the softmax statistics it returned are off (value or class) */
     AF_KIND_COUNT
 } af_kind;
 extern const char *const af_kind_names[AF_KIND_COUNT];
@@ -187,6 +188,31 @@ af_status af_oracle_compare_grad_conv(af_oracle *o, int g, const af_tensor *got,
 af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
                                       const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
                                       af_result *res, af_error *err);
+
+/* --- the softmax statistics (LSE) -------------------------------------------------------
+ *
+ * af_oracle_prepare also gives each row's statistics in float64 (ref.h af_ref_opts.lse: the
+ * natural log of the sum of exp of the scaled, soft-capped, masked scores, a sink's term
+ * included; -inf for a fully masked row). A backend's are judged row by row:
+ *     bound[r] = floor_atol[dtype] + (floor_rtol[dtype] + u_out) |ref[r]|
+ *                + fudge * (err_h + lse_sens[r])
+ * where lse_sens[r] = sum_j P_rj d_rj is the first-order effect of the scores' rounding
+ * errors d (the bound the output's sens uses: d lse / d s_j = P_j), err_h the honest run's
+ * error beyond it pooled over the rows (its fp32 sum and logf, the rounding of the result),
+ * u_out 2^-24 for statistics returned in f32. Log units need no row scale. The honest run is
+ * made only when a row fails the floor alone. A row whose reference is -inf, +inf or NaN must
+ * be that exactly (NaN: any NaN); a row the honest run finds unstable is excused; under
+ * conventions masked_rows other than "zero" a fully masked row is not judged (that
+ * implementation's row is not empty). Any failing row is AF_KIND_LSE_DIVERGE. */
+
+/* The reference statistics ([B, Hq, Sq] float64), valid after af_oracle_prepare (and
+ * af_oracle_prepare_expected, which runs the reference too). */
+const double *af_oracle_ref_lse(const af_oracle *o);
+/* Judges a backend's statistics (contiguous [B, Hq, Sq], F32 or F64, natural log) under the
+ * conventions it declared (NULL: none). AF_ERR_INVALID for another shape or dtype, or when
+ * nothing was prepared. */
+af_status af_oracle_compare_lse(af_oracle *o, const af_tensor *lse, const af_conventions *conv, af_result *res,
+                                af_error *err);
 
 /* The tolerance in force (the row with the largest V scale) (computing the honest run if it was not yet needed). */
 af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err);

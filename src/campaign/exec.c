@@ -13,6 +13,11 @@
 #include "parallel.h"
 #include "scratch.h"
 
+/* A backend's judged results: the output, each gradient, the softmax statistics; the
+ * tensor index of the statistics (-1 is the output's, g a gradient's). */
+#define AF_EXEC_NRES (2 + AF_GRAD_COUNT)
+#define AF_EXEC_LSE AF_GRAD_COUNT
+
 typedef enum af_check_type { AF_CHECK_BACKEND, AF_CHECK_PAIR, AF_CHECK_RELATION, AF_CHECK_EXPECTED } af_check_type;
 
 typedef struct af_check {
@@ -28,6 +33,7 @@ typedef struct af_exec_slot {
     af_oracle *oracle;
     af_scratch outs; /* slot k: output of backend k */
     af_scratch gouts[AF_EXEC_MAX_BACKENDS]; /* backend k's gradients, slot g */
+    af_scratch lses; /* slot k: backend k's softmax statistics */
     /* backends that drew their own dropout keep mask (worker conventions "keep_mask"): the
      * reference that follows it, on a copy of the tensors pointing at that mask */
     af_oracle *keep_oracle[AF_EXEC_MAX_BACKENDS];
@@ -40,6 +46,7 @@ typedef struct af_exec_slot {
     size_t nbytes;
     af_tensor out[AF_EXEC_MAX_BACKENDS];
     af_grads grads[AF_EXEC_MAX_BACKENDS]; /* a backward case's, where backward[k] */
+    af_tensor lse[AF_EXEC_MAX_BACKENDS];  /* the statistics backend k returned (ndim 0: none) */
     bool backward[AF_EXEC_MAX_BACKENDS];  /* backend k runs the case backward */
     bool supported[AF_EXEC_MAX_BACKENDS];
     af_status st[AF_EXEC_MAX_BACKENDS];
@@ -47,7 +54,8 @@ typedef struct af_exec_slot {
     const char *tail[AF_EXEC_MAX_BACKENDS]; /* a batch fault's stderr (NULL: the backend's current one) */
     bool check_ran[AF_EXEC_MAX_CHECKS];
     af_result results[AF_EXEC_MAX_CHECKS];
-    int result_tensor[AF_EXEC_MAX_CHECKS]; /* what results[i] is on: -1 the output, else a gradient */
+    int result_tensor[AF_EXEC_MAX_CHECKS]; /* what results[i] is on: -1 the output, else a gradient
+                                              (AF_EXEC_LSE: the statistics) */
     af_finding findings[AF_EXEC_MAX_CHECKS];
     size_t nfind;
     double compile_s; /* seconds the backends spent compiling */
@@ -182,6 +190,7 @@ static void af_exec_slot_destroy(af_exec_slot *sl) {
     af_scratch_release(&sl->outs);
     af_scratch_release(&sl->keeps);
     for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) af_scratch_release(&sl->gouts[k]);
+    af_scratch_release(&sl->lses);
     af_free(sl);
 }
 
@@ -257,16 +266,19 @@ static const af_result *af_worse(const af_result *a, const af_result *b) {
     return a->kind <= b->kind ? a : b;
 }
 
-/* Of an output's result and its gradients' (res[0 .. AF_GRAD_COUNT]), the one that decides
- * (af_worse; the output first on a tie): -1 the output, else the gradient. */
+/* Of an output's result, its gradients' and its statistics' (res[0 .. AF_EXEC_NRES - 1]),
+ * the one that decides (af_worse; the output first on a tie): -1 the output, else the
+ * gradient (AF_EXEC_LSE the statistics). */
 static int af_exec_worst(const af_result *res) {
     int w = -1;
-    for (int g = 0; g < AF_GRAD_COUNT; g++)
+    for (int g = 0; g < AF_EXEC_NRES - 1; g++)
         if (af_worse(&res[1 + w], &res[1 + g]) != &res[1 + w]) w = g;
     return w;
 }
 
-static const char *af_exec_tensor_name(int tensor) { return tensor < 0 ? "out" : af_grad_names[tensor]; }
+static const char *af_exec_tensor_name(int tensor) {
+    return tensor < 0 ? "out" : tensor == AF_EXEC_LSE ? "lse" : af_grad_names[tensor];
+}
 
 static void af_exec_error_result(const af_exec_slot *sl, size_t k, af_result *res) {
     memset(res, 0, sizeof *res);
@@ -302,12 +314,12 @@ static af_status af_exec_compare(const af_exec *x, size_t k, af_oracle *o, const
 /* Judges backend k on slot sl: its output (res[0]) and, where it ran the case backward,
  * each gradient the case asks for (res[1 + g]; ok where not asked or where its
  * conventions change the gradient in a way the oracle does not model; *unjudged counts
- * those). Returns the index of the result that decides: the first failing in precedence
+ * those), and the statistics it returned (res[1 + AF_EXEC_LSE]). Returns the index of the result that decides: the first failing in precedence
  * order (af_worse), -1 for the output. Touches nothing of x but its backends' declarations:
  * slots may be judged on helper threads. */
 static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_oracle *o,
-                               af_result res[1 + AF_GRAD_COUNT], int *tensor, uint64_t *unjudged, af_error *err) {
-    memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
+                               af_result res[AF_EXEC_NRES], int *tensor, uint64_t *unjudged, af_error *err) {
+    memset(res, 0, AF_EXEC_NRES * sizeof *res);
     AF_TRY(af_exec_compare(x, k, o, &sl->out[k], &res[0], err));
     if (sl->backward[k]) {
         const af_backend_ext *e = af_backend_ext_of(x->be[k]);
@@ -323,6 +335,10 @@ static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_
             }
             if (st != AF_OK) return af_error_set(err, st, "%s", gerr.msg);
         }
+    }
+    if (sl->lse[k].ndim == 3) {
+        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+        AF_TRY(af_oracle_compare_lse(o, &sl->lse[k], e ? &e->conv : NULL, &res[1 + AF_EXEC_LSE], err));
     }
     *tensor = af_exec_worst(res);
     return AF_OK;
@@ -382,6 +398,8 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
         }
         sl->use_keep[k] = false;
         sl->tail[k] = NULL;
+        sl->lse[k].ndim = 0;
+        sl->lse[k].data = NULL;
         sl->st[k] = AF_OK;
         sl->msg[k][0] = 0;
         if (!sl->supported[k]) continue;
@@ -390,6 +408,13 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
         if (!sl->out[k].data) return AF_ERR_NOMEM;
         /* a backend that supports a backward case declared the capability (af_case_required_caps) */
         sl->backward[k] = sl->c.bwd.grads != 0;
+        /* the statistics of a forward run, from a backend that returns them (1/Dv of the
+         * output's size: asked on every case) */
+        if (!sl->backward[k] && (af_backend_caps(x->be[k]) & AF_CAP_LSE)) {
+            af_backend_lse_shape(&sl->c, &sl->lse[k]);
+            sl->lse[k].data = af_scratch_get(&sl->lses, (int)k, af_tensor_span(&sl->lse[k]), err);
+            if (!sl->lse[k].data) return AF_ERR_NOMEM;
+        }
         memset(&sl->grads[k], 0, sizeof sl->grads[k]);
         if (!sl->backward[k]) continue;
         af_backend_grads_shape(x->be[k], &sl->c, &sl->grads[k]);
@@ -403,11 +428,28 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
     return AF_OK;
 }
 
+/* The statistics backend k returned on slot sl (lse: NULL none, else a contiguous [B, Hq,
+ * Sq] F32 or F64 tensor, the backend's): copied into the slot's buffer, which an in-process
+ * run already wrote (lse is then the slot's own). */
+static void af_exec_keep_lse(af_exec_slot *sl, size_t k, const af_tensor *lse) {
+    af_tensor *own = &sl->lse[k];
+    if (!lse || lse->ndim != 3 || !own->data) {
+        own->ndim = 0;
+        return;
+    }
+    if (lse == own) return;
+    void *data = own->data;
+    *own = *lse;
+    own->data = data;
+    memcpy(data, lse->data, af_tensor_span(lse));
+}
+
 /* What backend k's run on slot sl gave: st (err's message), the keep mask it drew, the
- * seconds it compiled. */
+ * statistics it returned, the seconds it compiled. */
 static af_status af_exec_took(const af_exec *x, af_exec_slot *sl, size_t k, af_status st, const af_error *berr,
-                              const uint8_t *keep, double compile_s, af_error *err) {
+                              const uint8_t *keep, const af_tensor *lse, double compile_s, af_error *err) {
     sl->st[k] = st;
+    af_exec_keep_lse(sl, k, st == AF_OK ? lse : NULL);
     sl->compile_s += compile_s;
     /* out of memory, or a worker that can no longer be started: not a finding */
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr->msg);
@@ -430,7 +472,7 @@ static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_b
     x->timing.compile_s += compile;
     if (r->run_s > 0) x->timing.target_s += r->run_s;
     sl->tail[k] = r->stderr_tail;
-    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, compile, err);
+    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, r->lse, compile, err);
 }
 
 /* Runs backend k on slot sl, alone: a batch of one as far as the answer goes (an
@@ -440,7 +482,9 @@ static af_status af_exec_run_backend(af_exec *x, af_exec_slot *sl, size_t k, af_
     af_batch_result r = {.compile_s = -1.0, .run_s = -1.0};
     double t0 = af_now();
     r.st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &r.err)
-                           : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &r.err);
+           : sl->lse[k].data ? af_backend_run_lse(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->lse[k], &r.err)
+                             : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &r.err);
+    r.lse = &sl->lse[k]; /* written in place (ndim 0 when it gave none) */
     x->timing.backends_s += af_now() - t0;
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     if (e) { /* a worker's run: its facts (stderr_tail NULL: the backend's current tail) */
@@ -467,7 +511,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
         sl->check_ran[i] = false;
         int *tensor = &sl->result_tensor[i];
         *tensor = -1;
-        af_result rs[1 + AF_GRAD_COUNT];
+        af_result rs[AF_EXEC_NRES];
         const char *message = "";
         if (only != SIZE_MAX && i != only) continue;
         switch (ck->type) {
@@ -509,6 +553,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             if (x->cfg.sample_relations && only == SIZE_MAX && ck->rel != af_exec_sampled_relation(x, c, ck->a))
                 break;
             af_error rerr;
+            memset(rs, 0, sizeof rs);
             af_status st = af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a],
                                                       sl->backward[ck->a] ? &sl->grads[ck->a] : NULL,
                                                       sl->oracle, x->rel, rs, &rerr);
@@ -883,7 +928,8 @@ const char *af_exec_check_tensor(const af_exec *x, size_t i) {
     return af_exec_tensor_name(x->sel->check_ran[i] ? x->sel->result_tensor[i] : -1);
 }
 
-/* Backend k's side of slot sl's bundle: res[0] its output's result, res[1 + g] gradient g's. */
+/* Backend k's side of slot sl's bundle: res[0] its output's result, res[1 + g] gradient g's,
+ * res[1 + AF_EXEC_LSE] its statistics'. */
 static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, const af_result *res,
                            af_bundle_output *o) {
     memset(o, 0, sizeof *o);
@@ -897,6 +943,10 @@ static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, c
     if (sl->st[k] == AF_OK && sl->backward[k]) {
         o->grads = &sl->grads[k];
         for (int g = 0; g < AF_GRAD_COUNT; g++) o->grad_results[g] = res[1 + g];
+    }
+    if (sl->st[k] == AF_OK && sl->lse[k].ndim == 3) {
+        o->lse = &sl->lse[k];
+        o->lse_result = res[1 + AF_EXEC_LSE];
     }
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     if (e) {
@@ -929,7 +979,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     af_bundle_output outs[2];
     size_t nout = 0;
     char relname[200];
-    af_result rs[1 + AF_GRAD_COUNT];
+    af_result rs[AF_EXEC_NRES];
     int tensor;
     switch (ck->type) {
     case AF_CHECK_BACKEND:
@@ -957,7 +1007,8 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     }
     case AF_CHECK_RELATION: {
         /* the transformed run again (deterministic), to store its output beside the original */
-        af_result r[1 + AF_GRAD_COUNT];
+        af_result r[AF_EXEC_NRES];
+        memset(r, 0, sizeof r);
         af_error rerr;
         bool bwd = sl->backward[ck->a];
         AF_TRY(af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a], bwd ? &sl->grads[ck->a] : NULL,
@@ -968,6 +1019,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         outs[nout] = outs[0];
         outs[nout].backend = relname;
         outs[nout].dropout_keep = NULL;
+        outs[nout].lse = NULL;
         bool failed = r[0].kind == AF_KIND_ERROR;
         outs[nout].out = failed ? NULL : af_relation_output(x->rel);
         outs[nout].result = r[0];
@@ -994,6 +1046,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     const af_oracle *ro = ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? sl->oracle : af_exec_oracle_for(sl, ck->a);
     spec.ref = af_oracle_ref(ro);
     for (int g = 0; g < AF_GRAD_COUNT; g++) spec.ref_grads[g] = af_oracle_ref_grad(ro, g);
+    spec.ref_lse = af_oracle_ref_lse(ro);
     spec.tensor = f->tensor;
     spec.kind = f->kind;
     spec.signature = signature;
