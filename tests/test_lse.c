@@ -128,7 +128,8 @@ static double plain_lse(const af_case_tensors *t, size_t b, size_t h, size_t i) 
     }
     bool nan = false;
     for (size_t j = 0; j < c->kv_len; j++) nan |= isnan(s[j]);
-    if (nan || m == HUGE_VALL) return (double)NAN; /* NaN weights */
+    if (nan) return (double)NAN;
+    if (m == HUGE_VALL) return HUGE_VAL;           /* log sum exp with a +Inf term */
     if (m == -HUGE_VALL) return -HUGE_VAL;         /* every score -inf: no key */
     for (size_t j = 0; j < c->kv_len; j++) sum += expl(s[j] - m);
     return (double)(m + logl(sum));

@@ -201,9 +201,12 @@ af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, c
  * error beyond it pooled over the rows (its fp32 sum and logf, the rounding of the result),
  * u_out 2^-24 for statistics returned in f32. Log units need no row scale. The honest run is
  * made only when a row fails the floor alone. A row whose reference is -inf, +inf or NaN must
- * be that exactly (NaN: any NaN); a row the honest run finds unstable is excused; under
+ * be that exactly (NaN: any NaN; +inf, a +Inf score's, may also be NaN, as m + log(sum)
+ * gives); a row the honest run finds unstable is excused; under
  * conventions masked_rows other than "zero" a fully masked row is not judged (that
- * implementation's row is not empty). Any failing row is AF_KIND_LSE_DIVERGE. */
+ * implementation's row is not empty); conventions lse_masked_rows gives the value a fully
+ * masked row may have instead of -inf (0, +inf, NaN), masked_keys "ieee" NaN where the
+ * output may be NaN for it. Any failing row is AF_KIND_LSE_DIVERGE. */
 
 /* The reference statistics ([B, Hq, Sq] float64), valid after af_oracle_prepare (and
  * af_oracle_prepare_expected, which runs the reference too). */

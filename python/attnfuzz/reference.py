@@ -65,8 +65,8 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None, sinks=None, s
 def lse(case, q, k, mask=None, bool_mask=None, sinks=None, slopes=None):
     """float64 [B, Hq, Sq]: each query row's softmax statistics, the natural log of the sum of
     exp of its scores after rules 1-4 (a sink logit's exp in the sum), from the same max the
-    weights use: -inf for a fully masked row, NaN where the weights are NaN (a NaN score at a
-    live key, or a +Inf score). Arguments as attention's."""
+    weights use: -inf for a fully masked row, NaN for a NaN score at a live key, +inf for a
+    +Inf score (whose weights are NaN). Arguments as attention's."""
     sinks, slopes = _serving_tables(case, sinks, slopes)
     q, k = dequantized(case, q, "q"), dequantized(case, k, "k")
     B, Hq, Sq = q.shape[0], q.shape[1], q.shape[2]
@@ -85,7 +85,7 @@ def lse(case, q, k, mask=None, bool_mask=None, sinks=None, slopes=None):
             tot = np.exp(s - ms).sum(axis=-1, keepdims=True) + (0.0 if z is None else np.exp(z - ms))
             l = (ms + np.log(tot))[..., 0]
             m = m[..., 0]
-            out[:, :, i0:i1] = np.where(isn | (m == np.inf), np.nan, np.where(m == -np.inf, -np.inf, l))
+            out[:, :, i0:i1] = np.where(isn, np.nan, np.where(np.isinf(m), m, l))
     return out
 
 

@@ -94,6 +94,7 @@ CONVENTIONS = {
     "masked_rows": ("zero", "nan", "mean", "unmasked"),
     "masked_values": ("exclude", "ieee"),
     "masked_keys": ("exclude", "ieee"),
+    "lse_masked_rows": ("-inf", "zero", "inf", "nan"),
     "denormals": ("keep", "flush"),
     "scores": ("f32", "dtype"),
     "tf32": ("case", "always"),

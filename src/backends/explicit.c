@@ -105,7 +105,7 @@ static void af_ex_q(const af_ex *x, size_t b, size_t h, float *q) {
  * (its output is filled in); the backward gets in ps the weights before dropout (in the
  * dtype; NaN on a NaN row's live keys, as the reference) and in spre the softcap's inputs.
  * lse (may be NULL): rn floats, each row's statistics from the softmax's own max and fp32
- * sum, ms + logf(sum) (NaN for a NaN row or a +Inf score, -inf for a dead row). */
+ * sum, ms + logf(sum) (NaN for a NaN row, -inf for a dead row, +inf for a +Inf score). */
 static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t rn, const float *q, const float *k,
                           float *S, float *add, uint8_t *live, uint8_t *keep, uint8_t *rowstate, float *ps, float *spre,
                           float *lse) {
@@ -158,7 +158,7 @@ static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t 
             float z = x->sinks ? af_serving_sink(x->in, (uint32_t)h) : 0.0f;
             float ms = x->sinks && z > m ? z : m;
             float sum = af_exp_sub_sum_f32(s, Sk, ms, 1.0f) + (x->sinks ? expf(z - ms) : 0.0f);
-            if (lse) lse[r] = isfinite(sum) ? ms + logf(sum) : NAN;
+            if (lse) lse[r] = m == INFINITY ? INFINITY : ms + logf(sum);
             for (size_t j = 0; j < Sk; j++) s[j] = s[j] / sum;
             if (!isfinite(sum)) /* an infinite score: NaN weights, masked keys stay 0 */
                 for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : 0.0f;

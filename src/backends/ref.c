@@ -368,8 +368,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         if (opts->lse) {
                             /* the max and sum the weights use: m + log(sum) (the exact path's m
                              * is taken on unscaled scores: fold); a +Inf score makes the sum
-                             * NaN, and the statistics NaN as the row's weights */
-                            double l = !isfinite(sum) ? (double)NAN : ms * fold + log(sum);
+                             * NaN (inf - inf) where log sum exp is +inf: +inf (the oracle also
+                             * takes the NaN that m + log(sum) gives there) */
+                            double l = m == HUGE_VAL ? HUGE_VAL : ms * fold + log(sum);
                             opts->lse[row_out] = honest && isfinite(sum) ? af_r32(ms + af_r32(log(sum))) : l;
                         }
                         /* exact path: P stays unnormalized, the output row is divided instead

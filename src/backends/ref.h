@@ -67,8 +67,8 @@ typedef struct af_ref_opts {
     uint8_t *key_leak;
     /* May be NULL: [B, Hq, Sq], the softmax statistics of each row from the same max and
      * sum the weights use: m + log(sum_j exp(s_j - m) (+ exp(z_h - m) with a sink)), the
-     * natural log; -inf for a fully masked row, NaN for a row whose weights are NaN (a NaN
-     * or +Inf score). In honest mode as an fp32 implementation has it: m and the
+     * natural log; -inf for a fully masked row, NaN for a row with a NaN score, +inf for a
+     * row with a +Inf score (whose weights are NaN). In honest mode as an fp32 implementation has it: m and the
      * fp32 sum, m + logf(sum) rounded to f32. */
     double *lse;
     /* Honest mode only, may be NULL: [B, Hq, Sq], the first-order bound on how far the

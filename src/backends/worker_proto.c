@@ -287,6 +287,9 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
     if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
     int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
     if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
+    int lm = af_wp_choice(h, conv, "lse_masked_rows", af_lse_masked_names, AF_LSE_MASKED_COUNT);
+    if (lm < 0) AF_WP_FAIL("hello: conventions.lse_masked_rows must be \"-inf\", \"zero\", \"inf\" or \"nan\"");
+    hl->conv.lse_masked = (uint8_t)lm;
     hl->conv.masked_values_ieee = mv == 1;
     hl->conv.masked_keys_ieee = mk == 1;
     hl->conv.denormals_flush = flushes;
@@ -312,6 +315,11 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
                  "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
                  diags, mrt, af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
                  dnt, sct, af_wp_tf32[tf]);
+        /* the statistics' convention, for a worker that returns them */
+        size_t cl = strlen(hl->conventions);
+        if ((hl->caps & AF_CAP_LSE) && cl > 0 && cl + 40 < sizeof hl->conventions)
+            snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1, ",\"lse_masked_rows\":\"%s\"}",
+                     af_lse_masked_names[lm]);
     }
 done:
     return st;

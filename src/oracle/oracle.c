@@ -883,7 +883,8 @@ static int af_oracle_lse_class(double x) { return isnan(x) ? 1 : x == HUGE_VAL ?
 
 /* One pass over the rows of lse against the reference statistics, with the honest run's
  * terms when it is ready (oracle.h gives the bound). */
-static void af_oracle_lse_pass(const af_oracle *o, const af_tensor *lse, bool skip_masked, af_result *res) {
+static void af_oracle_lse_pass(const af_oracle *o, const af_tensor *lse, const af_conventions *conv, bool skip_masked,
+                               af_result *res) {
     const af_case *c = o->in->c;
     const af_dtype dt = c->dtype;
     const af_oracle_honest *hn = o->h->ready ? o->h : NULL;
@@ -900,8 +901,16 @@ static void af_oracle_lse_pass(const af_oracle *o, const af_tensor *lse, bool sk
         if (skip_masked && o->rows[r]) continue;
         double bound = res->tol.atol + (rtol + u_out) * fabs(ref) + (hn ? fudge * hn->lse_sens[r] : 0.0);
         bool ok, cls = false;
-        if (isnan(ref) || isinf(ref)) {
+        static const double masked_as[AF_LSE_MASKED_COUNT] = {-HUGE_VAL, 0.0, HUGE_VAL, (double)NAN};
+        double empty = masked_as[conv->lse_masked < AF_LSE_MASKED_COUNT ? conv->lse_masked : 0];
+        if (conv->masked_keys_ieee && (o->key_leak[r] & AF_KEY_LEAK_ANY) && isnan(got)) {
+            ok = true; /* a set-masked key's NaN or +Inf score added to -inf: NaN (as the output) */
+        } else if (isnan(ref) || isinf(ref)) {
             ok = isnan(ref) ? isnan(got) : got == ref;
+            /* a +Inf score: log sum exp is +inf, m + log(sum exp(s - m)) NaN: either */
+            ok |= ref == HUGE_VAL && isnan(got);
+            /* a fully masked row: -inf, or the value its declared convention gives */
+            if (!ok && ref == -HUGE_VAL && o->rows[r]) ok = isnan(empty) ? isnan(got) : got == empty;
             cls = !ok;
         } else if (!isfinite(got)) {
             ok = false;
@@ -955,11 +964,11 @@ af_status af_oracle_compare_lse(af_oracle *o, const af_tensor *lse, const af_con
     bool skip_masked = af_conv_masked_rows(conv, c->dtype) != AF_ROWS_ZERO;
     af_oracle_honest *saved = o->h;
     o->h = &o->hon[af_oracle_honest_slot(o, conv)];
-    af_oracle_lse_pass(o, lse, skip_masked, res);
+    af_oracle_lse_pass(o, lse, conv, skip_masked, res);
     af_status st = AF_OK;
     if (res->kind != AF_KIND_OK && !o->h->ready) {
         st = af_oracle_make_honest(o, err);
-        if (st == AF_OK) af_oracle_lse_pass(o, lse, skip_masked, res);
+        if (st == AF_OK) af_oracle_lse_pass(o, lse, conv, skip_masked, res);
     }
     o->h = saved;
     return st;
