@@ -81,7 +81,12 @@ FP8_MUTANTS = [
     "fp8_e5m2_as_e4m3",
 ]
 FP8_SHARE = 0.5
-MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS
+# The softmax-statistics mutant: the reference's output, its statistics bent (found through
+# the lse a built-in returns on every forward case).
+LSE_MUTANTS = [
+    "lse_base2",
+]
+MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS + LSE_MUTANTS
 STRATEGIES = ["generator", "grid", "bytes"]
 LIBFUZZER = "libfuzzer"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -538,7 +543,7 @@ def main(argv=None):
 
     print("command: " + shlex.join(["python3"] + sys.argv), flush=True)
     groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS, "serving": SERVING_MUTANTS,
-              "fp8": FP8_MUTANTS}
+              "fp8": FP8_MUTANTS, "lse": LSE_MUTANTS}
     mutants = [x for m in a.mutants.split(",") if m for x in groups.get(m, [m])]
     strategies = [s for s in a.strategies.split(",") if s]
     for s in strategies:
