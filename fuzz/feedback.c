@@ -34,6 +34,7 @@ unsigned af_feedback_bucket(const af_result *r) {
     case AF_KIND_TIMEOUT: return 30;
     case AF_KIND_OK:
     case AF_KIND_DIVERGE:
+    case AF_KIND_LSE_DIVERGE: /* its worst ratio buckets as a divergence does */
     case AF_KIND_COUNT: break;
     }
     double q = r->m.worst_ratio;

@@ -90,7 +90,12 @@ CHECK_MUTANTS = {
     "batch_split_kv": ["--relation", "batch_split"],
     "write_past_out": [],
 }
-MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS + list(CHECK_MUTANTS)
+# The softmax-statistics mutant: the reference's output, its statistics bent (found through
+# the lse a built-in returns on every forward case).
+LSE_MUTANTS = [
+    "lse_base2",
+]
+MUTANTS = FORWARD_MUTANTS + BACKWARD_MUTANTS + SERVING_MUTANTS + FP8_MUTANTS + list(CHECK_MUTANTS) + LSE_MUTANTS
 STRATEGIES = ["generator", "grid", "bytes"]
 LIBFUZZER = "libfuzzer"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -558,7 +563,7 @@ def main(argv=None):
 
     print("command: " + shlex.join(["python3"] + sys.argv), flush=True)
     groups = {"forward": FORWARD_MUTANTS, "backward": BACKWARD_MUTANTS, "serving": SERVING_MUTANTS,
-              "fp8": FP8_MUTANTS, "checks": list(CHECK_MUTANTS)}
+              "fp8": FP8_MUTANTS, "checks": list(CHECK_MUTANTS), "lse": LSE_MUTANTS}
     mutants = [x for m in a.mutants.split(",") if m for x in groups.get(m, [m])]
     strategies = [s for s in a.strategies.split(",") if s]
     for s in strategies:

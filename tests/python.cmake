@@ -30,6 +30,16 @@ if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
 endif()
 
+# Softmax statistics through the protocol (python/tests/campaign_lse.py; about 10 s): 300 cases
+# each of a worker returning them in natural log and in declared base 2 must be clean; the
+# same worker's undeclared base 2 must be found as lse_diverge, its bundle's ref_lse as plain numpy has it.
+if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
+  add_test(NAME python_lse_campaign
+           COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/campaign_lse.py $<TARGET_FILE:attnfuzz> 300)
+  set_tests_properties(python_lse_campaign PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
+endif()
+
 # 1500 serving cases (fuzz --serving 1) against a worker that checks every serving tensor
 # attnfuzz sends with attnfuzz.serving's mirror of it and answers with the Python reference:
 # clean, every combination of forms met (python/tests/campaign_serving.py; about 15 s).

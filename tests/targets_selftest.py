@@ -55,6 +55,8 @@ KNOWN = {
                                    "corpus/findings/torch/flex_cpu_reshaped_query.py"),
     ("torch/sdpa_flash", "causal, negative scale"): (
         "wrong", "", "corpus/findings/torch/sdpa_cpu_flash_causal_negative_scale.py"),
+    ("torch/sdpa_flash_lse", "causal, negative scale"): (  # the same kernel, its op called directly
+        "wrong", "", "corpus/findings/torch/sdpa_cpu_flash_causal_negative_scale.py"),
     ("cudnn/sdpa", "causal, negative scale"): ("wrong", "", "corpus/findings/cudnn/sdpa_nonpositive_scale_nan.py"),
     ("cudnn/serving", "causal, negative scale"): ("wrong", "", "corpus/findings/cudnn/sdpa_nonpositive_scale_nan.py"),
     ("torch/cuda_sdpa_efficient", "strided: perm q, stride-0 k, padded v"): (
@@ -399,18 +401,21 @@ def inputs_for(c, seed, magnitude=1.0):
     return q, k, v, arrays
 
 
-def request(c, arrays):
+def request(c, arrays, want_lse=False):
     """A run request as the worker kit hands it to a target: a Request of the Case with
-    derived values and the views (read-only), its keep mask the counter RNG's."""
+    derived values and the views (read-only), its keep mask the counter RNG's; want_lse as
+    attnfuzz sets it for a variant with cap lse."""
     for a in arrays.values():
         a.flags.writeable = False
-    return Request.from_arrays(Case(c, testing.derived(c)), arrays, keep=rng.case_keep)
+    return Request.from_arrays(Case(c, testing.derived(c)), arrays, keep=rng.case_keep, want_lse=want_lse)
 
 
 def call_run(target, c, arrays):
     """Calls a target's run like the worker kit does (request()). Returns (output
     [B, Hq, Sq, Dv], Case, Result)."""
-    req = request(c, arrays)
+    # the statistics, asked as attnfuzz asks them (src/backends/worker_proto.c af_wp_want_lse)
+    want_lse = "lse" in target.hello()["caps"] and not c.get("grads") and "packed" not in (c.get("serving") or {}).get("forms", ())
+    req = request(c, arrays, want_lse)
     cs = req.case
     res = target.run(req)
     if not isinstance(res, Result):
@@ -466,7 +471,33 @@ def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
     ref = reference.attention(cs, q, k, v, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask"),
                               keep=res.dropout_keep)
     rows = rows_checked(hello["conventions"], cs.dtype)
-    check_close(label, out, ref, v, cs.dtype, dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask")), rows)
+    dead = dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask"))
+    check_close(label, out, ref, v, cs.dtype, dead, rows)
+    if getattr(res, "lse", None) is not None:
+        check_lse(label, res.lse, reference.lse(cs, q, k, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask")),
+                  cs, dead, hello.get("lse_base"))
+
+
+def check_lse(name, got, ref, cs, dead, base):
+    """A variant's softmax statistics ([B, Hq, Sq], base 2 where its hello says lse_base 2)
+    against reference.lse: within the dtype's tolerance in log units, ATOL (1 + |ref|) (the
+    scores' rounding moves the statistics by at most the largest score error). Fully masked
+    rows (-inf in the reference) are not held to it here: attnfuzz's oracle judges them, and
+    what the variant gives there is printed."""
+    got = np.asarray(got, dtype=np.float64)
+    want = (cs.batch, cs.q_heads, cs.q_len)
+    if got.shape != want:
+        raise Mismatch("%s: lse has shape %s, not %s" % (name, list(got.shape), list(want)))
+    if base == 2:
+        got = got * np.log(2.0)
+    if dead.any() and not (got[dead] == -np.inf).all():
+        print("  note: %s: lse of a fully masked row is %r (the reference's -inf)" % (name, got[dead][:3]))
+    live = ~dead
+    tol = ATOL[cs.dtype] * (1.0 + np.abs(ref[live]))
+    bad = ~(np.abs(got[live] - ref[live]) <= tol)
+    if bad.any():
+        raise Mismatch("%s: lse: %d of %d rows off, e.g. got %r, want %r"
+                       % (name, int(bad.sum()), bad.size, got[live][bad][:3], ref[live][bad][:3]))
 
 
 def check_grads(tname, label, target, q, k, v, arrays, cs, res):

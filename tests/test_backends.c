@@ -38,6 +38,7 @@ typedef struct outbuf {
     af_tensor t;
     void *mem;
     size_t cap;
+    void *lse; /* the statistics of a run_lse */
 } outbuf;
 
 static void out_prepare(outbuf *o, const af_backend *be, const af_case *c) {
@@ -586,8 +587,14 @@ static void test_mutants_found(void **state) {
             if (found_at[i] != SIZE_MAX) continue;
             out_prepare(&ob, mut[i], &c);
             af_result res;
-            assert_int_equal(af_backend_run(mut[i], t, &ob.t, &err), AF_OK);
+            /* with the statistics of a mutant that returns them (mutant:lse_base2) */
+            af_tensor lse;
+            af_backend_lse_shape(&c, &lse);
+            lse.data = ob.lse = realloc(ob.lse, af_tensor_span(&lse));
+            assert_int_equal(af_backend_run_lse(mut[i], t, &ob.t, &lse, &err), AF_OK);
             assert_int_equal(af_oracle_compare(o, &ob.t, &res, &err), AF_OK);
+            if (res.kind == AF_KIND_OK && lse.ndim == 3)
+                assert_int_equal(af_oracle_compare_lse(o, &lse, NULL, &res, &err), AF_OK);
             if (res.kind != AF_KIND_OK) {
                 found_at[i] = k;
                 left--;
@@ -607,6 +614,7 @@ static void test_mutants_found(void **state) {
     free(mut);
     free(found_at);
     free(ob.mem);
+    free(ob.lse);
     af_oracle_destroy(o);
     af_inputs_destroy(in);
     if (missing) fail_msg("some mutants were not found");

@@ -30,7 +30,7 @@ static const char *const mutant_names[] = {
     "mutant:bwd_dropout_not_reapplied", "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds",
     "mutant:bwd_tail_tile_past_sk",     "mutant:bwd_lse_nan",              "mutant:fp8_descale_twice",
     "mutant:fp8_e5m2_as_e4m3",          "mutant:racy_sum",                 "mutant:batch_split_kv",
-    "mutant:write_past_out",
+    "mutant:write_past_out", "mutant:lse_base2",
 };
 #define N_MUTANTS (sizeof mutant_names / sizeof mutant_names[0])
 

@@ -694,6 +694,77 @@ static void test_result_keep_mask(void **state) {
     for (size_t e = 0; e < 24; e++) assert_int_equal(keep[e], e % 3 == 0);
 }
 
+/* Softmax statistics: the hello's lse_base (2 or absent), a result's lse checked for shape and
+ * dtype and against the cap, copied in natural log (base 2 times ln 2), and want_lse in a run
+ * frame only when asked. */
+static void test_result_lse(void **state) {
+    (void)state;
+    af_wp_hello h;
+    af_error err = {0};
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"f32\",\"lse\"],"
+                         "\"layouts\":[\"bhsd\"],\"lse_base\":2}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &h, &err), AF_OK);
+    assert_true(h.caps & AF_CAP_LSE);
+    assert_true(h.lse_base2);
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"lse\"],\"layouts\":[\"bhsd\"],"
+                  "\"lse_base\":10}",
+                  NULL, 0);
+    af_wp_hello bad;
+    expect_format(af_wp_parse_hello(body, n, &bad, &err), &err, "lse_base must be 2");
+    af_case c = small_case();
+    assert_true(af_wp_want_lse(&h, &c));
+    float pay[12 + 6];
+    for (int e = 0; e < 12; e++) pay[e] = 0.5f;
+    for (int e = 0; e < 6; e++) pay[12 + e] = (float)e; /* log2 of 1, 2, 4, ... */
+    const char *with_lse =
+        "{\"type\":\"result\",\"id\":3,\"status\":\"ok\",\"tensors\":[{\"name\":\"out\",\"dtype\":\"f32\","
+        "\"shape\":[1,2,3,2],\"strides\":[48,24,8,4],\"offset\":0},{\"name\":\"lse\",\"dtype\":\"%s\","
+        "\"shape\":[1,2,%d],\"strides\":[24,12,4],\"offset\":48}]}";
+    char hdr[512];
+    af_wp_result r;
+    const uint8_t *payload;
+    snprintf(hdr, sizeof hdr, with_lse, "f32", 2); /* Sq is 3 */
+    n = make_body(hdr, pay, sizeof pay);
+    expect_format(af_wp_parse_result(body, n, 3, &c, &h, &r, &payload, &err), &err, "lse is not");
+    snprintf(hdr, sizeof hdr, with_lse, "bool", 3);
+    n = make_body(hdr, pay, sizeof pay);
+    expect_format(af_wp_parse_result(body, n, 3, &c, &h, &r, &payload, &err), &err, "lse is not");
+    snprintf(hdr, sizeof hdr, with_lse, "f32", 3);
+    n = make_body(hdr, pay, sizeof pay);
+    af_wp_hello nocap = h;
+    nocap.caps &= ~(uint32_t)AF_CAP_LSE;
+    expect_format(af_wp_parse_result(body, n, 3, &c, &nocap, &r, &payload, &err), &err, "no cap lse");
+    assert_int_equal(af_wp_parse_result(body, n, 3, &c, &h, &r, &payload, &err), AF_OK);
+    assert_true(r.has_lse);
+    double got[6];
+    af_tensor dst;
+    af_backend_lse_shape(&c, &dst);
+    dst.data = got;
+    af_wp_copy_lse(&r, payload, &c, true, &dst);
+    for (int e = 0; e < 6; e++) assert_true(fabs(got[e] - (double)e * log(2.0)) <= 1e-15 * (double)e);
+    af_wp_copy_lse(&r, payload, &c, false, &dst);
+    for (int e = 0; e < 6; e++) assert_true(got[e] == (double)e);
+    /* run frames: want_lse only when asked; never for a backward case */
+    af_inputs *in = af_inputs_create();
+    assert_int_equal(af_inputs_generate(in, &c, &err), AF_OK);
+    af_jw hdrw = {0};
+    af_wp_part parts[AF_WP_MAX_PARTS];
+    size_t np;
+    char txt[8192];
+    assert_int_equal(af_wp_encode_run_lse(&hdrw, 7, af_inputs_get(in), true, parts, &np, &err), AF_OK);
+    assert_true(hdrw.len - 4 < sizeof txt);
+    memcpy(txt, hdrw.data + 4, hdrw.len - 4), txt[hdrw.len - 4] = 0;
+    assert_non_null(strstr(txt, "\"want_lse\":true"));
+    assert_int_equal(af_wp_encode_run(&hdrw, 7, af_inputs_get(in), parts, &np, &err), AF_OK);
+    memcpy(txt, hdrw.data + 4, hdrw.len - 4), txt[hdrw.len - 4] = 0;
+    assert_null(strstr(txt, "want_lse"));
+    c.bwd.grads = 1;
+    assert_false(af_wp_want_lse(&h, &c));
+    af_jw_free(&hdrw);
+    af_inputs_destroy(in);
+}
+
 /* --- run frames ------------------------------------------------------------------------------ */
 
 static double payload_get(const uint8_t *p, const af_wp_tensor *t, const size_t idx[4]) {
@@ -1013,6 +1084,7 @@ int main(void) {
         cmocka_unit_test(test_result_guard_writes),
         cmocka_unit_test(test_result_header_over_limit),
         cmocka_unit_test(test_result_keep_mask),
+        cmocka_unit_test(test_result_lse),
         cmocka_unit_test(test_run_frame_bhsd),
         cmocka_unit_test(test_run_frame_packed),
         cmocka_unit_test(test_run_frame_backward),

@@ -57,10 +57,13 @@ enum {
     AF_CAP_E5M2 = 1u << 23,
     AF_CAP_FP8 = AF_CAP_E4M3 | AF_CAP_E5M2,
     AF_CAP_FP8_KV = 1u << 24,    /* only K and V in FP8 (kv_only), Q in the case dtype */
+    /* An output, not a case feature: it returns the softmax statistics (run_lse; a worker's
+     * cap "lse"). No case requires it (af_case_required_caps never sets it). */
+    AF_CAP_LSE = 1u << 25,
     AF_CAP_FORWARD_ALL = (1u << 17) - 1, /* every capability of a dense forward case: the plugin ABI's AF_PLUGIN_CAP_ALL */
-    AF_CAP_ALL = (1u << 25) - 1
+    AF_CAP_ALL = (1u << 26) - 1
 };
-#define AF_CAP_COUNT 25
+#define AF_CAP_COUNT 26
 #define AF_LAYOUTS_ALL ((1u << AF_LAYOUT_COUNT) - 1)
 extern const char *const af_cap_names[AF_CAP_COUNT]; /* bit b: af_cap_names[b] ("f32", ..., "backward") */
 
@@ -154,6 +157,8 @@ typedef struct af_batch_result {
     const char *stderr_tail;      /* a fault's: the stderr of the process it killed (a later case of the
                                      batch may have restarted it); NULL: the backend's current tail */
     af_guard_writes guard;        /* the guard writes it reported */
+    const af_tensor *lse;         /* the softmax statistics it returned (contiguous [B, Hq, Sq], natural
+                                     log, F32 or F64), or NULL; the backend's until its next run or batch */
 } af_batch_result;
 
 typedef struct af_backend_vtable {
@@ -194,6 +199,12 @@ typedef struct af_backend_vtable {
      * declares AF_CAP_BACKWARD without it is never sent a backward case. */
     af_status (*run_backward)(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g, af_error *err);
     uint32_t traits; /* AF_TRAIT_* (0: deterministic, not declared batch-invariant) */
+    /* Optional, with AF_CAP_LSE: fill out as run does and lse, contiguous [B, Hq, Sq] with
+     * room for F64, with the softmax statistics of each query row: the natural log of the
+     * sum of exp of the scaled, soft-capped, masked scores (a sink's term included), -inf
+     * for a fully masked row. It may write F32 and say so (lse->dtype, lse->nb); it sets
+     * lse->ndim to 0 when it returned none this time (a worker that sent no `lse`). */
+    af_status (*run_lse)(void *state, const af_case_tensors *in, af_tensor *out, af_tensor *lse, af_error *err);
 } af_backend_vtable;
 
 typedef struct af_backend af_backend;
@@ -242,6 +253,13 @@ af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *o
  * AF_ERR_INVALID when a tensor has the wrong shape or dtype, or an asked one no data. */
 af_status af_backend_run_backward(af_backend *be, const af_case_tensors *in, af_tensor *out, af_grads *g,
                                   af_error *err);
+
+/* Runs the backend as af_backend_run does and, where it has run_lse, its softmax
+ * statistics into lse (shaped by af_backend_lse_shape, data caller-owned); lse->ndim is 0
+ * afterwards when it gave none (no run_lse, or a worker that sent none). */
+af_status af_backend_run_lse(af_backend *be, const af_case_tensors *in, af_tensor *out, af_tensor *lse, af_error *err);
+/* Sizes lse for case c: contiguous F64 [B, Hq, Sq] (data set to NULL). */
+void af_backend_lse_shape(const af_case *c, af_tensor *lse);
 
 /* Batches (see af_backend_vtable.batch_begin): the most cases one batch may hold (1 for a
  * backend without batches), sending a batch, and collecting its answers. */

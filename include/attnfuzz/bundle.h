@@ -21,6 +21,10 @@
  *   ref_<g>.npy.zst     per gradient g asked (dq, dk, dv, dmask) the float64 reference,
  *                       canonical (af_case_grad_shape: dmask at the mask's 4-D shape)
  *   <g>.<backend>.npy.zst   each backend's gradient g (float32 or float64)
+ *   ref_lse.npy.zst     float64 softmax statistics [B, Hq, Sq] (natural log; a fully masked
+ *                       row -inf), when some backend returned its own
+ *   lse.<backend>.npy.zst   a backend's statistics as it returned them (natural log, a
+ *                       base-2 worker's converted; float32 or float64)
  *   keep.<backend>.npy.zst  the dropout keep mask a backend drew itself (a worker whose
  *                       conventions say dropout "keep_mask"), numpy bool [B, Hq, Sq, Sk],
  *                       true = kept: ref.npy.zst (and ref_<g>) follow it, so they can be
@@ -103,6 +107,10 @@ typedef struct af_bundle_output {
      * as out.<backend>.run2.npy.zst and <g>.<backend>.run2.npy.zst */
     const af_tensor *out_run2;
     const af_grads *grads_run2;
+    /* the softmax statistics it returned (contiguous [B, Hq, Sq], F32 or F64), or NULL;
+     * their result against ref_lse: written as lse.<backend>.npy.zst */
+    const af_tensor *lse;
+    af_result lse_result;
 } af_bundle_output;
 
 typedef struct af_bundle_spec {
@@ -124,6 +132,9 @@ typedef struct af_bundle_spec {
      * not asked), and the tensor the finding is on ("dq", ...; NULL: the output, "out") */
     const double *ref_grads[AF_GRAD_COUNT];
     const char *tensor;
+    /* the reference statistics [B, Hq, Sq] (ref_lse.npy.zst, written when an output has
+     * statistics), or NULL */
+    const double *ref_lse;
     const char *name;       /* optional: the directory name ([A-Za-z0-9_.-], at most 63
                                characters); NULL: <kind>-<signature> */
     const af_guard_writes *guard; /* a guard_write finding's bands (case.json "guard_writes"), or NULL */
@@ -179,6 +190,11 @@ typedef struct af_bundle_record { /* one backend as recorded in case.json */
     af_kind grad_kind[AF_GRAD_COUNT];
     af_metrics grad_m[AF_GRAD_COUNT];
     bool has_grad_output[AF_GRAD_COUNT];
+    /* the softmax statistics, when it returned them: verdict, metrics, whether the file is there */
+    bool has_lse;
+    af_kind lse_kind;
+    af_metrics lse_m;
+    bool has_lse_output;
     char error[512]; /* its recorded error message (error, crash, timeout), "" if none */
     char conventions[512]; /* the conventions it declared, a compact JSON object ("" if none or
                               longer): what judging its output again must model */
@@ -238,6 +254,11 @@ af_status af_bundle_load_run2(const af_bundle *b, const char *name, int g, doubl
  * 1 = kept, into *out (af_free it): the mask the bundle's reference followed, to compute
  * that reference again (af_case_tensors.dropout_keep). *out is NULL and AF_OK when the
  * bundle has none; a file of another shape or dtype is AF_ERR_FORMAT naming it. */
+/* Loads the softmax statistics of "ref" (ref_lse.npy.zst) or of a backend (its recorded
+ * file, else lse.<backend>.npy.zst) as float64 [B, Hq, Sq]; *out is NULL and AF_OK when the
+ * bundle has none. AF_ERR_FORMAT naming the file for another shape or a non-float dtype. */
+af_status af_bundle_load_lse(const af_bundle *b, const char *name, double **out, af_error *err);
+
 af_status af_bundle_load_keep(const af_bundle *b, const char *backend, uint8_t **out, af_error *err);
 
 /* Loads a text file of the bundle (name inside it, e.g. "stderr.txt": a worker's stderr

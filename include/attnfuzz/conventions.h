@@ -30,6 +30,17 @@ typedef enum af_masked_rows {
 } af_masked_rows;
 extern const char *const af_masked_rows_names[AF_ROWS_COUNT]; /* "zero", "nan", "mean", "unmasked" */
 
+/* What the softmax statistics (cap lse) of a fully masked row are: log 0 = -inf (the
+ * reference's), or the value a kernel guards an empty row with. */
+typedef enum af_lse_masked {
+    AF_LSE_MASKED_NEG_INF, /* "-inf" */
+    AF_LSE_MASKED_ZERO,    /* "zero": PyTorch's CPU flash kernel (measured, torch 2.15) */
+    AF_LSE_MASKED_INF,     /* "inf": FlashAttention-2's (lse = INFINITY when the row sum is 0) */
+    AF_LSE_MASKED_NAN,     /* "nan" */
+    AF_LSE_MASKED_COUNT
+} af_lse_masked;
+extern const char *const af_lse_masked_names[AF_LSE_MASKED_COUNT];
+
 typedef struct af_conventions {
     /* masked_rows per case dtype (af_dtype: f32, f16, bf16), an af_masked_rows each: a
      * string in the hello sets every dtype, an object the dtypes it names (the others
@@ -50,6 +61,8 @@ typedef struct af_conventions {
     uint32_t scores_dtype;
     /* tf32 "always": f32 matmuls run in TF32 whatever the case allows */
     bool tf32_always;
+    /* lse_masked_rows: the statistics of a fully masked row (an af_lse_masked) */
+    uint8_t lse_masked;
 } af_conventions;
 
 /* What a fully masked row gives under conv in a case of dtype dt (zero without conv). */

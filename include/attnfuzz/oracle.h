@@ -58,6 +58,7 @@ typedef enum af_kind {
     /* the checks beyond one output against the reference (docs/design.md section 4) */
     AF_KIND_NONDETERMINISTIC, /* a second run of the same case was not bitwise equal */
     AF_KIND_BATCH_VARIANT,    /* a batch row alone differs from itself inside the batch */
+    AF_KIND_LSE_DIVERGE,      /* the softmax statistics it returned are off (value or class) */
     AF_KIND_GUARD_WRITE,      /* the backend wrote into a guard band around an output */
     AF_KIND_COUNT
 } af_kind;
@@ -212,6 +213,34 @@ af_status af_oracle_compare_grad_pair(af_oracle *o, int g, const af_tensor *a, c
 af_status af_oracle_compare_grad_pair_within(af_oracle *o, int g, const af_tensor *a, const af_tensor *b,
                                              const uint32_t *row_map, const uint32_t *col_map, const uint8_t *leak_b,
                                              double tol_mult, af_result *res, af_error *err);
+
+/* --- the softmax statistics (LSE) -------------------------------------------------------
+ *
+ * af_oracle_prepare also gives each row's statistics in float64 (ref.h af_ref_opts.lse: the
+ * natural log of the sum of exp of the scaled, soft-capped, masked scores, a sink's term
+ * included; -inf for a fully masked row). A backend's are judged row by row:
+ *     bound[r] = floor_atol[dtype] + (floor_rtol[dtype] + u_out) |ref[r]|
+ *                + fudge * (err_h + lse_sens[r])
+ * where lse_sens[r] = sum_j P_rj d_rj is the first-order effect of the scores' rounding
+ * errors d (the bound the output's sens uses: d lse / d s_j = P_j), err_h the honest run's
+ * error beyond it pooled over the rows (its fp32 sum and logf, the rounding of the result),
+ * u_out 2^-24 for statistics returned in f32. Log units need no row scale. The honest run is
+ * made only when a row fails the floor alone. A row whose reference is -inf, +inf or NaN must
+ * be that exactly (NaN: any NaN; +inf, a +Inf score's, may also be NaN, as m + log(sum)
+ * gives); a row the honest run finds unstable is excused; under
+ * conventions masked_rows other than "zero" a fully masked row is not judged (that
+ * implementation's row is not empty); conventions lse_masked_rows gives the value a fully
+ * masked row may have instead of -inf (0, +inf, NaN), masked_keys "ieee" NaN where the
+ * output may be NaN for it. Any failing row is AF_KIND_LSE_DIVERGE. */
+
+/* The reference statistics ([B, Hq, Sq] float64), valid after af_oracle_prepare (and
+ * af_oracle_prepare_expected, which runs the reference too). */
+const double *af_oracle_ref_lse(const af_oracle *o);
+/* Judges a backend's statistics (contiguous [B, Hq, Sq], F32 or F64, natural log) under the
+ * conventions it declared (NULL: none). AF_ERR_INVALID for another shape or dtype, or when
+ * nothing was prepared. */
+af_status af_oracle_compare_lse(af_oracle *o, const af_tensor *lse, const af_conventions *conv, af_result *res,
+                                af_error *err);
 
 /* The tolerance in force (the row with the largest V scale) (computing the honest run if it was not yet needed). */
 af_status af_oracle_tolerance(af_oracle *o, af_tolerance *tol, af_error *err);

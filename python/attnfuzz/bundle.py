@@ -3,12 +3,15 @@
 A bundle is a directory: case.json plus NumPy .npy arrays compressed with zstd
 (q.npy.zst, k.npy.zst, v.npy.zst, mask.npy.zst, bool_mask.npy.zst, ref.npy.zst,
 out.<backend>.npy.zst, expected.npy.zst, ...; a backward case also do.npy.zst and, per
-gradient asked, ref_<g>.npy.zst and <g>.<backend>.npy.zst, g one of dq, dk, dv, dmask).
+gradient asked, ref_<g>.npy.zst and <g>.<backend>.npy.zst, g one of dq, dk, dv, dmask;
+where a backend returned softmax statistics, ref_lse.npy.zst and lse.<backend>.npy.zst,
+[B, Hq, Sq], natural log).
 
     import attnfuzz.bundle as ab
     b = ab.load("crashes/diverge-0123456789abcdef")
     b["case"]["q_len"], b["q"].shape, b["ref"].dtype, b["out.fused"]
     b["meta"]["tensor"], b["do"], b["ref_dq"], b["dq.fused"]     # a backward finding
+    b["ref_lse"], b["lse.fused"]                                 # softmax statistics
     ab.save_array("mybundle/expected.npy.zst", my_output)   # a bundle another tool writes
 
 An FP8 case's q, k and v (case "fp8": format and descales) are uint8 arrays, the stored
@@ -133,6 +136,8 @@ def case_numel(case, key):
         return prod("batch", "q_heads", "q_len", "kv_len")
     if key in ("ref", "expected", "do") or key.startswith("out."):
         return prod("batch", "q_heads", "q_len", "v_head_dim")
+    if is_lse(key):
+        return prod("batch", "q_heads", "q_len")
     grad = key[4:] if key.startswith("ref_") else key.split(".", 1)[0]
     if grad == "dq":
         return prod("batch", "q_heads", "q_len", "head_dim")
@@ -143,6 +148,11 @@ def case_numel(case, key):
     if grad == "dmask":
         return prod("batch", "q_heads", "q_len", "kv_len")
     return None
+
+
+def is_lse(key):
+    """Whether the array named key holds softmax statistics (ref_lse, lse.<backend>)."""
+    return key == "ref_lse" or key.startswith("lse.")
 
 
 def save_array(path, array):
@@ -206,7 +216,18 @@ def load(path):
             key = name[: -len(SUFFIX)]
             if key not in out:
                 out[key] = read_array(os.path.join(path, name), case_numel(meta["case"], key))
+                if is_lse(key):
+                    _check_lse(os.path.join(path, name), out[key], meta["case"])
     return out
+
+
+def _check_lse(path, a, case):
+    """Statistics must be float [B, Hq, Sq] (ValueError naming the file)."""
+    want = tuple(case.get(n) for n in ("batch", "q_heads", "q_len"))
+    if all(isinstance(n, int) for n in want) and a.shape != want:
+        raise ValueError("%s: shape %s does not match the case [B, Hq, Sq] %s" % (path, list(a.shape), list(want)))
+    if a.dtype.kind != "f":
+        raise ValueError("%s: dtype %s, the statistics are float32 or float64" % (path, a.dtype))
 
 
 def max_abs_error(out, ref):

@@ -62,6 +62,33 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None, sinks=None, s
     return out
 
 
+def lse(case, q, k, mask=None, bool_mask=None, sinks=None, slopes=None):
+    """float64 [B, Hq, Sq]: each query row's softmax statistics, the natural log of the sum of
+    exp of its scores after rules 1-4 (a sink logit's exp in the sum), from the same max the
+    weights use: -inf for a fully masked row, NaN for a NaN score at a live key, +inf for a
+    +Inf score (whose weights are NaN). Arguments as attention's."""
+    sinks, slopes = _serving_tables(case, sinks, slopes)
+    q, k = dequantized(case, q, "q"), dequantized(case, k, "k")
+    B, Hq, Sq = q.shape[0], q.shape[1], q.shape[2]
+    rows = max(1, BLOCK_ELEMS // max(1, B * Hq * k.shape[2]))
+    am = None if mask is None else masks.additive_bhsd(case, mask)
+    z = None if sinks is None else np.asarray(sinks, dtype=np.float64).reshape(1, Hq, 1, 1)
+    out = np.empty((B, Hq, Sq))
+    with np.errstate(all="ignore"):
+        for i0 in range(0, Sq, rows):
+            i1 = min(Sq, i0 + rows)
+            _, s, _ = _scores(case, q[:, :, i0:i1], k, None if am is None else am[:, :, i0:i1], bool_mask, i0, i1,
+                              slopes)
+            isn = np.isnan(s).any(axis=-1)
+            m = np.where(np.isnan(s), -np.inf, s).max(axis=-1, keepdims=True)
+            ms = m if z is None else np.maximum(m, z)
+            tot = np.exp(s - ms).sum(axis=-1, keepdims=True) + (0.0 if z is None else np.exp(z - ms))
+            l = (ms + np.log(tot))[..., 0]
+            m = m[..., 0]
+            out[:, :, i0:i1] = np.where(isn, np.nan, np.where(np.isinf(m), m, l))
+    return out
+
+
 def dequantized(case, x, name):
     """Input name ("q", "k" or "v") as float64: an FP8 case's stored values (ml_dtypes float8,
     or uint8 bits) times the tensor's descale, exactly; any other case's values as they are."""

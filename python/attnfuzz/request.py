@@ -1,12 +1,15 @@
 """Request: everything one run of a case gets (docs/worker-protocol.md, "`run`").
 
-    req = Request(case, q, k, v, mask=None, bool_mask=None, dout=None, qkv=None, tables=None, keep=None)
+    req = Request(case, q, k, v, mask=None, bool_mask=None, dout=None, qkv=None, tables=None, keep=None,
+                  want_lse=False)
     req.case, req.q, req.k, req.v, req.mask, req.bool_mask   # the case and its inputs as sent
     req.dout        # a backward case's upstream gradient dO (the output layout), else None
     req.qkv         # a packed layout's whole buffer (q, k, v are views of it), else None
     req.tables      # a serving case's tables {name: array} (cu_seqlens_q, block_table, ...)
     req.sinks, req.alibi_slopes   # two of them, None where the case has not that form
     req.keep        # the dropout keep mask a target applies, bool [B, Hq, Sq, Sk], or None
+    req.want_lse    # the run asks for the softmax statistics (a worker with cap "lse"): a
+                    # target that has them returns Result(out, lse=[B, Hq, Sq] array)
 
 The worker kit builds one from a run frame (attnfuzz.worker), the tests and repro scripts
 from arrays they made (from_arrays); a target reads its inputs from it and nothing rides on
@@ -30,23 +33,25 @@ TABLES = ("cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table", "sinks", "
 class Request:
     """One run's inputs (the module's doc)."""
 
-    __slots__ = ("case", "q", "k", "v", "mask", "bool_mask", "dout", "qkv", "tables", "_keep")
+    __slots__ = ("case", "q", "k", "v", "mask", "bool_mask", "dout", "qkv", "tables", "_keep", "want_lse")
 
-    def __init__(self, case, q, k, v, mask=None, bool_mask=None, dout=None, qkv=None, tables=None, keep=None):
+    def __init__(self, case, q, k, v, mask=None, bool_mask=None, dout=None, qkv=None, tables=None, keep=None,
+                 want_lse=False):
         self.case, self.q, self.k, self.v = case, q, k, v
         self.mask, self.bool_mask = mask, bool_mask
         self.dout, self.qkv = dout, qkv
         self.tables = dict(tables or {})
         self._keep = keep
+        self.want_lse = bool(want_lse)
 
     @classmethod
-    def from_arrays(cls, case, arrays, keep=None):
+    def from_arrays(cls, case, arrays, keep=None, want_lse=False):
         """The request of case whose tensors are arrays {name: array} by protocol name: q, k,
         v, mask, bool_mask, do, qkv and the serving tables (what attnfuzz.layouts.
         physical_inputs and attnfuzz.serving.physical make, or a frame's views)."""
         return cls(case, arrays.get("q"), arrays.get("k"), arrays.get("v"), arrays.get("mask"),
                    arrays.get("bool_mask"), dout=arrays.get("do"), qkv=arrays.get("qkv"),
-                   tables={n: arrays[n] for n in TABLES if n in arrays}, keep=keep)
+                   tables={n: arrays[n] for n in TABLES if n in arrays}, keep=keep, want_lse=want_lse)
 
     @property
     def keep(self):
@@ -77,6 +82,7 @@ class Request:
         dict; keep as it stands now, computed or not)."""
         fields = {n: getattr(self, n) for n in ("case", "q", "k", "v", "mask", "bool_mask", "dout", "qkv", "tables")}
         fields["keep"] = self._keep
+        fields["want_lse"] = self.want_lse
         fields.update(changes)
         return Request(**fields)
 

@@ -35,6 +35,13 @@ arrive in their physical forms (THD [T, H, D] when packed, the page caches
 [P, page_size, H, D] when paged), req.tables holds the tables of the request
 (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, sinks, alibi_slopes: attnfuzz.serving),
 and a packed case's output may come back as Result(out, layout="thd"), [Tq, Hq, Dv].
+
+Softmax statistics (a worker that declares the cap "lse"): req.want_lse says the run asks for
+them, and run returns Result(out, lse=...) with lse [B, Hq, Sq] (float32 or float64): per
+query row the log of the sum of exp of its scaled, masked, soft-capped scores (a sink's term
+included), -inf for a fully masked row; natural log, or base 2 where serve(lse_base=2)
+declared it (the hello's "lse_base": attnfuzz converts). Statistics a run was not asked for
+are not sent; a run asked may still return none.
 """
 
 import os
@@ -62,13 +69,15 @@ class Result:
     out: the output in layout (one of bhsd, bshd, sbhd, bsd, channels_first; its shape is
     that layout's output shape); dropout_keep: bool [B, Hq, Sq, Sk], the keep-mask the
     worker's own RNG drew (conventions dropout "keep_mask"); grads: {name: array} for a
-    backward case (the module's doc); compile_s, run_s: seconds (the kit reports compile_s
-    0 and measures run_s when they are None)."""
+    backward case (the module's doc); lse: [B, Hq, Sq] softmax statistics (the module's doc);
+    compile_s, run_s: seconds (the kit reports compile_s 0 and measures run_s when they are
+    None)."""
 
-    __slots__ = ("out", "layout", "dropout_keep", "grads", "compile_s", "run_s")
+    __slots__ = ("out", "layout", "dropout_keep", "grads", "compile_s", "run_s", "lse")
 
-    def __init__(self, out, layout="bhsd", dropout_keep=None, compile_s=None, run_s=None, grads=None):
+    def __init__(self, out, layout="bhsd", dropout_keep=None, compile_s=None, run_s=None, grads=None, lse=None):
         self.out = out
+        self.lse = lse
         self.layout = layout
         self.dropout_keep = dropout_keep
         self.grads = grads
@@ -85,6 +94,7 @@ CONVENTIONS = {
     "masked_rows": ("zero", "nan", "mean", "unmasked"),
     "masked_values": ("exclude", "ieee"),
     "masked_keys": ("exclude", "ieee"),
+    "lse_masked_rows": ("-inf", "zero", "inf", "nan"),
     "denormals": ("keep", "flush"),
     "scores": ("f32", "dtype"),
     "tf32": ("case", "always"),
@@ -116,11 +126,12 @@ def check_conventions(conventions):
 
 
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-                 compile_key=None, batch=None, libs=None):
+                 compile_key=None, batch=None, libs=None, lse_base=None):
     """The hello frame's header serve() writes (conventions checked: check_conventions).
     libs: {name: version} of the stack and the libraries under it, and "sm" for the GPU in
     use ({"torch": "2.11.0", "cudnn": "9.19.0", "sm": "90"}): what known entries' needs
-    are judged on (docs/known.md); values become strings, None values are left out."""
+    are judged on (docs/known.md); values become strings, None values are left out.
+    lse_base: 2 when the statistics it returns (cap "lse") are in base 2; None: natural log."""
     check_conventions(conventions)
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
          "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
@@ -137,6 +148,10 @@ def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=N
         h["batch"] = int(batch)
     if libs:
         h["libs"] = {str(k): str(v) for k, v in dict(libs).items() if v is not None}
+    if lse_base is not None:
+        if lse_base != 2:
+            raise ValueError("lse_base must be 2 (base-2 statistics) or None (natural log), not %r" % (lse_base,))
+        h["lse_base"] = 2
     return h
 
 
@@ -162,11 +177,26 @@ def _request(header, payload):
     for n in ("q", "k", "v"):
         if n not in views:
             raise protocol.ProtocolError("run %s: tensor %s is missing" % (rid, n))
-    return rid, Request.from_arrays(case, views, keep=rng.case_keep)
+    return rid, Request.from_arrays(case, views, keep=rng.case_keep, want_lse=bool(header.get("want_lse")))
 
 
-def _answer(rid, case, res, seconds):
-    """(result header without tensors, [(name, array)]) for what a run function returned."""
+def lse_array(case, lse):
+    """lse as the float32/float64 [B, Hq, Sq] array a result carries (other float dtypes
+    become float32); ValueError for another shape."""
+    a = np.asarray(lse)
+    if a.dtype.kind != "f":
+        raise TypeError("lse has dtype %s, not a float dtype" % a.dtype)
+    if a.dtype not in (np.float32, np.float64):
+        a = a.astype(np.float32)
+    want = (case.batch, case.q_heads, case.q_len)
+    if a.shape != want:
+        raise ValueError("lse has shape %s, not [B, Hq, Sq] %s" % (list(a.shape), list(want)))
+    return a
+
+
+def _answer(rid, case, res, seconds, want_lse=False):
+    """(result header without tensors, [(name, array)]) for what a run function returned
+    (its statistics only when the run asked for them, want_lse)."""
     if isinstance(res, Result):
         out, lay, keep, compile_s, run_s = res.out, res.layout, res.dropout_keep, res.compile_s, res.run_s
     else:
@@ -188,6 +218,8 @@ def _answer(rid, case, res, seconds):
         arrays.append(("dropout_keep", keep.astype(np.bool_, copy=False)))
     if case.grads:
         arrays += _grad_arrays(case, lay, res.grads if isinstance(res, Result) else None)
+    if want_lse and isinstance(res, Result) and res.lse is not None:
+        arrays.append(("lse", lse_array(case, res.lse)))
     h = {"id": rid, "status": "ok", "layout": lay,
          "timings": {"compile_s": float(compile_s or 0.0), "run_s": float(run_s if run_s is not None else seconds)}}
     return h, arrays
@@ -268,7 +300,7 @@ def _run_one(fn, header, payload):
     rid, req = _request(header, payload)
     t0 = time.perf_counter()
     res = fn(req)
-    h, arrays = _answer(rid, req.case, res, time.perf_counter() - t0)
+    h, arrays = _answer(rid, req.case, res, time.perf_counter() - t0, req.want_lse)
     entries, parts = protocol.entries_for(arrays)
     h.update(type="result", tensors=entries)
     return h, parts
@@ -308,7 +340,7 @@ def _run_batch(fn, batch_fn, items, payload):
             try:
                 if isinstance(res, BaseException):
                     raise res
-                h, a = _answer(r[0], r[1].case, res, per_case)
+                h, a = _answer(r[0], r[1].case, res, per_case, r[1].want_lse)
             except Exception as e:  # noqa: BLE001
                 h, a = _refusal(r[0], e), []
         heads.append(h)
@@ -337,7 +369,7 @@ def _frame_streams():
 
 
 def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None):
+          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None, lse_base=None):
     """Writes hello, then answers run frames with result frames until bye or end of input.
 
     run(req), or the old form run(case, q, k, v, mask=None, bool_mask=None): see the
@@ -349,14 +381,14 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
     meets a fault the process cannot go on from ends
     its list with a Fault: the rest is answered not_run and the process exits FAULT_EXIT.
     stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
-    but frames reaches the real stdout. libs: the versions under it (hello_header). Returns 0
-    (a process exit status)."""
+    but frames reaches the real stdout. libs: the versions under it, lse_base: 2 for base-2
+    statistics (hello_header). Returns 0 (a process exit status)."""
     if stdin is None or stdout is None:
         fin, fout = _frame_streams()
         stdin = stdin or fin
         stdout = stdout or fout
     hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch,
-                         libs)
+                         libs, lse_base)
     try:
         if run_batch is not None and not takes_request(run):
             old_batch = run_batch

@@ -81,7 +81,7 @@ class Registry(unittest.TestCase):
         self.assertIn("numpy_ref/float64", cpu)
         self.assertNotIn("numpy_ref/float64", names("cpu", "campaign"))
         self.assertEqual(names("torch", "cpu", "eager"),
-                         ["torch/sdpa_math", "torch/sdpa_flash", "torch/explicit", "torch/sdpa_jagged"])
+                         ["torch/sdpa_math", "torch/sdpa_flash", "torch/sdpa_flash_lse", "torch/explicit", "torch/sdpa_jagged"])
         self.assertEqual(set(names("ort", "jax", "compiled", "cpu")),
                          {"ort/attention", "ort/explicit", "ort/explicit_noopt", "ort/exported_sdpa", "jax/xla",
                           "jax/explicit", "jax/xla_seqlens"})
@@ -104,7 +104,7 @@ class Registry(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             return [ln.split() for ln in p.stdout.splitlines()]
         self.assertEqual(lines("torch", "cpu", "campaign"),
-                         [["torch-eager", "torch/sdpa_math", "torch/sdpa_flash", "torch/explicit", "torch/sdpa_jagged"],
+                         [["torch-eager", "torch/sdpa_math", "torch/sdpa_flash", "torch/sdpa_flash_lse", "torch/explicit", "torch/sdpa_jagged"],
                           ["torch-compiled", "torch/compile", "torch/compile_sdpa", "torch/flex", "torch/flex_paged"]])
         self.assertEqual(lines("ort", "cpu"),
                          [["ort", "ort/attention", "ort/explicit", "ort/explicit_noopt", "ort/exported_sdpa"]])

@@ -13,7 +13,7 @@
 const char *const af_cap_names[AF_CAP_COUNT] = {
     "f32",     "f16",   "bf16",   "tf32",    "gqa",    "cross",   "dv",      "scale",      "softcap",
     "amask",   "bmask", "causal", "padding", "window", "dropout", "strided", "mask_dtype", "backward",
-    "packed",  "paged", "sinks",  "alibi",   "e4m3",   "e5m2",    "fp8_kv",
+    "packed",  "paged", "sinks",  "alibi",   "e4m3",   "e5m2",    "fp8_kv",  "lse",
 };
 _Static_assert(sizeof af_cap_names / sizeof af_cap_names[0] == AF_CAP_COUNT, "names");
 
@@ -295,6 +295,36 @@ af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *o
                            out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
                        err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
     af_status st = be->vt->run(be->state, in, out, err);
+    if (st != AF_OK) af_error_prefix(err, "%s", be->name);
+    return st;
+}
+
+void af_backend_lse_shape(const af_case *c, af_tensor *lse) {
+    size_t ne[3] = {c->batch, c->q_heads, c->q_len};
+    af_tensor_contiguous(lse, AF_F64, 3, ne);
+    lse->data = NULL;
+}
+
+void af_backend_lse_f32(af_tensor *lse) {
+    void *data = lse->data;
+    size_t ne[3] = {lse->ne[0], lse->ne[1], lse->ne[2]};
+    af_tensor_contiguous(lse, AF_F32, 3, ne);
+    lse->data = data;
+}
+
+af_status af_backend_run_lse(af_backend *be, const af_case_tensors *in, af_tensor *out, af_tensor *lse, af_error *err) {
+    if (!be->vt->run_lse || !(be->vt->caps & AF_CAP_LSE)) {
+        lse->ndim = 0;
+        return af_backend_run(be, in, out, err);
+    }
+    const af_case *c = in->c;
+    AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || !out->data || out->ne[0] != c->batch ||
+                           out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
+                       err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
+    AF_RETURN_ERROR_IF(lse->ndim != 3 || lse->dtype != AF_F64 || !lse->data || lse->ne[0] != c->batch ||
+                           lse->ne[1] != c->q_heads || lse->ne[2] != c->q_len,
+                       err, AF_ERR_INVALID, "%s: lse tensor has the wrong shape or dtype", be->name);
+    af_status st = be->vt->run_lse(be->state, in, out, lse, err);
     if (st != AF_OK) af_error_prefix(err, "%s", be->name);
     return st;
 }

@@ -35,6 +35,9 @@ af_status af_bwd_bufs_get(af_scratch *ws, int slot0, const af_case *c, size_t ro
  * then; false (gr untouched) for p < 1. */
 bool af_bwd_all_dropped(const af_case *c, af_grads *gr);
 
+/* backend.c: marks a run_lse's lse (its data and shape kept) as holding F32 values. */
+void af_backend_lse_f32(af_tensor *lse);
+
 /* backend.c: the registered backend named name (exactly), NULL when none is. */
 const af_backend_vtable *af_backend_builtin_find(const char *name);
 

@@ -103,9 +103,12 @@ static void af_ex_q(const af_ex *x, size_t b, size_t h, float *q) {
  * S ends holding the weights P V takes (the dtype's, dropout applied, TF32); rowstate live,
  * dead (every key masked) or NaN. The forward (ps NULL) leaves a dead or NaN row's weights 0
  * (its output is filled in); the backward gets in ps the weights before dropout (in the
- * dtype; NaN on a NaN row's live keys, as the reference) and in spre the softcap's inputs. */
+ * dtype; NaN on a NaN row's live keys, as the reference) and in spre the softcap's inputs.
+ * lse (may be NULL): rn floats, each row's statistics from the softmax's own max and fp32
+ * sum, ms + logf(sum) (NaN for a NaN row, -inf for a dead row, +inf for a +Inf score). */
 static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t rn, const float *q, const float *k,
-                          float *S, float *add, uint8_t *live, uint8_t *keep, uint8_t *rowstate, float *ps, float *spre) {
+                          float *S, float *add, uint8_t *live, uint8_t *keep, uint8_t *rowstate, float *ps, float *spre,
+                          float *lse) {
     const af_case *c = x->c;
     const size_t Sk = x->Sk;
     af_gemm_nt_f32(rn, Sk, x->D, q + r0 * x->D, x->D, k, x->D, S, Sk, 0);
@@ -132,6 +135,7 @@ static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t 
         int has_nan;
         float m = af_max_f32(s, Sk, &has_nan);
         rowstate[r] = has_nan ? AF_EX_NAN : (m == -INFINITY ? AF_EX_DEAD : AF_EX_LIVE);
+        if (lse) lse[r] = has_nan ? NAN : m;
         uint8_t *kp = ps ? keep + r * Sk : keep;
         if (x->p > 0.0f)
             af_dropout_row(c->dropout_seed, x->thr, (uint32_t)b, (uint32_t)h, (uint32_t)i, 0, (uint32_t)Sk, kp);
@@ -154,6 +158,7 @@ static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t 
             float z = x->sinks ? af_serving_sink(x->in, (uint32_t)h) : 0.0f;
             float ms = x->sinks && z > m ? z : m;
             float sum = af_exp_sub_sum_f32(s, Sk, ms, 1.0f) + (x->sinks ? expf(z - ms) : 0.0f);
+            if (lse) lse[r] = m == INFINITY ? INFINITY : ms + logf(sum);
             for (size_t j = 0; j < Sk; j++) s[j] = s[j] / sum;
             if (!isfinite(sum)) /* an infinite score: NaN weights, masked keys stay 0 */
                 for (size_t j = 0; j < Sk; j++) s[j] = lv[j] ? s[j] : 0.0f;
@@ -170,8 +175,9 @@ static void af_ex_weights(const af_ex *x, size_t b, size_t h, size_t r0, size_t 
     }
 }
 
-static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
-    af_scratch *ws = state;
+/* The forward; lse (may be NULL): [B, Hq, Sq] floats, each row's statistics (af_ex_weights). */
+static af_status af_explicit_forward(af_scratch *ws, const af_case_tensors *in, af_tensor *outt, float *lse,
+                                     af_error *err) {
     const af_case *c = in->c;
     af_ex x;
     af_ex_init(&x, in);
@@ -205,7 +211,8 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
                 af_ex_q(&x, b, h, q);
                 for (size_t r0 = 0; r0 < Sq; r0 += R) {
                     size_t rn = Sq - r0 < R ? Sq - r0 : R;
-                    af_ex_weights(&x, b, h, r0, rn, q, k, S, add, live, keep, rowstate, NULL, NULL);
+                    af_ex_weights(&x, b, h, r0, rn, q, k, S, add, live, keep, rowstate, NULL, NULL,
+                                  lse ? lse + (b * Hq + h) * Sq + r0 : NULL);
                     /* matmul 2: O = P V (zeroed non-finite V rows, then live ones added back) */
                     af_gemm_nn_f32(rn, Dv, Sk, S, Sk, v, Dv, O, Dv, 0);
                     for (size_t r = 0; r < rn; r++) {
@@ -231,6 +238,17 @@ static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tens
         }
     }
     return AF_OK;
+}
+
+static af_status af_explicit_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
+    return af_explicit_forward(state, in, outt, NULL, err);
+}
+
+/* run with the statistics, as an fp32 softmax has them: F32 into the caller's lse */
+static af_status af_explicit_run_lse(void *state, const af_case_tensors *in, af_tensor *outt, af_tensor *lse,
+                                     af_error *err) {
+    af_backend_lse_f32(lse);
+    return af_explicit_forward(state, in, outt, lse->data, err);
 }
 
 /* --- the backward ------------------------------------------------------------------------- */
@@ -307,7 +325,7 @@ static af_status af_explicit_run_backward(void *state, const af_case_tensors *in
                 size_t ndobad = af_split_nonfinite_f32(doz, Sq, Dv, dobad, dosaved);
                 for (size_t r0 = 0; r0 < Sq; r0 += R) {
                     size_t rn = Sq - r0 < R ? Sq - r0 : R;
-                    af_ex_weights(&x, b, h, r0, rn, q, k, S, add, live, keep, rowstate, ps, spre);
+                    af_ex_weights(&x, b, h, r0, rn, q, k, S, add, live, keep, rowstate, ps, spre, NULL);
                     /* dV += Pd^T dO over the terms with Pd != 0 */
                     if (gv) {
                         af_gemm_tn_f32(Sk, Dv, rn, S, Sk, doz + r0 * Dv, Dv, dv, Dv, 1);
@@ -389,5 +407,6 @@ const af_backend_vtable af_backend_explicit = {
     .destroy = af_scratch_state_destroy,
     .run = af_explicit_run,
     .run_backward = af_explicit_run_backward,
+    .run_lse = af_explicit_run_lse,
     .traits = AF_TRAIT_BATCH_INVARIANT, /* each (batch, head) row computed alone: bitwise the same in any batch */
 };

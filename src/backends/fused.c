@@ -51,7 +51,8 @@ typedef struct af_row_state {
 
 /* The forward; lse (may be NULL): [B, Hq, Sq], each row's log-sum-exp L = log sum_j exp(s_j)
  * in the scores' scaled units (NaN for a row whose weights are NaN, -inf for a fully masked
- * one), which a FlashAttention-2 backward recomputes P = exp(s - L) from. */
+ * one; a sink's exp(z) in the sum, serving cases being forward-only), which a
+ * FlashAttention-2 backward recomputes P = exp(s - L) from. */
 static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_tensor *outt, float *lse,
                                   af_error *err) {
     const af_case *c = in->c;
@@ -240,10 +241,14 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
                         const float *a = acc + r * Dv;
                         /* NaN weights (a NaN score, or an infinite one making l NaN) */
                         bool nan_row = st->nan || isnan(st->l);
-                        if (lse) /* m is on unscaled scores when the scale is folded into exp */
-                            lse[(b * Hq + h) * Sq + i0 + r] = nan_row ? NAN
-                                                              : st->m == -INFINITY ? -INFINITY
-                                                                                   : st->m * k_exp + logf(st->l);
+                        if (lse) { /* m is on unscaled scores when the scale is folded into exp */
+                            float L = nan_row ? NAN : st->m == -INFINITY ? -INFINITY : st->m * k_exp + logf(st->l);
+                            if (sinks && !nan_row && st->m != -INFINITY) { /* the sink's term: fold is off */
+                                float z = af_serving_sink(in, (uint32_t)h), mz = z > st->m ? z : st->m;
+                                L = mz + logf(st->l * expf(st->m - mz) + expf(z - mz));
+                            }
+                            lse[(b * Hq + h) * Sq + i0 + r] = L;
+                        }
                         if (nan_row && (p <= 0.0f || st->kept)) {
                             for (size_t d = 0; d < Dv; d++) dst[d] = NAN;
                         } else if (nan_row) {
@@ -270,6 +275,13 @@ static af_status af_fused_forward(af_scratch *ws, const af_case_tensors *in, af_
 
 static af_status af_fused_run(void *state, const af_case_tensors *in, af_tensor *outt, af_error *err) {
     return af_fused_forward(state, in, outt, NULL, err);
+}
+
+/* run with the statistics the tiles' running max and sum leave (F32 into the caller's lse) */
+static af_status af_fused_run_lse(void *state, const af_case_tensors *in, af_tensor *outt, af_tensor *lse,
+                                  af_error *err) {
+    af_backend_lse_f32(lse);
+    return af_fused_forward(state, in, outt, lse->data, err);
 }
 
 /* --- the backward: FlashAttention-2 (Dao 2023, Algorithm 2) ------------------------------ *
@@ -499,5 +511,6 @@ const af_backend_vtable af_backend_fused = {
     .destroy = af_scratch_state_destroy,
     .run = af_fused_run,
     .run_backward = af_fused_run_backward,
+    .run_lse = af_fused_run_lse,
     .traits = AF_TRAIT_BATCH_INVARIANT, /* each (batch, head) row computed alone: bitwise the same in any batch */
 };

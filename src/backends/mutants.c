@@ -41,6 +41,8 @@ typedef enum af_mutant_id {
     AF_MUT_RACY_SUM,
     AF_MUT_BATCH_SPLIT_KV,
     AF_MUT_WRITE_PAST_OUT,
+    /* softmax statistics */
+    AF_MUT_LSE_BASE2,
     AF_MUT_COUNT
 } af_mutant_id;
 
@@ -167,6 +169,7 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
     case AF_MUT_BWD_CAUSAL_MISSING_IN_DS:
     case AF_MUT_BWD_TAIL_TILE_PAST_SK:
     case AF_MUT_BWD_LSE_NAN: /* their forward is ref's */
+    case AF_MUT_LSE_BASE2:   /* its output is ref's; its statistics bent (af_mutant_run_lse) */
     case AF_MUT_COUNT: break;
     }
     AF_TRY(af_ref_attention(&bin, &views[0], &views[1], &views[2], &opts, outt->data, NULL, &m->ws, err));
@@ -218,6 +221,7 @@ static af_grad_bug af_mutant_grad_bug(af_mutant_id id, const af_case *c) {
     case AF_MUT_RACY_SUM:
     case AF_MUT_BATCH_SPLIT_KV:
     case AF_MUT_WRITE_PAST_OUT:
+    case AF_MUT_LSE_BASE2:
     case AF_MUT_COUNT: break;
     }
     return AF_GRAD_BUG_NONE;
@@ -244,7 +248,7 @@ static void af_mutant_destroy(void *state) {
     af_free(m);
 }
 
-#define AF_MUTANT_VT(ID, NAME, SUMMARY, CAPS, BACKWARD, TRAITS)                                    \
+#define AF_MUTANT_VT(ID, NAME, SUMMARY, CAPS, BACKWARD, LSE, TRAITS)                               \
     static af_status af_mutant_create_##NAME(const char *args, void **state, af_error *err) {      \
         (void)args;                                                                                \
         af_mutant *m = af_calloc(1, sizeof *m);                                                    \
@@ -264,11 +268,27 @@ static void af_mutant_destroy(void *state) {
         .destroy = af_mutant_destroy,                                                              \
         .run = af_mutant_run,                                                                      \
         .run_backward = BACKWARD,                                                                  \
+        .run_lse = LSE,                                                                             \
         .traits = TRAITS,                                                                          \
     };
+/* mutant:lse_base2: the output exactly as ref, the statistics in base 2 (log2 sum exp =
+ * lse / ln 2) but declared natural log: a FlashInfer-style base-2 LSE handed on unconverted
+ * (what a split-KV merge or a backward consuming it then gets wrong). */
+static af_status af_mutant_run_lse(void *state, const af_case_tensors *in, af_tensor *outt, af_tensor *lse,
+                                   af_error *err) {
+    af_mutant *m = state;
+    af_ref_opts opts = {.lse = lse->data};
+    AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, outt->data, NULL, &m->ws, err));
+    double *l = lse->data;
+    for (size_t r = 0; r < lse->ne[0] * lse->ne[1] * lse->ne[2]; r++) l[r] *= 1.0 / M_LN2;
+    return AF_OK;
+}
+
 /* a forward mutant (forward cases only), a backward one (its forward is ref's) */
-#define AF_MUTANT(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL & ~AF_CAP_BACKWARD, NULL, 0)
-#define AF_MUTANT_BWD(ID, NAME, SUMMARY) AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL, af_mutant_run_backward, 0)
+#define AF_MUTANT(ID, NAME, SUMMARY) \
+    AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL & ~(uint32_t)(AF_CAP_BACKWARD | AF_CAP_LSE), NULL, NULL, 0)
+#define AF_MUTANT_BWD(ID, NAME, SUMMARY) \
+    AF_MUTANT_VT(ID, NAME, SUMMARY, AF_CAP_ALL & ~(uint32_t)AF_CAP_LSE, af_mutant_run_backward, NULL, 0)
 
 AF_MUTANT(AF_MUT_SCALE_SQRT_Q_ONLY, scale_sqrt_q_only,
           "TensorRT 10.7 SDPA: with a split scale, sqrt(scale) reaches Q but the K half is dropped")
@@ -305,10 +325,13 @@ AF_MUTANT(AF_MUT_RACY_SUM, racy_sum,
 AF_MUTANT_VT(AF_MUT_BATCH_SPLIT_KV, batch_split_kv,
              "batch-variant split heuristics (FlashInfer test_batch_invariant): a sequence alone gets 3 KV splits, in "
              "a batch one, while it declares batch_invariant",
-             AF_CAP_ALL & ~AF_CAP_BACKWARD, NULL, AF_TRAIT_BATCH_INVARIANT)
+             AF_CAP_ALL & ~(uint32_t)(AF_CAP_BACKWARD | AF_CAP_LSE), NULL, NULL, AF_TRAIT_BATCH_INVARIANT)
 AF_MUTANT(AF_MUT_WRITE_PAST_OUT, write_past_out,
           "an unbounded tail-tile store (cuDNN frontend's output guard bands): with Sq % 4 != 0 one row written past "
           "the output")
+AF_MUTANT_VT(AF_MUT_LSE_BASE2, lse_base2,
+             "FlashInfer return_lse: base-2 statistics (log2 sum exp) handed on as natural log, off by a factor 1/ln 2",
+             AF_CAP_ALL & ~(uint32_t)AF_CAP_BACKWARD, NULL, af_mutant_run_lse, 0)
 
 AF_MUTANT_BWD(AF_MUT_BWD_DQ_NO_SCALE, bwd_dq_no_scale,
               "TransformerEngine#3216: with batch >= 2 the dQ kernel leaves the softmax scale out (dQ 1/scale off)")
@@ -335,6 +358,7 @@ const af_backend_vtable *const af_mutant_vtables[] = {
     &af_mutant_vt_bwd_dropout_not_reapplied, &af_mutant_vt_bwd_softcap_no_derivative,
     &af_mutant_vt_bwd_causal_missing_in_ds,  &af_mutant_vt_bwd_tail_tile_past_sk,   &af_mutant_vt_bwd_lse_nan,
     &af_mutant_vt_racy_sum,                  &af_mutant_vt_batch_split_kv,          &af_mutant_vt_write_past_out,
+    &af_mutant_vt_lse_base2,
 };
 const size_t af_mutant_count = sizeof af_mutant_vtables / sizeof af_mutant_vtables[0];
 _Static_assert(sizeof af_mutant_vtables / sizeof af_mutant_vtables[0] == AF_MUT_COUNT, "every mutant registered");

@@ -300,6 +300,9 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         size_t row_out = ((b * Hq + h) * Sq + i);
                         if (masked_rows) masked_rows[row_out] = !has_nan && m == -HUGE_VAL;
                         if (opts->row_max) opts->row_max[row_out] = has_nan ? (double)NAN : m * fold;
+                        /* the statistics of a NaN or fully masked row; a live row's below */
+                        if (opts->lse) opts->lse[row_out] = has_nan ? (double)NAN : m * fold;
+                        if (honest && opts->lse_sens) opts->lse_sens[row_out] = 0.0;
                         if (has_nan && p > 0.0) {
                             /* NaN weights, but dropout zeroes the dropped ones: with every live
                              * key dropped the row is all zero weights, as p = 1 gives zeros */
@@ -323,6 +326,18 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             continue;
                         }
                         double z = sinks ? (double)af_serving_sink(in, (uint32_t)h) : 0.0;
+                        if (sens && opts->lse_sens) {
+                            /* the statistics' bound: the weighted mean of the score errors
+                             * (before af_sens_weights turns them into weight bounds) */
+                            double mz = sinks && z > m ? z : m, num = 0.0, den = sinks ? exp(z - mz) : 0.0;
+                            for (size_t j = 0; j < Sk; j++) {
+                                double e = exp(s[j] - mz);
+                                if (e > 0.0) num += e * delta[r * Sk + j];
+                                den += e;
+                            }
+                            double ls = den > 0.0 ? num / den : 0.0;
+                            opts->lse_sens[row_out] = isnan(ls) ? HUGE_VAL : ls;
+                        }
                         if (sens) {
                             /* the weights' error bounds, from the scores (before they become
                              * weights; a sink's term in every denominator); a non-finite V at a
@@ -350,6 +365,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             sum += ez;
                         }
                         if (sink_numerator) sinkw[r] = ez; /* the sink meets a value row of ones */
+                        if (opts->lse) {
+                            /* the max and sum the weights use: m + log(sum) (the exact path's m
+                             * is taken on unscaled scores: fold); a +Inf score makes the sum
+                             * NaN (inf - inf) where log sum exp is +inf: +inf (the oracle also
+                             * takes the NaN that m + log(sum) gives there) */
+                            double l = m == HUGE_VAL ? HUGE_VAL : ms * fold + log(sum);
+                            opts->lse[row_out] = honest && isfinite(sum) ? af_r32(ms + af_r32(log(sum))) : l;
+                        }
                         /* exact path: P stays unnormalized, the output row is divided instead
                          * (Dv products instead of Sk; the same value in exact arithmetic) */
                         rinv[r] = 1.0;
@@ -449,6 +472,12 @@ static af_status af_ref_run(void *state, const af_case_tensors *in, af_tensor *o
     return af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, out->data, NULL, state, err);
 }
 
+/* run with the statistics: the reference's own (float64) */
+static af_status af_ref_run_lse(void *state, const af_case_tensors *in, af_tensor *out, af_tensor *lse, af_error *err) {
+    af_ref_opts opts = {.lse = lse->data};
+    return af_ref_attention(in, &in->qv, &in->kv, &in->vv, &opts, out->data, NULL, state, err);
+}
+
 const af_backend_vtable af_backend_ref = {
     .name = "ref",
     .version = "1",
@@ -460,5 +489,6 @@ const af_backend_vtable af_backend_ref = {
     .destroy = af_scratch_state_destroy,
     .run = af_ref_run,
     .run_backward = af_ref_run_backward,
+    .run_lse = af_ref_run_lse,
     .traits = AF_TRAIT_BATCH_INVARIANT, /* each (batch, head) row computed alone: bitwise the same in any batch */
 };

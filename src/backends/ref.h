@@ -65,6 +65,19 @@ typedef struct af_ref_opts {
      * the scores in the case's f16/bf16 dtype has it +Inf or NaN (conventions.scores
      * "dtype": an f16 score past 65504), 0 elsewhere. */
     uint8_t *key_leak;
+    /* May be NULL: [B, Hq, Sq], the softmax statistics of each row from the same max and
+     * sum the weights use: m + log(sum_j exp(s_j - m) (+ exp(z_h - m) with a sink)), the
+     * natural log; -inf for a fully masked row, NaN for a row with a NaN score, +inf for a
+     * row with a +Inf score (whose weights are NaN). In honest mode as an fp32 implementation has it: m and the
+     * fp32 sum, m + logf(sum) rounded to f32. */
+    double *lse;
+    /* Honest mode only, may be NULL: [B, Hq, Sq], the first-order bound on how far the
+     * statistics of any implementation at the case precision may land from the exact ones
+     * because its scores are off by their rounding error d_j (the bound sens uses):
+     *     lse_sens[i] = sum_j P_ij d_ij   >=   |sum_j P_ij delta s_ij| = |delta lse_i|
+     * (d lse / d s_j = P_j: the statistics move by the weighted mean score error; a sink's
+     * logit is exact). 0 for a fully masked or NaN row. */
+    double *lse_sens;
 } af_ref_opts;
 
 enum { AF_KEY_LEAK_ANY = 1, AF_KEY_LEAK_DTYPE = 2 };

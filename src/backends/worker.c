@@ -84,6 +84,10 @@ typedef struct af_worker {
     af_wp_result bres[AF_WP_MAX_BATCH];
     uint8_t *bkeep[AF_WP_MAX_BATCH]; /* per item: its keep mask, when it returned one */
     size_t bkeep_cap[AF_WP_MAX_BATCH];
+    bool bwant[AF_WP_MAX_BATCH];     /* per item: the statistics were asked (af_wp_want_lse) */
+    double *blse[AF_WP_MAX_BATCH];   /* per item: its statistics, when it returned them (F64) */
+    size_t blse_cap[AF_WP_MAX_BATCH];
+    af_tensor blse_t[AF_WP_MAX_BATCH];
     char *btail[AF_WP_MAX_BATCH];    /* per item: the stderr of the process it faulted, when it did */
     uint8_t *rbuf; /* the last frame read: its length (4 bytes), then rlen bytes of body */
     size_t rcap, rlen;
@@ -711,9 +715,10 @@ static af_status af_worker_fault(af_worker *w, af_status code, const char *what,
  * (learned from) or AF_ERR_BACKEND (an error finding) otherwise; a keep mask goes to
  * *keep (grown to *cap). */
 static af_status af_worker_take(af_worker *w, const af_case *c, const af_wp_result *r, const uint8_t *payload,
-                                af_tensor *out, af_grads *grads, uint8_t **keep, size_t *cap, const uint8_t **keep_out,
-                                af_error *err) {
+                                af_tensor *out, af_grads *grads, af_tensor *lse, uint8_t **keep, size_t *cap,
+                                const uint8_t **keep_out, af_error *err) {
     *keep_out = NULL;
+    if (lse) lse->ndim = r->status == AF_WP_OK && r->has_lse ? 3 : 0;
     if (r->status == AF_WP_UNSUPPORTED) {
         w->ext.unsupported++;
         af_worker_learn(w, c, false);
@@ -729,6 +734,7 @@ static af_status af_worker_take(af_worker *w, const af_case *c, const af_wp_resu
         out->data = data;
     }
     af_wp_copy_out(r, payload, c, out);
+    if (lse && lse->ndim) af_wp_copy_lse(r, payload, c, w->hello.lse_base2, lse);
     for (int g = 0; grads && g < AF_GRAD_COUNT; g++)
         if (c->bwd.grads & (1u << g)) AF_TRY(af_wp_copy_grad(r, payload, c, g, af_grads_at(grads, g), err));
     if (r->has_keep) {
@@ -757,7 +763,7 @@ static size_t af_worker_answer_max(const af_case *c) {
         /* dmask may come back at the full [B, Hq, Sq, Sk] */
         outb += 8 * (g == AF_GRAD_COUNT - 1 ? keepb : ne[0] * ne[1] * ne[2] * ne[3]);
     }
-    return outb + keepb + 4096;
+    return outb + keepb + 8 * (size_t)c->batch * c->q_heads * c->q_len /* lse */ + 4096;
 }
 
 /* Notes that an answered run of n cases took wall seconds (af_worker_batch_limit). */
@@ -817,9 +823,10 @@ static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xe
     return af_worker_fault(w, AF_ERR_BACKEND, what, err);
 }
 
-static af_status af_worker_run_backward(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g,
-                                        af_error *err) {
-    af_worker *w = state;
+/* One case alone: out, the gradients g of a backward case (NULL: forward), the statistics
+ * into lse where it is not NULL (asked where af_wp_want_lse; lse->ndim 0 when none came). */
+static af_status af_worker_run_one(af_worker *w, const af_case_tensors *in, af_tensor *out, af_grads *g, af_tensor *lse,
+                                   af_error *err) {
     const af_case *c = in->c;
     w->ext.dropout_keep = NULL;
     w->ext.compile_s = w->ext.run_s = -1.0;
@@ -831,7 +838,8 @@ static af_status af_worker_run_backward(void *state, const af_case_tensors *in, 
     uint64_t id = ++w->next_id;
     af_wp_part parts[AF_WP_MAX_PARTS + 1];
     size_t np = 0;
-    AF_TRY(af_wp_encode_run(&w->hdr, id, in, parts + 1, &np, err));
+    if (lse) lse->ndim = 0;
+    AF_TRY(af_wp_encode_run_lse(&w->hdr, id, in, lse && af_wp_want_lse(&w->hello, c), parts + 1, &np, err));
     parts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
     bool fresh = af_worker_key_note(w, af_case_key_hash(c, w->hello.compile_key));
     w->ext.new_key = fresh;
@@ -858,11 +866,22 @@ static af_status af_worker_run_backward(void *state, const af_case_tensors *in, 
     w->ext.compile_s = r.compile_s;
     w->ext.run_s = r.run_s;
     w->ext.guard = r.guard;
-    return af_worker_take(w, c, &r, payload, out, g, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
+    return af_worker_take(w, c, &r, payload, out, g, lse, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
+}
+
+static af_status af_worker_run_backward(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g,
+                                        af_error *err) {
+    return af_worker_run_one(state, in, out, g, NULL, err);
 }
 
 static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
-    return af_worker_run_backward(state, in, out, NULL, err);
+    return af_worker_run_one(state, in, out, NULL, NULL, err);
+}
+
+/* run with the statistics (cap lse; a case it is not asked on gives none) */
+static af_status af_worker_run_lse(void *state, const af_case_tensors *in, af_tensor *out, af_tensor *lse,
+                                   af_error *err) {
+    return af_worker_run_one(state, in, out, NULL, lse, err);
 }
 
 /* --- batches ------------------------------------------------------------------------------ */
@@ -892,8 +911,9 @@ static af_status af_worker_batch_send(af_worker *w, size_t off, size_t n, af_err
         w->bfresh |= af_worker_key_note(w, af_case_key_hash(w->bin[i]->c, w->hello.compile_key));
     }
     w->ext.runs += n;
+    for (size_t i = off; i < off + n; i++) w->bwant[i] = af_wp_want_lse(&w->hello, w->bin[i]->c);
     size_t np = 0;
-    AF_TRY(af_wp_encode_batch(&w->hdr, w->bid + off, w->bin + off, n, w->bparts + 1, &np, err));
+    AF_TRY(af_wp_encode_batch_lse(&w->hdr, w->bid + off, w->bin + off, w->bwant + off, n, w->bparts + 1, &np, err));
     w->bparts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
     w->bnparts = np + 1;
     w->bstart = af_now();
@@ -919,6 +939,27 @@ static af_status af_worker_batch_begin(void *state, const af_case_tensors *const
     for (size_t i = 0; i < n; i++) w->bin[i] = in[i];
     w->bcrashes = 0;
     return af_worker_batch_send(w, 0, n, err);
+}
+
+/* Where item `slot` of the batch (case c) gets its statistics: its own buffer, an F64
+ * [B, Hq, Sq] tensor; NULL when they were not asked, or on AF_ERR_NOMEM (err says so). */
+static af_tensor *af_worker_item_lse(af_worker *w, size_t slot, const af_case *c, af_error *err) {
+    if (!w->bwant[slot]) return NULL;
+    af_tensor *t = &w->blse_t[slot];
+    af_backend_lse_shape(c, t);
+    size_t n = (size_t)c->batch * c->q_heads * c->q_len;
+    if (n > w->blse_cap[slot]) {
+        double *x = af_malloc(n * sizeof *x);
+        if (!x) {
+            af_error_set(err, AF_ERR_NOMEM, "out of memory");
+            return NULL;
+        }
+        af_free(w->blse[slot]);
+        w->blse[slot] = x;
+        w->blse_cap[slot] = n;
+    }
+    t->data = w->blse[slot];
+    return t;
 }
 
 /* Item i of the batch (slot `slot`) faulted the worker: the stderr it left, kept for the
@@ -977,7 +1018,10 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
                                          faulted);
                 continue;
             }
-            res[i].st = af_worker_run_backward(w, w->bin[slot], outs[i], grads ? grads[i] : NULL, &res[i].err);
+            af_tensor *lse = af_worker_item_lse(w, slot, cases[i], err);
+            if (w->bwant[slot] && !lse) return AF_ERR_NOMEM;
+            res[i].st = af_worker_run_one(w, w->bin[slot], outs[i], grads ? grads[i] : NULL, lse, &res[i].err);
+            res[i].lse = lse && lse->ndim ? lse : NULL;
             if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
             bool fault = res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT;
             faulted += fault;
@@ -1023,8 +1067,11 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         res[i].wall_s = wall / (double)n;
         res[i].new_key = w->bfresh && i == 0;
         res[i].guard = br[i].guard;
-        res[i].st = af_worker_take(w, cases[i], &br[i], payload, outs[i], grads ? grads[i] : NULL, &w->bkeep[slot],
-                                   &w->bkeep_cap[slot], &res[i].dropout_keep, &res[i].err);
+        af_tensor *lse = af_worker_item_lse(w, slot, cases[i], err);
+        if (w->bwant[slot] && !lse) return AF_ERR_NOMEM;
+        res[i].st = af_worker_take(w, cases[i], &br[i], payload, outs[i], grads ? grads[i] : NULL, lse,
+                                   &w->bkeep[slot], &w->bkeep_cap[slot], &res[i].dropout_keep, &res[i].err);
+        res[i].lse = res[i].st == AF_OK && lse && lse->ndim ? lse : NULL;
         if (res[i].st == AF_ERR_NOMEM) return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     }
     if (crashed == n) return AF_OK;
@@ -1069,7 +1116,7 @@ static void af_worker_destroy(void *state) {
     af_worker_argv_free(w->argv, w->pythonpath);
     af_jw_free(&w->hdr);
     af_free(w->bparts);
-    for (size_t i = 0; i < AF_WP_MAX_BATCH; i++) af_free(w->bkeep[i]), af_free(w->btail[i]);
+    for (size_t i = 0; i < AF_WP_MAX_BATCH; i++) af_free(w->bkeep[i]), af_free(w->btail[i]), af_free(w->blse[i]);
     af_free(w->rbuf);
     af_free(w->keep);
     af_free(w);
@@ -1105,6 +1152,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->vt.destroy = af_worker_destroy;
     w->vt.run = af_worker_run;
     w->vt.run_backward = af_worker_run_backward; /* sent backward cases only when its hello says backward */
+    w->vt.run_lse = af_worker_run_lse;           /* with cap lse only (af_backend_run_lse) */
     w->vt.supports = af_worker_supports;
     w->vt.batch_max = af_worker_batch_max;
     w->vt.batch_begin = af_worker_batch_begin;

@@ -287,6 +287,9 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
     if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
     int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
     if (dr < 0) AF_WP_FAIL("hello: conventions.dropout must be \"counter\", \"keep_mask\" or \"none\"");
+    int lm = af_wp_choice(h, conv, "lse_masked_rows", af_lse_masked_names, AF_LSE_MASKED_COUNT);
+    if (lm < 0) AF_WP_FAIL("hello: conventions.lse_masked_rows must be \"-inf\", \"zero\", \"inf\" or \"nan\"");
+    hl->conv.lse_masked = (uint8_t)lm;
     hl->conv.masked_values_ieee = mv == 1;
     hl->conv.masked_keys_ieee = mk == 1;
     hl->conv.denormals_flush = flushes;
@@ -312,6 +315,11 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
                  "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
                  diags, mrt, af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
                  dnt, sct, af_wp_tf32[tf]);
+        /* the statistics' convention, for a worker that returns them */
+        size_t cl = strlen(hl->conventions);
+        if ((hl->caps & AF_CAP_LSE) && cl > 0 && cl + 40 < sizeof hl->conventions)
+            snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1, ",\"lse_masked_rows\":\"%s\"}",
+                     af_lse_masked_names[lm]);
     }
 done:
     return st;
@@ -431,6 +439,11 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     if (!af_wp_none(h, bi) && !af_wp_type(h, bi, AF_JS_TRUE) && !af_wp_type(h, bi, AF_JS_FALSE))
         AF_WP_FAIL("hello: batch_invariant must be true or false");
     if (af_wp_type(h, bi, AF_JS_TRUE)) hl->traits |= AF_TRAIT_BATCH_INVARIANT;
+    long lb = af_wp_get(h, 0, "lse_base");
+    double base = 0.0;
+    if (!af_wp_none(h, lb) && (!af_js_number(h->text, h->tok, lb, &base) || base != 2.0))
+        AF_WP_FAIL("hello: lse_base must be 2 (statistics in base 2) or absent (natural log)");
+    hl->lse_base2 = base == 2.0;
     long ck = af_wp_get(h, 0, "compile_key");
     hl->compile_key = AF_KEY_ALL;
     if (!af_wp_none(h, ck))
@@ -595,6 +608,9 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
         } else if (strcmp(t.name, "dropout_keep") == 0) {
             r->keep = t;
             r->has_keep = true;
+        } else if (strcmp(t.name, "lse") == 0) {
+            r->lse = t;
+            r->has_lse = true;
         } else {
             for (int g = 0; g < AF_GRAD_COUNT; g++) {
                 if (strcmp(t.name, af_grad_names[g]) != 0) continue;
@@ -621,6 +637,12 @@ static af_status af_wp_result_item(const af_wp_header *h, long obj, size_t plen,
     }
     for (int g = 0; g < AF_GRAD_COUNT; g++)
         if (c->bwd.grads & (1u << g)) AF_WP_TRY(af_wp_check_float(&r->grad[g], r->layout, c, g, err));
+    if (r->has_lse) {
+        bool ok = r->lse.ndim == 3 && r->lse.ne[0] == c->batch && r->lse.ne[1] == c->q_heads &&
+                  r->lse.ne[2] == c->q_len && (r->lse.dtype == AF_F32 || r->lse.dtype == AF_F64);
+        if (!ok) AF_WP_FAIL("lse is not a float32/float64 [%u,%u,%u] tensor (B, Hq, Sq)", c->batch, c->q_heads, c->q_len);
+        if (hl && !(hl->caps & AF_CAP_LSE)) AF_WP_FAIL("result has lse, but the hello declared no cap lse");
+    }
     if (r->has_keep) {
         size_t kw[4] = {c->batch, c->q_heads, c->q_len, c->kv_len};
         bool ok = r->keep.dtype == AF_BOOL && r->keep.ndim == 4;
@@ -808,6 +830,24 @@ af_status af_wp_copy_grad(const af_wp_result *r, const uint8_t *payload, const a
     return AF_OK;
 }
 
+bool af_wp_want_lse(const af_wp_hello *h, const af_case *c) {
+    return (h->caps & AF_CAP_LSE) && !c->bwd.grads && !(c->serve.forms & AF_SERVE_PACKED);
+}
+
+void af_wp_copy_lse(const af_wp_result *r, const uint8_t *payload, const af_case *c, bool base2, af_tensor *dst) {
+    AF_ASSERT(dst->dtype == AF_F64 && dst->ndim == 3);
+    const af_wp_tensor *t = &r->lse;
+    const uint8_t *base = payload + t->offset;
+    double *x = dst->data;
+    size_t e = 0;
+    for (size_t b = 0; b < c->batch; b++)
+        for (size_t h = 0; h < c->q_heads; h++)
+            for (size_t i = 0; i < c->q_len; i++, e++) {
+                double v = af_dtype_load(t->dtype, base, b * t->nb[0] + h * t->nb[1] + i * t->nb[2]);
+                x[e] = base2 ? v * M_LN2 : v; /* log2 s = ln s / ln 2 */
+            }
+}
+
 void af_wp_copy_keep(const af_wp_result *r, const uint8_t *payload, const af_case *c, uint8_t *keep) {
     const af_wp_tensor *t = &r->keep;
     const uint8_t *base = payload + t->offset;
@@ -918,10 +958,11 @@ static void af_wp_write_serving(af_jw *hdr, const af_case_tensors *t, af_wp_part
 
 /* One run item: id, case, derived values and the tensor entries, their payload pieces
  * appended to parts (*np of them so far) at byte *off of the payload. */
-static void af_wp_write_item(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part *parts, size_t *np,
-                             size_t *off) {
+static void af_wp_write_item(af_jw *hdr, uint64_t id, const af_case_tensors *t, bool want_lse, af_wp_part *parts,
+                             size_t *np, size_t *off) {
     const af_case *c = t->c;
     af_jw_key(hdr, "id"), af_jw_uint(hdr, id);
+    if (want_lse) af_jw_key(hdr, "want_lse"), af_jw_bool(hdr, true);
     af_jw_key(hdr, "case"), af_case_write_json(hdr, c);
     af_jw_key(hdr, "derived"), af_jw_begin(hdr, '{');
     af_jw_key(hdr, "scale"), af_jw_double(hdr, af_case_scale(c));
@@ -987,12 +1028,17 @@ static af_status af_wp_finish(af_jw *hdr, size_t payload, af_error *err) {
 
 af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
                            size_t *nparts, af_error *err) {
+    return af_wp_encode_run_lse(hdr, id, t, false, parts, nparts, err);
+}
+
+af_status af_wp_encode_run_lse(af_jw *hdr, uint64_t id, const af_case_tensors *t, bool want_lse,
+                               af_wp_part parts[AF_WP_MAX_PARTS], size_t *nparts, af_error *err) {
     af_jw_reset(hdr);
     af_jw_raw(hdr, "\0\0\0\0", 4); /* the length, filled in last */
     af_jw_begin(hdr, '{');
     af_jw_key(hdr, "type"), af_jw_string(hdr, "run");
     size_t np = 0, off = 0;
-    af_wp_write_item(hdr, id, t, parts, &np, &off);
+    af_wp_write_item(hdr, id, t, want_lse, parts, &np, &off);
     af_jw_end(hdr, '}');
     *nparts = np;
     return af_wp_finish(hdr, off, err);
@@ -1000,6 +1046,11 @@ af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af
 
 af_status af_wp_encode_batch(af_jw *hdr, const uint64_t *ids, const af_case_tensors *const *ts, size_t n,
                              af_wp_part *parts, size_t *nparts, af_error *err) {
+    return af_wp_encode_batch_lse(hdr, ids, ts, NULL, n, parts, nparts, err);
+}
+
+af_status af_wp_encode_batch_lse(af_jw *hdr, const uint64_t *ids, const af_case_tensors *const *ts,
+                                 const bool *want_lse, size_t n, af_wp_part *parts, size_t *nparts, af_error *err) {
     af_jw_reset(hdr);
     af_jw_raw(hdr, "\0\0\0\0", 4);
     af_jw_begin(hdr, '{');
@@ -1008,7 +1059,7 @@ af_status af_wp_encode_batch(af_jw *hdr, const uint64_t *ids, const af_case_tens
     size_t np = 0, off = 0;
     for (size_t i = 0; i < n; i++) {
         af_jw_begin(hdr, '{');
-        af_wp_write_item(hdr, ids[i], ts[i], parts, &np, &off);
+        af_wp_write_item(hdr, ids[i], ts[i], want_lse && want_lse[i], parts, &np, &off);
         af_jw_end(hdr, '}');
     }
     af_jw_end(hdr, ']');

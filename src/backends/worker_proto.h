@@ -49,6 +49,7 @@ typedef struct af_wp_hello {
     char conventions[512]; /* the conventions in effect as a compact JSON object */
     af_host_libs libs;     /* "libs": the stack's and its libraries' versions, "sm" (n 0: none) */
     uint32_t traits;       /* AF_TRAIT_* from "deterministic" and "batch_invariant" (backend.h) */
+    bool lse_base2;        /* "lse_base": 2: its statistics are log2 sum exp (cap lse) */
 } af_wp_hello;
 
 /* CRASH and NOT_RUN only in a batch answer: the item the worker faulted on (it exits after
@@ -64,6 +65,8 @@ typedef struct af_wp_result {
     af_wp_tensor out;      /* ok: its shape is the layout's output shape */
     bool has_keep;
     af_wp_tensor keep;     /* bool [B, Hq, Sq, Sk] */
+    bool has_lse;
+    af_wp_tensor lse;      /* float [B, Hq, Sq]: the softmax statistics (cap lse, asked by want_lse) */
     af_wp_tensor grad[AF_GRAD_COUNT]; /* a backward case's, each it asks for: dq, dk, dv in layout
                                          (like out), dmask 4-D (a full dim where the mask broadcasts
                                          is summed by af_wp_copy_grad) */
@@ -133,6 +136,12 @@ void af_wp_copy_out(const af_wp_result *r, const uint8_t *payload, const af_case
  * dmask is summed over the dims where the worker left it full and the mask broadcasts. */
 af_status af_wp_copy_grad(const af_wp_result *r, const uint8_t *payload, const af_case *c, int g, af_tensor *dst,
                           af_error *err);
+/* Whether a run frame for case c asks a worker that declared h for the statistics
+ * (want_lse): cap lse, a forward case, not a packed serving one (whose rows are segments'). */
+bool af_wp_want_lse(const af_wp_hello *h, const af_case *c);
+/* Copies checked statistics into dst, a contiguous F64 [B, Hq, Sq] tensor, in natural log
+ * (base2: times ln 2, as a hello's lse_base 2 says). */
+void af_wp_copy_lse(const af_wp_result *r, const uint8_t *payload, const af_case *c, bool base2, af_tensor *dst);
 /* Copies a checked keep mask into keep ([B, Hq, Sq, Sk] bytes, 1 = kept). */
 void af_wp_copy_keep(const af_wp_result *r, const uint8_t *payload, const af_case *c, uint8_t *keep);
 
@@ -148,12 +157,18 @@ typedef struct af_wp_part {
  * hdr then the parts in order. AF_ERR_NOMEM, or AF_ERR_INVALID for a frame over 4 GiB. */
 af_status af_wp_encode_run(af_jw *hdr, uint64_t id, const af_case_tensors *t, af_wp_part parts[AF_WP_MAX_PARTS],
                            size_t *nparts, af_error *err);
+/* The same with "want_lse": true in the request (want_lse: af_wp_want_lse). */
+af_status af_wp_encode_run_lse(af_jw *hdr, uint64_t id, const af_case_tensors *t, bool want_lse,
+                               af_wp_part parts[AF_WP_MAX_PARTS], size_t *nparts, af_error *err);
 
 /* Encodes one run frame holding n requests (ids[i] for the tensors ts[i]: cases of one
  * compile key, for a worker that declared batch >= n), every item's tensors in one
  * payload; parts needs room for n * AF_WP_MAX_PARTS pieces. */
 af_status af_wp_encode_batch(af_jw *hdr, const uint64_t *ids, const af_case_tensors *const *ts, size_t n,
                              af_wp_part *parts, size_t *nparts, af_error *err);
+/* The same, item i with "want_lse": true where want_lse (NULL: none) has want_lse[i]. */
+af_status af_wp_encode_batch_lse(af_jw *hdr, const uint64_t *ids, const af_case_tensors *const *ts,
+                                 const bool *want_lse, size_t n, af_wp_part *parts, size_t *nparts, af_error *err);
 
 /* The bye frame (length included) and its size. */
 extern const uint8_t af_wp_bye[4 + 16];

@@ -36,6 +36,7 @@ struct af_bundle {
     char **rec_names; /* full backend names: records truncate them at 127 bytes */
     char **rec_files; /* the output file of each record, NULL when none */
     char **rec_grad_files; /* [n_recs * AF_GRAD_COUNT]: each record's gradient files, NULL when none */
+    char **rec_lse_files;  /* [n_recs]: each record's statistics file, NULL when none */
     char *tensor;     /* the finding's tensor: "out", "dq", ... */
     size_t n_recs;
     bool has_tol;
@@ -74,11 +75,12 @@ void af_bundle_shape_str(char *buf, size_t len, const size_t *shape, int ndim);
 
 /* The text of case.json for spec (ending in a newline, NUL-terminated; cJSON_free it),
  * listing files[0..n_files) and, per output i, out_files[i], its stderr tail's file
- * err_files[i] and its gradients' files grad_files[i * AF_GRAD_COUNT + g] (NULL: no file).
+ * err_files[i], its gradients' files grad_files[i * AF_GRAD_COUNT + g] and its statistics'
+ * lse_files[i] (NULL: no file).
  * Takes ownership of extra. NULL when memory runs out. */
 char *af_bundle_json_print(const af_bundle_spec *spec, char *const *files, size_t n_files, char *const *out_files,
-                           char *const *err_files, char *const *grad_files, const char *bundle_path, cJSON *extra,
-                           size_t *len);
+                           char *const *err_files, char *const *grad_files, char *const *lse_files,
+                           const char *bundle_path, cJSON *extra, size_t *len);
 /* Parses the text of case.json (path names it in messages) into b, whose dir is set:
  * AF_ERR_FORMAT naming the file and the field for anything that is not as documented. */
 af_status af_bundle_json_parse(const char *path, const char *text, size_t len, af_bundle *b, af_error *err);

@@ -74,8 +74,8 @@ static cJSON *af_bj_metrics(af_bj *w, const af_metrics *m) {
 
 
 char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n_files, char *const *out_files,
-                           char *const *err_files, char *const *grad_files, const char *bundle_path, cJSON *extra,
-                           size_t *len) {
+                           char *const *err_files, char *const *grad_files, char *const *lse_files,
+                           const char *bundle_path, cJSON *extra, size_t *len) {
     af_bj w = {true};
     cJSON *root = cJSON_CreateObject();
     char buf[512];
@@ -143,6 +143,15 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
                 af_bj_item(&w, gs, af_grad_names[g], go);
             }
             af_bj_item(&w, be, "grads", gs);
+        }
+        if (o->lse) { /* the softmax statistics it returned */
+            cJSON *lo = cJSON_CreateObject();
+            const af_result *lr = &o->lse_result;
+            af_bj_item(&w, lo, "output", af_bj_string(lse_files[i]));
+            af_bj_item(&w, lo, "verdict",
+                       cJSON_CreateString((unsigned)lr->kind < AF_KIND_COUNT ? af_kind_names[lr->kind] : "unknown"));
+            af_bj_item(&w, lo, "metrics", af_bj_metrics(&w, &lr->m));
+            af_bj_item(&w, be, "lse", lo);
         }
         af_bj_push(&w, bes, be);
     }
@@ -302,6 +311,54 @@ static void af_br_metrics(af_br *r, const cJSON *mo, const char *where, af_metri
     }
 }
 
+/* One recorded tensor of a backend (a gradient, its statistics) at go, named fn in
+ * messages: its verdict and metrics, and its file (as recorded, or <prefix>.<name>.npy.zst
+ * by the naming rule) into *file when the bundle holds it. */
+static void af_br_entry(af_br *r, const cJSON *go, const char *fn, const char *prefix, const char *name,
+                        const af_bundle *b, af_kind *kind, af_metrics *m, bool *has_output, char **file_out) {
+    char fk[160];
+    snprintf(fk, sizeof fk, "%s.verdict", fn);
+    *kind = af_br_kind(r, go, "verdict", fk);
+    const cJSON *mo = af_br_get(go, "metrics");
+    snprintf(fk, sizeof fk, "%s.metrics", fn);
+    if (mo && !cJSON_IsObject(mo)) {
+        af_br_fail(r, fk, "expected an object");
+    } else if (mo) {
+        af_br_metrics(r, mo, fk, m);
+    }
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(go, "output");
+    char dflt[160];
+    const char *file = NULL;
+    snprintf(fk, sizeof fk, "%s.output", fn);
+    if (!out) {
+        af_bundle_array_name(prefix, name, dflt, sizeof dflt);
+        file = dflt;
+    } else if (cJSON_IsString(out)) {
+        file = out->valuestring;
+        if (!af_bundle_plain_name(file)) af_br_fail(r, fk, "expected a file name inside the bundle");
+    } else if (!cJSON_IsNull(out)) {
+        af_br_fail(r, fk, "expected a file name or null");
+    }
+    if (r->st != AF_OK || !file || !af_bundle_is_file(b->files, file)) return;
+    *has_output = true;
+    if (!(*file_out = af_strdup(file))) r->st = af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+}
+
+/* backends[i].lse: the statistics' verdict, metrics and file. */
+static void af_br_lse(af_br *r, const cJSON *be, const char *f, const char *name, af_bundle *b, size_t i) {
+    const cJSON *lo = af_br_get(be, "lse");
+    if (!lo) return;
+    char fn[128];
+    snprintf(fn, sizeof fn, "%s.lse", f);
+    if (!cJSON_IsObject(lo)) {
+        af_br_fail(r, fn, "expected an object");
+        return;
+    }
+    af_bundle_record *rec = &b->recs[i];
+    rec->has_lse = true;
+    af_br_entry(r, lo, fn, "lse", name, b, &rec->lse_kind, &rec->lse_m, &rec->has_lse_output, &b->rec_lse_files[i]);
+}
+
 /* backends[i].grads: per gradient its file (as recorded, or by the naming rule), verdict
  * and metrics. */
 static void af_br_grads(af_br *r, const cJSON *be, const char *f, const char *name, af_bundle *b, size_t i) {
@@ -323,33 +380,8 @@ static void af_br_grads(af_br *r, const cJSON *be, const char *f, const char *na
             return;
         }
         rec->has_grad[g] = true;
-        char fk[160];
-        snprintf(fk, sizeof fk, "%s.verdict", fn);
-        rec->grad_kind[g] = af_br_kind(r, go, "verdict", fk);
-        const cJSON *mo = af_br_get(go, "metrics");
-        snprintf(fk, sizeof fk, "%s.metrics", fn);
-        if (mo && !cJSON_IsObject(mo)) {
-            af_br_fail(r, fk, "expected an object");
-        } else if (mo) {
-            af_br_metrics(r, mo, fk, &rec->grad_m[g]);
-        }
-        const cJSON *out = cJSON_GetObjectItemCaseSensitive(go, "output");
-        char dflt[160];
-        const char *file = NULL;
-        snprintf(fk, sizeof fk, "%s.output", fn);
-        if (!out) {
-            af_bundle_array_name(af_grad_names[g], name, dflt, sizeof dflt);
-            file = dflt;
-        } else if (cJSON_IsString(out)) {
-            file = out->valuestring;
-            if (!af_bundle_plain_name(file)) af_br_fail(r, fk, "expected a file name inside the bundle");
-        } else if (!cJSON_IsNull(out)) {
-            af_br_fail(r, fk, "expected a file name or null");
-        }
-        if (r->st != AF_OK || !file || !af_bundle_is_file(b->files, file)) continue;
-        rec->has_grad_output[g] = true;
-        char **slot = &b->rec_grad_files[i * AF_GRAD_COUNT + (size_t)g];
-        if (!(*slot = af_strdup(file))) r->st = af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
+        af_br_entry(r, go, fn, af_grad_names[g], name, b, &rec->grad_kind[g], &rec->grad_m[g],
+                    &rec->has_grad_output[g], &b->rec_grad_files[i * AF_GRAD_COUNT + (size_t)g]);
     }
 }
 
@@ -391,7 +423,8 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
     b->rec_names = af_calloc((size_t)n, sizeof *b->rec_names);
     b->rec_files = af_calloc((size_t)n, sizeof *b->rec_files);
     b->rec_grad_files = af_calloc((size_t)n * AF_GRAD_COUNT, sizeof *b->rec_grad_files);
-    if (!b->recs || !b->rec_names || !b->rec_files || !b->rec_grad_files) {
+    b->rec_lse_files = af_calloc((size_t)n, sizeof *b->rec_lse_files);
+    if (!b->recs || !b->rec_names || !b->rec_files || !b->rec_grad_files || !b->rec_lse_files) {
         if (r->st == AF_OK) r->st = af_error_set(r->err, AF_ERR_NOMEM, "%s: out of memory", r->file);
         return;
     }
@@ -450,6 +483,7 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
             af_br_fail(r, fn, "expected a file name or null");
         }
         af_br_grads(r, be, f, name, b, i - 1);
+        af_br_lse(r, be, f, name, b, i - 1);
         if (r->st != AF_OK) return;
         bool nomem = !(b->rec_names[i - 1] = af_strdup(name));
         if (file && af_bundle_is_file(b->files, file)) {
@@ -525,9 +559,9 @@ static af_status af_br_root(af_br *r, const cJSON *root, af_bundle *b) {
     const char *who = af_br_string(r, root, "who", "who");
     const char *rel = af_br_string(r, root, "relation", "relation");
     const char *tensor = af_br_string(r, root, "tensor", "tensor");
-    bool tensor_ok = !tensor || strcmp(tensor, "out") == 0;
+    bool tensor_ok = !tensor || strcmp(tensor, "out") == 0 || strcmp(tensor, "lse") == 0;
     for (int g = 0; g < AF_GRAD_COUNT && tensor; g++) tensor_ok |= strcmp(tensor, af_grad_names[g]) == 0;
-    if (!tensor_ok) af_br_fail(r, "tensor", "expected out, dq, dk, dv or dmask");
+    if (!tensor_ok) af_br_fail(r, "tensor", "expected out, dq, dk, dv, dmask or lse");
     if (r->st != AF_OK) return r->st;
     b->who = af_strdup(who ? who : "");
     if (rel) b->relation = af_strdup(rel);

@@ -67,7 +67,9 @@ void af_bundle_free(af_bundle *b) {
         if (b->rec_files) af_free(b->rec_files[i]);
         for (int g = 0; b->rec_grad_files && g < AF_GRAD_COUNT; g++) af_free(b->rec_grad_files[i * AF_GRAD_COUNT + (size_t)g]);
     }
+    for (size_t i = 0; b->rec_lse_files && i < b->n_recs; i++) af_free(b->rec_lse_files[i]);
     af_free(b->rec_grad_files);
+    af_free(b->rec_lse_files);
     af_free(b->tensor);
     af_free(b->recs);
     af_free(b->rec_names);
@@ -218,10 +220,48 @@ af_status af_bundle_load_run2(const af_bundle *b, const char *name, int g, doubl
     return af_bundle_load_shaped(b, file, want, out, err);
 }
 
+af_status af_bundle_load_lse(const af_bundle *b, const char *name, double **out, af_error *err) {
+    *out = NULL;
+    const af_case *c = &b->c;
+    char file[160];
+    const char *use = NULL;
+    if (strcmp(name, "ref") == 0) {
+        use = "ref_lse.npy.zst";
+    } else {
+        for (size_t i = 0; i < b->n_recs && !use; i++)
+            if (b->rec_names[i] && strcmp(b->rec_names[i], name) == 0) use = b->rec_lse_files[i];
+        if (!use) {
+            af_bundle_array_name("lse", name, file, sizeof file);
+            use = file;
+        }
+    }
+    if (!af_bundle_is_file(b->files, use)) return AF_OK;
+    /* [B, Hq, Sq]: bounded as a [B, Hq, Sq, 1] array, then checked as 3-D */
+    size_t want[4] = {c->batch, c->q_heads, c->q_len, 1};
+    af_array a;
+    char path[PATH_MAX];
+    AF_TRY(af_bundle_load_array(b, use, want, &a, path, sizeof path, err));
+    af_status st = AF_OK;
+    if (!af_bundle_same_shape(&a, want, 3)) {
+        st = af_bundle_shape_error(path, &a, want, 3, err);
+    } else if (a.dtype != AF_F32 && a.dtype != AF_F64) {
+        st = af_error_set(err, AF_ERR_FORMAT, "%s: dtype %s, the statistics are float32 or float64", path,
+                          (unsigned)a.dtype < AF_DTYPE_COUNT ? af_dtype_names[a.dtype] : "?");
+    }
+    size_t n = want[0] * want[1] * want[2], es = af_dtype_size(a.dtype);
+    double *x = st == AF_OK ? af_malloc(n * sizeof *x) : NULL;
+    if (st == AF_OK && !x) st = af_error_set(err, AF_ERR_NOMEM, "%s: out of memory", path);
+    for (size_t e = 0; x && e < n; e++) x[e] = af_dtype_load(a.dtype, a.data, e * es);
+    af_array_free(&a);
+    *out = x;
+    return st;
+}
+
 af_kind af_bundle_record_verdict(const af_bundle_record *r) {
     af_kind k = r->kind;
     for (int g = 0; g < AF_GRAD_COUNT; g++)
         if (r->has_grad[g] && r->grad_kind[g] != AF_KIND_OK && (k == AF_KIND_OK || r->grad_kind[g] < k)) k = r->grad_kind[g];
+    if (r->has_lse && r->lse_kind != AF_KIND_OK && k == AF_KIND_OK) k = r->lse_kind;
     return k;
 }
 

@@ -29,6 +29,7 @@ typedef struct af_bw { /* a bundle being written */
     char **out_files; /* per output: its file name, NULL when it has none */
     char **err_files; /* per output: its stderr file name, NULL when it has none */
     char **grad_files; /* per output and gradient (i * AF_GRAD_COUNT + g): its file, NULL when none */
+    char **lse_files;  /* per output: its statistics' file, NULL when none */
     af_error *err;
 } af_bw;
 
@@ -249,6 +250,31 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
         snprintf(name, sizeof name, "ref_%s.npy.zst", af_grad_names[g]);
         st = af_bw_array(bw, name, &a);
     }
+    /* the statistics: the reference's when some output has its own, and each output's */
+    bool any_lse = false;
+    for (size_t i = 0; i < s->n_outputs; i++) any_lse |= s->outputs[i].lse != NULL;
+    if (st == AF_OK && any_lse && s->ref_lse) {
+        af_array a = {.dtype = AF_F64, .ndim = 3, .shape = {c->batch, c->q_heads, c->q_len}};
+        a.data = (void *)(uintptr_t)s->ref_lse; /* only read */
+        st = af_bw_array(bw, "ref_lse.npy.zst", &a);
+    }
+    for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
+        const af_tensor *l = s->outputs[i].lse;
+        if (!l) continue;
+        if (l->ndim != 3 || l->ne[0] != c->batch || l->ne[1] != c->q_heads || l->ne[2] != c->q_len ||
+            (l->dtype != AF_F32 && l->dtype != AF_F64) || !l->data) {
+            st = af_error_set(bw->err, AF_ERR_INVALID, "the statistics of %s are not a float [B, Hq, Sq] tensor",
+                              s->outputs[i].backend ? s->outputs[i].backend : "?");
+            break;
+        }
+        char name[160];
+        af_bw_unique_name(bw, "lse", s->outputs[i].backend ? s->outputs[i].backend : "", name, sizeof name);
+        af_array a = {.dtype = l->dtype, .ndim = 3, .shape = {c->batch, c->q_heads, c->q_len}};
+        a.data = l->data; /* contiguous (run_lse's contract) */
+        st = af_bw_array(bw, name, &a);
+        if (st == AF_OK && !(bw->lse_files[i] = af_strdup(name)))
+            st = af_error_set(bw->err, AF_ERR_NOMEM, "out of memory");
+    }
     size_t want_out[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
     for (size_t i = 0; st == AF_OK && i < s->n_outputs; i++) {
         const af_bundle_output *o = &s->outputs[i];
@@ -315,7 +341,8 @@ static af_status af_bw_files(af_bw *bw, const char *final, cJSON *extra) {
     }
     /* case.json, written last: it lists the files */
     size_t len = 0;
-    char *text = af_bundle_json_print(s, bw->files, bw->n_files, bw->out_files, bw->err_files, bw->grad_files, final,
+    char *text = af_bundle_json_print(s, bw->files, bw->n_files, bw->out_files, bw->err_files, bw->grad_files, bw->lse_files,
+                                      final,
                                       extra, &len);
     AF_RETURN_ERROR_IF(!text, bw->err, AF_ERR_NOMEM, "case.json: out of memory");
     st = af_bw_raw(bw, "case.json", text, len);
@@ -417,14 +444,15 @@ static af_status af_bundle_write_to(const char *crashes_dir, const af_bundle_spe
         }
     }
 
-    size_t n_names = (2 + AF_GRAD_COUNT) * spec->n_outputs; /* out, stderr and the gradients of each */
+    size_t n_names = (3 + AF_GRAD_COUNT) * spec->n_outputs; /* out, stderr, the gradients and lse of each */
     /* and the case's own: input.bin, q, k, v, mask, bool_mask, ref, do, ref_<g> of each
-     * gradient, case.json */
-    bw.cap_files = n_names + spec->n_outputs + 9 + AF_GRAD_COUNT; /* and a keep mask of each */
+     * gradient, ref_lse, case.json */
+    bw.cap_files = n_names + spec->n_outputs + 10 + AF_GRAD_COUNT; /* and a keep mask of each */
     bw.files = af_calloc(bw.cap_files, sizeof *bw.files);
     bw.out_files = af_calloc(n_names + 1, sizeof *bw.out_files);
     bw.err_files = bw.out_files ? bw.out_files + spec->n_outputs : NULL;
     bw.grad_files = bw.out_files ? bw.out_files + 2 * spec->n_outputs : NULL;
+    bw.lse_files = bw.out_files ? bw.grad_files + AF_GRAD_COUNT * spec->n_outputs : NULL;
     af_status status = AF_OK;
     if (!bw.files || !bw.out_files) {
         cJSON_Delete(extra);

@@ -13,6 +13,11 @@
 #include "parallel.h"
 #include "scratch.h"
 
+/* A backend's judged results: the output, each gradient, the softmax statistics; the
+ * tensor index of the statistics (-1 is the output's, g a gradient's). */
+#define AF_EXEC_NRES (2 + AF_GRAD_COUNT)
+#define AF_EXEC_LSE AF_GRAD_COUNT
+
 typedef enum af_check_type {
     AF_CHECK_BACKEND,
     AF_CHECK_PAIR,
@@ -34,6 +39,7 @@ typedef struct af_exec_slot {
     af_oracle *oracle;
     af_scratch outs; /* slot k: output of backend k */
     af_scratch gouts[AF_EXEC_MAX_BACKENDS]; /* backend k's gradients, slot g */
+    af_scratch lses; /* slot k: backend k's softmax statistics */
     /* backends that drew their own dropout keep mask (worker conventions "keep_mask"): the
      * reference that follows it, on a copy of the tensors pointing at that mask */
     af_oracle *keep_oracle[AF_EXEC_MAX_BACKENDS];
@@ -56,6 +62,7 @@ typedef struct af_exec_slot {
     size_t nbytes;
     af_tensor out[AF_EXEC_MAX_BACKENDS];
     af_grads grads[AF_EXEC_MAX_BACKENDS]; /* a backward case's, where backward[k] */
+    af_tensor lse[AF_EXEC_MAX_BACKENDS];  /* the statistics backend k returned (ndim 0: none) */
     bool backward[AF_EXEC_MAX_BACKENDS];  /* backend k runs the case backward */
     bool supported[AF_EXEC_MAX_BACKENDS];
     af_status st[AF_EXEC_MAX_BACKENDS];
@@ -63,7 +70,8 @@ typedef struct af_exec_slot {
     const char *tail[AF_EXEC_MAX_BACKENDS]; /* a batch fault's stderr (NULL: the backend's current one) */
     bool check_ran[AF_EXEC_MAX_CHECKS];
     af_result results[AF_EXEC_MAX_CHECKS];
-    int result_tensor[AF_EXEC_MAX_CHECKS]; /* what results[i] is on: -1 the output, else a gradient */
+    int result_tensor[AF_EXEC_MAX_CHECKS]; /* what results[i] is on: -1 the output, else a gradient
+                                              (AF_EXEC_LSE: the statistics) */
     af_finding findings[AF_EXEC_MAX_CHECKS];
     size_t nfind;
     double compile_s; /* seconds the backends spent compiling */
@@ -209,6 +217,7 @@ static void af_exec_slot_destroy(af_exec_slot *sl) {
         af_scratch_release(&sl->gouts[k]);
         af_scratch_release(&sl->again[k]);
     }
+    af_scratch_release(&sl->lses);
     af_free(sl);
 }
 
@@ -285,16 +294,19 @@ static const af_result *af_worse(const af_result *a, const af_result *b) {
     return a->kind <= b->kind ? a : b;
 }
 
-/* Of an output's result and its gradients' (res[0 .. AF_GRAD_COUNT]), the one that decides
- * (af_worse; the output first on a tie): -1 the output, else the gradient. */
+/* Of an output's result, its gradients' and its statistics' (res[0 .. AF_EXEC_NRES - 1]),
+ * the one that decides (af_worse; the output first on a tie): -1 the output, else the
+ * gradient (AF_EXEC_LSE the statistics). */
 static int af_exec_worst(const af_result *res) {
     int w = -1;
-    for (int g = 0; g < AF_GRAD_COUNT; g++)
+    for (int g = 0; g < AF_EXEC_NRES - 1; g++)
         if (af_worse(&res[1 + w], &res[1 + g]) != &res[1 + w]) w = g;
     return w;
 }
 
-static const char *af_exec_tensor_name(int tensor) { return tensor < 0 ? "out" : af_grad_names[tensor]; }
+static const char *af_exec_tensor_name(int tensor) {
+    return tensor < 0 ? "out" : tensor == AF_EXEC_LSE ? "lse" : af_grad_names[tensor];
+}
 /* The gradient a buffer name is, -1 for the output or anything else. */
 static int af_exec_grad_index(const char *name) {
     for (int g = 0; g < AF_GRAD_COUNT; g++)
@@ -336,12 +348,12 @@ static af_status af_exec_compare(const af_exec *x, size_t k, af_oracle *o, const
 /* Judges backend k on slot sl: its output (res[0]) and, where it ran the case backward,
  * each gradient the case asks for (res[1 + g]; ok where not asked or where its
  * conventions change the gradient in a way the oracle does not model; *unjudged counts
- * those). Returns the index of the result that decides: the first failing in precedence
+ * those), and the statistics it returned (res[1 + AF_EXEC_LSE]). Returns the index of the result that decides: the first failing in precedence
  * order (af_worse), -1 for the output. Touches nothing of x but its backends' declarations:
  * slots may be judged on helper threads. */
 static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_oracle *o,
-                               af_result res[1 + AF_GRAD_COUNT], int *tensor, uint64_t *unjudged, af_error *err) {
-    memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
+                               af_result res[AF_EXEC_NRES], int *tensor, uint64_t *unjudged, af_error *err) {
+    memset(res, 0, AF_EXEC_NRES * sizeof *res);
     AF_TRY(af_exec_compare(x, k, o, &sl->out[k], &res[0], err));
     if (sl->backward[k]) {
         const af_backend_ext *e = af_backend_ext_of(x->be[k]);
@@ -357,6 +369,10 @@ static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_
             }
             if (st != AF_OK) return af_error_set(err, st, "%s", gerr.msg);
         }
+    }
+    if (sl->lse[k].ndim == 3) {
+        const af_backend_ext *e = af_backend_ext_of(x->be[k]);
+        AF_TRY(af_oracle_compare_lse(o, &sl->lse[k], e ? &e->conv : NULL, &res[1 + AF_EXEC_LSE], err));
     }
     *tensor = af_exec_worst(res);
     if (sl->guard[k].n) { /* a write outside the buffer decides, whatever the values inside */
@@ -500,6 +516,8 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
         }
         sl->use_keep[k] = false;
         sl->tail[k] = NULL;
+        sl->lse[k].ndim = 0;
+        sl->lse[k].data = NULL;
         sl->st[k] = AF_OK;
         sl->msg[k][0] = 0;
         sl->guard[k].n = 0;
@@ -507,16 +525,41 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
         if (!sl->supported[k]) continue;
         /* a backend that supports a backward case declared the capability (af_case_required_caps) */
         sl->backward[k] = sl->c.bwd.grads != 0;
+        /* the statistics of a forward run, from a backend that returns them (1/Dv of the
+         * output's size: asked on every case) */
+        if (!sl->backward[k] && (af_backend_caps(x->be[k]) & AF_CAP_LSE)) {
+            af_backend_lse_shape(&sl->c, &sl->lse[k]);
+            sl->lse[k].data = af_scratch_get(&sl->lses, (int)k, af_tensor_span(&sl->lse[k]), err);
+            if (!sl->lse[k].data) return AF_ERR_NOMEM;
+        }
         AF_TRY(af_exec_buffers(x, sl, k, &sl->outs, (int)k, &sl->gouts[k], 0, &sl->out[k], &sl->grads[k], err));
     }
     return AF_OK;
 }
 
+/* The statistics backend k returned on slot sl (lse: NULL none, else a contiguous [B, Hq,
+ * Sq] F32 or F64 tensor, the backend's): copied into the slot's buffer, which an in-process
+ * run already wrote (lse is then the slot's own). */
+static void af_exec_keep_lse(af_exec_slot *sl, size_t k, const af_tensor *lse) {
+    af_tensor *own = &sl->lse[k];
+    if (!lse || lse->ndim != 3 || !own->data) {
+        own->ndim = 0;
+        return;
+    }
+    if (lse == own) return;
+    void *data = own->data;
+    *own = *lse;
+    own->data = data;
+    memcpy(data, lse->data, af_tensor_span(lse));
+}
+
 /* What backend k's run on slot sl gave: st (err's message), the keep mask it drew, the
- * seconds it compiled. */
+ * statistics it returned, the seconds it compiled. */
 static af_status af_exec_took(const af_exec *x, af_exec_slot *sl, size_t k, af_status st, const af_error *berr,
-                              const uint8_t *keep, double compile_s, const af_guard_writes *reported, af_error *err) {
+                              const uint8_t *keep, const af_tensor *lse, double compile_s,
+                              const af_guard_writes *reported, af_error *err) {
     sl->st[k] = st;
+    af_exec_keep_lse(sl, k, st == AF_OK ? lse : NULL);
     sl->compile_s += compile_s;
     /* out of memory, or a worker that can no longer be started: not a finding */
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr->msg);
@@ -542,7 +585,7 @@ static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_b
     x->timing.compile_s += compile;
     if (r->run_s > 0) x->timing.target_s += r->run_s;
     sl->tail[k] = r->stderr_tail;
-    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, compile, &r->guard, err);
+    return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, r->lse, compile, &r->guard, err);
 }
 
 /* Runs backend k on slot sl, alone: a batch of one as far as the answer goes (an
@@ -552,7 +595,9 @@ static af_status af_exec_run_backend(af_exec *x, af_exec_slot *sl, size_t k, af_
     af_batch_result r = {.compile_s = -1.0, .run_s = -1.0};
     double t0 = af_now();
     r.st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &r.err)
-                           : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &r.err);
+           : sl->lse[k].data ? af_backend_run_lse(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->lse[k], &r.err)
+                             : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &r.err);
+    r.lse = &sl->lse[k]; /* written in place (ndim 0 when it gave none) */
     x->timing.backends_s += af_now() - t0;
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     if (e) { /* a worker's run: its facts (stderr_tail NULL: the backend's current tail) */
@@ -585,15 +630,24 @@ static bool af_exec_determinism_sampled(const af_exec *x, const af_case *c, size
  * case again into fresh guarded NaN-filled buffers (out2, grads2), then bitwise against the
  * first run: the output (res[0]) unless the backend declares its forward nondeterministic,
  * each gradient (res[1 + g]) unless it declares its backward so. A second run that fails
- * is res[0] of the failure's kind, its message in berr. Every tensor the record holds for
- * the run is compared the same way: softmax statistics, where a result carries them, are
- * one more af_oracle_compare_bitwise over the two runs' copies. */
-static af_status af_exec_determinism(af_exec *x, af_exec_slot *sl, size_t k, af_result res[1 + AF_GRAD_COUNT],
+ * is res[0] of the failure's kind, its message in berr. The softmax statistics, where the
+ * first run returned them, are asked again and compared with the output
+ * (res[1 + AF_EXEC_LSE]). */
+static af_status af_exec_determinism(af_exec *x, af_exec_slot *sl, size_t k, af_result res[AF_EXEC_NRES],
                                      af_error *berr, af_error *err) {
-    memset(res, 0, (1 + AF_GRAD_COUNT) * sizeof *res);
+    memset(res, 0, AF_EXEC_NRES * sizeof *res);
     AF_TRY(af_exec_buffers(x, sl, k, &sl->again[k], 0, &sl->again[k], 1, &sl->out2[k], &sl->grads2[k], err));
     const af_case_tensors *t = af_inputs_get(sl->in);
+    /* the statistics again where the first run returned them (a buffer after the gradients') */
+    af_tensor lse2 = sl->lse[k];
+    bool want_lse = !sl->backward[k] && sl->lse[k].ndim && sl->lse[k].data;
+    if (want_lse) {
+        af_backend_lse_shape(&sl->c, &lse2);
+        lse2.data = af_scratch_get(&sl->again[k], 1 + AF_GRAD_COUNT, af_tensor_span(&lse2), err);
+        if (!lse2.data) return AF_ERR_NOMEM;
+    }
     af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], t, &sl->out2[k], &sl->grads2[k], berr)
+                   : want_lse      ? af_backend_run_lse(x->be[k], t, &sl->out2[k], &lse2, berr)
                                    : af_backend_run(x->be[k], t, &sl->out2[k], berr);
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr->msg);
     if (st == AF_ERR_UNSUPPORTED) return AF_ERR_UNSUPPORTED;
@@ -604,8 +658,16 @@ static af_status af_exec_determinism(af_exec *x, af_exec_slot *sl, size_t k, af_
     sl->ran2[k] = true;
     x->timing.determinism_runs++;
     uint32_t tr = af_backend_traits(x->be[k]);
-    if (!(tr & AF_TRAIT_NONDET_FORWARD))
+    if (!(tr & AF_TRAIT_NONDET_FORWARD)) {
         AF_TRY(af_oracle_compare_bitwise(&sl->out[k], &sl->out2[k], NULL, AF_KIND_NONDETERMINISTIC, &res[0], err));
+        /* a worker's statistics are its own until its next run: the first run's were copied
+         * into the slot (af_exec_keep_lse); a run that returned none the second time differs */
+        if (want_lse && lse2.ndim == 3 && lse2.dtype == sl->lse[k].dtype)
+            AF_TRY(af_oracle_compare_bitwise(&sl->lse[k], &lse2, NULL, AF_KIND_NONDETERMINISTIC, &res[1 + AF_EXEC_LSE],
+                                             err));
+        else if (want_lse)
+            res[1 + AF_EXEC_LSE].kind = AF_KIND_NONDETERMINISTIC;
+    }
     for (int g = 0; sl->backward[k] && !(tr & AF_TRAIT_NONDET_BACKWARD) && g < AF_GRAD_COUNT; g++) {
         const af_tensor *a = af_grads_get(&sl->grads[k], g), *b = af_grads_get(&sl->grads2[k], g);
         if (a->data && b->data)
@@ -634,7 +696,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
         sl->check_ran[i] = false;
         int *tensor = &sl->result_tensor[i];
         *tensor = -1;
-        af_result rs[1 + AF_GRAD_COUNT];
+        af_result rs[AF_EXEC_NRES];
         const char *message = "";
         const af_guard_writes *guard = NULL;
         if (only != SIZE_MAX && i != only) continue;
@@ -679,6 +741,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             if (x->cfg.sample_relations && only == SIZE_MAX && ck->rel != af_exec_sampled_relation(x, c, ck->a))
                 break;
             af_error rerr;
+            memset(rs, 0, sizeof rs);
             double t0 = af_now();
             af_status st = af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a],
                                                       sl->backward[ck->a] ? &sl->grads[ck->a] : NULL,
@@ -1073,7 +1136,8 @@ const char *af_exec_check_tensor(const af_exec *x, size_t i) {
     return af_exec_tensor_name(x->sel->check_ran[i] ? x->sel->result_tensor[i] : -1);
 }
 
-/* Backend k's side of slot sl's bundle: res[0] its output's result, res[1 + g] gradient g's. */
+/* Backend k's side of slot sl's bundle: res[0] its output's result, res[1 + g] gradient g's,
+ * res[1 + AF_EXEC_LSE] its statistics'. */
 static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, const af_result *res,
                            af_bundle_output *o) {
     memset(o, 0, sizeof *o);
@@ -1087,6 +1151,10 @@ static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, c
     if (sl->st[k] == AF_OK && sl->backward[k]) {
         o->grads = &sl->grads[k];
         for (int g = 0; g < AF_GRAD_COUNT; g++) o->grad_results[g] = res[1 + g];
+    }
+    if (sl->st[k] == AF_OK && sl->lse[k].ndim == 3) {
+        o->lse = &sl->lse[k];
+        o->lse_result = res[1 + AF_EXEC_LSE];
     }
     const af_backend_ext *e = af_backend_ext_of(x->be[k]);
     if (e) {
@@ -1138,7 +1206,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     af_bundle_output outs[2];
     size_t nout = 0;
     char relname[200];
-    af_result rs[1 + AF_GRAD_COUNT];
+    af_result rs[AF_EXEC_NRES];
     int tensor;
     switch (ck->type) {
     case AF_CHECK_BACKEND:
@@ -1166,7 +1234,8 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     }
     case AF_CHECK_RELATION: {
         /* the transformed run again (deterministic), to store its output beside the original */
-        af_result r[1 + AF_GRAD_COUNT];
+        af_result r[AF_EXEC_NRES];
+        memset(r, 0, sizeof r);
         af_error rerr;
         bool bwd = sl->backward[ck->a];
         AF_TRY(af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a], bwd ? &sl->grads[ck->a] : NULL,
@@ -1177,6 +1246,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         outs[nout] = outs[0];
         outs[nout].backend = relname;
         outs[nout].dropout_keep = NULL;
+        outs[nout].lse = NULL;
         bool failed = r[0].kind == AF_KIND_ERROR;
         outs[nout].out = NULL;
         if (!failed) AF_TRY(af_exec_relation_full(x, &sl->out[ck->a], af_relation_output(x->rel), &outs[nout].out, err));
@@ -1217,6 +1287,7 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     const af_oracle *ro = ck->type == AF_CHECK_EXPECTED || ck->a == SIZE_MAX ? sl->oracle : af_exec_oracle_for(sl, ck->a);
     spec.ref = af_oracle_ref(ro);
     for (int g = 0; g < AF_GRAD_COUNT; g++) spec.ref_grads[g] = af_oracle_ref_grad(ro, g);
+    spec.ref_lse = af_oracle_ref_lse(ro);
     spec.tensor = f->tensor;
     spec.kind = f->kind;
     spec.signature = signature;

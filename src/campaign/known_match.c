@@ -90,7 +90,7 @@ af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *ent
     const char *who = af_bundle_who(b);
     if (!af_known_count(k) || kind == AF_KIND_OK || !who[0]) return AF_OK;
     /* the failing backend's record: its error, its output (or, for a finding on a
-     * gradient, that gradient's verdict and metrics: its output passed) */
+     * gradient or the softmax statistics, their verdict and metrics: its output passed) */
     const af_bundle_record *rec = NULL;
     for (size_t i = 0; i < af_bundle_record_count(b) && !rec; i++) {
         const af_bundle_record *r = af_bundle_record_at(b, i);
@@ -104,6 +104,10 @@ af_status af_known_match_bundle(const af_known *k, const af_bundle *b, long *ent
     if (rec && grad >= 0 && rec->has_grad[grad]) {
         res.kind = rec->grad_kind[grad];
         res.m = rec->grad_m[grad];
+        have = true;
+    } else if (rec && rec->has_lse && strcmp(af_bundle_tensor(b), "lse") == 0) { /* the statistics' record */
+        res.kind = rec->lse_kind;
+        res.m = rec->lse_m;
         have = true;
     } else if (rec) {
         res.kind = rec->kind;

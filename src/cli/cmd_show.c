@@ -209,6 +209,7 @@ int af_cmd_show(int argc, char **argv) {
                tol.honest ? ", from the honest run" : ", floor");
     size_t worst_i = SIZE_MAX;
     double worst = -1;
+    int lse_rc = 0;
     printf("backends\n");
     for (size_t i = 0; i < af_bundle_record_count(b); i++) {
         const af_bundle_record *r = af_bundle_record_at(b, i);
@@ -227,13 +228,27 @@ int af_cmd_show(int argc, char **argv) {
             double gr = isnan(m->worst_ratio) ? HUGE_VAL : m->worst_ratio;
             if (r->has_grad_output[g] && gr > ratio) ratio = gr;
         }
+        if (r->has_lse) { /* its softmax statistics (worst row [b, h, i]) */
+            const af_metrics *m = &r->lse_m;
+            printf("    %-26s %-15s max_abs %.3g  worst %.3g x tol at [%zu,%zu,%zu]: got %.9g want %.9g\n", "lse",
+                   af_kind_names[r->lse_kind], m->max_abs, m->worst_ratio, m->worst[0], m->worst[1], m->worst[2],
+                   m->worst_out, m->worst_ref);
+            /* the files load as the case's [B, Hq, Sq] (a hostile bundle's are named) */
+            double *got = NULL, *ref = NULL;
+            if (af_bundle_load_lse(b, r->backend, &got, &err) != AF_OK || af_bundle_load_lse(b, "ref", &ref, &err) != AF_OK) {
+                fprintf(stderr, "attnfuzz show: %s\n", err.msg);
+                lse_rc = 2;
+            }
+            af_free(got);
+            af_free(ref);
+        }
         if ((r->has_output || on_grad) && ratio > worst) {
             worst = ratio;
             worst_i = i;
         }
     }
     printf("replay   attnfuzz replay %s\n", af_bundle_dir(b));
-    int rc = 0;
+    int rc = lse_rc;
     char *text = NULL;
     size_t tlen = 0;
     if (af_bundle_load_text(b, "stderr.txt", &text, &tlen, &err) != AF_OK) {

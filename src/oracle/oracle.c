@@ -39,7 +39,7 @@
 const char *const af_kind_names[AF_KIND_COUNT] = {"ok",      "nan_mismatch", "inf_mismatch", "masked_row_nan",
                                                   "masked_value_leak",      "diverge",      "error",
                                                   "crash",   "timeout",      "nondeterministic",
-                                                  "batch_variant",          "guard_write"};
+                                                  "batch_variant",          "lse_diverge", "guard_write"};
 _Static_assert(sizeof(af_kind_names) / sizeof(af_kind_names[0]) == AF_KIND_COUNT, "names");
 
 int af_kind_from_name(const char *name) {
@@ -49,8 +49,8 @@ int af_kind_from_name(const char *name) {
 }
 
 enum { WS_REF, WS_ROWS, WS_EXPECTED, WS_LEAK, WS_VSCALE, WS_ROWMAX, WS_KEYLEAK, WS_ALT, WS_ALT_VSCALE, WS_ADD,
-       WS_LIVE, WS_KEEP, WS_ALT_LEAK, WS_ALT_PLAIN };
-enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE };
+       WS_LIVE, WS_KEEP, WS_ALT_LEAK, WS_ALT_PLAIN, WS_LSE };
+enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE, HWS_LSE, HWS_LSE_SENS };
 
 /* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
  * bit 2 flushed denormals. */
@@ -63,6 +63,8 @@ typedef struct af_oracle_honest {
     uint8_t *unstable; /* no implementation at this precision is bound there */
     double err;        /* max |honest - ref| beyond sens, over elements finite in both,
                         * relative to the row's vscale */
+    double *lse, *lse_sens; /* [nrows]: the statistics at this precision, their score bound */
+    double lse_err;    /* max |honest lse - ref lse| beyond lse_sens, over finite rows */
     bool ready;
 } af_oracle_honest;
 
@@ -82,6 +84,7 @@ struct af_oracle {
     double *vscale;    /* [nrows]: max |V| over the row's keys of nonzero weight (ref.h) */
     double *row_max;   /* [nrows]: the row's largest score (ref.h) */
     uint8_t *key_leak; /* [nrows]: a set-masked key has a NaN or +Inf score (AF_KEY_LEAK_*, ref.h) */
+    double *lse;       /* [nrows]: the reference statistics (NULL after prepare_expected) */
     size_t n, nrows, dv;
     double overflow; /* values at or past this round to Inf in the case dtype */
     af_oracle_honest hon[AF_HONEST_SLOTS];
@@ -157,7 +160,8 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
     o->vscale = AF_SCRATCH(&o->ws, WS_VSCALE, double, o->nrows, err);
     o->row_max = AF_SCRATCH(&o->ws, WS_ROWMAX, double, o->nrows, err);
     o->key_leak = AF_SCRATCH(&o->ws, WS_KEYLEAK, uint8_t, o->nrows, err);
-    if (!o->ref || !o->rows || !o->leak || !o->vscale || !o->row_max || !o->key_leak) return AF_ERR_NOMEM;
+    o->lse = AF_SCRATCH(&o->ws, WS_LSE, double, o->nrows, err);
+    if (!o->ref || !o->rows || !o->leak || !o->vscale || !o->row_max || !o->key_leak || !o->lse) return AF_ERR_NOMEM;
     for (int s = 0; s < AF_HONEST_SLOTS; s++) {
         o->hon[s].ready = false;
         o->hon[s].err = 0.0;
@@ -186,7 +190,8 @@ bool af_oracle_waived(const af_oracle *o, af_kind kind) {
 af_status af_oracle_prepare(af_oracle *o, const af_case_tensors *in, af_error *err) {
     AF_TRY(af_oracle_setup(o, in, err));
     o->target = o->ref;
-    af_ref_opts exact = {.leak = o->leak, .row_vscale = o->vscale, .row_max = o->row_max, .key_leak = o->key_leak};
+    af_ref_opts exact = {.leak = o->leak, .row_vscale = o->vscale, .row_max = o->row_max, .key_leak = o->key_leak,
+                         .lse = o->lse};
     AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &exact, o->ref, o->rows, &o->refws, err));
     for (size_t r = 0; r < o->nrows; r++)
         if (!(o->vscale[r] > 1e-300)) o->vscale[r] = 1e-300;
@@ -248,8 +253,11 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     hn->out = AF_SCRATCH(&hn->ws, HWS_OUT, double, o->n, err);
     hn->sens = AF_SCRATCH(&hn->ws, HWS_SENS, double, o->n, err);
     hn->unstable = AF_SCRATCH(&hn->ws, HWS_UNSTABLE, uint8_t, o->n, err);
-    if (!hn->out || !hn->sens || !hn->unstable) return AF_ERR_NOMEM;
+    hn->lse = AF_SCRATCH(&hn->ws, HWS_LSE, double, o->nrows, err);
+    hn->lse_sens = AF_SCRATCH(&hn->ws, HWS_LSE_SENS, double, o->nrows, err);
+    if (!hn->out || !hn->sens || !hn->unstable || !hn->lse || !hn->lse_sens) return AF_ERR_NOMEM;
     af_ref_opts honest = {.honest = true, .sens = hn->sens, .unstable = hn->unstable,
+                          .lse = hn->lse, .lse_sens = hn->lse_sens,
                           .scores_dtype = (slot & AF_HONEST_SCORES_DTYPE) != 0,
                           .tf32 = (slot & AF_HONEST_TF32) != 0, .ftz = (slot & AF_HONEST_FTZ) != 0};
     const af_case_tensors *in = o->in;
@@ -262,6 +270,14 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
         if (isfinite(d) && d > mx && !hn->unstable[e]) mx = d;
     }
     hn->err = mx;
+    /* the statistics' analogue (log units: no row scale); an expected output has no
+     * reference statistics */
+    mx = 0.0;
+    for (size_t r = 0; o->lse && r < o->nrows; r++) {
+        double d = fabs(hn->lse[r] - o->lse[r]) - hn->lse_sens[r];
+        if (isfinite(d) && d > mx && !hn->unstable[r * o->dv]) mx = d;
+    }
+    hn->lse_err = mx;
     hn->ready = true;
     return AF_OK;
 }
@@ -910,6 +926,106 @@ void af_case_features_str(const af_case *c, char *buf, size_t len) {
     af_case_serving_str(c, serving, sizeof serving);
     AF_PUT("%s", serving);
 #undef AF_PUT
+}
+
+/* --- the softmax statistics (oracle.h) ------------------------------------------------- */
+
+const double *af_oracle_ref_lse(const af_oracle *o) { return o->lse; }
+
+/* finite, NaN, +inf, -inf */
+static int af_oracle_lse_class(double x) { return isnan(x) ? 1 : x == HUGE_VAL ? 2 : x == -HUGE_VAL ? 3 : 0; }
+
+/* One pass over the rows of lse against the reference statistics, with the honest run's
+ * terms when it is ready (oracle.h gives the bound). */
+static void af_oracle_lse_pass(const af_oracle *o, const af_tensor *lse, const af_conventions *conv, bool skip_masked,
+                               af_result *res) {
+    const af_case *c = o->in->c;
+    const af_dtype dt = c->dtype;
+    const af_oracle_honest *hn = o->h->ready ? o->h : NULL;
+    const double u_out = lse->dtype == AF_F32 ? 0x1p-24 : 0.0;
+    const double fudge = o->opts.fudge, atol = o->opts.floor_atol[dt], rtol = o->opts.floor_rtol[dt];
+    af_metrics *m = &res->m;
+    memset(res, 0, sizeof *res);
+    m->fail_score_max = NAN;
+    res->tol = (af_tolerance){.atol = atol + (hn ? fudge * hn->lse_err : 0.0), .rtol = rtol, .fudge = fudge,
+                              .honest = hn != NULL};
+    for (size_t r = 0; r < o->nrows; r++) {
+        double ref = o->lse[r];
+        double got = lse->dtype == AF_F32 ? (double)((const float *)lse->data)[r] : ((const double *)lse->data)[r];
+        if (skip_masked && o->rows[r]) continue;
+        double bound = res->tol.atol + (rtol + u_out) * fabs(ref) + (hn ? fudge * hn->lse_sens[r] : 0.0);
+        bool ok, cls = false;
+        static const double masked_as[AF_LSE_MASKED_COUNT] = {-HUGE_VAL, 0.0, HUGE_VAL, (double)NAN};
+        double empty = masked_as[conv->lse_masked < AF_LSE_MASKED_COUNT ? conv->lse_masked : 0];
+        if (conv->masked_keys_ieee && (o->key_leak[r] & AF_KEY_LEAK_ANY) && isnan(got)) {
+            ok = true; /* a set-masked key's NaN or +Inf score added to -inf: NaN (as the output) */
+        } else if (isnan(ref) || isinf(ref)) {
+            ok = isnan(ref) ? isnan(got) : got == ref;
+            /* a +Inf score: log sum exp is +inf, m + log(sum exp(s - m)) NaN: either */
+            ok |= ref == HUGE_VAL && isnan(got);
+            /* a fully masked row: -inf, or the value its declared convention gives */
+            if (!ok && ref == -HUGE_VAL && o->rows[r]) ok = isnan(empty) ? isnan(got) : got == empty;
+            cls = !ok;
+        } else if (!isfinite(got)) {
+            ok = false;
+            cls = true;
+        } else {
+            double d = fabs(got - ref);
+            ok = d <= bound;
+            if (d > m->max_abs) m->max_abs = d;
+        }
+        if (ok) continue;
+        /* no implementation at the case precision is bound: the honest run flags the row, or
+         * its statistics differ from float64's in class (fp32 scores past the range) */
+        if (hn && (hn->unstable[r * o->dv] || af_oracle_lse_class(hn->lse[r]) != af_oracle_lse_class(ref))) {
+            m->n_unstable++;
+            continue;
+        }
+        m->n_diverge += !cls;
+        m->n_nan += cls && (isnan(got) || isnan(ref));
+        m->n_nan_ref += cls && isnan(ref) && !isnan(got);
+        m->n_inf += cls && !isnan(got) && !isnan(ref);
+        m->n_fail_masked += o->rows[r];
+        double sm = o->row_max[r];
+        if (isnan(m->fail_score_max) || sm > m->fail_score_max || isnan(sm)) m->fail_score_max = sm;
+        double ratio = cls ? HUGE_VAL : fabs(got - ref) / bound;
+        if (ratio > m->worst_ratio || (m->worst_ratio == 0.0 && ratio == 0.0)) {
+            m->worst_ratio = ratio;
+            m->worst[0] = r / ((size_t)c->q_heads * c->q_len);
+            m->worst[1] = r / c->q_len % c->q_heads;
+            m->worst[2] = r % c->q_len;
+            m->worst[3] = 0;
+            m->worst_out = got;
+            m->worst_ref = ref;
+        }
+    }
+    res->kind = m->n_diverge || m->n_nan || m->n_inf ? AF_KIND_LSE_DIVERGE : AF_KIND_OK;
+}
+
+af_status af_oracle_compare_lse(af_oracle *o, const af_tensor *lse, const af_conventions *conv, af_result *res,
+                                af_error *err) {
+    const af_case *c = o->in->c;
+    AF_RETURN_ERROR_IF(!o->lse, err, AF_ERR_INVALID, "no reference statistics prepared");
+    AF_RETURN_ERROR_IF(lse->ndim != 3 || lse->ne[0] != c->batch || lse->ne[1] != c->q_heads ||
+                           lse->ne[2] != c->q_len || (lse->dtype != AF_F32 && lse->dtype != AF_F64) || !lse->data ||
+                           lse->nb[2] != af_dtype_size(lse->dtype) || lse->nb[1] != lse->nb[2] * c->q_len ||
+                           lse->nb[0] != lse->nb[1] * c->q_heads,
+                       err, AF_ERR_INVALID, "lse is not a contiguous f32/f64 [%u,%u,%u] tensor", c->batch, c->q_heads,
+                       c->q_len);
+    static const af_conventions none;
+    if (!conv) conv = &none;
+    /* a fully masked row another convention fills is not empty there: no -inf to hold */
+    bool skip_masked = af_conv_masked_rows(conv, c->dtype) != AF_ROWS_ZERO;
+    af_oracle_honest *saved = o->h;
+    o->h = &o->hon[af_oracle_honest_slot(o, conv)];
+    af_oracle_lse_pass(o, lse, conv, skip_masked, res);
+    af_status st = AF_OK;
+    if (res->kind != AF_KIND_OK && !o->h->ready) {
+        st = af_oracle_make_honest(o, err);
+        if (st == AF_OK) af_oracle_lse_pass(o, lse, conv, skip_masked, res);
+    }
+    o->h = saved;
+    return st;
 }
 
 uint64_t af_signature_tensor(af_kind kind, const char *who, const char *tensor, const af_case *c) {

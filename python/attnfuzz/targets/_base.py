@@ -337,8 +337,9 @@ class Target:
         """The variant's hello fields: a dict with "caps" (AF_CAP_* names; "backward" is
         added from the declaration, Variant.backward) and any of
         "dtypes" (default the float caps), "layouts" (default all eight), "limits",
-        "conventions" (merged over DEFAULT_CONVENTIONS) and "compile_key" (default every
-        field for a compiled variant, none for an eager one)."""
+        "conventions" (merged over DEFAULT_CONVENTIONS), "compile_key" (default every
+        field for a compiled variant, none for an eager one) and "lse_base" (2: the
+        statistics of cap "lse" are base 2, as the stack's API documents)."""
         raise NotImplementedError
 
     def hello(self):
@@ -359,6 +360,7 @@ class Target:
                 "conventions": conv,
                 "compile_key": list(d["compile_key"] if "compile_key" in d
                                     else (KEY_FIELDS if self.decl.compiled or self.PLANS else ())),
+                "lse_base": d.get("lse_base") if "lse" in caps else None,
             }
         return self._hello
 
@@ -536,7 +538,7 @@ def main(stack, target_cls=None, argv=None):
                      layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
                      conventions=h["conventions"], compile_key=h["compile_key"],
                      batch=target.BATCH, run_batch=target.run_batch if target.BATCH > 1 else None,
-                     libs=target.libs())
+                     libs=target.libs(), lse_base=h["lse_base"])
 
     return _profiled(go, "%s-%s" % (stack.name, variant))
 

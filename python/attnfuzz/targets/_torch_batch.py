@@ -132,7 +132,7 @@ class Download:
         self.torch = torch
         self.pinned = None
 
-    def fetch(self, results, attrs=("out", "dropout_keep"), dict_attrs=("grads",)):
+    def fetch(self, results, attrs=("out", "dropout_keep", "lse"), dict_attrs=("grads",)):
         """Every torch tensor found in results' attrs (and in the dicts of dict_attrs) copied
         to the host as numpy (bfloat16 as ml_dtypes.bfloat16, contiguous), in place; other
         items (exceptions, numpy arrays, None) left as they are. On a CUDA device the copies

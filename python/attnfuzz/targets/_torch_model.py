@@ -18,6 +18,7 @@ from attnfuzz.targets._torch_layouts import band, from_bhsd, to_bhsd, to_numpy, 
 _KIND = {
     "sdpa_math": ("sdpa", "MATH"),
     "sdpa_flash": ("sdpa", "FLASH_ATTENTION"),
+    "sdpa_flash_lse": ("sdpa", "FLASH_ATTENTION"),  # the CPU flash op called directly (SDPAModule.forward_lse)
     "sdpa_efficient": ("sdpa", "EFFICIENT_ATTENTION"),
     "sdpa_cudnn": ("sdpa", "CUDNN_ATTENTION"),
     "explicit": ("explicit", None),
@@ -95,6 +96,26 @@ def make_modules():
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=self.is_causal,
                                                scale=self.scale, **kw)
             return from_bhsd(o, self.out_layout)
+
+        def forward_lse(self, q, k, v, add=None, bool_mask=None, struct=None):
+            """The same inputs through the CPU flash kernel's op itself,
+            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, which returns the
+            output and its logsumexp (float32 [B, Hq, Sq], natural log: PyTorch's
+            FlashAttention convention): (out in the output layout, logsumexp). The op takes
+            no boolean mask (SDPA converts one to 0 / -inf first: done here in float32,
+            exact) and takes GQA as it comes (Hkv heads). It reads the last dimension as
+            contiguous without checking (a channels-first or stride-0 view gave garbage on
+            torch 2.15): such a view is copied first, as SDPA hands the op only tensors whose
+            last dimension has stride 1."""
+            q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in self._inputs(q, k, v))
+            if add is not None and add.dtype not in (torch.float32, q.dtype):
+                add = add.float()
+            m = combine_masks(add, bool_mask, struct, q.dtype)
+            if m is not None and m.dtype == torch.bool:
+                m = torch.zeros(m.shape, dtype=torch.float32, device=m.device).masked_fill(~m, float("-inf"))
+            o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q, k, v, 0.0, self.is_causal, attn_mask=m, scale=self.scale)
+            return from_bhsd(o, self.out_layout), lse
 
     class ExplicitModule(torch.nn.Module, _Base):
         """The unfused graph: (Q K^T) * scale at the case's placement, softcap, masks,
@@ -327,6 +348,7 @@ def _host(res):
         return t if t is None or isinstance(t, np.ndarray) else to_numpy(t)
     res.out = host(res.out)
     res.dropout_keep = host(res.dropout_keep)
+    res.lse = host(res.lse)
     if res.grads:
         res.grads = {n: host(t) for n, t in res.grads.items()}
     return res

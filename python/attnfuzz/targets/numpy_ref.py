@@ -7,7 +7,7 @@ Every layout and feature, the serving forms included (THD and paged inputs gathe
 the padded view as a kernel reads them, a packed case's output returned in THD form),
 dropout by the counter RNG; the output is float64, so against
 the C oracle it must be clean: a finding names a disagreement between the two oracles (or
-the protocol). A reference, not a stack under test: campaign scripts leave it out."""
+the protocol). It returns the softmax statistics too (cap lse: reference.lse, natural log). A reference, not a stack under test: campaign scripts leave it out."""
 
 import inspect
 import sys
@@ -28,7 +28,7 @@ class Target(_base.Target):
 
     def declare(self):
         return {"caps": ["f32", "f16", "bf16", "tf32", "gqa", "cross", "dv", "scale", "softcap", "amask", "bmask",
-                         "causal", "padding", "window", "dropout", "strided", "mask_dtype"],
+                         "causal", "padding", "window", "dropout", "strided", "mask_dtype", "lse"],
                 "conventions": {"dropout": "counter"}}
 
     def execute(self, art, req):
@@ -38,7 +38,7 @@ class Target(_base.Target):
             return Result(np.concatenate([out[b, :, :case.seg_q(b)].transpose(1, 0, 2) for b in range(case.batch)]),
                           layout="thd")
         if not case.grads:
-            return out
+            return Result(out, lse=statistics(req)) if req.want_lse else out
         g = gradients(req)
         return Result(out, grads={n: g[n] for n in case.grads})
 
@@ -53,6 +53,17 @@ def attention(req):
         qb, kb, vb = layouts.case_inputs_bhsd(case, req.q, req.k, req.v)
     return reference.attention(case, qb, kb, vb, mask=req.mask, bool_mask=req.bool_mask, keep=req.keep,
                                sinks=req.sinks, slopes=req.alibi_slopes)
+
+
+def statistics(req):
+    """reference.lse on a request's physical inputs: float64 [B, Hq, Sq], natural log."""
+    case = req.case
+    if case.forms:
+        qb, kb, _ = serving.gather(case, dict(req.tables, q=req.q, k=req.k, v=req.v))
+    else:
+        qb, kb, _ = layouts.case_inputs_bhsd(case, req.q, req.k, req.v)
+    return reference.lse(case, qb, kb, mask=req.mask, bool_mask=req.bool_mask, sinks=req.sinks,
+                         slopes=req.alibi_slopes)
 
 
 def gradients(req):

@@ -28,10 +28,12 @@ STACK = _base.Stack("numpy_tiled", imports=("numpy",), pip=(), variants=(
 BLOCK = 16
 
 
-def attention(req):
+def attention(req, with_lse=False):
     """req: an attnfuzz.request.Request (q, k, v: the physical views of a case; the additive
     and boolean masks as sent; keep: the dropout keep mask [B, Hq, Sq, Sk], None without
-    dropout). Returns [B, Hq, Sq, Dv] in the inputs' dtype."""
+    dropout). Returns [B, Hq, Sq, Dv] in the inputs' dtype; with_lse: (out, lse), lse the
+    float32 [B, Hq, Sq] statistics the running maximum and sum leave, m + log(l) (-inf for
+    a fully masked row, NaN for a NaN one)."""
     case, q, k, v, mask, bool_mask = req.case, req.q, req.k, req.v, req.mask, req.bool_mask
     B, Hq, Sq, Sk, Dv = case.batch, case.q_heads, case.q_len, case.kv_len, case.v_head_dim
     f32 = np.float32
@@ -85,7 +87,8 @@ def attention(req):
         # (their weights are exactly 0 even where the row's sum is NaN, docs/design.md
         # section 2), a NaN sum otherwise stays NaN
         out = np.where(kept, acc / np.where(l == 0, f32(1.0), l), f32(0.0))
-    return out.astype(q.dtype)
+        lse = np.where(m == -np.inf, f32(-np.inf), m + np.log(l))[..., 0]
+    return (out.astype(q.dtype), lse) if with_lse else out.astype(q.dtype)
 
 
 class Target(_base.Target):
@@ -93,10 +96,13 @@ class Target(_base.Target):
 
     def declare(self):
         return {"caps": ["f32", "f16", "bf16", "gqa", "cross", "dv", "scale", "softcap", "amask", "bmask",
-                         "causal", "padding", "window", "dropout", "strided", "mask_dtype"],
+                         "causal", "padding", "window", "dropout", "strided", "mask_dtype", "lse"],
                 "conventions": {"dropout": "counter", "masked_values": "ieee"}}
 
     def execute(self, art, req):
+        if req.want_lse:
+            out, lse = attention(req, with_lse=True)
+            return Result(out, lse=lse)
         return Result(attention(req))
 
 

@@ -8,6 +8,10 @@ Variants (`python -m attnfuzz.targets.torch VARIANT`, `--backend target:torch/VA
 CPU (always available where torch imports):
   sdpa_math     F.scaled_dot_product_attention under sdpa_kernel(MATH)
   sdpa_flash    the same under sdpa_kernel(FLASH_ATTENTION): the CPU flash kernel (needs D == Dv)
+  sdpa_flash_lse  the CPU flash kernel's op called directly
+                (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, the one SDPA
+                dispatches sdpa_flash to), returning its logsumexp too (cap lse; float32
+                [B, Hq, Sq], natural log); forward only
   explicit      eager module: matmul, scale at the case's placement, softcap, masks, softmax,
                 dropout with the counter RNG's keep mask as an input, matmul
   compile       torch.compile (Inductor) of the explicit module
@@ -106,6 +110,8 @@ _SERVING = "_torch_serving.ServingTarget"
 STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_probe, trains=True, variants=(
     _V("sdpa_math", "F.scaled_dot_product_attention, math kernel (CPU)"),
     _V("sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CPU; D == Dv)"),
+    _V("sdpa_flash_lse", "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, its logsumexp returned "
+       "(CPU; D == Dv)", backward=False),
     _V("explicit", "eager nn.Module: matmul / scale / softcap / masks / softmax / dropout / matmul (CPU)"),
     _V("compile", "torch.compile (Inductor) of the explicit module (CPU)", compiled=True, quick=True,
        smoke=False),
@@ -272,6 +278,11 @@ class Target(_base.Target):
             conventions["denormals"] = ["bf16"]
         if self.cuda:
             caps.append("tf32")
+        if self.base == "sdpa_flash_lse":
+            caps.append("lse")  # natural log (the op's logsumexp)
+            # a fully masked row's logsumexp is 0 (the output's 0 with it), not log 0 = -inf
+            # (measured on torch 2.15 CPU: tests/targets_selftest.py prints it)
+            conventions["lse_masked_rows"] = "zero"
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
         if self.decl.backward:
             warm_autograd(self.torch, self.device)
@@ -312,7 +323,7 @@ class Target(_base.Target):
     def refuse(self, req):
         from attnfuzz.worker import Unsupported
         case = req.case
-        if self.base == "sdpa_flash" and case.head_dim != case.v_head_dim:
+        if self.base in ("sdpa_flash", "sdpa_flash_lse") and case.head_dim != case.v_head_dim:
             raise Unsupported("the flash kernel needs head_dim == v_head_dim")
         if self.kind == "sdpa" and case.dropout_p >= 1.0 and self.cuda:
             raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
@@ -361,6 +372,9 @@ class Target(_base.Target):
             if case.grads:
                 o, g = backward(case, req.dout, cfg, lambda a: mod(*a), args, self.device)
                 res = Result(o, layout="bhsd", grads=g)
+            elif self.base == "sdpa_flash_lse":
+                o, lse = mod.forward_lse(*args)
+                res = Result(o, layout=cfg["out_layout"], lse=lse if req.want_lse else None)
             else:
                 res = Result(mod(*args), layout=cfg["out_layout"])
             if self._deferred:
