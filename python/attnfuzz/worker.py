@@ -126,12 +126,17 @@ def check_conventions(conventions):
 
 
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-                 compile_key=None, batch=None, libs=None, lse_base=None):
+                 compile_key=None, batch=None, libs=None, lse_base=None, deterministic=None, batch_invariant=None):
     """The hello frame's header serve() writes (conventions checked: check_conventions).
     libs: {name: version} of the stack and the libraries under it, and "sm" for the GPU in
     use ({"torch": "2.11.0", "cudnn": "9.19.0", "sm": "90"}): what known entries' needs
     are judged on (docs/known.md); values become strings, None values are left out.
-    lse_base: 2 when the statistics it returns (cap "lse") are in base 2; None: natural log."""
+    lse_base: 2 when the statistics it returns (cap "lse") are in base 2; None: natural log.
+    deterministic: {"forward": bool, "backward": bool}, the passes two runs of one case give
+    bitwise-equal results in (None: both; a pass left out: true), as the stack documents
+    (e.g. a backward that accumulates with atomics); batch_invariant: True when a batch row's
+    result is bitwise the same alone and in any batch (the determinism check and the
+    batch_split relation, docs/worker-protocol.md)."""
     check_conventions(conventions)
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
          "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
@@ -152,6 +157,13 @@ def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=N
         if lse_base != 2:
             raise ValueError("lse_base must be 2 (base-2 statistics) or None (natural log), not %r" % (lse_base,))
         h["lse_base"] = 2
+    if deterministic is not None:
+        bad = set(deterministic) - {"forward", "backward"}
+        if bad or not all(isinstance(v, bool) for v in deterministic.values()):
+            raise ValueError("deterministic must be {\"forward\": bool, \"backward\": bool}, not %r" % (deterministic,))
+        h["deterministic"] = dict(deterministic)
+    if batch_invariant:
+        h["batch_invariant"] = True
     return h
 
 
@@ -369,7 +381,8 @@ def _frame_streams():
 
 
 def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None, lse_base=None):
+          compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None, lse_base=None,
+          deterministic=None, batch_invariant=None):
     """Writes hello, then answers run frames with result frames until bye or end of input.
 
     run(req), or the old form run(case, q, k, v, mask=None, bool_mask=None): see the
@@ -382,13 +395,13 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
     its list with a Fault: the rest is answered not_run and the process exits FAULT_EXIT.
     stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
     but frames reaches the real stdout. libs: the versions under it, lse_base: 2 for base-2
-    statistics (hello_header). Returns 0 (a process exit status)."""
+    statistics, deterministic and batch_invariant: what two runs may differ in (hello_header). Returns 0 (a process exit status)."""
     if stdin is None or stdout is None:
         fin, fout = _frame_streams()
         stdin = stdin or fin
         stdout = stdout or fout
     hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch,
-                         libs, lse_base)
+                         libs, lse_base, deterministic, batch_invariant)
     try:
         if run_batch is not None and not takes_request(run):
             old_batch = run_batch

@@ -139,6 +139,23 @@ class Libs(unittest.TestCase):
         self.assertNotIn("libs", hello_header("x", "1", ["f32"], ["bhsd"]))
 
 
+class Traits(unittest.TestCase):
+    """hello_header's deterministic and batch_invariant: sent as given, absent by default,
+    a malformed declaration refused in the worker."""
+
+    def test_traits(self):
+        from attnfuzz.worker import hello_header
+        h = hello_header("x", "1", ["f32"], ["bhsd"], deterministic={"forward": True, "backward": False},
+                         batch_invariant=True)
+        self.assertEqual((h["deterministic"], h["batch_invariant"]), ({"forward": True, "backward": False}, True))
+        plain = hello_header("x", "1", ["f32"], ["bhsd"])
+        self.assertNotIn("deterministic", plain)
+        self.assertNotIn("batch_invariant", plain)
+        for bad in ({"forwards": True}, {"backward": "no"}):
+            with self.assertRaises(ValueError):
+                hello_header("x", "1", ["f32"], ["bhsd"], deterministic=bad)
+
+
 class Serve(unittest.TestCase):
     """The workers in the old positional form (run(case, q, k, v, mask=, bool_mask=),
     case.qkv: attnfuzz.request.CaseView); ServeRequestForm runs the same tests on them in

@@ -338,8 +338,11 @@ class Target:
         added from the declaration, Variant.backward) and any of
         "dtypes" (default the float caps), "layouts" (default all eight), "limits",
         "conventions" (merged over DEFAULT_CONVENTIONS), "compile_key" (default every
-        field for a compiled variant, none for an eager one) and "lse_base" (2: the
-        statistics of cap "lse" are base 2, as the stack's API documents)."""
+        field for a compiled variant, none for an eager one), "lse_base" (2: the
+        statistics of cap "lse" are base 2, as the stack's API documents),
+        "deterministic" ({"forward": bool, "backward": bool}: a pass the stack documents
+        as nondeterministic, e.g. a backward accumulating with atomics, false; default
+        both true) and "batch_invariant" (True where the stack promises it)."""
         raise NotImplementedError
 
     def hello(self):
@@ -361,6 +364,8 @@ class Target:
                 "compile_key": list(d["compile_key"] if "compile_key" in d
                                     else (KEY_FIELDS if self.decl.compiled or self.PLANS else ())),
                 "lse_base": d.get("lse_base") if "lse" in caps else None,
+                "deterministic": d.get("deterministic"),
+                "batch_invariant": bool(d.get("batch_invariant")),
             }
         return self._hello
 
@@ -538,7 +543,8 @@ def main(stack, target_cls=None, argv=None):
                      layouts=h["layouts"], dtypes=h["dtypes"], limits=h["limits"] or None,
                      conventions=h["conventions"], compile_key=h["compile_key"],
                      batch=target.BATCH, run_batch=target.run_batch if target.BATCH > 1 else None,
-                     libs=target.libs(), lse_base=h["lse_base"])
+                     libs=target.libs(), lse_base=h["lse_base"], deterministic=h["deterministic"],
+                     batch_invariant=h["batch_invariant"])
 
     return _profiled(go, "%s-%s" % (stack.name, variant))
 

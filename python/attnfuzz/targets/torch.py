@@ -284,9 +284,16 @@ class Target(_base.Target):
             # (measured on torch 2.15 CPU: tests/targets_selftest.py prints it)
             conventions["lse_masked_rows"] = "zero"
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
+        decl = {"caps": caps, "dtypes": self.dtypes, "limits": limits, "conventions": conventions}
         if self.decl.backward:
             warm_autograd(self.torch, self.device)
-        return {"caps": caps, "dtypes": self.dtypes, "limits": limits, "conventions": conventions}
+            # SDPA's documentation: on CUDA the fused kernels may pick nondeterministic
+            # algorithms (the flash and memory-efficient backward accumulate dQ with atomics
+            # unless torch.use_deterministic_algorithms is on; cuDNN's likewise)
+            if self.cuda and self.kind == "sdpa" and self.backend in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION",
+                                                                      "CUDNN_ATTENTION"):
+                decl["deterministic"] = {"forward": True, "backward": False}
+        return decl
 
     def _sdpa(self, **kw):
         """F.scaled_dot_product_attention under the variant's forced kernel (the probes')."""
