@@ -297,6 +297,43 @@ def _dtype_precision(out, ref, dtype, sk):
     return int(bad.sum())
 
 
+# The kinds of the checks beyond one output against the reference (docs/design.md section
+# 4): no value model applies; what each means for the verdict.
+CHECK_KINDS = {
+    "nondeterministic": "two runs of one case differed bitwise (a second run into fresh NaN-filled buffers): "
+                        "no model of a value explains a run-to-run difference",
+    "guard_write": "the backend wrote outside its output buffer (a NaN guard band changed): no value model applies",
+    "batch_variant": "a batch row alone differs from itself inside the batch: no value model applies",
+}
+
+
+def kind_of(meta):
+    return meta.get("kind") or ""
+
+
+def _lse_models(b, rec):
+    """A finding on the softmax statistics: the recorded LSE against the float64 one under
+    the two forms a stack's statistics take that the oracle does not model: base 2 handed on
+    as natural log (x / ln 2), and 0 or +inf for a fully masked row (-inf in the reference)."""
+    key = next((k for k in b if k.startswith("lse.")), None)
+    if key is None or "ref_lse" not in b:
+        return [], "a finding on the softmax statistics, but the bundle holds no lse arrays"
+    got, ref = np.asarray(b[key], dtype=np.float64), np.asarray(b["ref_lse"], dtype=np.float64)
+    fin = np.isfinite(ref)
+    rows = []
+    for name, cls, what, model in (
+            ("reference", None, "the float64 statistics", ref),
+            ("lse_base2", "real_bug", "base-2 statistics (log2 sum exp) declared natural log", ref / np.log(2.0)),
+            ("lse_masked_zero", "convention", "0 for a fully masked row where the reference is -inf",
+             np.where(np.isneginf(ref), 0.0, ref))):
+        close = np.isclose(got, model, rtol=1e-5, atol=1e-5, equal_nan=True)
+        fail = int((~close).sum())
+        rows.append({"name": name, "class": cls, "what": what, "fail": fail, "class_mismatches": 0,
+                     "max_abs": float(np.nanmax(np.abs(np.where(fin, got - model, 0.0)))) if got.size else 0.0,
+                     "exact": bool(np.array_equal(got, model, equal_nan=True)), "where": ""})
+    return rows, None
+
+
 def models(b, meta):
     """Every model judged on the failing backend's recorded output: a list of {"name",
     "class", "what", "fail", "class_mismatches", "max_abs", "exact", "where"} in MODELS
@@ -306,6 +343,10 @@ def models(b, meta):
     case = case_mod.Case(b["case"])
     rec = _failing(meta) or {}
     tensor = meta.get("tensor") or "out"
+    if tensor == "lse":
+        return _lse_models(b, rec)
+    if kind_of(meta) in CHECK_KINDS:
+        return [], CHECK_KINDS[kind_of(meta)]
     if tensor != "out":
         # case.json records the output's tolerance only, and the oracle's per-row tolerance of
         # a gradient (its honest run) cannot be rebuilt from the bundle: not judged here
@@ -854,6 +895,10 @@ def verdict(meta, rows, note, match, shared, near=()):
     if match is not None:
         return {"class": match["class"], "confidence": 0.95,
                 "evidence": "the known entry %s matches (attnfuzz known)" % match["id"]}
+    if kind in CHECK_KINDS:
+        return {"class": "real_bug", "confidence": 0.7 if kind != "batch_variant" else 0.55,
+                "evidence": CHECK_KINDS[kind] + (" (undeclared: the backend's hello does not waive it)"
+                                                 if kind != "guard_write" else "")}
     if kind in ("crash", "error", "timeout"):
         st = meta.get("_stderr", "")
         frames = re.findall(r'File "([^"]+)", line \d+', st)

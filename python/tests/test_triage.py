@@ -185,6 +185,36 @@ class Mutant(unittest.TestCase):
             shutil.rmtree(tmp)
 
 
+class CheckKinds(unittest.TestCase):
+    """The kinds beyond one output: an LSE in base 2 named by its model, a run-to-run
+    difference a real bug by its kind."""
+
+    def _found(self, backend, *extra):
+        exe = triage.attnfuzz_exe()
+        if not exe:
+            self.skipTest("no built attnfuzz (build/attnfuzz)")
+        import subprocess
+        tmp = tempfile.mkdtemp(prefix="test-triage-kinds-")
+        self.addCleanup(shutil.rmtree, tmp)
+        subprocess.run([exe, "fuzz", "--backend", backend, "--max-findings", "1", "--time", "60", "--no-known",
+                        "--crashes", tmp] + list(extra), capture_output=True, check=False, timeout=300)
+        found = [os.path.join(tmp, n) for n in os.listdir(tmp) if not n.startswith(".")]
+        self.assertTrue(found, "the mutant campaign stored no bundle")
+        return triage.triage(found[0], [], share=False)
+
+    def test_lse_base2(self):
+        r = self._found("mutant:lse_base2")
+        self.assertEqual((r["kind"], r["tensor"]), ("lse_diverge", "lse"))
+        self.assertEqual(r["best_model"], "lse_base2")
+        self.assertEqual(r["verdict"]["class"], "real_bug")
+
+    def test_nondeterministic(self):
+        r = self._found("mutant:racy_sum", "--determinism", "0.5")
+        self.assertEqual(r["kind"], "nondeterministic")
+        self.assertEqual(r["verdict"]["class"], "real_bug")
+        self.assertIsNone(r["best_model"])
+
+
 class Corpus(unittest.TestCase):
     BUNDLE = os.path.join(known.ROOT, "corpus", "findings", "ort", "bundles", "diverge-4e91112d4929395a")
 
