@@ -13,6 +13,9 @@ size_t af_serving_place(const af_case *c, af_serving_tensors *s, void *base);
  * canonical views of each row sharing them (so that the padded view equals the gathered
  * cache). */
 void af_serving_share(af_case_tensors *t);
+/* The value a paged case's null page and its rows' unused page tails hold: NaN, or +Inf or
+ * -Inf (a quarter of the cases together), drawn from the case's page_seed. */
+double af_serving_poison(const af_case *c);
 /* Fills the serving tensors placed in t->srv from t's canonical views and the case's seeds. */
 void af_serving_fill(af_case_tensors *t);
 
