@@ -166,9 +166,17 @@ def _strided(shape, dtype, perm, pad):
 
 
 def share(case, k, v):
-    """(k, v) with row 0's keys and values of the shared pages copied into each row sharing
-    them (af_serving_share: a shared page holds one copy, so the padded views must agree)."""
+    """(k, v) with the last page's unused slots of each row (within kv_len) holding
+    poison(case), and row 0's keys and values of the shared pages copied into each row
+    sharing them (af_serving_share: a shared page holds one copy, so the padded views must
+    agree with the cache)."""
     k, v = np.array(k, copy=True), np.array(v, copy=True)
+    if case.paged:
+        fill = poison(case)
+        for b in range(case.batch):
+            end = min(pages(case, b) * case.page_size, case.kv_len)
+            k[b, :, seg_k(case, b):end] = fill
+            v[b, :, seg_k(case, b):end] = fill
     for b in range(1, case.batch):
         n = shared(case, b) * case.page_size
         k[b, :, :n] = k[0, :, :n]

