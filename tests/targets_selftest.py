@@ -460,14 +460,14 @@ def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
 
 def tail_leaks(cs, conv, out, ref, v):
     """out with the NaN a declared masked_values "ieee" explains in a paged case taken as the
-    reference's: a row b whose last page has unused slots (holding serving.poison: masked keys
-    with a non-finite value, in the padded view or past it) may be NaN, as the C oracle waives
-    its masked_value_leak for such a target."""
+    reference's: a row b whose pages or table reach serving.poison (a last page's unused slots,
+    the null page: masked keys with a non-finite value) may be NaN, as the C oracle waives its
+    masked_value_leak for such a target."""
     if not cs.paged or conv.get("masked_values", "exclude") != "ieee":
         return out
     out = np.array(out, dtype=np.float64)
     for b in range(cs.batch):
-        if serving.pages(cs, b) * cs.page_size > serving.seg_k(cs, b):
+        if serving.poison_reach(cs, b):
             leak = np.isnan(out[b])
             out[b][leak] = ref[b][leak]
     return out

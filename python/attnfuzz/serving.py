@@ -68,6 +68,14 @@ def page_count(case):
     return total + 1, width
 
 
+def poison_reach(case, b):
+    """Can a kernel that reads row b's whole pages, or its block table's whole width, reach
+    poison(case): its last page's unused slots, or table entries past its pages (the null
+    page)? A kernel that multiplies masked keys' values (masked_values "ieee") may give NaN
+    there (af_ref_poison_reach)."""
+    return case.paged and (pages(case, b) < page_count(case)[1] or pages(case, b) * case.page_size > seg_k(case, b))
+
+
 def cu_seqlens(lens):
     """int32 prefix sums [0, l0, l0 + l1, ...]."""
     return np.concatenate([[0], np.cumsum(np.asarray(lens, dtype=np.int64))]).astype(np.int32)
