@@ -72,6 +72,7 @@ SERVING_MUTANTS = [
     "sink_in_numerator",
     "zero_len_nan",
     "segment_leak",
+    "page_tail_read",
 ]
 SERVING_SHARE = 0.5
 # The FP8 mutants show only on FP8 cases, which the built-ins run when asked: their campaigns

@@ -389,6 +389,16 @@ static int32_t i32_at(const af_tensor *t, size_t i, size_t j) {
     return ((const int32_t *)t->data)[i * (t->ndim > 1 ? t->ne[1] : 1) + j];
 }
 
+/* The poison of docs/design.md section 2, worked out from the rule: word 0 of
+ * philox(page_seed, "POIS", 0) % 8 is 0..5: NaN, 6: +Inf, 7: -Inf. */
+static double want_poison(const af_case *c) {
+    uint32_t w[4];
+    af_philox_at(c->serve.page_seed, 0x504f4953u, 0, w);
+    return w[0] % 8u == 6u ? (double)INFINITY : w[0] % 8u == 7u ? -(double)INFINITY : (double)NAN;
+}
+
+static bool same_value(double got, double want) { return got == want || (isnan(got) && isnan(want)); }
+
 /* THD rows, cu_seqlens, the block table and the caches against the canonical views, with
  * the offsets and page ids worked out here. */
 static void check_tensors(const af_case *c) {
@@ -467,9 +477,20 @@ static void check_tensors(const af_case *c) {
         }
         for (uint32_t p = 0; p < P; p++) assert_int_equal(uses[p], p == s->null_page ? 0 : 1);
         free(uses);
+        /* the null page and each row's last page past kv_lens[b]: the case's poison, never
+         * a finite value */
+        double poison = want_poison(c);
         for (uint32_t sl = 0; sl < ps; sl++) {
-            assert_true(at(&s->k, s->null_page, sl, 0, 0) == 64.0);
-            assert_true(at(&s->v, s->null_page, sl, 0, 0) == -64.0);
+            assert_true(same_value(at(&s->k, s->null_page, sl, 0, 0), poison));
+            assert_true(same_value(at(&s->v, s->null_page, sl, 0, 0), poison));
+        }
+        for (uint32_t b = 0; b < c->batch; b++) {
+            uint32_t n = c->serve.kv_lens[b] < c->kv_len ? c->serve.kv_lens[b] : c->kv_len;
+            for (uint32_t j = n; j % ps; j++) {
+                int32_t page = i32_at(&s->block_table, b, j / ps);
+                assert_true(same_value(at(&s->k, (size_t)page, j % ps, 0, 0), poison));
+                assert_true(same_value(at(&s->v, (size_t)page, j % ps, c->kv_heads - 1, 0), poison));
+            }
         }
     }
     if (c->serve.forms & AF_SERVE_SINKS)

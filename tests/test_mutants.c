@@ -26,7 +26,7 @@ static const char *const mutant_names[] = {
     "mutant:bshd_as_bhsd",              "mutant:mhav2_concat",              "mutant:causal_top_left",
     "mutant:splitkv_batch_stride",      "mutant:block_table_off_by_one",    "mutant:alibi_off_by_one",
     "mutant:sink_ignored",              "mutant:sink_in_numerator",         "mutant:zero_len_nan",
-    "mutant:segment_leak",              "mutant:bwd_dq_no_scale",           "mutant:bwd_gqa_no_sum",
+    "mutant:segment_leak",              "mutant:page_tail_read",            "mutant:bwd_dq_no_scale",           "mutant:bwd_gqa_no_sum",
     "mutant:bwd_dropout_not_reapplied", "mutant:bwd_softcap_no_derivative", "mutant:bwd_causal_missing_in_ds",
     "mutant:bwd_tail_tile_past_sk",     "mutant:bwd_lse_nan",              "mutant:fp8_descale_twice",
     "mutant:fp8_e5m2_as_e4m3",          "mutant:racy_sum",                 "mutant:batch_split_kv",
@@ -637,6 +637,34 @@ static void test_segment_leak(void **state) {
     EXPECT_FOUND(m, &c, AF_KIND_DIVERGE, "segments of one token");
 }
 
+static void test_page_tail_read(void **state) {
+    (void)state;
+    const char *m = "mutant:page_tail_read";
+    af_case c;
+    base_case(&c);
+    EXPECT_OK(m, &c, SAME_BITS, "not paged");
+    segments_case(&c, 3, 5, 2, 3);
+    EXPECT_OK(m, &c, SAME_BITS, "packed, not paged");
+    paged_case(&c, 8, 4, 4);
+    EXPECT_OK(m, &c, SAME_BITS, "every row fills its pages");
+    paged_case(&c, 7, 4, 4);
+    EXPECT_OK(m, &c, SAME_BITS, "row 0's tail lies past kv_len (7): nothing more to read");
+    paged_case(&c, 5, 8, 4);
+    c.causal = true, c.diag = AF_DIAG_TOP_LEFT, c.q_len = 4; /* keys 5..7 past every query's diagonal */
+    EXPECT_OK(m, &c, 0, "the tail behind the causal diagonal");
+
+    /* the tail holds the case's poison (NaN, +Inf or -Inf by page_seed), the padded view too: NaN
+     * through keys the reference gives no weight, a masked value's leak */
+    paged_case(&c, 5, 8, 4);
+    expect_mutant(m, &c, AF_KIND_MASKED_VALUE_LEAK, AF_KIND_NAN_MISMATCH, 0, "row 0: 5 keys in pages of 4");
+    paged_case(&c, 1, 16, 16);
+    c.dtype = AF_BF16;
+    for (uint32_t seed = 1; seed <= 16; seed++) {
+        c.serve.page_seed = seed; /* NaN, +Inf and -Inf poison alike */
+        expect_mutant(m, &c, AF_KIND_MASKED_VALUE_LEAK, AF_KIND_NAN_MISMATCH, 0, "bf16, one key in a page of 16");
+    }
+}
+
 /* --- the FP8 mutants ------------------------------------------------------------------ */
 
 /* base_case in FP8: bf16 output, descales as a user's amax of N(0, 1) data gives them. */
@@ -798,6 +826,7 @@ int main(void) {
         cmocka_unit_test(test_sink_mutants),
         cmocka_unit_test(test_zero_len_nan),
         cmocka_unit_test(test_segment_leak),
+        cmocka_unit_test(test_page_tail_read),
         cmocka_unit_test(test_fp8_descale_twice),
         cmocka_unit_test(test_fp8_e5m2_as_e4m3),
         cmocka_unit_test(test_racy_sum),

@@ -77,6 +77,10 @@ typedef struct af_campaign_opts {
                                  (a worker or target) declares a serving capability (packed,
                                  paged, sinks, alibi), else 0: the built-ins run serving cases
                                  when asked */
+    double edges;             /* share of generated cases whose shape is drawn on both sides of the
+                                 eligibility switches (head dims, lengths, GQA ratio, alignment;
+                                 case.h af_gen_edges), 0..1; default 0. Fields a backend's
+                                 refusals cluster on are drawn on an edge more often */
     double fp8;               /* share of generated cases with FP8 inputs (0..1); < 0 (the default):
                                  AF_FP8_AUTO when some external backend declares e4m3 or e5m2,
                                  else 0: the built-ins run FP8 cases when asked */

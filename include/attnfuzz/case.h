@@ -341,6 +341,17 @@ struct af_rng;
 void af_case_generate(af_case *c, struct af_rng *rng, size_t budget, double max_flops);
 
 /* The generator's options. */
+/* The fields the edges distribution (af_gen_opts.edges) puts on both sides of the usual
+ * fused-kernel eligibility switches (docs/design.md section 2, "The generator"). */
+typedef enum af_edge_field {
+    AF_EDGE_HEAD_DIM, /* D (and Dv) at 8, 16, 32, 64, 128, 256 and one off them; multiples of 8 between; 288 */
+    AF_EDGE_SEQ,      /* kv_len (and q_len) at 64, 128, 256, 512 and one off them; 192, 384 */
+    AF_EDGE_GQA,      /* Hq / Hkv of 1, 2, 4, 8 or odd 3, 5, 7 over Hkv of 1, 2, 4 */
+    AF_EDGE_ALIGN,    /* Q, K, V rows 16-byte aligned (pad 0 or 8) or not (pad 1, 3, 7) */
+    AF_EDGE_COUNT
+} af_edge_field;
+extern const char *const af_edge_field_names[AF_EDGE_COUNT];
+
 typedef struct af_gen_opts {
     size_t budget;    /* bytes of tensors per case, 0 = AF_DEFAULT_BUDGET */
     double max_flops; /* 0 = no limit */
@@ -351,10 +362,43 @@ typedef struct af_gen_opts {
     double fp8;       /* share of FP8 cases (e4m3 or e5m2 inputs with descales), 0..1 (0: none, and
                          the draws are exactly as without it); such a case is forward-only, dense */
 } af_gen_opts;
+/* The edges distribution's options (af_case_generate_edges). */
+typedef struct af_gen_edges_opts {
+    double share;                 /* share of cases whose shape is drawn on the edges, 0..1 (0: none,
+                                     and the draws are exactly af_case_generate_opts's) */
+    uint8_t weight[AF_EDGE_COUNT]; /* how often each field is put on an edge: 0 or 1 even (1/2),
+                                      w: w / (w + 1) (af_edge_weights) */
+    uint8_t fields;               /* out: the fields the last case was put on edges at (bits
+                                     1 << af_edge_field; 0: not an edge case) */
+} af_gen_edges_opts;
 /* af_case_generate with options: a share of the cases also asks for gradients (any
  * non-empty set, weighted towards all of them; dO drawn like Q, K and V, stride-0 more
  * often, as a `sum().backward()` gives). */
 void af_case_generate_opts(af_case *c, struct af_rng *rng, const af_gen_opts *o);
+/* af_case_generate_opts, and a share e->share of the cases on the edges (af_gen_edges, under
+ * the whole flop cap); e->fields says which fields the case holds on an edge. e NULL: none. */
+void af_case_generate_edges(af_case *c, struct af_rng *rng, const af_gen_opts *o, af_gen_edges_opts *e);
+
+/* Puts the fields of c chosen by weights (af_gen_opts.edge_weight; NULL: even) on both
+ * sides of the eligibility switches, then shrinks c to max_flops keeping those fields where
+ * it can (batch, other fields, q_len first; if it cannot, af_case_cap_flops decides) and
+ * repairs it within budget. Returns the fields left on an edge (bits 1 << af_edge_field). */
+unsigned af_gen_edges(af_case *c, struct af_rng *rng, const uint8_t *weights, double max_flops, size_t budget);
+
+/* What a campaign learns of a backend's refusals on edge cases: for each field, the edge
+ * cases drawn with it on an edge and how many of them the backend refused. */
+typedef struct af_edge_tally {
+    uint32_t cases, refused_cases;
+    uint32_t drawn[AF_EDGE_COUNT], refused[AF_EDGE_COUNT];
+} af_edge_tally;
+/* Counts one edge case (fields: its bits) and whether the backend refused it. */
+void af_edge_tally_note(af_edge_tally *t, unsigned fields, bool refused);
+/* Raises w[f] (never lowers it; start from zeros) to 1 + 3 (rate_f - rate) / (1 - rate),
+ * rounded down, where rate_f is the refused share of the edge cases with field f on an edge
+ * and rate that of all edge cases: a field whose edges the backend refuses more than the
+ * others is drawn on an edge more often (at most w 4: 4/5 of the cases). A field with fewer
+ * than 16 cases drawn gives 1. */
+void af_edge_weights(const af_edge_tally *t, uint8_t w[AF_EDGE_COUNT]);
 
 /* Structure-aware mutation: 1 to 3 meaningful edits (nudge or jump one dimension, swap
  * a layout, toggle a mask kind or the causal alignment, change dtype or TF32, move a

@@ -22,8 +22,7 @@ from . import layouts, rng
 FORMS = ("packed", "paged", "sinks", "alibi")
 TABLES = ("cu_seqlens_q", "cu_seqlens_k", "seqlens_k", "block_table", "sinks", "alibi_slopes")
 
-_STREAM_PAGES, _STREAM_SINKS, _STREAM_ALIBI = 0x50414745, 0x53494E4B, 0x414C4942
-NULL_PAGE_K, NULL_PAGE_V = 64.0, -64.0
+_STREAM_PAGES, _STREAM_SINKS, _STREAM_ALIBI, _STREAM_POISON = 0x50414745, 0x53494E4B, 0x414C4942, 0x504F4953
 
 
 def _philox_at(seed, stream, index):
@@ -69,6 +68,14 @@ def page_count(case):
     return total + 1, width
 
 
+def poison_reach(case, b):
+    """Can a kernel that reads row b's whole pages, or its block table's whole width, reach
+    poison(case): its last page's unused slots, or table entries past its pages (the null
+    page)? A kernel that multiplies masked keys' values (masked_values "ieee") may give NaN
+    there (af_ref_poison_reach)."""
+    return case.paged and (pages(case, b) < page_count(case)[1] or pages(case, b) * case.page_size > seg_k(case, b))
+
+
 def cu_seqlens(lens):
     """int32 prefix sums [0, l0, l0 + l1, ...]."""
     return np.concatenate([[0], np.cumsum(np.asarray(lens, dtype=np.int64))]).astype(np.int32)
@@ -78,6 +85,14 @@ def split_kv(case):
     """Does the case take the split-KV (decode) path: at most 16 queries per row against
     more than 256 keys in some row (af_case_split_kv)?"""
     return case.q_len <= 16 and any(seg_k(case, b) > 256 for b in range(case.batch))
+
+
+def poison(case):
+    """The value a paged case's null page and the unused tail of each row's last page hold
+    (af_serving_poison): NaN, +Inf or -Inf as word 0 of philox(page_seed, POISON, 0) % 8 is
+    0..5, 6 or 7. An honest kernel never reads those slots."""
+    w = _philox_at(case.page_seed, _STREAM_POISON, 0)[0] % 8
+    return math.inf if w == 6 else -math.inf if w == 7 else math.nan
 
 
 # --- the tables -------------------------------------------------------------------------------
@@ -159,9 +174,17 @@ def _strided(shape, dtype, perm, pad):
 
 
 def share(case, k, v):
-    """(k, v) with row 0's keys and values of the shared pages copied into each row sharing
-    them (af_serving_share: a shared page holds one copy, so the padded views must agree)."""
+    """(k, v) with the last page's unused slots of each row (within kv_len) holding
+    poison(case), and row 0's keys and values of the shared pages copied into each row
+    sharing them (af_serving_share: a shared page holds one copy, so the padded views must
+    agree with the cache)."""
     k, v = np.array(k, copy=True), np.array(v, copy=True)
+    if case.paged:
+        fill = poison(case)
+        for b in range(case.batch):
+            end = min(pages(case, b) * case.page_size, case.kv_len)
+            k[b, :, seg_k(case, b):end] = fill
+            v[b, :, seg_k(case, b):end] = fill
     for b in range(1, case.batch):
         n = shared(case, b) * case.page_size
         k[b, :, :n] = k[0, :, :n]
@@ -171,7 +194,8 @@ def share(case, k, v):
 
 def physical(case, q, k, v, dtype_of=None):
     """{name: array} of a serving case's tensors as attnfuzz sends them, from canonical
-    q [B, Hq, Sq, D], k, v (padded views; what lies past a row's lengths is a masked key's;
+    q [B, Hq, Sq, D], k, v (padded views; what lies past a row's lengths is never read: a
+    cache's null page and page tails hold poison(case);
     rows sharing pages must hold row 0's values there: share()):
     q (THD [Tq, Hq, D] when packed), k and v (the caches [P, page_size, Hkv, D] when paged,
     THD when packed), and the tables TABLES the case has. A tensor in its dense form (q of a
@@ -199,13 +223,13 @@ def physical(case, q, k, v, dtype_of=None):
         tab, _, null = block_table(case)
         P, W = page_count(case)
         ps = case.page_size
-        for n, fill in (("k", NULL_PAGE_K), ("v", NULL_PAGE_V)):
+        fill = poison(case)
+        for n in ("k", "v"):
             x = _strided((P, ps, heads[n], dims[n]), dt, spec[n]["perm"] % 24, spec[n]["pad"])
             x[null] = fill
             for b in range(B):
-                slots = pages(case, b) * ps
-                full = np.zeros((slots, heads[n], dims[n]))
-                m = min(slots, case.kv_len)
+                slots, m = pages(case, b) * ps, seg_k(case, b)
+                full = np.full((slots, heads[n], dims[n]), fill)
                 full[:m] = canon[n][b, :, :m].transpose(1, 0, 2)
                 for p in range(pages(case, b)):
                     x[tab[b, p]] = full[p * ps:(p + 1) * ps].astype(dt)

@@ -71,13 +71,16 @@ class Result:
     worker's own RNG drew (conventions dropout "keep_mask"); grads: {name: array} for a
     backward case (the module's doc); lse: [B, Hq, Sq] softmax statistics (the module's doc);
     compile_s, run_s: seconds (the kit reports compile_s 0 and measures run_s when they are
-    None)."""
+    None); guard_writes: the guard bands the run changed, attnfuzz.guard.writes() of the
+    buffers the target handed the kernel (empty: none)."""
 
-    __slots__ = ("out", "layout", "dropout_keep", "grads", "compile_s", "run_s", "lse")
+    __slots__ = ("out", "layout", "dropout_keep", "grads", "compile_s", "run_s", "lse", "guard_writes")
 
-    def __init__(self, out, layout="bhsd", dropout_keep=None, compile_s=None, run_s=None, grads=None, lse=None):
+    def __init__(self, out, layout="bhsd", dropout_keep=None, compile_s=None, run_s=None, grads=None, lse=None,
+                 guard_writes=None):
         self.out = out
         self.lse = lse
+        self.guard_writes = guard_writes
         self.layout = layout
         self.dropout_keep = dropout_keep
         self.grads = grads
@@ -234,7 +237,29 @@ def _answer(rid, case, res, seconds, want_lse=False):
         arrays.append(("lse", lse_array(case, res.lse)))
     h = {"id": rid, "status": "ok", "layout": lay,
          "timings": {"compile_s": float(compile_s or 0.0), "run_s": float(run_s if run_s is not None else seconds)}}
+    gw = res.guard_writes if isinstance(res, Result) else None
+    if gw:
+        h["guard_writes"] = _guard_writes(gw)
     return h, arrays
+
+
+_MARGINS = ("before", "after", "null_page", "page_tail")
+
+
+def _guard_writes(gw):
+    """The result member guard_writes (docs/worker-protocol.md) checked: at most 8 entries
+    {"buffer": name, "margin": one of _MARGINS, "offset": N >= 0, "count": M >= 1}."""
+    gw = list(gw)
+    if len(gw) > 8:
+        raise ValueError("guard_writes has %d entries, at most 8" % len(gw))
+    out = []
+    for e in gw:
+        buf, margin, off, count = e["buffer"], e["margin"], int(e["offset"]), int(e["count"])
+        if not isinstance(buf, str) or not buf or margin not in _MARGINS or off < 0 or count < 1:
+            raise ValueError("guard_writes entry %r is not {buffer, margin (%s), offset >= 0, count >= 1}"
+                             % (e, ", ".join(_MARGINS)))
+        out.append({"buffer": buf, "margin": margin, "offset": off, "count": count})
+    return out
 
 
 def mask_grad_shape(case):

@@ -34,6 +34,7 @@ typedef enum af_mutant_id {
     AF_MUT_SINK_IN_NUMERATOR,
     AF_MUT_ZERO_LEN_NAN,
     AF_MUT_SEGMENT_LEAK,
+    AF_MUT_PAGE_TAIL_READ,
     /* FP8 inputs */
     AF_MUT_FP8_DESCALE_TWICE,
     AF_MUT_FP8_E5M2_AS_E4M3,
@@ -148,6 +149,9 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
     case AF_MUT_SEGMENT_LEAK:
         if (af_mutant_segment_leak_applies(c)) AF_TRY(af_mutant_segment_leak(in, &bent, &m->misread, views, err));
         break;
+    case AF_MUT_PAGE_TAIL_READ:
+        if (af_mutant_page_tail_applies(c)) AF_TRY(af_mutant_page_tail_read(in, &bent, &m->misread, views, err));
+        break;
     case AF_MUT_FP8_DESCALE_TWICE:
         /* K's descale folded into the softmax scale and applied again on dequantizing K */
         views[1].descale = in->kv.descale * in->kv.descale;
@@ -216,6 +220,7 @@ static af_grad_bug af_mutant_grad_bug(af_mutant_id id, const af_case *c) {
     case AF_MUT_SINK_IN_NUMERATOR:
     case AF_MUT_ZERO_LEN_NAN:
     case AF_MUT_SEGMENT_LEAK:
+    case AF_MUT_PAGE_TAIL_READ:
     case AF_MUT_FP8_DESCALE_TWICE:
     case AF_MUT_FP8_E5M2_AS_E4M3:
     case AF_MUT_RACY_SUM:
@@ -313,6 +318,8 @@ AF_MUTANT(AF_MUT_ZERO_LEN_NAN, zero_len_nan,
           "flash-attention PR#2421: a segment without keys gives NaN (0 / 0) instead of 0")
 AF_MUTANT(AF_MUT_SEGMENT_LEAK, segment_leak,
           "pytorch#177378: packed segments attend to the next segment's keys (the key range ends at cu_seqlens_k[b + 2])")
+AF_MUTANT(AF_MUT_PAGE_TAIL_READ, page_tail_read,
+          "ROCm paged attention, vLLM's null block: the last page read to its end, its unused (poisoned) slots taken for keys")
 AF_MUTANT(AF_MUT_FP8_DESCALE_TWICE, fp8_descale_twice,
           "FP8 attention: K's descale folded into the softmax scale and applied again when dequantizing K")
 AF_MUTANT(AF_MUT_FP8_E5M2_AS_E4M3, fp8_e5m2_as_e4m3,
@@ -353,7 +360,7 @@ const af_backend_vtable *const af_mutant_vtables[] = {
     &af_mutant_vt_bshd_as_bhsd,              &af_mutant_vt_mhav2_concat,            &af_mutant_vt_causal_top_left,
     &af_mutant_vt_splitkv_batch_stride,      &af_mutant_vt_block_table_off_by_one,  &af_mutant_vt_alibi_off_by_one,
     &af_mutant_vt_sink_ignored,              &af_mutant_vt_sink_in_numerator,       &af_mutant_vt_zero_len_nan,
-    &af_mutant_vt_segment_leak,              &af_mutant_vt_fp8_descale_twice,       &af_mutant_vt_fp8_e5m2_as_e4m3,
+    &af_mutant_vt_segment_leak,              &af_mutant_vt_page_tail_read,          &af_mutant_vt_fp8_descale_twice,       &af_mutant_vt_fp8_e5m2_as_e4m3,
     &af_mutant_vt_bwd_dq_no_scale,         &af_mutant_vt_bwd_gqa_no_sum,
     &af_mutant_vt_bwd_dropout_not_reapplied, &af_mutant_vt_bwd_softcap_no_derivative,
     &af_mutant_vt_bwd_causal_missing_in_ds,  &af_mutant_vt_bwd_tail_tile_past_sk,   &af_mutant_vt_bwd_lse_nan,

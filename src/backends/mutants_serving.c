@@ -99,6 +99,48 @@ af_status af_mutant_segment_leak(const af_case_tensors *in, af_case *bent, af_sc
     return AF_OK;
 }
 
+/* The keys row b's pages hold, the unused tail of its last page counted, within kv_len. */
+static uint32_t af_mutant_page_end(const af_case *c, uint32_t b) {
+    uint32_t end = af_case_pages(c, b) * c->serve.page_size;
+    return end < c->kv_len ? end : c->kv_len;
+}
+
+bool af_mutant_page_tail_applies(const af_case *c) {
+    if (!(c->serve.forms & AF_SERVE_PAGED)) return false;
+    for (uint32_t b = 0; b < c->batch; b++)
+        if (af_mutant_page_end(c, b) > af_case_seg_k(c, b)) return true;
+    return false;
+}
+
+af_status af_mutant_page_tail_read(const af_case_tensors *in, af_case *bent, af_scratch *ws, af_view views[3],
+                                   af_error *err) {
+    const af_case *c = in->c;
+    for (int w = AF_K; w <= AF_V; w++) {
+        const af_view *src = w == AF_K ? &in->kv : &in->vv;
+        size_t B = src->ne[0], H = src->ne[1], S = src->ne[2], D = src->ne[3];
+        double *buf = AF_SCRATCH(ws, w, double, B * H * S * D, err);
+        if (!buf) return AF_ERR_NOMEM;
+        for (uint32_t b = 0; b < B; b++) {
+            uint32_t n = af_case_seg_k(c, b), end = af_mutant_page_end(c, b);
+            for (size_t h = 0; h < H; h++)
+                for (uint32_t j = 0; j < S; j++) {
+                    double *dst = buf + ((b * H + h) * S + j) * D;
+                    if (j < n || j >= end) { /* a live key, or one past the pages: the padded view's */
+                        for (size_t d = 0; d < D; d++) dst[d] = af_view_get(src, b, h, j, d);
+                        continue;
+                    }
+                    /* the bug: the last page read to its end, its unused slots taken for keys */
+                    const unsigned char *row = af_serving_key_row(in, (af_tensor_id)w, b, (uint32_t)h, j);
+                    const af_tensor *cache = w == AF_K ? &in->srv.k : &in->srv.v;
+                    for (size_t d = 0; d < D; d++) dst[d] = af_dtype_load(cache->dtype, row, d * cache->nb[3]);
+                }
+            bent->serve.kv_lens[b] = end > n ? end : n;
+        }
+        af_mutant_f64_view(&views[w], buf, B, H, S, D);
+    }
+    return AF_OK;
+}
+
 void af_mutant_splitkv_fold(const af_case *c, double *out) {
     if (!af_case_split_kv(c) || c->batch < 2) return;
     size_t row = (size_t)c->q_heads * c->q_len * c->v_head_dim;

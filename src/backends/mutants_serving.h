@@ -22,6 +22,14 @@ bool af_mutant_segment_leak_applies(const af_case *c);
 af_status af_mutant_segment_leak(const af_case_tensors *in, af_case *bent, af_scratch *ws, af_view views[3],
                                  af_error *err);
 
+/* page_tail_read: a paged case with a row whose keys end inside a page before the padded
+ * kv_len. Then that row's length is rounded up to its pages' end (at most kv_len): views[1],
+ * views[2] hold the keys and values with those slots read from the caches (the poisoned
+ * tail, docs/design.md section 2) and bent's kv_lens counts them. */
+bool af_mutant_page_tail_applies(const af_case *c);
+af_status af_mutant_page_tail_read(const af_case_tensors *in, af_case *bent, af_scratch *ws, af_view views[3],
+                                   af_error *err);
+
 /* splitkv_batch_stride: on the split-KV path with several rows, every row's output
  * [Hq, Sq, Dv] replaced by row 0's (out is the reference's [B, Hq, Sq, Dv]). */
 void af_mutant_splitkv_fold(const af_case *c, double *out);

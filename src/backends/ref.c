@@ -39,10 +39,24 @@ enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 /* A score as the honest run holds it: in f32, or in the dtype under scores "dtype". */
 static inline double af_ref_rsc(bool lowp, af_dtype dt, double x) { return lowp ? af_rdt(x, dt) : af_r32(x); }
 
+/* Can a kernel that reads row b's whole pages, or its block table's whole width, reach the
+ * case's poison (inputs_serving.c)? Its last page's unused slots (past kv_len they have no
+ * key in the padded view) and its table's entries past its pages (the null page) hold it: a
+ * kernel that multiplies masked keys' values gets NaN there, which the leak map flags as a
+ * masked value's. widest: the most pages any row takes. */
+static bool af_ref_poison_reach(const af_case *c, size_t b, uint32_t widest) {
+    if (!(c->serve.forms & AF_SERVE_PAGED)) return false;
+    uint32_t n = af_case_pages(c, (uint32_t)b);
+    return n < widest || (size_t)n * c->serve.page_size > af_case_seg_k(c, (uint32_t)b);
+}
+
 af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const af_view *kv, const af_view *vv,
                            const af_ref_opts *opts, double *out, uint8_t *masked_rows, af_scratch *ws,
                            af_error *err) {
     const af_case *c = in->c;
+    uint32_t widest = 1; /* the block table's width (inputs_serving.c) */
+    for (uint32_t b = 0; b < c->batch; b++)
+        if (af_case_pages(c, b) > widest) widest = af_case_pages(c, b);
     const size_t B = c->batch, Hq = c->q_heads, Hkv = c->kv_heads, Sq = c->q_len, Sk = c->kv_len;
     const size_t D = c->head_dim, Dv = c->v_head_dim, group = Hq / Hkv;
     const af_dtype dt = c->dtype;
@@ -432,6 +446,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             }
                             for (size_t d = 0; d < Dv; d++) o[d] += s[j] * saved[n * Dv + d];
                         }
+                        if (lk && af_ref_poison_reach(c, b, widest)) memset(lk, 1, Dv);
                         if (opts->row_vscale) {
                             double vs = 0.0;
                             if (!special_row)

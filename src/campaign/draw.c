@@ -41,6 +41,7 @@ void af_draw_case(const af_draw *d, uint64_t n, double backward, af_case *c, uin
     double max_flops = d->max_flops;
     *skip = 0;
     for (int tries = 0;; tries++) {
+        d->edges->fields = 0;
         uint32_t pick = af_rng_below(rng, 10);
         if (o->strategy == AF_STRATEGY_GRID) {
             af_grid_case(c, n, rng, o->exec.budget);
@@ -54,7 +55,7 @@ void af_draw_case(const af_draw *d, uint64_t n, double backward, af_case *c, uin
                               &pool->cases[af_rng_below(rng, (uint32_t)pool->n)], c, rng, o->exec.budget);
         } else {
             af_gen_opts go = {o->exec.budget, max_flops, backward, d->serving, d->fp8};
-            af_case_generate_opts(c, rng, &go);
+            af_case_generate_edges(c, rng, &go, d->edges);
         }
         if (backward <= 0.0 && c->bwd.grads) { /* forward-only campaign */
             c->bwd.grads = 0;

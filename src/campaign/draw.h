@@ -24,6 +24,8 @@ typedef struct af_draw {
     double max_flops; /* cap per generated case */
     double serving;   /* share of generated cases in a serving form */
     double fp8;       /* share of generated cases in an FP8 format */
+    af_gen_edges_opts *edges; /* the edges share and field weights; its fields: the last
+                                 draw's edge fields (0 when not generated on the edges) */
 } af_draw;
 
 /* The next case of the strategy (n: the cases drawn before it; the grid's point), with

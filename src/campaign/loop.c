@@ -70,6 +70,12 @@ typedef struct af_loop {
     size_t flying;                     /* the batch in flight: its cases, bank[fly][0 .. flying) */
     unsigned fly;
     uint32_t skips[AF_EXEC_MAX_BATCH]; /* per case: the backends left out for their known bugs */
+    /* the edges distribution (--edges): its options (the draw's), each case's edge fields
+     * per bank, and per check what its backend refused of them (case.h af_edge_tally) */
+    af_gen_edges_opts edges;
+    uint8_t edge_fields[2][AF_EXEC_MAX_BATCH];
+    af_edge_tally *tally; /* ntally entries: the checks of the executor */
+    size_t ntally;
     /* reporting */
     bool status, tty;
     double start, last_status, last_stats, last_time;
@@ -127,8 +133,12 @@ static af_status af_loop_open(af_loop *L, const af_campaign_opts *o, af_campaign
     AF_TRY(af_known_gate_init(&L->gate, o->known, L->x, o->known_fault_gap, err));
     L->seeds = L->pool->n;
     L->backward = af_loop_backward_share(o, L->x);
+    L->edges.share = o->edges;
+    L->ntally = af_exec_check_count(L->x);
+    L->tally = af_calloc(L->ntally + 1, sizeof *L->tally);
+    if (!L->tally) return af_error_set(err, AF_ERR_NOMEM, "out of memory");
     L->draw = (af_draw){o, L->pool, &L->rng, L->x, L->store, &L->gate, s, o->max_flops > 0 ? o->max_flops : 2e7,
-                        af_loop_serving_share(o, L->x), af_loop_fp8_share(o, L->x)};
+                        af_loop_serving_share(o, L->x), af_loop_fp8_share(o, L->x), &L->edges};
     L->status = status;
     L->tty = status && isatty(STDERR_FILENO);
     L->key = af_exec_compile_key(L->x);
@@ -148,6 +158,7 @@ static void af_loop_close(af_loop *L) {
     af_free(L->bank[0]);
     af_free(L->bank[1]);
     af_free(L->kept);
+    af_free(L->tally);
     af_known_gate_free(&L->gate);
     af_free(L->pool);
     af_store_destroy(L->store);
@@ -202,6 +213,7 @@ static size_t af_loop_draw(af_loop *L, af_case *cases, bool stop) {
     while (!stop && n < L->bmax && !(o->runs && s->execs + L->flying + n >= o->runs)) {
         af_case c;
         uint32_t skip = 0;
+        uint8_t edge = 0; /* its edge fields: a generated case's */
         bool seed = L->seeds_run < L->seeds && !reuse;
         if (seed) {
             c = L->pool->cases[L->seeds_run++];
@@ -212,6 +224,7 @@ static size_t af_loop_draw(af_loop *L, af_case *cases, bool stop) {
             if (!af_loop_draw_revalue(L, cases, n, structure, share, &reuse, &c, &skip)) break;
         } else {
             af_draw_case(&L->draw, s->execs + L->flying + n, share, &c, &skip);
+            edge = L->edges.fields;
         }
         size_t cb = af_case_tensor_bytes(&c);
         if (n > 0 && (bytes + cb > L->bbytes || (seed && L->key && af_case_key_hash(&c, L->key) !=
@@ -221,6 +234,7 @@ static size_t af_loop_draw(af_loop *L, af_case *cases, bool stop) {
         }
         L->skips[n] = skip;
         L->seeded[L->fly ^ 1][n] = seed;
+        L->edge_fields[L->fly ^ 1][n] = edge;
         cases[n++] = c;
         bytes += cb;
     }
@@ -360,6 +374,18 @@ static void af_loop_report(af_loop *L, double now) {
     }
 }
 
+/* An edge case checked (fields: its edge fields; 0: not one): each check's backend refused it
+ * or ran it; the field weights of the next draws raised for the fields some backend's
+ * refusals cluster on (the most any backend asks). */
+static void af_loop_observe_edges(af_loop *L, uint8_t fields) {
+    if (!fields) return;
+    memset(L->edges.weight, 0, sizeof L->edges.weight);
+    for (size_t i = 0; i < af_exec_check_count(L->x) && i < L->ntally; i++) {
+        af_edge_tally_note(&L->tally[i], fields, !af_exec_check_ran(L->x, i));
+        af_edge_weights(&L->tally[i], L->edges.weight);
+    }
+}
+
 /* --- the loop ---------------------------------------------------------------------------- */
 
 /* Draw, submit, collect, check, observe, store, report until a limit or a stop. */
@@ -384,6 +410,7 @@ static af_status af_loop_run(af_loop *L, af_error *err) {
         for (size_t bi = 0; bi < n && st == AF_OK; bi++) {
             if (n > 1 || L->pipe) af_exec_select(L->x, bi, NULL);
             af_loop_observe(L, &cases[bi], seeded[bi]);
+            af_loop_observe_edges(L, L->edge_fields[L->fly ^ 1][bi]);
             st = af_loop_store(L, err);
         }
         af_loop_report(L, now);

@@ -52,6 +52,10 @@ static void af_fuzz_usage(FILE *f) {
             "  --fp8 SHARE         share of generated cases with FP8 inputs (e4m3 or e5m2 Q, K,\n"
             "                      V with per-tensor descales), 0..1 (default 0.25 when a\n"
             "                      worker or target declares e4m3 or e5m2, else 0)\n"
+            "  --edges SHARE       share of generated cases on both sides of the fused kernels'\n"
+            "                      switches (head dims 8..256 and one off, lengths at 64, 128,\n"
+            "                      256, 512 and one off, GQA ratios, unaligned rows), 0..1;\n"
+            "                      the fields a backend refuses more are drawn more (default 0)\n"
             "  --tiny              every dimension 1 (measures per-case overhead)\n"
             "  --timeout S         seconds a worker backend gets per case (default 10); past\n"
             "                      it the worker is killed and the case kept as a timeout\n"
@@ -127,7 +131,7 @@ int af_cmd_fuzz(int argc, char **argv) {
     int selected = 0;
     af_cli_known ko = {0};
     enum { O_RUNS = 1, O_TIME, O_SEED, O_CRASHES, O_CORPUS, O_JOBS, O_STATS, O_MAXF, O_FLOPS, O_QUIET, O_HELP, O_STRAT, O_NOMIN, O_TINY, O_NOBIND,
-           O_BATCH, O_NOPIPE, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING, O_FAULTGAP, O_FP8, O_DETERMINISM };
+           O_BATCH, O_NOPIPE, O_THREADS, O_NOSPARE, O_SHARD, O_ROOT, O_BACKWARD, O_MINSHARE, O_MINGRACE, O_SERVING, O_FAULTGAP, O_FP8, O_DETERMINISM, O_EDGES };
     static const struct option longopts[] = {
         AF_CLI_EXEC_OPTIONS,
         AF_CLI_KNOWN_OPTIONS,
@@ -158,6 +162,7 @@ int af_cmd_fuzz(int argc, char **argv) {
         {"serving", required_argument, 0, O_SERVING},
         {"fp8", required_argument, 0, O_FP8},
         {"determinism", required_argument, 0, O_DETERMINISM},
+        {"edges", required_argument, 0, O_EDGES},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -224,6 +229,12 @@ int af_cmd_fuzz(int argc, char **argv) {
             char *end = NULL;
             o.fp8 = strtod(optarg, &end);
             if (end == optarg || *end || !(o.fp8 >= 0.0 && o.fp8 <= 1.0)) goto bad;
+            break;
+        }
+        case O_EDGES: {
+            char *end = NULL;
+            o.edges = strtod(optarg, &end);
+            if (end == optarg || *end || !(o.edges >= 0.0 && o.edges <= 1.0)) goto bad;
             break;
         }
         case O_QUIET: o.quiet = true; break;

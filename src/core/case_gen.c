@@ -128,7 +128,9 @@ void af_case_generate(af_case *c, af_rng *r, size_t budget, double max_flops) {
     af_case_generate_opts(c, r, &o);
 }
 
-void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
+void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) { af_case_generate_edges(c, r, o, NULL); }
+
+void af_case_generate_edges(af_case *c, af_rng *r, const af_gen_opts *o, af_gen_edges_opts *e) {
     const size_t budget = o->budget;
     const double max_flops = o->max_flops;
     af_case_default(c);
@@ -218,7 +220,12 @@ void af_case_generate_opts(af_case *c, af_rng *r, const af_gen_opts *o) {
     /* after it, for the same reason; an FP8 case is forward-only and dense (repair) */
     if (o->fp8 > 0.0 && af_rng_uniform(r) < o->fp8) af_fp8_generate(c, r);
 
+    /* after it, for the same reason: the shape on both sides of the eligibility switches
+     * (case_gen_edges.c), under the whole cap (an edge costs what it costs) */
+    bool edges = e && e->share > 0.0 && af_rng_uniform(r) < e->share;
     af_case_repair(c, budget);
+    unsigned fields = edges ? af_gen_edges(c, r, e->weight, max_flops, budget) : 0u;
+    if (e) e->fields = (uint8_t)fields;
     /* medium cases get a sixteenth of the cap: a campaign spends its time evenly */
-    if (max_flops > 0) af_case_cap_flops(c, cls == 2 ? max_flops : max_flops / 16.0, budget);
+    if (!edges && max_flops > 0) af_case_cap_flops(c, cls == 2 ? max_flops : max_flops / 16.0, budget);
 }

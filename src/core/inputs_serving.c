@@ -4,6 +4,11 @@
  * the sink logits and the ALiBi slopes. Everything is a pure function of the case and the
  * canonical values, mirrored by python/attnfuzz/serving.py:
  *
+ *   poison       the null page and every slot of a row's pages past its kv_lens[b] (the
+ *                unused tail of its last page) hold one non-finite value: word 0 of
+ *                philox(page_seed, AF_STREAM_POISON, 0) % 8 is 0..5: NaN, 6: +Inf, 7: -Inf.
+ *                An honest kernel never reads them (vLLM's null block, ROCm's V padding:
+ *                docs/design.md section 2)
  *   block table  the cache's P pages (each row's own, shared ones once, the null page) take
  *                physical ids perm[0..P-1], a Fisher-Yates shuffle of 0..P-1 drawn from
  *                page_seed (step k swaps k with philox(page_seed, AF_STREAM_PAGES, k)[0] %
@@ -25,10 +30,22 @@
 #include "case_serving.h"
 #include "vmath.h"
 
-enum { AF_STREAM_PAGES = 0x50414745u, AF_STREAM_SINKS = 0x53494e4bu, AF_STREAM_ALIBI = 0x414c4942u };
+enum {
+    AF_STREAM_PAGES = 0x50414745u,
+    AF_STREAM_SINKS = 0x53494e4bu,
+    AF_STREAM_ALIBI = 0x414c4942u,
+    AF_STREAM_POISON = 0x504f4953u
+};
 
-#define AF_NULL_PAGE_K 64.0
-#define AF_NULL_PAGE_V (-64.0)
+double af_serving_poison(const af_case *c) {
+    uint32_t w[4];
+    af_philox_at(c->serve.page_seed, AF_STREAM_POISON, 0, w);
+    switch (w[0] % 8u) {
+    case 6: return (double)INFINITY;
+    case 7: return -(double)INFINITY;
+    default: return (double)NAN;
+    }
+}
 
 static size_t af_serving_align(size_t n) { return (n + 63u) & ~(size_t)63u; }
 
@@ -228,19 +245,20 @@ static void af_serving_fill_cache(const af_case_tensors *t, af_tensor_id which) 
     uint32_t ps = c->serve.page_size, Hkv = c->kv_heads;
     size_t D = x->ne[3];
     unsigned char *base = x->data;
+    double poison = af_serving_poison(c);
     for (uint32_t g = 0; g < Hkv; g++)
         for (uint32_t s = 0; s < ps; s++)
             af_serving_fill_row(base + (size_t)t->srv.null_page * x->nb[0] + (size_t)s * x->nb[1] + (size_t)g * x->nb[2],
-                                x->nb[3], D, x->dtype, which == AF_K ? AF_NULL_PAGE_K : AF_NULL_PAGE_V);
+                                x->nb[3], D, x->dtype, poison);
     for (uint32_t b = 0; b < c->batch; b++) {
-        uint32_t slots = af_case_pages(c, b) * ps;
+        uint32_t slots = af_case_pages(c, b) * ps, n = af_case_seg_k(c, b);
         for (uint32_t g = 0; g < Hkv; g++)
             for (uint32_t j = 0; j < slots; j++) {
                 unsigned char *row = (unsigned char *)(uintptr_t)af_serving_key_row(t, which, b, g, j);
-                if (j < c->kv_len) {
-                    af_serving_copy_row(row, x->nb[3], v, b, g, j); /* past kv_lens[b]: a masked key's */
-                } else {
-                    af_serving_fill_row(row, x->nb[3], D, x->dtype, 0.0);
+                if (j < n) {
+                    af_serving_copy_row(row, x->nb[3], v, b, g, j);
+                } else { /* the last page's unused tail */
+                    af_serving_fill_row(row, x->nb[3], D, x->dtype, poison);
                 }
             }
     }
@@ -250,6 +268,19 @@ void af_serving_share(af_case_tensors *t) {
     const af_case *c = t->c;
     if (!(c->serve.forms & AF_SERVE_PAGED)) return;
     const af_view *views[2] = {&t->kv, &t->vv};
+    /* the last page's unused slots hold the poison in the padded views too: a kernel that
+     * reads them reads a masked key's non-finite value (the oracle's masked_value_leak) */
+    double poison = af_serving_poison(c);
+    for (uint32_t b = 0; b < c->batch; b++) {
+        uint32_t end = af_case_pages(c, b) * c->serve.page_size;
+        if (end > c->kv_len) end = c->kv_len;
+        for (int w = 0; w < 2; w++)
+            for (uint32_t g = 0; g < c->kv_heads; g++)
+                for (uint32_t j = af_case_seg_k(c, b); j < end; j++)
+                    for (size_t d = 0; d < views[w]->ne[3]; d++)
+                        af_dtype_store(views[w]->dtype, (unsigned char *)(uintptr_t)views[w]->data,
+                                       af_view_offset(views[w], b, g, j, d), poison);
+    }
     for (uint32_t b = 1; b < c->batch; b++) {
         uint32_t n = af_serving_shared(c, b) * c->serve.page_size;
         for (int w = 0; w < 2; w++)

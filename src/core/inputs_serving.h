@@ -9,10 +9,14 @@
  * (64-byte aligned) from base; with base NULL only the size is computed. Returns the bytes
  * the buffer needs (0 without a serving form). */
 size_t af_serving_place(const af_case *c, af_serving_tensors *s, void *base);
-/* Paged with shared pages: row 0's keys and values of the shared pages copied into the
- * canonical views of each row sharing them (so that the padded view equals the gathered
- * cache). */
+/* Paged: the poison (af_serving_poison) into the canonical K and V views at the slots of
+ * each row's last page past its kv_lens[b] (within kv_len), and, with shared pages, row 0's
+ * keys and values of the shared pages copied into each row sharing them (so that the padded
+ * view equals the gathered cache, tails included). */
 void af_serving_share(af_case_tensors *t);
+/* The value a paged case's null page and its rows' unused page tails hold: NaN, or +Inf or
+ * -Inf (a quarter of the cases together), drawn from the case's page_seed. */
+double af_serving_poison(const af_case *c);
 /* Fills the serving tensors placed in t->srv from t's canonical views and the case's seeds. */
 void af_serving_fill(af_case_tensors *t);
 

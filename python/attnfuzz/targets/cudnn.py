@@ -44,7 +44,7 @@ import sys
 
 import numpy as np
 
-from attnfuzz import serving
+from attnfuzz import guard, serving
 from attnfuzz.targets import _base, _common, _torch_layouts
 from attnfuzz.targets._torch_layouts import to_bhsd, to_numpy, to_torch, unpack_qkv
 
@@ -332,23 +332,32 @@ def build_graph(cudnn, handle, case, t, spec):
     return {"fwd": fwd, "g": g, "bwd": bwd, "b": b}
 
 
-def run_graph(handle, case, t, art, dev):
+def run_graph(handle, case, t, art, dev, guards=None):
     """Runs the built graphs on the case's tensors: (out [B, Hq, Sq, Dv] or THD [Tq, Hq, Dv],
-    its layout, {gradient: tensor} of a backward case, the dropout keep mask or None)."""
+    its layout, {gradient: tensor} of a backward case, the dropout keep mask or None). With a
+    list guards, the dense output and the gradients dq, dk, dv are allocated inside guard bands
+    (attnfuzz.guard), whose guards are appended to it."""
     import torch
     B, Hq, Sq, Dv = case.batch, case.q_heads, case.q_len, case.v_head_dim
     dt = torch_dtype(case.dtype)
     made = {}
+
+    def zeros(name, shape):
+        if guards is None:
+            return torch.zeros(shape, dtype=dt, device=dev)
+        guards.append(guard.torch_out(shape, dt, dev, name="out" if name == "o" else name))
+        return guards[-1].inner
+
     if case.thd:
         rows = int(serving.cu_seqlens([case.seg_q(b) for b in range(B)])[-1])
         made["o"] = torch.zeros((rows + 64, Hq, Dv), dtype=dt, device=dev)
     else:
-        made["o"] = torch.zeros((B, Hq, Sq, Dv), dtype=dt, device=dev)
+        made["o"] = zeros("o", (B, Hq, Sq, Dv))
     if art["bwd"] is not None:
         made["stats"] = torch.zeros((B, Hq, Sq, 1), dtype=torch.float32, device=dev)
         made["do"] = to_bhsd(to_torch(case.dout, dev), case.out_layout, Hq, Dv).to(dt).contiguous()
         for n in ("dq", "dk", "dv"):
-            made[n] = torch.zeros(logical(case, t, n)[0], dtype=dt, device=dev)
+            made[n] = zeros(n, logical(case, t, n)[0])
         if "dmask" in case.grads:
             made["dbias"] = torch.zeros(tuple(t["bias"].shape), dtype=dt, device=dev)
     for graph, names in ((art["fwd"], art["g"]), (art["bwd"], art["b"])):
@@ -492,10 +501,11 @@ class Target(_base.Target):
     def execute(self, art, case, q, k, v, mask, bool_mask):
         from attnfuzz.worker import Result
         t = cudnn_inputs(case, q, k, v, mask, "cuda")
-        out, lay, grads, keep = run_graph(self.handle, case, t, art, "cuda")
+        guards = []
+        out, lay, grads, keep = run_graph(self.handle, case, t, art, "cuda", guards)
         res = Result(to_numpy(out), layout=lay,
                      grads={n: to_numpy(x).reshape(mask.shape) if n == "dmask" else to_numpy(x)
-                            for n, x in grads.items()} or None)
+                            for n, x in grads.items()} or None, guard_writes=guard.writes(*guards))
         if keep is not None:
             res.dropout_keep = keep.cpu().numpy()
         return res

@@ -35,7 +35,7 @@ import sys
 
 import numpy as np
 
-from attnfuzz import serving
+from attnfuzz import guard, serving
 from attnfuzz.targets import _base, _common, _torch_layouts
 from attnfuzz.targets._torch_layouts import to_bhsd, to_numpy, to_torch, unpack_qkv
 
@@ -176,9 +176,10 @@ def paged_cache(case, q, k, v, dev, dt):
     return kc, vc, ps, t[0], t[1], t[2]
 
 
-def flashinfer_attention(case, q, k, v, dev, kind, workspace=None):
+def flashinfer_attention(case, q, k, v, dev, kind, workspace=None, guards=None):
     """One case through the kind's FlashInfer API: the output as THD [sum nq, Hq, Dv] (the
-    rows' queries in order) and the rows' query counts."""
+    rows' queries in order) and the rows' query counts. With a list guards, the batch
+    wrappers write into out= inside guard bands (attnfuzz.guard), its guard appended there."""
     import flashinfer
     import torch
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
@@ -214,7 +215,7 @@ def flashinfer_attention(case, q, k, v, dev, kind, workspace=None):
             w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD")
             w.plan(qo, kv, case.q_heads, case.kv_heads, case.head_dim, head_dim_vo=case.v_head_dim,
                    q_data_type=dt, kv_data_type=dt, **kw)
-            r = w.run(qt, kt, vt, return_lse=want_lse)
+            r = w.run(qt, kt, vt, return_lse=want_lse, **guarded_out(qt, case, dt, guards))
         else:
             kc, vc, ps, indptr, indices, last = paged_cache(case, q, k, v, dev, dt)
             if kind == "decode":
@@ -226,12 +227,21 @@ def flashinfer_attention(case, q, k, v, dev, kind, workspace=None):
                 w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
                 w.plan(qo, indptr, indices, last, case.q_heads, case.kv_heads, case.head_dim, ps,
                        head_dim_vo=case.v_head_dim, q_data_type=dt, kv_data_type=dt, **kw)
-            r = w.run(qt, (kc, vc), return_lse=want_lse)
+            r = w.run(qt, (kc, vc), return_lse=want_lse, **guarded_out(qt, case, dt, guards))
         out, lse = r if want_lse else (r, None)
     if want_lse:
         out = with_sink(case, out, lse)
     torch.cuda.synchronize()
     return out, [nq for nq, _ in lens]
+
+
+def guarded_out(qt, case, dt, guards):
+    """{"out": a THD output inside guard bands} for a batch wrapper's run (its guard appended to
+    guards), or {} without guards."""
+    if guards is None:
+        return {}
+    guards.append(guard.torch_out((qt.shape[0], case.q_heads, case.v_head_dim), dt, qt.device))
+    return {"out": guards[-1].inner}
 
 
 def thd_to_bhsd(case, out, nqs):
@@ -304,11 +314,12 @@ class Target(_base.Target):
 
     def execute(self, art, case, q, k, v, mask, bool_mask):
         from attnfuzz.worker import Result
-        out, nqs = flashinfer_attention(case, q, k, v, "cuda", self.variant, self.workspace)
+        guards = []
+        out, nqs = flashinfer_attention(case, q, k, v, "cuda", self.variant, self.workspace, guards)
         out = to_numpy(out)
         if case.thd:
-            return Result(out, layout="thd")
-        return Result(thd_to_bhsd(case, out, nqs), layout="bhsd")
+            return Result(out, layout="thd", guard_writes=guard.writes(*guards))
+        return Result(thd_to_bhsd(case, out, nqs), layout="bhsd", guard_writes=guard.writes(*guards))
 
     def fatal(self, exc):
         return "CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError"
@@ -318,7 +329,7 @@ def repro_snippet(variant):
     return _common.snippet(
         ["import torch", "import flashinfer"],
         _torch_layouts.FUNCTIONS + (rows, window_left, dense_bhsd, nhd_rows, torch_of, with_sink, paged_cache,
-                                    flashinfer_attention, thd_to_bhsd),
+                                    guarded_out, flashinfer_attention, thd_to_bhsd),
         consts={"DENSE_PAGE": DENSE_PAGE, "WORKSPACE_BYTES": WORKSPACE_BYTES},
         namespaces={"serving": [serving.cu_seqlens, serving.gather]},
         tail=f'''

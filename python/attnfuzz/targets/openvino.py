@@ -33,6 +33,9 @@ when a top-left causal mask is the only mask. GQA: an Hkv = 1 key broadcasts nat
 Reshape, the `repeat_kv` of model code). The spec wants the mask and the scale in Q's type:
 no mask_dtype, and the scale is rounded to the case dtype.
 
+The output goes into a tensor the request is handed (set_output_tensor) over a buffer inside
+guard bands (attnfuzz.guard): a write past it is reported in the result's guard_writes.
+
 Conventions, measured with openvino 2026.4 CPU: ScaledDotProductAttention lets 0 * NaN
 through from masked keys (masked_values "ieee"); so does the explicit graph. What a fully
 masked row gives depends on the CPU and the graph (NaN, Softmax of an all -inf row, or the
@@ -47,7 +50,7 @@ import sys
 
 import numpy as np
 
-from attnfuzz import layouts, masks
+from attnfuzz import guard, layouts, masks
 from attnfuzz.targets import _base, _common
 
 def _probe(variant):
@@ -271,6 +274,23 @@ def ov_tensor(x):
     return ov.Tensor(x)
 
 
+def guarded_output(request):
+    """Hands the request an output tensor over a buffer inside guard bands (attnfuzz.guard)
+    and returns the guard: the plugin writes the case's output there."""
+    import ml_dtypes
+    import openvino as ov
+    port = request.get_compiled_model().output(0)
+    et = port.get_element_type()
+    dt = {ov.Type.f32: np.float32, ov.Type.f16: np.float16, ov.Type.bf16: ml_dtypes.bfloat16}[et]
+    shape = tuple(int(n) for n in port.get_shape())
+    g = guard.numpy_out(shape, dt)
+    if et == ov.Type.bf16:
+        request.set_output_tensor(0, ov.Tensor(g.inner.view(np.uint16), ov.Shape(list(shape)), et))
+    else:
+        request.set_output_tensor(0, ov.Tensor(g.inner, shared_memory=True))
+    return g
+
+
 def infer(request, arrays, dtype):
     """Runs the request on the arrays; the output as numpy in the case dtype."""
     for i, a in enumerate(arrays):
@@ -407,8 +427,9 @@ class Target(_base.Target):
     def execute(self, art, req):
         from attnfuzz.worker import Result
         _, request, cfg = art
+        g = guarded_output(request)
         out = infer(request, arguments(req, cfg), req.case.dtype)
-        return Result(out, layout=cfg["out_layout"])
+        return Result(out, layout=cfg["out_layout"], guard_writes=guard.writes(g))
 
 
 def repro_snippet(variant: str) -> str:

@@ -18,7 +18,9 @@ is_causal mask, top-left) and otherwise takes a boolean mask built the way user 
 builds it (numpy, [B, 1, Sq, Sk]) as one more graph input, so every diagonal is supported.
 
 Inputs are copied contiguous (ORT takes no strides): strided cases are accepted and the
-graph sees their values. Sessions are cached by the graph's static structure.
+graph sees their values. Sessions are cached by the graph's static structure. The output is
+bound through IOBinding to a buffer inside guard bands (attnfuzz.guard): a write past it is
+reported in the result's guard_writes.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 
 import numpy as np
 
+from attnfuzz import guard, layouts
 from attnfuzz.targets import _base, _common, _onnx_graphs
 
 _KIND = {"attention": "attention", "explicit": "explicit", "explicit_noopt": "explicit",
@@ -99,9 +102,24 @@ class Target(_base.Target):
     def execute(self, art, req):
         from attnfuzz.worker import Result
         sess, spec = art
-        f = {n: ort_value(self.ort, x) for n, x in _onnx_graphs.feeds(req, spec).items()}
-        out = sess.run(["out"], f)[0]
-        return Result(out, layout=_common.OUT_LAYOUT[req.case.layouts["q"]])
+        case = req.case
+        lay = _common.OUT_LAYOUT[case.layouts["q"]]
+        shape = layouts.out_shape(lay, case.batch, case.q_heads, case.q_len, case.v_head_dim)
+        g = guard.numpy_out(shape, _ORT_FLOATS[sess.get_outputs()[0].type])
+        io = sess.io_binding()
+        for n, x in _onnx_graphs.feeds(req, spec).items():
+            x = ort_value(self.ort, x)
+            if isinstance(x, np.ndarray):
+                io.bind_cpu_input(n, np.ascontiguousarray(x))
+            else:
+                io.bind_ortvalue_input(n, x)
+        io.bind_output("out", "cpu", 0, g.inner.dtype, list(shape), g.inner.ctypes.data)
+        sess.run_with_iobinding(io)
+        return Result(g.inner, layout=lay, guard_writes=guard.writes(g))
+
+
+# the graph output's ONNX type -> the numpy dtype of the buffer it is bound to
+_ORT_FLOATS = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(double)": np.float64}
 
 
 def ort_value(ort, x):
