@@ -82,6 +82,25 @@ static void test_racy_sum_nondeterministic(void **state) {
     af_exec_destroy(x);
 }
 
+/* In a batch the second runs are made when the batch is collected, before the checks: the
+ * checks only compare (they may run on threads, so batches stay pipelined) and every case
+ * of the batch gets its finding. */
+static void test_racy_sum_in_a_batch(void **state) {
+    (void)state;
+    af_exec *x = exec_on("mutant:racy_sum", 1.0, AF_REL_COUNT);
+    assert_true(af_exec_checks_parallel(x));
+    af_case cases[3] = {plain_case(1, 2, 4, 5, 8), plain_case(2, 1, 3, 7, 4), plain_case(1, 1, 6, 6, 16)};
+    af_error err = {0};
+    assert_int_equal(af_exec_run_batch(x, cases, NULL, 3, 2, &err), AF_OK);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(af_exec_select(x, i, &err), AF_OK);
+        const af_finding *f = only_finding(x, AF_KIND_NONDETERMINISTIC);
+        assert_string_equal(f->who, "determinism@mutant:racy_sum");
+    }
+    assert_int_equal(af_exec_timing_of(x)->determinism_runs, 3);
+    af_exec_destroy(x);
+}
+
 static void test_determinism_share(void **state) {
     (void)state;
     /* a share of 0.25 runs the check on about a quarter of the cases, the same ones each time */
@@ -294,6 +313,7 @@ static void test_bundles_round_trip(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_racy_sum_nondeterministic),
+        cmocka_unit_test(test_racy_sum_in_a_batch),
         cmocka_unit_test(test_determinism_share),
         cmocka_unit_test(test_batch_split_kv_batch_variant),
         cmocka_unit_test(test_write_past_out_guard_write),

@@ -48,7 +48,8 @@ typedef struct af_exec_timing {
     double compile_s;    /* of which they reported compiling */
     double checks_s;     /* comparisons and relations */
     double relations_s;  /* of which the relations (their backend runs and comparisons) */
-    double determinism_s; /* of which the determinism checks' second runs and comparisons */
+    double determinism_s; /* the determinism checks' second runs (made where the backends run,
+                             before the checks; their comparisons are in checks_s) */
     uint64_t determinism_runs; /* second runs made by determinism checks */
 } af_exec_timing;
 

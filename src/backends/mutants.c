@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "attnfuzz/backend.h"
+#include "attnfuzz/case_key.h"
 #include "backends.h"
 #include "mutants_serving.h"
 #include "ref.h"
@@ -51,8 +52,33 @@ typedef struct af_mutant {
     af_mutant_id id;
     af_scratch ws;
     af_scratch misread; /* slots 0..2: Q, K, V read through the wrong layout */
-    uint64_t calls;     /* runs so far (racy_sum: which partial finishes first) */
+    uint64_t calls;     /* runs so far */
+    /* racy_sum: how often each case (by its seeds) ran, open addressing; which partial
+     * finishes first follows it, so two runs of one case differ however other cases' runs
+     * fall between them (a batch's second runs come after all its first ones) */
+    uint64_t seen_key[256];
+    uint32_t seen_runs[256];
+    uint32_t seen_n;
 } af_mutant;
+
+/* The runs of case c so far, counting this one (racy_sum). */
+static uint32_t af_mutant_runs_of(af_mutant *m, const af_case *c) {
+    uint64_t key = af_case_key_hash(c, AF_KEY_ALL); /* its structure, then its values' seeds */
+    for (int t = 0; t < AF_QKV_COUNT; t++) key = (key ^ (uint64_t)c->t[t].seed) * 0xbf58476d1ce4e5b9ull;
+    key |= 1; /* 0 marks an empty entry */
+    if (m->seen_n >= 192) { /* three quarters full: forget every case (a campaign moves on) */
+        memset(m->seen_key, 0, sizeof m->seen_key);
+        m->seen_n = 0;
+    }
+    size_t i = (size_t)(key >> 56);
+    while (m->seen_key[i] && m->seen_key[i] != key) i = (i + 1) % 256;
+    if (!m->seen_key[i]) {
+        m->seen_key[i] = key;
+        m->seen_runs[i] = 0;
+        m->seen_n++;
+    }
+    return ++m->seen_runs[i];
+}
 
 /* A split-KV combine in f32: each output element as three partial sums (5x/2, -7x/4 and
  * the rest, as three key ranges of mixed signs would give them) added in f32, starting with
@@ -183,8 +209,8 @@ static af_status af_mutant_run(void *state, const af_case_tensors *in, af_tensor
     size_t n = (size_t)c->batch * c->q_heads * c->q_len * c->v_head_dim;
     m->calls++;
     /* racy_sum: the partial that finishes first is added first, and which one that is
-     * changes from run to run (here: rotates with every call) */
-    if (m->id == AF_MUT_RACY_SUM) af_mutant_split_combine(outt->data, n, (unsigned)(m->calls % 3));
+     * changes from run to run (here: rotates with each run of the same case) */
+    if (m->id == AF_MUT_RACY_SUM) af_mutant_split_combine(outt->data, n, af_mutant_runs_of(m, c) % 3);
     /* batch_split_kv: a single sequence gets three KV splits (to fill the GPU), a batch one */
     if (m->id == AF_MUT_BATCH_SPLIT_KV && c->batch == 1) af_mutant_split_combine(outt->data, n, 0);
     /* write_past_out: the last tile's store is not bounded by Sq: with Sq not a multiple of

@@ -50,12 +50,17 @@ typedef struct af_exec_slot {
      * backend the output's (0) and each gradient's (1 + g); what the margins show after a run */
     size_t guarded[AF_EXEC_MAX_BACKENDS][1 + AF_GRAD_COUNT];
     af_guard_writes guard[AF_EXEC_MAX_BACKENDS];
-    /* a determinism check's second run of backend k: its buffers (slot 0 the output, 1 + g
-     * gradient g), output and gradients */
+    /* a determinism check's second run of backend k (made where the backends run, before
+     * the checks: af_exec_again): its buffers (slot 0 the output, 1 + g gradient g, then the
+     * statistics), output, gradients and statistics; ran2 when it answered, else st2 and
+     * msg2 say how it failed (AF_OK: not run) */
     af_scratch again[AF_EXEC_MAX_BACKENDS];
     af_tensor out2[AF_EXEC_MAX_BACKENDS];
     af_grads grads2[AF_EXEC_MAX_BACKENDS];
+    af_tensor lse2[AF_EXEC_MAX_BACKENDS];
     bool ran2[AF_EXEC_MAX_BACKENDS];
+    af_status st2[AF_EXEC_MAX_BACKENDS];
+    char msg2[AF_EXEC_MAX_BACKENDS][512];
 
     af_case c;
     uint8_t bytes[AF_CASE_ENCODED_MAX];
@@ -522,6 +527,7 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
         sl->msg[k][0] = 0;
         sl->guard[k].n = 0;
         sl->ran2[k] = false;
+        sl->st2[k] = AF_OK;
         if (!sl->supported[k]) continue;
         /* a backend that supports a backward case declared the capability (af_case_required_caps) */
         sl->backward[k] = sl->c.bwd.grads != 0;
@@ -626,44 +632,82 @@ static bool af_exec_determinism_sampled(const af_exec *x, const af_case *c, size
     return (double)(h >> 11) * 0x1p-53 < x->cfg.determinism;
 }
 
-/* The determinism check of backend k on slot sl (run once already, successfully): the
- * case again into fresh guarded NaN-filled buffers (out2, grads2), then bitwise against the
- * first run: the output (res[0]) unless the backend declares its forward nondeterministic,
- * each gradient (res[1 + g]) unless it declares its backward so. A second run that fails
- * is res[0] of the failure's kind, its message in berr. The softmax statistics, where the
- * first run returned them, are asked again and compared with the output
- * (res[1 + AF_EXEC_LSE]). */
-static af_status af_exec_determinism(af_exec *x, af_exec_slot *sl, size_t k, af_result res[AF_EXEC_NRES],
-                                     af_error *berr, af_error *err) {
-    memset(res, 0, AF_EXEC_NRES * sizeof *res);
+/* Does backend k declare every pass slot sl runs nondeterministic (nothing to check)? */
+static bool af_exec_all_nondet(const af_exec *x, const af_exec_slot *sl, size_t k) {
+    uint32_t tr = af_backend_traits(x->be[k]);
+    return (tr & AF_TRAIT_NONDET_FORWARD) && (!sl->backward[k] || (tr & AF_TRAIT_NONDET_BACKWARD));
+}
+
+/* The determinism check's second run of backend k on slot sl (run once already,
+ * successfully): the case again into fresh guarded NaN-filled buffers (out2, grads2), the
+ * statistics asked again where the first run returned them (lse2). Made where the backends
+ * run (a single execution's run, a batch's collection: no batch is in the workers' hands
+ * then), so that the check itself only compares, on any thread, and batches stay pipelined. */
+static af_status af_exec_again(af_exec *x, af_exec_slot *sl, size_t k, af_error *err) {
+    double t0 = af_now();
     AF_TRY(af_exec_buffers(x, sl, k, &sl->again[k], 0, &sl->again[k], 1, &sl->out2[k], &sl->grads2[k], err));
     const af_case_tensors *t = af_inputs_get(sl->in);
-    /* the statistics again where the first run returned them (a buffer after the gradients') */
-    af_tensor lse2 = sl->lse[k];
+    af_tensor *lse2 = &sl->lse2[k];
+    memset(lse2, 0, sizeof *lse2);
     bool want_lse = !sl->backward[k] && sl->lse[k].ndim && sl->lse[k].data;
     if (want_lse) {
-        af_backend_lse_shape(&sl->c, &lse2);
-        lse2.data = af_scratch_get(&sl->again[k], 1 + AF_GRAD_COUNT, af_tensor_span(&lse2), err);
-        if (!lse2.data) return AF_ERR_NOMEM;
+        af_backend_lse_shape(&sl->c, lse2);
+        lse2->data = af_scratch_get(&sl->again[k], 1 + AF_GRAD_COUNT, af_tensor_span(lse2), err);
+        if (!lse2->data) return AF_ERR_NOMEM;
     }
-    af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], t, &sl->out2[k], &sl->grads2[k], berr)
-                   : want_lse      ? af_backend_run_lse(x->be[k], t, &sl->out2[k], &lse2, berr)
-                                   : af_backend_run(x->be[k], t, &sl->out2[k], berr);
-    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr->msg);
-    if (st == AF_ERR_UNSUPPORTED) return AF_ERR_UNSUPPORTED;
+    af_error berr;
+    af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], t, &sl->out2[k], &sl->grads2[k], &berr)
+                   : want_lse      ? af_backend_run_lse(x->be[k], t, &sl->out2[k], lse2, &berr)
+                                   : af_backend_run(x->be[k], t, &sl->out2[k], &berr);
+    x->timing.determinism_s += af_now() - t0;
+    if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr.msg);
+    if (st == AF_ERR_UNSUPPORTED) return AF_OK; /* declined this time: not checked */
+    x->timing.determinism_runs++;
     if (st != AF_OK) {
-        res[0].kind = af_kind_of_status(st);
+        sl->st2[k] = st;
+        snprintf(sl->msg2[k], sizeof sl->msg2[k], "%s", berr.msg);
         return AF_OK;
     }
     sl->ran2[k] = true;
-    x->timing.determinism_runs++;
+    return AF_OK;
+}
+
+/* The second runs slot sl's determinism checks ask for (every sampled one, or check
+ * `only` whatever the sample), after its backends ran. */
+static af_status af_exec_twins(af_exec *x, af_exec_slot *sl, size_t only, af_error *err) {
+    for (size_t i = 0; i < x->nchecks; i++) {
+        const af_check *ck = &x->checks[i];
+        size_t k = ck->a;
+        if (ck->type != AF_CHECK_DETERMINISM || (only != SIZE_MAX && i != only)) continue;
+        if (!sl->supported[k] || sl->st[k] != AF_OK || !af_exec_repeatable(x, k, &sl->c) || af_exec_all_nondet(x, sl, k))
+            continue;
+        if (only == SIZE_MAX && !af_exec_determinism_sampled(x, &sl->c, k)) continue;
+        AF_TRY(af_exec_again(x, sl, k, err));
+    }
+    return AF_OK;
+}
+
+/* The determinism check of backend k on slot sl, whose second run was made
+ * (af_exec_again): bitwise against the first run, the output (res[0]) unless the backend
+ * declares its forward nondeterministic, each gradient (res[1 + g]) unless it declares its
+ * backward so, the statistics (res[1 + AF_EXEC_LSE]) with the output. A second run that
+ * failed is res[0] of the failure's kind. Reads x, writes sl and res alone. */
+static af_status af_exec_determinism(const af_exec *x, const af_exec_slot *sl, size_t k, af_result res[AF_EXEC_NRES],
+                                     af_error *err) {
+    memset(res, 0, AF_EXEC_NRES * sizeof *res);
+    if (sl->st2[k] != AF_OK) {
+        res[0].kind = af_kind_of_status(sl->st2[k]);
+        return AF_OK;
+    }
     uint32_t tr = af_backend_traits(x->be[k]);
+    const af_tensor *lse2 = &sl->lse2[k];
+    bool want_lse = !sl->backward[k] && sl->lse[k].ndim && sl->lse[k].data;
     if (!(tr & AF_TRAIT_NONDET_FORWARD)) {
         AF_TRY(af_oracle_compare_bitwise(&sl->out[k], &sl->out2[k], NULL, AF_KIND_NONDETERMINISTIC, &res[0], err));
         /* a worker's statistics are its own until its next run: the first run's were copied
          * into the slot (af_exec_keep_lse); a run that returned none the second time differs */
-        if (want_lse && lse2.ndim == 3 && lse2.dtype == sl->lse[k].dtype)
-            AF_TRY(af_oracle_compare_bitwise(&sl->lse[k], &lse2, NULL, AF_KIND_NONDETERMINISTIC, &res[1 + AF_EXEC_LSE],
+        if (want_lse && lse2->ndim == 3 && lse2->dtype == sl->lse[k].dtype)
+            AF_TRY(af_oracle_compare_bitwise(&sl->lse[k], lse2, NULL, AF_KIND_NONDETERMINISTIC, &res[1 + AF_EXEC_LSE],
                                              err));
         else if (want_lse)
             res[1 + AF_EXEC_LSE].kind = AF_KIND_NONDETERMINISTIC;
@@ -674,12 +718,6 @@ static af_status af_exec_determinism(af_exec *x, af_exec_slot *sl, size_t k, af_
             AF_TRY(af_oracle_compare_bitwise(a, b, NULL, AF_KIND_NONDETERMINISTIC, &res[1 + g], err));
     }
     return AF_OK;
-}
-
-/* Does backend k declare every pass slot sl runs nondeterministic (nothing to check)? */
-static bool af_exec_all_nondet(const af_exec *x, const af_exec_slot *sl, size_t k) {
-    uint32_t tr = af_backend_traits(x->be[k]);
-    return (tr & AF_TRAIT_NONDET_FORWARD) && (!sl->backward[k] || (tr & AF_TRAIT_NONDET_BACKWARD));
 }
 
 /* Evaluates every check (or check `only`) on slot sl, whose backends have run; *unjudged
@@ -757,19 +795,12 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
         }
         case AF_CHECK_DETERMINISM: {
             size_t k = ck->a;
-            if (!sl->supported[k] || sl->st[k] != AF_OK || !af_exec_repeatable(x, k, c) || af_exec_all_nondet(x, sl, k))
-                break;
-            if (only == SIZE_MAX && !af_exec_determinism_sampled(x, c, k)) break;
-            af_error berr;
-            double t0 = af_now();
-            af_status st = af_exec_determinism(x, sl, k, rs, &berr, err);
-            x->timing.determinism_s += af_now() - t0;
-            if (st == AF_ERR_UNSUPPORTED) break;
-            AF_TRY(st);
+            if (!sl->ran2[k] && sl->st2[k] == AF_OK) break; /* no second run this time */
+            AF_TRY(af_exec_determinism(x, sl, k, rs, err));
             sl->check_ran[i] = true;
             *tensor = af_exec_worst(rs);
             *res = rs[1 + *tensor];
-            if (res->kind != AF_KIND_OK && res->kind != AF_KIND_NONDETERMINISTIC) message = berr.msg;
+            if (sl->st2[k] != AF_OK) message = sl->msg2[k];
             break;
         }
         case AF_CHECK_EXPECTED: {
@@ -825,6 +856,7 @@ static af_status af_exec_execute(af_exec *x, af_exec_slot *sl, size_t only, af_e
     x->timing.reference_s += af_now() - t0;
     AF_TRY(af_exec_slot_outputs(x, sl, only, err));
     for (size_t k = 0; k < x->nbe; k++) AF_TRY(af_exec_run_backend(x, sl, k, err));
+    AF_TRY(af_exec_twins(x, sl, only, err));
     return af_exec_checks(x, sl, only, err);
 }
 
@@ -923,8 +955,9 @@ static void af_exec_push_batches(void *arg) {
 }
 
 bool af_exec_checks_parallel(const af_exec *x) {
-    for (size_t i = 0; i < x->nchecks; i++) /* a determinism check runs its backend again: one thread */
-        if (x->checks[i].type != AF_CHECK_BACKEND && x->checks[i].type != AF_CHECK_PAIR) return false;
+    /* a determinism check compares runs made before it (af_exec_twins): it only compares */
+    for (size_t i = 0; i < x->nchecks; i++)
+        if (x->checks[i].type == AF_CHECK_RELATION || x->checks[i].type == AF_CHECK_EXPECTED) return false;
     return true;
 }
 
@@ -1013,6 +1046,8 @@ af_status af_exec_batch_collect(af_exec *x, af_error *err) {
         for (size_t j = 0; j < b->cnt[k]; j++) AF_TRY(af_exec_take(x, b->slots[b->idx[k][j]], k, &res[j], err));
     }
     x->timing.backends_s += af_now() - tb;
+    /* the determinism checks' second runs, while no batch is in the workers' hands */
+    for (size_t i = 0; i < b->n; i++) AF_TRY(af_exec_twins(x, b->slots[i], SIZE_MAX, err));
     return AF_OK;
 }
 

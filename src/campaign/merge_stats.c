@@ -254,7 +254,7 @@ char *af_merge_stats_print(const af_merge_source *src, size_t n, const char *out
     const cJSON *secs = cJSON_GetObjectItem(out, "seconds");
     double rel = af_ms_num(secs, "relations"), det = af_ms_num(secs, "determinism");
     cJSON *cs = cJSON_AddObjectToObject(out, "check_share");
-    cJSON_AddNumberToObject(cs, "compare", whole > 0 ? (af_ms_num(secs, "checks") - rel - det) / whole : 0.0);
+    cJSON_AddNumberToObject(cs, "compare", whole > 0 ? (af_ms_num(secs, "checks") - rel) / whole : 0.0);
     cJSON_AddNumberToObject(cs, "relations", whole > 0 ? rel / whole : 0.0);
     cJSON_AddNumberToObject(cs, "determinism", whole > 0 ? det / whole : 0.0);
 

@@ -80,7 +80,7 @@ af_status af_stats_write(const af_campaign_stats *s, const af_stats_about *o, co
     /* what each check costs, as a share of the campaign's time (every job's) */
     cJSON *cs = cJSON_AddObjectToObject(j, "check_share");
     double whole = s->elapsed * (o && o->jobs > 1 ? o->jobs : 1);
-    cJSON_AddNumberToObject(cs, "compare", whole > 0 ? (s->check_seconds - s->relation_seconds - s->determinism_seconds) / whole : 0.0);
+    cJSON_AddNumberToObject(cs, "compare", whole > 0 ? (s->check_seconds - s->relation_seconds) / whole : 0.0);
     cJSON_AddNumberToObject(cs, "relations", whole > 0 ? s->relation_seconds / whole : 0.0);
     cJSON_AddNumberToObject(cs, "determinism", whole > 0 ? s->determinism_seconds / whole : 0.0);
     cJSON_AddNumberToObject(tm, "restarts", s->restart_seconds);

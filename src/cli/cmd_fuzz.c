@@ -363,7 +363,7 @@ int af_cmd_fuzz(int argc, char **argv) {
             fprintf(stderr,
                     "attnfuzz: checks: comparing %.1f%% of the campaign's time, relations %.1f%%, determinism %.1f%% "
                     "(%llu second runs)\n",
-                    100.0 * (stats.check_seconds - stats.relation_seconds - stats.determinism_seconds) / whole,
+                    100.0 * (stats.check_seconds - stats.relation_seconds) / whole,
                     100.0 * stats.relation_seconds / whole, 100.0 * stats.determinism_seconds / whole,
                     (unsigned long long)stats.determinism_runs);
         if (stats.minimize_execs || stats.stored_unminimized || stats.aliases_read)
