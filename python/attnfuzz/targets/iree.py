@@ -146,11 +146,19 @@ def compile_module(source, function, target, input_type="auto"):
     return ctx.modules.module[function]
 
 
-def host_value(x):
-    """numpy -> what the IREE runtime takes: bfloat16 as its uint16 bits (the runtime's
-    numpy binding has no bfloat16), contiguous."""
+def host_value(x, device=None):
+    """numpy -> what the IREE runtime takes, contiguous: a bfloat16 array (a bf16 additive
+    mask) as its uint16 bits in a buffer view typed bf16 on `device` (the runtime's numpy
+    binding has no bfloat16, and a plain uint16 array arrives as ui16, which a function
+    taking bf16 refuses: "tensor element type mismatch")."""
     x = np.ascontiguousarray(x)
-    return x.view(np.uint16) if x.dtype.name == "bfloat16" else x
+    if x.dtype.name != "bfloat16":
+        return x
+    import iree.runtime as rt
+    # a buffer view typed bf16 (asdevicearray types it by the numpy dtype, ignoring element_type)
+    return device.allocator.allocate_buffer_copy(memory_type=rt.MemoryType.DEVICE_LOCAL,
+                                                 allowed_usage=rt.BufferUsage.DEFAULT, device=device,
+                                                 buffer=x.view(np.uint16), element_type=rt.HalElementType.BFLOAT_16)
 
 
 def op_inputs(case, q, k, v, mask, bool_mask, cfg):
@@ -173,7 +181,7 @@ def op_inputs(case, q, k, v, mask, bool_mask, cfg):
         if allowed is not None:
             m = allowed if m is None else np.where(allowed, m, np.array(-np.inf, dtype=m.dtype))
         out.append(np.broadcast_to(m, (b, hq, sq, sk)).reshape(b, hkv, hq // hkv, sq, sk))
-    return [host_value(x) for x in out]
+    return out
 
 
 def config(case, mask, bool_mask, variant):
@@ -206,10 +214,11 @@ def run_case(fn, spec, case, q, k, v, mask, bool_mask, keep, cfg):
     # to_host() maps the result's device buffer, which a later call may reuse: copy it
     if spec is not None:
         f = feeds(case, spec, q, k, v, mask, bool_mask, keep)
-        out = np.array(fn(*(host_value(f[n]) for n in spec_inputs(spec))).to_host())
+        out = np.array(fn(*(host_value(f[n], fn._device) for n in spec_inputs(spec))).to_host())
     else:
         b, hq, _, sq, _, _, dv = cfg["shape"]
-        out = np.array(fn(*op_inputs(case, q, k, v, mask, bool_mask, cfg)).to_host()).reshape(b, hq, sq, dv)
+        args = (host_value(x, fn._device) for x in op_inputs(case, q, k, v, mask, bool_mask, cfg))
+        out = np.array(fn(*args).to_host()).reshape(b, hq, sq, dv)
     return out.view(ml_dtypes.bfloat16) if cfg["dtype"] == "bfloat16" else out
 
 
