@@ -946,7 +946,7 @@ static void af_oracle_lse_pass(const af_oracle *o, const af_tensor *lse, const a
     const double fudge = o->opts.fudge, atol = o->opts.floor_atol[dt], rtol = o->opts.floor_rtol[dt];
     af_metrics *m = &res->m;
     memset(res, 0, sizeof *res);
-    m->fail_score_max = NAN;
+    m->fail_score_max = (double)NAN;
     res->tol = (af_tolerance){.atol = atol + (hn ? fudge * hn->lse_err : 0.0), .rtol = rtol, .fudge = fudge,
                               .honest = hn != NULL};
     for (size_t r = 0; r < o->nrows; r++) {
