@@ -701,7 +701,7 @@ static af_status af_exec_determinism(const af_exec *x, const af_exec_slot *sl, s
     }
     uint32_t tr = af_backend_traits(x->be[k]);
     const af_tensor *lse2 = &sl->lse2[k];
-    bool want_lse = !sl->backward[k] && sl->lse[k].ndim && sl->lse[k].data;
+    bool want_lse = lse2->data != NULL; /* af_exec_again asked for them again */
     if (!(tr & AF_TRAIT_NONDET_FORWARD)) {
         AF_TRY(af_oracle_compare_bitwise(&sl->out[k], &sl->out2[k], NULL, AF_KIND_NONDETERMINISTIC, &res[0], err));
         /* a worker's statistics are its own until its next run: the first run's were copied
