@@ -4,7 +4,15 @@
  * shapes and features, heatmap (img/NAME.png, heatmap.c), worst elements, tolerance,
  * replay command and, for a real target (`worker:...`, `target:STACK/VARIANT`), a link
  * to a standalone repro/NAME.py written by `python -m attnfuzz.repro` with the project's
- * Python. Without Python the report says so and renders the rest. */
+ * Python. Without Python the report says so and renders the rest.
+ *
+ * For a bug tracker: a finding that is a known real bug links the entry's public issues
+ * (`pytorch PR #N`, `owner/repo#N`: GitHub links) and its standalone repro, copied to
+ * known/REPRO.py so OUT travels as one folder; each finding of a real target that is a
+ * known real bug or matches no entry gets the upstream page `attnfuzz triage --out` writes
+ * (upstream/NAME.md: environment, expected against actual, verdict, repro, what to search).
+ * A "Real bugs" section lists each such entry once, with its findings and their pages. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
@@ -13,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -53,10 +62,17 @@ typedef struct af_report_item {
     time_t written;    /* bundle directory mtime: when it was stored */
     int dup;           /* other copies of the same bundle name under the DIRs */
     char known[600];   /* the known bug it is: "ID (class): title; repro ...", "" if none */
+    char known_id[128];    /* the matching entry's id, "" if none */
+    bool known_real;       /* ... and its class is real_bug */
+    char known_title[512];
+    char known_issue[512]; /* its public issues in words ("pytorch PR #123 (open): ..."), "" if none */
+    char known_repro[512]; /* its repro, copied: known/BASENAME, "" when none or not copied */
+    char page[200];        /* upstream/NAME.md, written by attnfuzz triage --out; "" if none */
 } af_report_item;
 
 static void af_report_usage(FILE *f) {
-    fprintf(f, "usage: attnfuzz report [-o OUT] [--stats FILE]... [--no-repro] [--known FILE]... [--no-known] DIR...\n"
+    fprintf(f, "usage: attnfuzz report [-o OUT] [--stats FILE]... [--no-repro] [--no-pages] [--known FILE]... [--no-known] "
+               "DIR...\n"
                "\n"
                "Writes OUT/index.html and OUT/report.md (default OUT: report) over every bundle\n"
                "found under the DIRs (a crashes directory, a corpus, a bundle): a table grouped\n"
@@ -70,8 +86,12 @@ static void af_report_usage(FILE *f) {
                "                 (default: DIR/stats.json of each DIR that has one, e.g. what\n"
                "                 attnfuzz merge wrote: then a campaign section, one row per shard)\n"
                "  --no-repro     do not write repro scripts\n"
+               "  --no-pages     do not write upstream pages (OUT/upstream/NAME.md, by attnfuzz\n"
+               "                 triage --no-share --out: for each real target's finding that is\n"
+               "                 a known real bug or matches no known entry)\n"
                "  --known FILE   known bugs, as for fuzz (default: the repository's): a finding\n"
-               "                 that is one says which; --no-known: none\n"
+               "                 that is one says which, and a real bug links its public issues\n"
+               "                 and its repro (copied to OUT/known/); --no-known: none\n"
                "\n"
                "exit: 0 written, 2 an error (unreadable bundles are listed in the report)\n");
 }
@@ -353,6 +373,99 @@ static void af_report_repro(af_report_item *it, const af_proc_python *py, char *
     snprintf(it->note, sizeof it->note, "no repro script: %s", msg[0] ? msg : "attnfuzz.repro failed");
 }
 
+/* --- for the tracker: a known real bug's repro, upstream pages ------------------------------ */
+
+/* Copies the matching entry's repro (a path from the project root, root; "" when no root was
+ * found: from the current directory) to OUT/known/BASENAME, once for the entries that share
+ * one, and sets it->known_repro; a note says why when it cannot. */
+static void af_report_copy_repro(af_report_item *it, const char *src, const char *root, const char *out_dir) {
+    const char *slash = strrchr(src, '/');
+    const char *base = slash ? slash + 1 : src;
+    char from[4800], to[4800];
+    if (src[0] == '/' || !root[0]) snprintf(from, sizeof from, "%s", src);
+    else snprintf(from, sizeof from, "%s/%s", root, src);
+    snprintf(to, sizeof to, "%s/known/%s", out_dir, base);
+    struct stat sb;
+    if (stat(to, &sb) == 0) { /* another finding of an entry with this repro copied it */
+        snprintf(it->known_repro, sizeof it->known_repro, "known/%s", base);
+        return;
+    }
+    FILE *in = fopen(from, "rb");
+    FILE *out = in ? fopen(to, "wb") : NULL;
+    bool ok = in && out;
+    char buf[8192];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, out) == n;
+    if (in) ok = ok && !ferror(in), fclose(in);
+    if (out && fclose(out) != 0) ok = false;
+    if (ok) {
+        snprintf(it->known_repro, sizeof it->known_repro, "known/%s", base);
+        return;
+    }
+    if (out) unlink(to);
+    snprintf(it->note, sizeof it->note, "the known entry's repro %.300s was not copied: %s", from, strerror(errno));
+}
+
+/* Does this finding get an upstream page: a real target's, a known real bug or no known one
+ * (a new finding: the page is the draft to file). Known conventions and precision limits are
+ * not filed. */
+static bool af_report_wants_page(const af_report_item *it) { return it->real && (it->known_real || !it->known_id[0]); }
+
+/* Runs PYTHON -m attnfuzz.triage --no-share [--no-known] --out OUT/upstream BUNDLE... once
+ * over the findings that want a page (stdout /dev/null, stderr kept in upstream/triage.err
+ * when it fails) and sets each one's page to upstream/NAME.md where the page was written;
+ * a note where it was not. */
+static void af_report_pages(af_report *r, const af_proc_python *py, char **envp, bool no_known) {
+    size_t want = 0;
+    for (size_t i = 0; i < r->n; i++) want += af_report_wants_page(r->items[i]);
+    if (!want) return;
+    char dir[4200], errpath[4300];
+    snprintf(dir, sizeof dir, "%s/upstream", r->out_dir);
+    snprintf(errpath, sizeof errpath, "%s/triage.err", dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        for (size_t i = 0; i < r->n; i++)
+            if (af_report_wants_page(r->items[i]))
+                snprintf(r->items[i]->note, sizeof r->items[i]->note, "no upstream page: %.300s: %s", dir, strerror(errno));
+        return;
+    }
+    char **argv = af_calloc(want + 10, sizeof *argv);
+    if (!argv) return;
+    size_t a = 0;
+    argv[a++] = (char *)py->exe;
+    argv[a++] = "-m";
+    argv[a++] = "attnfuzz.triage";
+    argv[a++] = "--no-share"; /* the models and the known entries: no replays (seconds, not minutes) */
+    if (no_known) argv[a++] = "--no-known";
+    argv[a++] = "--out";
+    argv[a++] = dir;
+    for (size_t i = 0; i < r->n; i++)
+        if (af_report_wants_page(r->items[i])) argv[a++] = r->items[i]->dir;
+    af_proc_opts o;
+    af_proc_opts_init(&o);
+    o.fd[0] = o.fd[1] = AF_PROC_DEVNULL;
+    o.err_path = errpath;
+    o.envp = envp;
+    pid_t pid;
+    int status = 0;
+    af_error err = {0};
+    af_status st = af_proc_spawn(argv, &o, &pid, &err);
+    if (st == AF_OK) st = af_proc_wait(pid, &status, &err);
+    af_free(argv);
+    bool clean = st == AF_OK && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    for (size_t i = 0; i < r->n; i++) {
+        af_report_item *it = r->items[i];
+        if (!af_report_wants_page(it)) continue;
+        char page[4400];
+        struct stat sb;
+        snprintf(page, sizeof page, "%s/%s.md", dir, it->name);
+        if (stat(page, &sb) == 0 && S_ISREG(sb.st_mode)) snprintf(it->page, sizeof it->page, "upstream/%s.md", it->name);
+        else if (!it->note[0])
+            snprintf(it->note, sizeof it->note, "no upstream page: %.400s",
+                     st != AF_OK ? err.msg : "attnfuzz triage did not write it (upstream/triage.err says why)");
+    }
+    if (clean) unlink(errpath);
+}
+
 /* --- writing ------------------------------------------------------------------------------ */
 
 static void af_html_esc(FILE *f, const char *s) {
@@ -371,6 +484,101 @@ static void af_md_esc(FILE *f, const char *s) {
     for (; *s; s++) {
         if (*s == '|' || *s == '`') fputc('\\', f);
         fputc(*s, f);
+    }
+}
+
+/* GitHub repositories of the short names the known entries' `issue` fields use. */
+static const char *const af_report_repos[][2] = {
+    {"pytorch", "pytorch/pytorch"},          {"jax", "jax-ml/jax"},           {"onnxruntime", "microsoft/onnxruntime"},
+    {"openvino", "openvinotoolkit/openvino"}, {"tvm", "apache/tvm"},           {"tinygrad", "tinygrad/tinygrad"},
+    {"iree", "iree-org/iree"},               {"flashinfer", "flashinfer-ai/flashinfer"}, {"xla", "openxla/xla"},
+    {"oneDNN", "uxlfoundation/oneDNN"},      {"keras", "keras-team/keras"}, {"cudnn-frontend", "NVIDIA/cudnn-frontend"},
+    {"onnxscript", "microsoft/onnxscript"}};
+
+typedef struct af_report_link {
+    size_t at, len; /* the reference's bytes in the text */
+    char url[300];
+} af_report_link;
+
+static bool af_report_repo_char(char c) { return isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.' || c == '/'; }
+
+/* The public issues an entry's `issue` text names, in order, at most max: a URL as written;
+ * `owner/repo#N` and `name#N` (name a short name of af_report_repos) as
+ * https://github.com/owner/repo/issues/N (GitHub redirects an issue number to its PR);
+ * `owner/repo PR #N`, `name PR #N` as .../pull/N; a bare `#N` after one of them in the same
+ * repository ("iree-org/iree PR #23304 / #23544"). A name it does not know is no link. */
+static size_t af_report_links(const char *text, af_report_link *links, size_t max) {
+    size_t n = 0, last_end = 0;
+    char repo[160] = "";
+    for (size_t i = 0; text[i] && n < max; i++) {
+        if (!strncmp(text + i, "https://", 8) || !strncmp(text + i, "http://", 7)) {
+            size_t j = i;
+            while (text[j] && !isspace((unsigned char)text[j]) && !strchr(")],;\"<>", text[j])) j++;
+            while (j > i && text[j - 1] == '.') j--;
+            links[n].at = i, links[n].len = j - i;
+            snprintf(links[n].url, sizeof links[n].url, "%.*s", (int)(j - i), text + i);
+            n++;
+            last_end = j;
+            i = j - 1;
+            continue;
+        }
+        if (text[i] != '#' || !isdigit((unsigned char)text[i + 1])) continue;
+        size_t end = i + 1;
+        while (isdigit((unsigned char)text[end])) end++;
+        bool pr_sp = i >= 3 && !strncmp(text + i - 3, "PR ", 3), pr = pr_sp || (i >= 2 && !strncmp(text + i - 2, "PR", 2));
+        size_t we = pr_sp ? i - 3 : pr ? i - 2 : i; /* the repository's word ends here (exclusive) */
+        if (pr && we > 0 && text[we - 1] == ' ') we--;
+        size_t ws = we;
+        while (ws > last_end && af_report_repo_char(text[ws - 1])) ws--;
+        char word[160];
+        snprintf(word, sizeof word, "%.*s", (int)(we - ws), text + ws);
+        const char *r = NULL;
+        if (strchr(word, '/')) r = word;
+        for (size_t k = 0; !r && word[0] && k < sizeof af_report_repos / sizeof af_report_repos[0]; k++)
+            if (!strcasecmp(word, af_report_repos[k][0])) r = af_report_repos[k][1];
+        if (!r && !word[0] && repo[0]) { /* a bare #N: the repository of the link before it */
+            r = repo;
+            ws = i;
+        }
+        if (!r) {
+            i = end - 1;
+            continue;
+        }
+        if (r != repo) snprintf(repo, sizeof repo, "%s", r);
+        links[n].at = word[0] ? ws : i, links[n].len = end - links[n].at;
+        snprintf(links[n].url, sizeof links[n].url, "https://github.com/%s/%s/%.*s", repo, pr ? "pull" : "issues",
+                 (int)(end - i - 1), text + i + 1);
+        n++;
+        last_end = end;
+        i = end - 1;
+    }
+    return n;
+}
+
+/* text with its issue references as links: HTML (md false) or Markdown. */
+static void af_report_linked(FILE *f, const char *text, bool md) {
+    af_report_link links[16];
+    size_t n = af_report_links(text, links, 16), at = 0;
+    char seg[600];
+    for (size_t k = 0; k <= n; k++) {
+        size_t upto = k < n ? links[k].at : strlen(text);
+        snprintf(seg, sizeof seg, "%.*s", (int)(upto - at), text + at);
+        if (md) af_md_esc(f, seg);
+        else af_html_esc(f, seg);
+        if (k == n) break;
+        snprintf(seg, sizeof seg, "%.*s", (int)links[k].len, text + links[k].at);
+        if (md) {
+            fputc('[', f);
+            af_md_esc(f, seg);
+            fprintf(f, "](%s)", links[k].url);
+        } else {
+            fprintf(f, "<a href=\"");
+            af_html_esc(f, links[k].url);
+            fprintf(f, "\">");
+            af_html_esc(f, seg);
+            fprintf(f, "</a>");
+        }
+        at = links[k].at + links[k].len;
     }
 }
 
@@ -470,6 +678,99 @@ static const char af_report_js[] =
     "document.body.insertBefore(d,document.body.firstChild);}}"
     "window.addEventListener('load',afCheck);";
 
+/* "For the tracker": each known real bug once (its issues, its repro, its findings and their
+ * upstream pages), then each finding of a real target that no entry matches (its page is the
+ * draft to file). Nothing when there is neither. */
+static bool af_report_first_of_entry(const af_report *r, size_t i) {
+    for (size_t k = 0; k < i; k++)
+        if (!strcmp(r->items[k]->known_id, r->items[i]->known_id)) return false;
+    return true;
+}
+
+static bool af_report_any_tracker(const af_report *r) {
+    for (size_t i = 0; i < r->n; i++)
+        if (r->items[i]->known_real || (r->items[i]->real && !r->items[i]->known_id[0])) return true;
+    return false;
+}
+
+static void af_report_tracker_html(FILE *f, const af_report *r) {
+    if (!af_report_any_tracker(r)) return;
+    fprintf(f, "<h2 id=\"tracker\">For the tracker</h2>\n<table><tr><th>bug</th><th>upstream issue</th><th>repro</th>"
+               "<th>findings (upstream page)</th></tr>\n");
+    for (size_t i = 0; i < r->n; i++) {
+        const af_report_item *it = r->items[i];
+        if (!it->known_real || !af_report_first_of_entry(r, i)) continue;
+        fprintf(f, "<tr><td><b>");
+        af_html_esc(f, it->known_id);
+        fprintf(f, "</b>: ");
+        af_html_esc(f, it->known_title);
+        fprintf(f, "</td><td>");
+        if (it->known_issue[0]) af_report_linked(f, it->known_issue, false);
+        else fprintf(f, "none recorded");
+        fprintf(f, "</td><td>");
+        if (it->known_repro[0]) fprintf(f, "<a href=\"%s\">%s</a>", it->known_repro, it->known_repro);
+        fprintf(f, "</td><td>");
+        for (size_t k = i; k < r->n; k++) {
+            const af_report_item *o = r->items[k];
+            if (strcmp(o->known_id, it->known_id)) continue;
+            fprintf(f, "<a href=\"#%s\">%s</a>", o->name, o->name);
+            if (o->page[0]) fprintf(f, " (<a href=\"%s\">page</a>)", o->page);
+            fprintf(f, "<br>");
+        }
+        fprintf(f, "</td></tr>\n");
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        const af_report_item *it = r->items[i];
+        if (!it->real || it->known_id[0]) continue;
+        fprintf(f, "<tr><td>new: <code>");
+        af_html_esc(f, af_bundle_who(it->b));
+        fprintf(f, "</code> %s</td><td>no known entry matches</td><td>", af_kind_names[af_bundle_kind(it->b)]);
+        if (it->repro[0]) fprintf(f, "<a href=\"%s\">%s</a>", it->repro, it->repro);
+        fprintf(f, "</td><td><a href=\"#%s\">%s</a>", it->name, it->name);
+        if (it->page[0]) fprintf(f, " (<a href=\"%s\">draft page</a>)", it->page);
+        fprintf(f, "</td></tr>\n");
+    }
+    fprintf(f, "</table>\n");
+}
+
+static void af_report_tracker_md(FILE *f, const af_report *r) {
+    if (!af_report_any_tracker(r)) return;
+    fprintf(f, "### For the tracker\n\n| bug | upstream issue | repro | findings (upstream page) |\n| --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < r->n; i++) {
+        const af_report_item *it = r->items[i];
+        if (!it->known_real || !af_report_first_of_entry(r, i)) continue;
+        fprintf(f, "| **");
+        af_md_esc(f, it->known_id);
+        fprintf(f, "**: ");
+        af_md_esc(f, it->known_title);
+        fprintf(f, " | ");
+        if (it->known_issue[0]) af_report_linked(f, it->known_issue, true);
+        else fprintf(f, "none recorded");
+        fprintf(f, " | ");
+        if (it->known_repro[0]) fprintf(f, "[%s](%s)", it->known_repro, it->known_repro);
+        fprintf(f, " | ");
+        const char *sep = "";
+        for (size_t k = i; k < r->n; k++) {
+            const af_report_item *o = r->items[k];
+            if (strcmp(o->known_id, it->known_id)) continue;
+            fprintf(f, "%s%s", sep, o->name);
+            if (o->page[0]) fprintf(f, " ([page](%s))", o->page);
+            sep = "<br>";
+        }
+        fprintf(f, " |\n");
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        const af_report_item *it = r->items[i];
+        if (!it->real || it->known_id[0]) continue;
+        fprintf(f, "| new: `");
+        af_md_esc(f, af_bundle_who(it->b));
+        fprintf(f, "` %s | no known entry matches | %s | %s", af_kind_names[af_bundle_kind(it->b)], it->repro, it->name);
+        if (it->page[0]) fprintf(f, " ([draft page](%s))", it->page);
+        fprintf(f, " |\n");
+    }
+    fprintf(f, "\n");
+}
+
 static int af_report_write_html(const af_report *r, const char *path, const char *py_note) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
@@ -507,6 +808,7 @@ static int af_report_write_html(const af_report *r, const char *path, const char
         i = j;
     }
     fprintf(f, "</table>\n");
+    af_report_tracker_html(f, r);
     for (size_t i = 0; i < r->n; i++) {
         const af_report_item *it = r->items[i];
         const af_case *c = af_bundle_case(it->b);
@@ -526,7 +828,19 @@ static int af_report_write_html(const af_report *r, const char *path, const char
             fprintf(f, "<tr><th>known bug</th><td>");
             af_html_esc(f, it->known);
             fprintf(f, "</td></tr>\n");
+            if (it->known_issue[0]) {
+                fprintf(f, "<tr><th>upstream issue</th><td>");
+                af_report_linked(f, it->known_issue, false);
+                fprintf(f, "</td></tr>\n");
+            }
+            if (it->known_repro[0])
+                fprintf(f, "<tr><th>known repro</th><td><a href=\"%s\">%s</a> (the entry's standalone script)</td></tr>\n",
+                        it->known_repro, it->known_repro);
         }
+        if (it->page[0])
+            fprintf(f, "<tr><th>upstream page</th><td><a href=\"%s\">%s</a> (attnfuzz triage: environment, expected "
+                       "against actual, verdict, repro, what to search for%s)</td></tr>\n",
+                    it->page, it->page, it->known_id[0] ? "" : "; no known entry: a draft to file");
         fprintf(f, "<tr><th>first seen</th><td>%s", when);
         if (it->count >= 0) fprintf(f, "; seen %lld time%s", it->count, it->count == 1 ? "" : "s");
         if (it->dup) fprintf(f, "; %d more cop%s under the directories", it->dup, it->dup == 1 ? "y" : "ies");
@@ -585,8 +899,10 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
     fprintf(f, "## attnfuzz report: %zu finding%s\n\n", r->n, r->n == 1 ? "" : "s");
     if (py_note[0]) fprintf(f, "_%s_\n\n", py_note);
     if (r->campaign) af_report_campaign_md(f, r->campaign);
-    fprintf(f, "| target | kind | bundle | known bug | seen | first seen | shape | features | max abs | tolerance | replay | repro |\n");
-    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    af_report_tracker_md(f, r);
+    fprintf(f, "| target | kind | bundle | known bug | seen | first seen | shape | features | max abs | tolerance | replay | repro "
+               "| upstream page |\n");
+    fprintf(f, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < r->n; i++) {
         const af_report_item *it = r->items[i];
         const af_case *c = af_bundle_case(it->b);
@@ -609,7 +925,7 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
         if (af_bundle_has_tolerance(it->b, &tol)) fprintf(f, "%.3g + %.3g\\|ref\\|", tol.atol, tol.rtol);
         fprintf(f, " | `attnfuzz replay ");
         af_md_esc(f, it->dir);
-        fprintf(f, "` | %s |\n", it->repro[0] ? it->repro : "");
+        fprintf(f, "` | %s | %s |\n", it->repro[0] ? it->repro : "", it->page);
     }
     fprintf(f, "\n");
     for (size_t i = 0; i < r->n; i++) {
@@ -640,12 +956,13 @@ int af_cmd_report(int argc, char **argv) {
     const char *out_dir = "report";
     const char *stats[16];
     int n_stats = 0;
-    bool no_repro = false;
+    bool no_repro = false, no_pages = false;
     af_cli_known ko = {0};
     static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
                                              AF_CLI_KNOWN_OPTIONS,
                                              {"stats", required_argument, 0, 's'},
                                              {"no-repro", no_argument, 0, 'n'},
+                                             {"no-pages", no_argument, 0, 'p'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int opt, kr;
@@ -657,6 +974,8 @@ int af_cmd_report(int argc, char **argv) {
             stats[n_stats++] = optarg;
         } else if (opt == 'n') {
             no_repro = true;
+        } else if (opt == 'p') {
+            no_pages = true;
         } else if ((kr = af_cli_known_option(&ko, opt, optarg)) != 0) {
             if (kr < 0) return 2;
         } else {
@@ -674,6 +993,8 @@ int af_cmd_report(int argc, char **argv) {
     if (af_mkdir(sub) != 0) return 2;
     snprintf(sub, sizeof sub, "%s/repro", out_dir);
     if (!no_repro && af_mkdir(sub) != 0) return 2;
+    snprintf(sub, sizeof sub, "%s/known", out_dir);
+    if (!ko.none && af_mkdir(sub) != 0) return 2;
 
     af_report *r = af_calloc(1, sizeof *r);
     af_report_item **items = af_calloc(AF_REPORT_MAX, sizeof *items);
@@ -721,15 +1042,22 @@ int af_cmd_report(int argc, char **argv) {
         return 2;
     }
     size_t n_known = 0;
+    char root[AF_PROC_PATH_MAX] = "";
+    af_error rerr;
+    if (af_proc_root(root, sizeof root, &rerr) != AF_OK) root[0] = 0;
     for (size_t i = 0; i < r->n && known; i++) {
         long e = -1;
         af_error kerr;
         if (af_known_match_bundle(known, r->items[i]->b, &e, &kerr) != AF_OK || e < 0) continue;
         af_known_info info;
         af_known_info_of(known, (size_t)e, &info);
-        snprintf(r->items[i]->known, sizeof r->items[i]->known, "%s (%s): %s%s%s%s%s", info.id,
-                 af_known_class_names[info.cls], info.title, info.repro[0] ? "; repro " : "", info.repro,
-                 info.issue[0] ? "; issue: " : "", info.issue);
+        af_report_item *it = r->items[i];
+        snprintf(it->known, sizeof it->known, "%s (%s): %s", info.id, af_known_class_names[info.cls], info.title);
+        snprintf(it->known_id, sizeof it->known_id, "%s", info.id);
+        snprintf(it->known_title, sizeof it->known_title, "%s", info.title);
+        snprintf(it->known_issue, sizeof it->known_issue, "%s", info.issue);
+        it->known_real = info.cls == AF_KNOWN_REAL_BUG;
+        if (info.repro[0]) af_report_copy_repro(it, info.repro, root, out_dir);
         n_known++;
     }
     af_known_destroy(known);
@@ -749,6 +1077,7 @@ int af_cmd_report(int argc, char **argv) {
         if (r->items[i]->real) any_real = true;
         if (!no_repro) af_report_repro(r->items[i], &py, envp, out_dir, &python_missing, py_why, sizeof py_why);
     }
+    if (!no_pages && !python_missing) af_report_pages(r, &py, envp, ko.none);
     af_free(envp);
     if (python_missing && !py_why[0])
         snprintf(py_why, sizeof py_why, "%.300s%s", py.exe,
