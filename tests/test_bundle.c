@@ -1042,6 +1042,9 @@ static void test_bundle_backward(void **state) {
             bo.grad_results[g].kind = g == 0 ? AF_KIND_DIVERGE : AF_KIND_OK;
             bo.grad_results[g].m.max_abs = mx[g];
             bo.grad_results[g].m.worst[2] = 1;
+            /* each gradient's own tolerance, unlike the output's and each other's */
+            bo.grad_results[g].tol = (af_tolerance){.atol = 0.25 * (g + 1), .rtol = 1e-3 * (g + 1), .fudge = 2.0,
+                                                    .honest = g == 0};
         }
         uint8_t enc[AF_CASE_ENCODED_MAX];
         spec.c = &c;
@@ -1074,6 +1077,11 @@ static void test_bundle_backward(void **state) {
             assert_int_equal(rec->grad_kind[g], g == 0 ? AF_KIND_DIVERGE : AF_KIND_OK);
             assert_true(same_double(rec->grad_m[g].max_abs, mx[g]));
             assert_int_equal(rec->grad_m[g].worst[2], 1);
+            assert_true(rec->has_grad_tol[g]);
+            assert_true(same_double(rec->grad_tol[g].atol, 0.25 * (g + 1)));
+            assert_true(same_double(rec->grad_tol[g].rtol, 1e-3 * (g + 1)));
+            assert_true(same_double(rec->grad_tol[g].fudge, 2.0));
+            assert_int_equal(rec->grad_tol[g].honest, g == 0);
             double *x = NULL;
             for (int k = 0; k < 2; k++) {
                 expect_ok(af_bundle_load_grad(b, k ? "explicit" : "ref", g, &x, &err), &err);

@@ -190,6 +190,10 @@ typedef struct af_bundle_record { /* one backend as recorded in case.json */
     af_kind grad_kind[AF_GRAD_COUNT];
     af_metrics grad_m[AF_GRAD_COUNT];
     bool has_grad_output[AF_GRAD_COUNT];
+    /* the gradient's tolerance in force (that of its worst element's row), where case.json
+     * records it (backends[i].grads.<g>.tolerance; older bundles do not) */
+    bool has_grad_tol[AF_GRAD_COUNT];
+    af_tolerance grad_tol[AF_GRAD_COUNT];
     /* the softmax statistics, when it returned them: verdict, metrics, whether the file is there */
     bool has_lse;
     af_kind lse_kind;

@@ -72,6 +72,15 @@ static cJSON *af_bj_metrics(af_bj *w, const af_metrics *m) {
     return o;
 }
 
+/* {"atol", "rtol", "fudge", "honest"}: the output's tolerance, or a gradient's */
+static cJSON *af_bj_tolerance(af_bj *w, const af_tolerance *t) {
+    cJSON *o = cJSON_CreateObject();
+    af_bj_item(w, o, "atol", af_json_double(t->atol));
+    af_bj_item(w, o, "rtol", af_json_double(t->rtol));
+    af_bj_item(w, o, "fudge", af_json_double(t->fudge));
+    af_bj_item(w, o, "honest", cJSON_CreateBool(t->honest));
+    return o;
+}
 
 char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n_files, char *const *out_files,
                            char *const *err_files, char *const *grad_files, char *const *lse_files,
@@ -107,12 +116,7 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
     af_bj_item(&w, root, "case", case_obj);
     af_case_features_str(s->c, buf, sizeof buf);
     af_bj_item(&w, root, "features", cJSON_CreateString(buf));
-    cJSON *tol = cJSON_CreateObject();
-    af_bj_item(&w, tol, "atol", af_json_double(s->tol.atol));
-    af_bj_item(&w, tol, "rtol", af_json_double(s->tol.rtol));
-    af_bj_item(&w, tol, "fudge", af_json_double(s->tol.fudge));
-    af_bj_item(&w, tol, "honest", cJSON_CreateBool(s->tol.honest));
-    af_bj_item(&w, root, "tolerance", tol);
+    af_bj_item(&w, root, "tolerance", af_bj_tolerance(&w, &s->tol));
     cJSON *bes = cJSON_CreateArray();
     for (size_t i = 0; i < s->n_outputs; i++) {
         const af_bundle_output *o = &s->outputs[i];
@@ -140,6 +144,7 @@ char *af_bundle_json_print(const af_bundle_spec *s, char *const *files, size_t n
                 af_bj_item(&w, go, "verdict",
                            cJSON_CreateString((unsigned)gr->kind < AF_KIND_COUNT ? af_kind_names[gr->kind] : "unknown"));
                 af_bj_item(&w, go, "metrics", af_bj_metrics(&w, &gr->m));
+                af_bj_item(&w, go, "tolerance", af_bj_tolerance(&w, &gr->tol)); /* its worst element's row's */
                 af_bj_item(&w, gs, af_grad_names[g], go);
             }
             af_bj_item(&w, be, "grads", gs);
@@ -359,6 +364,27 @@ static void af_br_lse(af_br *r, const cJSON *be, const char *f, const char *name
     af_br_entry(r, lo, fn, "lse", name, b, &rec->lse_kind, &rec->lse_m, &rec->has_lse_output, &b->rec_lse_files[i]);
 }
 
+/* A tolerance object at to ({"atol", "rtol", "fudge", "honest"}; missing fields 0, fudge 4,
+ * honest false), named where in messages: true when it is an object. */
+static bool af_br_tol_obj(af_br *r, const cJSON *to, const char *where, af_tolerance *t) {
+    char f[200];
+    if (!cJSON_IsObject(to)) {
+        af_br_fail(r, where, "expected an object");
+        return false;
+    }
+    snprintf(f, sizeof f, "%s.atol", where);
+    t->atol = af_br_double(r, to, "atol", f, 0.0);
+    snprintf(f, sizeof f, "%s.rtol", where);
+    t->rtol = af_br_double(r, to, "rtol", f, 0.0);
+    snprintf(f, sizeof f, "%s.fudge", where);
+    t->fudge = af_br_double(r, to, "fudge", f, 4.0); /* af_oracle_opts_default's */
+    const cJSON *h = af_br_get(to, "honest");
+    snprintf(f, sizeof f, "%s.honest", where);
+    if (h && !cJSON_IsBool(h)) af_br_fail(r, f, "expected true or false");
+    t->honest = h && cJSON_IsTrue(h);
+    return true;
+}
+
 /* backends[i].grads: per gradient its file (as recorded, or by the naming rule), verdict
  * and metrics. */
 static void af_br_grads(af_br *r, const cJSON *be, const char *f, const char *name, af_bundle *b, size_t i) {
@@ -382,6 +408,11 @@ static void af_br_grads(af_br *r, const cJSON *be, const char *f, const char *na
         rec->has_grad[g] = true;
         af_br_entry(r, go, fn, af_grad_names[g], name, b, &rec->grad_kind[g], &rec->grad_m[g],
                     &rec->has_grad_output[g], &b->rec_grad_files[i * AF_GRAD_COUNT + (size_t)g]);
+        const cJSON *to = af_br_get(go, "tolerance");
+        if (to) {
+            snprintf(fn, sizeof fn, "%s.grads.%s.tolerance", f, af_grad_names[g]);
+            rec->has_grad_tol[g] = af_br_tol_obj(r, to, fn, &rec->grad_tol[g]);
+        }
     }
 }
 
@@ -499,18 +530,7 @@ static void af_br_backends(af_br *r, const cJSON *root, af_bundle *b) {
 
 static void af_br_tolerance(af_br *r, const cJSON *root, af_bundle *b) {
     const cJSON *to = af_br_get(root, "tolerance");
-    if (!to) return;
-    if (!cJSON_IsObject(to)) {
-        af_br_fail(r, "tolerance", "expected an object");
-        return;
-    }
-    b->has_tol = true;
-    b->tol.atol = af_br_double(r, to, "atol", "tolerance.atol", 0.0);
-    b->tol.rtol = af_br_double(r, to, "rtol", "tolerance.rtol", 0.0);
-    b->tol.fudge = af_br_double(r, to, "fudge", "tolerance.fudge", 4.0); /* af_oracle_opts_default's */
-    const cJSON *h = af_br_get(to, "honest");
-    if (h && !cJSON_IsBool(h)) af_br_fail(r, "tolerance.honest", "expected true or false");
-    b->tol.honest = h && cJSON_IsTrue(h);
+    if (to) b->has_tol = af_br_tol_obj(r, to, "tolerance", &b->tol);
 }
 
 /* Every file that case.json lists must be there: a bundle copied in part is corrupt. */

@@ -68,6 +68,8 @@ typedef struct af_report_item {
     char known_issue[512]; /* its public issues in words ("pytorch PR #123 (open): ..."), "" if none */
     char known_repro[512]; /* its repro, copied: known/BASENAME, "" when none or not copied */
     char page[200];        /* upstream/NAME.md, written by attnfuzz triage --out; "" if none */
+    af_tolerance tol;      /* the failing tensor's tolerance: the output's, or the gradient's */
+    int tol_src;           /* 0 none recorded, 1 the output's, 2 the finding's gradient's */
 } af_report_item;
 
 static void af_report_usage(FILE *f) {
@@ -219,6 +221,7 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
     const af_case *c = af_bundle_case(it->b);
     const int g = af_bundle_grad(it->b);
     size_t pick = SIZE_MAX;
+    it->tol_src = af_bundle_has_tolerance(it->b, &it->tol) ? 1 : 0;
     double worst = -1;
     for (size_t i = 0; i < af_bundle_record_count(it->b); i++) {
         const af_bundle_record *r = af_bundle_record_at(it->b, i);
@@ -242,6 +245,10 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
     }
     const af_bundle_record *r = af_bundle_record_at(it->b, pick);
     if (!it->real) snprintf(it->backend, sizeof it->backend, "%s", r->backend);
+    if (g >= 0 && r->has_grad_tol[g]) { /* a gradient finding is judged by the gradient's tolerance */
+        it->tol = r->grad_tol[g];
+        it->tol_src = 2;
+    }
     const af_metrics *rm = g < 0 ? &r->m : &r->grad_m[g];
     it->max_abs = rm->max_abs;
     double *out = NULL, *ref = NULL;
@@ -255,8 +262,7 @@ static void af_report_draw(af_report_item *it, const char *out_dir) {
         af_free(ref);
         return;
     }
-    af_tolerance tol = {0};
-    af_bundle_has_tolerance(it->b, &tol);
+    af_tolerance tol = it->tol_src ? it->tol : (af_tolerance){0};
     size_t ne[4] = {c->batch, c->q_heads, c->q_len, c->v_head_dim};
     if (g >= 0) af_case_grad_shape(c, g, ne);
     size_t B = ne[0], H = ne[1], S = ne[2], D = ne[3], n = B * H * S * D;
@@ -847,10 +853,12 @@ static int af_report_write_html(const af_report *r, const char *path, const char
         fprintf(f, "</td></tr>\n<tr><th>shape</th><td>%s</td></tr>\n<tr><th>features</th><td>", shape);
         af_html_esc(f, feat);
         fprintf(f, "</td></tr>\n");
-        af_tolerance tol;
-        if (af_bundle_has_tolerance(it->b, &tol))
-            fprintf(f, "<tr><th>tolerance</th><td>|out &minus; ref| &le; %.3g + %.3g |ref| (%s)</td></tr>\n", tol.atol,
-                    tol.rtol, tol.honest ? "from the honest run" : "per-dtype floor");
+        if (it->tol_src)
+            fprintf(f, "<tr><th>tolerance</th><td>|out &minus; ref| &le; %.3g + %.3g |ref| (%s%s)</td></tr>\n",
+                    it->tol.atol, it->tol.rtol, it->tol.honest ? "from the honest run" : "per-dtype floor",
+                    it->tol_src == 2 ? "; the gradient's, its worst element's row"
+                    : af_bundle_grad(it->b) >= 0 ? "; the output's: the bundle records no gradient tolerance"
+                                                 : "");
         if (it->backend[0]) {
             fprintf(f, "<tr><th>max abs error</th><td>%.6g (<code>", it->max_abs);
             af_html_esc(f, it->backend);
@@ -921,8 +929,7 @@ static int af_report_write_md(const af_report *r, const char *path, const char *
         fprintf(f, " | %s | %s | ", when, shape);
         af_md_esc(f, feat);
         fprintf(f, " | %.3g | ", it->max_abs);
-        af_tolerance tol;
-        if (af_bundle_has_tolerance(it->b, &tol)) fprintf(f, "%.3g + %.3g\\|ref\\|", tol.atol, tol.rtol);
+        if (it->tol_src) fprintf(f, "%.3g + %.3g\\|ref\\|%s", it->tol.atol, it->tol.rtol, it->tol_src == 2 ? " (gradient)" : "");
         fprintf(f, " | `attnfuzz replay ");
         af_md_esc(f, it->dir);
         fprintf(f, "` | %s | %s |\n", it->repro[0] ? it->repro : "", it->page);
