@@ -220,6 +220,8 @@ def model_output(case, b, knobs):
             wk, nz = w, w != 0.0
         if knobs.get("zero_ieee"):
             nz = np.ones_like(nz, dtype=bool) if live is None else np.broadcast_to(live, wk.shape)
+        if knobs.get("weights"):      # the weights the output multiplies V by (dropout's 1/(1-p) in)
+            return np.where(nz, wk, 0.0)
         vr = np.repeat(v, g, axis=1)                                          # [B, Hq, Sk, Dv]
         fin = np.isfinite(vr)
         out = np.matmul(np.where(nz, wk, 0.0), np.where(fin, vr, 0.0))
@@ -348,11 +350,7 @@ def models(b, meta):
     if kind_of(meta) in CHECK_KINDS:
         return [], CHECK_KINDS[kind_of(meta)]
     if tensor != "out":
-        # case.json records the output's tolerance only, and the oracle's per-row tolerance of
-        # a gradient (its honest run) cannot be rebuilt from the bundle: not judged here
-        n = ((rec.get("grads") or {}).get(tensor) or {}).get("metrics", {}).get("n_diverge", "?")
-        return [], ("a finding on %s: the gradient's tolerance is not recorded, so no model is judged (the oracle "
-                    "counted %s diverging elements)" % (tensor, n))
+        return _grad_models(case, b, meta, rec, tensor)
     key = (rec.get("output") or "")[: -len(bundle_mod.SUFFIX)] or None
     if not key or key not in b:
         return [], "no recorded output (%s): nothing to judge" % meta.get("kind")
@@ -402,6 +400,111 @@ def models(b, meta):
 
 
 PAIR_LIMIT = 1 << 20   # output elements up to which pairs of models are tried
+
+
+# --- gradients -----------------------------------------------------------------------------
+
+
+def _grad_parts(case, b, tensor):
+    """Each query head's share of dK or dV, float64 [B, Hq, Sk, D or Dv] (the exact backward
+    of design.md section 5): dV_h = P_h^T dO_h, dK_h = scale dS_h^T Q_h with dS = P (dP -
+    rowsum(dO O)); summed over the query heads of a group it is the gradient. None where
+    this does not model the case (softcap, a scale placed on Q or K, dK under dropout)."""
+    if case.softcap > 0 or (tensor == "dk" and (case.placement != "scores" or case.dropout_p > 0.0)):
+        return None
+    w = model_output(case, b, {"weights": True})                          # [B, Hq, Sq, Sk]
+    do = np.asarray(b["do"], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        if tensor == "dv":
+            return np.einsum("bhij,bhid->bhjd", w, do)
+        q, v = (np.asarray(b[n], dtype=np.float64) for n in ("q", "v"))
+        vr = np.repeat(v, q.shape[1] // v.shape[1], axis=1)
+        o = w @ vr
+        ds = w * (do @ np.swapaxes(vr, -1, -2) - (do * o).sum(axis=-1, keepdims=True))
+        return case.scale * np.einsum("bhij,bhid->bhjd", ds, q)
+
+
+def _grad_row_atol(case, b, atol, metrics, tensor, ref):
+    """The absolute tolerance of each row of the gradient (its last dim one): the recorded
+    atol, the worst element's row's, scaled for dV by each row's scale as the oracle's
+    (ref.h af_ref_grad_opts.gscale: sum over the group's queries of P_ij max|dO_i|, finite
+    terms of nonzero weight). For dQ, dK and dmask, whose row scales involve the oracle's
+    bound on dS, the worst row alone has its tolerance (the recorded one); every other row's
+    is infinite: judged on its classes (NaN, Inf) only."""
+    wi = metrics.get("worst_index") or [0, 0, 0, 0]
+    flat = np.full(ref.shape[:-1] + (1,), np.inf)
+    try:
+        flat[wi[0], wi[1], wi[2], 0] = atol
+    except (IndexError, TypeError):
+        flat[...] = atol
+    if tensor != "dv":
+        return flat
+    try:
+        w = model_output(case, b, {"weights": True})
+    except (ValueError, IndexError):
+        return flat
+    do = np.asarray(b["do"], dtype=np.float64)
+    dmax = np.where(np.isfinite(do), np.abs(do), 0.0).max(axis=-1)               # [B, Hq, Sq]
+    with np.errstate(all="ignore"):
+        gs = np.einsum("bhij,bhi->bhj", np.where(np.isfinite(w), np.abs(w), 0.0), dmax)
+    B, Hq, Sk = gs.shape
+    Hkv = ref.shape[1]
+    gs = np.maximum(gs.reshape(B, Hkv, Hq // Hkv, Sk).sum(axis=2), 1e-300)[..., None]
+    try:
+        worst = gs[wi[0], wi[1], wi[2], 0]
+    except (IndexError, TypeError):
+        return flat
+    return atol * gs / worst
+
+
+def _grad_models(case, b, meta, rec, tensor):
+    """A finding on a gradient: the recorded gradient judged, with its recorded tolerance,
+    against the recorded float64 reference; against it with partial sums in the case dtype
+    (the accumulation bound over the terms a row adds up); and, for dK and dV of a GQA case,
+    against the exact shares of the query heads added across the group in the case dtype
+    (`grad_group_sum_dtype`: the per-head sums exact, their sum rounded as it goes, a
+    precision limit: torch's CPU flash backward in f16)."""
+    g = (rec.get("grads") or {}).get(tensor) or {}
+    key = (g.get("output") or "")[: -len(bundle_mod.SUFFIX)] or None
+    if not key or key not in b or ("ref_" + tensor) not in b:
+        return [], "a finding on %s, but the bundle holds no %s arrays: nothing to judge" % (tensor, tensor)
+    tol = g.get("tolerance") or meta.get("tolerance") or {}
+    metrics = g.get("metrics") or {}
+    out = np.asarray(b[key], dtype=np.float64)
+    ref = np.asarray(b["ref_" + tensor], dtype=np.float64)
+    rtol = float(tol.get("rtol", 0.0) or 0.0)
+    own = _own_keep(case, rec)   # else the weights follow a keep mask the bundle does not keep
+    atol = _grad_row_atol(case, b, float(tol.get("atol", 0.0) or 0.0), metrics, tensor if own else "", ref)
+    group = case.q_heads // max(case.kv_heads, 1)
+    terms = {"dq": case.kv_len, "dk": group * case.q_len, "dv": group * case.q_len}.get(tensor, case.q_len)
+    res = [_row("reference", None, "design.md section 5's backward in float64 (what the oracle compared with)",
+                judge(out, ref, atol, rtol, case.dtype))]
+    n = _dtype_precision(out, ref, case.dtype, terms)
+    if n < res[0]["fail"]:
+        res.append(_row("reference+accumulation", "precision", "the reference, and partial sums in the case dtype",
+                        dict(res[0], fail=n, exact=False)))
+    note = None if own else ("dropout with the backend's own keep mask (not in the bundle): the reference and the "
+                             "accumulation bound only")
+    if tensor != "dv" or not own:
+        note = (note + "; " if note else "") + ("rows other than the worst judged on their classes only (their "
+                                                "tolerance is not recorded)")
+    if own and tensor in ("dk", "dv") and group > 1 and case.dtype in ("f16", "bf16") and not case.forms:
+        try:
+            parts = _grad_parts(case, b, tensor)
+        except (ValueError, IndexError) as e:
+            parts, note = None, "the group-sum model skipped: %s" % e
+        if parts is not None and parts.shape[1] == case.q_heads:
+            B, Hq = parts.shape[:2]
+            parts = parts.reshape((B, case.kv_heads, group) + parts.shape[2:])
+            acc = np.zeros(parts[:, :, 0].shape)
+            for h in range(group):
+                acc = _round_dtype(acc + parts[:, :, h], case.dtype)
+            res.append(_row("grad_group_sum_dtype", "precision",
+                            "each query head's share exact, added across the group in the case dtype",
+                            judge(out, acc, atol, rtol, case.dtype)))
+    for r in res:
+        r["where"] = ""
+    return res, note
 
 
 def _pairs(case, b, out, atol, rtol, rows, table):
@@ -837,6 +940,11 @@ def upstream_page(meta, verdict, near, repro_path):
     c = meta["case"]
     rec = _failing(meta) or {}
     m = rec.get("metrics") or {}
+    tol = meta.get("tolerance") or {}
+    tensor = meta.get("tensor") or "out"
+    if tensor != "out":   # a gradient finding: the gradient's worst element and tolerance
+        g = (rec.get("grads") or {}).get(tensor) or {}
+        m, tol = g.get("metrics") or {}, g.get("tolerance") or tol
     who = meta.get("who") or "?"
     lines = ["# %s: %s on %s" % (who.split(":", 1)[-1], meta.get("kind"), meta.get("features") or ""), "",
              "## Environment", "",
@@ -849,11 +957,11 @@ def upstream_page(meta, verdict, near, repro_path):
     if meta.get("kind") in ("crash", "error", "timeout"):
         lines.append("Expected: an output. Actual: `%s`" % str(rec.get("error", ""))[:400])
     else:
-        lines.append("At index %s: expected %s (float64 reference), got %s; max |out - ref| over finite pairs %s, "
+        lines.append("%sAt index %s: expected %s (float64 reference), got %s; max |out - ref| over finite pairs %s, "
                      "NaN on one side only at %s elements, Inf at %s; tolerance atol %s rtol %s." % (
+                         "In the gradient %s. " % tensor if tensor != "out" else "",
                          m.get("worst_index"), m.get("worst_ref"), m.get("worst_out"), m.get("max_abs"),
-                         m.get("n_nan", 0), m.get("n_inf", 0), (meta.get("tolerance") or {}).get("atol"),
-                         (meta.get("tolerance") or {}).get("rtol")))
+                         m.get("n_nan", 0), m.get("n_inf", 0), tol.get("atol"), tol.get("rtol")))
     lines += ["", "Triage: **%s** (confidence %.2f): %s" % (verdict["class"], verdict["confidence"],
                                                              verdict["evidence"]), ""]
     lines += ["## Repro", ""]

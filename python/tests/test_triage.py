@@ -215,6 +215,65 @@ class CheckKinds(unittest.TestCase):
         self.assertIsNone(r["best_model"])
 
 
+class Gradients(unittest.TestCase):
+    """A dV finding on a GQA case with one key: every weight is 1, so dV is the sum of the
+    dO rows, written out here by hand. Four f16 rows near 65504 whose per-head sums pass
+    65520: the heads' sums added in f16 overflow where the whole sum does not."""
+    DO = np.array([[24624, 17744, -41248, -60480, 33216, 34400, -40736, 45120],
+                   [-18944, 61248, 54240, -63136, 34272, -25488, 33280, 53408],
+                   [43584, -30480, 52448, 47488, -61504, -29872, 21968, -46880],
+                   [18512, 29824, -43584, 48000, 23664, 23536, -22064, -39648]], np.float64)
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="test-triage-grad-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def _bundle(self, name, dv):
+        case = make_case(q_heads=2, kv_heads=1, q_len=2, kv_len=1, dtype="f16",
+                         backward={"grads": ["dv"], "do": {"dist": "near_overflow", "seed": 7}})
+        q = RNG.standard_normal((1, 2, 2, 8)).astype(np.float16).astype(np.float32)
+        k, v = (RNG.standard_normal((1, 1, 1, 8)).astype(np.float16).astype(np.float32) for _ in range(2))
+        d = write_bundle(self.tmp, name, case, q, k, v, reference.attention(case_mod.Case(case), q, k, v), 1e-3)
+        ref_dv = self.DO.sum(axis=0).reshape(1, 1, 1, 8)              # one key: dV = the sum of the dO rows
+        for key, a in (("do", self.DO.reshape(1, 2, 2, 8).astype(np.float32)), ("ref_dv", ref_dv),
+                       ("dv.test", dv.reshape(1, 1, 1, 8).astype(np.float32))):
+            bundle.save_array(os.path.join(d, key + bundle.SUFFIX), a)
+        with open(os.path.join(d, "case.json")) as f:
+            meta = json.load(f)
+        err = np.where(np.isfinite(dv), np.abs(dv - ref_dv.ravel()), np.inf)
+        meta.update(kind="inf_mismatch", tensor="dv")
+        meta["backends"][0].update(verdict="ok", grads={"dv": {
+            "output": "dv.test" + bundle.SUFFIX, "verdict": "inf_mismatch",
+            "metrics": {"worst_index": [0, 0, 0, int(np.argmax(err))], "n_inf": int((~np.isfinite(dv)).sum())},
+            "tolerance": {"atol": 1.0, "rtol": 1e-3, "fudge": 2, "honest": False}}})
+        with open(os.path.join(d, "case.json"), "w") as f:
+            json.dump(meta, f)
+        return d
+
+    def test_heads_summed_in_f16_is_precision(self):
+        heads = self.DO.reshape(2, 2, 8).sum(axis=1)                  # each head's exact sum
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = (heads[0].astype(np.float16) + heads[1]).astype(np.float16).astype(np.float64)
+        self.assertEqual(int((~np.isfinite(got) & (np.abs(self.DO.sum(0)) <= 65504)).sum()), 3)
+        r = triage.triage(self._bundle("inf_mismatch-grad", got), [], share=False)
+        rows = {m["name"]: m for m in r["models"]}
+        self.assertEqual(rows["reference"]["fail"], 5)               # 3 +-Inf where representable, 2 beyond 65504
+        self.assertEqual(rows["grad_group_sum_dtype"]["fail"], 0)
+        self.assertTrue(rows["grad_group_sum_dtype"]["exact"])
+        self.assertEqual(r["best_model"], "grad_group_sum_dtype")
+        self.assertEqual(r["verdict"]["class"], "precision")
+
+    def test_a_wrong_gradient_is_not_explained(self):
+        wrong = self.DO[:2].sum(axis=0)                              # one head's rows only: a dropped head
+        r = triage.triage(self._bundle("diverge-grad", wrong), [], share=False)
+        rows = {m["name"]: m for m in r["models"]}
+        self.assertGreater(rows["grad_group_sum_dtype"]["fail"], 0)
+        self.assertIsNone(r["best_model"])
+        self.assertEqual(r["verdict"]["class"], "real_bug")
+
+
 class Corpus(unittest.TestCase):
     BUNDLE = os.path.join(known.ROOT, "corpus", "findings", "ort", "bundles", "diverge-4e91112d4929395a")
 
