@@ -20,6 +20,7 @@ The verdict is one of the project's classes (real_bug, convention, precision, ta
 with a confidence and the evidence that decided it.
 
     python -m attnfuzz.triage BUNDLE... [--json] [--no-share] [--share-with SPEC]... [--blind] [--out DIR]
+                              [--cached-versions]
 
 `attnfuzz triage` runs this module with the project's Python.
 """
@@ -1099,7 +1100,47 @@ def versions(meta):
     return out
 
 
-def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, without=(), share_with=None):
+def cached_versions(package):
+    """The versions of package that bisect's cache holds installed (bisect.install: under
+    cache_dir()/PACKAGE[+ALSO]/VERSION, marked .attnfuzz-installed), in release order, as
+    (version, directory)."""
+    from . import bisect as bisect_mod
+    root = bisect_mod.cache_dir()
+    out = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if name.split("+")[0].lower().replace("-", "_") != package.lower().replace("-", "_"):
+            continue
+        for v in os.listdir(os.path.join(root, name)):
+            d = os.path.join(root, name, v)
+            if os.path.exists(os.path.join(d, ".attnfuzz-installed")):
+                out.append((v, d))
+    return sorted(out, key=lambda x: known_mod._release(x[0]) or ())
+
+
+def versions_showing(path, timeout=600, package=None, script=None):
+    """Which of the cached versions of the bundle's stack show it: its standalone repro (or
+    script) run with each one first on PYTHONPATH, as bisect runs it. A list of {"version",
+    "verdict" (bug, good, skip, error), "line"}; [] when the stack's package is unknown or
+    none is cached."""
+    from . import bisect as bisect_mod
+    package = package or bisect_mod.package_of(path)
+    cached = cached_versions(package) if package else []
+    if not cached:
+        return []
+    with tempfile.TemporaryDirectory(prefix="attnfuzz-triage-versions-") as tmp:
+        try:
+            script = script or bisect_mod.script_of(path, tmp)
+        except RuntimeError as e:
+            return [{"version": v, "verdict": bisect_mod.ERROR, "line": str(e)[:200]} for v, _ in cached]
+        rows = []
+        for v, site in cached:
+            verdict_, line = bisect_mod.run_script(script, site, timeout=timeout)
+            rows.append({"version": v, "verdict": verdict_, "line": line})
+    return rows
+
+
+def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, without=(), share_with=None,
+           cached=False):
     """The triage of one bundle as a JSON-able dict: share=False makes no replay;
     share_with names the backends to replay on (default: share_backends)."""
     b = bundle_mod.load(path)
@@ -1122,7 +1163,8 @@ def triage(path, entries, share=True, timeout=30, out_dir=None, blind=False, wit
     res = {"bundle": path, "kind": meta.get("kind"), "who": meta.get("who"), "tensor": meta.get("tensor") or "out",
            "verdict": v, "models": rows, "models_note": note, "best_model": (best_model(rows) or {}).get("name"),
            "known_match": mid, "left_out": sorted(left_out), "neighbours": near, "sharing": shared,
-           "sensitivity": sens, "minimized": meta.get("minimized"), "versions": versions(meta)}
+           "sensitivity": sens, "minimized": meta.get("minimized"), "versions": versions(meta),
+           "cached_versions": versions_showing(path) if cached else None}
     res["draft_entry"] = draft_entry(meta, v, sens)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
@@ -1161,6 +1203,10 @@ def render(r, file=sys.stdout):
     for name, row in sorted(r["versions"].items()):
         libs = ", ".join("%s %s" % kv for kv in sorted((row.get("libs") or {}).items()))
         p("  version    %-40s %s%s" % (name, row["version"] or "-", " (%s)" % libs if libs else ""))
+    if r.get("cached_versions") == []:
+        p("  cached     no version of the stack in bisect's cache (attnfuzz bisect installs them)")
+    for c in r.get("cached_versions") or []:
+        p("  cached     %-14s %-5s  %s" % (c["version"], c["verdict"], c["line"]))
     p("  known      %s%s" % (r["known_match"] or "no entry matches",
                             " (left out: %s)" % ", ".join(r["left_out"]) if r["left_out"] else ""))
     for n in r["neighbours"]:
@@ -1204,6 +1250,8 @@ def main(argv=None):
     ap.add_argument("--known-without", action="append", default=[], metavar="ID", help="leave entry ID out (repeatable)")
     ap.add_argument("--no-known", action="store_true", help="no known entries at all")
     ap.add_argument("--out", metavar="DIR", help="write NAME.md (upstream page), NAME.py (repro), NAME.known.json")
+    ap.add_argument("--cached-versions", action="store_true",
+                    help="run the repro with each version of the stack in bisect's cache: which show it")
     a = ap.parse_args(argv)
     try:
         entries = [] if a.no_known else known_mod.load()
@@ -1214,7 +1262,7 @@ def main(argv=None):
     for path in a.bundles:
         try:
             r = triage(path, entries, share=not a.no_share, timeout=a.timeout, out_dir=a.out, blind=a.blind,
-                       without=a.known_without, share_with=a.share_with)
+                       without=a.known_without, share_with=a.share_with, cached=a.cached_versions)
         except (OSError, ValueError, KeyError) as e:
             print("attnfuzz triage: %s: %s" % (path, e), file=sys.stderr)
             status = 2

@@ -274,6 +274,38 @@ class Gradients(unittest.TestCase):
         self.assertEqual(r["verdict"]["class"], "real_bug")
 
 
+class CachedVersions(unittest.TestCase):
+    """versions_showing over a hand-made bisect cache: three versions of a one-file package
+    whose VERSION the script reads; the script exits 1 (the bug) from 2.0 on. The verdicts
+    are written here from that rule, not from the code."""
+
+    def test_each_cached_version_run(self):
+        tmp = tempfile.mkdtemp(prefix="test-triage-cache-")
+        self.addCleanup(shutil.rmtree, tmp)
+        for v in ("10.0", "2.0", "1.0"):           # listed out of order: release order is expected
+            d = os.path.join(tmp, "bisect", "fakepkg", v)
+            os.makedirs(d)
+            with open(os.path.join(d, "fakepkg.py"), "w") as f:
+                f.write("VERSION = %r\n" % v)
+            open(os.path.join(d, ".attnfuzz-installed"), "w").close()
+        os.makedirs(os.path.join(tmp, "bisect", "fakepkg", "3.0"))   # not marked installed: left out
+        script = os.path.join(tmp, "repro.py")
+        with open(script, "w") as f:
+            f.write("import sys, fakepkg\nbug = int(fakepkg.VERSION.split('.')[0]) >= 2\n"
+                    "print('BUG' if bug else 'FIXED', fakepkg.VERSION)\nsys.exit(1 if bug else 0)\n")
+        old = os.environ.get("ATTNFUZZ_CACHE")
+        os.environ["ATTNFUZZ_CACHE"] = tmp
+        try:
+            rows = triage.versions_showing(tmp, package="fakepkg", script=script, timeout=60)
+        finally:
+            if old is None:
+                del os.environ["ATTNFUZZ_CACHE"]
+            else:
+                os.environ["ATTNFUZZ_CACHE"] = old
+        self.assertEqual([(r["version"], r["verdict"], r["line"]) for r in rows],
+                         [("1.0", "good", "FIXED 1.0"), ("2.0", "bug", "BUG 2.0"), ("10.0", "bug", "BUG 10.0")])
+
+
 class Corpus(unittest.TestCase):
     BUNDLE = os.path.join(known.ROOT, "corpus", "findings", "ort", "bundles", "diverge-4e91112d4929395a")
 
