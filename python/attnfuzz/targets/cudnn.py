@@ -27,9 +27,12 @@ windows where Sq > Sk ("virtually slice the Q tensor"), and right bounds below 0
 cases are unsupported, as is every other graph check_support refuses. ALiBi is cuDNN's own
 geometric slopes only (2^(-8 (h + 1) / n) ..., the case's `geometric` slopes of magnitude 1);
 its bias, (j - i) * slope, differs from attnfuzz's -(d - j) * slope by a constant per row,
-which the softmax cancels. The softmax statistics (log-sum-exp per row) come out of the
-forward graph of a backward case (generate_stats), which the backward graph reads; a worker
-result has no field for them yet, so attnfuzz does not judge them.
+which the softmax cancels. The softmax statistics (log-sum-exp per row, natural log, f32
+[B, H, Sq, 1]) come out of the forward graph of a backward case (generate_stats), which the
+backward graph reads, and of the sdpa variant's forward cases when the run asks for them (cap
+lse; a graph check_support refuses with them is built without, and the run returns none);
+what they are for a row that attends to nothing is probed at start (a bias of -inf at every
+key: lse_masked_rows where it is not -inf).
 
 Measured on an H200 (cuDNN 9.19.0): NaN in the value row of a key the causal mask hides
 reaches the output (`masked_values: "ieee"`, probed at start); bf16 subnormal outputs come
@@ -232,10 +235,11 @@ def finish(cudnn, graph):
     graph.build_plans()
 
 
-def build_graph(cudnn, handle, case, t, spec):
+def build_graph(cudnn, handle, case, t, spec, stats=False):
     """The built graphs of the case's structure, spec = band(case): {"fwd": the forward
     graph, "g": its tensors by name, "bwd": the backward graph (dQ, dK, dV, dBias from the
-    forward's softmax stats) of a backward case or None, "b": its tensors}."""
+    forward's softmax stats) of a backward case or None, "b": its tensors}. stats: the
+    forward graph outputs its softmax statistics (generate_stats) in a forward case too."""
     align, L, R, padding = spec
     dt = io_type(cudnn, case.dtype)
     I32, I64, F32 = cudnn.data_type.INT32, cudnn.data_type.INT64, cudnn.data_type.FLOAT
@@ -300,17 +304,19 @@ def build_graph(cudnn, handle, case, t, spec):
         g["rng_dump"] = tensor(fwd, "rng_dump", F32)
         kw["rng_dump"] = g["rng_dump"]
     train = bool(case.grads)
-    o, stats = fwd.sdpa(name="sdpa", q=g["q"], k=g["k"], v=g["v"], attn_scale=float(case.scale),
-                        generate_stats=train, **kw)
+    o, st = fwd.sdpa(name="sdpa", q=g["q"], k=g["k"], v=g["v"], attn_scale=float(case.scale),
+                     generate_stats=train or bool(stats), **kw)
     dims, strides = logical(case, t, "o")
     o.set_uid(UID["o"]).set_output(True).set_dim(list(dims)).set_stride(list(strides))
     if case.thd:
         o.set_ragged_offset(g["off_o"])
     g["o"] = o
-    if train:
+    if train or stats:
+        # the softmax statistics: per query row the natural-log log-sum-exp of its scaled,
+        # masked scores, f32 [B, H, Sq, 1]
         dims, strides = logical(case, t, "stats")
-        stats.set_uid(UID["stats"]).set_output(True).set_data_type(F32).set_dim(list(dims)).set_stride(list(strides))
-        g["stats"] = stats
+        st.set_uid(UID["stats"]).set_output(True).set_data_type(F32).set_dim(list(dims)).set_stride(list(strides))
+        g["stats"] = st
     finish(cudnn, fwd)
     if not train:
         return {"fwd": fwd, "g": g, "bwd": None, "b": None}
@@ -334,9 +340,10 @@ def build_graph(cudnn, handle, case, t, spec):
 
 def run_graph(handle, case, t, art, dev, guards=None):
     """Runs the built graphs on the case's tensors: (out [B, Hq, Sq, Dv] or THD [Tq, Hq, Dv],
-    its layout, {gradient: tensor} of a backward case, the dropout keep mask or None). With a
-    list guards, the dense output and the gradients dq, dk, dv are allocated inside guard bands
-    (attnfuzz.guard), whose guards are appended to it."""
+    its layout, {gradient: tensor} of a backward case, the dropout keep mask or None, the
+    forward's softmax statistics [B, Hq, Sq] f32 where the graph outputs them, else None).
+    With a list guards, the dense output and the gradients dq, dk, dv are allocated inside
+    guard bands (attnfuzz.guard), whose guards are appended to it."""
     import torch
     B, Hq, Sq, Dv = case.batch, case.q_heads, case.q_len, case.v_head_dim
     dt = torch_dtype(case.dtype)
@@ -353,8 +360,10 @@ def run_graph(handle, case, t, art, dev, guards=None):
         made["o"] = torch.zeros((rows + 64, Hq, Dv), dtype=dt, device=dev)
     else:
         made["o"] = zeros("o", (B, Hq, Sq, Dv))
+    if "stats" in art["g"]:
+        # NaN: a row the graph leaves unwritten shows
+        made["stats"] = torch.full((B, Hq, Sq, 1), float("nan"), dtype=torch.float32, device=dev)
     if art["bwd"] is not None:
-        made["stats"] = torch.zeros((B, Hq, Sq, 1), dtype=torch.float32, device=dev)
         made["do"] = to_bhsd(to_torch(case.dout, dev), case.out_layout, Hq, Dv).to(dt).contiguous()
         for n in ("dq", "dk", "dv"):
             made[n] = zeros(n, logical(case, t, n)[0])
@@ -369,13 +378,14 @@ def run_graph(handle, case, t, art, dev, guards=None):
     torch.cuda.synchronize()
     grads = {n: made["dbias" if n == "dmask" else n] for n in case.grads}
     keep = (t["rng_dump"] != 0) if "rng_dump" in t else None
+    stats = made["stats"][..., 0] if "stats" in made else None
     if case.thd:
-        return made["o"][:rows], "thd", grads, keep
-    return made["o"], "bhsd", grads, keep
+        return made["o"][:rows], "thd", grads, keep, stats
+    return made["o"], "bhsd", grads, keep, stats
 
 
 def cudnn_attention(case, q, k, v, mask, dev, handle):
-    """One case through cuDNN's SDPA graphs, built for it: (out, layout, grads, keep)."""
+    """One case through cuDNN's SDPA graphs, built for it: (out, layout, grads, keep, stats)."""
     import cudnn
     import torch
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
@@ -417,7 +427,8 @@ class Target(_base.Target):
     def declare(self):
         caps = ["f16", "bf16", "gqa", "cross", "dv", "scale", "amask", "causal", "padding", "window", "strided"]
         if self.variant == "sdpa":
-            caps.append("dropout")
+            # lse: the forward graph's softmax statistics (generate_stats), natural log
+            caps += ["dropout", "lse"]
         # bf16 outputs of about 1e-38 (a subnormal V) come out 0: about 40 diverge bundles of a
         # 75 s H200 campaign (cuDNN 9.19), f16's subnormals kept (within rounding)
         conv = {"dropout": "keep_mask", "denormals": ["bf16"]}
@@ -427,37 +438,65 @@ class Target(_base.Target):
 
     def _measured(self):
         """Conventions measured on tiny graphs: does a NaN in the value row of a key the
-        causal mask hides reach the output (P @ V over the whole tile)?"""
+        causal mask hides reach the output (P @ V over the whole tile)? What are the
+        statistics of a row whose bias is -inf at every key (lse_masked_rows)?"""
         out = {}
+        torch = self.torch
         try:
-            torch = self.torch
             q = torch.ones((1, 1, 2, 8), dtype=torch.float16, device="cuda")
             v = q.clone()
             v[0, 0, 1] = float("nan")
-            o = self._probe_causal(q, q, v)
+            o, _ = self._probe_graph(q, q, v, causal=True)
             if o is not None and bool(torch.isnan(o[0, 0, 0]).any()):
                 out["masked_values"] = "ieee"
         except Exception:  # noqa: BLE001 - a probe only
             pass
+        if self.variant == "sdpa":
+            try:
+                q = torch.ones((1, 1, 2, 8), dtype=torch.float16, device="cuda")
+                bias = torch.zeros((1, 1, 2, 2), dtype=torch.float16, device="cuda")
+                bias[0, 0, 0] = -float("inf")          # query row 0 attends to nothing
+                _, st = self._probe_graph(q, q, q, bias=bias, stats=True)
+                x = float(st[0, 0, 0, 0])
+                name = ("nan" if x != x else "-inf" if x == -float("inf") else "inf" if x == float("inf")
+                        else "zero" if x == 0 else None)
+                if name is not None and name != "-inf":
+                    out["lse_masked_rows"] = name
+            except Exception:  # noqa: BLE001 - a probe only
+                pass
         return out
 
-    def _probe_causal(self, q, k, v):
+    def _probe_graph(self, q, k, v, causal=False, bias=None, stats=False):
+        """(out, stats [B, H, Sq, 1] f32 or None) of a tiny f16 graph."""
         cudnn, torch = self.cudnn, self.torch
         g = cudnn.pygraph(io_data_type=cudnn.data_type.HALF, intermediate_data_type=cudnn.data_type.FLOAT,
                           compute_data_type=cudnn.data_type.FLOAT, handle=self.handle)
         tq, tk, tv = g.tensor_like(q), g.tensor_like(k), g.tensor_like(v)
-        o, _ = g.sdpa(name="probe", q=tq, k=tk, v=tv, attn_scale=0.5, generate_stats=False, use_causal_mask=True)
+        kw = {"use_causal_mask": True} if causal else {}
+        pack = {tq: q, tk: k, tv: v}
+        if bias is not None:
+            tb = g.tensor_like(bias)
+            kw["bias"] = tb
+            pack[tb] = bias
+        o, ts = g.sdpa(name="probe", q=tq, k=tk, v=tv, attn_scale=0.5, generate_stats=stats, **kw)
         o.set_output(True).set_dim(list(q.shape)).set_stride(list(q.stride()))
+        out = torch.empty_like(q)
+        pack[o] = out
+        st = None
+        if stats:
+            st = torch.full((q.shape[0], q.shape[1], q.shape[2], 1), float("nan"), dtype=torch.float32, device="cuda")
+            ts.set_output(True).set_data_type(cudnn.data_type.FLOAT).set_dim(list(st.shape)).set_stride(
+                list(st.stride()))
+            pack[ts] = st
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
         g.check_support()
         g.build_plans()
-        out = torch.empty_like(q)
         ws = torch.empty(max(1, g.get_workspace_size()), dtype=torch.uint8, device="cuda")
-        g.execute({tq: q, tk: k, tv: v, o: out}, ws, handle=self.handle)
+        g.execute(pack, ws, handle=self.handle)
         torch.cuda.synchronize()
-        return out
+        return out, st
 
     def refuse(self, case, mask, bool_mask):
         from attnfuzz.worker import Unsupported
@@ -489,23 +528,42 @@ class Target(_base.Target):
             # with Sq > Sk)
             raise Unsupported("cudnn: the band's right bound must be >= 0")
 
-    def structure(self, case, mask, bool_mask):
-        return (_base.dense_structure(case, mask, bool_mask), band(case), case.key("serving") if
-                (case.thd or case.paged) else None, tuple(sorted(case.forms)), case.alibi_symmetric)
+    def _stats(self, req):
+        """Does the run want the forward graph's softmax statistics (cap lse: the sdpa
+        variant's dense forward cases)?"""
+        return bool(req.want_lse) and self.variant == "sdpa" and not req.case.grads
 
-    def build(self, case, q, k, v, mask, bool_mask):
+    def structure(self, req):
+        from attnfuzz.request import old_form
+        case, _, _, _, mask, bool_mask = old_form(req)
+        return (_base.dense_structure(case, mask, bool_mask), band(case), case.key("serving") if
+                (case.thd or case.paged) else None, tuple(sorted(case.forms)), case.alibi_symmetric,
+                self._stats(req))
+
+    def build(self, req):
+        from attnfuzz.request import old_form
+        case, q, k, v, mask, _ = old_form(req)
         self.cudnn.set_stream(handle=self.handle, stream=self.torch.cuda.current_stream().cuda_stream)
         t = cudnn_inputs(case, q, k, v, mask, "cuda")
+        if self._stats(req):
+            try:
+                return build_graph(self.cudnn, self.handle, case, t, band(case), stats=True)
+            except Exception as e:  # noqa: BLE001 - a graph refused with its statistics runs without them
+                if not self.refusal(e):
+                    raise
         return build_graph(self.cudnn, self.handle, case, t, band(case))
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
+        from attnfuzz.request import old_form
         from attnfuzz.worker import Result
+        case, q, k, v, mask, _ = old_form(req)
         t = cudnn_inputs(case, q, k, v, mask, "cuda")
         guards = []
-        out, lay, grads, keep = run_graph(self.handle, case, t, art, "cuda", guards)
+        out, lay, grads, keep, stats = run_graph(self.handle, case, t, art, "cuda", guards)
         res = Result(to_numpy(out), layout=lay,
                      grads={n: to_numpy(x).reshape(mask.shape) if n == "dmask" else to_numpy(x)
-                            for n, x in grads.items()} or None, guard_writes=guard.writes(*guards))
+                            for n, x in grads.items()} or None, guard_writes=guard.writes(*guards),
+                     lse=stats.cpu().numpy() if (stats is not None and self._stats(req)) else None)
         if keep is not None:
             res.dropout_keep = keep.cpu().numpy()
         return res
@@ -532,7 +590,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """cudnn/{variant}: q, k, v as the worker kit hands them (THD or page caches for a serving
     case, its tables on case.serving_tensors). Returns the output as [B, Hq, Sq, Dv]."""
     handle = cudnn.create_handle()
-    out, lay, _, _ = cudnn_attention(case, q, k, v, mask, "cuda", handle)
+    out, lay, _, _, _ = cudnn_attention(case, q, k, v, mask, "cuda", handle)
     out = to_numpy(out)
     return serving.padded_out(case, out, "thd") if lay == "thd" else out
 ''')
