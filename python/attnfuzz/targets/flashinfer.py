@@ -271,7 +271,8 @@ def flashinfer_attention(case, q, k, v, dev, kind, workspace=None, guards=None, 
     if case.sinks is not None:
         out = with_sink(case, out, lse)
         lse = lse_with_sink(case, lse)
-    torch.cuda.synchronize()
+    if out.is_cuda:
+        torch.cuda.synchronize()
     return out, [nq for nq, _ in lens], (lse.float() if lse_out else None)
 
 
@@ -349,7 +350,8 @@ class Target(_base.Target):
         self.kind = KIND_OF.get(variant, variant)      # the FlashInfer API the variant calls
         self.fixed_split = FIXED_SPLIT_PAGES if variant == "batch_paged_fixed_split" else None
         torch.set_grad_enabled(False)
-        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
+        self.device = "cuda"    # python/tests/test_gpu_targets.py runs the model code on "cpu"
+        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
 
     def libs(self):
         return dict(super().libs(), **_common.torch_libs(self.torch, True))
@@ -402,7 +404,7 @@ class Target(_base.Target):
     def build(self, case, q, k, v, mask, bool_mask):
         # the build's first call compiles it (nvcc): run the case once here, timed as compiling
         # (with the statistics: return_lse is a separate kernel instance in some backends)
-        flashinfer_attention(case, q, k, v, "cuda", self.kind, self.workspace, lse_out=True,
+        flashinfer_attention(case, q, k, v, self.device, self.kind, self.workspace, lse_out=True,
                              fixed_split=self.fixed_split)
         return True
 
@@ -411,7 +413,7 @@ class Target(_base.Target):
         from attnfuzz.worker import Result
         case, q, k, v, _, _ = old_form(req)
         guards = []
-        out, nqs, lse = flashinfer_attention(case, q, k, v, "cuda", self.kind, self.workspace, guards,
+        out, nqs, lse = flashinfer_attention(case, q, k, v, self.device, self.kind, self.workspace, guards,
                                              lse_out=req.want_lse, fixed_split=self.fixed_split)
         out = to_numpy(out)
         if case.thd:

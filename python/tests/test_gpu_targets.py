@@ -1,0 +1,261 @@
+"""The GPU targets' host side on the CPU (no GPU, no flashinfer or cudnn package needed):
+
+- flashinfer's model code (attnfuzz.targets.flashinfer) run through Target.run on the CPU
+  against a stand-in `flashinfer` module that computes, in float64, what FlashInfer 0.7.4
+  documents for the calls it gets (k_scale folded into sm_scale, the output times v_scale,
+  the log-sum-exp in base 2, paged K/V through indptr, indices and last_page_len). The
+  stand-in checks what the target hands it (K and V of an FP8 KV case as torch float8 in the
+  case's format, the plan's data types, fixed_split_size only for the batch-invariant
+  variant); the outputs and statistics are checked against attnfuzz.reference, which
+  dequantizes the FP8 inputs itself (an independent computation of the same math).
+- cudnn's sdpa_fp8 scalars (fp8_scales): powers of two, descale_s the exact inverse of
+  scale_s, scale_o keeping the largest |V| inside the format.
+- the declarations the hello carries (cap lse with lse_base 2, batch_invariant, the FP8 caps).
+"""
+
+import math
+import sys
+import types
+import unittest
+
+import _util  # noqa: F401 (puts python/ on sys.path)
+import ml_dtypes
+import numpy as np
+
+from attnfuzz import dtypes, reference, rng, testing
+from attnfuzz.case import Case
+from attnfuzz.request import Request
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - the venv has torch; elsewhere the test skips
+    torch = None
+
+
+# ---------------------------------------------------------------------------------------
+# A stand-in flashinfer: FlashInfer's documented semantics in float64 on the CPU.
+# ---------------------------------------------------------------------------------------
+
+def _attend(q, k, v, causal, sm_scale, window_left, logits_soft_cap, k_scale=None, v_scale=None):
+    """q [nq, Hq, D], k [nk, Hkv, D], v [nk, Hkv, Dv] (any float dtype, FP8 included): (o
+    float64 [nq, Hq, Dv], lse base 2 [nq, Hq]) with FlashInfer's bottom-right causal mask."""
+    assert logits_soft_cap is None and window_left == -1, "the stand-in models no soft cap or window"
+    qd, kd, vd = (x.to(torch.float64) for x in (q, k, v))
+    nq, hq, _ = qd.shape
+    nk, hk, _ = kd.shape
+    g = hq // hk
+    kd, vd = kd.repeat_interleave(g, dim=1), vd.repeat_interleave(g, dim=1)
+    s = torch.einsum("qhd,khd->hqk", qd, kd) * sm_scale * (1.0 if k_scale is None else k_scale)
+    if causal:
+        i = torch.arange(nq).reshape(-1, 1)
+        j = torch.arange(nk).reshape(1, -1)
+        s = s.masked_fill(j > i + (nk - nq), -math.inf)
+    lse = torch.logsumexp(s, dim=-1)                       # [Hq, nq], natural log
+    p = torch.exp(s - lse[..., None])
+    p = torch.nan_to_num(p, nan=0.0)
+    o = torch.einsum("hqk,khd->qhd", p, vd) * (1.0 if v_scale is None else v_scale)
+    return o, (lse / math.log(2.0)).transpose(0, 1)
+
+
+class FakeFlashInfer(types.ModuleType):
+    def __init__(self, kv_dtype):
+        super().__init__("flashinfer")
+        self.kv_dtype = kv_dtype        # what K and V must arrive as
+        self.plans = []
+        fake = self
+
+        def single_prefill_with_kv_cache(q, k, v, return_lse=False, o_dtype=None, k_scale=None, v_scale=None,
+                                         causal=False, sm_scale=None, window_left=-1, logits_soft_cap=None):
+            assert k.dtype == fake.kv_dtype and v.dtype == fake.kv_dtype, (k.dtype, v.dtype, fake.kv_dtype)
+            o, lse = _attend(q, k, v, causal, sm_scale, window_left, logits_soft_cap, k_scale, v_scale)
+            o = o.to(o_dtype or q.dtype)
+            return (o, lse.float()) if return_lse else o
+
+        class BatchPrefillWithPagedKVCacheWrapper:
+            def __init__(self, workspace, layout):
+                assert layout == "NHD"
+
+            def plan(self, qo_indptr, indptr, indices, last_page_len, hq, hk, d, page_size, head_dim_vo=None,
+                     q_data_type=None, kv_data_type=None, o_data_type=None, causal=False, sm_scale=None,
+                     window_left=-1, logits_soft_cap=None, fixed_split_size=None):
+                assert kv_data_type == fake.kv_dtype and o_data_type == q_data_type
+                fake.plans.append({"fixed_split_size": fixed_split_size})
+                self.p = (qo_indptr.tolist(), indptr.tolist(), indices.tolist(), last_page_len.tolist(), page_size,
+                          dict(causal=causal, sm_scale=sm_scale, window_left=window_left,
+                               logits_soft_cap=logits_soft_cap), o_data_type)
+
+            def run(self, q, kv, return_lse=False, k_scale=None, v_scale=None, out=None):
+                kc, vc = kv
+                assert kc.dtype == fake.kv_dtype and vc.dtype == fake.kv_dtype
+                qo, ind, idx, last, ps, kw, odt = self.p
+                os_, ls = [], []
+                for b in range(len(qo) - 1):
+                    pages = idx[ind[b]:ind[b + 1]]
+                    n = (len(pages) - 1) * ps + last[b] if pages else 0
+                    kb = kc[pages].reshape(-1, kc.shape[2], kc.shape[3])[:n]
+                    vb = vc[pages].reshape(-1, vc.shape[2], vc.shape[3])[:n]
+                    o, lse = _attend(q[qo[b]:qo[b + 1]], kb, vb, k_scale=k_scale, v_scale=v_scale, **kw)
+                    os_.append(o)
+                    ls.append(lse)
+                o = torch.cat(os_).to(odt)
+                if out is not None:
+                    out.copy_(o)
+                    o = out
+                return (o, torch.cat(ls).float()) if return_lse else o
+
+        self.single_prefill_with_kv_cache = single_prefill_with_kv_cache
+        self.BatchPrefillWithPagedKVCacheWrapper = BatchPrefillWithPagedKVCacheWrapper
+
+
+def _fi_target(variant):
+    """A flashinfer Target on the CPU, made without its CUDA workspace."""
+    from attnfuzz.targets import _base, flashinfer
+    t = flashinfer.Target.__new__(flashinfer.Target)
+    t.variant, t.decl, t.cache, t._hello = variant, flashinfer.STACK.variant(variant), _base.LRU(4), None
+    t.torch = torch
+    t.kind = flashinfer.KIND_OF.get(variant, variant)
+    t.fixed_split = flashinfer.FIXED_SPLIT_PAGES if variant == "batch_paged_fixed_split" else None
+    t.device, t.workspace = "cpu", None
+    return t
+
+
+def _case(fp8, causal, seed):
+    """(case dict, canonical q, k, v float64 holding the case's values): B 2, Hq 4, Hkv 2,
+    Sq 3, Sk 21 (two 16-token pages, the second one partly used), D 64, f16 out; with fp8
+    ("e4m3"/"e5m2") K and V in the format with descales 0.5 and 2 (an FP8 KV cache)."""
+    c = {"batch": 2, "q_heads": 4, "kv_heads": 2, "q_len": 3, "kv_len": 21, "head_dim": 64, "dtype": "f16",
+         "q": {"layout": "bshd"}, "k": {"layout": "bhsd"}, "v": {"layout": "bhsd"}, "causal": bool(causal),
+         "diagonal": "bottom_right"}   # FlashInfer's (its declared causal convention)
+    if fp8:
+        c["fp8"] = {"format": fp8, "kv_only": True, "descale": [1.0, 0.5, 2.0]}
+    r = np.random.default_rng(seed)
+    q = r.standard_normal((2, 4, 3, 64)).astype(np.float16).astype(np.float64)
+    kvt = dtypes.DTYPES[fp8] if fp8 else np.float16
+    k = (r.standard_normal((2, 2, 21, 64)) * 4).astype(kvt).astype(np.float64)
+    v = (r.standard_normal((2, 2, 21, 64)) * 4).astype(kvt).astype(np.float64)
+    return c, q, k, v
+
+
+def _request(c, q, k, v):
+    """The run request attnfuzz sends: q f16 in its layout; K, V in the case's format, in a
+    strided bhsd view (S and H swapped in memory)."""
+    arrays = testing.physical_inputs(c, q, k, v)
+    fp8 = (c.get("fp8") or {}).get("format")
+    for n, x in (("k", k), ("v", v)):
+        t = x.astype(dtypes.DTYPES[fp8] if fp8 else np.float16)
+        arrays[n] = np.ascontiguousarray(t.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    cs = Case(c, testing.derived(c))
+    return cs, Request.from_arrays(cs, arrays, keep=rng.case_keep, want_lse=True)
+
+
+@unittest.skipIf(torch is None, "no torch")
+class FlashInferOnCPU(unittest.TestCase):
+    def run_variant(self, variant, fp8, causal, seed):
+        from attnfuzz.targets import flashinfer
+        kvt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, None: torch.float16}[fp8]
+        fake = FakeFlashInfer(kvt)
+        saved = sys.modules.get("flashinfer")
+        sys.modules["flashinfer"] = fake
+        try:
+            c, q, k, v = _case(fp8, causal, seed)
+            cs, req = _request(c, q, k, v)
+            res = _fi_target(variant).run(req)
+        finally:
+            if saved is None:
+                sys.modules.pop("flashinfer", None)
+            else:
+                sys.modules["flashinfer"] = saved
+        # the reference dequantizes the FP8 inputs itself (descale 0.5 for K, 2 for V)
+        qs = q.astype(np.float64)
+        ks = k.astype(dtypes.DTYPES[fp8]) if fp8 else k
+        vs = v.astype(dtypes.DTYPES[fp8]) if fp8 else v
+        ref = reference.attention(cs, qs, ks, vs)
+        out = np.asarray(res.out, dtype=np.float64)
+        self.assertEqual(res.layout, "bhsd")
+        self.assertEqual(out.shape, ref.shape)
+        # float64 math rounded once to f16 (and once more by v_scale for FP8 KV)
+        tol = 2.0 ** -10 * np.abs(ref) + 2.0 ** -24
+        self.assertTrue((np.abs(out - ref) <= 2 * tol).all(), np.abs(out - ref).max())
+        lse = reference.lse(cs, qs, ks)
+        got = np.asarray(res.lse, dtype=np.float64) * math.log(2.0)     # declared lse_base 2
+        self.assertEqual(got.shape, lse.shape)
+        self.assertTrue(np.allclose(got, lse, rtol=1e-6, atol=1e-5), np.abs(got - lse).max())
+        return fake
+
+    def test_single_prefill_fp8_kv(self):
+        for fmt, causal, seed in (("e4m3", False, 1), ("e5m2", True, 2), ("e4m3", True, 3)):
+            with self.subTest(fmt=fmt, causal=causal):
+                self.run_variant("single_prefill", fmt, causal, seed)
+
+    def test_batch_paged_fp8_kv(self):
+        for fmt, causal, seed in (("e4m3", True, 4), ("e5m2", False, 5)):
+            with self.subTest(fmt=fmt, causal=causal):
+                fake = self.run_variant("batch_paged", fmt, causal, seed)
+                self.assertTrue(fake.plans and all(p["fixed_split_size"] is None for p in fake.plans))
+
+    def test_fixed_split_plans_fixed_split_size(self):
+        from attnfuzz.targets import flashinfer
+        fake = self.run_variant("batch_paged_fixed_split", None, True, 6)
+        self.assertTrue(fake.plans)
+        self.assertTrue(all(p["fixed_split_size"] == flashinfer.FIXED_SPLIT_PAGES for p in fake.plans))
+
+    def test_full_fp8_case_refused(self):
+        from attnfuzz.worker import Unsupported
+        c, q, k, v = _case("e4m3", False, 7)
+        c["fp8"] = {"format": "e4m3", "descale": [1.0, 0.5, 2.0]}
+        arrays = testing.physical_inputs(c, q, k, v)
+        for n, x in (("q", q), ("k", k), ("v", v)):
+            arrays[n] = np.ascontiguousarray(np.asarray(arrays[n], np.float64).astype(dtypes.DTYPES["e4m3"]))
+        cs = Case(c, testing.derived(c))
+        with self.assertRaises(Unsupported):
+            _fi_target("single_prefill").run(Request.from_arrays(cs, arrays, keep=rng.case_keep))
+
+    def test_sink_enters_the_statistics(self):
+        from attnfuzz.targets import flashinfer
+        lse2 = torch.tensor([[1.0, -math.inf], [0.25, 3.0]], dtype=torch.float32)
+        case = types.SimpleNamespace(sinks=np.array([0.5, -2.0], dtype=np.float32))
+        got = flashinfer.lse_with_sink(case, lse2).double().numpy()
+        z = np.array([0.5, -2.0])
+        want = np.log2(2.0 ** lse2.double().numpy() + np.exp(z))   # log2(2^lse + e^z)
+        want[0, 1] = -np.inf                                        # a row with no key stays -inf
+        self.assertTrue(np.allclose(got, want, rtol=1e-6), (got, want))
+
+
+@unittest.skipIf(torch is None, "no torch")
+class Declarations(unittest.TestCase):
+    def test_flashinfer_hello(self):
+        from attnfuzz.targets import flashinfer
+        for variant in flashinfer.STACK.variants:
+            h = _fi_target(variant).hello()
+            self.assertIn("lse", h["caps"])
+            self.assertEqual(h["lse_base"], 2)
+            self.assertEqual(h["batch_invariant"], variant == "batch_paged_fixed_split")
+            fp8 = {"e4m3", "e5m2", "fp8_kv"} <= set(h["caps"])
+            self.assertEqual(fp8, variant in flashinfer.FP8_KV_KINDS, variant)
+
+
+class CudnnFp8Scales(unittest.TestCase):
+    def test_scales(self):
+        from attnfuzz.targets import cudnn
+        for fmt, dv in (("e4m3", 2.0), ("e4m3", 2.0 ** -20), ("e5m2", 3.0), ("e5m2", 2.0 ** 30)):
+            v = (np.random.default_rng(1).standard_normal((1, 2, 9, 16)) * 50).astype(dtypes.DTYPES[fmt])
+            case = types.SimpleNamespace(fp8=fmt, descale={"q": 0.25, "k": 4.0, "v": dv})
+            for o_fp8 in (False, True):
+                s = cudnn.fp8_scales(case, v, o_fp8)
+                self.assertEqual((s["descale_q"], s["descale_k"], s["descale_v"]), (0.25, 4.0, dv))
+                self.assertEqual(s["descale_s"] * s["scale_s"], 1.0)            # exact inverses
+                self.assertEqual(math.frexp(s["scale_s"])[0], 0.5)              # a power of two
+                self.assertLessEqual(s["scale_s"], float(ml_dtypes.finfo(dtypes.DTYPES[fmt]).max))  # P = 1 fits
+                if not o_fp8:
+                    self.assertEqual(s["scale_o"], 1.0)
+                    continue
+                amax = float(np.abs(v.astype(np.float64)).max()) * dv
+                self.assertEqual(math.frexp(s["scale_o"])[0], 0.5)
+                po2 = cudnn.FP8_PO2[fmt]
+                # |O| <= amax lands in (po2 / 4, po2 / 2]: inside the format, above its subnormals
+                self.assertLessEqual(amax * s["scale_o"], po2 / 2)
+                self.assertGreater(amax * s["scale_o"], po2 / 4)
+
+
+if __name__ == "__main__":
+    unittest.main()
