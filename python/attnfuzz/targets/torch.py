@@ -353,6 +353,11 @@ class Target(_base.Target):
             cfg = _config(case, self.base, self.cuda)
             if case.amask is not None or case.bmask is not None or cfg["struct"]:
                 raise Unsupported("the CUDA flash op takes no attn_mask (is_causal only)")
+        if self.cuda and self.base in ("sdpa_efficient_lse", "sdpa_cudnn_lse") and case.amask is not None \
+                and case.amask.get("dtype", "f32") != case.dtype:
+            # the ops check "invalid dtype for bias - should match query's dtype"; rounding the
+            # mask to Q's dtype here would change the case
+            raise Unsupported("the CUDA op takes an attn_bias in Q's dtype only")
         if self.kind == "sdpa" and case.dropout_p >= 1.0 and self.cuda:
             raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
 
