@@ -11,6 +11,9 @@
 - cudnn's sdpa_fp8 scalars (fp8_scales): powers of two, descale_s the exact inverse of
   scale_s, scale_o keeping the largest |V| inside the format.
 - the declarations the hello carries (cap lse with lse_base 2, batch_invariant, the FP8 caps).
+- torch's CUDA LSE variants' forward_lse (attnfuzz.targets._torch_model) with stand-ins of
+  the three CUDA ops: what reaches them (K and V at Hq heads, a 16-aligned bias in Q's dtype)
+  and the logsumexp cut to [B, Hq, Sq] from each op's shape, against attnfuzz.reference.
 """
 
 import math
@@ -255,6 +258,108 @@ class CudnnFp8Scales(unittest.TestCase):
                 # |O| <= amax lands in (po2 / 4, po2 / 2]: inside the format, above its subnormals
                 self.assertLessEqual(amax * s["scale_o"], po2 / 2)
                 self.assertGreater(amax * s["scale_o"], po2 / 4)
+
+
+# ---------------------------------------------------------------------------------------
+# torch's CUDA LSE variants: SDPAModule.forward_lse with stand-ins of the three CUDA ops.
+# ---------------------------------------------------------------------------------------
+
+def _op_math(q, k, v, bias, is_causal, scale):
+    """float64 attention and natural-log logsumexp of [B, H, S, D] inputs with Hq heads of K and
+    V (what the CUDA ops require), a float bias and top-left is_causal."""
+    qd, kd, vd = (x.to(torch.float64) for x in (q, k, v))
+    s = qd @ kd.transpose(-1, -2) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+    if bias is not None:
+        s = s + bias.to(torch.float64)
+    if is_causal:
+        i = torch.arange(q.shape[2]).reshape(-1, 1)
+        j = torch.arange(k.shape[2]).reshape(1, -1)
+        s = s.masked_fill(j > i, -math.inf)
+    lse = torch.logsumexp(s, dim=-1)
+    return (torch.softmax(s, dim=-1) @ vd).to(q.dtype), lse.float()
+
+
+class TorchLseOps(unittest.TestCase):
+    """forward_lse's CUDA branch (lse_op flash, efficient, cudnn) on the CPU, the ops replaced
+    by stand-ins that check what the ops require (Hq heads of K and V, a bias whose rows are
+    16-aligned in Q's dtype, no bias for flash) and return the logsumexp in each op's shape."""
+
+    def setUp(self):
+        if torch is None:
+            self.skipTest("no torch")
+        self.saved = {}
+        self.seen = []
+        test = self
+
+        def flash(q, k, v, p, is_causal, debug, scale=None):
+            test.assertEqual(k.shape[1], q.shape[1])
+            test.seen.append(("flash", None))
+            o, lse = _op_math(q, k, v, None, is_causal, scale)
+            return (o, lse) + (None,) * 7
+
+        def efficient(q, k, v, bias, compute_lse, p, is_causal, scale=None):
+            test.assertTrue(compute_lse)
+            test.assertEqual(k.shape[1], q.shape[1])
+            if bias is not None:
+                test.assertEqual(bias.dtype, q.dtype)
+                test.assertEqual(bias.stride(-2) % 16, 0)
+            test.seen.append(("efficient", bias is not None))
+            o, lse = _op_math(q, k, v, bias, is_causal, scale)
+            pad = -(-q.shape[2] // 32) * 32
+            lse = torch.cat([lse, torch.full(lse.shape[:2] + (pad - q.shape[2],), 7.0)], dim=-1)  # junk rows
+            return o, lse, None, None
+
+        def cudnn_op(q, k, v, bias, compute_lse, p, is_causal, debug, scale=None):
+            test.assertEqual(k.shape[1], q.shape[1])
+            test.seen.append(("cudnn", bias is not None))
+            o, lse = _op_math(q, k, v, bias, is_causal, scale)
+            return (o, lse[..., None]) + (None,) * 7
+
+        for name, fn in (("_scaled_dot_product_flash_attention", flash),
+                         ("_scaled_dot_product_efficient_attention", efficient),
+                         ("_scaled_dot_product_cudnn_attention", cudnn_op)):
+            self.saved[name] = getattr(torch.ops.aten, name)
+            setattr(torch.ops.aten, name, fn)
+
+    def tearDown(self):
+        for name, fn in self.saved.items():
+            setattr(torch.ops.aten, name, fn)
+
+    def check(self, base, c, seed):
+        from attnfuzz.targets import _torch_model
+        cs = Case(c, testing.derived(c))
+        r = np.random.default_rng(seed)
+        q = r.standard_normal((2, 4, 5, 16)).astype(np.float32).astype(np.float64)
+        k = r.standard_normal((2, 2, 7, 16)).astype(np.float32).astype(np.float64)
+        v = r.standard_normal((2, 2, 7, 16)).astype(np.float32).astype(np.float64)
+        mask = None
+        if cs.amask:
+            mask = r.standard_normal((1, 1, 5, 7)).astype(np.float32)
+            mask[0, 0, 1, 3] = -np.inf
+        arrays = testing.physical_inputs(c, q, k, v, mask=mask)
+        req = Request.from_arrays(cs, arrays, keep=rng.case_keep, want_lse=True)
+        cfg = _torch_model._config(cs, base, True)
+        self.assertEqual(cfg["lse_op"], base[5:-4])
+        SDPAModule, _, _ = _torch_model.make_modules()
+        args = _torch_model._arguments(req, cfg, "cpu")
+        o, lse = SDPAModule(cfg).forward_lse(*args)
+        out = testing.layouts.to_bhsd(o.numpy(), cfg["out_layout"], 4, 16)
+        ref = reference.attention(cs, q, k, v, mask=mask)
+        want = reference.lse(cs, q, k, mask=mask)
+        self.assertEqual(tuple(lse.shape), (2, 4, 5))
+        self.assertTrue(np.allclose(out, ref, rtol=1e-5, atol=1e-5), np.abs(out - ref).max())
+        self.assertTrue(np.allclose(lse.numpy(), want, rtol=1e-5, atol=1e-5), np.abs(lse.numpy() - want).max())
+
+    def test_ops(self):
+        base = {"batch": 2, "q_heads": 4, "kv_heads": 2, "q_len": 5, "kv_len": 7, "head_dim": 16, "dtype": "f32",
+                "q": {"layout": "bshd"}, "k": {"layout": "bhsd"}, "v": {"layout": "bshd"}}
+        self.check("sdpa_flash_lse", dict(base, causal=True), 1)
+        mask = {"rank": 4, "full_dims": "qk", "dtype": "f32", "expanded": False}
+        self.check("sdpa_efficient_lse", dict(base, additive_mask=mask), 2)
+        self.check("sdpa_cudnn_lse", dict(base, additive_mask=mask), 3)
+        self.check("sdpa_efficient_lse", dict(base, causal=True), 4)
+        self.assertEqual([n for n, _ in self.seen], ["flash", "efficient", "cudnn", "efficient"])
+        self.assertEqual([b for _, b in self.seen], [None, True, True, False])
 
 
 if __name__ == "__main__":
