@@ -362,5 +362,179 @@ class TorchLseOps(unittest.TestCase):
         self.assertEqual([b for _, b in self.seen], [None, True, True, False])
 
 
+# ---------------------------------------------------------------------------------------
+# cudnn/sdpa_fp8 through a stand-in of the frontend's graph API.
+# ---------------------------------------------------------------------------------------
+
+class _FakeTensor:
+    def __init__(self, uid=None, dim=None, stride=None, data_type=None, name=None):
+        self.uid, self.dim, self.stride, self.data_type, self.output = uid, dim, stride, data_type, False
+
+    def set_uid(self, u):
+        self.uid = u
+        return self
+
+    def set_output(self, b):
+        self.output = b
+        return self
+
+    def set_dim(self, d):
+        self.dim = list(d)
+        return self
+
+    def set_stride(self, s):
+        self.stride = list(s)
+        return self
+
+    def set_data_type(self, t):
+        self.data_type = t
+        return self
+
+
+class NotSupported(Exception):
+    pass
+
+
+NotSupported.__name__ = "cudnnGraphNotSupportedError"
+
+
+def _fake_cudnn(refuse_half_o):
+    """A stand-in `cudnn` module whose sdpa_fp8 graph computes, in float64, what the frontend
+    documents (the descales applied to Q, K and V, O times scale_o, the statistics as
+    natural-log LSE, amax_o the largest |O|) without rounding P, and checks that each tensor
+    of the variant pack has the dims and strides its graph tensor declares. With
+    refuse_half_o, check_support refuses an f16/bf16 O (as on Hopper)."""
+    m = types.ModuleType("cudnn")
+    m.data_type = types.SimpleNamespace(HALF="HALF", BFLOAT16="BFLOAT16", FLOAT="FLOAT", INT32="INT32",
+                                        INT64="INT64", FP8_E4M3="FP8_E4M3", FP8_E5M2="FP8_E5M2")
+    m.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
+    m.cudnnGraphNotSupportedError = NotSupported
+
+    class Graph:
+        def __init__(self, io_data_type=None, intermediate_data_type=None, compute_data_type=None, handle=None):
+            self.io = io_data_type
+
+        def tensor(self, uid=None, dim=None, stride=None, data_type=None, name=None):
+            return _FakeTensor(uid, list(dim), list(stride), data_type)
+
+        def sdpa_fp8(self, q, k, v, descale_q, descale_k, descale_v, descale_s, scale_s, scale_o, attn_scale=None,
+                     generate_stats=None, name="", bias=None, use_padding_mask=False, seq_len_q=None,
+                     seq_len_kv=None, use_causal_mask=False, use_causal_mask_bottom_right=False):
+            self.args = dict(q=q, k=k, v=v, dq=descale_q, dk=descale_k, dv=descale_v, ds=descale_s, ss=scale_s,
+                             so=scale_o, bias=bias, seq_kv=seq_len_kv if use_padding_mask else None,
+                             causal="tl" if use_causal_mask else "br" if use_causal_mask_bottom_right else None,
+                             scale=attn_scale)
+            self.outs = [_FakeTensor() for _ in range(4)]
+            return self.outs
+
+        def validate(self):
+            pass
+
+        def build_operation_graph(self):
+            pass
+
+        def create_execution_plans(self, modes):
+            pass
+
+        def check_support(self):
+            if refuse_half_o and self.outs[0].data_type in ("HALF", "BFLOAT16"):
+                raise NotSupported("NOT_SUPPORTED: f16/bf16 O needs Blackwell")
+
+        def build_plans(self):
+            pass
+
+        def get_workspace_size(self):
+            return 0
+
+        def execute(self, pack, ws, handle=None):
+            a = self.args
+
+            def get(t):
+                x = pack[t.uid]
+                assert list(x.shape) == t.dim and list(x.stride()) == t.stride, (t.uid, x.shape, x.stride(), t.dim,
+                                                                                  t.stride)
+                return x
+            sc = {n: float(get(a[n]).item()) for n in ("dq", "dk", "dv", "ds", "ss", "so")}
+            assert sc["ds"] * sc["ss"] == 1.0
+            q = get(a["q"]).to(torch.float64) * sc["dq"]
+            k = get(a["k"]).to(torch.float64) * sc["dk"]
+            v = get(a["v"]).to(torch.float64) * sc["dv"]
+            assert get(a["q"]).dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+            H = q.shape[1]
+            k, v = (x.repeat_interleave(H // x.shape[1], dim=1) for x in (k, v))
+            s = q @ k.transpose(-1, -2) * a["scale"]
+            if a["bias"] is not None:
+                s = s + get(a["bias"]).to(torch.float64)
+            Sq, Sk = s.shape[-2:]
+            i = torch.arange(Sq).reshape(-1, 1)
+            j = torch.arange(Sk).reshape(1, -1)
+            if a["causal"] == "tl":
+                s = s.masked_fill(j > i, -math.inf)
+            if a["causal"] == "br":
+                s = s.masked_fill(j > i + (Sk - Sq), -math.inf)
+            if a["seq_kv"] is not None:
+                n = get(a["seq_kv"]).reshape(-1, 1, 1, 1)
+                s = s.masked_fill(j.reshape(1, 1, 1, -1) >= n, -math.inf)
+            o = torch.softmax(s, dim=-1) @ v
+            out = get(self.outs[0])
+            out.copy_((o * sc["so"]).to(out.dtype))
+            get(self.outs[2]).fill_(1.0)
+            get(self.outs[3]).fill_(float(o.abs().max()))
+            if self.outs[1].output:
+                get(self.outs[1]).copy_(torch.logsumexp(s, dim=-1, keepdim=True))
+
+    m.pygraph = Graph
+    return m
+
+
+@unittest.skipIf(torch is None, "no torch")
+class CudnnFp8OnCPU(unittest.TestCase):
+    def run_case(self, c, refuse_half_o, seed):
+        from attnfuzz.targets import _base, cudnn
+        fake = _fake_cudnn(refuse_half_o)
+        t = cudnn.Target.__new__(cudnn.Target)
+        t.variant, t.decl, t.cache, t._hello = "sdpa_fp8", cudnn.STACK.variant("sdpa_fp8"), _base.LRU(4), None
+        t.cudnn, t.torch, t.handle, t._amax, t._o_fp8_first = fake, torch, None, [], False
+        cs = Case(c, testing.derived(c))
+        fmt = dtypes.DTYPES[cs.fp8]
+        r = np.random.default_rng(seed)
+        q, k, v = ((r.standard_normal(s) * 3).astype(fmt) for s in ((2, 4, 5, 16), (2, 2, 9, 16), (2, 2, 9, 16)))
+        mask = None
+        if cs.amask:
+            mask = r.standard_normal((1, 1, 5, 9)).astype(np.float16).astype(np.float32)   # the spec's f16
+        arrays = testing.physical_inputs(c, *(x.astype(np.float64) for x in (q, k, v)), mask=mask)
+        for n, x in (("q", q), ("k", k), ("v", v)):
+            arrays[n] = np.asarray(arrays[n]).astype(fmt)
+        from attnfuzz.request import old_form
+        cs, qp, kp, vp, m, _ = old_form(Request.from_arrays(cs, arrays, keep=rng.case_keep))  # as execute gets them
+        phys = {"q": qp, "k": kp, "v": vp}
+        tens = cudnn.fp8_inputs(cs, qp, kp, vp, m, "cpu")
+        art = t._build_fp8(cs, tens, True)
+        self.assertEqual(art["o_fp8"], refuse_half_o)
+        out, stats, _, amax_o = cudnn.run_fp8_graph(None, cs, tens, art, phys["v"], "cpu")
+        ref = reference.attention(cs, q, k, v, mask=mask)
+        got = out.double().numpy()
+        # one rounding of O: to f16/bf16, or to the format (3 or 2 mantissa bits) through scale_o
+        rel = {"e4m3": 2.0 ** -4, "e5m2": 2.0 ** -3}[cs.fp8] if refuse_half_o else 2.0 ** -8
+        tiny = np.abs(ref).max() * 2.0 ** -8 if refuse_half_o else 0.0   # the format's subnormal step
+        self.assertTrue((np.abs(got - ref) <= rel * np.abs(ref) + tiny + 1e-6).all(), np.abs(got - ref).max())
+        want = reference.lse(cs, q, k, mask=mask)
+        self.assertTrue(np.allclose(stats.numpy(), want, rtol=1e-5, atol=1e-5))
+        self.assertTrue(abs(amax_o - np.abs(ref).max()) <= 1e-6 * max(1.0, np.abs(ref).max()))
+
+    def test_sdpa_fp8(self):
+        base = {"batch": 2, "q_heads": 4, "kv_heads": 2, "q_len": 5, "kv_len": 9, "head_dim": 16, "dtype": "f16",
+                "q": {"layout": "bshd"}, "k": {"layout": "bhsd"}, "v": {"layout": "sbhd"}}
+        mask = {"rank": 4, "full_dims": "qk", "dtype": "f16", "expanded": False}
+        for i, (fmt, more, hopper) in enumerate((
+                ("e4m3", {"causal": True}, False),
+                ("e5m2", {"causal": True, "diagonal": "bottom_right", "dtype": "bf16"}, True),
+                ("e4m3", {"additive_mask": mask, "key_padding": [6, 9]}, True),
+                ("e5m2", {"key_padding": [9, 4]}, False))):
+            c = dict(base, fp8={"format": fmt, "descale": [0.5, 2.0 ** -3, 3.0]}, **more)
+            with self.subTest(fmt=fmt, more=sorted(more), hopper=hopper):
+                self.run_case(c, hopper, 10 + i)
+
+
 if __name__ == "__main__":
     unittest.main()
