@@ -9,7 +9,9 @@
   variant); the outputs and statistics are checked against attnfuzz.reference, which
   dequantizes the FP8 inputs itself (an independent computation of the same math).
 - cudnn's sdpa_fp8 scalars (fp8_scales): powers of two, descale_s the exact inverse of
-  scale_s, scale_o keeping the largest |V| inside the format.
+  scale_s, scale_o keeping the largest |V| inside the format; its graph built and run through
+  a float64 stand-in of the frontend's sdpa_fp8 (the Hopper fallback to an FP8 O included)
+  against the reference; cudnn/sdpa's statistics output declared and handed back.
 - the declarations the hello carries (cap lse with lse_base 2, batch_invariant, the FP8 caps).
 - torch's CUDA LSE variants' forward_lse (attnfuzz.targets._torch_model) with stand-ins of
   the three CUDA ops: what reaches them (K and V at Hq heads, a 16-aligned bias in Q's dtype)
@@ -534,6 +536,56 @@ class CudnnFp8OnCPU(unittest.TestCase):
             c = dict(base, fp8={"format": fmt, "descale": [0.5, 2.0 ** -3, 3.0]}, **more)
             with self.subTest(fmt=fmt, more=sorted(more), hopper=hopper):
                 self.run_case(c, hopper, 10 + i)
+
+
+@unittest.skipIf(torch is None, "no torch")
+class CudnnSdpaStatsOnCPU(unittest.TestCase):
+    """cudnn/sdpa's forward graph with generate_stats, through a stand-in graph: the stats
+    output declared f32 [B, H, Sq, 1] compact and marked an output, generate_stats passed, and
+    run_graph handing back exactly what the graph wrote there as [B, Hq, Sq]."""
+
+    def test_stats(self):
+        from attnfuzz.request import old_form
+        from attnfuzz.targets import cudnn
+        fake = _fake_cudnn(False)
+        seen = {}
+
+        class Graph(fake.pygraph):
+            def sdpa(self, name="", q=None, k=None, v=None, attn_scale=None, generate_stats=False, **kw):
+                seen["generate_stats"] = generate_stats
+                self.outs = [_FakeTensor(), _FakeTensor()]
+                return self.outs
+
+            def execute(self, pack, ws, handle=None):
+                o, st = self.outs
+                assert list(pack[st.uid].shape) == st.dim and list(pack[st.uid].stride()) == st.stride
+                pack[st.uid].copy_(torch.arange(40, dtype=torch.float32).reshape(st.dim))
+                pack[o.uid].zero_()
+        fake.pygraph = Graph
+        c = {"batch": 2, "q_heads": 4, "kv_heads": 2, "q_len": 5, "kv_len": 9, "head_dim": 16, "dtype": "f16",
+             "q": {"layout": "bshd"}, "k": {"layout": "bhsd"}, "v": {"layout": "bshd"}, "causal": True}
+        cs = Case(c, testing.derived(c))
+        r = np.random.default_rng(3)
+        q, k, v = (r.standard_normal(s) for s in ((2, 4, 5, 16), (2, 2, 9, 16), (2, 2, 9, 16)))
+        req = Request.from_arrays(cs, testing.physical_inputs(c, q, k, v), keep=rng.case_keep, want_lse=True)
+        view, qp, kp, vp, m, _ = old_form(req)
+        t = cudnn.cudnn_inputs(view, qp, kp, vp, m, "cpu")
+        for stats in (False, True):
+            art = cudnn.build_graph(fake, None, view, t, cudnn.band(view), stats=stats)
+            self.assertEqual(seen["generate_stats"], stats)
+            if not stats:
+                self.assertNotIn("stats", art["g"])
+                continue
+            st = art["g"]["stats"]
+            self.assertEqual((st.dim, st.stride, st.data_type, st.output), ([2, 4, 5, 1], [20, 5, 1, 1], "FLOAT", True))
+            orig = torch.cuda.synchronize
+            torch.cuda.synchronize = lambda: None      # run_graph waits for the device
+            try:
+                _, _, _, _, got = cudnn.run_graph(None, view, t, art, "cpu")
+            finally:
+                torch.cuda.synchronize = orig
+            self.assertEqual(tuple(got.shape), (2, 4, 5))
+            self.assertTrue(torch.equal(got, torch.arange(40, dtype=torch.float32).reshape(2, 4, 5)))
 
 
 if __name__ == "__main__":
