@@ -156,7 +156,6 @@ def _request(c, q, k, v):
 @unittest.skipIf(torch is None, "no torch")
 class FlashInferOnCPU(unittest.TestCase):
     def run_variant(self, variant, fp8, causal, seed):
-        from attnfuzz.targets import flashinfer
         kvt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2, None: torch.float16}[fp8]
         fake = FakeFlashInfer(kvt)
         saved = sys.modules.get("flashinfer")

@@ -426,6 +426,7 @@ class Target(_base.Target):
 
 
 def repro_snippet(variant):
+    split = FIXED_SPLIT_PAGES if variant == "batch_paged_fixed_split" else None
     return _common.snippet(
         ["import torch", "import flashinfer"],
         _torch_layouts.FUNCTIONS + (rows, window_left, dense_bhsd, nhd_rows, torch_of, with_sink, paged_cache,
@@ -439,7 +440,7 @@ def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """flashinfer/{variant}: q, k, v as the worker kit hands them (THD or page caches for a
     serving case, its tables on case.serving_tensors). Returns the output as [B, Hq, Sq, Dv]."""
     out, nqs, _ = flashinfer_attention(case, q, k, v, "cuda", {KIND_OF.get(variant, variant)!r},
-                                       fixed_split={FIXED_SPLIT_PAGES if variant == "batch_paged_fixed_split" else None!r})
+                                       fixed_split={split!r})
     return thd_to_bhsd(case, to_numpy(out), nqs)
 ''')
 

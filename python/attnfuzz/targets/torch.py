@@ -72,8 +72,8 @@ import warnings
 
 from attnfuzz.targets import _base, _common, _torch_batch, _torch_layouts, _torch_model, _torch_probes
 from attnfuzz.targets._torch_model import (_KIND, _VALUE_FIELDS, LSE_BASES, _arguments, _base_of, _config, _host,
-                                           _lse_op, backward, combine_masks, from_bhsd, grad_leaves, grads_of, make_modules,
-                                           warm_autograd)
+                                           _lse_op, backward, combine_masks, from_bhsd, grad_leaves, grads_of,
+                                           make_modules, warm_autograd)
 
 # The serving variants (without the cuda_ prefix; run by _torch_serving.ServingTarget, their
 # declarations say) and the API each calls.
