@@ -664,6 +664,46 @@ def test_cases(R, tname, target):
     return True
 
 
+# Batches whose rows differ in length (valid keys), for a variant that declares
+# batch_invariant: each row run alone must give bitwise its row of the batch.
+INVARIANCE_CASES = [
+    ("rows of 40, 17 and 33 keys, causal", _case(layout="bshd", dtype="f16", batch=3, q_len=5, kv_len=40,
+                                                 head_dim=64, causal=True, diagonal="bottom_right_valid",
+                                                 key_padding=[40, 17, 33])),
+    ("rows of 300, 1 and 129 keys, gqa", _case(layout="bhsd", dtype="bf16", batch=3, q_heads=4, kv_heads=2,
+                                               q_len=3, kv_len=300, head_dim=64, key_padding=[300, 1, 129])),
+]
+
+
+def check_batch_invariant(R, tname, target):
+    """A variant declaring batch_invariant (docs/worker-protocol.md): every row of a batch
+    (INVARIANCE_CASES) run alone, as a batch of one with its own inputs and valid keys, gives
+    bitwise the same output as its row in the batch (the batch_split relation's bitwise form)."""
+    hello = target.hello()
+    if not hello.get("batch_invariant"):
+        return
+    for i, (label, c) in enumerate(INVARIANCE_CASES):
+        c = declared_case(c, hello)
+        if not sendable(c, hello):
+            R.skip("%s batch invariance %s: not a case it declares" % (tname, label))
+            continue
+        q, k, v, arrays = inputs_for(c, 3000 + i)
+        try:
+            whole, _, _ = call_run(target, c, arrays)
+        except Unsupported as e:
+            R.skip("%s batch invariance %s: unsupported: %s" % (tname, label, e))
+            continue
+        differ = []
+        for b in range(c["batch"]):
+            row = dict(c, batch=1, key_padding=[c["key_padding"][b]])
+            alone, _, _ = call_run(target, row, testing.physical_inputs(row, q[b:b + 1], k[b:b + 1], v[b:b + 1]))
+            if not np.array_equal(np.asarray(alone)[0], np.asarray(whole)[b], equal_nan=True):
+                differ.append(b)
+        (R.fail if differ else R.ok)("%s batch invariance %s: %s" % (
+            tname, label, "rows %s differ alone from their row in the batch" % differ if differ
+            else "each row alone bitwise equal to its row in the batch"))
+
+
 def check_batch(R, tname, target, most=12):
     """The first `most` forward cases (no known bug, no dropout) sent as one batch, as a batch
     frame's requests reach run_batch (a CUDA variant uploads them in one copy): each answer
@@ -1013,6 +1053,7 @@ def self_test(R, names):
             return
         if target.BATCH > 1:
             check_batch(R, name, target)
+        check_batch_invariant(R, name, target)
         check_conventions(R, name, target)
         check_cache(R, name, target)
         for good, msg in (target.self_check() if hasattr(target, "self_check") else ()):
