@@ -273,7 +273,7 @@ def flashinfer_attention(case, q, k, v, dev, kind, workspace=None, guards=None, 
         lse = lse_with_sink(case, lse)
     if out.is_cuda:
         torch.cuda.synchronize()
-    return out, [nq for nq, _ in lens], (lse.float() if lse_out else None)
+    return out, [nq for nq, _ in lens], (lse.float() if (lse_out and lse is not None) else None)
 
 
 def fp8_bits(x):
