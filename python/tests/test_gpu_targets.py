@@ -77,14 +77,15 @@ class FakeFlashInfer(types.ModuleType):
             return (o, lse.float()) if return_lse else o
 
         class BatchPrefillWithPagedKVCacheWrapper:
-            def __init__(self, workspace, layout):
+            def __init__(self, workspace, layout, backend="auto"):
                 assert layout == "NHD"
+                self.backend = backend
 
             def plan(self, qo_indptr, indptr, indices, last_page_len, hq, hk, d, page_size, head_dim_vo=None,
                      q_data_type=None, kv_data_type=None, o_data_type=None, causal=False, sm_scale=None,
                      window_left=-1, logits_soft_cap=None, fixed_split_size=None):
                 assert kv_data_type == fake.kv_dtype and o_data_type == q_data_type
-                fake.plans.append({"fixed_split_size": fixed_split_size})
+                fake.plans.append({"fixed_split_size": fixed_split_size, "backend": self.backend})
                 self.p = (qo_indptr.tolist(), indptr.tolist(), indices.tolist(), last_page_len.tolist(), page_size,
                           dict(causal=causal, sm_scale=sm_scale, window_left=window_left,
                                logits_soft_cap=logits_soft_cap), o_data_type)
@@ -196,12 +197,14 @@ class FlashInferOnCPU(unittest.TestCase):
             with self.subTest(fmt=fmt, causal=causal):
                 fake = self.run_variant("batch_paged", fmt, causal, seed)
                 self.assertTrue(fake.plans and all(p["fixed_split_size"] is None for p in fake.plans))
+                self.assertTrue(all(p["backend"] == "auto" for p in fake.plans))
 
     def test_fixed_split_plans_fixed_split_size(self):
         from attnfuzz.targets import flashinfer
         fake = self.run_variant("batch_paged_fixed_split", None, True, 6)
         self.assertTrue(fake.plans)
         self.assertTrue(all(p["fixed_split_size"] == flashinfer.FIXED_SPLIT_PAGES for p in fake.plans))
+        self.assertTrue(all(p["backend"] == "fa2" for p in fake.plans))   # the backend that takes it
 
     def test_full_fp8_case_refused(self):
         from attnfuzz.worker import Unsupported

@@ -10,9 +10,10 @@ call, JIT-compiled with nvcc on first use.
                    kv_indptr)
   decode           BatchDecodeWithPagedKVCacheWrapper: one query a row over a page cache
   batch_paged_fixed_split
-                   batch_paged planned with fixed_split_size (FIXED_SPLIT_PAGES), the mode
-                   FlashInfer documents as batch-size invariant: declares batch_invariant,
-                   so attnfuzz's batch_split relation requires bitwise equality
+                   batch_paged planned with fixed_split_size (FIXED_SPLIT_PAGES) on the fa2
+                   backend (the one that takes it), the mode FlashInfer documents as
+                   batch-size invariant: declares batch_invariant, so attnfuzz's
+                   batch_split relation requires bitwise equality
 
 Every variant: f16 and bf16, GQA, the causal mask (FlashInfer aligns it to the bottom-right
 corner of each row's queries and keys: bottom_right, and bottom_right_valid where a row's keys
@@ -199,8 +200,8 @@ def flashinfer_attention(case, q, k, v, dev, kind, workspace=None, guards=None, 
     rows' queries in order), the rows' query counts, the statistics THD [sum nq, Hq] f32 in
     base 2 with the sink's logit in them, or None unless lse_out). With a list guards, the
     batch wrappers write into out= inside guard bands (attnfuzz.guard), its guard appended
-    there. fixed_split: the batch prefill wrappers' fixed_split_size (pages), FlashInfer's
-    batch-invariance control. An FP8 KV case (case.fp8_kv) hands K and V in the format
+    there. fixed_split: the paged prefill's fixed_split_size (pages), FlashInfer's
+    batch-invariance control, with its fa2 backend. An FP8 KV case (case.fp8_kv) hands K and V in the format
     with k_scale, v_scale = their descales (FlashInfer folds k_scale into sm_scale and
     multiplies the output by v_scale)."""
     import flashinfer
@@ -262,7 +263,10 @@ def flashinfer_attention(case, q, k, v, dev, kind, workspace=None, guards=None, 
                 w.plan(indptr, indices, last, case.q_heads, case.kv_heads, case.head_dim, ps, q_data_type=dt,
                        kv_data_type=kvt, o_data_type=dt, **kw)
             else:
-                w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
+                # fixed_split_size is FA2's split control (0.7.4 passes it to the fa2 kernels
+                # only; "auto" picks fa3 on Hopper): the batch-invariant plan runs fa2
+                w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                    workspace, "NHD", **({"backend": "fa2"} if fixed_split is not None else {}))
                 w.plan(qo, indptr, indices, last, case.q_heads, case.kv_heads, case.head_dim, ps,
                        head_dim_vo=case.v_head_dim, q_data_type=dt, kv_data_type=kvt, o_data_type=dt, **split,
                        **kw)
