@@ -353,6 +353,10 @@ class Target(_base.Target):
             cfg = _config(case, self.base, self.cuda)
             if case.amask is not None or case.bmask is not None or cfg["struct"]:
                 raise Unsupported("the CUDA flash op takes no attn_mask (is_causal only)")
+            if cfg["is_causal"] and case.q_len != case.kv_len:
+                # FlashAttention-2's causal mask sits on the bottom-right diagonal; SDPA's
+                # is_causal is top-left, and SDPA does not send such a case to this op
+                raise Unsupported("the CUDA flash op's is_causal with Sq != Sk is bottom-right, not SDPA's")
         if self.cuda and self.base in ("sdpa_efficient_lse", "sdpa_cudnn_lse") and case.amask is not None \
                 and case.amask.get("dtype", "f32") != case.dtype:
             # the ops check "invalid dtype for bias - should match query's dtype"; rounding the
