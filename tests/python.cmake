@@ -2,7 +2,7 @@
 # project's virtual environment (.venv/, made by scripts/setup.sh). Without it the tests are
 # skipped with a message; -DAF_VENV_PYTHON=/path/to/python picks another interpreter.
 set(AF_VENV_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python CACHE FILEPATH "Python with numpy and ml_dtypes for the Python tests")
-set(AF_PYTHON_TESTS protocol case layouts rng reference reference_backward worker targets repro serving jax_serving torch_batch known bisect triage request export capture guard)
+set(AF_PYTHON_TESTS protocol case layouts rng reference reference_backward worker targets repro serving jax_serving torch_batch known bisect triage request export capture guard gpu_targets)
 
 if(NOT EXISTS ${AF_VENV_PYTHON})
   message(STATUS "Python tests skipped: ${AF_VENV_PYTHON} not found (run scripts/setup.sh, or pass -DAF_VENV_PYTHON=...)")

@@ -257,11 +257,31 @@ SERVING_CASES = [
                                                           page_seed=2, sink_seed=6))),
 ]
 
+# FP8 cases (docs/case-json.md, "fp8"): Q, K, V in e4m3 or e5m2 with per-tensor descales, or
+# only K and V (an FP8 KV cache, kv_only); the output in f16 or bf16. Sent to the variants that
+# declare the format (and fp8_kv for the KV-cache form), as attnfuzz sends them.
+def _fp8(fmt, descale, kv_only=False):
+    return {"format": fmt, "descale": descale, "kv_only": kv_only}
+
+
+FP8_CASES = [
+    ("fp8 e4m3 bshd gqa causal bottom-right", _case(layout="bshd", dtype="f16", q_heads=4, kv_heads=2, q_len=5,
+                                                    kv_len=9, head_dim=64, causal=True, diagonal="bottom_right",
+                                                    fp8=_fp8("e4m3", [0.5, 0.25, 2.0]))),
+    ("fp8 e5m2 bhsd cross padding bf16", _case(layout="bhsd", dtype="bf16", q_len=6, kv_len=10, head_dim=64,
+                                               key_padding=[7, 10], fp8=_fp8("e5m2", [2.0, 0.125, 0.5]))),
+    ("fp8_kv e4m3 bshd gqa causal bottom-right", _case(layout="bshd", dtype="f16", q_heads=4, kv_heads=2, q_len=3,
+                                                       kv_len=21, head_dim=64, causal=True, diagonal="bottom_right",
+                                                       fp8=_fp8("e4m3", [1.0, 0.5, 4.0], kv_only=True))),
+    ("fp8_kv e5m2 bhsd decode bf16", _case(layout="bhsd", dtype="bf16", q_len=1, kv_len=40, head_dim=64,
+                                           fp8=_fp8("e5m2", [1.0, 2.0, 0.25], kv_only=True))),
+]
+
 # What a `quick` variant runs (every layout family, GQA, masks, causal diagonals, padding,
-# f16, dropout: each compile takes seconds).
+# f16, dropout, FP8: each compile takes seconds).
 QUICK = ("sbhd gqa bottom-right", "mixed layouts padding window", "qkv_channels_first additive 2-D",
          "f16 bshd causal gqa", "bsd additive 4-D mask + scale", "qkv_bsh3d padding bottom-right-valid",
-         "dropout")
+         "dropout") + tuple(label for label, _ in FP8_CASES)
 
 # What a `quick` variant runs of the serving cases (each compile takes seconds).
 QUICK_SERVING = ("packed cross, empty segments", "paged pages of 4, shared", "decode of 1 query, 300 keys",
@@ -398,6 +418,14 @@ def inputs_for(c, seed, magnitude=1.0):
         elif b == "heads":
             dout[:, 1:] = dout[:, :1]
     arrays = testing.physical_inputs(c, q, k, v, mask=mask, bool_mask=bmask, dout=dout)
+    if cs.fp8:  # the stored values in the format: exact in f16 (the physical arrays' step)
+        fmt = dtypes.DTYPES[cs.fp8]
+        for n in ("q", "k", "v") if not cs.fp8_kv else ("k", "v"):
+            x = {"q": q, "k": k, "v": v}[n]
+            x[...] = x.astype(fmt).astype(np.float64)
+        arrays = testing.physical_inputs(c, q, k, v, mask=mask, bool_mask=bmask, dout=dout)
+        for n in ("q", "k", "v") if not cs.fp8_kv else ("k", "v"):
+            arrays[n] = np.asarray(arrays[n]).astype(fmt)
     return q, k, v, arrays
 
 
@@ -474,7 +502,8 @@ def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
     rows = rows_checked(hello["conventions"], cs.dtype)
     dead = dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask"))
     out = tail_leaks(cs, hello["conventions"], out, ref, v)
-    check_close(label, out, ref, v, cs.dtype, dead, rows)
+    # the tolerance scales with V's values: an FP8 case's dequantized ones
+    check_close(label, out, ref, reference.dequantized(cs, v, "v"), cs.dtype, dead, rows)
     if getattr(res, "lse", None) is not None:
         check_lse(label, res.lse, reference.lse(cs, q, k, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask")),
                   cs, dead, hello.get("lse_base"))
@@ -599,7 +628,7 @@ def test_cases(R, tname, target):
     """False when the variant's process can run no more (a CUDA context lost)."""
     hello = target.hello()
     quick = target.decl.quick
-    for i, (label, c) in enumerate(CASES + SERVING_CASES):
+    for i, (label, c) in enumerate(CASES + SERVING_CASES + FP8_CASES):
         if quick and label not in QUICK and label not in QUICK_SERVING:
             continue
         c = declared_case(c, hello)
@@ -633,6 +662,46 @@ def test_cases(R, tname, target):
         else:
             R.ok("%s %s" % (tname, label))
     return True
+
+
+# Batches whose rows differ in length (valid keys), for a variant that declares
+# batch_invariant: each row run alone must give bitwise its row of the batch.
+INVARIANCE_CASES = [
+    ("rows of 40, 17 and 33 keys, causal", _case(layout="bshd", dtype="f16", batch=3, q_len=5, kv_len=40,
+                                                 head_dim=64, causal=True, diagonal="bottom_right_valid",
+                                                 key_padding=[40, 17, 33])),
+    ("rows of 300, 1 and 129 keys, gqa", _case(layout="bhsd", dtype="bf16", batch=3, q_heads=4, kv_heads=2,
+                                               q_len=3, kv_len=300, head_dim=64, key_padding=[300, 1, 129])),
+]
+
+
+def check_batch_invariant(R, tname, target):
+    """A variant declaring batch_invariant (docs/worker-protocol.md): every row of a batch
+    (INVARIANCE_CASES) run alone, as a batch of one with its own inputs and valid keys, gives
+    bitwise the same output as its row in the batch (the batch_split relation's bitwise form)."""
+    hello = target.hello()
+    if not hello.get("batch_invariant"):
+        return
+    for i, (label, c) in enumerate(INVARIANCE_CASES):
+        c = declared_case(c, hello)
+        if not sendable(c, hello):
+            R.skip("%s batch invariance %s: not a case it declares" % (tname, label))
+            continue
+        q, k, v, arrays = inputs_for(c, 3000 + i)
+        try:
+            whole, _, _ = call_run(target, c, arrays)
+        except Unsupported as e:
+            R.skip("%s batch invariance %s: unsupported: %s" % (tname, label, e))
+            continue
+        differ = []
+        for b in range(c["batch"]):
+            row = dict(c, batch=1, key_padding=[c["key_padding"][b]])
+            alone, _, _ = call_run(target, row, testing.physical_inputs(row, q[b:b + 1], k[b:b + 1], v[b:b + 1]))
+            if not np.array_equal(np.asarray(alone)[0], np.asarray(whole)[b], equal_nan=True):
+                differ.append(b)
+        (R.fail if differ else R.ok)("%s batch invariance %s: %s" % (
+            tname, label, "rows %s differ alone from their row in the batch" % differ if differ
+            else "each row alone bitwise equal to its row in the batch"))
 
 
 def check_batch(R, tname, target, most=12):
@@ -984,6 +1053,7 @@ def self_test(R, names):
             return
         if target.BATCH > 1:
             check_batch(R, name, target)
+        check_batch_invariant(R, name, target)
         check_conventions(R, name, target)
         check_cache(R, name, target)
         for good, msg in (target.self_check() if hasattr(target, "self_check") else ()):

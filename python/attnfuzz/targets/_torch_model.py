@@ -18,7 +18,9 @@ from attnfuzz.targets._torch_layouts import band, from_bhsd, to_bhsd, to_numpy, 
 _KIND = {
     "sdpa_math": ("sdpa", "MATH"),
     "sdpa_flash": ("sdpa", "FLASH_ATTENTION"),
-    "sdpa_flash_lse": ("sdpa", "FLASH_ATTENTION"),  # the CPU flash op called directly (SDPAModule.forward_lse)
+    "sdpa_flash_lse": ("sdpa", "FLASH_ATTENTION"),  # the flash op called directly (SDPAModule.forward_lse)
+    "sdpa_efficient_lse": ("sdpa", "EFFICIENT_ATTENTION"),   # the CUDA ops called directly, likewise
+    "sdpa_cudnn_lse": ("sdpa", "CUDNN_ATTENTION"),
     "sdpa_efficient": ("sdpa", "EFFICIENT_ATTENTION"),
     "sdpa_cudnn": ("sdpa", "CUDNN_ATTENTION"),
     "explicit": ("explicit", None),
@@ -26,6 +28,17 @@ _KIND = {
     "compile_sdpa": ("sdpa", "compile"),
     "flex": ("flex", "compile"),
 }
+
+
+# The variants that call an SDPA kernel's op directly and return its logsumexp (cap lse), and
+# the op forward_lse calls for each (cfg "lse_op").
+LSE_BASES = ("sdpa_flash_lse", "sdpa_efficient_lse", "sdpa_cudnn_lse")
+
+
+def _lse_op(base: str, cuda: bool):
+    if base not in LSE_BASES:
+        return None
+    return "cpu_flash" if not cuda else base[5:-4]      # flash, efficient, cudnn
 
 
 def _base_of(variant: str) -> tuple:
@@ -85,7 +98,8 @@ def make_modules():
 
         def configure(self, cfg):
             # scale None: SDPA's default 1/sqrt(D)
-            self._setup(cfg, scale=cfg["scale_arg"], is_causal=cfg["is_causal"], gqa=cfg["hq"] != cfg["hkv"])
+            self._setup(cfg, scale=cfg["scale_arg"], is_causal=cfg["is_causal"], gqa=cfg["hq"] != cfg["hkv"],
+                        lse_op=cfg.get("lse_op"))
 
         def forward(self, q, k, v, add=None, bool_mask=None, struct=None):
             q, k, v = self._inputs(q, k, v)
@@ -98,24 +112,56 @@ def make_modules():
             return from_bhsd(o, self.out_layout)
 
         def forward_lse(self, q, k, v, add=None, bool_mask=None, struct=None):
-            """The same inputs through the CPU flash kernel's op itself,
-            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu, which returns the
-            output and its logsumexp (float32 [B, Hq, Sq], natural log: PyTorch's
-            FlashAttention convention): (out in the output layout, logsumexp). The op takes
-            no boolean mask (SDPA converts one to 0 / -inf first: done here in float32,
-            exact) and takes GQA as it comes (Hkv heads). It reads the last dimension as
+            """The same inputs through an SDPA kernel's op itself, which returns the output
+            and its logsumexp (float32, natural log: PyTorch's FlashAttention convention):
+            (out in the output layout, logsumexp [B, Hq, Sq]). lse_op "cpu_flash":
+            torch.ops.aten._scaled_dot_product_flash_attention_for_cpu; "flash", "efficient",
+            "cudnn": the CUDA ops _scaled_dot_product_flash_attention (no attn_mask: is_causal
+            only), _scaled_dot_product_efficient_attention (its log_sumexp has Sq padded to a
+            multiple of 32: cut), _scaled_dot_product_cudnn_attention. The ops take no
+            boolean mask (SDPA converts one to 0 / -inf first: done here in float32 for the
+            CPU op, in Q's dtype for the CUDA ones, exact either way). The CPU op takes GQA
+            as it comes (Hkv heads); the CUDA ones get K and V repeated to Hq heads, as SDPA
+            does before calling the memory-efficient one. The ops read the last dimension as
             contiguous without checking (a channels-first or stride-0 view gave garbage on
-            torch 2.15): such a view is copied first, as SDPA hands the op only tensors whose
-            last dimension has stride 1."""
+            torch 2.15): such a view is copied first, as SDPA hands the ops only tensors
+            whose last dimension has stride 1. The memory-efficient op wants its bias rows
+            16-aligned: the bias is copied into a buffer whose rows are padded to a multiple
+            of 16 elements and viewed back (SDPA's own preprocessing)."""
             q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in self._inputs(q, k, v))
+            op = self.lse_op
             if add is not None and add.dtype not in (torch.float32, q.dtype):
                 add = add.float()
             m = combine_masks(add, bool_mask, struct, q.dtype)
             if m is not None and m.dtype == torch.bool:
-                m = torch.zeros(m.shape, dtype=torch.float32, device=m.device).masked_fill(~m, float("-inf"))
-            o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                q, k, v, 0.0, self.is_causal, attn_mask=m, scale=self.scale)
-            return from_bhsd(o, self.out_layout), lse
+                m = torch.zeros(m.shape, dtype=torch.float32 if op == "cpu_flash" else q.dtype,
+                                device=m.device).masked_fill(~m, float("-inf"))
+            if op == "cpu_flash":
+                o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    q, k, v, 0.0, self.is_causal, attn_mask=m, scale=self.scale)
+                return from_bhsd(o, self.out_layout), lse
+            B, H, Sq = q.shape[0], q.shape[1], q.shape[2]
+            if k.shape[1] != H:
+                k, v = (x.repeat_interleave(H // x.shape[1], dim=1) for x in (k, v))
+            if m is not None:
+                Sk = k.shape[2]
+                buf = torch.empty((B, H, Sq, Sk + (-Sk) % 16), dtype=m.dtype, device=m.device)
+                buf[..., :Sk] = m.expand(B, H, Sq, Sk)
+                m = buf[..., :Sk]
+            if op == "flash":
+                if m is not None:
+                    raise ValueError("not supported: the CUDA flash op takes no attn_mask (is_causal only)")
+                r = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, self.is_causal, False,
+                                                                       scale=self.scale)
+            elif op == "efficient":
+                r = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, m, True, 0.0, self.is_causal,
+                                                                           scale=self.scale)
+            else:
+                r = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, m, True, 0.0, self.is_causal, False,
+                                                                       scale=self.scale)
+            o, lse = r[0], r[1]
+            # [B, H, Sq] (flash), [B, H, 32 ceil(Sq / 32)] (efficient), [B, H, Sq, 1] (cuDNN)
+            return from_bhsd(o, self.out_layout), lse.reshape(B, H, -1)[..., :Sq]
 
     class ExplicitModule(torch.nn.Module, _Base):
         """The unfused graph: (Q K^T) * scale at the case's placement, softcap, masks,
@@ -318,6 +364,7 @@ def _config(case, base: str, cuda: bool) -> dict:
         "flex_window": tuple(case.window) if kind == "flex" else (-1, -1),
         "flex_padding": case.key_padding is not None if kind == "flex" else False,
         "dropout_p": float(case.dropout_p),
+        "lse_op": _lse_op(base, cuda),
     }
 
 

@@ -3,7 +3,8 @@ compiled per configuration on first use) as an attnfuzz target.
 
   func     flash_attn_func on [B, S, H, D] tensors: causal (bottom-right), windows
            (window_size, around the bottom-right diagonal), softcap, a learnable sink per
-           head (the sinks form), the backward through autograd (dQ, dK, dV)
+           head (the sinks form), the backward through autograd (dQ, dK, dV); the softmax
+           statistics through return_lse=True (cap lse, natural log; none for a sink's case)
   varlen   flash_attn_varlen_func: THD tensors with cu_seqlens (packed), paged K/V through
            page_table and seqused_k (paged), key padding through seqused_k; forward only
 
@@ -72,9 +73,12 @@ def bshd_inputs(case, q, k, v, dev):
     return qb.transpose(1, 2), kb.transpose(1, 2), vb.transpose(1, 2)
 
 
-def fa4_attention(case, q, k, v, dev, variant):
+def fa4_attention(case, q, k, v, dev, variant, want_lse=False):
     """One case through flash_attn.cute: (out, its layout "bhsd" or "thd", {gradient: torch
-    [B, H, S, D]} for a backward case)."""
+    [B, H, S, D]} for a backward case, the softmax statistics or None). want_lse (func,
+    forward, no sink): flash_attn_func(return_lse=True)'s lse, float32 [B, Hq, Sq], natural
+    log (FlashAttention's convention); a sink's case gets none (whether FA4's lse counts the
+    sink is not documented)."""
     import torch
     from flash_attn.cute import flash_attn_func, flash_attn_varlen_func
     kw = dict(softmax_scale=float(case.scale), causal=bool(case.causal), window_size=fa_window(case),
@@ -83,15 +87,22 @@ def fa4_attention(case, q, k, v, dev, variant):
         kw["learnable_sink"] = torch.from_numpy(np.asarray(case.sinks, dtype=np.float32)).to(dev)
     if variant == "func":
         qb, kb, vb = (x.contiguous() for x in bshd_inputs(case, q, k, v, dev))
+        if not case.grads and want_lse and case.sinks is None:
+            r = flash_attn_func(qb, kb, vb, return_lse=True, **kw)
+            if not (isinstance(r, tuple) and len(r) >= 2 and r[1] is not None):
+                raise RuntimeError("fa4: flash_attn_func(return_lse=True) returned no lse")
+            return r[0].transpose(1, 2), "bhsd", {}, r[1]
         if not case.grads:
-            return flash_attn_func(qb, kb, vb, **kw).transpose(1, 2), "bhsd", {}
+            r = flash_attn_func(qb, kb, vb, **kw)
+            return (r[0] if isinstance(r, tuple) else r).transpose(1, 2), "bhsd", {}, None
         with torch.enable_grad():
             leaves = [x.detach().requires_grad_(True) for x in (qb, kb, vb)]
             out = flash_attn_func(*leaves, **kw)
+            out = out[0] if isinstance(out, tuple) else out
             do = to_bhsd(to_torch(case.dout, dev), case.out_layout, case.q_heads, case.v_head_dim)
             out.backward(do.transpose(1, 2).to(out.dtype))
         g = dict(zip(("dq", "dk", "dv"), (x.grad.transpose(1, 2) for x in leaves)))
-        return out.detach().transpose(1, 2), "bhsd", {n: g[n] for n in case.grads}
+        return out.detach().transpose(1, 2), "bhsd", {n: g[n] for n in case.grads}, None
     B = case.batch
     lens_k = [case.seg_k(b) if (case.thd or case.paged) else case.valid_keys[b] for b in range(B)]
     seqused_k = torch.tensor(lens_k, dtype=torch.int32, device=dev)
@@ -117,7 +128,7 @@ def fa4_attention(case, q, k, v, dev, variant):
     out = flash_attn_varlen_func(qt, kt, vt, **kw)
     if isinstance(out, tuple):
         out = out[0]
-    return (out, "thd", {}) if case.thd else (out.transpose(1, 2), "bhsd", {})
+    return (out, "thd", {}, None) if case.thd else (out.transpose(1, 2), "bhsd", {}, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -145,6 +156,8 @@ class Target(_base.Target):
         caps = ["f16", "bf16", "gqa", "cross", "scale", "causal", "window", "softcap", "strided"]
         if self.variant == "varlen":
             caps.append("padding")
+        else:
+            caps.append("lse")      # flash_attn_func(return_lse=True): natural log
         return {"caps": caps, "dtypes": ["f16", "bf16"],
                 "limits": {"head_dim_multiple": 8, "max_head_dim": 256},
                 # FlashAttention's causal mask and windows sit on the bottom-right diagonal
@@ -169,11 +182,14 @@ class Target(_base.Target):
     def build(self, case, q, k, v, mask, bool_mask):
         return True         # the kernels compile on the structure's first call (LAZY_COMPILE)
 
-    def execute(self, art, case, q, k, v, mask, bool_mask):
+    def execute(self, art, req):
+        from attnfuzz.request import old_form
         from attnfuzz.worker import Result
-        out, lay, grads = fa4_attention(case, q, k, v, "cuda", self.variant)
+        case, q, k, v, _, _ = old_form(req)
+        out, lay, grads, lse = fa4_attention(case, q, k, v, "cuda", self.variant, want_lse=req.want_lse)
         self.torch.cuda.synchronize()
-        return Result(to_numpy(out), layout=lay, grads={n: to_numpy(x) for n, x in grads.items()} or None)
+        return Result(to_numpy(out), layout=lay, grads={n: to_numpy(x) for n, x in grads.items()} or None,
+                      lse=None if lse is None else lse.float().cpu().numpy())
 
     def fatal(self, exc):
         return "CUDA error" in str(exc) or type(exc).__name__ == "AcceleratorError"
@@ -188,7 +204,7 @@ def repro_snippet(variant):
 
 def attention(case, q, k, v, mask=None, bool_mask=None, keep=None):
     """fa4/{variant}: q, k, v as the worker kit hands them. Returns [B, Hq, Sq, Dv]."""
-    out, lay, _ = fa4_attention(case, q, k, v, "cuda", {variant!r})
+    out, lay, _, _ = fa4_attention(case, q, k, v, "cuda", {variant!r})
     out = to_numpy(out)
     return serving.padded_out(case, out, "thd") if lay == "thd" else out
 ''')

@@ -22,6 +22,10 @@ CPU (always available where torch imports):
 CUDA (the same modules on device cuda; declared unavailable where torch sees no GPU):
   cuda_sdpa_math, cuda_sdpa_flash, cuda_sdpa_efficient, cuda_sdpa_cudnn, cuda_explicit,
   cuda_compile, cuda_compile_sdpa, cuda_flex
+  cuda_sdpa_flash_lse, cuda_sdpa_efficient_lse, cuda_sdpa_cudnn_lse
+                the CUDA kernels' ops called directly (_scaled_dot_product_flash_attention,
+                _efficient_attention, _cudnn_attention), returning their logsumexp too (cap
+                lse; natural log); forward only; the flash op without masks (is_causal only)
 
 Serving paths (docs/design.md section 2, "Serving forms"; attnfuzz.targets._torch_serving):
   sdpa_jagged, cuda_sdpa_jagged   SDPA on nested jagged tensors (THD + offsets)
@@ -67,9 +71,9 @@ import time
 import warnings
 
 from attnfuzz.targets import _base, _common, _torch_batch, _torch_layouts, _torch_model, _torch_probes
-from attnfuzz.targets._torch_model import (_KIND, _VALUE_FIELDS, _arguments, _base_of, _config, _host, backward,
-                                           combine_masks, from_bhsd, grad_leaves, grads_of, make_modules,
-                                           warm_autograd)
+from attnfuzz.targets._torch_model import (_KIND, _VALUE_FIELDS, LSE_BASES, _arguments, _base_of, _config, _host,
+                                           _lse_op, backward, combine_masks, from_bhsd, grad_leaves, grads_of,
+                                           make_modules, warm_autograd)
 
 # The serving variants (without the cuda_ prefix; run by _torch_serving.ServingTarget, their
 # declarations say) and the API each calls.
@@ -124,6 +128,12 @@ STACK = _base.Stack("torch", imports=("torch",), pip=("torch==2.15.0",), probe=_
     _V("cuda_sdpa_flash", "F.scaled_dot_product_attention, flash kernel (CUDA)", gpu=True),
     _V("cuda_sdpa_efficient", "F.scaled_dot_product_attention, memory-efficient kernel (CUDA)", gpu=True),
     _V("cuda_sdpa_cudnn", "F.scaled_dot_product_attention, cuDNN kernel (CUDA)", gpu=True),
+    _V("cuda_sdpa_flash_lse", "torch.ops.aten._scaled_dot_product_flash_attention, its logsumexp returned "
+       "(CUDA; D == Dv; is_causal, no mask)", gpu=True, backward=False),
+    _V("cuda_sdpa_efficient_lse", "torch.ops.aten._scaled_dot_product_efficient_attention, its log_sumexp "
+       "returned (CUDA)", gpu=True, backward=False),
+    _V("cuda_sdpa_cudnn_lse", "torch.ops.aten._scaled_dot_product_cudnn_attention, its logsumexp returned (CUDA)",
+       gpu=True, backward=False),
     _V("cuda_explicit", "eager explicit module (CUDA)", gpu=True),
     _V("cuda_compile", "torch.compile of the explicit module (CUDA)", gpu=True, compiled=True, quick=True),
     _V("cuda_compile_sdpa", "torch.compile of the SDPA module (CUDA)", gpu=True, compiled=True, quick=True),
@@ -230,7 +240,8 @@ class Target(_base.Target):
             self.sdpa_ctx = lambda: sdpa_kernel([getattr(SDPBackend, self.backend)])
         torch.set_grad_enabled(False)  # inference only, in this process
         # The CUDA flash and cuDNN kernels take f16/bf16 only.
-        self.dtypes = (["f16", "bf16"] if (self.cuda and self.base in ("sdpa_flash", "sdpa_cudnn"))
+        self.dtypes = (["f16", "bf16"] if (self.cuda and self.base in ("sdpa_flash", "sdpa_cudnn", "sdpa_flash_lse",
+                                                                      "sdpa_cudnn_lse"))
                        else ["f32", "f16", "bf16"])
 
     # -- declarations ------------------------------------------------------------------
@@ -278,12 +289,18 @@ class Target(_base.Target):
             conventions["denormals"] = ["bf16"]
         if self.cuda:
             caps.append("tf32")
-        if self.base == "sdpa_flash_lse":
+        if self.base in LSE_BASES:
             caps.append("lse")  # natural log (the op's logsumexp)
-            # a fully masked row's logsumexp is 0 (the output's 0 with it), not log 0 = -inf
-            # (measured on torch 2.15 CPU: tests/targets_selftest.py prints it)
-            conventions["lse_masked_rows"] = "zero"
+            if not self.cuda:
+                # a fully masked row's logsumexp is 0 (the output's 0 with it), not log 0 =
+                # -inf (measured on torch 2.15 CPU: tests/targets_selftest.py prints it); the
+                # CUDA ops' is printed by the self-test on the GPU, not declared yet
+                conventions["lse_masked_rows"] = "zero"
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
+        if self.cuda and self.base in LSE_BASES:
+            # SDPA pads D to a multiple of 8 before calling these ops; called directly they
+            # get D as it is
+            limits = {"max_head_dim": 256, "head_dim_multiple": 8}
         decl = {"caps": caps, "dtypes": self.dtypes, "limits": limits, "conventions": conventions}
         if self.decl.backward:
             warm_autograd(self.torch, self.device)
@@ -332,6 +349,19 @@ class Target(_base.Target):
         case = req.case
         if self.base in ("sdpa_flash", "sdpa_flash_lse") and case.head_dim != case.v_head_dim:
             raise Unsupported("the flash kernel needs head_dim == v_head_dim")
+        if self.cuda and self.base == "sdpa_flash_lse":
+            cfg = _config(case, self.base, self.cuda)
+            if case.amask is not None or case.bmask is not None or cfg["struct"]:
+                raise Unsupported("the CUDA flash op takes no attn_mask (is_causal only)")
+            if cfg["is_causal"] and case.q_len != case.kv_len:
+                # FlashAttention-2's causal mask sits on the bottom-right diagonal; SDPA's
+                # is_causal is top-left, and SDPA does not send such a case to this op
+                raise Unsupported("the CUDA flash op's is_causal with Sq != Sk is bottom-right, not SDPA's")
+        if self.cuda and self.base in ("sdpa_efficient_lse", "sdpa_cudnn_lse") and case.amask is not None \
+                and case.amask.get("dtype", "f32") != case.dtype:
+            # the ops check "invalid dtype for bias - should match query's dtype"; rounding the
+            # mask to Q's dtype here would change the case
+            raise Unsupported("the CUDA op takes an attn_bias in Q's dtype only")
         if self.kind == "sdpa" and case.dropout_p >= 1.0 and self.cuda:
             raise Unsupported("dropout p = 1 (the fused kernels take p < 1)")
 
@@ -379,7 +409,7 @@ class Target(_base.Target):
             if case.grads:
                 o, g = backward(case, req.dout, cfg, lambda a: mod(*a), args, self.device)
                 res = Result(o, layout="bhsd", grads=g)
-            elif self.base == "sdpa_flash_lse":
+            elif self.base in LSE_BASES:
                 o, lse = mod.forward_lse(*args)
                 res = Result(o, layout=cfg["out_layout"], lse=lse if req.want_lse else None)
             else:
@@ -569,8 +599,8 @@ def repro_snippet(variant: str) -> str:
     return _common.snippet(
         ["import torch"],
         _torch_layouts.FUNCTIONS + (combine_masks, grad_leaves, grads_of, backward, _torch_model.struct_input,
-                                    _config, _arguments, _torch_model._Base, make_modules),
-        consts={"_KIND": _KIND},
+                                    _lse_op, _config, _arguments, _torch_model._Base, make_modules),
+        consts={"_KIND": _KIND, "LSE_BASES": LSE_BASES},
         tail=f'''
 
 def model(req):
@@ -603,7 +633,7 @@ def attention(req):
     case = req.case
     mod, cfg, args, dev, forced = model(req)
     with torch.no_grad(), forced:
-        out = mod(*args)
+        out = {"mod.forward_lse(*args)[0]" if base in LSE_BASES else "mod(*args)"}
     return layouts.to_bhsd(to_numpy(out), cfg['out_layout'], case.q_heads, case.v_head_dim)
 
 
