@@ -163,7 +163,11 @@ class Target(_base.Target):
                 # FlashAttention's causal mask and windows sit on the bottom-right diagonal
                 # (of each row's valid keys where seqused_k gives them)
                 "conventions": {"causal": ["bottom_right", "bottom_right_valid"] if self.variant == "func"
-                                else ["bottom_right_valid"]},
+                                else ["bottom_right_valid"],
+                                # its masks are -inf fills of whole score tiles and P V is a dense
+                                # product: 0 * Inf of a masked key's V, and NaN + -inf of a masked
+                                # key's non-finite score, leak (H200 campaign, 2026-12-02)
+                                "masked_values": "ieee", "masked_keys": "ieee"},
                 "compile_key": ["shapes", "dtype", "causal", "softcap"]}
 
     def refuse(self, case, mask, bool_mask):
@@ -173,6 +177,10 @@ class Target(_base.Target):
         if self.variant == "varlen" and case.paged and case.thd:
             raise Unsupported("fa4: page_table is not supported with cu_seqlens_k (a THD query with paged KV "
                               "needs cu_seqlens_q only: not built here)")
+        if self.variant == "varlen" and case.paged and (case.head_dim % 16 or case.v_head_dim % 16):
+            # flash_fwd_sm90.py: a page size other than the kernel's tile_n reads K/V without TMA,
+            # which asserts "Paged KV does not support irregular head dim" (not a multiple of 16)
+            raise Unsupported("fa4: paged KV needs head dims that are multiples of 16")
 
     def structure(self, case, mask, bool_mask):
         return (self.variant, case.dtype, case.head_dim, case.v_head_dim, case.q_heads // case.kv_heads,
