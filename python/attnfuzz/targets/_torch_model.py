@@ -125,7 +125,12 @@ def make_modules():
             does before calling the memory-efficient one. The ops read the last dimension as
             contiguous without checking (a channels-first or stride-0 view gave garbage on
             torch 2.15): such a view is copied first, as SDPA hands the ops only tensors
-            whose last dimension has stride 1. The memory-efficient op wants its bias rows
+            whose last dimension has stride 1. The CUDA ops get contiguous copies: with the
+            case's strides (a stride-0 K, rows padded off 16 bytes) they crash on a misaligned
+            address or return NaN, as SDPA's own kernels do (known entries
+            torch-cuda-flash-padded-stride-misaligned, torch-cuda-cudnn-misaligned-crash,
+            torch-cuda-efficient-padded-value-misaligned): these variants are for the
+            statistics, the strides are the plain variants'. The memory-efficient op wants its bias rows
             16-aligned: the bias is copied into a buffer whose rows are padded to a multiple
             of 16 elements and viewed back (SDPA's own preprocessing)."""
             q, k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in self._inputs(q, k, v))
@@ -140,6 +145,7 @@ def make_modules():
                 o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                     q, k, v, 0.0, self.is_causal, attn_mask=m, scale=self.scale)
                 return from_bhsd(o, self.out_layout), lse
+            q, k, v = (x.contiguous() for x in (q, k, v))
             B, H, Sq = q.shape[0], q.shape[1], q.shape[2]
             if k.shape[1] != H:
                 k, v = (x.repeat_interleave(H // x.shape[1], dim=1) for x in (k, v))
