@@ -976,7 +976,8 @@ static af_backend *open_frame_worker(const char *mode) {
 }
 
 /* Runs the 1 x 1 x S x 1 case; returns the status, err the message. */
-static af_status run_case(af_backend *be, uint32_t q_len, af_error *err) {
+/* Runs the default case with q_len queries alone; its result into *res when not NULL. */
+static af_status run_case_result(af_backend *be, uint32_t q_len, af_run_result *res, af_error *err) {
     af_case c;
     af_case_default(&c);
     c.q_len = q_len;
@@ -986,10 +987,13 @@ static af_status run_case(af_backend *be, uint32_t q_len, af_error *err) {
     af_backend_out_shape(be, &c, &out);
     double mem[8];
     out.data = mem;
-    af_status st = af_backend_run(be, af_inputs_get(in), &out, err);
+    af_run_result r;
+    af_status st = af_backend_execute(be, af_inputs_get(in), &out, NULL, NULL, res ? res : &r, err);
     af_inputs_destroy(in);
     return st;
 }
+
+static af_status run_case(af_backend *be, uint32_t q_len, af_error *err) { return run_case_result(be, q_len, NULL, err); }
 
 static void test_process_malformed(void **state) {
     (void)state;
@@ -1014,15 +1018,19 @@ static void test_process_malformed(void **state) {
         af_backend *be = open_frame_worker(modes[i].mode);
         af_error err = {0};
         if (run_case(be, 1, &err) != AF_OK) fail_msg("%s: a good case failed: %s", modes[i].mode, err.msg);
-        af_status st = run_case(be, 2, &err);
+        af_run_result res;
+        af_status st = run_case_result(be, 2, &res, &err);
         char want[300];
         snprintf(want, sizeof want, "%s: protocol: ", af_backend_name(be));
         if (st != AF_ERR_BACKEND || strncmp(err.msg, want, strlen(want)) != 0 || !strstr(err.msg, modes[i].needle))
             fail_msg("%s: want AF_ERR_BACKEND \"%s...%s...\", got %d \"%s\"", modes[i].mode, want, modes[i].needle,
                      (int)st, err.msg);
-        const af_backend_ext *ext = af_backend_ext_of(be);
-        assert_non_null(strstr(ext->stderr_tail, "frame_worker: run request"));
-        assert_int_equal(ext->restarts, 0);
+        /* the result holds the stderr of the process the fault ended */
+        assert_int_equal(res.st, st);
+        assert_non_null(res.stderr_tail);
+        assert_non_null(strstr(res.stderr_tail, "frame_worker: run request"));
+        assert_true(res.compile_s == 0.0); /* a fault compiled nothing */
+        assert_int_equal(af_backend_ext_of(be)->restarts, 0);
         /* the next case runs in a new process */
         if (run_case(be, 1, &err) != AF_OK) fail_msg("%s: after the fault: %s", modes[i].mode, err.msg);
         assert_int_equal(af_backend_ext_of(be)->restarts, 1);
