@@ -976,7 +976,8 @@ static af_backend *open_frame_worker(const char *mode) {
 }
 
 /* Runs the 1 x 1 x S x 1 case; returns the status, err the message. */
-static af_status run_case(af_backend *be, uint32_t q_len, af_error *err) {
+/* Runs the default case with q_len queries alone; its result into *res when not NULL. */
+static af_status run_case_result(af_backend *be, uint32_t q_len, af_run_result *res, af_error *err) {
     af_case c;
     af_case_default(&c);
     c.q_len = q_len;
@@ -986,10 +987,13 @@ static af_status run_case(af_backend *be, uint32_t q_len, af_error *err) {
     af_backend_out_shape(be, &c, &out);
     double mem[8];
     out.data = mem;
-    af_status st = af_backend_run(be, af_inputs_get(in), &out, err);
+    af_run_result r;
+    af_status st = af_backend_execute(be, af_inputs_get(in), &out, NULL, NULL, res ? res : &r, err);
     af_inputs_destroy(in);
     return st;
 }
+
+static af_status run_case(af_backend *be, uint32_t q_len, af_error *err) { return run_case_result(be, q_len, NULL, err); }
 
 static void test_process_malformed(void **state) {
     (void)state;
@@ -1014,15 +1018,19 @@ static void test_process_malformed(void **state) {
         af_backend *be = open_frame_worker(modes[i].mode);
         af_error err = {0};
         if (run_case(be, 1, &err) != AF_OK) fail_msg("%s: a good case failed: %s", modes[i].mode, err.msg);
-        af_status st = run_case(be, 2, &err);
+        af_run_result res;
+        af_status st = run_case_result(be, 2, &res, &err);
         char want[300];
         snprintf(want, sizeof want, "%s: protocol: ", af_backend_name(be));
         if (st != AF_ERR_BACKEND || strncmp(err.msg, want, strlen(want)) != 0 || !strstr(err.msg, modes[i].needle))
             fail_msg("%s: want AF_ERR_BACKEND \"%s...%s...\", got %d \"%s\"", modes[i].mode, want, modes[i].needle,
                      (int)st, err.msg);
-        const af_backend_ext *ext = af_backend_ext_of(be);
-        assert_non_null(strstr(ext->stderr_tail, "frame_worker: run request"));
-        assert_int_equal(ext->restarts, 0);
+        /* the result holds the stderr of the process the fault ended */
+        assert_int_equal(res.st, st);
+        assert_non_null(res.stderr_tail);
+        assert_non_null(strstr(res.stderr_tail, "frame_worker: run request"));
+        assert_true(res.compile_s == 0.0); /* a fault compiled nothing */
+        assert_int_equal(af_backend_ext_of(be)->restarts, 0);
         /* the next case runs in a new process */
         if (run_case(be, 1, &err) != AF_OK) fail_msg("%s: after the fault: %s", modes[i].mode, err.msg);
         assert_int_equal(af_backend_ext_of(be)->restarts, 1);
@@ -1050,6 +1058,66 @@ static void test_process_control(void **state) {
     assert_int_equal(af_backend_ext_of(be)->restarts, 0);
     assert_int_equal(af_backend_ext_of(be)->runs, 4);
     af_backend_close(be);
+}
+
+/* A run alone returns its facts in its result, as a batch's case does: a worker's keep mask
+ * (the one its output followed: the reference run with that mask gives the same output),
+ * a compile key new only the first time, the stderr tail of its process; an in-process
+ * backend's result has its status and no timings. */
+static void test_process_run_result(void **state) {
+    (void)state;
+    char spec[4200];
+    snprintf(spec, sizeof spec, "worker:%s/tests/c_worker --dropout keep_mask --out-dtype f64", bindir);
+    af_backend *be = NULL, *ref = NULL, *expl = NULL;
+    af_error err = {0};
+    if (af_backend_open(spec, &be, &err) != AF_OK) fail_msg("open %s: %s", spec, err.msg);
+    assert_int_equal(af_backend_open("ref", &ref, &err), AF_OK);
+    assert_int_equal(af_backend_open("explicit", &expl, &err), AF_OK);
+    af_case c;
+    af_case_default(&c);
+    c.q_len = 3;
+    c.kv_len = 5;
+    c.dropout_p = 0.5;
+    af_inputs *in = af_inputs_create();
+    assert_int_equal(af_inputs_generate(in, &c, &err), AF_OK);
+    double mem[3], want[3];
+    float fmem[3];
+    af_tensor out, rout, eout;
+    af_backend_out_shape(be, &c, &out);
+    out.data = mem;
+    for (int rep = 0; rep < 2; rep++) {
+        af_run_result res;
+        if (af_backend_execute(be, af_inputs_get(in), &out, NULL, NULL, &res, &err) != AF_OK) fail_msg("%s", err.msg);
+        assert_int_equal(res.st, AF_OK);
+        assert_int_equal(res.new_key, rep == 0); /* the same structure: compiled once */
+        assert_true(res.wall_s > 0.0);
+        assert_non_null(res.stderr_tail);
+        assert_non_null(res.dropout_keep);
+        /* the reference that follows its keep mask gives its output */
+        af_case_tensors t = *af_inputs_get(in);
+        t.dropout_keep = res.dropout_keep;
+        af_backend_out_shape(ref, &c, &rout);
+        rout.data = want;
+        assert_int_equal(af_backend_run(ref, &t, &rout, &err), AF_OK);
+        for (int i = 0; i < 3; i++) {
+            double got = out.dtype == AF_F64 ? mem[i] : (double)((float *)mem)[i];
+            if (fabs(got - want[i]) > 1e-6 * (1.0 + fabs(want[i])))
+                fail_msg("row %d: worker %.17g, reference with its keep mask %.17g", i, got, want[i]);
+        }
+    }
+    af_run_result res;
+    af_backend_out_shape(expl, &c, &eout);
+    eout.data = fmem;
+    assert_int_equal(af_backend_execute(expl, af_inputs_get(in), &eout, NULL, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.st, AF_OK);
+    assert_true(res.compile_s == -1.0 && res.run_s == -1.0);
+    assert_null(res.stderr_tail);
+    assert_null(res.dropout_keep);
+    assert_null(af_backend_ext_of(expl));
+    af_inputs_destroy(in);
+    af_backend_close(be);
+    af_backend_close(ref);
+    af_backend_close(expl);
 }
 
 /* A worker that cannot start is AF_ERR_INVALID from open, its stderr and exit status in
@@ -1090,6 +1158,7 @@ int main(void) {
         cmocka_unit_test(test_run_frame_backward),
         cmocka_unit_test(test_result_grads),
         cmocka_unit_test(test_process_control),
+        cmocka_unit_test(test_process_run_result),
         cmocka_unit_test(test_process_malformed),
         cmocka_unit_test(test_process_truncated_is_crash),
         cmocka_unit_test(test_process_dies_at_start),

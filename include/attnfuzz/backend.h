@@ -119,9 +119,10 @@ typedef struct af_guard_writes {
     size_t n; /* 0: no guard changed */
 } af_guard_writes;
 
-/* What an external backend (worker.h) declared and what its last run left behind; in-process
- * backends have none (af_backend_ext returns NULL). Strings are owned by the backend and
- * valid until its next run or close. */
+/* What an external backend (worker.h) declared, and its totals; in-process backends have
+ * none (af_backend_ext returns NULL). What one run left behind is that run's af_run_result
+ * (af_backend_execute, af_backend_batch_end), never a field here. Strings are owned by the
+ * backend and valid until its close. */
 typedef struct af_backend_ext {
     const char *describe;      /* one line: name, version, variant as the worker said */
     const char *conventions;   /* the conventions in effect, a JSON object text */
@@ -130,14 +131,6 @@ typedef struct af_backend_ext {
     uint32_t compile_key;      /* AF_KEY_* bits (case_key.h) */
     const af_host_libs *libs;  /* the libraries under it as its hello's "libs" names them
                                   (host.h; n 0: none named): known entries' needs */
-    /* the last run */
-    const char *stderr_tail;   /* the last 4 KiB of its stderr, NUL-terminated ("" if none) */
-    const uint8_t *dropout_keep; /* [B, Hq, Sq, Sk] bytes (1 = kept) it returned, or NULL */
-    double compile_s;          /* seconds it reported compiling (-1 when it did not say) */
-    double run_s;              /* seconds it reported running (-1 when it did not say) */
-    double wall_s;             /* seconds the run took as seen from here */
-    bool new_key;              /* the run's compile key was new to this process */
-    af_guard_writes guard;     /* the guard writes it reported */
     uint32_t traits;           /* AF_TRAIT_* its hello declared */
     /* totals */
     uint64_t runs, restarts, unsupported;
@@ -145,21 +138,22 @@ typedef struct af_backend_ext {
     const char *learned;       /* features it refused often enough to be left out, "" if none */
 } af_backend_ext;
 
-/* One case's outcome in a batch (af_backend_vtable.batch_end). */
-typedef struct af_batch_result {
+/* One run's outcome (af_backend_execute for a run alone, af_backend_vtable.batch_end for
+ * each case of a batch: a run alone is a batch of one). Pointers are the backend's until
+ * its next run or batch. */
+typedef struct af_run_result {
     af_status st;                 /* AF_OK, AF_ERR_UNSUPPORTED, or a finding's status (error, crash, timeout) */
     af_error err;                 /* the message for st != AF_OK */
-    const uint8_t *dropout_keep;  /* the keep mask it returned ([B, Hq, Sq, Sk] bytes), or NULL; the
-                                     backend's until its next run or batch */
-    double compile_s, run_s;      /* as it reported them (-1: not said) */
-    double wall_s;                /* its share of the batch's wall time as seen from here */
+    const uint8_t *dropout_keep;  /* the keep mask it returned ([B, Hq, Sq, Sk] bytes), or NULL */
+    double compile_s, run_s;      /* as it reported them (-1: not said; an in-process backend says neither) */
+    double wall_s;                /* its share of the wall time as seen from here (0 in-process) */
     bool new_key;                 /* its compile key was new to the backend's process */
-    const char *stderr_tail;      /* a fault's: the stderr of the process it killed (a later case of the
-                                     batch may have restarted it); NULL: the backend's current tail */
+    const char *stderr_tail;      /* the last 4 KiB of the stderr of the process that ran it, NUL-terminated
+                                     (a fault's: of the process it killed); NULL in-process */
     af_guard_writes guard;        /* the guard writes it reported */
     const af_tensor *lse;         /* the softmax statistics it returned (contiguous [B, Hq, Sq], natural
-                                     log, F32 or F64), or NULL; the backend's until its next run or batch */
-} af_batch_result;
+                                     log, F32 or F64), or NULL */
+} af_run_result;
 
 typedef struct af_backend_vtable {
     const char *name;    /* "explicit", "mutant:silent_tf32", ... */
@@ -187,7 +181,7 @@ typedef struct af_backend_vtable {
      * batch over batch_max). */
     size_t (*batch_max)(void *state);
     af_status (*batch_begin)(void *state, const af_case_tensors *const *in, size_t n, af_error *err);
-    af_status (*batch_end)(void *state, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+    af_status (*batch_end)(void *state, af_tensor *const *outs, af_grads *const *grads, af_run_result *res,
                            af_error *err);
     /* Optional, with batches: sends more of the batch begun, without waiting (a frame larger
      * than the pipe is otherwise written by batch_end, and the worker waits until then).
@@ -205,6 +199,12 @@ typedef struct af_backend_vtable {
      * for a fully masked row. It may write F32 and say so (lse->dtype, lse->nb); it sets
      * lse->ndim to 0 when it returned none this time (a worker that sent no `lse`). */
     af_status (*run_lse)(void *state, const af_case_tensors *in, af_tensor *out, af_tensor *lse, af_error *err);
+    /* Optional (a backend with facts to report: timings, keep mask, stderr, guard writes):
+     * one run as the three above make it (g NULL: forward; lse NULL: not asked, else as
+     * run_lse fills it), its facts into res (res->st is what it returns). Where it is set,
+     * af_backend_execute calls it instead of them. */
+    af_status (*run_result)(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g, af_tensor *lse,
+                            af_run_result *res, af_error *err);
 } af_backend_vtable;
 
 typedef struct af_backend af_backend;
@@ -231,7 +231,7 @@ void af_backend_close(af_backend *be); /* NULL does nothing */
 const char *af_backend_name(const af_backend *be);
 const char *af_backend_version(const af_backend *be);
 const af_backend_vtable *af_backend_vt(const af_backend *be);
-/* What an external backend declared and its last run left behind; NULL for in-process ones. */
+/* What an external backend declared and its totals; NULL for in-process ones. */
 const af_backend_ext *af_backend_ext_of(const af_backend *be);
 
 /* AF_TRAIT_* in force: a worker's hello, else its table's. */
@@ -258,6 +258,14 @@ af_status af_backend_run_backward(af_backend *be, const af_case_tensors *in, af_
  * statistics into lse (shaped by af_backend_lse_shape, data caller-owned); lse->ndim is 0
  * afterwards when it gave none (no run_lse, or a worker that sent none). */
 af_status af_backend_run_lse(af_backend *be, const af_case_tensors *in, af_tensor *out, af_tensor *lse, af_error *err);
+/* One run of case in->c with its facts, for every backend: the backward pass too when g
+ * is not NULL (as af_backend_run_backward), else the statistics into lse when it is not
+ * NULL (as af_backend_run_lse), else as af_backend_run. res gets the run's outcome: res->st
+ * (the return value) and res->err, and for a backend with run_result what it reported
+ * (an in-process one reports no timings: compile_s and run_s -1, wall_s 0, stderr_tail and
+ * dropout_keep NULL); res->lse is lse when statistics came back, else NULL. */
+af_status af_backend_execute(af_backend *be, const af_case_tensors *in, af_tensor *out, af_grads *g, af_tensor *lse,
+                             af_run_result *res, af_error *err);
 /* Sizes lse for case c: contiguous F64 [B, Hq, Sq] (data set to NULL). */
 void af_backend_lse_shape(const af_case *c, af_tensor *lse);
 
@@ -265,7 +273,7 @@ void af_backend_lse_shape(const af_case *c, af_tensor *lse);
  * backend without batches), sending a batch, and collecting its answers. */
 size_t af_backend_batch_max(const af_backend *be);
 af_status af_backend_batch_begin(af_backend *be, const af_case_tensors *const *in, size_t n, af_error *err);
-af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads *const *grads, af_run_result *res,
                                af_error *err);
 /* More of the batch begun sent without waiting (af_backend_vtable.batch_push): the
  * descriptor to poll for writing, or -1 when nothing is left to send (always for a backend

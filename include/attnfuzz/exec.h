@@ -174,6 +174,10 @@ const char *af_exec_check_tensor(const af_exec *x, size_t i);
 /* The backends the executor opened (in the order of first mention). */
 size_t af_exec_backend_count(const af_exec *x);
 af_backend *af_exec_backend_at(const af_exec *x, size_t i);
+/* The stderr backend i's run of the last execution left (its af_run_result.stderr_tail:
+ * a worker's last 4 KiB; a fault's is of the process it killed), or NULL: in-process, not
+ * run, or empty. Valid until the next execution. */
+const char *af_exec_stderr_tail(const af_exec *x, size_t i);
 /* Would any check run on case c (does some backend support it)? Cheap: no backend runs. */
 bool af_exec_would_run(const af_exec *x, const af_case *c);
 

@@ -4,15 +4,17 @@
  * A worker is a persistent child process speaking length-prefixed frames (a JSON header,
  * a newline, raw little-endian tensor bytes) on its stdin and stdout. It is opened as an
  * ordinary backend (backend.h); what it declared in its hello (capabilities, layouts,
- * dtypes, limits, conventions, compile_key: AF_KEY_* bits of case_key.h) and what its
- * last run left behind (stderr tail, timings, keep mask) are read through af_backend_ext
- * (backend.h).
+ * dtypes, limits, conventions, compile_key: AF_KEY_* bits of case_key.h) is read through
+ * af_backend_ext (backend.h); what a run left behind (stderr tail, timings, keep mask,
+ * guard writes, statistics) is that run's af_run_result (af_backend_execute for a run
+ * alone, af_backend_batch_end for a batch). A run alone is a batch of one: the same path
+ * from the request to its result, sent as a run frame of one request.
  *
  * Faults are findings, never the end of a run: a worker that dies while a case is in
  * flight gives AF_ERR_CRASH, one silent past the timeout is killed and gives
  * AF_ERR_TIMEOUT, a frame that breaks the protocol gives AF_ERR_BACKEND with a message
  * starting "protocol:"; in each case the worker is restarted before the next run (with
- * backoff), and the run reports 0 s of compiling (af_backend_ext.compile_s), so the time a
+ * backoff), and the run reports 0 s of compiling (af_run_result.compile_s), so the time a
  * fault took is never taken for a compile worth reusing. A worker that cannot start at all is AF_ERR_INVALID from af_worker_open,
  * with its stderr in the message; one that can no longer be restarted mid-campaign is
  * AF_ERR_IO from run (a runtime error, not a finding). */

@@ -200,7 +200,7 @@ af_status af_backend_batch_begin(af_backend *be, const af_case_tensors *const *i
     return be->vt->batch_begin(be->state, in, n, err);
 }
 
-af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+af_status af_backend_batch_end(af_backend *be, af_tensor *const *outs, af_grads *const *grads, af_run_result *res,
                                af_error *err) {
     return be->vt->batch_end(be->state, outs, grads, res, err);
 }
@@ -289,14 +289,71 @@ void af_backend_grads_shape(const af_backend *be, const af_case *c, af_grads *g)
     }
 }
 
-af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err) {
-    const af_case *c = in->c;
+/* Is out the [B, Hq, Sq, Dv] out_dtype tensor case c needs, and lse (NULL: none asked) its
+ * F64 [B, Hq, Sq] statistics? AF_ERR_INVALID when not. */
+static af_status af_backend_check_out(const af_backend *be, const af_case *c, const af_tensor *out,
+                                      const af_tensor *lse, af_error *err) {
     AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || !out->data || out->ne[0] != c->batch ||
                            out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
                        err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
+    AF_RETURN_ERROR_IF(lse && (lse->ndim != 3 || lse->dtype != AF_F64 || !lse->data || lse->ne[0] != c->batch ||
+                               lse->ne[1] != c->q_heads || lse->ne[2] != c->q_len),
+                       err, AF_ERR_INVALID, "%s: lse tensor has the wrong shape or dtype", be->name);
+    return AF_OK;
+}
+
+/* out as af_backend_check_out wants it, and g with data for exactly the gradients case c
+ * asks for, each of its shape; AF_ERR_UNSUPPORTED for a backend without a backward. */
+static af_status af_backend_check_grads(const af_backend *be, const af_case *c, const af_tensor *out,
+                                        const af_grads *g, af_error *err) {
+    AF_RETURN_ERROR_IF(!be->vt->run_backward, err, AF_ERR_UNSUPPORTED, "%s: no backward", be->name);
+    AF_TRY(af_backend_check_out(be, c, out, NULL, err));
+    for (int k = 0; k < AF_GRAD_COUNT; k++) {
+        const af_tensor *t = af_grads_get(g, k);
+        if (!(c->bwd.grads & (1u << k))) {
+            AF_RETURN_ERROR_IF(t->data, err, AF_ERR_INVALID, "%s: %s given but not asked", be->name, af_grad_names[k]);
+            continue;
+        }
+        size_t ne[4];
+        af_case_grad_shape(c, k, ne);
+        AF_RETURN_ERROR_IF(t->ndim != 4 || t->dtype != be->vt->out_dtype || !t->data || t->ne[0] != ne[0] ||
+                               t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3],
+                           err, AF_ERR_INVALID, "%s: gradient %s has the wrong shape or dtype", be->name,
+                           af_grad_names[k]);
+    }
+    return AF_OK;
+}
+
+af_status af_backend_run(af_backend *be, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    AF_TRY(af_backend_check_out(be, in->c, out, NULL, err));
     af_status st = be->vt->run(be->state, in, out, err);
     if (st != AF_OK) af_error_prefix(err, "%s", be->name);
     return st;
+}
+
+/* A run alone with its facts: through the backend's run_result where it has one, else its
+ * run, run_lse or run_backward with the facts an in-process run has (none but its status). */
+af_status af_backend_execute(af_backend *be, const af_case_tensors *in, af_tensor *out, af_grads *g, af_tensor *lse,
+                             af_run_result *res, af_error *err) {
+    memset(res, 0, sizeof *res);
+    res->compile_s = res->run_s = -1.0;
+    if (!be->vt->run_result)
+        res->st = g     ? af_backend_run_backward(be, in, out, g, &res->err)
+                  : lse ? af_backend_run_lse(be, in, out, lse, &res->err)
+                        : af_backend_run(be, in, out, &res->err);
+    else {
+        af_tensor *asked = !g && lse && (be->vt->caps & AF_CAP_LSE) ? lse : NULL; /* as af_backend_run_lse */
+        res->st = g ? af_backend_check_grads(be, in->c, out, g, &res->err)
+                    : af_backend_check_out(be, in->c, out, asked, &res->err);
+        if (lse) lse->ndim = 0; /* until statistics come back */
+        if (res->st == AF_OK) {
+            res->st = be->vt->run_result(be->state, in, out, g, asked, res, &res->err);
+            if (res->st != AF_OK) af_error_prefix(&res->err, "%s", be->name);
+        }
+    }
+    res->lse = res->st == AF_OK && lse && lse->ndim == 3 ? lse : NULL;
+    if (res->st != AF_OK) *err = res->err;
+    return res->st;
 }
 
 void af_backend_lse_shape(const af_case *c, af_tensor *lse) {
@@ -317,13 +374,7 @@ af_status af_backend_run_lse(af_backend *be, const af_case_tensors *in, af_tenso
         lse->ndim = 0;
         return af_backend_run(be, in, out, err);
     }
-    const af_case *c = in->c;
-    AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || !out->data || out->ne[0] != c->batch ||
-                           out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
-                       err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
-    AF_RETURN_ERROR_IF(lse->ndim != 3 || lse->dtype != AF_F64 || !lse->data || lse->ne[0] != c->batch ||
-                           lse->ne[1] != c->q_heads || lse->ne[2] != c->q_len,
-                       err, AF_ERR_INVALID, "%s: lse tensor has the wrong shape or dtype", be->name);
+    AF_TRY(af_backend_check_out(be, in->c, out, lse, err));
     af_status st = be->vt->run_lse(be->state, in, out, lse, err);
     if (st != AF_OK) af_error_prefix(err, "%s", be->name);
     return st;
@@ -331,24 +382,7 @@ af_status af_backend_run_lse(af_backend *be, const af_case_tensors *in, af_tenso
 
 af_status af_backend_run_backward(af_backend *be, const af_case_tensors *in, af_tensor *out, af_grads *g,
                                   af_error *err) {
-    const af_case *c = in->c;
-    AF_RETURN_ERROR_IF(!be->vt->run_backward, err, AF_ERR_UNSUPPORTED, "%s: no backward", be->name);
-    AF_RETURN_ERROR_IF(out->ndim != 4 || out->dtype != be->vt->out_dtype || !out->data || out->ne[0] != c->batch ||
-                           out->ne[1] != c->q_heads || out->ne[2] != c->q_len || out->ne[3] != c->v_head_dim,
-                       err, AF_ERR_INVALID, "%s: output tensor has the wrong shape or dtype", be->name);
-    for (int k = 0; k < AF_GRAD_COUNT; k++) {
-        const af_tensor *t = af_grads_get(g, k);
-        if (!(c->bwd.grads & (1u << k))) {
-            AF_RETURN_ERROR_IF(t->data, err, AF_ERR_INVALID, "%s: %s given but not asked", be->name, af_grad_names[k]);
-            continue;
-        }
-        size_t ne[4];
-        af_case_grad_shape(c, k, ne);
-        AF_RETURN_ERROR_IF(t->ndim != 4 || t->dtype != be->vt->out_dtype || !t->data || t->ne[0] != ne[0] ||
-                               t->ne[1] != ne[1] || t->ne[2] != ne[2] || t->ne[3] != ne[3],
-                           err, AF_ERR_INVALID, "%s: gradient %s has the wrong shape or dtype", be->name,
-                           af_grad_names[k]);
-    }
+    AF_TRY(af_backend_check_grads(be, in->c, out, g, err));
     af_status st = be->vt->run_backward(be->state, in, out, g, err);
     if (st != AF_OK) af_error_prefix(err, "%s", be->name);
     return st;

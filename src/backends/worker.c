@@ -73,6 +73,7 @@ typedef struct af_worker {
     /* a batch in flight (af_worker_batch_begin .. _end): its requests and what is left to
      * write of its frame */
     size_t bn, boff; /* the batch's cases in flight: bin[boff .. boff + bn) (after a crash, the rest) */
+    bool bsingle;    /* the frame in flight is a run alone (a batch of one sent as one request) */
     unsigned bcrashes; /* crashes the worker named in this batch */
     const af_case_tensors *bin[AF_WP_MAX_BATCH];
     uint64_t bid[AF_WP_MAX_BATCH];
@@ -88,11 +89,10 @@ typedef struct af_worker {
     double *blse[AF_WP_MAX_BATCH];   /* per item: its statistics, when it returned them (F64) */
     size_t blse_cap[AF_WP_MAX_BATCH];
     af_tensor blse_t[AF_WP_MAX_BATCH];
+    af_tensor *bdst[AF_WP_MAX_BATCH]; /* per item: the caller's statistics buffer (a run alone), or NULL */
     char *btail[AF_WP_MAX_BATCH];    /* per item: the stderr of the process it faulted, when it did */
     uint8_t *rbuf; /* the last frame read: its length (4 bytes), then rlen bytes of body */
     size_t rcap, rlen;
-    uint8_t *keep;
-    size_t keep_cap;
     uint64_t next_id;
 
     uint64_t keys[AF_WORKER_KEYS]; /* open addressing; 0 = empty */
@@ -700,13 +700,8 @@ static bool af_worker_key_note(af_worker *w, uint64_t key) {
 /* A fault: the child is dead or killed; err gets "kind: what happened" with the stderr. */
 static af_status af_worker_fault(af_worker *w, af_status code, const char *what, af_error *err) {
     w->faults++;
-    /* no compiled structure came of this run: it reports 0 s compiling, so that the time a
-     * hang or crash took (on a new compile key, its wall time would otherwise count as
-     * compiling) does not make compile-aware scheduling keep the structure that faulted */
-    w->ext.compile_s = 0.0;
     char brief[400];
     af_worker_tail_brief(&w->p, brief, sizeof brief);
-    w->ext.stderr_tail = af_worker_tail(&w->p);
     return af_error_set(err, code, "%s%s%s", what, brief[0] ? "; stderr: " : "", brief);
 }
 
@@ -823,67 +818,6 @@ static af_status af_worker_failed(af_worker *w, af_status st, const af_error *xe
     return af_worker_fault(w, AF_ERR_BACKEND, what, err);
 }
 
-/* One case alone: out, the gradients g of a backward case (NULL: forward), the statistics
- * into lse where it is not NULL (asked where af_wp_want_lse; lse->ndim 0 when none came). */
-static af_status af_worker_run_one(af_worker *w, const af_case_tensors *in, af_tensor *out, af_grads *g, af_tensor *lse,
-                                   af_error *err) {
-    const af_case *c = in->c;
-    w->ext.dropout_keep = NULL;
-    w->ext.compile_s = w->ext.run_s = -1.0;
-    w->ext.wall_s = 0.0;
-    w->ext.new_key = false;
-    w->ext.guard.n = 0;
-    if (w->p.pid <= 0) AF_TRY(af_worker_restart(w, err));
-    w->ext.runs++;
-    uint64_t id = ++w->next_id;
-    af_wp_part parts[AF_WP_MAX_PARTS + 1];
-    size_t np = 0;
-    if (lse) lse->ndim = 0;
-    AF_TRY(af_wp_encode_run_lse(&w->hdr, id, in, lse && af_wp_want_lse(&w->hello, c), parts + 1, &np, err));
-    parts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
-    bool fresh = af_worker_key_note(w, af_case_key_hash(c, w->hello.compile_key));
-    w->ext.new_key = fresh;
-    double t0 = af_now();
-    bool allowance = af_worker_allowance(w, fresh);
-    double limit = w->opts.timeout + (allowance ? w->opts.compile_timeout : 0.0);
-    af_error xerr;
-    af_status st = af_worker_exchange(w, parts, np + 1, AF_WP_MAX_HEADER + af_worker_answer_max(c), t0 + limit, &xerr);
-    w->ext.wall_s = af_now() - t0;
-    w->crash_case = c;
-    const uint8_t *payload = NULL;
-    af_wp_result r;
-    if (st == AF_OK) {
-        st = af_wp_parse_result(w->rbuf + 4, w->rlen, id, c, &w->hello, &r, &payload, &xerr);
-        if (st != AF_OK) st = AF_ERR_FORMAT;
-    }
-    if (st != AF_OK) return af_worker_failed(w, st, &xerr, allowance, limit, err);
-    w->answered = true;
-    /* stderr written before the answer was read with it (poll reports both); what comes
-     * after, with the next exchange or the next fault */
-    w->ext.stderr_tail = af_worker_tail(&w->p);
-    w->faults = 0;
-    if (!fresh) af_worker_note_case_s(w, w->ext.wall_s, 1);
-    w->ext.compile_s = r.compile_s;
-    w->ext.run_s = r.run_s;
-    w->ext.guard = r.guard;
-    return af_worker_take(w, c, &r, payload, out, g, lse, &w->keep, &w->keep_cap, &w->ext.dropout_keep, err);
-}
-
-static af_status af_worker_run_backward(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g,
-                                        af_error *err) {
-    return af_worker_run_one(state, in, out, g, NULL, err);
-}
-
-static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
-    return af_worker_run_one(state, in, out, NULL, NULL, err);
-}
-
-/* run with the statistics (cap lse; a case it is not asked on gives none) */
-static af_status af_worker_run_lse(void *state, const af_case_tensors *in, af_tensor *out, af_tensor *lse,
-                                   af_error *err) {
-    return af_worker_run_one(state, in, out, NULL, lse, err);
-}
-
 /* --- batches ------------------------------------------------------------------------------ */
 
 static size_t af_worker_batch_max(void *state) {
@@ -892,9 +826,11 @@ static size_t af_worker_batch_max(void *state) {
 }
 
 /* Sends the cases w->bin[off .. off + n) as one run frame, writing what the pipe takes
- * now; af_worker_batch_end writes the rest and reads the answer. A worker that is not
- * running is restarted first; when it cannot be, AF_ERR_IO. */
-static af_status af_worker_batch_send(af_worker *w, size_t off, size_t n, af_error *err) {
+ * now; af_worker_batch_end writes the rest and reads the answer. single: a run alone (n
+ * is 1), sent as one request as to a worker without batches, the statistics asked where
+ * w->bwant[off] says (its caller set it). A worker that is not running is restarted first;
+ * when it cannot be, AF_ERR_IO. */
+static af_status af_worker_batch_send(af_worker *w, size_t off, size_t n, bool single, af_error *err) {
     if (w->p.pid <= 0) AF_TRY(af_worker_restart(w, err));
     if (w->bcap < n * AF_WP_MAX_PARTS + 1) {
         af_wp_part *p = af_calloc(n * AF_WP_MAX_PARTS + 1, sizeof *p);
@@ -905,15 +841,19 @@ static af_status af_worker_batch_send(af_worker *w, size_t off, size_t n, af_err
     }
     w->boff = off;
     w->bn = n;
+    w->bsingle = single;
     w->bfresh = false;
     for (size_t i = off; i < off + n; i++) {
         w->bid[i] = ++w->next_id;
         w->bfresh |= af_worker_key_note(w, af_case_key_hash(w->bin[i]->c, w->hello.compile_key));
     }
     w->ext.runs += n;
-    for (size_t i = off; i < off + n; i++) w->bwant[i] = af_wp_want_lse(&w->hello, w->bin[i]->c);
+    for (size_t i = off; i < off + n && !single; i++) w->bwant[i] = af_wp_want_lse(&w->hello, w->bin[i]->c);
     size_t np = 0;
-    AF_TRY(af_wp_encode_batch_lse(&w->hdr, w->bid + off, w->bin + off, w->bwant + off, n, w->bparts + 1, &np, err));
+    if (single)
+        AF_TRY(af_wp_encode_run_lse(&w->hdr, w->bid[off], w->bin[off], w->bwant[off], w->bparts + 1, &np, err));
+    else
+        AF_TRY(af_wp_encode_batch_lse(&w->hdr, w->bid + off, w->bin + off, w->bwant + off, n, w->bparts + 1, &np, err));
     w->bparts[0] = (af_wp_part){w->hdr.data, w->hdr.len};
     w->bnparts = np + 1;
     w->bstart = af_now();
@@ -936,15 +876,16 @@ static int af_worker_batch_push(void *state) {
 static af_status af_worker_batch_begin(void *state, const af_case_tensors *const *in, size_t n, af_error *err) {
     af_worker *w = state;
     AF_RETURN_ERROR_IF(n == 0 || n > af_worker_batch_max(w), err, AF_ERR_INVALID, "%s: a batch of %zu cases", w->spec, n);
-    for (size_t i = 0; i < n; i++) w->bin[i] = in[i];
+    for (size_t i = 0; i < n; i++) w->bin[i] = in[i], w->bdst[i] = NULL;
     w->bcrashes = 0;
-    return af_worker_batch_send(w, 0, n, err);
+    return af_worker_batch_send(w, 0, n, false, err);
 }
 
 /* Where item `slot` of the batch (case c) gets its statistics: its own buffer, an F64
  * [B, Hq, Sq] tensor; NULL when they were not asked, or on AF_ERR_NOMEM (err says so). */
 static af_tensor *af_worker_item_lse(af_worker *w, size_t slot, const af_case *c, af_error *err) {
     if (!w->bwant[slot]) return NULL;
+    if (w->bdst[slot]) return w->bdst[slot];
     af_tensor *t = &w->blse_t[slot];
     af_backend_lse_shape(c, t);
     size_t n = (size_t)c->batch * c->q_heads * c->q_len;
@@ -964,24 +905,56 @@ static af_tensor *af_worker_item_lse(af_worker *w, size_t slot, const af_case *c
 
 /* Item i of the batch (slot `slot`) faulted the worker: the stderr it left, kept for the
  * item's bundle (the next case restarts the worker). */
-static void af_worker_keep_tail(af_worker *w, size_t slot, af_batch_result *r) {
+static void af_worker_keep_tail(af_worker *w, size_t slot, af_run_result *r) {
     if (!w->btail[slot]) w->btail[slot] = af_malloc(AF_WORKER_STDERR_TAIL + 1);
     if (!w->btail[slot]) return;
-    snprintf(w->btail[slot], AF_WORKER_STDERR_TAIL + 1, "%s", w->ext.stderr_tail ? w->ext.stderr_tail : "");
+    snprintf(w->btail[slot], AF_WORKER_STDERR_TAIL + 1, "%s", af_worker_tail(&w->p));
     r->stderr_tail = w->btail[slot];
 }
 
-/* Reads the answer to the batch in flight into outs[i] and res[i]. A worker that faulted
- * on an item and said so (`crash`, then `not_run`) gets the crash charged to that item,
- * and the items after it go to a fresh worker as a batch of their own: one restart per
- * crash. A fault of the whole frame (the worker died, hung or broke the protocol) sends
- * the cases again one by one, so that the case that killed it is the one its crash or
- * timeout is charged to; the others get their answers. AF_ERR_NOMEM / AF_ERR_IO (no
- * worker any more) stop the batch. */
-static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_grads *const *grads, af_batch_result *res,
+static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_grads *const *grads, af_run_result *res,
+                                     af_error *err);
+
+/* Item `slot` of the batch begun (its request w->bin[slot]), alone: sent again as a run of
+ * its own (the statistics as its batch asked them) and answered into out, g and *res. */
+static af_status af_worker_item_alone(af_worker *w, size_t slot, af_tensor *out, af_grads *g, af_run_result *res,
+                                      af_error *err) {
+    AF_TRY(af_worker_batch_send(w, slot, 1, true, err));
+    return af_worker_batch_end(w, &out, &g, res, err);
+}
+
+/* A failed exchange of a run alone (w->bsingle): its own crash, timeout or protocol fault
+ * (res->st), charged to it with the stderr of the process it faulted; AF_ERR_NOMEM and
+ * AF_ERR_IO (no worker any more) stop it. No compiled structure came of it: it reports 0 s
+ * compiling, so that the time a hang or crash took (on a new compile key, its wall time
+ * would otherwise count as compiling) does not make compile-aware scheduling keep the
+ * structure that faulted. */
+static af_status af_worker_alone_failed(af_worker *w, af_status st, const af_error *xerr, bool allowance, double limit,
+                                        double wall, af_run_result *res, af_error *err) {
+    memset(res, 0, sizeof *res);
+    res->st = af_worker_failed(w, st, xerr, allowance, limit, &res->err);
+    if (res->st == AF_ERR_NOMEM || res->st == AF_ERR_IO) return af_error_set(err, res->st, "%s", res->err.msg);
+    res->compile_s = 0.0;
+    res->run_s = -1.0;
+    res->wall_s = wall;
+    res->new_key = w->bfresh;
+    af_worker_keep_tail(w, w->boff, res);
+    return AF_OK;
+}
+
+/* Reads the answer to the frame in flight (a batch, or a run alone: the same path) into
+ * outs[i] and res[i]. A worker that faulted on an item and said so (`crash`, then
+ * `not_run`) gets the crash charged to that item, and the items after it go to a fresh
+ * worker as a batch of their own: one restart per crash. A fault of the whole frame (the
+ * worker died, hung or broke the protocol) is a run alone's own; a batch's cases are sent
+ * again one by one, so that the case that killed it is the one its crash or timeout is
+ * charged to; the others get their answers. AF_ERR_NOMEM / AF_ERR_IO (no worker any more)
+ * stop the batch. */
+static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_grads *const *grads, af_run_result *res,
                                      af_error *err) {
     af_worker *w = state;
     size_t n = w->bn, off = w->boff;
+    bool single = w->bsingle;
     w->bn = 0;
     size_t max_frame = AF_WP_MAX_HEADER;
     const af_case *cases[AF_WP_MAX_BATCH];
@@ -997,10 +970,12 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
     const uint8_t *payload = NULL;
     af_wp_result *br = w->bres + off;
     if (st == AF_OK) {
-        st = af_wp_parse_batch(w->rbuf + 4, w->rlen, w->bid + off, cases, n, &w->hello, br, &payload, &xerr);
+        st = single ? af_wp_parse_result(w->rbuf + 4, w->rlen, w->bid[off], cases[0], &w->hello, br, &payload, &xerr)
+                    : af_wp_parse_batch(w->rbuf + 4, w->rlen, w->bid + off, cases, n, &w->hello, br, &payload, &xerr);
         if (st != AF_OK) st = AF_ERR_FORMAT;
     }
-    w->crash_case = NULL; /* a batch's crash is charged case by case below */
+    w->crash_case = single ? cases[0] : NULL; /* a batch's crash is charged case by case below */
+    if (single && st != AF_OK) return af_worker_alone_failed(w, st, &xerr, allowance, limit, wall, res, err);
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_worker_failed(w, st, &xerr, allowance, limit, err);
     if (st != AF_OK) {
         /* which case was it? each alone (a restart before the first: the spare takes over) */
@@ -1008,44 +983,17 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         af_worker_failed(w, st, &xerr, allowance, limit, &ferr);
         unsigned faulted = 0; /* crashes and timeouts among them */
         for (size_t i = 0; i < n; i++) {
-            size_t slot = off + i;
-            memset(&res[i], 0, sizeof res[i]);
             if (faulted >= AF_WORKER_BATCH_CRASHES) {
                 /* one structure (a compile key) for all: as for named crashes below, the rest
                  * is not run (a kernel that hangs on the shape would cost each its timeout) */
+                memset(&res[i], 0, sizeof res[i]);
                 res[i].st = af_error_set(&res[i].err, AF_ERR_UNSUPPORTED,
                                          "unsupported: not run: %u cases of its batch crashed or hung the worker",
                                          faulted);
                 continue;
             }
-            af_tensor *lse = af_worker_item_lse(w, slot, cases[i], err);
-            if (w->bwant[slot] && !lse) return AF_ERR_NOMEM;
-            res[i].st = af_worker_run_one(w, w->bin[slot], outs[i], grads ? grads[i] : NULL, lse, &res[i].err);
-            res[i].lse = lse && lse->ndim ? lse : NULL;
-            if (res[i].st == AF_ERR_NOMEM || res[i].st == AF_ERR_IO) return af_error_set(err, res[i].st, "%s", res[i].err.msg);
-            bool fault = res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT;
-            faulted += fault;
-            if (fault || (res[i].st == AF_ERR_BACKEND && !strncmp(res[i].err.msg, "protocol:", 9)))
-                af_worker_keep_tail(w, slot, &res[i]);
-            res[i].compile_s = w->ext.compile_s;
-            res[i].run_s = w->ext.run_s;
-            res[i].wall_s = w->ext.wall_s;
-            res[i].new_key = w->ext.new_key;
-            res[i].guard = w->ext.guard;
-            res[i].dropout_keep = NULL;
-            if (w->ext.dropout_keep && res[i].st == AF_OK) {
-                /* the single runs share one keep buffer: keep this item's */
-                size_t kb = (size_t)cases[i]->batch * cases[i]->q_heads * cases[i]->q_len * cases[i]->kv_len;
-                if (kb > w->bkeep_cap[slot]) {
-                    uint8_t *k = af_malloc(kb);
-                    AF_RETURN_ERROR_IF(!k, err, AF_ERR_NOMEM, "out of memory");
-                    af_free(w->bkeep[slot]);
-                    w->bkeep[slot] = k;
-                    w->bkeep_cap[slot] = kb;
-                }
-                memcpy(w->bkeep[slot], w->ext.dropout_keep, kb);
-                res[i].dropout_keep = w->bkeep[slot];
-            }
+            AF_TRY(af_worker_item_alone(w, off + i, outs[i], grads ? grads[i] : NULL, &res[i], err));
+            faulted += res[i].st == AF_ERR_CRASH || res[i].st == AF_ERR_TIMEOUT;
         }
         return AF_OK;
     }
@@ -1053,12 +1001,13 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
     size_t crashed = n; /* the item the worker says it faulted on */
     for (size_t i = 0; i < n && crashed == n; i++)
         if (br[i].status == AF_WP_CRASH) crashed = i;
-    w->ext.stderr_tail = af_worker_tail(&w->p);
+    /* stderr written before the answer was read with it (poll reports both); what comes
+     * after, with the next exchange or the next fault */
+    const char *tail = af_worker_tail(&w->p);
     if (crashed == n) {
         w->faults = 0;
         if (!w->bfresh) af_worker_note_case_s(w, wall, n); /* a compile is not a case's time */
     }
-    w->ext.wall_s = wall;
     for (size_t i = 0; i < crashed; i++) {
         size_t slot = off + i;
         memset(&res[i], 0, sizeof res[i]);
@@ -1067,6 +1016,7 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         res[i].wall_s = wall / (double)n;
         res[i].new_key = w->bfresh && i == 0;
         res[i].guard = br[i].guard;
+        res[i].stderr_tail = tail;
         af_tensor *lse = af_worker_item_lse(w, slot, cases[i], err);
         if (w->bwant[slot] && !lse) return AF_ERR_NOMEM;
         res[i].st = af_worker_take(w, cases[i], &br[i], payload, outs[i], grads ? grads[i] : NULL, lse,
@@ -1077,14 +1027,13 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
     if (crashed == n) return AF_OK;
     /* the worker ends after such an answer: stopped now, without waiting for it to tear its
      * device context down; the crash is learned from as a refusal is */
-    af_batch_result *r = &res[crashed];
+    af_run_result *r = &res[crashed];
     memset(r, 0, sizeof *r);
     af_worker_drain_err(&w->p);
     af_worker_kill(&w->p);
     af_worker_learn(w, cases[crashed], false);
     char what[700];
     snprintf(what, sizeof what, "crash: the worker faulted on the case and ended (%s)", br[crashed].message);
-    w->ext.compile_s = 0.0;
     r->st = af_worker_fault(w, AF_ERR_CRASH, what, &r->err);
     af_worker_keep_tail(w, off + crashed, r);
     r->compile_s = 0.0;
@@ -1103,8 +1052,50 @@ static af_status af_worker_batch_end(void *state, af_tensor *const *outs, af_gra
         return AF_OK;
     }
     /* the rest, to the next process (a spare, usually: milliseconds) */
-    AF_TRY(af_worker_batch_send(w, off + crashed + 1, n - crashed - 1, err));
+    AF_TRY(af_worker_batch_send(w, off + crashed + 1, n - crashed - 1, false, err));
     return af_worker_batch_end(w, outs + crashed + 1, grads ? grads + crashed + 1 : NULL, res + crashed + 1, err);
+}
+
+/* --- a run alone: a batch of one ----------------------------------------------------------- */
+
+/* One case alone (af_backend_vtable.run_result): out, the gradients g of a backward case
+ * (NULL: forward), the statistics into lse where it is not NULL (asked where
+ * af_wp_want_lse; lse->ndim 0 when none came), its facts into res. The batch's path with
+ * one request, sent as a run frame of its own. */
+static af_status af_worker_run_result(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g,
+                                      af_tensor *lse, af_run_result *res, af_error *err) {
+    af_worker *w = state;
+    AF_RETURN_ERROR_IF(w->bn, err, AF_ERR_INVALID, "%s: a run while a batch is in flight", w->spec);
+    memset(res, 0, sizeof *res);
+    res->compile_s = res->run_s = -1.0;
+    if (lse) lse->ndim = 0;
+    w->bin[0] = in;
+    w->bdst[0] = lse;
+    w->bwant[0] = lse && af_wp_want_lse(&w->hello, in->c);
+    af_status st = af_worker_batch_send(w, 0, 1, true, err);
+    if (st == AF_OK) st = af_worker_batch_end(w, &out, &g, res, err);
+    w->bdst[0] = NULL;
+    if (st != AF_OK) return st;
+    if (res->st != AF_OK) *err = res->err;
+    return res->st;
+}
+
+static af_status af_worker_run_backward(void *state, const af_case_tensors *in, af_tensor *out, af_grads *g,
+                                        af_error *err) {
+    af_run_result r;
+    return af_worker_run_result(state, in, out, g, NULL, &r, err);
+}
+
+static af_status af_worker_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    af_run_result r;
+    return af_worker_run_result(state, in, out, NULL, NULL, &r, err);
+}
+
+/* run with the statistics (cap lse; a case it is not asked on gives none) */
+static af_status af_worker_run_lse(void *state, const af_case_tensors *in, af_tensor *out, af_tensor *lse,
+                                   af_error *err) {
+    af_run_result r;
+    return af_worker_run_result(state, in, out, NULL, lse, &r, err);
 }
 
 static void af_worker_destroy(void *state) {
@@ -1118,7 +1109,6 @@ static void af_worker_destroy(void *state) {
     af_free(w->bparts);
     for (size_t i = 0; i < AF_WP_MAX_BATCH; i++) af_free(w->bkeep[i]), af_free(w->btail[i]), af_free(w->blse[i]);
     af_free(w->rbuf);
-    af_free(w->keep);
     af_free(w);
 }
 
@@ -1153,6 +1143,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->vt.run = af_worker_run;
     w->vt.run_backward = af_worker_run_backward; /* sent backward cases only when its hello says backward */
     w->vt.run_lse = af_worker_run_lse;           /* with cap lse only (af_backend_run_lse) */
+    w->vt.run_result = af_worker_run_result;
     w->vt.supports = af_worker_supports;
     w->vt.batch_max = af_worker_batch_max;
     w->vt.batch_begin = af_worker_batch_begin;
@@ -1166,9 +1157,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     w->ext.compile_key = h->compile_key;
     w->ext.traits = h->traits;
     w->ext.libs = &h->libs;
-    w->ext.stderr_tail = af_worker_tail(&w->p);
     w->ext.learned = w->learned;
-    w->ext.compile_s = w->ext.run_s = -1.0;
     st = af_backend_open_state(&w->vt, w, out, err);
     if (st != AF_OK) af_worker_destroy(w);
     return st;

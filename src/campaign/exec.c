@@ -72,7 +72,7 @@ typedef struct af_exec_slot {
     bool supported[AF_EXEC_MAX_BACKENDS];
     af_status st[AF_EXEC_MAX_BACKENDS];
     char msg[AF_EXEC_MAX_BACKENDS][512];
-    const char *tail[AF_EXEC_MAX_BACKENDS]; /* a batch fault's stderr (NULL: the backend's current one) */
+    const char *tail[AF_EXEC_MAX_BACKENDS]; /* the stderr its run left (af_run_result.stderr_tail; NULL in-process) */
     bool check_ran[AF_EXEC_MAX_CHECKS];
     af_result results[AF_EXEC_MAX_CHECKS];
     int result_tensor[AF_EXEC_MAX_CHECKS]; /* what results[i] is on: -1 the output, else a gradient
@@ -117,7 +117,7 @@ struct af_exec {
                              slot they act on */
     bool has_expected;
     af_exec_timing timing;
-    af_batch_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
+    af_run_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
     af_scratch bundle_ws; /* a bundle's rearranged arrays (af_exec_relation_full) */
     af_tensor full;       /* batch_split's row alone, set into the batch's output */
     uint32_t skip_next; /* backends the next single execution does not run (af_exec_skip_next) */
@@ -586,7 +586,7 @@ static af_status af_exec_took(const af_exec *x, af_exec_slot *sl, size_t k, af_s
  * timings into x's, then what it gave (af_exec_took). A backend that reports no compile
  * time compiled for the whole wall time of a run on a compile key new to it (an upper
  * bound). */
-static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_batch_result *r, af_error *err) {
+static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_run_result *r, af_error *err) {
     double compile = r->compile_s >= 0 ? r->compile_s : r->new_key ? r->wall_s : 0.0;
     x->timing.compile_s += compile;
     if (r->run_s > 0) x->timing.target_s += r->run_s;
@@ -594,26 +594,16 @@ static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_b
     return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, r->lse, compile, &r->guard, err);
 }
 
-/* Runs backend k on slot sl, alone: a batch of one as far as the answer goes (an
- * in-process backend reports no timings). */
+/* Runs backend k on slot sl, alone: its facts come back in its result as a batch's do
+ * (af_backend_execute; an in-process backend reports no timings). */
 static af_status af_exec_run_backend(af_exec *x, af_exec_slot *sl, size_t k, af_error *err) {
     if (!sl->supported[k]) return AF_OK;
-    af_batch_result r = {.compile_s = -1.0, .run_s = -1.0};
+    af_run_result r;
+    af_error ignored; /* the run's message is r.err's */
     double t0 = af_now();
-    r.st = sl->backward[k] ? af_backend_run_backward(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->grads[k], &r.err)
-           : sl->lse[k].data ? af_backend_run_lse(x->be[k], af_inputs_get(sl->in), &sl->out[k], &sl->lse[k], &r.err)
-                             : af_backend_run(x->be[k], af_inputs_get(sl->in), &sl->out[k], &r.err);
-    r.lse = &sl->lse[k]; /* written in place (ndim 0 when it gave none) */
+    af_backend_execute(x->be[k], af_inputs_get(sl->in), &sl->out[k], sl->backward[k] ? &sl->grads[k] : NULL,
+                       !sl->backward[k] && sl->lse[k].data ? &sl->lse[k] : NULL, &r, &ignored);
     x->timing.backends_s += af_now() - t0;
-    const af_backend_ext *e = af_backend_ext_of(x->be[k]);
-    if (e) { /* a worker's run: its facts (stderr_tail NULL: the backend's current tail) */
-        r.dropout_keep = e->dropout_keep;
-        r.compile_s = e->compile_s;
-        r.run_s = e->run_s;
-        r.wall_s = e->wall_s;
-        r.new_key = e->new_key;
-        r.guard = e->guard;
-    }
     return af_exec_take(x, sl, k, &r, err);
 }
 
@@ -655,10 +645,10 @@ static af_status af_exec_again(af_exec *x, af_exec_slot *sl, size_t k, af_error 
         lse2->data = af_scratch_get(&sl->again[k], 1 + AF_GRAD_COUNT, af_tensor_span(lse2), err);
         if (!lse2->data) return AF_ERR_NOMEM;
     }
+    af_run_result r;
     af_error berr;
-    af_status st = sl->backward[k] ? af_backend_run_backward(x->be[k], t, &sl->out2[k], &sl->grads2[k], &berr)
-                   : want_lse      ? af_backend_run_lse(x->be[k], t, &sl->out2[k], lse2, &berr)
-                                   : af_backend_run(x->be[k], t, &sl->out2[k], &berr);
+    af_status st = af_backend_execute(x->be[k], t, &sl->out2[k], sl->backward[k] ? &sl->grads2[k] : NULL,
+                                      want_lse ? lse2 : NULL, &r, &berr);
     x->timing.determinism_s += af_now() - t0;
     if (st == AF_ERR_NOMEM || st == AF_ERR_IO) return af_error_set(err, st, "%s", berr.msg);
     if (st == AF_ERR_UNSUPPORTED) return AF_OK; /* declined this time: not checked */
@@ -1036,7 +1026,7 @@ af_status af_exec_batch_collect(af_exec *x, af_error *err) {
         b->begun[k] = false;
         af_tensor *outs[AF_EXEC_MAX_BATCH];
         af_grads *grads[AF_EXEC_MAX_BATCH];
-        af_batch_result *res = x->bres;
+        af_run_result *res = x->bres;
         for (size_t j = 0; j < b->cnt[k]; j++) {
             af_exec_slot *sj = b->slots[b->idx[k][j]];
             outs[j] = &sj->out[k];
@@ -1141,6 +1131,10 @@ size_t af_exec_input(const af_exec *x, const uint8_t **bytes) {
 }
 size_t af_exec_backend_count(const af_exec *x) { return x->nbe; }
 af_backend *af_exec_backend_at(const af_exec *x, size_t i) { return i < x->nbe ? x->be[i] : NULL; }
+const char *af_exec_stderr_tail(const af_exec *x, size_t i) {
+    const char *t = i < x->nbe && x->sel->supported[i] ? x->sel->tail[i] : NULL;
+    return t && t[0] ? t : NULL;
+}
 
 bool af_exec_would_run(const af_exec *x, const af_case *c) {
     for (size_t k = 0; k < x->nbe; k++)
@@ -1195,8 +1189,7 @@ static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, c
     if (e) {
         o->conventions = e->conventions;
         o->describe = e->describe;
-        const char *tail = sl->tail[k] ? sl->tail[k] : e->stderr_tail;
-        o->stderr_tail = tail && tail[0] ? tail : NULL;
+        o->stderr_tail = sl->tail[k] && sl->tail[k][0] ? sl->tail[k] : NULL;
     }
 }
 

@@ -43,10 +43,8 @@ long af_known_match_exec(const af_known *k, const af_exec *x, size_t i) {
     if (!k || !f) return -1;
     uint32_t be = af_known_exec_backends(x, f->who);
     const char *tail = NULL;
-    for (size_t j = 0; j < af_exec_backend_count(x) && !tail; j++) {
-        const af_backend_ext *e = (be >> j & 1u) ? af_backend_ext_of(af_exec_backend_at(x, j)) : NULL;
-        if (e && e->stderr_tail && e->stderr_tail[0]) tail = e->stderr_tail;
-    }
+    for (size_t j = 0; j < af_exec_backend_count(x) && !tail; j++)
+        if (be >> j & 1u) tail = af_exec_stderr_tail(x, j);
     af_known_host host = {NULL, af_km_libs(x, be)};
     af_known_finding kf = {f->kind, f->who, af_exec_case(x), &f->result, f->message, tail, f->tensor, &host, false};
     return af_known_match(k, &kf);
