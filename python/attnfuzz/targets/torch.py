@@ -291,10 +291,11 @@ class Target(_base.Target):
             caps.append("tf32")
         if self.base in LSE_BASES:
             caps.append("lse")  # natural log (the op's logsumexp)
-            if not self.cuda:
+            if not self.cuda or self.base == "sdpa_efficient_lse":
                 # a fully masked row's logsumexp is 0 (the output's 0 with it), not log 0 =
-                # -inf (measured on torch 2.15 CPU: tests/targets_selftest.py prints it); the
-                # CUDA ops' is printed by the self-test on the GPU, not declared yet
+                # -inf (measured by tests/targets_selftest.py, which prints it: torch 2.15
+                # CPU; the CUDA memory-efficient op on an H200, torch 2.11); the CUDA flash op
+                # takes no mask and the cuDNN op's self-test printed no such row
                 conventions["lse_masked_rows"] = "zero"
         limits = {"max_head_dim": 256} if (self.base == "sdpa_flash" and self.cuda) else {}
         if self.cuda and self.base in LSE_BASES:
