@@ -11,8 +11,8 @@ f16 training step, minimized); torch 2.15.0 CPU.
 One key: every weight P is 1, so dV[0, 0, 0] = dO[0, 0, 0] + dO[0, 0, 1] + dO[0, 1, 0] +
 dO[0, 1, 1] exactly, whatever Q, K and V are.
 
-Exit status: 1 with a PRECISION line while flash's dV is not finite where the f32 sum is,
-0 with a FIXED line once it is.
+Exit status: 1 with a BUG line (the repros' convention; the class is precision) while
+flash's dV is not finite where the f32 sum is, 0 with a FIXED line once it is.
 """
 import sys
 import numpy as np
@@ -63,7 +63,7 @@ print("f16 representable: %d of 8; flash non-finite there: %d (one head: %d); fl
       "in f16: %s" % (representable.sum(), (~np.isfinite(flash[representable])).sum(),
                       (~np.isfinite(one_head[representable])).sum(), np.array_equal(flash, across.astype(np.float32))))
 if not np.isfinite(flash[representable]).all():
-    print("PRECISION: the CPU flash backward adds the query heads' dV in f16: +-Inf where the sum is finite (math: finite)")
+    print("BUG (precision): the CPU flash backward adds the query heads' dV in f16: +-Inf where the sum is finite (math: finite)")
     sys.exit(1)
 print("FIXED: the CPU flash backward's dV is finite wherever the sum is representable in f16")
 sys.exit(0)
