@@ -16,7 +16,8 @@
 #      them), the eager variants of each GPU-only stack (a `gpu_pip` declaration: cudnn's
 #      frontend) as a group of their own, and the compiled ones, a group per stack (torch's,
 #      jax's, flashinfer's and fa4's compile per shape apart: a batch waits for its slowest
-#      worker, and one stack's compiles need not hold the other's cases);
+#      worker, and one stack's compiles need not hold the other's cases; a compiled group
+#      waits up to --compile-timeout S, default 900, for a structure's first build);
 #   4. runs, per GPU (--gpus N, default every visible one, each group pinned to its card by
 #      CUDA_VISIBLE_DEVICES; --cards LIST names the card of each, e.g. 0,0 to run two cards'
 #      groups on one and check they do not get in each other's way), one campaign of each group,
@@ -52,7 +53,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
-time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads="" cards="" wheel="" regress=1 eager_jobs=3
+compile_timeout=900 time_s=600 bench=0 bench_jobs=1 variants="" out=gpu-out corpus="" replay=0 gpus="" batch=64 threads="" cards="" wheel="" regress=1 eager_jobs=3
 bench_variants=""
 extra=()
 while [ $# -gt 0 ]; do
@@ -62,6 +63,7 @@ while [ $# -gt 0 ]; do
     --cards) cards=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --eager-jobs) eager_jobs=$2; shift 2 ;;
+    --compile-timeout) compile_timeout=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
     --bench-jobs) bench_jobs=$2; shift 2 ;;
@@ -73,7 +75,7 @@ while [ $# -gt 0 ]; do
     --no-regress) regress=0; shift ;;
     --wheel) wheel=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
     *) echo "gpu_campaign.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -205,6 +207,10 @@ if [ "$time_s" != 0 ]; then
     shift 5
     [ $# -gt 0 ] || return 0
     local j=(); [ "$jobs" -gt 1 ] && j=(--jobs "$jobs")
+    # a compiled group's first case of a structure waits for its build: FlashInfer's nvcc JIT
+    # takes 84 s alone and minutes while other groups load the cores (with the default 60 s
+    # its campaign of 2026-12-02 stored every build as a timeout and ran 6 cases)
+    case $group in compiled-*) j+=(--compile-timeout "$compile_timeout") ;; esac
     CUDA_VISIBLE_DEVICES=${visible[$g]} "$af" fuzz "$@" "${j[@]}" --batch "$b" --seed "$seed" \
       --stats "$out/stats-$group-gpu$g.json" "${cargs[@]}" "${extra[@]}" 2>"$out/campaign-$group-gpu$g.log" &
     pids+=($!)
