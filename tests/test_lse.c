@@ -266,6 +266,53 @@ static void test_oracle_lse(void **state) {
     af_inputs_destroy(in);
 }
 
+/* denormals "flush": Q = (-1e-39, 0) against keys (Inf, 0) and (0, 0). Unflushed, key 0's
+ * score is -Inf and the row's statistics log(e^0) = 0; with the subnormal read as 0 it is
+ * 0 * Inf = NaN. A backend that declares flushing may give either; one that does not, only 0. */
+static void test_oracle_lse_flush(void **state) {
+    (void)state;
+    af_inputs *in = af_inputs_create();
+    af_oracle *o = af_oracle_create(NULL);
+    af_case c;
+    af_case_default(&c);
+    c.batch = 1, c.q_heads = 1, c.kv_heads = 1, c.q_len = 1, c.kv_len = 2, c.head_dim = 2, c.v_head_dim = 1;
+    c.scale_set = true;
+    c.scale = 1.0;
+    af_error err = {0};
+    assert_int_equal(af_inputs_alloc(in, &c, &err), AF_OK);
+    const af_case_tensors *t = af_inputs_get(in);
+    af_view_set(&t->qv, 0, 0, 0, 0, -1e-39);
+    af_view_set(&t->qv, 0, 0, 0, 1, 0.0);
+    af_view_set(&t->kv, 0, 0, 0, 0, (double)INFINITY);
+    af_view_set(&t->kv, 0, 0, 0, 1, 0.0);
+    af_view_set(&t->kv, 0, 0, 1, 0, 0.0);
+    af_view_set(&t->kv, 0, 0, 1, 1, 0.0);
+    af_view_set(&t->vv, 0, 0, 0, 0, 1.0);
+    af_view_set(&t->vv, 0, 0, 1, 0, 2.0);
+    assert_int_equal(af_oracle_prepare(o, t, &err), AF_OK);
+    near(af_oracle_ref_lse(o)[0], 0.0, 0.0);
+    double got[1];
+    af_tensor l;
+    af_backend_lse_shape(&c, &l);
+    l.data = got;
+    af_conventions flush = {0};
+    flush.denormals_flush = 1u << c.dtype;
+    af_result res;
+    got[0] = (double)NAN;
+    assert_int_equal(af_oracle_compare_lse(o, &l, NULL, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_LSE_DIVERGE);
+    assert_int_equal(af_oracle_compare_lse(o, &l, &flush, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_OK);
+    got[0] = 0.0; /* the unflushed answer is right under "flush" too */
+    assert_int_equal(af_oracle_compare_lse(o, &l, &flush, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_OK);
+    got[0] = 1.0; /* neither */
+    assert_int_equal(af_oracle_compare_lse(o, &l, &flush, &res, &err), AF_OK);
+    assert_int_equal(res.kind, AF_KIND_LSE_DIVERGE);
+    af_oracle_destroy(o);
+    af_inputs_destroy(in);
+}
+
 /* An executor finds mutant:lse_base2 on a generated case, the finding is on "lse"; its
  * bundle holds ref_lse and lse.<backend>, which read back as the reference computes them
  * again and as the mutant returned them (base 2); a wrong-shaped file is refused by name. */
@@ -355,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_ref_lse_hand),
         cmocka_unit_test(test_ref_lse_plain_loops),
         cmocka_unit_test(test_oracle_lse),
+        cmocka_unit_test(test_oracle_lse_flush),
         cmocka_unit_test(test_bundle_lse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
