@@ -144,7 +144,7 @@ rc=0; (cd "$work/src" && env -u PYTHONPATH -u ATTNFUZZ_PYTHON PATH="$work/venv/b
   && ok "inside a checkout the installed attnfuzz still uses its environment" \
   || { bad "backends inside the clone (exit $rc)"; grep "^real targets" "$work/out" || true; }
 rc=$(rc_of attnfuzz known)
-n_installed=$(grep -c "($site/attnfuzz/corpus/findings/[a-z_-]*/known.json)\$" "$work/out" || true)
+n_installed=$(grep -c "($site/attnfuzz/corpus/findings/[a-z0-9_-]*/known.json)\$" "$work/out" || true)
 n_repo=$("$vpy" -c 'import glob, json, sys
 print(sum(len(json.load(open(f))["entries"]) for f in glob.glob(sys.argv[1] + "/corpus/findings/*/known.json")))' "$work/src")
 [ "$rc" = 0 ] && [ "$n_installed" = "$n_repo" ] && [ "$n_repo" -gt 0 ] \
