@@ -12,6 +12,7 @@
 #                         debug caps only up to 2026.4 (openvino#36980; release builds from
 #                         openvino#38257 on): a release wheel caps oneDNN alone
 #   XLA_FLAGS             --xla_cpu_max_isa for jax's CPU backend
+#   TORCHINDUCTOR_CACHE_DIR  a cache of Inductor's compiled code of its own (below)
 #   ATTNFUZZ_CPU_FLAGS    the host's /proc/cpuinfo flags less those the cap hides (avx512*,
 #                         amx*, avx_vnni* for avx2; amx*, avx512_bf16, avx512_fp16 for
 #                         avx512): known entries' `needs` judge the run as on such a CPU
@@ -29,4 +30,9 @@ flags=$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null | cut -d: -f2-
 export ATTNFUZZ_CPU_FLAGS=$(tr ' ' '\n' <<<"${ATTNFUZZ_CPU_FLAGS:-$flags}" | grep -v -E "$hide" | grep . | tr '\n' ' ')
 export ATEN_CPU_CAPABILITY=$aten ONEDNN_MAX_CPU_ISA=$onednn OV_CPU_MAX_ISA=$onednn
 export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_cpu_max_isa=$xla"
+# Inductor's on-disk cache does not key its generated C++ on ATEN_CPU_CAPABILITY: a kernel
+# written for one vector width and reused under another stores past its buffers (a run at the
+# native ISA after one under this script aborted with "free(): invalid pointer"). Each
+# capability gets a cache of its own.
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${TMPDIR:-/tmp}/torchinductor_$(id -un)}-isa-$isa"
 exec "$@"
