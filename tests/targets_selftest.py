@@ -125,6 +125,18 @@ def judged(R, target, tname, good, msg):
     (R.ok if good or why else R.fail)(msg + (": " + why if why else ""))
 
 
+def guarded(R, target, tname, what, check, *args):
+    """check(*args); an exception out of it (a probe's compiled kernel asserting, a worker
+    that died) is "known (...)" where a host-scoped entry explains tname's failures
+    (SCOPED), a failure otherwise."""
+    try:
+        check(*args)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        judged(R, target, tname, False, "%s %s: %s: %s" % (tname, what, type(e).__name__,
+                                                          str(e).splitlines()[0] if str(e) else ""))
+
+
 # The fully masked rows of these variants were measured as follows before a convention
 # could say so; each now declares it (masked_rows "mean" / "unmasked") and check_conventions
 # checks that the declaration and the measurement still agree. jax "xla" replaces masked
@@ -1072,23 +1084,12 @@ def self_test(R, names):
         if target.BATCH > 1:
             check_batch(R, name, target)
         check_batch_invariant(R, name, target)
-        try:
-            check_conventions(R, name, target)
-        except Exception as e:  # noqa: BLE001
-            why = scoped(target, name, e)
-            (R.ok if why else R.fail)("%s conventions: %s: %s%s" % (
-                name, type(e).__name__, str(e).splitlines()[0] if str(e) else "", ": " + why if why else ""))
+        guarded(R, target, name, "conventions", check_conventions, R, name, target)
         check_cache(R, name, target)
         for good, msg in (target.self_check() if hasattr(target, "self_check") else ()):
             (R.ok if good else R.fail)("%s %s" % (name, msg))
         check_snippet(R, name, mod, target)
-        try:
-            check_protocol(R, stack, variant, target)
-        except Exception as e:  # noqa: BLE001 (a worker that died of a host-scoped bug: its stderr says why)
-            why = scoped(target, name, e)
-            if not why:
-                raise
-            R.ok("%s worker: %s: %s: %s" % (name, type(e).__name__, e, why))
+        guarded(R, target, name, "worker", check_protocol, R, stack, variant, target)
         print("%s: %.1f s" % (name, time.time() - t0), flush=True)
 
 
