@@ -73,10 +73,23 @@ def pick(versions, spec):
     return sorted(want, key=lambda v: (known._release(v), v))
 
 
+def env_version(name, python=sys.executable):
+    """The version of the distribution name that python's environment has installed, or None."""
+    p = subprocess.run([python, "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", name],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, universal_newlines=True)
+    return p.stdout.strip() or None if p.returncode == 0 else None
+
+
 def install(package, version, python=sys.executable, also=()):
     """The directory holding package==version alone, with each package of also at the same
-    version (jaxlib beside jax), installed the first time; or raises RuntimeError with pip's
-    last lines."""
+    version (jaxlib beside jax), installed the first time (an empty one where python's
+    environment has that version of each already); or raises RuntimeError with pip's last
+    lines."""
+    if all(env_version(name, python) == version for name in (package,) + tuple(also)):
+        # the environment has this version already: the script runs on it as installed
+        d = os.path.join(cache_dir(), "as-installed")
+        os.makedirs(d, exist_ok=True)
+        return d
     d = os.path.join(cache_dir(), "+".join((package,) + tuple(also)), version)
     done = os.path.join(d, ".attnfuzz-installed")
     if os.path.exists(done):

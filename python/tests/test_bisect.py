@@ -135,6 +135,31 @@ class EndToEnd(unittest.TestCase):
             p2 = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, env=env)
             self.assertIn("afbisectdemo: bug since 1.3 (last good 1.2)", p2.stdout)
 
+    def test_installed_version_runs_as_installed(self):
+        """A version the environment already has is not installed again: a machine without a
+        network (the GPU one) bisects up to its own release with only the older wheels."""
+        with tempfile.TemporaryDirectory() as d:
+            wheels, cache, site = (os.path.join(d, n) for n in ("wheels", "cache", "site"))
+            os.makedirs(wheels)
+            for v in ("1.0", "1.1"):   # fixed in 1.1
+                wheel(wheels, v, "BUG = %s\n" % (v == "1.0"))
+            env = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=wheels, ATTNFUZZ_CACHE=cache)
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site,
+                            "afbisectdemo==1.1"], check=True, env=env)
+            os.remove(os.path.join(wheels, "afbisectdemo-1.1-py3-none-any.whl"))   # only the environment has 1.1
+            env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
+            script = os.path.join(d, "repro.py")
+            with open(script, "w") as f:
+                f.write("import sys, afbisectdemo\nsys.exit(1 if afbisectdemo.BUG else 0)\n")
+            p = subprocess.run([sys.executable, "-m", "attnfuzz.bisect", script, "--package", "afbisectdemo",
+                                "--versions", "1.0,1.1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               universal_newlines=True, env=env)
+            self.assertEqual(p.returncode, 0, p.stdout)
+            self.assertIn("afbisectdemo: fixed in 1.1 (last bad 1.0)", p.stdout)
+            kept = os.listdir(os.path.join(cache, "bisect", "afbisectdemo"))
+            self.assertIn("1.0", kept)
+            self.assertNotIn("1.1", kept)   # not installed: the environment's own ran
+
 
 if __name__ == "__main__":
     unittest.main()
