@@ -15,9 +15,11 @@ Variants (`python -m attnfuzz.targets.iree VARIANT`, `--backend target:iree/VARI
                  physical layout handled in the graph) imported with IREE's ONNX importer
                  after ONNX shape inference; llvm-cpu: IREE's own fusion of the pattern is
                  under test
-  cuda           attention_op compiled for IREE's cuda target (--iree-cuda-target, sm_90
-                 unless $ATTNFUZZ_IREE_CUDA_TARGET says otherwise) on the `cuda` driver:
-                 declared for the GPU machine, never run without one
+  cuda           attention_op compiled for IREE's cuda target (--iree-cuda-target, sm_80
+                 unless $ATTNFUZZ_IREE_CUDA_TARGET says otherwise: its PTX runs on newer
+                 GPUs through the driver) on the `cuda` driver. On an H200 (2026-12-02)
+                 IREE 3.13 refused sm_90 in every compile ("missing GPU target in
+                 #hal.executable.target": its CUDA target table, upstream iree#22147)
 
 What IREE 3.13 supports here (measured): the ONNX importer has no conversion for the ONNX
 Attention op (`failed to legalize operation 'torch.operator' ... onnx.Attention`), hence an
@@ -139,7 +141,7 @@ def compile_module(source, function, target, input_type="auto"):
     import iree.compiler as ic
     import iree.runtime as rt
     extra = ["--iree-llvmcpu-target-cpu=host"] if target == "llvm-cpu" else [
-        "--iree-cuda-target=" + os.environ.get("ATTNFUZZ_IREE_CUDA_TARGET", "sm_90")]
+        "--iree-cuda-target=" + os.environ.get("ATTNFUZZ_IREE_CUDA_TARGET", "sm_80")]
     vmfb = ic.compile_str(source, target_backends=[target], input_type=input_type, extra_args=extra)
     ctx = rt.SystemContext(config=rt.Config("local-task" if target == "llvm-cpu" else "cuda"))
     ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))

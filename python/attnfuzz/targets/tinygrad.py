@@ -72,6 +72,11 @@ def tensor(x, device):
     """A numpy array -> a realized tinygrad Tensor on device (bfloat16 uploaded as its bits)."""
     from tinygrad import Tensor, dtypes
     x = np.ascontiguousarray(x)
+    if not x.flags.writeable:
+        # tinygrad's CUDA copy-in takes the host buffer's address through ctypes.from_buffer,
+        # which refuses a read-only one ("underlying buffer is not writable"; the CPU device
+        # copies another way): upstream tinygrad#9809, PR #14274
+        x = x.copy()
     if x.dtype.name == "bfloat16":
         return Tensor(x.view(np.uint16), device=device).bitcast(dtypes.bfloat16).realize()
     return Tensor(x, device=device).realize()
