@@ -78,6 +78,13 @@ typedef struct af_ref_opts {
      * (d lse / d s_j = P_j: the statistics move by the weighted mean score error; a sink's
      * logit is exact). 0 for a fully masked or NaN row. */
     double *lse_sens;
+    /* Honest mode with sens only, both NULL or both set: [B, Hq, Sq, Dv], what an FP8 rounding
+     * of the probabilities before P @ V can move the output by (conventions fp8_probs):
+     *     fp8_pv[i][d]     = sum_j P_ij |v_jd|              (the relative part's factor)
+     *     fp8_pmax_v[i][d] = max_k P_ik sum_j |v_jd|         (the absolute part's), j live
+     * with the honest run's P (normalized, rounded to the case dtype); 0 in a fully masked
+     * or NaN row. */
+    double *fp8_pv, *fp8_pmax_v;
 } af_ref_opts;
 
 enum { AF_KEY_LEAK_ANY = 1, AF_KEY_LEAK_DTYPE = 2 };

@@ -50,7 +50,7 @@ int af_kind_from_name(const char *name) {
 
 enum { WS_REF, WS_ROWS, WS_EXPECTED, WS_LEAK, WS_VSCALE, WS_ROWMAX, WS_KEYLEAK, WS_ALT, WS_ALT_VSCALE, WS_ADD,
        WS_LIVE, WS_KEEP, WS_ALT_LEAK, WS_ALT_PLAIN, WS_LSE };
-enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE, HWS_LSE, HWS_LSE_SENS };
+enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE, HWS_LSE, HWS_LSE_SENS, HWS_FP8_PV, HWS_FP8_PMAX };
 
 /* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
  * bit 2 flushed denormals. */
@@ -65,6 +65,7 @@ typedef struct af_oracle_honest {
                         * relative to the row's vscale */
     double *lse, *lse_sens; /* [nrows]: the statistics at this precision, their score bound */
     double lse_err;    /* max |honest lse - ref lse| beyond lse_sens, over finite rows */
+    double *fp8_pv, *fp8_pmax_v; /* an FP8 case's: what P's FP8 rounding may move (ref.h) */
     bool ready;
 } af_oracle_honest;
 
@@ -87,6 +88,7 @@ struct af_oracle {
     double *lse;       /* [nrows]: the reference statistics (NULL after prepare_expected) */
     size_t n, nrows, dv;
     double overflow; /* values at or past this round to Inf in the case dtype */
+    double fp8_out_scale; /* fp8_out "v_amax": the case's scale_o, 0 until computed */
     af_oracle_honest hon[AF_HONEST_SLOTS];
     /* the comparison in progress: its conventions and honest slot */
     af_conventions conv;
@@ -173,6 +175,7 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
     o->ftz_state = AF_FTZ_UNKNOWN;
     o->grad_ftz_sub = -1;
     o->overflow = af_dtype_overflow(c->dtype);
+    o->fp8_out_scale = 0.0;
     return AF_OK;
 }
 
@@ -256,8 +259,15 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     hn->lse = AF_SCRATCH(&hn->ws, HWS_LSE, double, o->nrows, err);
     hn->lse_sens = AF_SCRATCH(&hn->ws, HWS_LSE_SENS, double, o->nrows, err);
     if (!hn->out || !hn->sens || !hn->unstable || !hn->lse || !hn->lse_sens) return AF_ERR_NOMEM;
+    hn->fp8_pv = hn->fp8_pmax_v = NULL;
+    if (o->in->c->fp8.fmt != AF_FP8_NONE) { /* for a backend declaring fp8_probs */
+        hn->fp8_pv = AF_SCRATCH(&hn->ws, HWS_FP8_PV, double, o->n, err);
+        hn->fp8_pmax_v = AF_SCRATCH(&hn->ws, HWS_FP8_PMAX, double, o->n, err);
+        if (!hn->fp8_pv || !hn->fp8_pmax_v) return AF_ERR_NOMEM;
+    }
     af_ref_opts honest = {.honest = true, .sens = hn->sens, .unstable = hn->unstable,
                           .lse = hn->lse, .lse_sens = hn->lse_sens,
+                          .fp8_pv = hn->fp8_pv, .fp8_pmax_v = hn->fp8_pmax_v,
                           .scores_dtype = (slot & AF_HONEST_SCORES_DTYPE) != 0,
                           .tf32 = (slot & AF_HONEST_TF32) != 0, .ftz = (slot & AF_HONEST_FTZ) != 0};
     const af_case_tensors *in = o->in;
@@ -489,11 +499,52 @@ static uint8_t af_oracle_key_leak_bits(const af_conventions *conv, af_dtype dt) 
     return (uint8_t)(AF_KEY_LEAK_ANY | (lowp ? AF_KEY_LEAK_DTYPE : 0));
 }
 
+/* fp8_out "v_amax" (conventions.h): the case's scale_o, 2^floor(log2(P2 / 2 / amax)) with
+ * amax the largest finite |V| (dequantized), 1 without one; computed once per case. */
+static double af_oracle_fp8_out_scale(af_oracle *o, af_dtype fmt) {
+    if (o->fp8_out_scale > 0.0) return o->fp8_out_scale;
+    const af_view *v = &o->in->vv;
+    double amax = 0.0;
+    for (size_t a = 0; a < v->ne[0]; a++)
+        for (size_t b = 0; b < v->ne[1]; b++)
+            for (size_t i = 0; i < v->ne[2]; i++)
+                for (size_t d = 0; d < v->ne[3]; d++) {
+                    double x = fabs(af_view_get(v, a, b, i, d));
+                    if (isfinite(x) && x > amax) amax = x;
+                }
+    double p2 = ldexp(1.0, ilogb(af_dtype_max(fmt)));
+    o->fp8_out_scale = amax > 0.0 ? ldexp(1.0, (int)floor(log2(p2 / 2.0 / amax))) : 1.0;
+    return o->fp8_out_scale;
+}
+
+/* An FP8 case under conventions conv: the factors of the fp8_probs bound (ref.h's fp8_pv and
+ * fp8_pmax_v; 0 without the convention), u_F and h_F / s widened for the honest run's P
+ * (rounded to the case dtype, fp32 exponentials) standing for the exact one; and the rounding
+ * fp8_out "v_amax" adds to the output's, relative and absolute. */
+static void af_oracle_fp8_model(af_oracle *o, const af_conventions *conv, double *pu, double *pa, double *out_rel,
+                                double *out_abs) {
+    const af_case *c = o->in->c;
+    *pu = *pa = *out_rel = *out_abs = 0.0;
+    if (c->fp8.fmt == AF_FP8_NONE) return;
+    af_dtype fmt = c->fp8.fmt == AF_FP8_E5M2 ? AF_E5M2 : AF_E4M3;
+    double s = (double)conv->fp8_probs_scale[c->fp8.fmt == AF_FP8_E5M2 ? 1 : 0];
+    double h = 0.5 * af_dtype_min_subnormal(fmt);
+    if (s > 0.0 && isfinite(s)) {
+        double widen = 1.0 + 4.0 * af_dtype_eps(c->dtype);
+        *pu = af_dtype_eps(fmt) * widen;
+        *pa = h / s * widen;
+    }
+    if (conv->fp8_out == AF_FP8_OUT_V_AMAX) {
+        *out_rel = af_dtype_eps(fmt);
+        *out_abs = h / af_oracle_fp8_out_scale(o, fmt);
+    }
+}
+
 /* One pass: compare `got` with `want` (the reference, or a's output for pairs). leak_b
  * (may be NULL) flags the elements of `got` where a zero-weight key holds a non-finite
  * V in the case `got` was computed on; else the prepared case's flags apply. The
  * conventions in o->conv apply (alt rows only against the reference itself). */
-static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
+static void af_oracle_pass(af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
                            const uint32_t *row_map, const uint8_t *leak_b, double tol_mult, af_result *res) {
     af_metrics *m = &res->m;
     memset(res, 0, sizeof *res);
@@ -513,7 +564,10 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
     double rel_a, abs_a, rel_b, abs_b;
     af_out_rounding(want_t, &rel_a, &abs_a);
     af_out_rounding(got, &rel_b, &abs_b);
-    const double out_rel = rel_a + rel_b, out_abs = abs_a + abs_b + o->abs_slack;
+    double fp8_u, fp8_a, fp8_rel, fp8_abs;
+    af_oracle_fp8_model(o, &o->conv, &fp8_u, &fp8_a, &fp8_rel, &fp8_abs);
+    const bool fp8_probs = hn->ready && hn->fp8_pv && fp8_u > 0.0;
+    const double out_rel = rel_a + rel_b + fp8_rel, out_abs = abs_a + abs_b + fp8_abs + o->abs_slack;
     double overflow = o->overflow;
     if (got->dtype == AF_F16 || got->dtype == AF_BF16) {
         double ov = af_dtype_overflow(got->dtype);
@@ -584,6 +638,8 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             } else {
                 double bound = tol.atol + tol.rtol * fabs(want);
                 if (hn->ready && !use_alt) bound += tol_mult * tol.fudge * hn->sens[ea];
+                /* fp8_probs: the rounding of P itself, a bound (no fudge) */
+                if (fp8_probs && !use_alt) bound += tol_mult * (fp8_u * hn->fp8_pv[ea] + fp8_a * hn->fp8_pmax_v[ea]);
                 /* an output stored in f16/bf16 carries that final rounding */
                 ratio = af_oracle_measure(m, out, want, bound, tol.atol, out_rel, out_abs, fro);
                 if (ratio > 1.0) {
