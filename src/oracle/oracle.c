@@ -21,7 +21,13 @@
  *                            intermediate results flushed on the way
  *   scores "dtype", tf32 "always"   the honest run rounds as that implementation does (its
  *                            own honest slot), so the tolerance and the unstable elements
- *                            are those of that precision model */
+ *                            are those of that precision model
+ *   fp8_probs, fp8_out       an FP8 case's bound grows by what rounding P (times s) to the
+ *                            format before P @ V can move each element, u_F sum_j P_ij |v_jd|
+ *                            + h_F / s max_k P_ik sum_j |v_jd| (from the honest run's P, not
+ *                            times the fudge), and the output's rounding by O's in the format
+ *                            (u_F relative, h_F / scale_o absolute); an Inf of either sign
+ *                            that bound reaches is unstable (af_oracle_fp8_model) */
 #include "attnfuzz/oracle.h"
 
 #include <math.h>
