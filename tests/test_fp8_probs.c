@@ -42,7 +42,7 @@ static void fp8_case(af_case *c, af_fp8_fmt fmt, uint32_t seed) {
 typedef struct emu {
     size_t n;
     double *out;   /* the emulated output */
-    double *bound; /* sum_j (u P_ij + h / s max_k P_ik) |v_jd| */
+    double *bound; /* sum_j (u P_ij + min(h / s max_k P_ik, P_ij)) |v_jd| */
 } emu;
 
 /* cuDNN's sdpa_fp8 in float64 (its test reference, fp8_ref.py, with one block of keys): the
@@ -75,7 +75,8 @@ static void emulate(const af_case *c, const af_case_tensors *t, double s, double
                     for (size_t d = 0; d < Dv; d++) {
                         double v = af_view_get(&t->vv, b, hd, j, d);
                         o[d] += pq * v / l;
-                        bd[d] += (u * p / l + h / s / l) * fabs(v); /* max_k P_ik = 1 / l */
+                        double a = h / s / l; /* max_k P_ik = 1 / l */
+                        bd[d] += (u * p / l + (a < p / l ? a : p / l)) * fabs(v);
                     }
                 }
                 if (scale_o > 0.0)
@@ -165,6 +166,39 @@ static void test_fp8_probs_bound(void **state) {
     assert_int_equal(undeclared_found[1], 38);
 }
 
+/* A scale that puts every numerator among the format's subnormals (s = 2^-4: e4m3's smallest
+ * normal is 2^-6): the absolute part decides, capped per key by its weight; the emulation is
+ * no finding declared, twice the bound is one, 0.9 times it is none. */
+static void test_fp8_probs_subnormal(void **state) {
+    (void)state;
+    for (uint32_t seed = 31; seed < 37; seed++) {
+        af_case c;
+        fp8_case(&c, AF_FP8_E4M3, seed * 3u);
+        af_inputs *in = af_inputs_create();
+        af_oracle *o = af_oracle_create(NULL);
+        af_error err = {0};
+        assert_int_equal(af_inputs_generate(in, &c, &err), AF_OK);
+        const af_case_tensors *t = af_inputs_get(in);
+        assert_int_equal(af_oracle_prepare(o, t, &err), AF_OK);
+        emu e;
+        emulate(&c, t, 0x1p-4, 0.0, &e);
+        af_conventions decl = {0};
+        decl.fp8_probs_scale[0] = 0x1p-4f;
+        expect_kind(o, &c, e.out, &decl, AF_KIND_OK, "e4m3 numerators among the subnormals, declared");
+        expect_kind(o, &c, e.out, &(af_conventions){0}, AF_KIND_DIVERGE, "e4m3 numerators among the subnormals, undeclared");
+        const double *ref = af_oracle_ref(o);
+        double *off = malloc(e.n * sizeof *off);
+        for (size_t k = 0; k < e.n; k++) off[k] = ref[k] + ((k & 1) ? -2.0 : 2.0) * e.bound[k];
+        expect_kind(o, &c, off, &decl, AF_KIND_DIVERGE, "twice the subnormal bound, declared");
+        for (size_t k = 0; k < e.n; k++) off[k] = ref[k] + ((k & 1) ? -0.9 : 0.9) * e.bound[k];
+        expect_kind(o, &c, off, &decl, AF_KIND_OK, "0.9 times the subnormal bound, declared");
+        free(off);
+        emu_free(&e);
+        af_oracle_destroy(o);
+        af_inputs_destroy(in);
+    }
+}
+
 /* fp8_out "v_amax": O rounded to e4m3 with scale_o = 2^floor(log2(128 / amax|V|)) on top of
  * P's rounding: declared with it no finding; O's rounding bound twice over is one. */
 static void test_fp8_out_v_amax(void **state) {
@@ -212,6 +246,7 @@ static void test_fp8_out_v_amax(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp8_probs_bound),
+        cmocka_unit_test(test_fp8_probs_subnormal),
         cmocka_unit_test(test_fp8_out_v_amax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -80,13 +80,16 @@ typedef struct af_conventions {
      * of two, > 0) by which an FP8 case's probabilities are multiplied and rounded to that
      * format before P @ V (then multiplied by 1 / s, exact); 0: not rounded (the default).
      * What is rounded is the online softmax's numerator exp(s_ij - m), m the running row max
-     * (each in [0, 1]); the row sum is taken before the rounding and divides O at the end
-     * (cuDNN's sdpa_fp8: P in Q's format, scale_s; its test reference fp8_ref.py). The oracle
+     * (each in [0, 1], or up to 2^t where a lazy rescale lets m lag by t, s then divided by
+     * 2^t); the row sum is taken before the rounding and divides O at the end (cuDNN's
+     * sdpa_fp8: P in Q's format, scale_s / 16; its test reference fp8_ref.py). The oracle
      * adds to every element's bound the error this rounding can make (af_oracle_compare_conv):
-     *     sum_j (u_F P_ij + (h_F / s) max_k P_ik) |v_jd|    over the row's live keys,
+     *     sum_j (u_F P_ij + min((h_F / s) max_k P_ik, P_ij)) |v_jd|    over the row's live keys,
      * u_F the format's unit roundoff, h_F half its smallest subnormal (|round(x) - x| <=
-     * u_F x + h_F; the absolute part of exp(s_ij - m) reaches O through exp(m - m_row) / l_i
-     * <= 1 / l_i = max_k P_ik), not multiplied by the fudge factor */
+     * u_F x + min(h_F, x); the absolute part of exp(s_ij - m) reaches O through
+     * exp(m - m_row) / l_i <= 1 / l_i = max_k P_ik, also where the running max lags the row's
+     * by a lazy rescale, whose larger numerators a smaller s keeps in range: declare that s),
+     * not multiplied by the fudge factor */
     float fp8_probs_scale[2];
     /* fp8_out: where an FP8 case's output is rounded (an af_fp8_out) */
     uint8_t fp8_out;

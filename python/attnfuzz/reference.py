@@ -99,7 +99,7 @@ def fp8_bound(case, q, k, v, conventions, mask=None, bool_mask=None):
     """float64 [B, Hq, Sq, Dv]: how far the FP8 roundings a backend declares (conventions
     fp8_probs, fp8_out: docs/worker-protocol.md) may move each output element of an FP8 case,
     the C oracle's bound (conventions.h): for P rounded with scale s,
-        u_F sum_j P_ij |v_jd| + h_F / s max_k P_ik sum_j |v_jd|   (j: the row's live keys),
+        sum_j (u_F P_ij + min(h_F / s max_k P_ik, P_ij)) |v_jd|   (j: the row's live keys),
     for O rounded with scale_o (fp8_out "v_amax"), u_F |out| + h_F / scale_o; 0 where the case
     is not FP8 or nothing is declared. Arguments as attention's (canonical q, k, v)."""
     fmt = getattr(case, "fp8", None)
@@ -120,8 +120,8 @@ def fp8_bound(case, q, k, v, conventions, mask=None, bool_mask=None):
         w = np.nan_to_num(w, nan=0.0)
         vr = va if g == 1 else np.repeat(va, g, axis=1)
         if scale:
-            on = (s > -np.inf).astype(np.float64)       # keys that get a weight
-            out += u * (w @ vr) + h / float(scale) * w.max(axis=-1, keepdims=True) * (on @ vr)
+            cap = h / float(scale) * w.max(axis=-1, keepdims=True)
+            out += u * (w @ vr) + np.minimum(cap, w) @ vr
         if o_fp8:
             amax = float(va.max(initial=0.0))
             so = 2.0 ** math.floor(math.log2(po2 / 2 / amax)) if amax > 0 else 1.0

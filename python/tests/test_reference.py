@@ -214,13 +214,20 @@ class Fp8Bound(unittest.TestCase):
 
     def test_by_hand(self):
         u, h = 2.0 ** -4, 2.0 ** -10
+        # a weight below h / s max P rounds to 0 at worst: min(h / s max P, P) caps its term
+        cs, q, k, v, am = self.case(False)
+        e = np.exp([1.0, 0.0, -1.0])
+        p = e / e.sum()
+        got = reference.fp8_bound(cs, q, k, v, {"fp8_probs": {"e4m3": 2.0 ** -12}})
+        want = u * float(p @ np.array([2.0, 4.0, 0.5])) + float(p @ np.array([2.0, 4.0, 0.5]))
+        self.assertAlmostEqual(float(got.ravel()[0]), want, places=15)
         for mask in (False, True):
             cs, q, k, v, am = self.case(mask)
             e = np.exp([1.0, 0.0, -math.inf if mask else -1.0])
             p = e / e.sum()
             vabs = np.array([2.0, 4.0, 0.0 if mask else 0.5])     # the live keys' |V|
             o = float(p @ np.array([2.0, -4.0, 0.5]))
-            want_p = u * float(p @ np.array([2.0, 4.0, 0.5])) + h / 64 * p.max() * vabs.sum()
+            want_p = u * float(p @ np.array([2.0, 4.0, 0.5])) + float(np.minimum(h / 64 * p.max(), p) @ vabs)
             got = reference.fp8_bound(cs, q, k, v, {"fp8_probs": {"e4m3": 64, "e5m2": 16384}}, mask=am)
             self.assertAlmostEqual(float(got.ravel()[0]), want_p, places=15)
             # O through scale_o = 2^floor(log2(256 / 2 / 4)) = 32

@@ -117,7 +117,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
         ebuf = AF_SCRATCH(ws, WS_E, double, R * Dv, err);
         pv_abs = AF_SCRATCH(ws, WS_PVABS, double, R * Dv, err);
         if (!delta || !vabs || !ebuf || !pv_abs) return AF_ERR_NOMEM;
-        if (opts->fp8_pmax_v) {
+        if (opts->fp8_abs) {
             fp8w = AF_SCRATCH(ws, WS_FP8W, double, R * Sk, err);
             fp8e = AF_SCRATCH(ws, WS_FP8E, double, R * Dv, err);
             if (!fp8w || !fp8e) return AF_ERR_NOMEM;
@@ -429,14 +429,20 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         af_gemm_nn_f64(rn, Dv, Sk, absbuf, Sk, vabs, Dv, pv_abs, Dv, 0);
                     }
                     if (fp8w) {
-                        /* max_k P_ik on each live key of a row with weights, for fp8_pmax_v */
+                        /* min(h_F / s max_k P_ik, P_ij + e) on each live key of a row with
+                         * weights, for fp8_abs: a weight rounds to 0 at worst */
+                        const double p_e = af_dtype_min_subnormal(dt);
                         for (size_t r = 0; r < rn; r++) {
                             const double *pr = absbuf + r * Sk;
                             double pm = 0.0;
                             bool weights = rowst[r] != AF_ROW_MASKED && rowst[r] != AF_ROW_NAN;
                             for (size_t j = 0; weights && j < Sk; j++) pm = pr[j] > pm ? pr[j] : pm;
-                            for (size_t j = 0; j < Sk; j++)
-                                fp8w[r * Sk + j] = weights && (rowst[r] == AF_ROW_ALL_LIVE || live[r * Sk + j]) ? pm : 0.0;
+                            double cap = opts->fp8_h * pm;
+                            for (size_t j = 0; j < Sk; j++) {
+                                double pj = pr[j] * (1.0 + udt) + p_e;
+                                bool on = weights && (rowst[r] == AF_ROW_ALL_LIVE || live[r * Sk + j]);
+                                fp8w[r * Sk + j] = on ? (pj < cap ? pj : cap) : 0.0;
+                            }
                         }
                         af_gemm_nn_f64(rn, Dv, Sk, fp8w, Sk, vabs, Dv, fp8e, Dv, 0);
                     }
@@ -491,7 +497,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                             }
                             if (fp8w) {
                                 double *pa = opts->fp8_pv + ((b * Hq + h) * Sq + i) * Dv;
-                                double *pm = opts->fp8_pmax_v + ((b * Hq + h) * Sq + i) * Dv;
+                                double *pm = opts->fp8_abs + ((b * Hq + h) * Sq + i) * Dv;
                                 for (size_t d = 0; d < Dv; d++) {
                                     pa[d] = isnan(pv_abs[r * Dv + d]) ? HUGE_VAL : pv_abs[r * Dv + d];
                                     pm[d] = isnan(fp8e[r * Dv + d]) ? HUGE_VAL : fp8e[r * Dv + d];

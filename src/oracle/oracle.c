@@ -24,8 +24,8 @@
  *                            are those of that precision model
  *   fp8_probs, fp8_out       an FP8 case's bound grows by what rounding P (times s) to the
  *                            format before P @ V can move each element, u_F sum_j P_ij |v_jd|
- *                            + h_F / s max_k P_ik sum_j |v_jd| (from the honest run's P, not
- *                            times the fudge), and the output's rounding by O's in the format
+ *                            + sum_j min(h_F / s max_k P_ik, P_ij) |v_jd| (from the honest run's
+ *                            P, made for that s; not times the fudge), and the output's rounding by O's in the format
  *                            (u_F relative, h_F / scale_o absolute); an Inf of either sign
  *                            that bound reaches is unstable (af_oracle_fp8_model) */
 #include "attnfuzz/oracle.h"
@@ -71,7 +71,8 @@ typedef struct af_oracle_honest {
                         * relative to the row's vscale */
     double *lse, *lse_sens; /* [nrows]: the statistics at this precision, their score bound */
     double lse_err;    /* max |honest lse - ref lse| beyond lse_sens, over finite rows */
-    double *fp8_pv, *fp8_pmax_v; /* an FP8 case's: what P's FP8 rounding may move (ref.h) */
+    double *fp8_pv, *fp8_abs; /* an FP8 case's: what P's FP8 rounding may move (ref.h) */
+    double fp8_h;               /* ... fp8_abs for this h_F / s */
     bool ready;
 } af_oracle_honest;
 
@@ -255,6 +256,15 @@ static int af_oracle_honest_slot(const af_oracle *o, const af_conventions *conv)
     return slot;
 }
 
+/* fp8_probs: h_F / s for an FP8 case of a format conv declares, else 0. */
+static double af_oracle_fp8_h(const af_oracle *o, const af_conventions *conv) {
+    const af_case *c = o->in->c;
+    if (c->fp8.fmt == AF_FP8_NONE) return 0.0;
+    double s = (double)conv->fp8_probs_scale[c->fp8.fmt == AF_FP8_E5M2 ? 1 : 0];
+    return s > 0.0 && isfinite(s) ? 0.5 * af_dtype_min_subnormal(c->fp8.fmt == AF_FP8_E5M2 ? AF_E5M2 : AF_E4M3) / s
+                                  : 0.0;
+}
+
 static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     af_oracle_honest *hn = o->h;
     if (hn->ready) return AF_OK;
@@ -265,15 +275,16 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     hn->lse = AF_SCRATCH(&hn->ws, HWS_LSE, double, o->nrows, err);
     hn->lse_sens = AF_SCRATCH(&hn->ws, HWS_LSE_SENS, double, o->nrows, err);
     if (!hn->out || !hn->sens || !hn->unstable || !hn->lse || !hn->lse_sens) return AF_ERR_NOMEM;
-    hn->fp8_pv = hn->fp8_pmax_v = NULL;
+    hn->fp8_pv = hn->fp8_abs = NULL;
+    hn->fp8_h = af_oracle_fp8_h(o, &o->conv);
     if (o->in->c->fp8.fmt != AF_FP8_NONE) { /* for a backend declaring fp8_probs */
         hn->fp8_pv = AF_SCRATCH(&hn->ws, HWS_FP8_PV, double, o->n, err);
-        hn->fp8_pmax_v = AF_SCRATCH(&hn->ws, HWS_FP8_PMAX, double, o->n, err);
-        if (!hn->fp8_pv || !hn->fp8_pmax_v) return AF_ERR_NOMEM;
+        hn->fp8_abs = AF_SCRATCH(&hn->ws, HWS_FP8_PMAX, double, o->n, err);
+        if (!hn->fp8_pv || !hn->fp8_abs) return AF_ERR_NOMEM;
     }
     af_ref_opts honest = {.honest = true, .sens = hn->sens, .unstable = hn->unstable,
                           .lse = hn->lse, .lse_sens = hn->lse_sens,
-                          .fp8_pv = hn->fp8_pv, .fp8_pmax_v = hn->fp8_pmax_v,
+                          .fp8_pv = hn->fp8_pv, .fp8_abs = hn->fp8_abs, .fp8_h = hn->fp8_h,
                           .scores_dtype = (slot & AF_HONEST_SCORES_DTYPE) != 0,
                           .tf32 = (slot & AF_HONEST_TF32) != 0, .ftz = (slot & AF_HONEST_FTZ) != 0};
     const af_case_tensors *in = o->in;
@@ -524,21 +535,20 @@ static double af_oracle_fp8_out_scale(af_oracle *o, af_dtype fmt) {
 }
 
 /* An FP8 case under conventions conv: the factors of the fp8_probs bound (ref.h's fp8_pv and
- * fp8_pmax_v; 0 without the convention), u_F and h_F / s widened for the honest run's P
- * (rounded to the case dtype, fp32 exponentials) standing for the exact one; and the rounding
- * fp8_out "v_amax" adds to the output's, relative and absolute. */
+ * fp8_abs; 0 without the convention), u_F and 1 widened for the honest run's P (rounded to
+ * the case dtype, fp32 exponentials) standing for the exact one; and the rounding fp8_out
+ * "v_amax" adds to the output's, relative and absolute. */
 static void af_oracle_fp8_model(af_oracle *o, const af_conventions *conv, double *pu, double *pa, double *out_rel,
                                 double *out_abs) {
     const af_case *c = o->in->c;
     *pu = *pa = *out_rel = *out_abs = 0.0;
     if (c->fp8.fmt == AF_FP8_NONE) return;
     af_dtype fmt = c->fp8.fmt == AF_FP8_E5M2 ? AF_E5M2 : AF_E4M3;
-    double s = (double)conv->fp8_probs_scale[c->fp8.fmt == AF_FP8_E5M2 ? 1 : 0];
     double h = 0.5 * af_dtype_min_subnormal(fmt);
-    if (s > 0.0 && isfinite(s)) {
+    if (af_oracle_fp8_h(o, conv) > 0.0) {
         double widen = 1.0 + 4.0 * af_dtype_eps(c->dtype);
         *pu = af_dtype_eps(fmt) * widen;
-        *pa = h / s * widen;
+        *pa = widen;
     }
     if (conv->fp8_out == AF_FP8_OUT_V_AMAX) {
         *out_rel = af_dtype_eps(fmt);
@@ -572,7 +582,7 @@ static void af_oracle_pass(af_oracle *o, const af_tensor *want_t, const double *
     af_out_rounding(got, &rel_b, &abs_b);
     double fp8_u, fp8_a, fp8_rel, fp8_abs;
     af_oracle_fp8_model(o, &o->conv, &fp8_u, &fp8_a, &fp8_rel, &fp8_abs);
-    const bool fp8_probs = hn->ready && hn->fp8_pv && fp8_u > 0.0;
+    const bool fp8_probs = hn->ready && hn->fp8_pv && fp8_u > 0.0 && hn->fp8_h == af_oracle_fp8_h(o, &o->conv);
     const double out_rel = rel_a + rel_b + fp8_rel, out_abs = abs_a + abs_b + fp8_abs + o->abs_slack;
     double overflow = o->overflow;
     if (got->dtype == AF_F16 || got->dtype == AF_BF16) {
@@ -608,7 +618,7 @@ static void af_oracle_pass(af_oracle *o, const af_tensor *want_t, const double *
             if (cw != co && hn->ready && (co == 2 || co == 3) && cw == 0 && (fp8_model || (want > 0) == (co == 2))) {
                 /* rounding a value this close to the dtype's largest may overflow */
                 double bound = tol.atol + tol.rtol * fabs(want) + (use_alt ? 0.0 : tol_mult * tol.fudge * hn->sens[ea]);
-                if (fp8_probs && !use_alt) bound += tol_mult * (fp8_u * hn->fp8_pv[ea] + fp8_a * hn->fp8_pmax_v[ea]);
+                if (fp8_probs && !use_alt) bound += tol_mult * (fp8_u * hn->fp8_pv[ea] + fp8_a * hn->fp8_abs[ea]);
                 bound += fp8_rel * (fabs(want) + bound) + fp8_abs;
                 if ((co == 2 ? want : -want) + bound >= overflow) unstable = true;
             }
@@ -649,7 +659,7 @@ static void af_oracle_pass(af_oracle *o, const af_tensor *want_t, const double *
                 double bound = tol.atol + tol.rtol * fabs(want);
                 if (hn->ready && !use_alt) bound += tol_mult * tol.fudge * hn->sens[ea];
                 /* fp8_probs: the rounding of P itself, a bound (no fudge) */
-                if (fp8_probs && !use_alt) bound += tol_mult * (fp8_u * hn->fp8_pv[ea] + fp8_a * hn->fp8_pmax_v[ea]);
+                if (fp8_probs && !use_alt) bound += tol_mult * (fp8_u * hn->fp8_pv[ea] + fp8_a * hn->fp8_abs[ea]);
                 /* an output stored in f16/bf16 carries that final rounding */
                 ratio = af_oracle_measure(m, out, want, bound, tol.atol, out_rel, out_abs, fro);
                 if (ratio > 1.0) {
@@ -731,6 +741,8 @@ static af_status af_oracle_compare_in(af_oracle *o, const af_tensor *out, const 
     }
     o->conv = *conv;
     o->h = &o->hon[af_oracle_honest_slot(o, conv)];
+    /* an honest run made for another fp8_probs scale (or none) is made again for this one */
+    if (o->h->ready && o->in->c->fp8.fmt != AF_FP8_NONE && o->h->fp8_h != af_oracle_fp8_h(o, conv)) o->h->ready = false;
     o->abs_slack = slack;
     af_status st = af_oracle_check(o, NULL, o->target, out, NULL, NULL, 1.0, res, err);
     o->opts = saved;
