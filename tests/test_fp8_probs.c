@@ -63,7 +63,8 @@ static void emulate(const af_case *c, const af_case_tensors *t, double s, double
                 double m = -HUGE_VAL, l = 0.0;
                 for (size_t j = 0; j < Sk; j++) {
                     double x = 0.0;
-                    for (size_t d = 0; d < D; d++) x += af_view_get(&t->qv, b, hd, i, d) * af_view_get(&t->kv, b, hd, j, d);
+                    for (size_t d = 0; d < D; d++)
+                        x += af_view_get(&t->qv, b, hd, i, d) * af_view_get(&t->kv, b, hd, j, d);
                     sc[j] = x * af_case_scale(c);
                     if (sc[j] > m) m = sc[j];
                 }
@@ -144,7 +145,8 @@ static void test_fp8_probs_bound(void **state) {
             af_kind want = shows ? AF_KIND_DIVERGE : AF_KIND_OK;
             snprintf(what, sizeof what, "%s seed %u, P rounded, undeclared", af_fp8_fmt_names[fmt], seed);
             expect_kind(o, &c, e.out, &none, want, what);
-            snprintf(what, sizeof what, "%s seed %u, P rounded, the other format declared", af_fp8_fmt_names[fmt], seed);
+            snprintf(what, sizeof what, "%s seed %u, P rounded, the other format declared", af_fp8_fmt_names[fmt],
+                     seed);
             expect_kind(o, &c, e.out, &other, want, what);
             undeclared_found[f] += judge(o, &c, e.out, &none, &r1) != AF_KIND_OK;
             /* the reference off by a multiple of the bound, the sign alternating */
@@ -185,7 +187,8 @@ static void test_fp8_probs_subnormal(void **state) {
         af_conventions decl = {0};
         decl.fp8_probs_scale[0] = 0x1p-4f;
         expect_kind(o, &c, e.out, &decl, AF_KIND_OK, "e4m3 numerators among the subnormals, declared");
-        expect_kind(o, &c, e.out, &(af_conventions){0}, AF_KIND_DIVERGE, "e4m3 numerators among the subnormals, undeclared");
+        expect_kind(o, &c, e.out, &(af_conventions){0}, AF_KIND_DIVERGE,
+                    "e4m3 numerators among the subnormals, undeclared");
         const double *ref = af_oracle_ref(o);
         double *off = malloc(e.n * sizeof *off);
         for (size_t k = 0; k < e.n; k++) off[k] = ref[k] + ((k & 1) ? -2.0 : 2.0) * e.bound[k];

@@ -202,7 +202,8 @@ static void test_hello_conventions_fp8(void **state) {
     af_wp_hello hello;
     af_error err = {0};
     size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"f16\",\"e4m3\",\"e5m2\"],"
-                         "\"layouts\":[],\"conventions\":{\"fp8_probs\":{\"e4m3\":64,\"e5m2\":16384},\"fp8_out\":\"v_amax\"}}",
+                         "\"layouts\":[],\"conventions\":{\"fp8_probs\":{\"e4m3\":64,\"e5m2\":16384},"
+                         "\"fp8_out\":\"v_amax\"}}",
                          NULL, 0);
     assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
     assert_true(hello.conv.fp8_probs_scale[0] == 64.0f && hello.conv.fp8_probs_scale[1] == 16384.0f);
@@ -1188,7 +1189,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_full),
         cmocka_unit_test(test_hello_defaults),
-        cmocka_unit_test(test_hello_libs), cmocka_unit_test(test_hello_conventions), cmocka_unit_test(test_hello_conventions_fp8), cmocka_unit_test(test_hello_malformed),
+        cmocka_unit_test(test_hello_libs), cmocka_unit_test(test_hello_conventions),
+        cmocka_unit_test(test_hello_conventions_fp8), cmocka_unit_test(test_hello_malformed),
         cmocka_unit_test(test_result_ok_bhsd),
         cmocka_unit_test(test_result_ok_bshd_f16_strided),
         cmocka_unit_test(test_result_unsupported_and_error),

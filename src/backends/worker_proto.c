@@ -360,8 +360,8 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
                 if (hl->conv.fp8_probs_scale[f] > 0.0f)
                     snprintf(pr + strlen(pr), sizeof pr - strlen(pr), "%s\"%s\":%.17g", pr[1] ? "," : "",
                              af_wp_fp8_probs_fmts[f], (double)hl->conv.fp8_probs_scale[f]);
-            snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1, ",\"fp8_probs\":%s},\"fp8_out\":\"%s\"}",
-                     pr, af_fp8_out_names[fo]);
+            snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1,
+                     ",\"fp8_probs\":%s},\"fp8_out\":\"%s\"}", pr, af_fp8_out_names[fo]);
         }
     }
 done:
