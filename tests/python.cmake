@@ -91,3 +91,14 @@ if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
   set_tests_properties(python_fp8_campaign PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
 endif()
+
+# FP8 SDPA's roundings (python/tests/campaign_fp8_probs.py; about 5 s): 2000 FP8 cases each
+# against cuDNN's sdpa_fp8 emulated in numpy (P in the FP8 format before P @ V; O too, as on
+# Hopper, and not) must be clean with the roundings declared (conventions fp8_probs, fp8_out),
+# both formats emulated; the same worker undeclared must be found.
+if(TARGET attnfuzz AND EXISTS ${AF_VENV_PYTHON} AND af_venv_deps EQUAL 0)
+  add_test(NAME python_fp8_probs_campaign
+           COMMAND ${AF_VENV_PYTHON} ${PROJECT_SOURCE_DIR}/python/tests/campaign_fp8_probs.py $<TARGET_FILE:attnfuzz> 2000)
+  set_tests_properties(python_fp8_probs_campaign PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
+    ENVIRONMENT "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1;${AF_BLAS_ENV}")
+endif()

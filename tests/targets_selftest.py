@@ -3,7 +3,8 @@ each variant, its run function called directly on a set of cases (every layout, 
 ones included, GQA, masks of every rank and dtype, causal diagonals, key padding, windows,
 softcap, dropout, strided and stride-0 tensors, f16/bf16 where declared) against the float64
 reference (attnfuzz.reference, itself checked against an independent computation in
-python/tests/test_reference.py); its repro snippet run standalone; the conventions it
+python/tests/test_reference.py; an FP8 case's tolerance grows by the bound of the FP8
+roundings the variant declares, reference.fp8_bound, as the C oracle's does); its repro snippet run standalone; the conventions it
 declares (fully masked rows, NaN behind masked keys) measured; a compiled variant's cache
 reused; its own self-checks; and a worker round trip through the protocol with strided
 tensors.
@@ -496,9 +497,10 @@ def dead_rows(cs, mask, bool_mask):
     return ~ok.any(axis=-1)
 
 
-def check_close(name, out, ref, v, dtype, dead=None, rows="zero"):
-    """out against ref within the dtype's tolerance; fully masked rows (dead) must follow
-    the declared convention (rows: "zero", "nan", or None: not checked)."""
+def check_close(name, out, ref, v, dtype, dead=None, rows="zero", extra=None):
+    """out against ref within the dtype's tolerance (plus extra, per element: the FP8
+    roundings a variant declares); fully masked rows (dead) must follow the declared
+    convention (rows: "zero", "nan", or None: not checked)."""
     out = np.asarray(out, dtype=np.float64)
     if dead is not None and dead.any():
         d = out[dead]
@@ -512,6 +514,8 @@ def check_close(name, out, ref, v, dtype, dead=None, rows="zero"):
     v = np.asarray(v, dtype=np.float64)
     scale = max(float(np.max(np.abs(v[np.isfinite(v)]), initial=0.0)), 1.0)  # a paged tail's poison aside
     tol = ATOL[dtype] * scale + RTOL[dtype] * np.abs(ref)
+    if extra is not None:
+        tol = tol + extra
     bad = ~(np.abs(out - ref) <= tol)
     if bad.any():
         i = np.unravel_index(np.argmax(np.where(bad, np.abs(out - ref), -1)), out.shape)
@@ -527,8 +531,11 @@ def check_result(tname, label, target, c, q, k, v, arrays, out, cs, res):
     rows = rows_checked(hello["conventions"], cs.dtype)
     dead = dead_rows(cs, arrays.get("mask"), arrays.get("bool_mask"))
     out = tail_leaks(cs, hello["conventions"], out, ref, v)
-    # the tolerance scales with V's values: an FP8 case's dequantized ones
-    check_close(label, out, ref, reference.dequantized(cs, v, "v"), cs.dtype, dead, rows)
+    # the tolerance scales with V's values: an FP8 case's dequantized ones; it grows by the bound
+    # of the FP8 roundings the variant declares (fp8_probs, fp8_out), as the C oracle's does
+    extra = (reference.fp8_bound(cs, q, k, v, hello["conventions"], mask=arrays.get("mask"),
+                                 bool_mask=arrays.get("bool_mask")) if cs.fp8 else None)
+    check_close(label, out, ref, reference.dequantized(cs, v, "v"), cs.dtype, dead, rows, extra)
     if getattr(res, "lse", None) is not None:
         check_lse(label, res.lse, reference.lse(cs, q, k, mask=arrays.get("mask"), bool_mask=arrays.get("bool_mask")),
                   cs, dead, hello.get("lse_base"))

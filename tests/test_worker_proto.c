@@ -190,6 +190,55 @@ static void test_hello_conventions(void **state) {
     assert_int_equal(af_conv_masked_rows(&hello.conv, AF_F32), AF_ROWS_ZERO);
     assert_false(hello.conv.masked_keys_ieee || hello.conv.denormals_flush || hello.conv.tf32_always);
     assert_int_equal(hello.conv.scores_dtype, 0);
+    assert_true(hello.conv.fp8_probs_scale[0] == 0.0f && hello.conv.fp8_probs_scale[1] == 0.0f);
+    assert_int_equal(hello.conv.fp8_out, AF_FP8_OUT_DTYPE);
+    assert_null(strstr(hello.conventions, "fp8"));
+}
+
+/* The FP8 precision model (cudnn/sdpa_fp8's): P's scale per format, O rounded to the format;
+ * in the text of a worker with an FP8 cap, and read back the same; malformed ones refused. */
+static void test_hello_conventions_fp8(void **state) {
+    (void)state;
+    af_wp_hello hello;
+    af_error err = {0};
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"f16\",\"e4m3\",\"e5m2\"],"
+                         "\"layouts\":[],\"conventions\":{\"fp8_probs\":{\"e4m3\":64,\"e5m2\":16384},"
+                         "\"fp8_out\":\"v_amax\"}}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_true(hello.conv.fp8_probs_scale[0] == 64.0f && hello.conv.fp8_probs_scale[1] == 16384.0f);
+    assert_int_equal(hello.conv.fp8_out, AF_FP8_OUT_V_AMAX);
+    assert_non_null(strstr(hello.conventions, "\"fp8_probs\":{\"e4m3\":64,\"e5m2\":16384},\"fp8_out\":\"v_amax\"}"));
+    af_conventions back;
+    assert_int_equal(af_wp_parse_conventions(hello.conventions, &back, &err), AF_OK);
+    assert_true(back.fp8_probs_scale[0] == 64.0f && back.fp8_probs_scale[1] == 16384.0f);
+    assert_int_equal(back.fp8_out, AF_FP8_OUT_V_AMAX);
+    /* one format only; a worker with an FP8 cap and no model lists the defaults */
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"e5m2\"],\"layouts\":[],"
+                  "\"conventions\":{\"fp8_probs\":{\"e5m2\":0.5}}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_true(hello.conv.fp8_probs_scale[0] == 0.0f && hello.conv.fp8_probs_scale[1] == 0.5f);
+    assert_non_null(strstr(hello.conventions, "\"fp8_probs\":{\"e5m2\":0.5},\"fp8_out\":\"dtype\"}"));
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[\"e4m3\"],\"layouts\":[]}", NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_non_null(strstr(hello.conventions, "\"fp8_probs\":{},\"fp8_out\":\"dtype\"}"));
+    static const struct {
+        const char *conv, *why;
+    } bad[] = {{"{\"fp8_probs\":64}", "fp8_probs must be an object"},
+               {"{\"fp8_probs\":{\"e3m4\":64}}", "unknown FP8 format"},
+               {"{\"fp8_probs\":{\"e4m3\":48}}", "power of two"},
+               {"{\"fp8_probs\":{\"e4m3\":0}}", "power of two"},
+               {"{\"fp8_probs\":{\"e4m3\":\"64\"}}", "power of two"},
+               {"{\"fp8_out\":\"e4m3\"}", "fp8_out must be"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char h[256];
+        snprintf(h, sizeof h, "{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                 "\"conventions\":%s}", bad[i].conv);
+        n = make_body(h, NULL, 0);
+        assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_ERR_FORMAT);
+        if (!strstr(err.msg, bad[i].why)) fail_msg("%s: \"%s\" does not say %s", bad[i].conv, err.msg, bad[i].why);
+    }
 }
 
 static void test_hello_malformed(void **state) {
@@ -1140,7 +1189,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_full),
         cmocka_unit_test(test_hello_defaults),
-        cmocka_unit_test(test_hello_libs), cmocka_unit_test(test_hello_conventions), cmocka_unit_test(test_hello_malformed),
+        cmocka_unit_test(test_hello_libs), cmocka_unit_test(test_hello_conventions),
+        cmocka_unit_test(test_hello_conventions_fp8), cmocka_unit_test(test_hello_malformed),
         cmocka_unit_test(test_result_ok_bhsd),
         cmocka_unit_test(test_result_ok_bshd_f16_strided),
         cmocka_unit_test(test_result_unsupported_and_error),

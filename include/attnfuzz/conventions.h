@@ -41,6 +41,19 @@ typedef enum af_lse_masked {
 } af_lse_masked;
 extern const char *const af_lse_masked_names[AF_LSE_MASKED_COUNT];
 
+/* Where an FP8 case's output is rounded (fp8_out). */
+typedef enum af_fp8_out {
+    AF_FP8_OUT_DTYPE,  /* "dtype": O computed in f32 and returned in the case dtype (f16/bf16) */
+    AF_FP8_OUT_V_AMAX, /* "v_amax": O times scale_o rounded to the case's FP8 format, then divided
+                          by scale_o (exact) and returned in the case dtype; scale_o =
+                          2^floor(log2(P2 / 2 / amax)), P2 the format's largest power of two (e4m3
+                          256, e5m2 32768), amax the largest finite |V| of the case (dequantized;
+                          scale_o 1 when there is none; oracle.c). cuDNN's sdpa_fp8 on
+                          Hopper, as the cudnn target scales it */
+    AF_FP8_OUT_COUNT
+} af_fp8_out;
+extern const char *const af_fp8_out_names[AF_FP8_OUT_COUNT]; /* "dtype", "v_amax" */
+
 typedef struct af_conventions {
     /* masked_rows per case dtype (af_dtype: f32, f16, bf16), an af_masked_rows each: a
      * string in the hello sets every dtype, an object the dtypes it names (the others
@@ -63,6 +76,23 @@ typedef struct af_conventions {
     bool tf32_always;
     /* lse_masked_rows: the statistics of a fully masked row (an af_lse_masked) */
     uint8_t lse_masked;
+    /* fp8_probs {"e4m3": s, "e5m2": s}: per FP8 case format ([0] e4m3, [1] e5m2), the scale s (a power
+     * of two, > 0) by which an FP8 case's probabilities are multiplied and rounded to that
+     * format before P @ V (then multiplied by 1 / s, exact); 0: not rounded (the default).
+     * What is rounded is the online softmax's numerator exp(s_ij - m), m the running row max
+     * (each in [0, 1], or up to 2^t where a lazy rescale lets m lag by t, s then divided by
+     * 2^t); the row sum is taken before the rounding and divides O at the end (cuDNN's
+     * sdpa_fp8: P in Q's format, scale_s / 16; its test reference fp8_ref.py). The oracle
+     * adds to every element's bound the error this rounding can make (af_oracle_compare_conv):
+     *     sum_j (u_F P_ij + min((h_F / s) max_k P_ik, P_ij)) |v_jd|    over the row's live keys,
+     * u_F the format's unit roundoff, h_F half its smallest subnormal (|round(x) - x| <=
+     * u_F x + min(h_F, x); the absolute part of exp(s_ij - m) reaches O through
+     * exp(m - m_row) / l_i <= 1 / l_i = max_k P_ik, also where the running max lags the row's
+     * by a lazy rescale, whose larger numerators a smaller s keeps in range: declare that s),
+     * not multiplied by the fudge factor */
+    float fp8_probs_scale[2];
+    /* fp8_out: where an FP8 case's output is rounded (an af_fp8_out) */
+    uint8_t fp8_out;
 } af_conventions;
 
 /* What a fully masked row gives under conv in a case of dtype dt (zero without conv). */

@@ -23,6 +23,8 @@ in float64): its q, k, v are the stored values, ml_dtypes float8 arrays (a worke
 or their uint8 bits (a bundle's arrays); with fp8_kv, q is in the case dtype as usual.
 """
 
+import math
+
 import numpy as np
 
 from . import masks, rng, serving
@@ -86,6 +88,45 @@ def lse(case, q, k, mask=None, bool_mask=None, sinks=None, slopes=None):
             l = (ms + np.log(tot))[..., 0]
             m = m[..., 0]
             out[:, :, i0:i1] = np.where(isn, np.nan, np.where(np.isinf(m), m, l))
+    return out
+
+
+# FP8 formats: unit roundoff u_F, half the smallest subnormal h_F, the largest power of two
+FP8_ROUNDING = {"e4m3": (2.0 ** -4, 2.0 ** -10, 256.0), "e5m2": (2.0 ** -3, 2.0 ** -17, 32768.0)}
+
+
+def fp8_bound(case, q, k, v, conventions, mask=None, bool_mask=None):
+    """float64 [B, Hq, Sq, Dv]: how far the FP8 roundings a backend declares (conventions
+    fp8_probs, fp8_out: docs/worker-protocol.md) may move each output element of an FP8 case,
+    the C oracle's bound (conventions.h): for P rounded with scale s,
+        sum_j (u_F P_ij + min(h_F / s max_k P_ik, P_ij)) |v_jd|   (j: the row's live keys),
+    for O rounded with scale_o (fp8_out "v_amax"), u_F |out| + h_F / scale_o; 0 where the case
+    is not FP8 or nothing is declared. Arguments as attention's (canonical q, k, v)."""
+    fmt = getattr(case, "fp8", None)
+    conventions = conventions or {}
+    B, Hq, Sq, Dv = case.batch, case.q_heads, case.q_len, case.v_head_dim
+    out = np.zeros((B, Hq, Sq, Dv))
+    scale = (conventions.get("fp8_probs") or {}).get(fmt) if fmt else None
+    o_fp8 = bool(fmt) and conventions.get("fp8_out") == "v_amax"
+    if not scale and not o_fp8:
+        return out
+    u, h, po2 = FP8_ROUNDING[fmt]
+    qd, kd, vd = (dequantized(case, x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    va = np.where(np.isfinite(vd), np.abs(vd), 0.0)
+    g = Hq // vd.shape[1]
+    with np.errstate(all="ignore"):
+        _, s, live = _scores(case, qd, kd, mask, bool_mask, 0, Sq, None)
+        w, _ = _softmax(s, live, flush=False)
+        w = np.nan_to_num(w, nan=0.0)
+        vr = va if g == 1 else np.repeat(va, g, axis=1)
+        if scale:
+            cap = h / float(scale) * w.max(axis=-1, keepdims=True)
+            out += u * (w @ vr) + np.minimum(cap, w) @ vr
+        if o_fp8:
+            amax = float(va.max(initial=0.0))
+            so = 2.0 ** math.floor(math.log2(po2 / 2 / amax)) if amax > 0 else 1.0
+            ref = attention(case, q, k, v, mask=mask, bool_mask=bool_mask)
+            out += u * np.nan_to_num(np.abs(ref), nan=0.0, posinf=0.0) + h / so
     return out
 
 

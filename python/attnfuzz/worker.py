@@ -44,6 +44,7 @@ declared it (the hello's "lse_base": attnfuzz converts). Statistics a run was no
 are not sent; a run asked may still return none.
 """
 
+import math
 import os
 import sys
 import time
@@ -91,7 +92,8 @@ class Result:
 # The conventions a hello may declare and their values (docs/worker-protocol.md; the first
 # is the default). "causal" is a list of diagonals; "scores" and "denormals" may also be a
 # list of dtypes (the case dtypes the convention holds for); "masked_rows" may also be a
-# dict of values by dtype (a dtype it leaves out: "zero").
+# dict of values by dtype (a dtype it leaves out: "zero"); "fp8_probs" is a dict of FP8 format
+# to its scale (a power of two).
 CONVENTIONS = {
     "causal": ("top_left", "bottom_right", "bottom_right_valid", "explicit"),
     "masked_rows": ("zero", "nan", "mean", "unmasked"),
@@ -102,6 +104,9 @@ CONVENTIONS = {
     "scores": ("f32", "dtype"),
     "tf32": ("case", "always"),
     "dropout": ("counter", "keep_mask", "none"),
+    "fp8_out": ("dtype", "v_amax"),
+    # a dict of FP8 format to scale, a power of two (checked below)
+    "fp8_probs": ("e4m3", "e5m2"),
 }
 
 
@@ -121,6 +126,15 @@ def check_conventions(conventions):
             values = list(value.values())
         elif key == "causal":
             values = value
+        elif key == "fp8_probs":
+            if not isinstance(value, dict):
+                raise ValueError("conventions fp8_probs: %r is no dict of FP8 format to scale" % (value,))
+            for fmt, scale in value.items():
+                ok = isinstance(scale, (int, float)) and not isinstance(scale, bool) and 2.0 ** -30 <= scale <= 2.0 ** 30
+                if not ok or math.frexp(scale)[0] != 0.5:
+                    raise ValueError("conventions fp8_probs: the scale of %s, %r, is no power of two in [2^-30, 2^30]"
+                                     % (fmt, scale))
+            values = list(value)
         else:
             values = [value]
         for v in values:

@@ -10,7 +10,8 @@
   dequantizes the FP8 inputs itself (an independent computation of the same math).
 - cudnn's sdpa_fp8 scalars (fp8_scales): powers of two, descale_s the exact inverse of
   scale_s, scale_o keeping the largest |V| inside the format; its graph built and run through
-  a float64 stand-in of the frontend's sdpa_fp8 (the Hopper fallback to an FP8 O included)
+  a float64 stand-in of the frontend's sdpa_fp8 (Hopper's FP8 O included; the O type the
+  declared fp8_out names, a refused one unsupported; the conventions fp8_probs, fp8_out)
   against the reference; cudnn/sdpa's statistics output declared and handed back.
 - the declarations the hello carries (cap lse with lse_base 2, batch_invariant, the FP8 caps).
 - torch's CUDA LSE variants' forward_lse (attnfuzz.targets._torch_model) with stand-ins of
@@ -498,7 +499,7 @@ class CudnnFp8OnCPU(unittest.TestCase):
         fake = _fake_cudnn(refuse_half_o)
         t = cudnn.Target.__new__(cudnn.Target)
         t.variant, t.decl, t.cache, t._hello = "sdpa_fp8", cudnn.STACK.variant("sdpa_fp8"), _base.LRU(4), None
-        t.cudnn, t.torch, t.handle, t._amax, t._o_fp8_first = fake, torch, None, [], False
+        t.cudnn, t.torch, t.handle, t._amax, t._o_fp8 = fake, torch, None, [], refuse_half_o
         cs = Case(c, testing.derived(c))
         fmt = dtypes.DTYPES[cs.fp8]
         r = np.random.default_rng(seed)
@@ -525,6 +526,55 @@ class CudnnFp8OnCPU(unittest.TestCase):
         want = reference.lse(cs, q, k, mask=mask)
         self.assertTrue(np.allclose(stats.numpy(), want, rtol=1e-5, atol=1e-5))
         self.assertTrue(abs(amax_o - np.abs(ref).max()) <= 1e-6 * max(1.0, np.abs(ref).max()))
+
+    def test_declared_roundings(self):
+        """The hello's conventions say what sdpa_fp8 rounds: P through FP8_S_SCALE in either
+        format, O in the format where it is built so (Hopper), and the worker kit accepts them;
+        the probe no longer asks for an environment variable on compute capability 9.0."""
+        from attnfuzz import worker
+        from attnfuzz.targets import _base, cudnn
+        for hopper in (False, True):
+            t = cudnn.Target.__new__(cudnn.Target)
+            t.variant, t.decl, t._o_fp8 = "sdpa_fp8", cudnn.STACK.variant("sdpa_fp8"), hopper
+            conv = t._declare_fp8()["conventions"]
+            self.assertEqual(conv, {"fp8_probs": {"e4m3": 4.0, "e5m2": 1024.0},
+                                    "fp8_out": "v_amax" if hopper else "dtype"})
+            worker.check_conventions(dict(_base.DEFAULT_CONVENTIONS, **conv))
+        for bad in ({"fp8_probs": {"e4m3": 48.0}}, {"fp8_probs": 64}, {"fp8_out": "e4m3"}):
+            with self.assertRaises(ValueError):
+                worker.check_conventions(bad)
+        cuda = torch.cuda
+        saved = (cuda.is_available, cuda.get_device_capability)
+        try:
+            cuda.is_available = lambda: True
+            for cap, why in (((9, 0), None), ((10, 0), None), ((8, 9), "compute capability 9.0")):
+                cuda.get_device_capability = lambda *a, cap=cap: cap
+                got = cudnn._probe("sdpa_fp8")
+                self.assertTrue(got is None if why is None else why in got, (cap, got))
+                if cap[0] >= 9:
+                    self.assertEqual(cudnn.fp8_o_here(torch), cap[0] == 9)
+        finally:
+            cuda.is_available, cuda.get_device_capability = saved
+
+    def test_o_type_follows_declaration(self):
+        """A graph whose declared O type cuDNN refuses is refused (unsupported), not rebuilt
+        with the other type: an f16 O on a stand-in that refuses it, as Hopper does."""
+        from attnfuzz.targets import _base, cudnn
+        c = {"batch": 1, "q_heads": 2, "kv_heads": 2, "q_len": 3, "kv_len": 5, "head_dim": 16, "dtype": "f16",
+             "fp8": {"format": "e4m3", "descale": [1.0, 1.0, 1.0]}}
+        cs = Case(c, testing.derived(c))
+        t = cudnn.Target.__new__(cudnn.Target)
+        t.variant, t.decl, t.cache, t._hello = "sdpa_fp8", cudnn.STACK.variant("sdpa_fp8"), _base.LRU(4), None
+        t.cudnn, t.torch, t.handle, t._amax, t._o_fp8 = _fake_cudnn(True), torch, None, [], False
+        from attnfuzz.request import old_form
+        fmt = dtypes.DTYPES["e4m3"]
+        arrays = testing.physical_inputs(c, *(np.ones(s) for s in ((1, 2, 3, 16), (1, 2, 5, 16), (1, 2, 5, 16))))
+        for n in "qkv":
+            arrays[n] = np.asarray(arrays[n]).astype(fmt)
+        cs, qp, kp, vp, m, _ = old_form(Request.from_arrays(cs, arrays, keep=rng.case_keep))
+        tens = cudnn.fp8_inputs(cs, qp, kp, vp, m, "cpu")
+        with self.assertRaises(NotSupported):
+            t._build_fp8(cs, tens, False)
 
     def test_sdpa_fp8(self):
         base = {"batch": 2, "q_heads": 4, "kv_heads": 2, "q_len": 5, "kv_len": 9, "head_dim": 16, "dtype": "f16",

@@ -195,6 +195,51 @@ class Rules(unittest.TestCase):
         self.assertRow(out, [0.0])
 
 
+class Fp8Bound(unittest.TestCase):
+    """reference.fp8_bound, the C oracle's bound of declared FP8 roundings, on one e4m3 row by
+    hand: scores 1, 0, -1 (q 1, k 1, 0, -1), V 2, -4, 0.5, the third key masked by an
+    additive -inf in the second case."""
+
+    def case(self, mask):
+        import ml_dtypes
+        c = one(1, 3, fp8={"format": "e4m3", "descale": [1.0, 1.0, 1.0]}, dtype="f16")
+        f8 = ml_dtypes.float8_e4m3fn
+        q = np.array([1.0]).reshape(1, 1, 1, 1).astype(f8)
+        k = np.array([1.0, 0.0, -1.0]).reshape(1, 1, 3, 1).astype(f8)
+        v = np.array([2.0, -4.0, 0.5]).reshape(1, 1, 3, 1).astype(f8)
+        am = np.array([0.0, 0.0, -np.inf if mask else 0.0], dtype=np.float32).reshape(1, 1, 1, 3) if mask else None
+        if am is not None:
+            c["additive_mask"] = {"rank": 4, "full_dims": "bhqk", "dtype": "f32", "expanded": False}
+        return Case(c), q, k, v, am
+
+    def test_by_hand(self):
+        u, h = 2.0 ** -4, 2.0 ** -10
+        # a weight below h / s max P rounds to 0 at worst: min(h / s max P, P) caps its term
+        cs, q, k, v, am = self.case(False)
+        e = np.exp([1.0, 0.0, -1.0])
+        p = e / e.sum()
+        got = reference.fp8_bound(cs, q, k, v, {"fp8_probs": {"e4m3": 2.0 ** -12}})
+        want = u * float(p @ np.array([2.0, 4.0, 0.5])) + float(p @ np.array([2.0, 4.0, 0.5]))
+        self.assertAlmostEqual(float(got.ravel()[0]), want, places=15)
+        for mask in (False, True):
+            cs, q, k, v, am = self.case(mask)
+            e = np.exp([1.0, 0.0, -math.inf if mask else -1.0])
+            p = e / e.sum()
+            vabs = np.array([2.0, 4.0, 0.0 if mask else 0.5])     # the live keys' |V|
+            o = float(p @ np.array([2.0, -4.0, 0.5]))
+            want_p = u * float(p @ np.array([2.0, 4.0, 0.5])) + float(np.minimum(h / 64 * p.max(), p) @ vabs)
+            got = reference.fp8_bound(cs, q, k, v, {"fp8_probs": {"e4m3": 64, "e5m2": 16384}}, mask=am)
+            self.assertAlmostEqual(float(got.ravel()[0]), want_p, places=15)
+            # O through scale_o = 2^floor(log2(256 / 2 / 4)) = 32
+            got = reference.fp8_bound(cs, q, k, v, {"fp8_out": "v_amax"}, mask=am)
+            self.assertAlmostEqual(float(got.ravel()[0]), u * abs(o) + h / 32, places=15)
+            got = reference.fp8_bound(cs, q, k, v, {"fp8_probs": {"e4m3": 64}, "fp8_out": "v_amax"}, mask=am)
+            self.assertAlmostEqual(float(got.ravel()[0]), want_p + u * abs(o) + h / 32, places=15)
+            # another format's scale, or nothing declared: no room
+            for conv in ({"fp8_probs": {"e5m2": 16384}}, {}, None, {"fp8_out": "dtype"}):
+                self.assertEqual(float(reference.fp8_bound(cs, q, k, v, conv, mask=am).ravel()[0]), 0.0)
+
+
 def loop_reference(c, q, k, v, am, bm):
     """The rules written as loops, independently of reference.py."""
     B, Hq, Sq, D = q.shape

@@ -30,7 +30,8 @@
 #include "vmath.h"
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_F32A, WS_F32B, WS_F32C,
-       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST, WS_VROWMAX, WS_BIAS, WS_SINKW };
+       WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST, WS_VROWMAX, WS_BIAS, WS_SINKW,
+       WS_FP8W, WS_FP8E };
 /* per row of a block: which keys are live, or why the row is special */
 enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 
@@ -93,7 +94,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
     size_t big = Sk * (D > Dv ? D : Dv) + R * (Sk > Dv ? Sk : Dv) + Sq * D;
     float *fa = NULL, *fb = NULL, *fc = NULL;
     double *absbuf = NULL;
-    double *delta = NULL, *vabs = NULL, *ebuf = NULL, *pv_abs = NULL;
+    double *delta = NULL, *vabs = NULL, *ebuf = NULL, *pv_abs = NULL, *fp8w = NULL, *fp8e = NULL;
     double *sens = honest ? opts->sens : NULL;
     /* score error per unit of |scale| |q| . |k|: input roundings, fp32 accumulation */
     const double u32 = 0x1p-24, udt = af_dtype_eps(dt), ovf = af_dtype_overflow(dt);
@@ -116,6 +117,11 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
         ebuf = AF_SCRATCH(ws, WS_E, double, R * Dv, err);
         pv_abs = AF_SCRATCH(ws, WS_PVABS, double, R * Dv, err);
         if (!delta || !vabs || !ebuf || !pv_abs) return AF_ERR_NOMEM;
+        if (opts->fp8_abs) {
+            fp8w = AF_SCRATCH(ws, WS_FP8W, double, R * Sk, err);
+            fp8e = AF_SCRATCH(ws, WS_FP8E, double, R * Dv, err);
+            if (!fp8w || !fp8e) return AF_ERR_NOMEM;
+        }
     }
     if (honest) {
         fa = AF_SCRATCH(ws, WS_F32A, float, big, err);
@@ -422,6 +428,24 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                         af_gemm_nn_f64(rn, Dv, Sk, delta, Sk, vabs, Dv, ebuf, Dv, 0);
                         af_gemm_nn_f64(rn, Dv, Sk, absbuf, Sk, vabs, Dv, pv_abs, Dv, 0);
                     }
+                    if (fp8w) {
+                        /* min(h_F / s max_k P_ik, P_ij + e) on each live key of a row with
+                         * weights, for fp8_abs: a weight rounds to 0 at worst */
+                        const double p_e = af_dtype_min_subnormal(dt);
+                        for (size_t r = 0; r < rn; r++) {
+                            const double *pr = absbuf + r * Sk;
+                            double pm = 0.0;
+                            bool weights = rowst[r] != AF_ROW_MASKED && rowst[r] != AF_ROW_NAN;
+                            for (size_t j = 0; weights && j < Sk; j++) pm = pr[j] > pm ? pr[j] : pm;
+                            double cap = opts->fp8_h * pm;
+                            for (size_t j = 0; j < Sk; j++) {
+                                double pj = pr[j] * (1.0 + udt) + p_e;
+                                bool on = weights && (rowst[r] == AF_ROW_ALL_LIVE || live[r * Sk + j]);
+                                fp8w[r * Sk + j] = on ? (pj < cap ? pj : cap) : 0.0;
+                            }
+                        }
+                        af_gemm_nn_f64(rn, Dv, Sk, fp8w, Sk, vabs, Dv, fp8e, Dv, 0);
+                    }
                     for (size_t r = 0; r < rn; r++) {
                         size_t i = r0 + r;
                         double *o = O + r * Dv;
@@ -470,6 +494,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                                 double ao = isfinite(o[d]) ? fabs(o[d]) : 0.0;
                                 double e = ebuf[r * Dv + d] + u_pv * pv_abs[r * Dv + d] + udt * ao;
                                 se[d] = isnan(e) ? HUGE_VAL : e;
+                            }
+                            if (fp8w) {
+                                double *pa = opts->fp8_pv + ((b * Hq + h) * Sq + i) * Dv;
+                                double *pm = opts->fp8_abs + ((b * Hq + h) * Sq + i) * Dv;
+                                for (size_t d = 0; d < Dv; d++) {
+                                    pa[d] = isnan(pv_abs[r * Dv + d]) ? HUGE_VAL : pv_abs[r * Dv + d];
+                                    pm[d] = isnan(fp8e[r * Dv + d]) ? HUGE_VAL : fp8e[r * Dv + d];
+                                }
                             }
                         }
                     }

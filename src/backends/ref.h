@@ -78,6 +78,15 @@ typedef struct af_ref_opts {
      * (d lse / d s_j = P_j: the statistics move by the weighted mean score error; a sink's
      * logit is exact). 0 for a fully masked or NaN row. */
     double *lse_sens;
+    /* Honest mode with sens only, both NULL or both set: [B, Hq, Sq, Dv], what an FP8 rounding
+     * of the probabilities before P @ V can move the output by (conventions fp8_probs):
+     *     fp8_pv[i][d]  = sum_j P_ij |v_jd|                            (the relative part's factor)
+     *     fp8_abs[i][d] = sum_j min(fp8_h * max_k P_ik, P_ij + e) |v_jd|    (the absolute part),
+     * j the row's live keys, fp8_h = h_F / s, with the honest run's P (normalized, rounded to the
+     * case dtype: e its rounding, |P_ij| u + the dtype's smallest subnormal); 0 in a fully
+     * masked or NaN row. */
+    double *fp8_pv, *fp8_abs;
+    double fp8_h;
 } af_ref_opts;
 
 enum { AF_KEY_LEAK_ANY = 1, AF_KEY_LEAK_DTYPE = 2 };

@@ -242,6 +242,34 @@ static void af_wp_masked_rows_text(const uint8_t rows[AF_CASE_DTYPE_COUNT], char
              af_masked_rows_names[rows[AF_F16]], af_masked_rows_names[rows[AF_BF16]]);
 }
 
+static const char *const af_wp_fp8_probs_fmts[2] = {"e4m3", "e5m2"};
+
+/* conventions.fp8_probs: an object of the FP8 case formats whose probabilities are rounded to
+ * that format before P @ V, each with its scale s (a power of two in [2^-30, 2^30]) into
+ * scale ([0] e4m3, [1] e5m2; 0 for a format left out). */
+static af_status af_wp_fp8_probs(const af_wp_header *h, long conv, float scale[2], af_error *err) {
+    long x = af_wp_get(h, conv, "fp8_probs");
+    scale[0] = scale[1] = 0.0f;
+    if (af_wp_none(h, x)) return AF_OK;
+    AF_RETURN_ERROR_IF(!af_wp_type(h, x, AF_JS_OBJECT), err, AF_ERR_FORMAT,
+                       "hello: conventions.fp8_probs must be an object of scales by FP8 format "
+                       "({\"e4m3\": 64, \"e5m2\": 16384})");
+    long key = x + 1;
+    for (uint32_t k = 0; k < h->tok[x].size; k++, key = h->tok[key + 1].next) {
+        char name[64];
+        af_wp_str(h, key, name, sizeof name);
+        int f = af_wp_which(h, key, af_wp_fp8_probs_fmts, 2);
+        AF_RETURN_ERROR_IF(f < 0, err, AF_ERR_FORMAT, "hello: conventions.fp8_probs: unknown FP8 format \"%s\"", name);
+        double v = 0.0;
+        int e = 0;
+        bool ok = af_js_number(h->text, h->tok, key + 1, &v) && v >= 0x1p-30 && v <= 0x1p30 && frexp(v, &e) == 0.5;
+        AF_RETURN_ERROR_IF(!ok, err, AF_ERR_FORMAT,
+                           "hello: conventions.fp8_probs.%s must be a power of two between 2^-30 and 2^30", name);
+        scale[f] = (float)v;
+    }
+    return AF_OK;
+}
+
 /* In the parsers below: fail with a message, or with what a call returned. */
 #define AF_WP_FAIL(...)                                                                                                \
     do {                                                                                                               \
@@ -290,6 +318,10 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
     int lm = af_wp_choice(h, conv, "lse_masked_rows", af_lse_masked_names, AF_LSE_MASKED_COUNT);
     if (lm < 0) AF_WP_FAIL("hello: conventions.lse_masked_rows must be \"-inf\", \"zero\", \"inf\" or \"nan\"");
     hl->conv.lse_masked = (uint8_t)lm;
+    AF_WP_TRY(af_wp_fp8_probs(h, conv, hl->conv.fp8_probs_scale, err));
+    int fo = af_wp_choice(h, conv, "fp8_out", af_fp8_out_names, AF_FP8_OUT_COUNT);
+    if (fo < 0) AF_WP_FAIL("hello: conventions.fp8_out must be \"dtype\" or \"v_amax\"");
+    hl->conv.fp8_out = (uint8_t)fo;
     hl->conv.masked_values_ieee = mv == 1;
     hl->conv.masked_keys_ieee = mk == 1;
     hl->conv.denormals_flush = flushes;
@@ -320,6 +352,17 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
         if ((hl->caps & AF_CAP_LSE) && cl > 0 && cl + 40 < sizeof hl->conventions)
             snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1, ",\"lse_masked_rows\":\"%s\"}",
                      af_lse_masked_names[lm]);
+        /* the FP8 precision model, for a worker that takes FP8 cases */
+        cl = strlen(hl->conventions);
+        if ((hl->caps & AF_CAP_FP8) && cl > 0 && cl + 80 < sizeof hl->conventions) {
+            char pr[64] = "{";
+            for (int f = 0; f < 2; f++)
+                if (hl->conv.fp8_probs_scale[f] > 0.0f)
+                    snprintf(pr + strlen(pr), sizeof pr - strlen(pr), "%s\"%s\":%.17g", pr[1] ? "," : "",
+                             af_wp_fp8_probs_fmts[f], (double)hl->conv.fp8_probs_scale[f]);
+            snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1,
+                     ",\"fp8_probs\":%s},\"fp8_out\":\"%s\"}", pr, af_fp8_out_names[fo]);
+        }
     }
 done:
     return st;

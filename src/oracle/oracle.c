@@ -21,7 +21,13 @@
  *                            intermediate results flushed on the way
  *   scores "dtype", tf32 "always"   the honest run rounds as that implementation does (its
  *                            own honest slot), so the tolerance and the unstable elements
- *                            are those of that precision model */
+ *                            are those of that precision model
+ *   fp8_probs, fp8_out       an FP8 case's bound grows by what rounding P (times s) to the
+ *                            format before P @ V can move each element, u_F sum_j P_ij |v_jd|
+ *                            + sum_j min(h_F / s max_k P_ik, P_ij) |v_jd| (from the honest run's
+ *                            P, made for that s; not times the fudge), and the output's rounding by O's in the format
+ *                            (u_F relative, h_F / scale_o absolute); an Inf of either sign
+ *                            that bound reaches is unstable (af_oracle_fp8_model) */
 #include "attnfuzz/oracle.h"
 
 #include <math.h>
@@ -50,7 +56,7 @@ int af_kind_from_name(const char *name) {
 
 enum { WS_REF, WS_ROWS, WS_EXPECTED, WS_LEAK, WS_VSCALE, WS_ROWMAX, WS_KEYLEAK, WS_ALT, WS_ALT_VSCALE, WS_ADD,
        WS_LIVE, WS_KEEP, WS_ALT_LEAK, WS_ALT_PLAIN, WS_LSE };
-enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE, HWS_LSE, HWS_LSE_SENS };
+enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE, HWS_LSE, HWS_LSE_SENS, HWS_FP8_PV, HWS_FP8_PMAX };
 
 /* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
  * bit 2 flushed denormals. */
@@ -65,6 +71,8 @@ typedef struct af_oracle_honest {
                         * relative to the row's vscale */
     double *lse, *lse_sens; /* [nrows]: the statistics at this precision, their score bound */
     double lse_err;    /* max |honest lse - ref lse| beyond lse_sens, over finite rows */
+    double *fp8_pv, *fp8_abs; /* an FP8 case's: what P's FP8 rounding may move (ref.h) */
+    double fp8_h;               /* ... fp8_abs for this h_F / s */
     bool ready;
 } af_oracle_honest;
 
@@ -87,6 +95,7 @@ struct af_oracle {
     double *lse;       /* [nrows]: the reference statistics (NULL after prepare_expected) */
     size_t n, nrows, dv;
     double overflow; /* values at or past this round to Inf in the case dtype */
+    double fp8_out_scale; /* fp8_out "v_amax": the case's scale_o, 0 until computed */
     af_oracle_honest hon[AF_HONEST_SLOTS];
     /* the comparison in progress: its conventions and honest slot */
     af_conventions conv;
@@ -173,6 +182,7 @@ static af_status af_oracle_setup(af_oracle *o, const af_case_tensors *in, af_err
     o->ftz_state = AF_FTZ_UNKNOWN;
     o->grad_ftz_sub = -1;
     o->overflow = af_dtype_overflow(c->dtype);
+    o->fp8_out_scale = 0.0;
     return AF_OK;
 }
 
@@ -246,6 +256,15 @@ static int af_oracle_honest_slot(const af_oracle *o, const af_conventions *conv)
     return slot;
 }
 
+/* fp8_probs: h_F / s for an FP8 case of a format conv declares, else 0. */
+static double af_oracle_fp8_h(const af_oracle *o, const af_conventions *conv) {
+    const af_case *c = o->in->c;
+    if (c->fp8.fmt == AF_FP8_NONE) return 0.0;
+    double s = (double)conv->fp8_probs_scale[c->fp8.fmt == AF_FP8_E5M2 ? 1 : 0];
+    return s > 0.0 && isfinite(s) ? 0.5 * af_dtype_min_subnormal(c->fp8.fmt == AF_FP8_E5M2 ? AF_E5M2 : AF_E4M3) / s
+                                  : 0.0;
+}
+
 static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     af_oracle_honest *hn = o->h;
     if (hn->ready) return AF_OK;
@@ -256,8 +275,16 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
     hn->lse = AF_SCRATCH(&hn->ws, HWS_LSE, double, o->nrows, err);
     hn->lse_sens = AF_SCRATCH(&hn->ws, HWS_LSE_SENS, double, o->nrows, err);
     if (!hn->out || !hn->sens || !hn->unstable || !hn->lse || !hn->lse_sens) return AF_ERR_NOMEM;
+    hn->fp8_pv = hn->fp8_abs = NULL;
+    hn->fp8_h = af_oracle_fp8_h(o, &o->conv);
+    if (o->in->c->fp8.fmt != AF_FP8_NONE) { /* for a backend declaring fp8_probs */
+        hn->fp8_pv = AF_SCRATCH(&hn->ws, HWS_FP8_PV, double, o->n, err);
+        hn->fp8_abs = AF_SCRATCH(&hn->ws, HWS_FP8_PMAX, double, o->n, err);
+        if (!hn->fp8_pv || !hn->fp8_abs) return AF_ERR_NOMEM;
+    }
     af_ref_opts honest = {.honest = true, .sens = hn->sens, .unstable = hn->unstable,
                           .lse = hn->lse, .lse_sens = hn->lse_sens,
+                          .fp8_pv = hn->fp8_pv, .fp8_abs = hn->fp8_abs, .fp8_h = hn->fp8_h,
                           .scores_dtype = (slot & AF_HONEST_SCORES_DTYPE) != 0,
                           .tf32 = (slot & AF_HONEST_TF32) != 0, .ftz = (slot & AF_HONEST_FTZ) != 0};
     const af_case_tensors *in = o->in;
@@ -489,11 +516,51 @@ static uint8_t af_oracle_key_leak_bits(const af_conventions *conv, af_dtype dt) 
     return (uint8_t)(AF_KEY_LEAK_ANY | (lowp ? AF_KEY_LEAK_DTYPE : 0));
 }
 
+/* fp8_out "v_amax" (conventions.h): the case's scale_o, 2^floor(log2(P2 / 2 / amax)) with
+ * amax the largest finite |V| (dequantized), 1 without one; computed once per case. */
+static double af_oracle_fp8_out_scale(af_oracle *o, af_dtype fmt) {
+    if (o->fp8_out_scale > 0.0) return o->fp8_out_scale;
+    const af_view *v = &o->in->vv;
+    double amax = 0.0;
+    for (size_t a = 0; a < v->ne[0]; a++)
+        for (size_t b = 0; b < v->ne[1]; b++)
+            for (size_t i = 0; i < v->ne[2]; i++)
+                for (size_t d = 0; d < v->ne[3]; d++) {
+                    double x = fabs(af_view_get(v, a, b, i, d));
+                    if (isfinite(x) && x > amax) amax = x;
+                }
+    double p2 = ldexp(1.0, ilogb(af_dtype_max(fmt)));
+    o->fp8_out_scale = amax > 0.0 ? ldexp(1.0, (int)floor(log2(p2 / 2.0 / amax))) : 1.0;
+    return o->fp8_out_scale;
+}
+
+/* An FP8 case under conventions conv: the factors of the fp8_probs bound (ref.h's fp8_pv and
+ * fp8_abs; 0 without the convention), u_F and 1 widened for the honest run's P (rounded to
+ * the case dtype, fp32 exponentials) standing for the exact one; and the rounding fp8_out
+ * "v_amax" adds to the output's, relative and absolute. */
+static void af_oracle_fp8_model(af_oracle *o, const af_conventions *conv, double *pu, double *pa, double *out_rel,
+                                double *out_abs) {
+    const af_case *c = o->in->c;
+    *pu = *pa = *out_rel = *out_abs = 0.0;
+    if (c->fp8.fmt == AF_FP8_NONE) return;
+    af_dtype fmt = c->fp8.fmt == AF_FP8_E5M2 ? AF_E5M2 : AF_E4M3;
+    double h = 0.5 * af_dtype_min_subnormal(fmt);
+    if (af_oracle_fp8_h(o, conv) > 0.0) {
+        double widen = 1.0 + 4.0 * af_dtype_eps(c->dtype);
+        *pu = af_dtype_eps(fmt) * widen;
+        *pa = widen;
+    }
+    if (conv->fp8_out == AF_FP8_OUT_V_AMAX) {
+        *out_rel = af_dtype_eps(fmt);
+        *out_abs = h / af_oracle_fp8_out_scale(o, fmt);
+    }
+}
+
 /* One pass: compare `got` with `want` (the reference, or a's output for pairs). leak_b
  * (may be NULL) flags the elements of `got` where a zero-weight key holds a non-finite
  * V in the case `got` was computed on; else the prepared case's flags apply. The
  * conventions in o->conv apply (alt rows only against the reference itself). */
-static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
+static void af_oracle_pass(af_oracle *o, const af_tensor *want_t, const double *want_ref, const af_tensor *got,
                            const uint32_t *row_map, const uint8_t *leak_b, double tol_mult, af_result *res) {
     af_metrics *m = &res->m;
     memset(res, 0, sizeof *res);
@@ -513,7 +580,10 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
     double rel_a, abs_a, rel_b, abs_b;
     af_out_rounding(want_t, &rel_a, &abs_a);
     af_out_rounding(got, &rel_b, &abs_b);
-    const double out_rel = rel_a + rel_b, out_abs = abs_a + abs_b + o->abs_slack;
+    double fp8_u, fp8_a, fp8_rel, fp8_abs;
+    af_oracle_fp8_model(o, &o->conv, &fp8_u, &fp8_a, &fp8_rel, &fp8_abs);
+    const bool fp8_probs = hn->ready && hn->fp8_pv && fp8_u > 0.0 && hn->fp8_h == af_oracle_fp8_h(o, &o->conv);
+    const double out_rel = rel_a + rel_b + fp8_rel, out_abs = abs_a + abs_b + fp8_abs + o->abs_slack;
     double overflow = o->overflow;
     if (got->dtype == AF_F16 || got->dtype == AF_BF16) {
         double ov = af_dtype_overflow(got->dtype);
@@ -543,10 +613,14 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             bool unstable = hn->ready && (hn->unstable[ea] || (!use_alt && af_class(hn->out[ea]) != af_class(o->ref[ea])));
             double ratio;
             bool failed = true, waived = false;
-            if (cw != co && hn->ready && (co == 2 || co == 3) && cw == 0 && (want > 0) == (co == 2)) {
+            /* under the FP8 model the error may exceed |want|: an Inf of either sign the bound reaches */
+            bool fp8_model = fp8_probs || fp8_rel > 0.0;
+            if (cw != co && hn->ready && (co == 2 || co == 3) && cw == 0 && (fp8_model || (want > 0) == (co == 2))) {
                 /* rounding a value this close to the dtype's largest may overflow */
                 double bound = tol.atol + tol.rtol * fabs(want) + (use_alt ? 0.0 : tol_mult * tol.fudge * hn->sens[ea]);
-                if (fabs(want) + bound >= overflow) unstable = true;
+                if (fp8_probs && !use_alt) bound += tol_mult * (fp8_u * hn->fp8_pv[ea] + fp8_a * hn->fp8_abs[ea]);
+                bound += fp8_rel * (fabs(want) + bound) + fp8_abs;
+                if ((co == 2 ? want : -want) + bound >= overflow) unstable = true;
             }
             if (cw != co) {
                 if (unstable) {
@@ -584,6 +658,8 @@ static void af_oracle_pass(const af_oracle *o, const af_tensor *want_t, const do
             } else {
                 double bound = tol.atol + tol.rtol * fabs(want);
                 if (hn->ready && !use_alt) bound += tol_mult * tol.fudge * hn->sens[ea];
+                /* fp8_probs: the rounding of P itself, a bound (no fudge) */
+                if (fp8_probs && !use_alt) bound += tol_mult * (fp8_u * hn->fp8_pv[ea] + fp8_a * hn->fp8_abs[ea]);
                 /* an output stored in f16/bf16 carries that final rounding */
                 ratio = af_oracle_measure(m, out, want, bound, tol.atol, out_rel, out_abs, fro);
                 if (ratio > 1.0) {
@@ -665,6 +741,8 @@ static af_status af_oracle_compare_in(af_oracle *o, const af_tensor *out, const 
     }
     o->conv = *conv;
     o->h = &o->hon[af_oracle_honest_slot(o, conv)];
+    /* an honest run made for another fp8_probs scale (or none) is made again for this one */
+    if (o->h->ready && o->in->c->fp8.fmt != AF_FP8_NONE && o->h->fp8_h != af_oracle_fp8_h(o, conv)) o->h->ready = false;
     o->abs_slack = slack;
     af_status st = af_oracle_check(o, NULL, o->target, out, NULL, NULL, 1.0, res, err);
     o->opts = saved;

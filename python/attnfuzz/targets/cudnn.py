@@ -44,7 +44,6 @@ Only torch (for device tensors), numpy and cudnn: repro_snippet copies the model
 from __future__ import annotations
 
 import math
-import os
 import sys
 
 import numpy as np
@@ -62,15 +61,8 @@ def _probe(variant):
     major, _ = torch.cuda.get_device_capability()
     if major < 8:
         return "cuDNN's fused SDPA needs compute capability 8.0 or newer"
-    if variant == "sdpa_fp8":
-        if major < 9:
-            return "cuDNN's FP8 SDPA needs compute capability 9.0 or newer"
-        if not os.environ.get("ATTNFUZZ_CUDNN_FP8"):
-            # P = softmax(S) goes through the FP8 format (scale_s, descale_s) before P @ V, and
-            # on Hopper O too: a precision attnfuzz's oracle has no model of yet, so every
-            # case with more than a few keys would diverge
-            return ("the oracle does not model FP8 SDPA's probabilities in FP8 yet: "
-                    "ATTNFUZZ_CUDNN_FP8=1 runs it anyway (gpu_new.sh does, to measure it)")
+    if variant == "sdpa_fp8" and major < 9:
+        return "cuDNN's FP8 SDPA needs compute capability 9.0 or newer"
     return None
 
 
@@ -96,6 +88,11 @@ FP8_SCALARS = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "s
 # descale_s = 1 / scale_s) half the format's largest one, as cuDNN's FP8 tests choose it for
 # an amax of 1
 FP8_S_SCALE = {"e4m3": 64.0, "e5m2": 16384.0}
+# the kernel's running max may lag a row's by a rescale threshold of 4 (2^4), the numerators
+# exp(s - m) then up to 2^4 and scaled by scale_s 2^-4 before their rounding (the frontend's
+# test reference, fp8_ref.py, by default): the scale declared in fp8_probs is that smaller one,
+# whose bound holds with or without the lag
+FP8_P_LAG = 16.0
 # the format's largest power of two (e4m3: 448 = 1.75 * 2^8, e5m2: 57344 = 1.75 * 2^15)
 FP8_PO2 = {"e4m3": 256.0, "e5m2": 32768.0}
 
@@ -418,6 +415,13 @@ def cudnn_attention(case, q, k, v, mask, dev, handle):
     return run_graph(handle, case, t, art, dev)
 
 
+def fp8_o_here(torch):
+    """Whether sdpa_fp8's O is built in the FP8 format on this GPU: on Hopper (compute
+    capability 9.x; cuDNN's own FP8 tests run an f16 O on Blackwell only), declared as
+    conventions fp8_out "v_amax"; elsewhere O is in the case dtype."""
+    return torch.cuda.get_device_capability()[0] == 9
+
+
 def fp8_type(cudnn, fmt):
     return {"e4m3": cudnn.data_type.FP8_E4M3, "e5m2": cudnn.data_type.FP8_E5M2}[fmt]
 
@@ -528,11 +532,13 @@ def run_fp8_graph(handle, case, t, art, v, dev):
     return out, stats, float(made["amax_s"].item()), float(made["amax_o"].item())
 
 
-def cudnn_fp8_attention(case, q, k, v, mask, dev, handle, o_fp8=False):
+def cudnn_fp8_attention(case, q, k, v, mask, dev, handle, o_fp8=None):
     """One FP8 case through cuDNN's sdpa_fp8 graph, built for it: (out [B, Hq, Sq, Dv],
-    stats, amax_s, amax_o)."""
+    stats, amax_s, amax_o). o_fp8 None: O in the FP8 format on Hopper (fp8_o_here)."""
     import cudnn
     import torch
+    if o_fp8 is None:
+        o_fp8 = fp8_o_here(torch)
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
     t = fp8_inputs(case, q, k, v, mask, dev)
     art = build_fp8_graph(cudnn, handle, case, t, band(case), o_fp8=o_fp8)
@@ -562,7 +568,7 @@ class Target(_base.Target):
         self.handle = cudnn.create_handle()
         self._conv = None
         self._amax = []     # sdpa_fp8: (amax_o the graph returned, max |out|) per case run
-        self._o_fp8_first = False
+        self._o_fp8 = variant == "sdpa_fp8" and fp8_o_here(torch)
 
     def libs(self):
         out = dict(super().libs(), **_common.torch_libs(self.torch, True))
@@ -587,9 +593,13 @@ class Target(_base.Target):
     def _declare_fp8(self):
         """sdpa_fp8: FP8 cases of either format, their output f16 or bf16 (the case dtype;
         non-FP8 cases are refused), unpacked layouts, causal and the padding mask, a bias,
-        the statistics."""
-        # no convention measured: the probes run the f16 kernel, not the FP8 one
-        conv = {}
+        the statistics. Its roundings as conventions: P's online-softmax numerator times
+        scale_s in Q's FP8 format before P @ V (fp8_probs: FP8_S_SCALE / FP8_P_LAG, a running
+        max that lags allowed), and on Hopper O times
+        scale_o in it too (fp8_out "v_amax": fp8_scales' power of two from the largest |V|)."""
+        # no other convention measured: the probes run the f16 kernel, not the FP8 one
+        conv = {"fp8_probs": {f: s / FP8_P_LAG for f, s in FP8_S_SCALE.items()},
+                "fp8_out": "v_amax" if self._o_fp8 else "dtype"}
         return {"caps": ["f16", "bf16", "e4m3", "e5m2", "gqa", "cross", "scale", "amask", "causal", "padding",
                          "strided", "lse"],
                 "dtypes": ["f16", "bf16"], "layouts": list(UNPACKED_LAYOUTS), "conventions": conv,
@@ -721,17 +731,13 @@ class Target(_base.Target):
         return build_graph(self.cudnn, self.handle, case, t, band(case))
 
     def _build_fp8(self, case, t, stats):
-        """The sdpa_fp8 graph: O in the case dtype where cuDNN builds it, else in the FP8 format
-        (Hopper: cuDNN's own FP8 tests run an f16 O on Blackwell only); with the statistics
-        when asked and built, else without. The O type that built last is tried first."""
-        outs = (True, False) if self._o_fp8_first else (False, True)
-        tries = [(o, st) for st in ((True, False) if stats else (False,)) for o in outs]
+        """The sdpa_fp8 graph: O in the FP8 format on Hopper, else in the case dtype (the
+        declared fp8_out: fp8_o_here; a graph cuDNN refuses with it is unsupported); with the
+        statistics when asked and built, else without."""
         last = None
-        for o_fp8, st in tries:
+        for st in ((True, False) if stats else (False,)):
             try:
-                art = build_fp8_graph(self.cudnn, self.handle, case, t, band(case), o_fp8=o_fp8, stats=st)
-                self._o_fp8_first = o_fp8
-                return art
+                return build_fp8_graph(self.cudnn, self.handle, case, t, band(case), o_fp8=self._o_fp8, stats=st)
             except NotImplementedError:
                 raise
             except Exception as e:  # noqa: BLE001 - a refused combination: the next one
@@ -794,7 +800,7 @@ def repro_snippet(variant):
         ["import torch", "import cudnn"],
         _torch_layouts.FUNCTIONS + (band, cudnn_alibi_ok, io_type, torch_dtype, cudnn_inputs, logical,
                                     contiguous_strides, finish, build_graph, run_graph, cudnn_attention,
-                                    fp8_type, torch_fp8, fp8_inputs, fp8_scales, build_fp8_graph, run_fp8_graph,
+                                    fp8_o_here, fp8_type, torch_fp8, fp8_inputs, fp8_scales, build_fp8_graph, run_fp8_graph,
                                     cudnn_fp8_attention),
         consts={"UID": UID, "FP8_SCALARS": FP8_SCALARS, "FP8_S_SCALE": FP8_S_SCALE, "FP8_PO2": FP8_PO2},
         namespaces={"serving": [serving.cu_seqlens, serving.seg_q, serving.padded_out]},
