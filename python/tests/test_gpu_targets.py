@@ -538,7 +538,7 @@ class CudnnFp8OnCPU(unittest.TestCase):
             t.variant, t.decl, t._o_fp8 = "sdpa_fp8", cudnn.STACK.variant("sdpa_fp8"), hopper
             conv = t._declare_fp8()["conventions"]
             self.assertEqual(conv, {"fp8_probs": {"e4m3": 4.0, "e5m2": 1024.0},
-                                    "fp8_out": "v_amax" if hopper else "dtype"})
+                                    "fp8_out": "v_amax" if hopper else "dtype", "masked_values": "ieee"})
             worker.check_conventions(dict(_base.DEFAULT_CONVENTIONS, **conv))
         for bad in ({"fp8_probs": {"e4m3": 48.0}}, {"fp8_probs": 64}, {"fp8_out": "e4m3"}):
             with self.assertRaises(ValueError):
