@@ -86,8 +86,13 @@ typedef struct af_store_event {
  * in stats->execs already): minimizes new raw signatures, counts each finding under its
  * signature in stats (entries added with first_exec = stats->execs and first_time =
  * elapsed), writes bundles for new signatures. ev (AF_EXEC_MAX_CHECKS entries, may be
- * NULL) receives one event per finding, *n_ev their number. On return x may hold another
- * execution (a minimized case). Errors: an execution error while minimizing, as
+ * NULL) receives one event per finding, *n_ev their number. Minimizing runs on an
+ * executor of the store's beside x (af_exec_create_beside, created at the first
+ * minimization): x keeps its record of the execution, and every bundle of a finding
+ * stored as found (a known bug's exemplar too) is written from that record, a minimized
+ * one from the minimizing executor's; nothing runs a case again to hold it. A finding
+ * whose minimizing ran its case again and saw it pass (a flaky target) is counted and
+ * its input kept in stats, no bundle. Errors: an execution error while minimizing, as
  * returned; AF_ERR_NOMEM. A bundle write failure is not an error (see the event). */
 af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *stats, double elapsed, af_store_event *ev,
                             size_t *n_ev, af_error *err);
@@ -104,7 +109,8 @@ uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend);
  * <crashes>/.raw/. Its entry in stats becomes the minimized signature's (counts merged).
  * One that another live process is minimizing is waited for (its alias comes). What is
  * left stays stored as found, marked so, for `attnfuzz minimize DIR`. x must be the
- * executor the findings came from (queued findings name its checks). Time spent goes to
+ * executor the findings came from (queued findings name its checks); minimizing runs on
+ * the store's executor beside it when af_store_findings made one, else on x. Time spent goes to
  * stats->minimize_end_seconds. Errors: an execution error, AF_ERR_NOMEM. */
 af_status af_store_finish(af_store *st, af_exec *x, af_campaign_stats *stats, double deadline, af_error *err);
 /* Findings queued and not minimized yet. */

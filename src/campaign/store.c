@@ -165,6 +165,10 @@ struct af_store {
     af_alias_map known_raw; /* raw signature -> the known bug (index in opts.known) it minimized to */
     af_store_known *known; /* NULL: no known bugs to match */
     af_minrec *rec;
+    /* the executor minimizing runs on (af_store_runner): af_exec_create_beside of mx_of,
+     * created at the first minimization */
+    af_exec *mx;
+    const af_exec *mx_of;
     af_store_item *queue;
     size_t nq, capq;
     double spent;     /* seconds minimizing in af_store_findings: what the budget counts */
@@ -203,6 +207,7 @@ uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend) {
 
 void af_store_destroy(af_store *st) {
     if (!st) return;
+    af_exec_destroy(st->mx);
     af_minrec_close(st->rec);
     af_free(st->aliases.keys);
     af_free(st->aliases.vals);
@@ -310,6 +315,21 @@ static void af_store_hint_read(af_store *st, size_t check, const af_minrec_alias
     af_bundle_free(b);
 }
 
+/* The executor a minimization runs on, for findings of x: one beside x
+ * (af_exec_create_beside: the same checks, x's backends), created the first time, so that
+ * x keeps the record of the execution being stored (its bundle as found is written from
+ * that record, nothing runs again). beside false (the end pass, `attnfuzz minimize DIR`: nothing of x is
+ * stored after it): that one when it exists, else x itself. NULL on error (*err). */
+static af_exec *af_store_runner(af_store *st, af_exec *x, bool beside, af_error *err) {
+    if (st->mx && st->mx_of == x) return st->mx;
+    if (!beside) return x;
+    af_exec_destroy(st->mx); /* of another executor's checks */
+    st->mx_of = NULL;
+    st->mx = af_exec_create_beside(x, false, err);
+    if (st->mx) st->mx_of = x;
+    return st->mx;
+}
+
 /* How a minimization went. */
 typedef struct af_store_min {
     bool done;    /* not cut short by a bounded limit (else *c holds how far it got) */
@@ -373,10 +393,11 @@ static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *
 
 /* Writes the bundle of entry e from x's execution of check: a minimized case (replacing a
  * bundle of that name stored as found), or the case as found. A bundle that cannot be
- * written keeps the finding's input in e (the stats) and says so on stderr once. */
+ * written keeps the finding's input in e (the stats) and says so on stderr once; so does
+ * one that is `lost`: minimizing ran the case again and it passed (a flaky target). */
 static void af_store_write(af_store *st, af_exec *x, af_campaign_stats *s, af_signature_entry *e, size_t check,
-                           bool minimized, af_store_event *event) {
-    size_t fi = af_store_failing(x, check);
+                           bool minimized, bool lost, af_store_event *event) {
+    size_t fi = lost ? SIZE_MAX : af_store_failing(x, check);
     af_error werr;
     af_status ws = AF_OK;
     if (fi == SIZE_MAX) {
@@ -465,12 +486,11 @@ static long af_store_known_after(const af_store *st, const af_exec *x, size_t ch
     return -1;
 }
 
-/* Queued item i minimized (x holds *small's execution, its finding fm) into known bug kb:
+/* Queued item i minimized (x holds its execution, its finding fm) into known bug kb:
  * its count as found moves to the known bug's hits, its stats entry goes, its bundle as
  * found moves to <crashes>/.raw/, and its raw signature's repeats are that bug too. */
 static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_stats *s, size_t i,
-                                       const af_finding *fm, long kb, const af_case *small, af_store_outcome *out,
-                                       af_error *err) {
+                                       const af_finding *fm, long kb, af_store_outcome *out, af_error *err) {
     af_store_item was = st->queue[i];
     af_store_dequeue(st, i);
     af_minrec_release(st->rec, was.raw);
@@ -486,8 +506,7 @@ static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_sta
         *old = s->sigs[--s->n_sigs];
     }
     af_store_event ev;
-    bool held = true;
-    AF_TRY(af_store_known_hit(st->known, x, s, fm, kb, small, &held, st->o.crashes_dir, &ev, err));
+    AF_TRY(af_store_known_hit(st->known, x, s, fm, kb, st->o.crashes_dir, &ev, err));
     s->known[ev.entry].hits += n - 1;
     s->known_hits += n - 1;
     char name[64];
@@ -500,9 +519,10 @@ static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_sta
  * minimizing it. Resolved (minimized here or by another process: the item is gone and
  * *entry is the minimized signature's entry), busy (another process is at it), later
  * (no time, or cut short: progress kept), dropped (it no longer fails: it stays stored as
- * found; or it minimized into a known bug and is counted there). */
-static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s, size_t i, double limit,
-                                  bool bounded, bool in_budget, af_store_outcome *out, size_t *entry,
+ * found; or it minimized into a known bug and is counted there). It minimizes on
+ * af_store_runner(x, beside) and writes the minimized bundle from that executor's record. */
+static af_status af_store_attempt(af_store *st, af_exec *x, bool beside, af_campaign_stats *s, size_t i,
+                                  double limit, bool bounded, bool in_budget, af_store_outcome *out, size_t *entry,
                                   af_error *err) {
     af_store_item *it = &st->queue[i];
     uint64_t raw = it->raw;
@@ -515,6 +535,11 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
         return af_store_resolve_alias(st, s, i, &a, true, entry, err);
     }
     if (limit <= 0 || rs != AF_MINREC_MINE) return AF_OK;
+    x = af_store_runner(st, x, beside, err);
+    if (!x) {
+        af_minrec_release(st->rec, raw);
+        return err ? err->code : AF_ERR_NOMEM;
+    }
     af_case c = it->c;
     af_store_min m;
     af_status r = af_store_minimize(st, x, s, it->check, it->kind, it->tensor, &c, limit, bounded, in_budget, &m, err);
@@ -543,7 +568,7 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
         return AF_OK;
     }
     long kb = af_store_known_after(st, x, it->check);
-    if (kb >= 0) return af_store_became_known(st, x, s, i, fm, kb, &c, out, err);
+    if (kb >= 0) return af_store_became_known(st, x, s, i, fm, kb, out, err);
     af_store_item was = *it;
     af_store_dequeue(st, i);
     const af_signature_entry *old = af_stats_find(s, raw), *there = af_stats_find(s, fm->signature);
@@ -560,7 +585,7 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
     s->minimized_later++;
     e->unminimized = false;
     af_store_event ev = {0};
-    if (!stored) af_store_write(st, x, s, e, was.check, true, &ev);
+    if (!stored) af_store_write(st, x, s, e, was.check, true, false, &ev);
     af_store_publish(st, raw, e);
     char name[64];
     af_bundle_name(was.kind, raw, name, sizeof name);
@@ -588,33 +613,22 @@ static af_status af_store_refresh(af_store *st, af_campaign_stats *s, af_error *
     return AF_OK;
 }
 
-/* What x holds of the case as found: every check of it, one check of it, or another case. */
-#define AF_HOLDS_ALL SIZE_MAX
-#define AF_HOLDS_OTHER (SIZE_MAX - 1)
-
-/* Makes x hold ran's execution of check (running that check alone when it does not). */
-static af_status af_store_hold(af_exec *x, const af_case *ran, size_t check, size_t *holds, af_error *err) {
-    if (*holds == AF_HOLDS_ALL || *holds == check) return AF_OK;
-    af_case again = *ran;
-    *holds = AF_HOLDS_OTHER;
-    AF_TRY(af_exec_run_check(x, check, &again, err));
-    *holds = check;
-    return AF_OK;
-}
-
-/* One finding f of the execution of `ran`: decides its signature (the minimized one,
- * through the in-memory alias, the queue, the shared record or minimizing now; or the
- * raw one, stored as found), counts it and stores its bundle when new. */
-static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f,
-                              const af_case *ran, size_t *holds, double elapsed, af_store_event *event,
-                              af_error *err) {
+/* One finding f of x's execution (the record the loop checked): decides its signature
+ * (the minimized one, through the in-memory alias, the queue, the shared record or
+ * minimizing now, on the executor beside x; or the raw one, stored as found), counts it
+ * and stores its bundle when new: a minimized case's from the minimizing executor's
+ * record, a case as found's from x's, which minimizing leaves as it is. */
+static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f, double elapsed,
+                              af_store_event *event, af_error *err) {
     const af_store_opts *o = &st->o;
     uint64_t raw = f->signature, sig = raw;
     af_kind kind = f->kind; /* of the signed finding: a finite twin's may differ */
     bool mapped = false;    /* signed through an alias: its bundle is the minimized one's */
-    bool minimized = false; /* minimized now: x holds the minimized case's execution */
+    bool minimized = false; /* minimized now: mx holds the minimized case's execution */
     bool claimed = false, queue = false;
-    af_case start = *ran; /* where a queued finding's minimizing restarts */
+    bool lost = false;      /* minimizing ran it again and it passed (a flaky target) */
+    af_exec *mx = NULL;                /* the executor minimizing ran on (af_store_runner) */
+    af_case start = *af_exec_case(x); /* where a queued finding's minimizing restarts */
     /* a dead or hung worker is stored as found: each minimizing step could cost a
      * restart or a whole timeout */
     bool as_found = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT;
@@ -626,8 +640,7 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
             /* a repeat of a finding stored as found: counted there; now and then another go */
             if (af_now() - st->queue[qi].looked >= AF_STORE_RETRY) {
                 af_store_outcome out;
-                AF_TRY(af_store_attempt(st, x, s, qi, lim, bounded, true, &out, NULL, err));
-                if (lim > 0) *holds = AF_HOLDS_OTHER;
+                AF_TRY(af_store_attempt(st, x, true, s, qi, lim, bounded, true, &out, NULL, err));
             }
             mapped = af_alias_get(&st->aliases, raw, &sig, &kind);
             event->unminimized = !mapped;
@@ -644,15 +657,20 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
             } else if (lim > 0 && rs == AF_MINREC_MINE) {
                 claimed = true;
                 af_store_min m;
-                *holds = AF_HOLDS_OTHER;
                 long kb;
-                af_status r =
-                    af_store_minimize(st, x, s, f->check, f->kind, f->tensor, &start, lim, bounded, true, &m, err);
+                mx = af_store_runner(st, x, true, err);
+                af_status r = mx ? af_store_minimize(st, mx, s, f->check, f->kind, f->tensor, &start, lim, bounded,
+                                                     true, &m, err)
+                                 : err ? err->code : AF_ERR_NOMEM;
                 if (r != AF_OK) {
                     af_minrec_release(st->rec, raw);
                     return r;
                 }
-                const af_finding *fm = af_exec_finding_for(x, f->check);
+                const af_finding *fm = af_exec_finding_for(mx, f->check);
+                /* minimizing's last run, of the case as far as it got (the case as found when
+                 * nothing simpler held), passed: a flaky target, stored nowhere (as the
+                 * store's write says), its input kept */
+                lost = !m.known && !fm;
                 bool done = m.done;
                 if (!done) {
                     queue = true; /* the budget or the deadline cut it short: later, from here */
@@ -660,19 +678,18 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
                     mapped = true;
                     sig = m.sig;
                     kind = m.kind;
-                } else if (fm && (kb = af_store_known_after(st, x, f->check)) >= 0) {
+                } else if (fm && (kb = af_store_known_after(st, mx, f->check)) >= 0) {
                     /* it minimized to a known bug (found first in another form, e.g. a NaN
                      * leak of a wrong causal alignment): counted there, its repeats too */
                     af_minrec_release(st->rec, raw);
                     if (!af_alias_put(&st->known_raw, raw, (uint64_t)kb, fm->kind))
                         return af_error_set(err, AF_ERR_NOMEM, "out of memory");
-                    bool held = true; /* x holds the minimized case's execution */
-                    return af_store_known_hit(st->known, x, s, fm, kb, &start, &held, o->crashes_dir, event, err);
+                    return af_store_known_hit(st->known, mx, s, fm, kb, o->crashes_dir, event, err);
                 } else if (fm) {
                     minimized = true;
                     sig = fm->signature;
                     kind = fm->kind;
-                } else { /* minimizing lost it (a flaky target: the first step did not fail again) */
+                } else { /* minimizing lost it (a flaky target: the case did not fail again) */
                     as_found = true;
                     af_minrec_release(st->rec, raw); /* nothing for others to read */
                     claimed = false;
@@ -734,14 +751,13 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
         if (claimed) af_minrec_release(st->rec, raw);
         claimed = false;
     }
-    /* x must hold the execution to store: the minimized case (just run), or the case as found */
-    if (!minimized) AF_TRY(af_store_hold(x, ran, f->check, holds, err));
     if (replace) {
         e->unminimized = false;
         e->bundle[0] = 0;
         e->stored_elsewhere = false;
     }
-    af_store_write(st, x, s, e, f->check, minimized, event);
+    /* the minimized case's record (minimizing's last run of it), or the case as found's */
+    af_store_write(st, minimized ? mx : x, s, e, f->check, minimized, lost, event);
     if (claimed) af_store_publish(st, raw, e);
     return AF_OK;
 }
@@ -752,11 +768,10 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
     if (st->nq) AF_TRY(af_store_refresh(st, s, err));
     size_t nf = af_exec_finding_count(x);
     if (nf == 0) return AF_OK;
-    /* the findings and case of this execution: minimizing re-runs the executor */
+    /* the findings of this execution: x holds its record throughout (minimizing runs on
+     * an executor of its own, af_store_runner) */
     af_finding found[AF_EXEC_MAX_CHECKS];
     for (size_t i = 0; i < nf; i++) found[i] = *af_exec_finding(x, i);
-    af_case ran = *af_exec_case(x);
-    size_t holds = AF_HOLDS_ALL;
     af_status st_ = AF_OK;
     size_t nev = 0;
     /* known bugs (store_known.h): matched while x holds the execution that found them */
@@ -772,16 +787,14 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         const af_finding *f = &found[i];
         af_store_event event = {.known = -1};
         if (known_bug[i] >= 0) { /* counted against its entry, one exemplar, never minimized */
-            bool all = holds == AF_HOLDS_ALL;
-            st_ = af_store_known_hit(st->known, x, s, f, known_bug[i], &ran, &all, st->o.crashes_dir, &event, err);
-            if (all) holds = AF_HOLDS_ALL; /* it ran the case as found again for the exemplar */
+            st_ = af_store_known_hit(st->known, x, s, f, known_bug[i], st->o.crashes_dir, &event, err);
             if (st_ != AF_OK) break;
             signed_as[nev] = 0;
             if (ev) ev[nev] = event;
             nev++;
             continue;
         }
-        st_ = af_store_one(st, x, s, f, &ran, &holds, elapsed, &event, err);
+        st_ = af_store_one(st, x, s, f, elapsed, &event, err);
         if (st_ != AF_OK) break;
         signed_as[nev] = event.known >= 0 ? 0 : s->sigs[event.entry].signature;
         if (ev) ev[nev] = event;
@@ -812,7 +825,7 @@ af_status af_store_finish(af_store *st, af_exec *x, af_campaign_stats *s, double
             bool bounded;
             double lim = af_store_limit(st, 0, false, deadline, &bounded);
             af_store_outcome out;
-            r = af_store_attempt(st, x, s, i, lim, bounded, false, &out, NULL, err);
+            r = af_store_attempt(st, x, false, s, i, lim, bounded, false, &out, NULL, err);
             busy |= out == AF_STORE_BUSY;
             more |= out == AF_STORE_RESOLVED || out == AF_STORE_DROPPED;
             if (out == AF_STORE_BUSY || out == AF_STORE_LATER) i++; /* else item i is gone */
