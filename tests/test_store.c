@@ -15,6 +15,11 @@
  *     a backend that crashes on every case (a crash is stored as found) has its bundle
  *     written from the execution that found it - it ran once, and the executor still holds
  *     that execution (its case, both findings, one case run) after the store step;
+ *   - the minimizer beside (opts.beside): a new finding is handed to the store's thread and
+ *     signed later; meanwhile the executor runs other cases (its own case count grows),
+ *     repeats of it are counted with it, and drained it signs as minimizing at once does
+ *     (the same signature, a bundle that reads back as minimized), counted once per
+ *     finding, first_exec that of the execution that found it;
  *   - the shared record: a second store on the same crashes directory (another job, a
  *     later campaign) reads the first one's alias and minimizes nothing;
  *   - a finding of a bug already minimized, with other incidental features, takes one
@@ -389,6 +394,63 @@ static void test_held_without_rerun(void **state) {
     af_exec_destroy(x);
 }
 
+static uint64_t minimized_signature(af_exec *x, af_case c, const char *sub, uint64_t *execs);
+static int bundle_minimized(const char *dir);
+
+/* The minimizer beside: exploration goes on, the finding is signed when it is done. */
+static void test_beside(void **state) {
+    (void)state;
+    af_error err = {0};
+    af_exec *x = mutant_exec();
+    af_case c = diverging_case(2, 3, AF_F32, AF_LAYOUT_BSHD);
+    uint64_t want = minimized_signature(x, c, "beside-ref", NULL);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/beside", af_tmp);
+    af_store_opts o = {.crashes_dir = dir, .beside = true};
+    af_store *st = af_store_create(&o, &err);
+    assert_non_null(st);
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    af_store_event ev[AF_STORE_EVENTS];
+    size_t nev = 0;
+    uint64_t cases0 = af_exec_timing_of(x)->cases;
+    assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    s.execs = 7;
+    assert_int_equal(af_store_findings(st, x, &s, 0.0, ev, &nev, &err), AF_OK);
+    assert_int_equal(nev, 0); /* handed to the minimizer: no event yet */
+    assert_int_equal(s.n_sigs, 0);
+    assert_true(af_store_busy(st));
+    /* exploration goes on: a passing case, and the same finding again */
+    af_case ok = c;
+    ok.causal = false;
+    af_case_repair(&ok, 0);
+    for (int i = 0; i < 3; i++) {
+        const af_case *next = i == 1 ? &c : &ok;
+        assert_int_equal(af_exec_run_case(x, next, &err), AF_OK);
+        s.execs++;
+        size_t n = 0;
+        assert_int_equal(af_store_findings(st, x, &s, 0.0, ev + nev, &n, &err), AF_OK);
+        nev += n;
+    }
+    assert_int_equal(af_exec_timing_of(x)->cases, cases0 + 4); /* only exploration's runs on x */
+    while (af_store_busy(st)) {
+        size_t n = 0;
+        assert_int_equal(af_store_drain(st, x, &s, 0.0, ev + nev, &n, &err), AF_OK);
+        nev += n;
+    }
+    assert_int_equal(nev, 1);
+    assert_true(ev[0].first && ev[0].stored && !ev[0].unminimized);
+    assert_int_equal(s.n_sigs, 1);
+    assert_true(s.sigs[0].signature == want);
+    assert_int_equal(s.sigs[0].count, 2);
+    assert_int_equal(s.sigs[0].first_exec, 7);
+    assert_true(s.minimize_execs > 0);
+    assert_int_equal(bundle_minimized(s.sigs[0].bundle), 1);
+    af_campaign_stats_free(&s);
+    af_store_destroy(st);
+    af_exec_destroy(x);
+}
+
 /* The signature minimizing `c` at once gives (a store of its own, no budget). */
 static uint64_t minimized_signature(af_exec *x, af_case c, const char *sub, uint64_t *execs) {
     char dir[300];
@@ -616,7 +678,7 @@ int main(void) {
         return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin),
                                        cmocka_unit_test(test_only_the_failing_check_runs),
-                                       cmocka_unit_test(test_held_without_rerun),
+                                       cmocka_unit_test(test_held_without_rerun), cmocka_unit_test(test_beside),
                                        cmocka_unit_test(test_shared_record), cmocka_unit_test(test_patterns),
                                        cmocka_unit_test(test_budget)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -207,6 +207,20 @@ uint64_t af_exec_skipped(const af_exec *x);
  * them in a way the oracle does not model on that case (af_oracle_compare_grad_conv). */
 uint64_t af_exec_grads_unjudged(const af_exec *x);
 
+/* An execution's record held beyond the next execution (the minimizer beside the loop,
+ * store.h, keeps the record of each finding it was handed until it signs it):
+ * af_exec_keep takes the selected execution's record out of x's slots (a fresh slot takes
+ * its place; keeping a kept record again counts one more hold) and leaves it selected;
+ * af_exec_select_record makes a kept record (or any af_exec_selected gave; NULL: the
+ * single executions' slot) the one the accessors read; af_exec_release drops one hold,
+ * the last frees it (if selected, the single executions' slot is selected instead). On
+ * x's thread only; x must outlive its kept records. */
+typedef struct af_exec_record af_exec_record;
+af_exec_record *af_exec_keep(af_exec *x, af_error *err); /* NULL: out of memory */
+af_exec_record *af_exec_selected(af_exec *x);
+void af_exec_select_record(af_exec *x, af_exec_record *r);
+void af_exec_release(af_exec *x, af_exec_record *r); /* NULL does nothing */
+
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h), from the
  * execution's record as it is: each side's results as its check judged them (a backend is
  * judged once per execution), a relation's transformed run as its check kept it; nothing

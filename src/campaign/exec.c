@@ -51,7 +51,8 @@ typedef struct af_exec_relrun {
 /* Everything one execution needs and leaves behind: a batch has one per case. Its record
  * (inputs, outputs, each backend's judged results, each check's result, a failing
  * relation's transformed run) stays valid until the slot runs again. */
-typedef struct af_exec_slot {
+typedef struct af_exec_record {
+    unsigned kept; /* holds on it out of x's slots (af_exec_keep), 0: one of x's slots */
     af_inputs *in;
     af_oracle *oracle;
     af_scratch outs; /* slot k: output of backend k */
@@ -112,6 +113,8 @@ typedef struct af_exec_slot {
     uint64_t unjudged; /* gradients its checks on a helper thread could not judge */
     af_error prep_err;
 } af_exec_slot;
+
+/* exec.h names the record af_exec_record */
 
 /* A bank of slots: one batch's executions (see "batches" below). */
 typedef enum af_exec_bank_state { AF_BANK_IDLE, AF_BANK_SENT, AF_BANK_COLLECTED } af_exec_bank_state;
@@ -1251,6 +1254,35 @@ af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
         x->has_expected = true;
     }
     return af_exec_execute(x, sl, SIZE_MAX, err);
+}
+
+af_exec_record *af_exec_keep(af_exec *x, af_error *err) {
+    af_exec_slot *sl = x->sel;
+    if (sl->kept) {
+        sl->kept++;
+        return sl;
+    }
+    af_exec_slot *fresh = af_exec_slot_create(&x->cfg);
+    if (!fresh) {
+        af_error_set(err, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (x->single == sl) x->single = fresh;
+    for (size_t b = 0; b < 2; b++)
+        for (size_t i = 0; i < x->bank[b].nslots; i++)
+            if (x->bank[b].slots[i] == sl) x->bank[b].slots[i] = fresh;
+    sl->kept = 1;
+    return sl;
+}
+
+af_exec_record *af_exec_selected(af_exec *x) { return x->sel; }
+
+void af_exec_select_record(af_exec *x, af_exec_record *r) { x->sel = r ? r : x->single; }
+
+void af_exec_release(af_exec *x, af_exec_record *r) {
+    if (!r || !r->kept || --r->kept) return;
+    if (x->sel == r) x->sel = x->single;
+    af_exec_slot_destroy(r);
 }
 
 size_t af_exec_finding_count(const af_exec *x) { return x->sel->nfind; }
