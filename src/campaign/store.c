@@ -5,6 +5,8 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -882,9 +884,18 @@ static af_store_job *af_store_job_of(const af_store *st, uint64_t raw) {
     return NULL;
 }
 
-/* The minimizer's thread: runs the job handed to it (st->todo) on st->mx, then says so. */
+/* The minimizer's thread: runs the job handed to it (st->todo) on st->mx, then says so. It
+ * may run on any CPU (the kernel keeps it within the process's cpuset): a campaign binds
+ * its loop to one CPU (campaign/cpu_bind.h), which the thread would otherwise inherit and
+ * share with the exploration it is meant to run beside; the workers its executor starts
+ * inherit that too. */
 static void *af_store_thread(void *arg) {
     af_store *st = arg;
+    cpu_set_t any;
+    CPU_ZERO(&any);
+    long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+    for (size_t c = 0; c < (size_t)(ncpu > 0 ? ncpu : 1) && c < CPU_SETSIZE; c++) CPU_SET(c, &any);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof any, &any); /* failing: it shares the loop's CPU */
     pthread_mutex_lock(&st->mu);
     for (;;) {
         while (!st->quit && (!st->todo || st->finished)) pthread_cond_wait(&st->cv, &st->mu);
