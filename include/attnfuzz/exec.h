@@ -219,7 +219,7 @@ typedef struct af_exec_record af_exec_record;
 af_exec_record *af_exec_keep(af_exec *x, af_error *err); /* NULL: out of memory */
 af_exec_record *af_exec_selected(af_exec *x);
 void af_exec_select_record(af_exec *x, af_exec_record *r);
-void af_exec_release(af_exec *x, af_exec_record *r); /* NULL does nothing */
+bool af_exec_release(af_exec *x, af_exec_record *r); /* true: freed; NULL does nothing */
 
 /* Writes finding i of the last execution as a bundle under dir (see bundle.h), from the
  * execution's record as it is: each side's results as its check judged them (a backend is

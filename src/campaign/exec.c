@@ -1279,10 +1279,11 @@ af_exec_record *af_exec_selected(af_exec *x) { return x->sel; }
 
 void af_exec_select_record(af_exec *x, af_exec_record *r) { x->sel = r ? r : x->single; }
 
-void af_exec_release(af_exec *x, af_exec_record *r) {
-    if (!r || !r->kept || --r->kept) return;
+bool af_exec_release(af_exec *x, af_exec_record *r) {
+    if (!r || !r->kept || --r->kept) return false;
     if (x->sel == r) x->sel = x->single;
     af_exec_slot_destroy(r);
+    return true;
 }
 
 size_t af_exec_finding_count(const af_exec *x) { return x->sel->nfind; }

@@ -973,10 +973,18 @@ static af_status af_store_hand(af_store *st, af_exec *x, af_campaign_stats *s, c
     return AF_OK;
 }
 
+/* Drops job j and its hold on its record; *sel (the record to select again afterwards)
+ * becomes NULL when that record is freed. */
+static void af_store_job_free(af_exec *x, af_store_job *j, af_exec_record **sel) {
+    bool selected = *sel == j->rec;
+    if (af_exec_release(x, j->rec) && selected) *sel = NULL;
+    af_free(j);
+}
+
 /* Signs job j's finding after its minimization (m; not run: `ran` false, then it is
- * stored as found and queued), x made to read j's record meanwhile. */
+ * stored as found and queued), x made to read j's record meanwhile; then drops j. */
 static af_status af_store_job_sign(af_store *st, af_exec *x, af_campaign_stats *s, af_store_job *j, bool ran,
-                                   af_store_event *event, af_error *err) {
+                                   af_exec_record **sel, af_store_event *event, af_error *err) {
     af_store_verdict v = {.sig = j->f.signature, .kind = j->f.kind, .claimed = true, .mx = st->mx, .start = j->mj.c};
     af_status r = AF_OK;
     bool counted = false;
@@ -995,8 +1003,7 @@ static af_status af_store_job_sign(af_store *st, af_exec *x, af_campaign_stats *
     } else if (r == AF_OK) {
         r = af_store_sign(st, x, s, &j->f, &v, 1 + j->repeats, j->first_exec, j->first_time, event, err);
     }
-    af_exec_release(x, j->rec);
-    af_free(j);
+    af_store_job_free(x, j, sel);
     return r;
 }
 
@@ -1015,17 +1022,18 @@ static af_status af_store_poll(af_store *st, af_exec *x, af_campaign_stats *s, d
     af_store_job *done = st->todo && st->finished ? st->todo : NULL;
     pthread_mutex_unlock(&st->mu);
     if (done && *nev < cap) {
+        pthread_mutex_lock(&st->mu);
         st->todo = NULL;
         st->finished = false;
+        pthread_mutex_unlock(&st->mu);
         af_store_event *e = &ev[(*nev)++];
         *e = (af_store_event){.known = -1};
         r = af_store_mjob_apply(st, s, &done->mj, err);
         if (r == AF_OK) {
-            r = af_store_job_sign(st, x, s, done, true, e, err);
+            r = af_store_job_sign(st, x, s, done, true, &sel, e, err);
         } else { /* an execution error while minimizing: the campaign's error */
             af_minrec_release(st->rec, done->f.signature);
-            af_exec_release(x, done->rec);
-            af_free(done);
+            af_store_job_free(x, done, &sel);
         }
     }
     while (r == AF_OK && !st->todo && st->njobs > 0 && *nev < cap) {
@@ -1039,7 +1047,7 @@ static af_status af_store_poll(af_store *st, af_exec *x, af_campaign_stats *s, d
             af_store_event *e = &ev[(*nev)++];
             *e = (af_store_event){.known = -1};
             j->mj.c = c;
-            r = af_store_job_sign(st, x, s, j, false, e, err);
+            r = af_store_job_sign(st, x, s, j, false, &sel, e, err);
             continue;
         }
         r = af_store_mjob_prepare(st, s, &j->mj, j->f.check, j->f.kind, j->f.tensor, &c, lim, bounded, true, err);
