@@ -11,6 +11,15 @@
  *   - minimizing runs only the failing check: a correct backend beside the mutant (a test
  *     backend that counts its runs) runs once, for the execution that found the bug, not
  *     once per minimizing step; as one side of a pair with the mutant it runs every step;
+ *   - nothing runs a case again to hold a finding: beside the mutant's finding (minimized)
+ *     a backend that crashes on every case (a crash is stored as found) has its bundle
+ *     written from the execution that found it - it ran once, and the executor still holds
+ *     that execution (its case, both findings, one case run) after the store step;
+ *   - the minimizer beside (opts.beside): a new finding is handed to the store's thread and
+ *     signed later; meanwhile the executor runs other cases (its own case count grows),
+ *     repeats of it are counted with it, and drained it signs as minimizing at once does
+ *     (the same signature, a bundle that reads back as minimized), counted once per
+ *     finding, first_exec that of the execution that found it;
  *   - the shared record: a second store on the same crashes directory (another job, a
  *     later campaign) reads the first one's alias and minimizes nothing;
  *   - a finding of a bug already minimized, with other incidental features, takes one
@@ -92,6 +101,28 @@ static af_status counting_run(void *state, const af_case_tensors *in, af_tensor 
      .run = counting_run}
 static const af_backend_vtable counting_a_vt = COUNTING_VT("test:count_a", counting_create_a);
 static const af_backend_vtable counting_b_vt = COUNTING_VT("test:count_b", counting_create_b);
+
+/* A backend that crashes on every case, counting its runs. */
+static unsigned count_crash;
+static af_status crashing_create(const char *args, void **state, af_error *err) {
+    (void)args;
+    (void)err;
+    *state = NULL;
+    return AF_OK;
+}
+static void crashing_destroy(void *state) { (void)state; }
+static af_status crashing_run(void *state, const af_case_tensors *in, af_tensor *out, af_error *err) {
+    (void)state;
+    (void)in;
+    (void)out;
+    count_crash++;
+    return af_error_set(err, AF_ERR_CRASH, "test: crashed");
+}
+static const af_backend_vtable crashing_vt = {.name = "test:crash", .version = "0",
+                                              .summary = "test only: crashes on every case, counting its runs",
+                                              .caps = AF_CAP_ALL, .layouts = AF_LAYOUTS_ALL, .out_dtype = AF_F32,
+                                              .create = crashing_create, .destroy = crashing_destroy,
+                                              .run = crashing_run};
 
 static char af_tmp[256];
 
@@ -306,6 +337,118 @@ static void test_only_the_failing_check_runs(void **state) {
         af_store_destroy(st);
         af_exec_destroy(x);
     }
+}
+
+/* A finding stored as found beside one minimized: its bundle comes from the record of the
+ * execution that found it; the crashing backend runs once (the old store ran its check
+ * again after minimizing the other finding, to hold the case as found). */
+static void test_held_without_rerun(void **state) {
+    (void)state;
+    af_error err = {0};
+    af_exec_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    af_oracle_opts_default(&cfg.oracle);
+    cfg.backends[cfg.n_backends++] = "mutant:causal_top_left";
+    cfg.backends[cfg.n_backends++] = "test:crash";
+    af_exec *x = af_exec_create(&cfg, &err);
+    assert_non_null(x);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/held", af_tmp);
+    af_store_opts o = {.crashes_dir = dir};
+    af_store *st = af_store_create(&o, &err);
+    assert_non_null(st);
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    count_crash = 0;
+    af_case c = diverging_case(2, 3, AF_F32, AF_LAYOUT_BSHD);
+    assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    assert_int_equal(af_exec_finding_count(x), 2);
+    uint64_t raw_crash = af_exec_finding(x, 1)->signature;
+    s.execs++;
+    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    size_t nev = 0;
+    assert_int_equal(af_store_findings(st, x, &s, 0.0, ev, &nev, &err), AF_OK);
+    assert_int_equal(nev, 2);
+    assert_true(s.minimize_execs > 0); /* the mutant's finding was minimized */
+    assert_true(ev[0].stored && ev[1].stored);
+    assert_int_equal(count_crash, 1);
+    /* x still holds the execution that found both */
+    assert_int_equal(af_exec_timing_of(x)->cases, 1);
+    assert_int_equal(af_exec_finding_count(x), 2);
+    assert_memory_equal(af_exec_case(x), &c, sizeof c);
+    /* the crash's bundle: the case as found, under its raw signature */
+    const af_signature_entry *e = &s.sigs[ev[1].entry];
+    assert_int_equal(e->kind, AF_KIND_CRASH);
+    assert_true(e->signature == raw_crash);
+    af_bundle *b;
+    assert_int_equal(af_bundle_read(e->bundle, &b, &err), AF_OK);
+    assert_int_equal(af_bundle_case(b)->batch, 2);
+    assert_int_equal(af_bundle_case(b)->q_heads, 3);
+    af_bundle_free(b);
+    /* and the mutant's: the minimized case, smaller */
+    assert_int_equal(af_bundle_read(s.sigs[ev[0].entry].bundle, &b, &err), AF_OK);
+    assert_true(af_bundle_case(b)->batch * af_bundle_case(b)->q_heads < 6);
+    af_bundle_free(b);
+    af_campaign_stats_free(&s);
+    af_store_destroy(st);
+    af_exec_destroy(x);
+}
+
+static uint64_t minimized_signature(af_exec *x, af_case c, const char *sub, uint64_t *execs);
+static int bundle_minimized(const char *dir);
+
+/* The minimizer beside: exploration goes on, the finding is signed when it is done. */
+static void test_beside(void **state) {
+    (void)state;
+    af_error err = {0};
+    af_exec *x = mutant_exec();
+    af_case c = diverging_case(2, 3, AF_F32, AF_LAYOUT_BSHD);
+    uint64_t want = minimized_signature(x, c, "beside-ref", NULL);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/beside", af_tmp);
+    af_store_opts o = {.crashes_dir = dir, .beside = true};
+    af_store *st = af_store_create(&o, &err);
+    assert_non_null(st);
+    af_campaign_stats s;
+    memset(&s, 0, sizeof s);
+    af_store_event ev[AF_STORE_EVENTS];
+    size_t nev = 0;
+    uint64_t cases0 = af_exec_timing_of(x)->cases;
+    assert_int_equal(af_exec_run_case(x, &c, &err), AF_OK);
+    s.execs = 7;
+    assert_int_equal(af_store_findings(st, x, &s, 0.0, ev, &nev, &err), AF_OK);
+    assert_int_equal(nev, 0); /* handed to the minimizer: no event yet */
+    assert_int_equal(s.n_sigs, 0);
+    assert_true(af_store_busy(st));
+    /* exploration goes on: a passing case, and the same finding again */
+    af_case ok = c;
+    ok.causal = false;
+    af_case_repair(&ok, 0);
+    for (int i = 0; i < 3; i++) {
+        const af_case *next = i == 1 ? &c : &ok;
+        assert_int_equal(af_exec_run_case(x, next, &err), AF_OK);
+        s.execs++;
+        size_t n = 0;
+        assert_int_equal(af_store_findings(st, x, &s, 0.0, ev + nev, &n, &err), AF_OK);
+        nev += n;
+    }
+    assert_int_equal(af_exec_timing_of(x)->cases, cases0 + 4); /* only exploration's runs on x */
+    while (af_store_busy(st)) {
+        size_t n = 0;
+        assert_int_equal(af_store_drain(st, x, &s, 0.0, ev + nev, &n, &err), AF_OK);
+        nev += n;
+    }
+    assert_int_equal(nev, 1);
+    assert_true(ev[0].first && ev[0].stored && !ev[0].unminimized);
+    assert_int_equal(s.n_sigs, 1);
+    assert_true(s.sigs[0].signature == want);
+    assert_int_equal(s.sigs[0].count, 2);
+    assert_int_equal(s.sigs[0].first_exec, 7);
+    assert_true(s.minimize_execs > 0);
+    assert_int_equal(bundle_minimized(s.sigs[0].bundle), 1);
+    af_campaign_stats_free(&s);
+    af_store_destroy(st);
+    af_exec_destroy(x);
 }
 
 /* The signature minimizing `c` at once gives (a store of its own, no budget). */
@@ -530,10 +673,12 @@ int main(void) {
     snprintf(af_tmp, sizeof af_tmp, "/tmp/attnfuzz-test-store-XXXXXX");
     if (!mkdtemp(af_tmp)) return 1;
     af_error err;
-    if (af_backend_register(&counting_a_vt, &err) != AF_OK || af_backend_register(&counting_b_vt, &err) != AF_OK)
+    if (af_backend_register(&counting_a_vt, &err) != AF_OK || af_backend_register(&counting_b_vt, &err) != AF_OK ||
+        af_backend_register(&crashing_vt, &err) != AF_OK)
         return 1;
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_one_bug_one_bundle), cmocka_unit_test(test_finite_twin),
                                        cmocka_unit_test(test_only_the_failing_check_runs),
+                                       cmocka_unit_test(test_held_without_rerun), cmocka_unit_test(test_beside),
                                        cmocka_unit_test(test_shared_record), cmocka_unit_test(test_patterns),
                                        cmocka_unit_test(test_budget)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -92,6 +92,15 @@ typedef struct af_exec af_exec;
 
 af_exec *af_exec_create(const af_exec_config *cfg, af_error *err); /* NULL on error (err says why) */
 void af_exec_destroy(af_exec *x);                                   /* NULL does nothing */
+/* An executor of x's configuration (so the same checks, in the same order) beside x, whose
+ * records are its own: the store minimizes on one (store.h), so that x keeps the record of
+ * the execution being stored. own_backends: backends opened anew, never borrowed from a
+ * pool (in-process ones instantiated again, a worker's own processes), so it may run on
+ * another thread while x runs; else it borrows x's (x must outlive it; one thread runs
+ * both) and its single executions first collect x's batch in flight, as x's own do.
+ * Checks against an expected output (af_exec_run_bundle) are not copied. NULL on error
+ * (err says why). */
+af_exec *af_exec_create_beside(af_exec *x, bool own_backends, af_error *err);
 
 /* Decodes (totally) and runs. Findings of this execution replace the previous ones. */
 af_status af_exec_run_bytes(af_exec *x, const uint8_t *data, size_t size, af_error *err);
@@ -198,7 +207,24 @@ uint64_t af_exec_skipped(const af_exec *x);
  * them in a way the oracle does not model on that case (af_oracle_compare_grad_conv). */
 uint64_t af_exec_grads_unjudged(const af_exec *x);
 
-/* Writes finding i of the last execution as a bundle under dir (see bundle.h). */
+/* An execution's record held beyond the next execution (the minimizer beside the loop,
+ * store.h, keeps the record of each finding it was handed until it signs it):
+ * af_exec_keep takes the selected execution's record out of x's slots (a fresh slot takes
+ * its place; keeping a kept record again counts one more hold) and leaves it selected;
+ * af_exec_select_record makes a kept record (or any af_exec_selected gave; NULL: the
+ * single executions' slot) the one the accessors read; af_exec_release drops one hold,
+ * the last frees it (if selected, the single executions' slot is selected instead). On
+ * x's thread only; x must outlive its kept records. */
+typedef struct af_exec_record af_exec_record;
+af_exec_record *af_exec_keep(af_exec *x, af_error *err); /* NULL: out of memory */
+af_exec_record *af_exec_selected(af_exec *x);
+void af_exec_select_record(af_exec *x, af_exec_record *r);
+bool af_exec_release(af_exec *x, af_exec_record *r); /* true: freed; NULL does nothing */
+
+/* Writes finding i of the last execution as a bundle under dir (see bundle.h), from the
+ * execution's record as it is: each side's results as its check judged them (a backend is
+ * judged once per execution), a relation's transformed run as its check kept it; nothing
+ * runs again. */
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len,
                                af_error *err);
 /* The same under a given signature (the campaign's, taken on the minimized case). */

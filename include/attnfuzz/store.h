@@ -59,7 +59,15 @@ typedef struct af_store_opts {
                                 after it are stored as found and queued (0 = none): a campaign
                                 with a time limit ends on time */
     const af_known *known;   /* known bugs to match first (NULL: none); must outlive the store */
+    bool beside;             /* minimize new findings on a thread beside the caller (the campaign
+                                loop), on an executor with backends of its own: the caller's
+                                executions go on meanwhile (below) */
 } af_store_opts;
+
+/* The events one af_store_findings (or af_store_drain) may report with opts.beside: every
+ * finding of the execution and what the minimizer beside finished. Without it, one per
+ * finding (AF_EXEC_MAX_CHECKS). */
+#define AF_STORE_EVENTS (AF_EXEC_MAX_CHECKS + 8)
 
 /* Where a store moves a bundle stored as found once its minimized bundle is written. */
 #define AF_STORE_RAW_DIR ".raw"
@@ -86,11 +94,33 @@ typedef struct af_store_event {
  * in stats->execs already): minimizes new raw signatures, counts each finding under its
  * signature in stats (entries added with first_exec = stats->execs and first_time =
  * elapsed), writes bundles for new signatures. ev (AF_EXEC_MAX_CHECKS entries, may be
- * NULL) receives one event per finding, *n_ev their number. On return x may hold another
- * execution (a minimized case). Errors: an execution error while minimizing, as
- * returned; AF_ERR_NOMEM. A bundle write failure is not an error (see the event). */
+ * NULL) receives one event per finding, *n_ev their number. Minimizing runs on an
+ * executor of the store's beside x (af_exec_create_beside, created at the first
+ * minimization): x keeps its record of the execution, and every bundle of a finding
+ * stored as found (a known bug's exemplar too) is written from that record, a minimized
+ * one from the minimizing executor's; nothing runs a case again to hold it. A finding
+ * whose minimizing ran its case again and saw it pass (a flaky target) is counted and
+ * its input kept in stats, no bundle. Errors: an execution error while minimizing, as
+ * returned; AF_ERR_NOMEM. A bundle write failure is not an error (see the event).
+ *
+ * With opts.beside a new raw signature to minimize is handed to the minimizer's thread
+ * instead, with the record of its execution (af_exec_keep), and signed when that thread is
+ * done: counted then with its repeats meanwhile (first_exec and first_time those of the
+ * execution that found it), its event among a later call's (ev then holds AF_STORE_EVENTS
+ * entries). The jobs run one after another, each prepared when the one before is signed,
+ * so each starts from the patterns and aliases the ones before it taught, as minimizing
+ * at once does; the budget and the deadline bound each as they bound minimizing at once
+ * (no time left when its turn comes: stored as found, queued). Exploration goes on while
+ * it works; only a queued finding's retry (when the minimizer is idle) runs here. */
 af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *stats, double elapsed, af_store_event *ev,
                             size_t *n_ev, af_error *err);
+
+/* With opts.beside: whether the minimizer holds findings not yet signed; af_store_drain
+ * waits for the one it runs, signs it and starts the next (events as af_store_findings's,
+ * at most AF_STORE_EVENTS): the caller drains until not busy before af_store_finish. */
+bool af_store_busy(const af_store *st);
+af_status af_store_drain(af_store *st, af_exec *x, af_campaign_stats *stats, double elapsed, af_store_event *ev,
+                         size_t *n_ev, af_error *err);
 
 /* Known bugs counted by this store: findings of entry (index in opts.known) on backend
  * (index as af_exec_backend_at of the executor it stored from; a pair's finding counts
@@ -104,7 +134,8 @@ uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend);
  * <crashes>/.raw/. Its entry in stats becomes the minimized signature's (counts merged).
  * One that another live process is minimizing is waited for (its alias comes). What is
  * left stays stored as found, marked so, for `attnfuzz minimize DIR`. x must be the
- * executor the findings came from (queued findings name its checks). Time spent goes to
+ * executor the findings came from (queued findings name its checks); minimizing runs on
+ * the store's executor beside it when af_store_findings made one, else on x. Time spent goes to
  * stats->minimize_end_seconds. Errors: an execution error, AF_ERR_NOMEM. */
 af_status af_store_finish(af_store *st, af_exec *x, af_campaign_stats *stats, double deadline, af_error *err);
 /* Findings queued and not minimized yet. */

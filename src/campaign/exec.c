@@ -33,8 +33,26 @@ typedef struct af_check {
     char name[160];
 } af_check;
 
-/* Everything one execution needs and leaves behind: a batch has one per case. */
-typedef struct af_exec_slot {
+/* A failing relation check's transformed run, kept in its execution's record for the
+ * bundle (af_exec_write_bundle_with): the relation's results (r[0] the output's, r[1 + g]
+ * gradient g's), the transformed output as the bundle holds it (the case's shape: a
+ * batch_split row set into a copy of the source output), its gradients where they have
+ * the case's shapes, the backend's message when it failed on the transformed inputs. */
+typedef struct af_exec_relrun {
+    bool kept;                /* this execution's (reset when the slot runs again) */
+    af_result r[AF_EXEC_NRES];
+    af_tensor out;            /* data NULL: the backend failed on the transformed inputs */
+    af_grads grads;
+    bool has_grads;
+    char msg[512];
+    af_scratch buf;           /* slot 0 the output, 1 + g gradient g */
+} af_exec_relrun;
+
+/* Everything one execution needs and leaves behind: a batch has one per case. Its record
+ * (inputs, outputs, each backend's judged results, each check's result, a failing
+ * relation's transformed run) stays valid until the slot runs again. */
+typedef struct af_exec_record {
+    unsigned kept; /* holds on it out of x's slots (af_exec_keep), 0: one of x's slots */
     af_inputs *in;
     af_oracle *oracle;
     af_scratch outs; /* slot k: output of backend k */
@@ -72,19 +90,31 @@ typedef struct af_exec_slot {
     bool supported[AF_EXEC_MAX_BACKENDS];
     af_status st[AF_EXEC_MAX_BACKENDS];
     char msg[AF_EXEC_MAX_BACKENDS][512];
-    const char *tail[AF_EXEC_MAX_BACKENDS]; /* the stderr its run left (af_run_result.stderr_tail; NULL in-process) */
+    const char *tail[AF_EXEC_MAX_BACKENDS]; /* the stderr its run left (af_run_result.stderr_tail, copied
+                                               into tails: a worker's lasts only until its next run;
+                                               NULL in-process) */
+    af_scratch tails;
     bool check_ran[AF_EXEC_MAX_CHECKS];
     af_result results[AF_EXEC_MAX_CHECKS];
     int result_tensor[AF_EXEC_MAX_CHECKS]; /* what results[i] is on: -1 the output, else a gradient
                                               (AF_EXEC_LSE: the statistics) */
     af_finding findings[AF_EXEC_MAX_CHECKS];
     size_t nfind;
+    /* each backend judged once per execution (af_exec_judged), by a check or, for a
+     * determinism check's bundle, by the bundle writer: its results (the output, each
+     * gradient, the statistics) and the index of the one that decides */
+    bool judged[AF_EXEC_MAX_BACKENDS];
+    af_result jres[AF_EXEC_MAX_BACKENDS][AF_EXEC_NRES];
+    int jtensor[AF_EXEC_MAX_BACKENDS];
+    af_exec_relrun *relrun[AF_EXEC_MAX_CHECKS]; /* per relation check, allocated when one fails */
     double compile_s; /* seconds the backends spent compiling */
     uint32_t skip;    /* backends this case leaves out for their known bugs (af_exec_skip_next) */
     af_status prep;   /* of preparing (or checking) the slot on a helper thread */
     uint64_t unjudged; /* gradients its checks on a helper thread could not judge */
     af_error prep_err;
 } af_exec_slot;
+
+/* exec.h names the record af_exec_record */
 
 /* A bank of slots: one batch's executions (see "batches" below). */
 typedef enum af_exec_bank_state { AF_BANK_IDLE, AF_BANK_SENT, AF_BANK_COLLECTED } af_exec_bank_state;
@@ -118,11 +148,13 @@ struct af_exec {
     bool has_expected;
     af_exec_timing timing;
     af_run_result bres[AF_EXEC_MAX_BATCH]; /* one batch's answers from one backend */
-    af_scratch bundle_ws; /* a bundle's rearranged arrays (af_exec_relation_full) */
-    af_tensor full;       /* batch_split's row alone, set into the batch's output */
     uint32_t skip_next; /* backends the next single execution does not run (af_exec_skip_next) */
     uint64_t skipped;   /* backend runs skipped that way */
     uint64_t grads_unjudged;
+    /* an executor beside another (af_exec_create_beside) that borrows its backends: it
+     * closes none of them, and its single executions first collect the lender's batch in
+     * flight (a worker takes one frame at a time) */
+    af_exec *lender;
 };
 
 void af_exec_config_default(af_exec_config *cfg) {
@@ -149,8 +181,16 @@ static af_status af_exec_backend(af_exec *x, const char *name, size_t len, size_
         }
     AF_RETURN_ERROR_IF(x->nbe == AF_EXEC_MAX_BACKENDS, err, AF_ERR_INVALID, "too many backends (max %d)",
                        AF_EXEC_MAX_BACKENDS);
-    if (x->cfg.pool) AF_TRY(af_backend_pool_open(x->cfg.pool, buf, &x->cfg.worker, &x->be[x->nbe], err));
-    else AF_TRY(af_backend_spec_open(buf, &x->cfg.worker, &x->be[x->nbe], err));
+    if (x->lender) {
+        size_t j = 0;
+        while (j < x->lender->nbe && strcmp(x->lender->be_spec[j], buf) != 0) j++;
+        AF_RETURN_ERROR_IF(j == x->lender->nbe, err, AF_ERR_INVALID, "%s: not a backend of the executor beside", buf);
+        x->be[x->nbe] = x->lender->be[j];
+    } else if (x->cfg.pool) {
+        AF_TRY(af_backend_pool_open(x->cfg.pool, buf, &x->cfg.worker, &x->be[x->nbe], err));
+    } else {
+        AF_TRY(af_backend_spec_open(buf, &x->cfg.worker, &x->be[x->nbe], err));
+    }
     memcpy(x->be_spec[x->nbe], buf, len + 1);
     *idx = x->nbe++;
     return AF_OK;
@@ -218,11 +258,17 @@ static void af_exec_slot_destroy(af_exec_slot *sl) {
     af_oracle_destroy(sl->oracle);
     af_scratch_release(&sl->outs);
     af_scratch_release(&sl->keeps);
+    af_scratch_release(&sl->tails);
     for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++) {
         af_scratch_release(&sl->gouts[k]);
         af_scratch_release(&sl->again[k]);
     }
     af_scratch_release(&sl->lses);
+    for (size_t i = 0; i < AF_EXEC_MAX_CHECKS; i++) {
+        if (!sl->relrun[i]) continue;
+        af_scratch_release(&sl->relrun[i]->buf);
+        af_free(sl->relrun[i]);
+    }
     af_free(sl);
 }
 
@@ -250,13 +296,15 @@ static af_status af_exec_bank_slots(af_exec *x, af_exec_bank *b, size_t n, af_er
     return AF_OK;
 }
 
-af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
+/* An executor of cfg; lender: NULL, or the executor whose backends it borrows. */
+static af_exec *af_exec_create_from(const af_exec_config *cfg, af_exec *lender, af_error *err) {
     af_exec *x = af_calloc(1, sizeof *x);
     if (!x) {
         af_error_set(err, AF_ERR_NOMEM, "out of memory");
         return NULL;
     }
     x->cfg = *cfg;
+    x->lender = lender;
     x->exp_oracle = af_oracle_create(&cfg->oracle);
     x->rel = af_relation_ctx_create();
     x->single = af_exec_slot_create(cfg);
@@ -273,16 +321,23 @@ af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) {
     return x;
 }
 
+af_exec *af_exec_create(const af_exec_config *cfg, af_error *err) { return af_exec_create_from(cfg, NULL, err); }
+
+af_exec *af_exec_create_beside(af_exec *x, bool own_backends, af_error *err) {
+    af_exec_config cfg = x->cfg;
+    if (own_backends) cfg.pool = NULL;
+    return af_exec_create_from(&cfg, own_backends ? NULL : x, err);
+}
+
 void af_exec_destroy(af_exec *x) {
     if (!x) return;
-    if (!x->cfg.pool) /* borrowed backends stay open in their pool */
+    if (!x->cfg.pool && !x->lender) /* borrowed backends stay open in their pool or executor */
         for (size_t k = 0; k < x->nbe; k++) af_backend_close(x->be[k]);
     af_exec_slot_destroy(x->single);
     for (size_t b = 0; b < 2; b++)
         for (size_t i = 0; i < x->bank[b].nslots; i++) af_exec_slot_destroy(x->bank[b].slots[i]);
     af_oracle_destroy(x->exp_oracle);
     af_relation_ctx_destroy(x->rel);
-    af_scratch_release(&x->bundle_ws);
     af_free(x);
 }
 
@@ -388,6 +443,21 @@ static af_status af_exec_judge(const af_exec *x, af_exec_slot *sl, size_t k, af_
     return AF_OK;
 }
 
+/* Backend k judged on slot sl (af_exec_judge, by the oracle it follows), once per
+ * execution: the first call judges and keeps the results in the slot's record, later ones
+ * (another check of the same backend, the bundle writer) read them. *res: its
+ * AF_EXEC_NRES results, *tensor the one that decides. */
+static af_status af_exec_judged(const af_exec *x, af_exec_slot *sl, size_t k, const af_result **res, int *tensor,
+                                uint64_t *unjudged, af_error *err) {
+    if (!sl->judged[k]) {
+        AF_TRY(af_exec_judge(x, sl, k, af_exec_oracle_for(sl, k), sl->jres[k], &sl->jtensor[k], unjudged, err));
+        sl->judged[k] = true;
+    }
+    *res = sl->jres[k];
+    *tensor = sl->jtensor[k];
+    return AF_OK;
+}
+
 /* After backend k ran on slot sl: when it returned its own dropout keep mask (keep, NULL
  * when none), prepares the reference that follows it. */
 static af_status af_exec_keep_reference(const af_exec *x, af_exec_slot *sl, size_t k, const af_case_tensors *t,
@@ -423,6 +493,9 @@ static void af_exec_slot_begin(af_exec_slot *sl) {
     sl->nbytes = af_case_encode(t->c, sl->bytes, sizeof sl->bytes);
     sl->nfind = 0;
     sl->compile_s = 0;
+    memset(sl->judged, 0, sizeof sl->judged);
+    for (size_t i = 0; i < AF_EXEC_MAX_CHECKS; i++)
+        if (sl->relrun[i]) sl->relrun[i]->kept = false;
 }
 
 /* Does check ck need backend k? */
@@ -520,6 +593,7 @@ static af_status af_exec_slot_outputs(af_exec *x, af_exec_slot *sl, size_t only,
             x->skipped++;
         }
         sl->use_keep[k] = false;
+        sl->judged[k] = false;
         sl->tail[k] = NULL;
         sl->lse[k].ndim = 0;
         sl->lse[k].data = NULL;
@@ -590,7 +664,14 @@ static af_status af_exec_take(af_exec *x, af_exec_slot *sl, size_t k, const af_r
     double compile = r->compile_s >= 0 ? r->compile_s : r->new_key ? r->wall_s : 0.0;
     x->timing.compile_s += compile;
     if (r->run_s > 0) x->timing.target_s += r->run_s;
-    sl->tail[k] = r->stderr_tail;
+    sl->tail[k] = NULL;
+    if (r->stderr_tail && r->stderr_tail[0]) { /* the record's own copy */
+        size_t n = strlen(r->stderr_tail) + 1;
+        char *own = af_scratch_get(&sl->tails, (int)k, n, err);
+        if (!own) return AF_ERR_NOMEM;
+        memcpy(own, r->stderr_tail, n);
+        sl->tail[k] = own;
+    }
     return af_exec_took(x, sl, k, r->st, &r->err, r->dropout_keep, r->lse, compile, &r->guard, err);
 }
 
@@ -710,6 +791,55 @@ static af_status af_exec_determinism(const af_exec *x, const af_exec_slot *sl, s
     return AF_OK;
 }
 
+/* Relation check i failed on slot sl (its results r, msg the backend's message when it
+ * failed on the transformed inputs, else NULL): its transformed run, which x->rel holds
+ * until the next relation runs, kept in the slot's record for the bundle. The output as
+ * the bundle holds it: the case's shape; one that covers fewer rows (batch_split's row
+ * alone) is set into a copy of the source output at the rows it maps to, so the two files
+ * differ exactly where the relation failed (its gradients, of other shapes, are not kept). */
+static af_status af_exec_keep_relrun(const af_exec *x, af_exec_slot *sl, size_t i, const af_result r[AF_EXEC_NRES],
+                                     const char *msg, af_error *err) {
+    if (!sl->relrun[i]) {
+        sl->relrun[i] = af_calloc(1, sizeof *sl->relrun[i]);
+        AF_RETURN_ERROR_IF(!sl->relrun[i], err, AF_ERR_NOMEM, "out of memory");
+    }
+    af_exec_relrun *rr = sl->relrun[i];
+    const af_check *ck = &x->checks[i];
+    rr->kept = true;
+    memcpy(rr->r, r, sizeof rr->r);
+    snprintf(rr->msg, sizeof rr->msg, "%s", msg ? msg : "");
+    memset(&rr->out, 0, sizeof rr->out);
+    memset(&rr->grads, 0, sizeof rr->grads);
+    rr->has_grads = false;
+    if (msg) return AF_OK;
+    const af_tensor *src = &sl->out[ck->a], *rout = af_relation_output(x->rel);
+    bool same_rows = rout->ne[0] == src->ne[0] || rout->dtype != src->dtype;
+    const af_tensor *base = same_rows ? rout : src;
+    rr->out = *base;
+    rr->out.data = af_scratch_get(&rr->buf, 0, af_tensor_span(base), err);
+    if (!rr->out.data) return AF_ERR_NOMEM;
+    memcpy(rr->out.data, base->data, af_tensor_span(base));
+    if (!same_rows) {
+        const uint32_t *rows = af_relation_row_map(x->rel);
+        size_t row = src->ne[3] * af_dtype_size(src->dtype), n = rout->ne[0] * rout->ne[1] * rout->ne[2];
+        for (size_t j = 0; j < n; j++)
+            memcpy((uint8_t *)rr->out.data + (rows ? rows[j] : j) * row, (const uint8_t *)rout->data + j * row, row);
+    }
+    if (!sl->backward[ck->a] || !same_rows) return AF_OK;
+    const af_grads *gr = af_relation_grads(x->rel);
+    rr->grads = *gr;
+    for (int g = 0; g < AF_GRAD_COUNT; g++) {
+        const af_tensor *gt = af_grads_get(gr, g);
+        if (!gt->data) continue;
+        af_tensor *own = af_grads_at(&rr->grads, g);
+        own->data = af_scratch_get(&rr->buf, 1 + g, af_tensor_span(gt), err);
+        if (!own->data) return AF_ERR_NOMEM;
+        memcpy(own->data, gt->data, af_tensor_span(gt));
+    }
+    rr->has_grads = true;
+    return AF_OK;
+}
+
 /* Evaluates every check (or check `only`) on slot sl, whose backends have run; *unjudged
  * counts the gradients no check could judge. Backend and pair checks read x and write sl
  * alone (af_exec_checks_parallel); a relation runs a backend again and an expected output
@@ -736,8 +866,9 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
                 af_exec_error_result(sl, ck->a, res);
                 message = sl->msg[ck->a];
             } else {
-                AF_TRY(af_exec_judge(x, sl, ck->a, af_exec_oracle_for(sl, ck->a), rs, tensor, unjudged, err));
-                *res = rs[1 + *tensor];
+                const af_result *jr;
+                AF_TRY(af_exec_judged(x, sl, ck->a, &jr, tensor, unjudged, err));
+                *res = jr[1 + *tensor];
                 if (res->kind == AF_KIND_GUARD_WRITE) guard = &sl->guard[ck->a];
             }
             break;
@@ -752,8 +883,9 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
                     af_exec_error_result(sl, sides[s], &side[s]);
                     message = sl->msg[sides[s]];
                 } else {
-                    AF_TRY(af_exec_judge(x, sl, sides[s], af_exec_oracle_for(sl, sides[s]), rs, &st[s], unjudged, err));
-                    side[s] = rs[1 + st[s]];
+                    const af_result *jr;
+                    AF_TRY(af_exec_judged(x, sl, sides[s], &jr, &st[s], unjudged, err));
+                    side[s] = jr[1 + st[s]];
                 }
             }
             const af_result *w = af_worse(&side[0], &side[1]);
@@ -781,6 +913,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             *tensor = af_exec_worst(rs);
             *res = rs[1 + *tensor];
             if (res->kind == AF_KIND_ERROR) message = rerr.msg;
+            if (res->kind != AF_KIND_OK) AF_TRY(af_exec_keep_relrun(x, sl, i, rs, rs[0].kind == AF_KIND_ERROR ? rerr.msg : NULL, err));
             break;
         }
         case AF_CHECK_DETERMINISM: {
@@ -860,6 +993,7 @@ static void af_exec_drop_expected(af_exec *x) {
  * the backends of skip; it is then the one the accessors read. */
 static af_status af_exec_run_single(af_exec *x, size_t only, const af_case *c, uint32_t skip, af_error *err) {
     AF_TRY(af_exec_batch_collect(x, err)); /* the workers are free for a single case */
+    if (x->lender) AF_TRY(af_exec_batch_collect(x->lender, err));
     af_exec_slot *sl = x->sel = x->single;
     sl->skip = skip;
     double t0 = af_now();
@@ -1122,6 +1256,36 @@ af_status af_exec_run_bundle(af_exec *x, const af_bundle *b, af_error *err) {
     return af_exec_execute(x, sl, SIZE_MAX, err);
 }
 
+af_exec_record *af_exec_keep(af_exec *x, af_error *err) {
+    af_exec_slot *sl = x->sel;
+    if (sl->kept) {
+        sl->kept++;
+        return sl;
+    }
+    af_exec_slot *fresh = af_exec_slot_create(&x->cfg);
+    if (!fresh) {
+        af_error_set(err, AF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    if (x->single == sl) x->single = fresh;
+    for (size_t b = 0; b < 2; b++)
+        for (size_t i = 0; i < x->bank[b].nslots; i++)
+            if (x->bank[b].slots[i] == sl) x->bank[b].slots[i] = fresh;
+    sl->kept = 1;
+    return sl;
+}
+
+af_exec_record *af_exec_selected(af_exec *x) { return x->sel; }
+
+void af_exec_select_record(af_exec *x, af_exec_record *r) { x->sel = r ? r : x->single; }
+
+bool af_exec_release(af_exec *x, af_exec_record *r) {
+    if (!r || !r->kept || --r->kept) return false;
+    if (x->sel == r) x->sel = x->single;
+    af_exec_slot_destroy(r);
+    return true;
+}
+
 size_t af_exec_finding_count(const af_exec *x) { return x->sel->nfind; }
 const af_finding *af_exec_finding(const af_exec *x, size_t i) { return i < x->sel->nfind ? &x->sel->findings[i] : NULL; }
 const af_case *af_exec_case(const af_exec *x) { return &x->sel->c; }
@@ -1193,25 +1357,6 @@ static void af_exec_output(const af_exec *x, const af_exec_slot *sl, size_t k, c
     }
 }
 
-/* A relation's output (rout) as a bundle holds it: the case's shape. One that covers fewer
- * rows (batch_split's row alone) is set into a copy of the source output src at the rows
- * it maps to, so the two files differ exactly where the relation failed. */
-static af_status af_exec_relation_full(af_exec *x, const af_tensor *src, const af_tensor *rout, const af_tensor **full,
-                                       af_error *err) {
-    *full = rout;
-    if (rout->ne[0] == src->ne[0] || rout->dtype != src->dtype) return AF_OK;
-    const uint32_t *rows = af_relation_row_map(x->rel);
-    size_t row = src->ne[3] * af_dtype_size(src->dtype), n = rout->ne[0] * rout->ne[1] * rout->ne[2];
-    x->full = *src;
-    x->full.data = af_scratch_get(&x->bundle_ws, 0, af_tensor_span(src), err);
-    if (!x->full.data) return AF_ERR_NOMEM;
-    memcpy(x->full.data, src->data, af_tensor_span(src));
-    for (size_t r = 0; r < n; r++)
-        memcpy((uint8_t *)x->full.data + (rows ? rows[r] : r) * row, (const uint8_t *)rout->data + r * row, row);
-    *full = &x->full;
-    return AF_OK;
-}
-
 af_status af_exec_write_bundle(af_exec *x, size_t i, const char *dir, char *path, size_t path_len, af_error *err) {
     AF_RETURN_ERROR_IF(i >= x->sel->nfind, err, AF_ERR_INVALID, "no finding %zu", i);
     return af_exec_write_bundle_as(x, i, x->sel->findings[i].signature, dir, path, path_len, err);
@@ -1235,15 +1380,20 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
     size_t nout = 0;
     char relname[200];
     af_result rs[AF_EXEC_NRES];
+    const af_result *jr;
     int tensor;
+    /* each side as the execution's record holds it: judged once (af_exec_judged), a
+     * relation's transformed run kept when it failed (af_exec_keep_relrun); nothing runs */
     switch (ck->type) {
     case AF_CHECK_BACKEND:
     case AF_CHECK_EXPECTED:
         if (ck->a == SIZE_MAX) break;
         memset(rs, 0, sizeof rs);
         rs[0] = f->result;
-        if (ck->type == AF_CHECK_BACKEND && sl->st[ck->a] == AF_OK)
-            AF_TRY(af_exec_judge(x, sl, ck->a, af_exec_oracle_for(sl, ck->a), rs, &tensor, &x->grads_unjudged, err));
+        if (ck->type == AF_CHECK_BACKEND && sl->st[ck->a] == AF_OK) {
+            AF_TRY(af_exec_judged(x, sl, ck->a, &jr, &tensor, &x->grads_unjudged, err));
+            memcpy(rs, jr, sizeof rs);
+        }
         af_exec_output(x, sl, ck->a, rs, &outs[nout++]);
         break;
     case AF_CHECK_PAIR: {
@@ -1251,8 +1401,8 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         for (int s = 0; s < 2; s++) {
             memset(rs, 0, sizeof rs);
             if (sl->st[sides[s]] == AF_OK) {
-                AF_TRY(af_exec_judge(x, sl, sides[s], af_exec_oracle_for(sl, sides[s]), rs, &tensor,
-                                     &x->grads_unjudged, err));
+                AF_TRY(af_exec_judged(x, sl, sides[s], &jr, &tensor, &x->grads_unjudged, err));
+                memcpy(rs, jr, sizeof rs);
             } else {
                 af_exec_error_result(sl, sides[s], &rs[0]);
             }
@@ -1261,37 +1411,27 @@ af_status af_exec_write_bundle_with(af_exec *x, size_t i, const char *dir, const
         break;
     }
     case AF_CHECK_RELATION: {
-        /* the transformed run again (deterministic), to store its output beside the original */
-        af_result r[AF_EXEC_NRES];
-        memset(r, 0, sizeof r);
-        af_error rerr;
-        bool bwd = sl->backward[ck->a];
-        AF_TRY(af_relation_check_backward(ck->rel, x->be[ck->a], t, &sl->out[ck->a], bwd ? &sl->grads[ck->a] : NULL,
-                                          sl->oracle, x->rel, r, &rerr));
-        AF_TRY(af_exec_judge(x, sl, ck->a, sl->oracle, rs, &tensor, &x->grads_unjudged, err));
-        af_exec_output(x, sl, ck->a, rs, &outs[nout++]);
+        const af_exec_relrun *rr = sl->relrun[f->check];
+        AF_RETURN_ERROR_IF(!rr || !rr->kept, err, AF_ERR_INVALID, "%s: no transformed run in the record", ck->name);
+        AF_TRY(af_exec_judged(x, sl, ck->a, &jr, &tensor, &x->grads_unjudged, err));
+        af_exec_output(x, sl, ck->a, jr, &outs[nout++]);
         snprintf(relname, sizeof relname, "%s@%s", af_backend_name(x->be[ck->a]), af_relation_names[ck->rel]);
         outs[nout] = outs[0];
         outs[nout].backend = relname;
         outs[nout].dropout_keep = NULL;
         outs[nout].lse = NULL;
-        bool failed = r[0].kind == AF_KIND_ERROR;
-        outs[nout].out = NULL;
-        if (!failed) AF_TRY(af_exec_relation_full(x, &sl->out[ck->a], af_relation_output(x->rel), &outs[nout].out, err));
-        outs[nout].result = r[0];
-        outs[nout].error = failed ? rerr.msg : NULL;
-        /* gradients of a row alone (batch_split) have other shapes than the case's: not stored */
-        bool same_rows = outs[nout].out == af_relation_output(x->rel);
-        outs[nout].grads = bwd && !failed && same_rows ? af_relation_grads(x->rel) : NULL;
-        for (int g = 0; g < AF_GRAD_COUNT; g++) outs[nout].grad_results[g] = r[1 + g];
+        outs[nout].out = rr->out.data ? &rr->out : NULL;
+        outs[nout].result = rr->r[0];
+        outs[nout].error = rr->out.data ? NULL : rr->msg;
+        outs[nout].grads = rr->has_grads ? &rr->grads : NULL;
+        for (int g = 0; g < AF_GRAD_COUNT; g++) outs[nout].grad_results[g] = rr->r[1 + g];
         nout++;
         break;
     }
     case AF_CHECK_DETERMINISM:
         /* the first run judged against the reference, the second as the record holds it */
-        memset(rs, 0, sizeof rs);
-        AF_TRY(af_exec_judge(x, sl, ck->a, af_exec_oracle_for(sl, ck->a), rs, &tensor, &x->grads_unjudged, err));
-        af_exec_output(x, sl, ck->a, rs, &outs[nout]);
+        AF_TRY(af_exec_judged(x, sl, ck->a, &jr, &tensor, &x->grads_unjudged, err));
+        af_exec_output(x, sl, ck->a, jr, &outs[nout]);
         if (sl->ran2[ck->a]) {
             outs[nout].out_run2 = &sl->out2[ck->a];
             outs[nout].grads_run2 = sl->backward[ck->a] ? &sl->grads2[ck->a] : NULL;

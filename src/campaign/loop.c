@@ -126,7 +126,8 @@ static af_status af_loop_open(af_loop *L, const af_campaign_opts *o, af_campaign
     af_rng_init(&L->rng, o->seed, af_shard_stream(&o->shard)); /* disjoint across shards (shard.h) */
     af_store_opts so = {.crashes_dir = o->crashes_dir, .no_minimize = o->no_minimize,
                          .minimize_execs = o->minimize_execs, .minimize_share = o->minimize_share,
-                         .deadline = o->seconds > 0 ? af_now() + o->seconds : 0, .known = o->known};
+                         .deadline = o->seconds > 0 ? af_now() + o->seconds : 0, .known = o->known,
+                         .beside = true};
     L->store = af_store_create(&so, err);
     if (!L->store) return AF_ERR_NOMEM;
     if (o->corpus_dir) AF_TRY(af_pool_load_corpus(L->pool, o->corpus_dir, o->exec.budget, &L->rng, err));
@@ -316,14 +317,21 @@ static void af_loop_observe(af_loop *L, const af_case *cp, bool seed) {
 
 /* --- store ------------------------------------------------------------------------------- */
 
-/* The findings of the case the executor has selected, stored (store.h); what is new goes to
- * the console and marks the stats file for rewriting. */
-static af_status af_loop_store(af_loop *L, af_error *err) {
+/* The findings of the case the executor has selected, stored (store.h: minimizing a new one
+ * on the store's thread beside this one, signed when it is done; drain: none, the
+ * minimizer's work waited for); what is new goes to the console and marks the stats file
+ * for rewriting. */
+static af_status af_loop_store(af_loop *L, bool drain, af_error *err) {
     af_campaign_stats *s = L->s;
-    if (af_exec_finding_count(L->x)) s->findings_total++;
-    af_store_event ev[AF_EXEC_MAX_CHECKS];
+    af_store_event ev[AF_STORE_EVENTS];
     size_t nev = 0;
-    af_status st = af_store_findings(L->store, L->x, s, af_now() - L->start, ev, &nev, err);
+    af_status st;
+    if (drain) {
+        st = af_store_drain(L->store, L->x, s, af_now() - L->start, ev, &nev, err);
+    } else {
+        if (af_exec_finding_count(L->x)) s->findings_total++;
+        st = af_store_findings(L->store, L->x, s, af_now() - L->start, ev, &nev, err);
+    }
     for (size_t i = 0; i < nev; i++) {
         if (!af_report_event(s, &ev[i], L->status, L->tty, L->last, sizeof L->last)) continue;
         L->last_time = s->elapsed;
@@ -411,7 +419,7 @@ static af_status af_loop_run(af_loop *L, af_error *err) {
             if (n > 1 || L->pipe) af_exec_select(L->x, bi, NULL);
             af_loop_observe(L, &cases[bi], seeded[bi]);
             af_loop_observe_edges(L, L->edge_fields[L->fly ^ 1][bi]);
-            st = af_loop_store(L, err);
+            st = af_loop_store(L, false, err);
         }
         af_loop_report(L, now);
     }
@@ -429,6 +437,8 @@ af_status af_campaign_loop(const af_campaign_opts *o, af_campaign_stats *s, bool
     }
     L->start = L->last_status = L->last_stats = af_now();
     if (st == AF_OK) st = af_loop_run(L, err);
+    /* the minimizer's findings signed (each bounded by the deadline and the budget) */
+    while (af_store_busy(L->store) && st == AF_OK) st = af_loop_store(L, true, err);
     s->elapsed = af_now() - L->start;
     /* the end-of-campaign pass: what did not fit the minimization budget, within a grace
      * period (a stop or an error skips it: those findings stay stored as found) */

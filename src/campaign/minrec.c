@@ -160,6 +160,10 @@ static bool af_minrec_alias_of(const af_minrec *r, uint64_t raw, af_minrec_alias
     return true;
 }
 
+bool af_minrec_alias_read(const af_minrec *r, uint64_t raw, af_minrec_alias *alias) {
+    return af_minrec_alias_of(r, raw, alias);
+}
+
 typedef enum { AF_CLAIM_NONE, AF_CLAIM_OURS, AF_CLAIM_LIVE, AF_CLAIM_STALE } af_minrec_claim_state;
 
 static af_minrec_claim_state af_minrec_claim_of(const af_minrec *r, uint64_t raw) {

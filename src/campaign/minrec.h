@@ -72,6 +72,10 @@ void af_minrec_close(af_minrec *r);
 /* What the record says about raw: ALIAS, BUSY, MINE (our own claim) or NONE. Reads at
  * most two small files; never blocks, never allocates. */
 af_minrec_state af_minrec_lookup(af_minrec *r, uint64_t raw, af_minrec_alias *alias);
+/* The alias of raw alone (true when the record has one and its bundle is there), no
+ * claim looked at: it reads nothing of r but its directories, so a thread beside the one
+ * that claims and publishes may call it (the store's minimizer, store.c). */
+bool af_minrec_alias_read(const af_minrec *r, uint64_t raw, af_minrec_alias *alias);
 /* Claims raw for minimizing: MINE when this process holds the claim now (also when the
  * record cannot be written at all: then nothing is shared, and minimizing goes on), ALIAS
  * when it was minimized already, BUSY when another live process holds it. */

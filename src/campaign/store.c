@@ -4,6 +4,9 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -30,6 +33,11 @@
  * tries: each costs one execution when it does not hold. */
 #define AF_STORE_HINTS 16
 #define AF_STORE_HINT_TRIES 3
+/* New findings waiting for the minimizer beside (opts.beside), each holding the record of
+ * the execution that found it: with this many waiting, the next execution's findings are
+ * stored once the minimizer has taken one more (exploration waits, as it does for
+ * minimizing at once). */
+#define AF_STORE_JOBS 8
 
 /* --- raw signature -> minimized signature ---------------------------------------- */
 
@@ -149,6 +157,8 @@ typedef struct af_store_item {
     double looked; /* af_now() of the last look at the shared record for it */
 } af_store_item;
 
+typedef struct af_store_job af_store_job;
+
 /* A minimized case: a pattern for minimizing later findings of its check and kind. */
 typedef struct af_store_hint {
     af_case c;
@@ -165,10 +175,23 @@ struct af_store {
     af_alias_map known_raw; /* raw signature -> the known bug (index in opts.known) it minimized to */
     af_store_known *known; /* NULL: no known bugs to match */
     af_minrec *rec;
+    /* the executor minimizing runs on (af_store_runner): af_exec_create_beside of mx_of,
+     * created at the first minimization (with opts.beside, with backends of its own) */
+    af_exec *mx;
+    af_exec *mx_of;
+    /* the minimizer beside (opts.beside): its thread, the job it runs (todo; finished: it
+     * is done with it) and the jobs waiting, first come first; the lock guards todo,
+     * finished and quit */
+    af_store_job **jobs;
+    size_t njobs, capjobs;
+    af_store_job *todo;
+    bool finished, quit, thread_up;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
     af_store_item *queue;
     size_t nq, capq;
     double spent;     /* seconds minimizing in af_store_findings: what the budget counts */
-    const af_campaign_stats *stats; /* while minimizing: whose entries af_store_sig_minimized asks */
     double refreshed; /* af_now() of the last look at the record for the whole queue */
     char raw_dir[PATH_MAX];
 };
@@ -201,8 +224,12 @@ uint64_t af_store_known_hits(const af_store *st, size_t entry, size_t backend) {
     return af_store_known_count(st->known, entry, backend);
 }
 
+static void af_store_stop(af_store *st);
+
 void af_store_destroy(af_store *st) {
     if (!st) return;
+    af_store_stop(st);
+    af_exec_destroy(st->mx);
     af_minrec_close(st->rec);
     af_free(st->aliases.keys);
     af_free(st->aliases.vals);
@@ -267,24 +294,6 @@ static double af_store_limit(const af_store *st, double elapsed, bool budget, do
     return fmin(lim, cap);
 }
 
-/* af_minimize_opts.known: a signature this store knows the minimized signature of (its
- * own alias to a minimized entry, or the shared record's). A case of it found while
- * minimizing is a finding of that bug, as the store signs every finding: minimizing
- * stops there (a raw signature's minimization mostly reaches, once the incidental
- * features are gone, the signature of a bug already minimized). */
-static bool af_store_sig_minimized(void *ctx, uint64_t sig) {
-    af_store *st = ctx;
-    uint64_t to;
-    af_kind kind;
-    if (af_alias_get(&st->aliases, sig, &to, &kind)) {
-        const af_signature_entry *e = st->stats ? af_stats_find((af_campaign_stats *)st->stats, to) : NULL;
-        return !(e && e->unminimized); /* not one stored as found (a flaky target's) */
-    }
-    af_minrec_alias a;
-    if (af_minrec_lookup(st->rec, sig, &a) != AF_MINREC_ALIAS) return false;
-    return af_alias_put(&st->aliases, sig, a.sig, a.kind);
-}
-
 /* Puts a minimized case first among the patterns (once per signature; the least recently
  * useful one goes when they are all taken). */
 static void af_store_hint_add(af_store *st, size_t check, af_kind kind, uint64_t sig, const af_case *c) {
@@ -310,6 +319,21 @@ static void af_store_hint_read(af_store *st, size_t check, const af_minrec_alias
     af_bundle_free(b);
 }
 
+/* The executor a minimization runs on, for findings of x: one beside x
+ * (af_exec_create_beside: the same checks, x's backends), created the first time, so that
+ * x keeps the record of the execution being stored (its bundle as found is written from
+ * that record, nothing runs again). beside false (the end pass, `attnfuzz minimize DIR`: nothing of x is
+ * stored after it): that one when it exists, else x itself. NULL on error (*err). */
+static af_exec *af_store_runner(af_store *st, af_exec *x, bool beside, af_error *err) {
+    if (st->mx && st->mx_of == x) return st->mx;
+    if (!beside) return x;
+    af_exec_destroy(st->mx); /* of another executor's checks */
+    st->mx_of = NULL;
+    st->mx = af_exec_create_beside(x, st->o.beside, err);
+    if (st->mx) st->mx_of = x;
+    return st->mx;
+}
+
 /* How a minimization went. */
 typedef struct af_store_min {
     bool done;    /* not cut short by a bounded limit (else *c holds how far it got) */
@@ -318,65 +342,192 @@ typedef struct af_store_min {
     af_kind kind;
 } af_store_min;
 
-/* Minimizes *c (check fails with kind) within limit seconds, then its finite twin; stops
- * at a known signature. The result is unusable (done false) when `bounded` and the limit
- * cut it short. Counted in stats (and, in_budget, in the budget). Unless known, x holds
- * *c's execution of the check afterwards. */
+/* One minimization as a value: prepared and applied where the store is used
+ * (af_store_mjob_prepare, _apply), run (af_store_mjob_run) on whichever thread owns the
+ * executor it runs on, touching nothing of the store then but its options and its shared
+ * record's directory: the patterns and the signatures known to be minimized are its own
+ * copies, taken when it is prepared (nothing else changes them while a minimization runs
+ * on the store's thread, so the copies are what it would have read). */
+typedef struct af_store_mjob {
+    const af_store *st;
+    size_t check;
+    af_kind kind;
+    char tensor[8];
+    af_case c; /* in: where it starts; out: how far it got */
+    double limit;
+    bool bounded, in_budget;
+    af_case hints[AF_STORE_HINT_TRIES]; /* the patterns of its check and kind, most recently useful first */
+    size_t from[AF_STORE_HINT_TRIES];   /* their places in st->hints */
+    size_t n_hints;
+    af_alias_map known;   /* raw -> minimized signatures, as the store knew them, and as read since */
+    af_alias_map unmin;   /* the signatures of entries stored as found (their aliases are not minimized) */
+    af_alias_map learned; /* read from the shared record while it ran: the store's aliases too */
+    /* out */
+    af_status r;
+    af_error err;
+    af_store_min m;
+    unsigned spent; /* executions */
+    size_t hint;    /* the pattern that held (1-based, 0: none) */
+    double seconds;
+    bool pattern; /* minimized to the end, not known: a pattern for later ones */
+    uint64_t psig;
+    af_kind pkind;
+} af_store_mjob;
+
+static void af_alias_free(af_alias_map *m) {
+    af_free(m->keys);
+    af_free(m->vals);
+    af_free(m->kinds);
+    memset(m, 0, sizeof *m);
+}
+
+static bool af_alias_copy(af_alias_map *dst, const af_alias_map *src) {
+    memset(dst, 0, sizeof *dst);
+    if (!src->cap) return true;
+    dst->keys = af_calloc(src->cap, sizeof *dst->keys);
+    dst->vals = af_calloc(src->cap, sizeof *dst->vals);
+    dst->kinds = af_calloc(src->cap, sizeof *dst->kinds);
+    if (!dst->keys || !dst->vals || !dst->kinds) {
+        af_alias_free(dst);
+        return false;
+    }
+    memcpy(dst->keys, src->keys, src->cap * sizeof *dst->keys);
+    memcpy(dst->vals, src->vals, src->cap * sizeof *dst->vals);
+    memcpy(dst->kinds, src->kinds, src->cap * sizeof *dst->kinds);
+    dst->cap = src->cap;
+    dst->n = src->n;
+    return true;
+}
+
+/* af_minimize_opts.known: a signature the store knows the minimized signature of (its
+ * own alias to a minimized entry, or the shared record's). A case of it found while
+ * minimizing is a finding of that bug, as the store signs every finding: minimizing
+ * stops there (a raw signature's minimization mostly reaches, once the incidental
+ * features are gone, the signature of a bug already minimized). */
+static bool af_store_mjob_known(void *ctx, uint64_t sig) {
+    af_store_mjob *j = ctx;
+    uint64_t to, unused;
+    af_kind kind;
+    if (af_alias_get(&j->known, sig, &to, &kind))
+        return !af_alias_get(&j->unmin, to, &unused, &kind); /* not one stored as found (a flaky target's) */
+    af_minrec_alias a;
+    if (!af_minrec_alias_read(j->st->rec, sig, &a)) return false;
+    (void)af_alias_put(&j->learned, sig, a.sig, a.kind);
+    return af_alias_put(&j->known, sig, a.sig, a.kind);
+}
+
+/* Prepares j: minimizing c (check fails with kind) within limit seconds. */
+static af_status af_store_mjob_prepare(const af_store *st, const af_campaign_stats *s, af_store_mjob *j, size_t check,
+                                       af_kind kind, const char *tensor, const af_case *c, double limit, bool bounded,
+                                       bool in_budget, af_error *err) {
+    memset(j, 0, sizeof *j);
+    j->st = st;
+    j->check = check;
+    j->kind = kind;
+    snprintf(j->tensor, sizeof j->tensor, "%s", tensor ? tensor : "");
+    j->c = *c;
+    j->limit = limit;
+    j->bounded = bounded;
+    j->in_budget = in_budget;
+    for (size_t i = 0; i < st->n_hints && j->n_hints < AF_STORE_HINT_TRIES; i++)
+        if (st->hints[i].check == check && st->hints[i].kind == kind) {
+            j->from[j->n_hints] = i;
+            j->hints[j->n_hints++] = st->hints[i].c;
+        }
+    bool ok = af_alias_copy(&j->known, &st->aliases);
+    for (size_t i = 0; ok && i < s->n_sigs; i++)
+        if (s->sigs[i].unminimized) ok = af_alias_put(&j->unmin, s->sigs[i].signature, 0, s->sigs[i].kind);
+    if (ok) return AF_OK;
+    af_alias_free(&j->known);
+    af_alias_free(&j->unmin);
+    return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+}
+
+/* Runs j on x: minimizes, then the finite twin; stops at a known signature. Its result is
+ * unusable (m.done false) when bounded and the limit cut it short. Unless known, x holds
+ * the execution of the case it ends on (j->c) afterwards. */
+static void af_store_mjob_run(af_store_mjob *j, af_exec *x) {
+    double t0 = af_now();
+    af_minimize_opts mo = {.max_execs = j->st->o.minimize_execs, .max_seconds = isinf(j->limit) ? 0 : j->limit,
+                           .known = af_store_mjob_known, .ctx = j, .tensor = j->tensor[0] ? j->tensor : NULL,
+                           .hints = j->hints, .n_hints = j->n_hints};
+    af_minimize_result mr, tr;
+    memset(&tr, 0, sizeof tr);
+    af_case small = j->c;
+    j->r = af_minimize(x, j->check, j->kind, &small, &mo, &mr, &j->err);
+    j->hint = j->r == AF_OK ? mr.hint : 0;
+    unsigned spent = j->r == AF_OK ? mr.execs : 0;
+    if (j->r == AF_OK && !mr.known && !(mr.cut && j->bounded)) {
+        double left = j->limit - (af_now() - t0);
+        if (!isinf(j->limit)) mo.max_seconds = left > 0 ? left : -1; /* -1: no time left for it */
+        j->r = af_store_finite_twin(x, j->check, j->kind, &small, &mo, &spent, &tr, &j->err);
+    }
+    af_store_min *m = &j->m;
+    m->done = !((mr.cut || tr.cut) && j->bounded);
+    m->known = mr.known || tr.known;
+    if (m->known) {
+        bool got = af_alias_get(&j->known, mr.known ? mr.signature : tr.signature, &m->sig, &m->kind);
+        AF_ASSERT(got); /* af_store_mjob_known put it there */
+    } else if (j->r == AF_OK && m->done) {
+        const af_finding *f = af_exec_finding_for(x, j->check);
+        if (f) {
+            j->pattern = true;
+            j->psig = f->signature;
+            j->pkind = f->kind;
+        }
+    }
+    j->spent = spent;
+    j->seconds = af_now() - t0;
+    if (j->r == AF_OK) j->c = small;
+}
+
+/* What j learned, into the store: the pattern that held first from now on, the minimized
+ * case a pattern, the record's aliases it read; its executions and seconds counted in
+ * stats (and, in_budget, in the budget). Returns j's status (err: its message). */
+static af_status af_store_mjob_apply(af_store *st, af_campaign_stats *s, af_store_mjob *j, af_error *err) {
+    if (j->r == AF_OK && j->hint) { /* that pattern held: first from now on */
+        af_store_hint h = st->hints[j->from[j->hint - 1]];
+        af_store_hint_add(st, h.check, h.kind, h.sig, &h.c);
+    }
+    if (j->pattern) af_store_hint_add(st, j->check, j->pkind, j->psig, &j->c);
+    for (size_t i = 0; i < j->learned.cap; i++)
+        if (j->learned.keys[i])
+            (void)af_alias_put(&st->aliases, j->learned.keys[i], j->learned.vals[i], (af_kind)j->learned.kinds[i]);
+    s->minimize_execs += j->spent;
+    s->minimize_seconds += j->seconds;
+    if (j->in_budget) st->spent += j->seconds;
+    af_alias_free(&j->known);
+    af_alias_free(&j->unmin);
+    af_alias_free(&j->learned);
+    if (j->r != AF_OK && err) *err = j->err;
+    return j->r;
+}
+
+/* Minimizes *c (check fails with kind) within limit seconds, on x, here and now
+ * (af_store_mjob_* in a row); *c becomes how far it got. */
 static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *s, size_t check, af_kind kind,
                                    const char *tensor, af_case *c, double limit, bool bounded, bool in_budget,
                                    af_store_min *m, af_error *err) {
-    double t0 = af_now();
-    memset(m, 0, sizeof *m);
-    af_minimize_opts mo = {.max_execs = st->o.minimize_execs, .max_seconds = isinf(limit) ? 0 : limit,
-                           .known = af_store_sig_minimized, .ctx = st, .tensor = tensor && tensor[0] ? tensor : NULL};
-    af_minimize_result mr, tr;
-    memset(&tr, 0, sizeof tr);
-    af_case small = *c;
-    /* the patterns of this check and kind, most recently useful first */
-    af_case hints[AF_STORE_HINT_TRIES];
-    size_t from[AF_STORE_HINT_TRIES];
-    for (size_t i = 0; i < st->n_hints && mo.n_hints < AF_STORE_HINT_TRIES; i++)
-        if (st->hints[i].check == check && st->hints[i].kind == kind) {
-            from[mo.n_hints] = i;
-            hints[mo.n_hints++] = st->hints[i].c;
-        }
-    mo.hints = hints;
-    st->stats = s;
-    af_status r = af_minimize(x, check, kind, &small, &mo, &mr, err);
-    if (r == AF_OK && mr.hint) { /* that pattern held: first from now on */
-        af_store_hint h = st->hints[from[mr.hint - 1]];
-        af_store_hint_add(st, h.check, h.kind, h.sig, &h.c);
+    af_store_mjob *j = af_calloc(1, sizeof *j);
+    AF_RETURN_ERROR_IF(!j, err, AF_ERR_NOMEM, "out of memory");
+    af_status r = af_store_mjob_prepare(st, s, j, check, kind, tensor, c, limit, bounded, in_budget, err);
+    if (r == AF_OK) {
+        af_store_mjob_run(j, x);
+        r = af_store_mjob_apply(st, s, j, err);
+        *m = j->m;
+        if (r == AF_OK) *c = j->c;
     }
-    unsigned spent = r == AF_OK ? mr.execs : 0;
-    if (r == AF_OK && !mr.known && !(mr.cut && bounded)) {
-        double left = limit - (af_now() - t0);
-        if (!isinf(limit)) mo.max_seconds = left > 0 ? left : -1; /* -1: no time left for it */
-        r = af_store_finite_twin(x, check, kind, &small, &mo, &spent, &tr, err);
-    }
-    st->stats = NULL;
-    m->done = !((mr.cut || tr.cut) && bounded);
-    m->known = mr.known || tr.known;
-    if (m->known) {
-        bool got = af_alias_get(&st->aliases, mr.known ? mr.signature : tr.signature, &m->sig, &m->kind);
-        AF_ASSERT(got); /* af_store_sig_minimized put it there */
-    } else if (r == AF_OK && m->done) { /* a bug minimized to the end: a pattern for later ones */
-        const af_finding *f = af_exec_finding_for(x, check);
-        if (f) af_store_hint_add(st, check, f->kind, f->signature, &small);
-    }
-    double dt = af_now() - t0;
-    s->minimize_execs += spent;
-    s->minimize_seconds += dt;
-    if (in_budget) st->spent += dt;
-    if (r == AF_OK) *c = small;
+    af_free(j);
     return r;
 }
 
 /* Writes the bundle of entry e from x's execution of check: a minimized case (replacing a
  * bundle of that name stored as found), or the case as found. A bundle that cannot be
- * written keeps the finding's input in e (the stats) and says so on stderr once. */
+ * written keeps the finding's input in e (the stats) and says so on stderr once; so does
+ * one that is `lost`: minimizing ran the case again and it passed (a flaky target). */
 static void af_store_write(af_store *st, af_exec *x, af_campaign_stats *s, af_signature_entry *e, size_t check,
-                           bool minimized, af_store_event *event) {
-    size_t fi = af_store_failing(x, check);
+                           bool minimized, bool lost, af_store_event *event) {
+    size_t fi = lost ? SIZE_MAX : af_store_failing(x, check);
     af_error werr;
     af_status ws = AF_OK;
     if (fi == SIZE_MAX) {
@@ -465,12 +616,11 @@ static long af_store_known_after(const af_store *st, const af_exec *x, size_t ch
     return -1;
 }
 
-/* Queued item i minimized (x holds *small's execution, its finding fm) into known bug kb:
+/* Queued item i minimized (x holds its execution, its finding fm) into known bug kb:
  * its count as found moves to the known bug's hits, its stats entry goes, its bundle as
  * found moves to <crashes>/.raw/, and its raw signature's repeats are that bug too. */
 static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_stats *s, size_t i,
-                                       const af_finding *fm, long kb, const af_case *small, af_store_outcome *out,
-                                       af_error *err) {
+                                       const af_finding *fm, long kb, af_store_outcome *out, af_error *err) {
     af_store_item was = st->queue[i];
     af_store_dequeue(st, i);
     af_minrec_release(st->rec, was.raw);
@@ -486,8 +636,7 @@ static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_sta
         *old = s->sigs[--s->n_sigs];
     }
     af_store_event ev;
-    bool held = true;
-    AF_TRY(af_store_known_hit(st->known, x, s, fm, kb, small, &held, st->o.crashes_dir, &ev, err));
+    AF_TRY(af_store_known_hit(st->known, x, s, fm, kb, st->o.crashes_dir, &ev, err));
     s->known[ev.entry].hits += n - 1;
     s->known_hits += n - 1;
     char name[64];
@@ -500,9 +649,10 @@ static af_status af_store_became_known(af_store *st, af_exec *x, af_campaign_sta
  * minimizing it. Resolved (minimized here or by another process: the item is gone and
  * *entry is the minimized signature's entry), busy (another process is at it), later
  * (no time, or cut short: progress kept), dropped (it no longer fails: it stays stored as
- * found; or it minimized into a known bug and is counted there). */
-static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s, size_t i, double limit,
-                                  bool bounded, bool in_budget, af_store_outcome *out, size_t *entry,
+ * found; or it minimized into a known bug and is counted there). It minimizes on
+ * af_store_runner(x, beside) and writes the minimized bundle from that executor's record. */
+static af_status af_store_attempt(af_store *st, af_exec *x, bool beside, af_campaign_stats *s, size_t i,
+                                  double limit, bool bounded, bool in_budget, af_store_outcome *out, size_t *entry,
                                   af_error *err) {
     af_store_item *it = &st->queue[i];
     uint64_t raw = it->raw;
@@ -515,6 +665,11 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
         return af_store_resolve_alias(st, s, i, &a, true, entry, err);
     }
     if (limit <= 0 || rs != AF_MINREC_MINE) return AF_OK;
+    x = af_store_runner(st, x, beside, err);
+    if (!x) {
+        af_minrec_release(st->rec, raw);
+        return err ? err->code : AF_ERR_NOMEM;
+    }
     af_case c = it->c;
     af_store_min m;
     af_status r = af_store_minimize(st, x, s, it->check, it->kind, it->tensor, &c, limit, bounded, in_budget, &m, err);
@@ -543,7 +698,7 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
         return AF_OK;
     }
     long kb = af_store_known_after(st, x, it->check);
-    if (kb >= 0) return af_store_became_known(st, x, s, i, fm, kb, &c, out, err);
+    if (kb >= 0) return af_store_became_known(st, x, s, i, fm, kb, out, err);
     af_store_item was = *it;
     af_store_dequeue(st, i);
     const af_signature_entry *old = af_stats_find(s, raw), *there = af_stats_find(s, fm->signature);
@@ -560,7 +715,7 @@ static af_status af_store_attempt(af_store *st, af_exec *x, af_campaign_stats *s
     s->minimized_later++;
     e->unminimized = false;
     af_store_event ev = {0};
-    if (!stored) af_store_write(st, x, s, e, was.check, true, &ev);
+    if (!stored) af_store_write(st, x, s, e, was.check, true, false, &ev);
     af_store_publish(st, raw, e);
     char name[64];
     af_bundle_name(was.kind, raw, name, sizeof name);
@@ -588,127 +743,91 @@ static af_status af_store_refresh(af_store *st, af_campaign_stats *s, af_error *
     return AF_OK;
 }
 
-/* What x holds of the case as found: every check of it, one check of it, or another case. */
-#define AF_HOLDS_ALL SIZE_MAX
-#define AF_HOLDS_OTHER (SIZE_MAX - 1)
+/* How a finding is signed (af_store_sign). */
+typedef struct af_store_verdict {
+    uint64_t sig;   /* the signature it counts under */
+    af_kind kind;   /* of the signed finding: a finite twin's may differ */
+    bool mapped;    /* signed through an alias: its bundle is the minimized one's */
+    bool minimized; /* minimized now: mx holds the minimized case's execution */
+    bool claimed;   /* the raw signature's claim is ours: published or released here */
+    bool queue;     /* stored as found and queued, minimizing restarts from `start` */
+    bool lost;      /* minimizing ran it again and it passed (a flaky target) */
+    af_exec *mx;    /* the executor minimizing ran on */
+    af_case start;
+} af_store_verdict;
 
-/* Makes x hold ran's execution of check (running that check alone when it does not). */
-static af_status af_store_hold(af_exec *x, const af_case *ran, size_t check, size_t *holds, af_error *err) {
-    if (*holds == AF_HOLDS_ALL || *holds == check) return AF_OK;
-    af_case again = *ran;
-    *holds = AF_HOLDS_OTHER;
-    AF_TRY(af_exec_run_check(x, check, &again, err));
-    *holds = check;
+/* After minimizing f's case (m, on v->mx, v->start how far it got): v's verdict; or the
+ * finding minimized into a known bug, counted there (*counted, event filled). */
+static af_status af_store_after_min(af_store *st, af_campaign_stats *s, const af_finding *f, const af_store_min *m,
+                                    af_store_verdict *v, bool *counted, af_store_event *event, af_error *err) {
+    uint64_t raw = f->signature;
+    *counted = false;
+    const af_finding *fm = af_exec_finding_for(v->mx, f->check);
+    long kb;
+    /* minimizing's last run, of the case as far as it got (the case as found when nothing
+     * simpler held), passed: a flaky target, stored nowhere (as the store's write says),
+     * its input kept */
+    v->lost = !m->known && !fm;
+    if (!m->done) {
+        v->queue = true; /* the budget or the deadline cut it short: later, from here */
+    } else if (m->known) { /* it reached a known bug */
+        v->mapped = true;
+        v->sig = m->sig;
+        v->kind = m->kind;
+    } else if (fm && (kb = af_store_known_after(st, v->mx, f->check)) >= 0) {
+        /* it minimized to a known bug (found first in another form, e.g. a NaN leak of a
+         * wrong causal alignment): counted there, its repeats too */
+        af_minrec_release(st->rec, raw);
+        *counted = true;
+        if (!af_alias_put(&st->known_raw, raw, (uint64_t)kb, fm->kind))
+            return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+        return af_store_known_hit(st->known, v->mx, s, fm, kb, st->o.crashes_dir, event, err);
+    } else if (fm) {
+        v->minimized = true;
+        v->sig = fm->signature;
+        v->kind = fm->kind;
+    } else { /* minimizing lost it (a flaky target: the case did not fail again) */
+        af_minrec_release(st->rec, raw); /* nothing for others to read */
+        v->claimed = false;
+    }
+    if (m->done && !af_alias_put(&st->aliases, raw, v->sig, v->kind)) {
+        af_minrec_release(st->rec, raw);
+        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
+    }
+    if (v->queue && v->claimed) af_minrec_release(st->rec, raw);
+    if (v->queue) v->claimed = false;
     return AF_OK;
 }
 
-/* One finding f of the execution of `ran`: decides its signature (the minimized one,
- * through the in-memory alias, the queue, the shared record or minimizing now; or the
- * raw one, stored as found), counts it and stores its bundle when new. */
-static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f,
-                              const af_case *ran, size_t *holds, double elapsed, af_store_event *event,
-                              af_error *err) {
+/* Counts f under v's signature (count findings of it: itself and its repeats; a new entry
+ * found at first_exec, first_time) and stores its bundle when new: a minimized case's
+ * from v->mx's record, a case as found's from x's (x holds the execution that found f). */
+static af_status af_store_sign(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f,
+                               af_store_verdict *v, uint64_t count, uint64_t first_exec, double first_time,
+                               af_store_event *event, af_error *err) {
     const af_store_opts *o = &st->o;
-    uint64_t raw = f->signature, sig = raw;
-    af_kind kind = f->kind; /* of the signed finding: a finite twin's may differ */
-    bool mapped = false;    /* signed through an alias: its bundle is the minimized one's */
-    bool minimized = false; /* minimized now: x holds the minimized case's execution */
-    bool claimed = false, queue = false;
-    af_case start = *ran; /* where a queued finding's minimizing restarts */
-    /* a dead or hung worker is stored as found: each minimizing step could cost a
-     * restart or a whole timeout */
-    bool as_found = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT;
-    if (!as_found && !(mapped = af_alias_get(&st->aliases, raw, &sig, &kind))) {
-        size_t qi = af_store_item_of(st, raw);
-        bool bounded;
-        double lim = af_store_limit(st, elapsed, true, o->deadline, &bounded);
-        if (qi != SIZE_MAX) {
-            /* a repeat of a finding stored as found: counted there; now and then another go */
-            if (af_now() - st->queue[qi].looked >= AF_STORE_RETRY) {
-                af_store_outcome out;
-                AF_TRY(af_store_attempt(st, x, s, qi, lim, bounded, true, &out, NULL, err));
-                if (lim > 0) *holds = AF_HOLDS_OTHER;
-            }
-            mapped = af_alias_get(&st->aliases, raw, &sig, &kind);
-            event->unminimized = !mapped;
-        } else {
-            af_minrec_alias a;
-            af_minrec_state rs = lim > 0 ? af_minrec_claim(st->rec, raw, &a) : af_minrec_lookup(st->rec, raw, &a);
-            if (rs == AF_MINREC_ALIAS) { /* another process minimized it */
-                s->aliases_read++;
-                af_store_hint_read(st, f->check, &a);
-                (void)af_alias_put(&st->aliases, raw, a.sig, a.kind);
-                sig = a.sig;
-                kind = a.kind;
-                mapped = true;
-            } else if (lim > 0 && rs == AF_MINREC_MINE) {
-                claimed = true;
-                af_store_min m;
-                *holds = AF_HOLDS_OTHER;
-                long kb;
-                af_status r =
-                    af_store_minimize(st, x, s, f->check, f->kind, f->tensor, &start, lim, bounded, true, &m, err);
-                if (r != AF_OK) {
-                    af_minrec_release(st->rec, raw);
-                    return r;
-                }
-                const af_finding *fm = af_exec_finding_for(x, f->check);
-                bool done = m.done;
-                if (!done) {
-                    queue = true; /* the budget or the deadline cut it short: later, from here */
-                } else if (m.known) { /* it reached a known bug */
-                    mapped = true;
-                    sig = m.sig;
-                    kind = m.kind;
-                } else if (fm && (kb = af_store_known_after(st, x, f->check)) >= 0) {
-                    /* it minimized to a known bug (found first in another form, e.g. a NaN
-                     * leak of a wrong causal alignment): counted there, its repeats too */
-                    af_minrec_release(st->rec, raw);
-                    if (!af_alias_put(&st->known_raw, raw, (uint64_t)kb, fm->kind))
-                        return af_error_set(err, AF_ERR_NOMEM, "out of memory");
-                    bool held = true; /* x holds the minimized case's execution */
-                    return af_store_known_hit(st->known, x, s, fm, kb, &start, &held, o->crashes_dir, event, err);
-                } else if (fm) {
-                    minimized = true;
-                    sig = fm->signature;
-                    kind = fm->kind;
-                } else { /* minimizing lost it (a flaky target: the first step did not fail again) */
-                    as_found = true;
-                    af_minrec_release(st->rec, raw); /* nothing for others to read */
-                    claimed = false;
-                }
-                if (done && !af_alias_put(&st->aliases, raw, sig, kind)) {
-                    af_minrec_release(st->rec, raw);
-                    return af_error_set(err, AF_ERR_NOMEM, "out of memory");
-                }
-            } else {
-                queue = true; /* no budget left, or another process is minimizing it */
-            }
-            if (queue && claimed) af_minrec_release(st->rec, raw);
-            if (queue) claimed = false;
-        }
-    }
+    uint64_t raw = f->signature;
     bool first = false, replace = false;
-    af_signature_entry *e = af_stats_find(s, sig);
+    af_signature_entry *e = af_stats_find(s, v->sig);
     if (e) {
-        e->count++;
+        e->count += count;
         /* its bundle holds a case as found that signs as this minimized one: replaced */
-        replace = minimized && e->unminimized;
+        replace = v->minimized && e->unminimized;
     } else {
-        e = af_stats_add(s, sig, kind, f->who, err);
+        e = af_stats_add(s, v->sig, v->kind, f->who, err);
         if (!e) {
-            if (claimed) af_minrec_release(st->rec, raw);
+            if (v->claimed) af_minrec_release(st->rec, raw);
             return AF_ERR_NOMEM;
         }
-        e->count = 1;
-        e->first_exec = s->execs;
-        e->first_time = elapsed; /* after the execution that found it */
-        e->unminimized = !mapped && !minimized;
+        e->count = count;
+        e->first_exec = first_exec;
+        e->first_time = first_time; /* after the execution that found it */
+        e->unminimized = !v->mapped && !v->minimized;
         first = event->first = true;
     }
     event->entry = (size_t)(e - s->sigs);
-    if (queue) {
-        AF_TRY(af_store_enqueue(st, raw, f->kind, f->check, f->tensor, &start, err));
+    if (v->queue) {
+        AF_TRY(af_store_enqueue(st, raw, f->kind, f->check, f->tensor, &v->start, err));
         s->stored_unminimized++;
         event->unminimized = true;
     }
@@ -716,34 +835,305 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
      * then, space may be back */
     bool retry = !first && !e->bundle[0] && !e->stored_elsewhere && (e->count & (e->count - 1)) == 0;
     if (!first && !retry && !replace) {
-        if (claimed) af_store_publish(st, raw, e);
+        if (v->claimed) af_store_publish(st, raw, e);
         return AF_OK;
     }
-    if (mapped && first) { /* the minimized bundle is there already (the record checked) */
+    if (v->mapped && first) { /* the minimized bundle is there already (the record checked) */
         char path[PATH_MAX + 80];
         struct stat sb;
-        af_bundle_name(e->kind, sig, e->bundle, sizeof e->bundle);
+        af_bundle_name(e->kind, v->sig, e->bundle, sizeof e->bundle);
         snprintf(path, sizeof path, "%s/%s", o->crashes_dir, e->bundle);
         if (stat(path, &sb) == 0) {
             e->stored_elsewhere = true;
-            if (claimed) af_store_publish(st, raw, e);
+            if (v->claimed) af_store_publish(st, raw, e);
             return AF_OK;
         }
         e->bundle[0] = 0;
         e->unminimized = true; /* gone since: the case as found goes there, and no alias */
-        if (claimed) af_minrec_release(st->rec, raw);
-        claimed = false;
+        if (v->claimed) af_minrec_release(st->rec, raw);
+        v->claimed = false;
     }
-    /* x must hold the execution to store: the minimized case (just run), or the case as found */
-    if (!minimized) AF_TRY(af_store_hold(x, ran, f->check, holds, err));
     if (replace) {
         e->unminimized = false;
         e->bundle[0] = 0;
         e->stored_elsewhere = false;
     }
-    af_store_write(st, x, s, e, f->check, minimized, event);
-    if (claimed) af_store_publish(st, raw, e);
+    /* the minimized case's record (minimizing's last run of it), or the case as found's */
+    af_store_write(st, v->minimized ? v->mx : x, s, e, f->check, v->minimized, v->lost, event);
+    if (v->claimed) af_store_publish(st, raw, e);
     return AF_OK;
+}
+
+/* --- the minimizer beside (opts.beside) -------------------------------------------------- */
+
+/* A new finding handed to the minimizer's thread: the finding and the record of the
+ * execution that found it (held until it is signed), its repeats meanwhile. */
+typedef struct af_store_job {
+    af_finding f;
+    af_exec_record *rec;
+    uint64_t first_exec, repeats;
+    double first_time;
+    af_store_mjob mj;
+} af_store_job;
+
+/* The job of raw signature raw waiting or running, or NULL. */
+static af_store_job *af_store_job_of(const af_store *st, uint64_t raw) {
+    if (st->todo && st->todo->f.signature == raw) return st->todo;
+    for (size_t i = 0; i < st->njobs; i++)
+        if (st->jobs[i]->f.signature == raw) return st->jobs[i];
+    return NULL;
+}
+
+/* The minimizer's thread: runs the job handed to it (st->todo) on st->mx, then says so. It
+ * may run on any CPU (the kernel keeps it within the process's cpuset): a campaign binds
+ * its loop to one CPU (campaign/cpu_bind.h), which the thread would otherwise inherit and
+ * share with the exploration it is meant to run beside; the workers its executor starts
+ * inherit that too. */
+static void *af_store_thread(void *arg) {
+    af_store *st = arg;
+    cpu_set_t any;
+    CPU_ZERO(&any);
+    long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+    for (size_t c = 0; c < (size_t)(ncpu > 0 ? ncpu : 1) && c < CPU_SETSIZE; c++) CPU_SET(c, &any);
+    (void)pthread_setaffinity_np(pthread_self(), sizeof any, &any); /* failing: it shares the loop's CPU */
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        while (!st->quit && (!st->todo || st->finished)) pthread_cond_wait(&st->cv, &st->mu);
+        if (st->quit) break;
+        af_store_job *j = st->todo;
+        pthread_mutex_unlock(&st->mu);
+        af_store_mjob_run(&j->mj, st->mx);
+        pthread_mutex_lock(&st->mu);
+        st->finished = true;
+        pthread_cond_broadcast(&st->cv);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+/* The minimizer's thread stopped, the jobs an error or a stop left unsigned released
+ * (destroying the store). */
+static void af_store_stop(af_store *st) {
+    if (!st->thread_up) return;
+    pthread_mutex_lock(&st->mu);
+    st->quit = true;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    pthread_join(st->thread, NULL);
+    pthread_cond_destroy(&st->cv);
+    pthread_mutex_destroy(&st->mu);
+    for (size_t i = 0; i <= st->njobs; i++) {
+        af_store_job *j = i < st->njobs ? st->jobs[i] : st->todo;
+        if (!j) continue;
+        af_minrec_release(st->rec, j->f.signature);
+        af_exec_release(st->mx_of, j->rec);
+        af_free(j);
+    }
+    af_free(st->jobs);
+    st->thread_up = false;
+}
+
+/* Hands f (of x's selected execution, found at s->execs, elapsed) to the minimizer, its
+ * claim ours: false when it cannot (its queue is full), then it is minimized here. */
+static af_status af_store_hand(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f, double elapsed,
+                               bool *handed, af_error *err) {
+    *handed = false;
+    if (st->njobs == st->capjobs) {
+        size_t cap = st->capjobs ? 2 * st->capjobs : AF_STORE_JOBS;
+        af_store_job **jobs = af_calloc(cap, sizeof *jobs);
+        AF_RETURN_ERROR_IF(!jobs, err, AF_ERR_NOMEM, "out of memory");
+        if (st->njobs) memcpy(jobs, st->jobs, st->njobs * sizeof *jobs);
+        af_free(st->jobs);
+        st->jobs = jobs;
+        st->capjobs = cap;
+    }
+    if (!st->thread_up) {
+        if (!af_store_runner(st, x, true, err)) return err ? err->code : AF_ERR_NOMEM;
+        if (pthread_mutex_init(&st->mu, NULL) || pthread_cond_init(&st->cv, NULL))
+            return af_error_set(err, AF_ERR_NOMEM, "the minimizer's lock");
+        if (pthread_create(&st->thread, NULL, af_store_thread, st)) {
+            pthread_cond_destroy(&st->cv);
+            pthread_mutex_destroy(&st->mu);
+            return af_error_set(err, AF_ERR_NOMEM, "the minimizer's thread");
+        }
+        st->thread_up = true;
+    }
+    af_store_job *j = af_calloc(1, sizeof *j);
+    AF_RETURN_ERROR_IF(!j, err, AF_ERR_NOMEM, "out of memory");
+    j->rec = af_exec_keep(x, err);
+    if (!j->rec) {
+        af_free(j);
+        return err ? err->code : AF_ERR_NOMEM;
+    }
+    j->f = *f;
+    j->first_exec = s->execs;
+    j->first_time = elapsed;
+    st->jobs[st->njobs++] = j;
+    *handed = true;
+    return AF_OK;
+}
+
+/* Drops job j and its hold on its record; *sel (the record to select again afterwards)
+ * becomes NULL when that record is freed. */
+static void af_store_job_free(af_exec *x, af_store_job *j, af_exec_record **sel) {
+    bool selected = *sel == j->rec;
+    if (af_exec_release(x, j->rec) && selected) *sel = NULL;
+    af_free(j);
+}
+
+/* Signs job j's finding after its minimization (m; not run: `ran` false, then it is
+ * stored as found and queued), x made to read j's record meanwhile; then drops j. */
+static af_status af_store_job_sign(af_store *st, af_exec *x, af_campaign_stats *s, af_store_job *j, bool ran,
+                                   af_exec_record **sel, af_store_event *event, af_error *err) {
+    af_store_verdict v = {.sig = j->f.signature, .kind = j->f.kind, .claimed = true, .mx = st->mx, .start = j->mj.c};
+    af_status r = AF_OK;
+    bool counted = false;
+    af_exec_select_record(x, j->rec);
+    if (!ran) {
+        af_minrec_release(st->rec, j->f.signature);
+        v.claimed = false;
+        v.queue = true;
+        v.start = *af_exec_case(x);
+    } else {
+        r = af_store_after_min(st, s, &j->f, &j->mj.m, &v, &counted, event, err);
+    }
+    if (r == AF_OK && counted && event->known >= 0) { /* its repeats are that known bug's too */
+        s->known[event->entry].hits += j->repeats;
+        s->known_hits += j->repeats;
+    } else if (r == AF_OK) {
+        r = af_store_sign(st, x, s, &j->f, &v, 1 + j->repeats, j->first_exec, j->first_time, event, err);
+    }
+    af_store_job_free(x, j, sel);
+    return r;
+}
+
+/* The minimizer's work, taken in (opts.beside): the job it finished signed (wait: waited
+ * for), and the next one handed to it - prepared here, so that it starts from what the
+ * jobs before it taught (patterns, aliases), as one after another in one thread would. A
+ * job with no time left (the budget, the deadline) is stored as found and queued. At most
+ * cap events go to ev (*nev). x's selected execution is left selected. */
+static af_status af_store_poll(af_store *st, af_exec *x, af_campaign_stats *s, double elapsed, bool wait,
+                               af_store_event *ev, size_t cap, size_t *nev, af_error *err) {
+    if (!st->thread_up) return AF_OK;
+    af_exec_record *sel = af_exec_selected(x);
+    af_status r = AF_OK;
+    pthread_mutex_lock(&st->mu);
+    while (wait && st->todo && !st->finished) pthread_cond_wait(&st->cv, &st->mu);
+    af_store_job *done = st->todo && st->finished ? st->todo : NULL;
+    pthread_mutex_unlock(&st->mu);
+    if (done && *nev < cap) {
+        pthread_mutex_lock(&st->mu);
+        st->todo = NULL;
+        st->finished = false;
+        pthread_mutex_unlock(&st->mu);
+        af_store_event *e = &ev[(*nev)++];
+        *e = (af_store_event){.known = -1};
+        r = af_store_mjob_apply(st, s, &done->mj, err);
+        if (r == AF_OK) {
+            r = af_store_job_sign(st, x, s, done, true, &sel, e, err);
+        } else { /* an execution error while minimizing: the campaign's error */
+            af_minrec_release(st->rec, done->f.signature);
+            af_store_job_free(x, done, &sel);
+        }
+    }
+    while (r == AF_OK && !st->todo && st->njobs > 0 && *nev < cap) {
+        af_store_job *j = st->jobs[0];
+        memmove(&st->jobs[0], &st->jobs[1], --st->njobs * sizeof st->jobs[0]);
+        bool bounded;
+        double lim = af_store_limit(st, elapsed, true, st->o.deadline, &bounded);
+        af_exec_select_record(x, j->rec);
+        af_case c = *af_exec_case(x);
+        if (lim <= 0) { /* no budget left: as found, queued */
+            af_store_event *e = &ev[(*nev)++];
+            *e = (af_store_event){.known = -1};
+            j->mj.c = c;
+            r = af_store_job_sign(st, x, s, j, false, &sel, e, err);
+            continue;
+        }
+        r = af_store_mjob_prepare(st, s, &j->mj, j->f.check, j->f.kind, j->f.tensor, &c, lim, bounded, true, err);
+        if (r != AF_OK) break;
+        pthread_mutex_lock(&st->mu);
+        st->todo = j;
+        st->finished = false;
+        pthread_cond_broadcast(&st->cv);
+        pthread_mutex_unlock(&st->mu);
+    }
+    af_exec_select_record(x, sel);
+    return r;
+}
+
+bool af_store_busy(const af_store *st) { return st->todo || st->njobs; }
+
+af_status af_store_drain(af_store *st, af_exec *x, af_campaign_stats *s, double elapsed, af_store_event *ev,
+                         size_t *n_ev, af_error *err) {
+    *n_ev = 0;
+    return af_store_poll(st, x, s, elapsed, true, ev, AF_STORE_EVENTS, n_ev, err);
+}
+
+/* One finding f of x's execution (the record the loop checked): decides its signature
+ * (the minimized one, through the in-memory alias, the queue, the shared record or
+ * minimizing now, on the executor beside x, or later, on the minimizer's thread; or the
+ * raw one, stored as found), counts it and stores its bundle when new (af_store_sign).
+ * *deferred: handed to the minimizer (or a repeat of one it holds): no event now. */
+static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, const af_finding *f, double elapsed,
+                              af_store_event *event, bool *deferred, af_error *err) {
+    const af_store_opts *o = &st->o;
+    uint64_t raw = f->signature;
+    af_store_verdict v = {.sig = raw, .kind = f->kind, .start = *af_exec_case(x)};
+    *deferred = false;
+    /* a dead or hung worker is stored as found: each minimizing step could cost a
+     * restart or a whole timeout */
+    bool as_found = o->no_minimize || f->kind == AF_KIND_CRASH || f->kind == AF_KIND_TIMEOUT;
+    af_store_job *held = as_found ? NULL : af_store_job_of(st, raw);
+    if (held) { /* the minimizer has it: signed with it */
+        held->repeats++;
+        *deferred = true;
+        return AF_OK;
+    }
+    if (!as_found && !(v.mapped = af_alias_get(&st->aliases, raw, &v.sig, &v.kind))) {
+        size_t qi = af_store_item_of(st, raw);
+        bool bounded;
+        double lim = af_store_limit(st, elapsed, true, o->deadline, &bounded);
+        if (qi != SIZE_MAX) {
+            /* a repeat of a finding stored as found: counted there; now and then another
+             * go (here, while the minimizer beside has nothing: its executor is free) */
+            if (af_now() - st->queue[qi].looked >= AF_STORE_RETRY && !af_store_busy(st)) {
+                af_store_outcome out;
+                AF_TRY(af_store_attempt(st, x, true, s, qi, lim, bounded, true, &out, NULL, err));
+            }
+            v.mapped = af_alias_get(&st->aliases, raw, &v.sig, &v.kind);
+            event->unminimized = !v.mapped;
+        } else {
+            af_minrec_alias a;
+            af_minrec_state rs = lim > 0 ? af_minrec_claim(st->rec, raw, &a) : af_minrec_lookup(st->rec, raw, &a);
+            if (rs == AF_MINREC_ALIAS) { /* another process minimized it */
+                s->aliases_read++;
+                af_store_hint_read(st, f->check, &a);
+                (void)af_alias_put(&st->aliases, raw, a.sig, a.kind);
+                v.sig = a.sig;
+                v.kind = a.kind;
+                v.mapped = true;
+            } else if (lim > 0 && rs == AF_MINREC_MINE && o->beside) {
+                af_status r = af_store_hand(st, x, s, f, elapsed, deferred, err);
+                if (r != AF_OK) af_minrec_release(st->rec, raw);
+                return r;
+            } else if (lim > 0 && rs == AF_MINREC_MINE) {
+                v.claimed = true;
+                af_store_min m;
+                bool counted;
+                v.mx = af_store_runner(st, x, true, err);
+                af_status r = v.mx ? af_store_minimize(st, v.mx, s, f->check, f->kind, f->tensor, &v.start, lim,
+                                                       bounded, true, &m, err)
+                                   : err ? err->code : AF_ERR_NOMEM;
+                if (r == AF_OK) r = af_store_after_min(st, s, f, &m, &v, &counted, event, err);
+                else af_minrec_release(st->rec, raw);
+                if (r != AF_OK || counted) return r;
+            } else {
+                v.queue = true; /* no budget left, or another process is minimizing it */
+            }
+        }
+    }
+    return af_store_sign(st, x, s, f, &v, 1, s->execs, elapsed, event, err);
 }
 
 af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, double elapsed, af_store_event *ev,
@@ -751,14 +1141,20 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
     if (n_ev) *n_ev = 0;
     if (st->nq) AF_TRY(af_store_refresh(st, s, err));
     size_t nf = af_exec_finding_count(x);
-    if (nf == 0) return AF_OK;
-    /* the findings and case of this execution: minimizing re-runs the executor */
-    af_finding found[AF_EXEC_MAX_CHECKS];
-    for (size_t i = 0; i < nf; i++) found[i] = *af_exec_finding(x, i);
-    af_case ran = *af_exec_case(x);
-    size_t holds = AF_HOLDS_ALL;
     af_status st_ = AF_OK;
     size_t nev = 0;
+    uint64_t signed_as[AF_STORE_EVENTS];
+    af_store_event own[AF_STORE_EVENTS];
+    if (!ev) ev = own;
+    /* the minimizer beside holding its most: its next one waited for, signed (events
+     * first, room left for this execution's) */
+    while (st_ == AF_OK && st->njobs >= AF_STORE_JOBS && nev + nf < AF_STORE_EVENTS)
+        st_ = af_store_poll(st, x, s, elapsed, true, ev, AF_STORE_EVENTS - nf, &nev, err);
+    for (size_t i = 0; i < nev; i++) signed_as[i] = ev[i].known >= 0 ? 0 : s->sigs[ev[i].entry].signature;
+    /* the findings of this execution: x holds its record throughout (minimizing runs on
+     * an executor of its own, af_store_runner) */
+    af_finding found[AF_EXEC_MAX_CHECKS];
+    for (size_t i = 0; i < nf; i++) found[i] = *af_exec_finding(x, i);
     /* known bugs (store_known.h): matched while x holds the execution that found them */
     long known_bug[AF_EXEC_MAX_CHECKS];
     af_store_known_match(st->known, x, found, nf, known_bug);
@@ -767,29 +1163,27 @@ af_status af_store_findings(af_store *st, af_exec *x, af_campaign_stats *s, doub
         af_kind kd;
         if (known_bug[i] < 0 && af_alias_get(&st->known_raw, found[i].signature, &kb, &kd)) known_bug[i] = (long)kb;
     }
-    uint64_t signed_as[AF_EXEC_MAX_CHECKS];
     for (size_t i = 0; i < nf && st_ == AF_OK; i++) {
         const af_finding *f = &found[i];
         af_store_event event = {.known = -1};
         if (known_bug[i] >= 0) { /* counted against its entry, one exemplar, never minimized */
-            bool all = holds == AF_HOLDS_ALL;
-            st_ = af_store_known_hit(st->known, x, s, f, known_bug[i], &ran, &all, st->o.crashes_dir, &event, err);
-            if (all) holds = AF_HOLDS_ALL; /* it ran the case as found again for the exemplar */
-            if (st_ != AF_OK) break;
-            signed_as[nev] = 0;
-            if (ev) ev[nev] = event;
-            nev++;
-            continue;
+            st_ = af_store_known_hit(st->known, x, s, f, known_bug[i], st->o.crashes_dir, &event, err);
+        } else {
+            bool deferred;
+            st_ = af_store_one(st, x, s, f, elapsed, &event, &deferred, err);
+            if (deferred) continue;
         }
-        st_ = af_store_one(st, x, s, f, &ran, &holds, elapsed, &event, err);
         if (st_ != AF_OK) break;
         signed_as[nev] = event.known >= 0 ? 0 : s->sigs[event.entry].signature;
-        if (ev) ev[nev] = event;
-        nev++;
+        ev[nev++] = event;
     }
+    /* the minimizer's work (opts.beside): a job finished signed, the next one started */
+    size_t before = nev;
+    if (st_ == AF_OK && st->o.beside) st_ = af_store_poll(st, x, s, elapsed, false, ev, AF_STORE_EVENTS, &nev, err);
+    for (size_t i = before; i < nev; i++) signed_as[i] = ev[i].known >= 0 ? 0 : s->sigs[ev[i].entry].signature;
     /* a later finding may have merged entries (a queued one minimized at last): each
      * event's entry is found again by its signature, or the one that signature became */
-    for (size_t i = 0; ev && i < nev; i++) {
+    for (size_t i = 0; i < nev; i++) {
         if (ev[i].known >= 0) continue; /* entry indexes stats->known */
         af_signature_entry *e = af_stats_find(s, signed_as[i]);
         uint64_t sig;
@@ -812,7 +1206,7 @@ af_status af_store_finish(af_store *st, af_exec *x, af_campaign_stats *s, double
             bool bounded;
             double lim = af_store_limit(st, 0, false, deadline, &bounded);
             af_store_outcome out;
-            r = af_store_attempt(st, x, s, i, lim, bounded, false, &out, NULL, err);
+            r = af_store_attempt(st, x, false, s, i, lim, bounded, false, &out, NULL, err);
             busy |= out == AF_STORE_BUSY;
             more |= out == AF_STORE_RESOLVED || out == AF_STORE_DROPPED;
             if (out == AF_STORE_BUSY || out == AF_STORE_LATER) i++; /* else item i is gone */

@@ -48,22 +48,16 @@ uint64_t af_store_known_count(const af_store_known *sk, size_t entry, size_t bac
     return sk->hits[entry * AF_EXEC_MAX_BACKENDS + backend];
 }
 
-/* Writes the exemplar of entry for f, x holding the execution of `ran` (re-run if not). */
+/* Writes the exemplar of entry for f from x's record of the execution f is of. */
 static af_status af_store_known_exemplar(af_store_known *sk, af_exec *x, const af_finding *f, long entry,
-                                         const af_case *ran, bool *x_holds_ran, const char *dir, af_known_stat *ks,
-                                         af_store_event *ev, af_error *err) {
+                                         const char *dir, af_known_stat *ks, af_store_event *ev, af_error *err) {
     af_known_info info;
     af_known_info_of(sk->k, (size_t)entry, &info);
     sk->tried[entry] = 1;
-    if (!*x_holds_ran) {
-        af_case again = *ran;
-        AF_TRY(af_exec_run_case(x, &again, err));
-        *x_holds_ran = true;
-    }
     size_t fi = SIZE_MAX;
     for (size_t k = 0; k < af_exec_finding_count(x) && fi == SIZE_MAX; k++)
         if (af_exec_finding(x, k)->check == f->check) fi = k;
-    if (fi == SIZE_MAX) return AF_OK; /* did not fail again (a flaky target): only counted */
+    if (fi == SIZE_MAX) return AF_OK; /* not a finding of x's execution: only counted */
     char name[AF_KNOWN_ID_MAX + 8];
     snprintf(name, sizeof name, "known-%s", info.id);
     /* case.json says which entry this is ("extra") */
@@ -90,8 +84,7 @@ static af_status af_store_known_exemplar(af_store_known *sk, af_exec *x, const a
 }
 
 af_status af_store_known_hit(af_store_known *sk, af_exec *x, af_campaign_stats *s, const af_finding *f, long entry,
-                             const af_case *ran, bool *x_holds_ran, const char *dir, af_store_event *ev,
-                             af_error *err) {
+                             const char *dir, af_store_event *ev, af_error *err) {
     af_known_info info;
     af_known_info_of(sk->k, (size_t)entry, &info);
     af_known_stat *ks = af_stats_known(s, info.id);
@@ -106,5 +99,5 @@ af_status af_store_known_hit(af_store_known *sk, af_exec *x, af_campaign_stats *
     for (size_t k = 0; k < AF_EXEC_MAX_BACKENDS; k++)
         if (be >> k & 1u) sk->hits[(size_t)entry * AF_EXEC_MAX_BACKENDS + k]++;
     if (sk->tried[entry] || ks->bundle[0]) return AF_OK;
-    return af_store_known_exemplar(sk, x, f, entry, ran, x_holds_ran, dir, ks, ev, err);
+    return af_store_known_exemplar(sk, x, f, entry, dir, ks, ev, err);
 }

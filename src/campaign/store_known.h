@@ -24,14 +24,13 @@ void af_store_known_destroy(af_store_known *sk); /* NULL does nothing */
  * none. x must hold that execution (the stderr tails are its backends'). */
 void af_store_known_match(const af_store_known *sk, const af_exec *x, const af_finding *found, size_t nf, long *entry);
 
-/* Counts f (of the execution of `ran`) as known bug `entry` in stats and in the learning
- * table; the first one of an entry is written as its exemplar bundle <dir>/known-<id>
- * (x re-runs `ran` first when it holds another execution: *x_holds_ran). *ev is filled.
- * Errors: an execution error of that re-run, AF_ERR_NOMEM. A bundle that cannot be
+/* Counts f, a finding of the execution x holds (the one found, or a minimized case's), as
+ * known bug `entry` in stats and in the learning table; the first one of an entry is
+ * written as its exemplar bundle <dir>/known-<id> from x's record of that execution
+ * (nothing runs again). *ev is filled. Errors: AF_ERR_NOMEM. A bundle that cannot be
  * written is no error (a message on stderr, the hit still counted). */
 af_status af_store_known_hit(af_store_known *sk, af_exec *x, af_campaign_stats *s, const af_finding *f, long entry,
-                             const af_case *ran, bool *x_holds_ran, const char *dir, af_store_event *ev,
-                             af_error *err);
+                             const char *dir, af_store_event *ev, af_error *err);
 
 uint64_t af_store_known_count(const af_store_known *sk, size_t entry, size_t backend);
 
