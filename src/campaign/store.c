@@ -4,9 +4,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
-#include <sched.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -16,6 +13,7 @@
 #include "attnfuzz/minimize.h"
 #include "attnfuzz/stop.h"
 #include "clock.h"
+#include "beside.h"
 #include "store_known.h"
 #include "minrec.h"
 
@@ -179,16 +177,12 @@ struct af_store {
      * created at the first minimization (with opts.beside, with backends of its own) */
     af_exec *mx;
     af_exec *mx_of;
-    /* the minimizer beside (opts.beside): its thread, the job it runs (todo; finished: it
-     * is done with it) and the jobs waiting, first come first; the lock guards todo,
-     * finished and quit */
+    /* the minimizer beside (opts.beside): its thread (beside.h), the job handed to it
+     * (todo, until taken back) and the jobs waiting, first come first */
+    af_beside *mt;
+    af_store_job *todo;
     af_store_job **jobs;
     size_t njobs, capjobs;
-    af_store_job *todo;
-    bool finished, quit, thread_up;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
     af_store_item *queue;
     size_t nq, capq;
     double spent;     /* seconds minimizing in af_store_findings: what the budget counts */
@@ -884,44 +878,18 @@ static af_store_job *af_store_job_of(const af_store *st, uint64_t raw) {
     return NULL;
 }
 
-/* The minimizer's thread: runs the job handed to it (st->todo) on st->mx, then says so. It
- * may run on any CPU (the kernel keeps it within the process's cpuset): a campaign binds
- * its loop to one CPU (campaign/cpu_bind.h), which the thread would otherwise inherit and
- * share with the exploration it is meant to run beside; the workers its executor starts
- * inherit that too. */
-static void *af_store_thread(void *arg) {
-    af_store *st = arg;
-    cpu_set_t any;
-    CPU_ZERO(&any);
-    long ncpu = sysconf(_SC_NPROCESSORS_CONF);
-    for (size_t c = 0; c < (size_t)(ncpu > 0 ? ncpu : 1) && c < CPU_SETSIZE; c++) CPU_SET(c, &any);
-    (void)pthread_setaffinity_np(pthread_self(), sizeof any, &any); /* failing: it shares the loop's CPU */
-    pthread_mutex_lock(&st->mu);
-    for (;;) {
-        while (!st->quit && (!st->todo || st->finished)) pthread_cond_wait(&st->cv, &st->mu);
-        if (st->quit) break;
-        af_store_job *j = st->todo;
-        pthread_mutex_unlock(&st->mu);
-        af_store_mjob_run(&j->mj, st->mx);
-        pthread_mutex_lock(&st->mu);
-        st->finished = true;
-        pthread_cond_broadcast(&st->cv);
-    }
-    pthread_mutex_unlock(&st->mu);
-    return NULL;
+/* The minimizer's work on its thread: job's minimization on st->mx. */
+static void af_store_run_job(void *job, void *ctx) {
+    af_store *st = ctx;
+    af_store_mjob_run(&((af_store_job *)job)->mj, st->mx);
 }
 
 /* The minimizer's thread stopped, the jobs an error or a stop left unsigned released
  * (destroying the store). */
 static void af_store_stop(af_store *st) {
-    if (!st->thread_up) return;
-    pthread_mutex_lock(&st->mu);
-    st->quit = true;
-    pthread_cond_broadcast(&st->cv);
-    pthread_mutex_unlock(&st->mu);
-    pthread_join(st->thread, NULL);
-    pthread_cond_destroy(&st->cv);
-    pthread_mutex_destroy(&st->mu);
+    if (!st->mt) return;
+    af_beside_stop(st->mt);
+    st->mt = NULL;
     for (size_t i = 0; i <= st->njobs; i++) {
         af_store_job *j = i < st->njobs ? st->jobs[i] : st->todo;
         if (!j) continue;
@@ -930,7 +898,6 @@ static void af_store_stop(af_store *st) {
         af_free(j);
     }
     af_free(st->jobs);
-    st->thread_up = false;
 }
 
 /* Hands f (of x's selected execution, found at s->execs, elapsed) to the minimizer, its
@@ -947,16 +914,10 @@ static af_status af_store_hand(af_store *st, af_exec *x, af_campaign_stats *s, c
         st->jobs = jobs;
         st->capjobs = cap;
     }
-    if (!st->thread_up) {
+    if (!st->mt) {
         if (!af_store_runner(st, x, true, err)) return err ? err->code : AF_ERR_NOMEM;
-        if (pthread_mutex_init(&st->mu, NULL) || pthread_cond_init(&st->cv, NULL))
-            return af_error_set(err, AF_ERR_NOMEM, "the minimizer's lock");
-        if (pthread_create(&st->thread, NULL, af_store_thread, st)) {
-            pthread_cond_destroy(&st->cv);
-            pthread_mutex_destroy(&st->mu);
-            return af_error_set(err, AF_ERR_NOMEM, "the minimizer's thread");
-        }
-        st->thread_up = true;
+        st->mt = af_beside_start(af_store_run_job, st, err);
+        if (!st->mt) return err ? err->code : AF_ERR_NOMEM;
     }
     af_store_job *j = af_calloc(1, sizeof *j);
     AF_RETURN_ERROR_IF(!j, err, AF_ERR_NOMEM, "out of memory");
@@ -1014,18 +975,12 @@ static af_status af_store_job_sign(af_store *st, af_exec *x, af_campaign_stats *
  * cap events go to ev (*nev). x's selected execution is left selected. */
 static af_status af_store_poll(af_store *st, af_exec *x, af_campaign_stats *s, double elapsed, bool wait,
                                af_store_event *ev, size_t cap, size_t *nev, af_error *err) {
-    if (!st->thread_up) return AF_OK;
+    if (!st->mt) return AF_OK;
     af_exec_record *sel = af_exec_selected(x);
     af_status r = AF_OK;
-    pthread_mutex_lock(&st->mu);
-    while (wait && st->todo && !st->finished) pthread_cond_wait(&st->cv, &st->mu);
-    af_store_job *done = st->todo && st->finished ? st->todo : NULL;
-    pthread_mutex_unlock(&st->mu);
-    if (done && *nev < cap) {
-        pthread_mutex_lock(&st->mu);
+    af_store_job *done = *nev < cap ? af_beside_take(st->mt, wait) : NULL;
+    if (done) {
         st->todo = NULL;
-        st->finished = false;
-        pthread_mutex_unlock(&st->mu);
         af_store_event *e = &ev[(*nev)++];
         *e = (af_store_event){.known = -1};
         r = af_store_mjob_apply(st, s, &done->mj, err);
@@ -1052,11 +1007,8 @@ static af_status af_store_poll(af_store *st, af_exec *x, af_campaign_stats *s, d
         }
         r = af_store_mjob_prepare(st, s, &j->mj, j->f.check, j->f.kind, j->f.tensor, &c, lim, bounded, true, err);
         if (r != AF_OK) break;
-        pthread_mutex_lock(&st->mu);
         st->todo = j;
-        st->finished = false;
-        pthread_cond_broadcast(&st->cv);
-        pthread_mutex_unlock(&st->mu);
+        af_beside_hand(st->mt, j);
     }
     af_exec_select_record(x, sel);
     return r;
