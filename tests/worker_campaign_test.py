@@ -534,7 +534,7 @@ def known_crash(attnfuzz, c_worker, tmp):
     """A worker that crashes on the cases where (q_len + kv_len + head_dim) % 7 == 0, with and
     without a known entry for that crash: with it, one trigger case per --known-fault-gap (2 s
     here) reaches the worker (a restart costs a process, on a GPU a CUDA context), so it
-    restarts a handful of times, not at every seventh case, and runs more cases."""
+    restarts a handful of times, not at every seventh case, and spends less time restarting."""
     known = os.path.join(tmp, "known.json")
     with open(known, "w") as f:
         json.dump({"format": "attnfuzz-known", "version": 1, "entries": [
@@ -559,7 +559,12 @@ def known_crash(attnfuzz, c_worker, tmp):
     check(1 <= k["worker_restarts"] <= 4, f"known_crash: {k['worker_restarts']} restarts with the entry (want 1..4)")
     check(k["worker_restarts"] * 5 <= n["worker_restarts"],
           f"known_crash: {k['worker_restarts']} restarts with the entry, {n['worker_restarts']} without")
-    check(k["execs"] > n["execs"], f"known_crash: {k['execs']} executions with the entry, {n['execs']} without")
+    # what the gap saves is restart time (a process each, on a GPU a CUDA context); more
+    # executions follow from it, but by about a tenth here, within what a loaded machine
+    # moves an 8 s campaign's count: the restart seconds are compared, not the executions
+    check(k["seconds"]["restarts"] < n["seconds"]["restarts"],
+          f"known_crash: {k['seconds']['restarts']:.2f} s restarting with the entry, "
+          f"{n['seconds']['restarts']:.2f} s without")
 
 
 def top_bundles(d):
