@@ -111,6 +111,18 @@ static void expect_kind(af_oracle *o, const af_case *c, const double *out, const
                  res.m.worst_ratio, res.m.max_abs);
 }
 
+/* The reference off by mult times e's bound at each element, the sign alternating, judged
+ * under conv: want is what the oracle must say. */
+static void expect_off_bound(af_oracle *o, const af_case *c, const emu *e, double mult, const af_conventions *conv,
+                             af_kind want, const char *what) {
+    const double *ref = af_oracle_ref(o);
+    double *off = malloc(e->n * sizeof *off);
+    assert_non_null(off);
+    for (size_t k = 0; k < e->n; k++) off[k] = ref[k] + ((k & 1) ? -mult : mult) * e->bound[k];
+    expect_kind(o, c, off, conv, want, what);
+    free(off);
+}
+
 /* Both formats, P rounded, 39 cases each: declared it is no finding, undeclared a diverge where
  * the rounding shows past the plain tolerance (the seeds named); the reference plus twice the
  * bound fails under the declaration, plus 0.9 times it passes. */
@@ -149,16 +161,10 @@ static void test_fp8_probs_bound(void **state) {
                      seed);
             expect_kind(o, &c, e.out, &other, want, what);
             undeclared_found[f] += judge(o, &c, e.out, &none, &r1) != AF_KIND_OK;
-            /* the reference off by a multiple of the bound, the sign alternating */
-            const double *ref = af_oracle_ref(o);
-            double *off = malloc(e.n * sizeof *off);
-            for (size_t k = 0; k < e.n; k++) off[k] = ref[k] + ((k & 1) ? -2.0 : 2.0) * e.bound[k];
             snprintf(what, sizeof what, "%s seed %u, twice the bound, declared", af_fp8_fmt_names[fmt], seed);
-            expect_kind(o, &c, off, &decl, AF_KIND_DIVERGE, what);
-            for (size_t k = 0; k < e.n; k++) off[k] = ref[k] + ((k & 1) ? -0.9 : 0.9) * e.bound[k];
+            expect_off_bound(o, &c, &e, 2.0, &decl, AF_KIND_DIVERGE, what);
             snprintf(what, sizeof what, "%s seed %u, 0.9 times the bound, declared", af_fp8_fmt_names[fmt], seed);
-            expect_kind(o, &c, off, &decl, AF_KIND_OK, what);
-            free(off);
+            expect_off_bound(o, &c, &e, 0.9, &decl, AF_KIND_OK, what);
             emu_free(&e);
             af_oracle_destroy(o);
             af_inputs_destroy(in);
@@ -189,13 +195,8 @@ static void test_fp8_probs_subnormal(void **state) {
         expect_kind(o, &c, e.out, &decl, AF_KIND_OK, "e4m3 numerators among the subnormals, declared");
         expect_kind(o, &c, e.out, &(af_conventions){0}, AF_KIND_DIVERGE,
                     "e4m3 numerators among the subnormals, undeclared");
-        const double *ref = af_oracle_ref(o);
-        double *off = malloc(e.n * sizeof *off);
-        for (size_t k = 0; k < e.n; k++) off[k] = ref[k] + ((k & 1) ? -2.0 : 2.0) * e.bound[k];
-        expect_kind(o, &c, off, &decl, AF_KIND_DIVERGE, "twice the subnormal bound, declared");
-        for (size_t k = 0; k < e.n; k++) off[k] = ref[k] + ((k & 1) ? -0.9 : 0.9) * e.bound[k];
-        expect_kind(o, &c, off, &decl, AF_KIND_OK, "0.9 times the subnormal bound, declared");
-        free(off);
+        expect_off_bound(o, &c, &e, 2.0, &decl, AF_KIND_DIVERGE, "twice the subnormal bound, declared");
+        expect_off_bound(o, &c, &e, 0.9, &decl, AF_KIND_OK, "0.9 times the subnormal bound, declared");
         emu_free(&e);
         af_oracle_destroy(o);
         af_inputs_destroy(in);
