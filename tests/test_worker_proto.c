@@ -81,6 +81,29 @@ static void test_hello_full(void **state) {
     assert_true(hello.conv.masked_values_ieee);
     assert_int_equal(hello.dropout, AF_WP_DROPOUT_NONE);
     assert_int_equal(hello.compile_key, AF_KEY_SHAPES | AF_KEY_DTYPE);
+    assert_true(hello.compile_timeout == 0.0); /* not said */
+}
+
+/* "compile_timeout": the seconds a first build may take (a JIT compiling with nvcc), a
+ * positive number of at most a day; anything else is refused, naming the field. */
+static void test_hello_compile_timeout(void **state) {
+    (void)state;
+    af_wp_hello hello;
+    af_error err = {0};
+    size_t n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                         "\"compile_timeout\":600}",
+                         NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_true(hello.compile_timeout == 600.0);
+    static const char *const bad[] = {"0", "-5", "\"600\"", "1e9", "true"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char h[256];
+        snprintf(h, sizeof h, "{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                 "\"compile_timeout\":%s}", bad[i]);
+        n = make_body(h, NULL, 0);
+        assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_ERR_FORMAT);
+        if (!strstr(err.msg, "compile_timeout")) fail_msg("%s: \"%s\" does not name the field", bad[i], err.msg);
+    }
 }
 
 static void test_hello_defaults(void **state) {
@@ -1189,6 +1212,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hello_full),
         cmocka_unit_test(test_hello_defaults),
+        cmocka_unit_test(test_hello_compile_timeout),
         cmocka_unit_test(test_hello_libs), cmocka_unit_test(test_hello_conventions),
         cmocka_unit_test(test_hello_conventions_fp8), cmocka_unit_test(test_hello_malformed),
         cmocka_unit_test(test_result_ok_bhsd),

@@ -143,7 +143,8 @@ def check_conventions(conventions):
 
 
 def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
-                 compile_key=None, batch=None, libs=None, lse_base=None, deterministic=None, batch_invariant=None):
+                 compile_key=None, batch=None, libs=None, lse_base=None, deterministic=None, batch_invariant=None,
+                 compile_timeout=None):
     """The hello frame's header serve() writes (conventions checked: check_conventions).
     libs: {name: version} of the stack and the libraries under it, and "sm" for the GPU in
     use ({"torch": "2.11.0", "cudnn": "9.19.0", "sm": "90"}): what known entries' needs
@@ -153,7 +154,9 @@ def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=N
     bitwise-equal results in (None: both; a pass left out: true), as the stack documents
     (e.g. a backward that accumulates with atomics); batch_invariant: True when a batch row's
     result is bitwise the same alone and in any batch (the determinism check and the
-    batch_split relation, docs/worker-protocol.md)."""
+    batch_split relation, docs/worker-protocol.md). compile_timeout: seconds a first build
+    may take (a JIT compiling with nvcc for minutes): attnfuzz raises its default
+    --compile-timeout to it (an explicit --compile-timeout stays)."""
     check_conventions(conventions)
     h = {"type": "hello", "protocol": protocol.PROTOCOL, "name": str(name), "version": str(version),
          "variant": str(variant or ""), "caps": list(caps), "layouts": list(layouts)}
@@ -181,6 +184,10 @@ def hello_header(name, version, caps, layouts, variant="", dtypes=None, limits=N
         h["deterministic"] = dict(deterministic)
     if batch_invariant:
         h["batch_invariant"] = True
+    if compile_timeout is not None:
+        if not isinstance(compile_timeout, (int, float)) or not 0 < compile_timeout <= 86400:
+            raise ValueError("compile_timeout must be seconds in (0, 86400], not %r" % (compile_timeout,))
+        h["compile_timeout"] = float(compile_timeout)
     return h
 
 
@@ -421,7 +428,7 @@ def _frame_streams():
 
 def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=None, conventions=None,
           compile_key=None, stdin=None, stdout=None, batch=None, run_batch=None, libs=None, lse_base=None,
-          deterministic=None, batch_invariant=None):
+          deterministic=None, batch_invariant=None, compile_timeout=None):
     """Writes hello, then answers run frames with result frames until bye or end of input.
 
     run(req), or the old form run(case, q, k, v, mask=None, bool_mask=None): see the
@@ -434,13 +441,14 @@ def serve(run, name, version, caps, layouts, variant="", dtypes=None, limits=Non
     its list with a Fault: the rest is answered not_run and the process exits FAULT_EXIT.
     stdin/stdout (binary streams) default to the process's, with fd 1 moved so that nothing
     but frames reaches the real stdout. libs: the versions under it, lse_base: 2 for base-2
-    statistics, deterministic and batch_invariant: what two runs may differ in (hello_header). Returns 0 (a process exit status)."""
+    statistics, deterministic and batch_invariant: what two runs may differ in, compile_timeout:
+    how long a first build may take (hello_header). Returns 0 (a process exit status)."""
     if stdin is None or stdout is None:
         fin, fout = _frame_streams()
         stdin = stdin or fin
         stdout = stdout or fout
     hello = hello_header(name, version, caps, layouts, variant, dtypes, limits, conventions, compile_key, batch,
-                         libs, lse_base, deterministic, batch_invariant)
+                         libs, lse_base, deterministic, batch_invariant, compile_timeout)
     try:
         if run_batch is not None and not takes_request(run):
             old_batch = run_batch

@@ -59,6 +59,7 @@ typedef struct af_worker {
     char **argv;
     char *pythonpath;
     af_worker_opts opts;
+    bool compile_timeout_given; /* --compile-timeout was set: a hello's compile_timeout does not raise it */
     af_wp_hello hello;
     char describe[512];
 
@@ -559,6 +560,9 @@ static af_status af_worker_hello(af_worker *w, af_error *err) {
         st = af_wp_parse_hello(w->rbuf + 4, w->rlen, &h, &xerr);
         if (st == AF_OK) {
             w->hello = h;
+            /* a target whose first build takes minutes says so: the default gives way */
+            if (!w->compile_timeout_given && h.compile_timeout > w->opts.compile_timeout)
+                w->opts.compile_timeout = h.compile_timeout;
             return AF_OK;
         }
         af_worker_kill(&w->p);
@@ -1122,6 +1126,7 @@ af_status af_worker_open(const char *spec, const af_worker_opts *opts, af_backen
     af_worker_opts_default(&w->opts);
     if (opts && opts->timeout > 0) w->opts.timeout = opts->timeout;
     if (opts && opts->compile_timeout > 0) w->opts.compile_timeout = opts->compile_timeout;
+    w->compile_timeout_given = opts && opts->compile_timeout > 0;
     if (opts && opts->unsupported_learn != 0) w->opts.unsupported_learn = opts->unsupported_learn;
     if (opts) w->opts.no_spare = opts->no_spare;
     af_status st = af_worker_argv(spec, &w->argv, &w->pythonpath, err);

@@ -487,6 +487,11 @@ af_status af_wp_parse_hello(const uint8_t *body, size_t n, af_wp_hello *hl, af_e
     if (!af_wp_none(h, lb) && (!af_js_number(h->text, h->tok, lb, &base) || base != 2.0))
         AF_WP_FAIL("hello: lse_base must be 2 (statistics in base 2) or absent (natural log)");
     hl->lse_base2 = base == 2.0;
+    long ct = af_wp_get(h, 0, "compile_timeout");
+    double cts = 0.0;
+    if (!af_wp_none(h, ct) && (!af_js_number(h->text, h->tok, ct, &cts) || !(cts > 0.0 && cts <= 86400.0)))
+        AF_WP_FAIL("hello: compile_timeout must be seconds in (0, 86400]");
+    hl->compile_timeout = cts;
     long ck = af_wp_get(h, 0, "compile_key");
     hl->compile_key = AF_KEY_ALL;
     if (!af_wp_none(h, ck))

@@ -50,6 +50,7 @@ typedef struct af_wp_hello {
     af_host_libs libs;     /* "libs": the stack's and its libraries' versions, "sm" (n 0: none) */
     uint32_t traits;       /* AF_TRAIT_* from "deterministic" and "batch_invariant" (backend.h) */
     bool lse_base2;        /* "lse_base": 2: its statistics are log2 sum exp (cap lse) */
+    double compile_timeout; /* "compile_timeout": seconds a first build may take (0: not said) */
 } af_wp_hello;
 
 /* CRASH and NOT_RUN only in a batch answer: the item the worker faulted on (it exits after

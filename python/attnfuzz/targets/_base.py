@@ -342,7 +342,9 @@ class Target:
         statistics of cap "lse" are base 2, as the stack's API documents),
         "deterministic" ({"forward": bool, "backward": bool}: a pass the stack documents
         as nondeterministic, e.g. a backward accumulating with atomics, false; default
-        both true) and "batch_invariant" (True where the stack promises it)."""
+        both true), "batch_invariant" (True where the stack promises it) and
+        "compile_timeout" (seconds a first build may take where it is minutes: a JIT
+        compiling with nvcc; attnfuzz's default --compile-timeout is raised to it)."""
         raise NotImplementedError
 
     def hello(self):
@@ -366,6 +368,7 @@ class Target:
                 "lse_base": d.get("lse_base") if "lse" in caps else None,
                 "deterministic": d.get("deterministic"),
                 "batch_invariant": bool(d.get("batch_invariant")),
+                "compile_timeout": d.get("compile_timeout"),
             }
         return self._hello
 
@@ -544,7 +547,7 @@ def main(stack, target_cls=None, argv=None):
                      conventions=h["conventions"], compile_key=h["compile_key"],
                      batch=target.BATCH, run_batch=target.run_batch if target.BATCH > 1 else None,
                      libs=target.libs(), lse_base=h["lse_base"], deterministic=h["deterministic"],
-                     batch_invariant=h["batch_invariant"])
+                     batch_invariant=h["batch_invariant"], compile_timeout=h["compile_timeout"])
 
     return _profiled(go, "%s-%s" % (stack.name, variant))
 
