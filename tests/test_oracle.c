@@ -1119,6 +1119,41 @@ static void test_grad_pairs(void **state) {
     gbench_close(&gb);
 }
 
+/* An error signs by its message's class: numbers, hex literals and addresses aside, white
+ * space collapsed, a leading "who:" dropped; the case's features do not count; another
+ * message, who or tensor is another finding; an error without a message, and any other
+ * kind, sign by the case as before. */
+static void test_error_signature(void **state) {
+    (void)state;
+    const char *w = "target:iree/cuda";
+    uint64_t a = af_error_class(w, "CompilerToolError: failed to distribute tensor<1x1x129x4xf32> at 0x7ffe12ab");
+    assert_true(a != 0);
+    assert_true(a == af_error_class(w, "CompilerToolError: failed to distribute tensor<2x8x3x64xf32> at 0x55aa0"));
+    assert_true(a == af_error_class(w, "target:iree/cuda: CompilerToolError:  failed to distribute\n"
+                                       "tensor<7x7x7x7xf32> at 0x1"));
+    assert_true(a != af_error_class(w, "CompilerToolError: Error code: -11 Stack dump: 0x7ffe"));
+    assert_true(a != af_error_class(w, "CompilerToolError: failed to distribute tensor<1x1x129x4xf16> at 0x7ffe12ab"));
+    assert_int_equal(af_error_class(w, NULL), 0);
+    assert_int_equal(af_error_class(w, " \t\n"), 0);
+    assert_int_equal(af_error_class(w, "target:iree/cuda:"), 0);
+
+    af_case c, d;
+    af_case_default(&c);
+    c.q_len = c.kv_len = 8, c.head_dim = c.v_head_dim = 16;
+    d = c, d.dtype = AF_BF16, d.causal = true, d.q_len = 3; /* other features */
+    const char *m1 = "ValueError: shape (1, 8, 16) unsupported", *m2 = "ValueError: shape (1, 3, 16) unsupported";
+    uint64_t e = af_signature_finding(AF_KIND_ERROR, w, "out", m1, &c);
+    assert_true(e == af_signature_finding(AF_KIND_ERROR, w, "out", m2, &d));
+    assert_true(e == af_signature_finding(AF_KIND_ERROR, w, NULL, m1, &c));
+    assert_true(e != af_signature_finding(AF_KIND_ERROR, "target:iree/llvm_cpu", "out", m1, &c));
+    assert_true(e != af_signature_finding(AF_KIND_ERROR, w, "dq", m1, &c));
+    assert_true(e != af_signature_finding(AF_KIND_ERROR, w, "out", "ValueError: dtype unsupported", &c));
+    assert_true(e != af_signature_tensor(AF_KIND_ERROR, w, "out", &c));
+    assert_true(af_signature_finding(AF_KIND_ERROR, w, "out", "", &c) == af_signature_tensor(AF_KIND_ERROR, w, "out", &c));
+    assert_true(af_signature_finding(AF_KIND_DIVERGE, w, "dq", m1, &c) == af_signature_tensor(AF_KIND_DIVERGE, w, "dq", &c));
+    assert_true(af_signature_finding(AF_KIND_CRASH, w, "out", m1, &d) == af_signature_tensor(AF_KIND_CRASH, w, "out", &d));
+}
+
 /* The tensor is part of a finding's signature; "out" (or NULL) signs as af_signature. */
 static void test_grad_signature(void **state) {
     (void)state;
@@ -1680,7 +1715,7 @@ static void test_conv_tf32_always(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_signature),        cmocka_unit_test(test_features),
+        cmocka_unit_test(test_signature),        cmocka_unit_test(test_error_signature),        cmocka_unit_test(test_features),
         cmocka_unit_test(test_tolerance_f32),    cmocka_unit_test(test_tolerance_low_precision),
         cmocka_unit_test(test_classes_nan), cmocka_unit_test(test_classes_inf),          cmocka_unit_test(test_nan_column_keeps_tolerance), cmocka_unit_test(test_pairs), cmocka_unit_test(test_prepare_expected),
         cmocka_unit_test(test_zero_weight_keys), cmocka_unit_test(test_masked_row_ieee_leak), cmocka_unit_test(test_pair_leak), cmocka_unit_test(test_poisoned_masked_value),

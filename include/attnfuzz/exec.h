@@ -79,7 +79,7 @@ void af_exec_config_default(af_exec_config *cfg);
 
 typedef struct af_finding {
     af_kind kind;
-    uint64_t signature; /* af_signature_tensor of kind, who, tensor and the case */
+    uint64_t signature; /* af_signature_finding of kind, who, tensor, message and the case */
     char who[160];
     char tensor[8];    /* what it is on: "out", or a gradient of a backward case ("dq", "dk", "dv", "dmask") */
     size_t check;      /* index of the check that produced it */

@@ -40,6 +40,9 @@ typedef struct af_minimize_opts {
      * smaller case counts only when its finding is on the same one (a bug in dK is not
      * minimized into one in the output). NULL: any. */
     const char *tensor;
+    /* Optional: for an error, its message's class (af_error_class); a smaller case counts
+     * only when it fails with the same one (an error is not minimized into another). 0: any. */
+    uint64_t error_class;
 } af_minimize_opts;
 
 typedef struct af_minimize_result {

@@ -252,6 +252,18 @@ uint64_t af_signature(af_kind kind, const char *who, const af_case *c);
  * gradient's name ("dq", ...) is part of the hash: a bug in dQ and one in the output are
  * two findings. */
 uint64_t af_signature_tensor(af_kind kind, const char *who, const char *tensor, const af_case *c);
+/* The class of a backend's error message: the text (after a leading "who:") with every
+ * number, hex literal or address as '#' (a name's digits kept: f16, sm_90, 4x8xf16's
+ * f16) and white space collapsed, its first
+ * AF_ERROR_CLASS_CHARS characters hashed; 0 for none (NULL or blank). One error raised on
+ * ten thousand cases, its shapes in the text, is one class. */
+#define AF_ERROR_CLASS_CHARS 300
+uint64_t af_error_class(const char *who, const char *message);
+/* A finding's signature: an error with a message signs by kind, who, tensor and the
+ * message's class, not the case's features (one error on many cases is one finding, as
+ * a fuzzer dedups a crash by its stack); any other finding as af_signature_tensor. */
+uint64_t af_signature_finding(af_kind kind, const char *who, const char *tensor, const char *message,
+                              const af_case *c);
 /* The features as a bit set (dtype, tf32, layout classes, masks, alignment, GQA, Sq != Sk,
  * D != Dv, dropout, softcap, placement, strides, specials) and as readable text. */
 uint64_t af_case_features(const af_case *c);

@@ -955,7 +955,7 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             snprintf(f->tensor, sizeof f->tensor, "%s", af_exec_tensor_name(*tensor));
             snprintf(f->message, sizeof f->message, "%s", message);
             if (guard) f->guard = *guard;
-            f->signature = af_signature_tensor(f->kind, f->who, f->tensor, c);
+            f->signature = af_signature_finding(f->kind, f->who, f->tensor, f->message, c);
         }
     }
     return AF_OK;

@@ -143,13 +143,27 @@ static af_status af_store_finite_twin(af_exec *x, size_t check, af_kind kind, af
 
 /* --- the store -------------------------------------------------------------------------- */
 
+/* What a smaller case must keep to be the same finding: the tensor it is on ("out", "dq",
+ * ...) and, for an error, its message's class (af_error_class). "" and 0: anything (a
+ * bundle adopted). */
+typedef struct af_store_same {
+    char tensor[8];
+    uint64_t error_class;
+} af_store_same;
+
+static af_store_same af_store_same_of(const af_finding *f) {
+    af_store_same w = {.error_class = f->kind == AF_KIND_ERROR ? af_error_class(f->who, f->message) : 0};
+    snprintf(w.tensor, sizeof w.tensor, "%s", f->tensor);
+    return w;
+}
+
 /* A finding stored as found, to be minimized later (store.h). Counted in stats under its
  * raw signature until then. */
 typedef struct af_store_item {
     uint64_t raw;  /* its raw signature */
     af_kind kind;  /* its kind as found */
     size_t check;  /* its check (an index into the executor's checks) */
-    char tensor[8]; /* the tensor it is on ("out", "dq", ...; "": any, a bundle adopted) */
+    af_store_same same; /* what minimizing it must keep */
     af_case c;     /* where minimizing (re)starts: the case as found, or as far as a
                       minimization that the budget cut short got */
     double looked; /* af_now() of the last look at the shared record for it */
@@ -248,7 +262,7 @@ static size_t af_store_item_of(const af_store *st, uint64_t raw) {
     return SIZE_MAX;
 }
 
-static af_status af_store_enqueue(af_store *st, uint64_t raw, af_kind kind, size_t check, const char *tensor,
+static af_status af_store_enqueue(af_store *st, uint64_t raw, af_kind kind, size_t check, const af_store_same *same,
                                   const af_case *c, af_error *err) {
     if (af_store_item_of(st, raw) != SIZE_MAX) return AF_OK;
     if (st->nq == st->capq) {
@@ -265,7 +279,7 @@ static af_status af_store_enqueue(af_store *st, uint64_t raw, af_kind kind, size
     it->raw = raw;
     it->kind = kind;
     it->check = check;
-    snprintf(it->tensor, sizeof it->tensor, "%s", tensor ? tensor : "");
+    if (same) it->same = *same;
     it->c = *c;
     it->looked = af_now();
     return AF_OK;
@@ -346,7 +360,7 @@ typedef struct af_store_mjob {
     const af_store *st;
     size_t check;
     af_kind kind;
-    char tensor[8];
+    af_store_same same;
     af_case c; /* in: where it starts; out: how far it got */
     double limit;
     bool bounded, in_budget;
@@ -412,13 +426,13 @@ static bool af_store_mjob_known(void *ctx, uint64_t sig) {
 
 /* Prepares j: minimizing c (check fails with kind) within limit seconds. */
 static af_status af_store_mjob_prepare(const af_store *st, const af_campaign_stats *s, af_store_mjob *j, size_t check,
-                                       af_kind kind, const char *tensor, const af_case *c, double limit, bool bounded,
+                                       af_kind kind, const af_store_same *same, const af_case *c, double limit, bool bounded,
                                        bool in_budget, af_error *err) {
     memset(j, 0, sizeof *j);
     j->st = st;
     j->check = check;
     j->kind = kind;
-    snprintf(j->tensor, sizeof j->tensor, "%s", tensor ? tensor : "");
+    if (same) j->same = *same;
     j->c = *c;
     j->limit = limit;
     j->bounded = bounded;
@@ -443,7 +457,8 @@ static af_status af_store_mjob_prepare(const af_store *st, const af_campaign_sta
 static void af_store_mjob_run(af_store_mjob *j, af_exec *x) {
     double t0 = af_now();
     af_minimize_opts mo = {.max_execs = j->st->o.minimize_execs, .max_seconds = isinf(j->limit) ? 0 : j->limit,
-                           .known = af_store_mjob_known, .ctx = j, .tensor = j->tensor[0] ? j->tensor : NULL,
+                           .known = af_store_mjob_known, .ctx = j, .tensor = j->same.tensor[0] ? j->same.tensor : NULL,
+                           .error_class = j->same.error_class,
                            .hints = j->hints, .n_hints = j->n_hints};
     af_minimize_result mr, tr;
     memset(&tr, 0, sizeof tr);
@@ -500,11 +515,11 @@ static af_status af_store_mjob_apply(af_store *st, af_campaign_stats *s, af_stor
 /* Minimizes *c (check fails with kind) within limit seconds, on x, here and now
  * (af_store_mjob_* in a row); *c becomes how far it got. */
 static af_status af_store_minimize(af_store *st, af_exec *x, af_campaign_stats *s, size_t check, af_kind kind,
-                                   const char *tensor, af_case *c, double limit, bool bounded, bool in_budget,
+                                   const af_store_same *same, af_case *c, double limit, bool bounded, bool in_budget,
                                    af_store_min *m, af_error *err) {
     af_store_mjob *j = af_calloc(1, sizeof *j);
     AF_RETURN_ERROR_IF(!j, err, AF_ERR_NOMEM, "out of memory");
-    af_status r = af_store_mjob_prepare(st, s, j, check, kind, tensor, c, limit, bounded, in_budget, err);
+    af_status r = af_store_mjob_prepare(st, s, j, check, kind, same, c, limit, bounded, in_budget, err);
     if (r == AF_OK) {
         af_store_mjob_run(j, x);
         r = af_store_mjob_apply(st, s, j, err);
@@ -666,7 +681,7 @@ static af_status af_store_attempt(af_store *st, af_exec *x, bool beside, af_camp
     }
     af_case c = it->c;
     af_store_min m;
-    af_status r = af_store_minimize(st, x, s, it->check, it->kind, it->tensor, &c, limit, bounded, in_budget, &m, err);
+    af_status r = af_store_minimize(st, x, s, it->check, it->kind, &it->same, &c, limit, bounded, in_budget, &m, err);
     it = &st->queue[i];
     if (r != AF_OK || !m.done) {
         if (r == AF_OK) it->c = c;
@@ -821,7 +836,8 @@ static af_status af_store_sign(af_store *st, af_exec *x, af_campaign_stats *s, c
     }
     event->entry = (size_t)(e - s->sigs);
     if (v->queue) {
-        AF_TRY(af_store_enqueue(st, raw, f->kind, f->check, f->tensor, &v->start, err));
+        af_store_same same = af_store_same_of(f);
+        AF_TRY(af_store_enqueue(st, raw, f->kind, f->check, &same, &v->start, err));
         s->stored_unminimized++;
         event->unminimized = true;
     }
@@ -1005,7 +1021,8 @@ static af_status af_store_poll(af_store *st, af_exec *x, af_campaign_stats *s, d
             r = af_store_job_sign(st, x, s, j, false, &sel, e, err);
             continue;
         }
-        r = af_store_mjob_prepare(st, s, &j->mj, j->f.check, j->f.kind, j->f.tensor, &c, lim, bounded, true, err);
+        af_store_same same = af_store_same_of(&j->f);
+        r = af_store_mjob_prepare(st, s, &j->mj, j->f.check, j->f.kind, &same, &c, lim, bounded, true, err);
         if (r != AF_OK) break;
         st->todo = j;
         af_beside_hand(st->mt, j);
@@ -1073,8 +1090,9 @@ static af_status af_store_one(af_store *st, af_exec *x, af_campaign_stats *s, co
                 v.claimed = true;
                 af_store_min m;
                 bool counted;
+                af_store_same same = af_store_same_of(f);
                 v.mx = af_store_runner(st, x, true, err);
-                af_status r = v.mx ? af_store_minimize(st, v.mx, s, f->check, f->kind, f->tensor, &v.start, lim,
+                af_status r = v.mx ? af_store_minimize(st, v.mx, s, f->check, f->kind, &same, &v.start, lim,
                                                        bounded, true, &m, err)
                                    : err ? err->code : AF_ERR_NOMEM;
                 if (r == AF_OK) r = af_store_after_min(st, s, f, &m, &v, &counted, event, err);

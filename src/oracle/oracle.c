@@ -30,6 +30,7 @@
  *                            that bound reaches is unstable (af_oracle_fp8_model) */
 #include "attnfuzz/oracle.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -1128,6 +1129,50 @@ uint64_t af_signature_tensor(af_kind kind, const char *who, const char *tensor, 
     char buf[256];
     snprintf(buf, sizeof buf, "%.200s/%s", who, tensor);
     return af_signature(kind, buf, c);
+}
+
+uint64_t af_error_class(const char *who, const char *message) {
+    if (!message) return 0;
+    size_t wn = who ? strlen(who) : 0;
+    if (wn && strncmp(message, who, wn) == 0 && message[wn] == ':') message += wn + 1; /* "who: text" is text */
+    char buf[AF_ERROR_CLASS_CHARS];
+    size_t n = 0;
+    for (const char *p = message; *p && n < sizeof buf;) {
+        unsigned char ch = (unsigned char)*p;
+        if (isspace(ch)) {
+            while (isspace((unsigned char)*p)) p++;
+            if (n) buf[n++] = ' ';
+        } else if (isdigit(ch) && n && (isalpha((unsigned char)buf[n - 1]) || buf[n - 1] == '_') &&
+                   !(buf[n - 1] == 'x' && n >= 2 && buf[n - 2] == '#')) {
+            buf[n++] = (char)ch; /* a name's digits (f16, sm_90, conv2d), not a shape's (4x8xf16) */
+            p++;
+        } else if (isdigit(ch)) {
+            /* a number, a hex literal or address (0x7f3a...): one '#' */
+            if (ch == '0' && (p[1] == 'x' || p[1] == 'X') && isxdigit((unsigned char)p[2])) p += 2;
+            while (isxdigit((unsigned char)*p) || *p == '.') p++;
+            buf[n++] = '#';
+        } else {
+            buf[n++] = (char)ch;
+            p++;
+        }
+    }
+    while (n && buf[n - 1] == ' ') n--;
+    if (!n) return 0;
+    uint64_t h = XXH64(buf, n, 0x6572726f72636c73ull);
+    return h ? h : 1;
+}
+
+uint64_t af_signature_finding(af_kind kind, const char *who, const char *tensor, const char *message,
+                              const af_case *c) {
+    uint64_t cls = kind == AF_KIND_ERROR ? af_error_class(who, message) : 0;
+    if (!cls) return af_signature_tensor(kind, who, tensor, c);
+    unsigned char buf[512];
+    uint32_t k = (uint32_t)kind;
+    int wn = snprintf((char *)buf + 12, sizeof buf - 12, "%.200s/%s", who,
+                      tensor && strcmp(tensor, "out") != 0 ? tensor : "");
+    memcpy(buf, &k, 4);
+    memcpy(buf + 4, &cls, 8);
+    return XXH64(buf, 12 + (size_t)wn, 0x61747466757a7a01ull); /* another seed: never a case's signature */
 }
 
 uint64_t af_signature(af_kind kind, const char *who, const af_case *c) {

@@ -445,7 +445,11 @@ static int serve_run(long req, const uint8_t *payload) {
             return 0;
         }
         if (!strcmp(opt.fault, "error")) {
-            answer_error(id, "error", "message", "RuntimeError: failing on purpose");
+            /* the case's shape in the text, as a stack's own errors have: one message class */
+            char msg[160];
+            snprintf(msg, sizeof msg, "RuntimeError: failing on purpose (q_len %zu, kv_len %zu, head_dim %zu)", Sq, Sk,
+                     D);
+            answer_error(id, "error", "message", msg);
             return 0;
         }
     }
