@@ -25,8 +25,13 @@ mkdir -p "$CR"
 REAL=nan_mismatch-8df582dda7fa649d      # torch-sdpa-flash-cpu-causal-negative-scale (real bug)
 PREC=inf_mismatch-8246f316f4475547      # torch-sdpa-flash-cpu-backward-f16-dv-accumulation (precision)
 cp -r "$REPO/corpus/findings/torch/bundles/$REAL" "$REPO/corpus/findings/torch/bundles/$PREC" "$CR/"
-cp -r "$REPO"/corpus/findings/tinygrad/bundles/* "$CR/"
-TG=$(ls "$REPO/corpus/findings/tinygrad/bundles" | wc -l)
+# the bundles of the entry tinygrad-softmax-single-key-nonfinite, as its known.json names them
+TGB=$("$PY" -c 'import json, sys
+for e in json.load(open(sys.argv[1]))["entries"]:
+    if e["id"] == "tinygrad-softmax-single-key-nonfinite":
+        print("\n".join(e["bundle"]))' "$REPO/corpus/findings/tinygrad/known.json") || fail "tinygrad's known.json unreadable"
+for b in $TGB; do cp -r "$REPO/$b" "$CR/" || fail "no bundle $b"; done
+TG=$(printf '%s\n' $TGB | wc -l)
 [ "$TG" -ge 2 ] || fail "expected tinygrad's bundles of one entry, have $TG"
 wb=$(cd "$REPO" && "$PY" tests/make_worker_bundle.py "$CR" "worker:python3 tests/worker_wrong_numpy.py" \
      tests/worker_wrong_numpy.py) || fail "worker bundle not written"
@@ -52,7 +57,7 @@ grep -q 'href="https://github.com/pytorch/pytorch/pull/105202">pytorch PR #10520
     fail "index.html does not link pytorch PR #105202"
 # every tinygrad finding is listed in its entry's row, with its page
 row=$(printf '%s\n' "$sect" | grep '^| \*\*tinygrad-softmax-single-key-nonfinite\*\*')
-for d in "$REPO"/corpus/findings/tinygrad/bundles/*; do
+for d in $TGB; do
     b=$(basename "$d")
     printf '%s\n' "$row" | grep -q "$b (\[page\](upstream/$b.md))" || fail "$b not in its entry's row with its page"
 done
