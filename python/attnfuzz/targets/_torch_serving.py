@@ -340,7 +340,10 @@ class ServingTarget(_base.Target):
                 conv["masked_values"] = "ieee"
         elif self.kind == "jagged" and self._masked_values_leak():
             conv["masked_values"] = "ieee"
-        return {"caps": caps, "limits": limits, "conventions": conv}
+        decl = {"caps": caps, "limits": limits, "conventions": conv}
+        if self.decl.compiled:
+            decl["compile_timeout"] = _common.INDUCTOR_COMPILE_TIMEOUT
+        return decl
 
     def _warm(self):
         """One tiny call of the variant's op before the hello: its first call imports and

@@ -303,6 +303,8 @@ class Target(_base.Target):
             # get D as it is
             limits = {"max_head_dim": 256, "head_dim_multiple": 8}
         decl = {"caps": caps, "dtypes": self.dtypes, "limits": limits, "conventions": conventions}
+        if self.decl.compiled:
+            decl["compile_timeout"] = _common.INDUCTOR_COMPILE_TIMEOUT
         if self.decl.backward:
             warm_autograd(self.torch, self.device)
             # SDPA's documentation: on CUDA the fused kernels may pick nondeterministic
