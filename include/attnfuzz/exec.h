@@ -79,12 +79,13 @@ void af_exec_config_default(af_exec_config *cfg);
 
 typedef struct af_finding {
     af_kind kind;
-    uint64_t signature; /* af_signature_finding of kind, who, tensor, message and the case */
+    uint64_t signature; /* af_signature_finding of kind, who, tensor, error_class and the case */
     char who[160];
     char tensor[8];    /* what it is on: "out", or a gradient of a backward case ("dq", "dk", "dv", "dmask") */
     size_t check;      /* index of the check that produced it */
     af_result result;  /* of the failing side */
     char message[512]; /* the backend's error, for kind error */
+    uint64_t error_class; /* kind error: af_error_class of who and message (0: none) */
     af_guard_writes guard; /* kind guard_write: the bands that changed */
 } af_finding;
 

@@ -259,10 +259,11 @@ uint64_t af_signature_tensor(af_kind kind, const char *who, const char *tensor, 
  * ten thousand cases, its shapes in the text, is one class. */
 #define AF_ERROR_CLASS_CHARS 300
 uint64_t af_error_class(const char *who, const char *message);
-/* A finding's signature: an error with a message signs by kind, who, tensor and the
- * message's class, not the case's features (one error on many cases is one finding, as
- * a fuzzer dedups a crash by its stack); any other finding as af_signature_tensor. */
-uint64_t af_signature_finding(af_kind kind, const char *who, const char *tensor, const char *message,
+/* A finding's signature: an error with a message class (af_error_class, nonzero) signs by
+ * kind, who, tensor and that class, not the case's features (one error on many cases is one
+ * finding, as a fuzzer dedups a crash by its stack); any other finding as
+ * af_signature_tensor. */
+uint64_t af_signature_finding(af_kind kind, const char *who, const char *tensor, uint64_t error_class,
                               const af_case *c);
 /* The features as a bit set (dtype, tf32, layout classes, masks, alignment, GQA, Sq != Sk,
  * D != Dv, dropout, softcap, placement, strides, specials) and as readable text. */

@@ -955,7 +955,8 @@ static af_status af_exec_checks_slot(af_exec *x, af_exec_slot *sl, size_t only, 
             snprintf(f->tensor, sizeof f->tensor, "%s", af_exec_tensor_name(*tensor));
             snprintf(f->message, sizeof f->message, "%s", message);
             if (guard) f->guard = *guard;
-            f->signature = af_signature_finding(f->kind, f->who, f->tensor, f->message, c);
+            f->error_class = f->kind == AF_KIND_ERROR ? af_error_class(f->who, f->message) : 0;
+            f->signature = af_signature_finding(f->kind, f->who, f->tensor, f->error_class, c);
         }
     }
     return AF_OK;

@@ -135,7 +135,7 @@ static af_case af_follow(const af_case *c, const af_case *pattern) {
 /* Does the finding f of a smaller case stand for the one minimized: its kind, on its tensor? */
 static bool af_minimize_holds(const af_finding *f, af_kind kind, const af_minimize_opts *o) {
     return f && f->kind == kind && (!o->tensor || strcmp(f->tensor, o->tensor) == 0) &&
-           (kind != AF_KIND_ERROR || !o->error_class || af_error_class(f->who, f->message) == o->error_class);
+           (!o->error_class || f->error_class == o->error_class);
 }
 
 /* Passes of plain simplifications until one changes nothing, then one pass that also

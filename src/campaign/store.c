@@ -152,7 +152,7 @@ typedef struct af_store_same {
 } af_store_same;
 
 static af_store_same af_store_same_of(const af_finding *f) {
-    af_store_same w = {.error_class = f->kind == AF_KIND_ERROR ? af_error_class(f->who, f->message) : 0};
+    af_store_same w = {.error_class = f->error_class};
     snprintf(w.tensor, sizeof w.tensor, "%s", f->tensor);
     return w;
 }

@@ -318,8 +318,7 @@ int af_cmd_minimize(int argc, char **argv) {
     }
     af_finding f = *af_exec_finding(x, 0);
     af_case before = c;
-    af_minimize_opts mo = {.max_execs = max_execs, .tensor = f.tensor,
-                           .error_class = f.kind == AF_KIND_ERROR ? af_error_class(f.who, f.message) : 0};
+    af_minimize_opts mo = {.max_execs = max_execs, .tensor = f.tensor, .error_class = f.error_class};
     af_minimize_result mr;
     if (af_minimize(x, f.check, f.kind, &c, &mo, &mr, &err) != AF_OK) goto out;
     unsigned spent = mr.execs;

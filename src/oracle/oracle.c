@@ -1162,9 +1162,9 @@ uint64_t af_error_class(const char *who, const char *message) {
     return h ? h : 1;
 }
 
-uint64_t af_signature_finding(af_kind kind, const char *who, const char *tensor, const char *message,
+uint64_t af_signature_finding(af_kind kind, const char *who, const char *tensor, uint64_t error_class,
                               const af_case *c) {
-    uint64_t cls = kind == AF_KIND_ERROR ? af_error_class(who, message) : 0;
+    uint64_t cls = kind == AF_KIND_ERROR ? error_class : 0;
     if (!cls) return af_signature_tensor(kind, who, tensor, c);
     unsigned char buf[512];
     uint32_t k = (uint32_t)kind;
