@@ -642,6 +642,15 @@ static void test_masked_row_ieee_leak(void **state) {
     assert_int_equal(res.m.worst[2], 1);
     assert_int_equal(res.m.worst[3], 3);
     assert_true(isfinite(res.m.fail_score_max));
+    { /* fail_product_max: the largest |q_d k_d| of the failing row (b 0, head 0, query 1) */
+        const af_case_tensors *t = af_inputs_get(b.in);
+        double want = 0.0;
+        for (size_t j = 0; j < c.kv_len; j++)
+            for (size_t d = 0; d < c.head_dim; d++)
+                want = fmax(want, fabs(af_view_get(&t->qv, 0, 0, 1, d) * af_view_get(&t->kv, 0, 0, j, d)));
+        assert_true(want > 0.0);
+        assert_true(res.m.fail_product_max == want);
+    }
     b.f[live] = (float)b.ref[live];
     b.f[1] = NAN; /* row 0, column 1: its V is finite, so the NaN is no 0 * Inf */
     expect(&b, false, AF_KIND_MASKED_ROW_NAN, "NaN in a fully masked row's finite column");
@@ -1601,6 +1610,49 @@ static void test_conv_scores_dtype(void **state) {
     bench_close(&b);
 }
 
+/* products "dtype" (tinygrad's dot: (q * k).sum(acc_dtype), the products in the case
+ * dtype): query 0 is 300 everywhere and key 0 alternates +300 and -300, so its products
+ * +-90000 are +-Inf in f16 and their sum NaN, where the exact score is small; the other
+ * queries (1) give no product past f16's range. */
+static void fill_overflowing_products(const af_case_tensors *t) {
+    fill_v2(t);
+    const af_view *q = &t->qv, *k = &t->kv;
+    for (size_t b = 0; b < q->ne[0]; b++)
+        for (size_t h = 0; h < q->ne[1]; h++)
+            for (size_t s = 0; s < q->ne[2]; s++)
+                for (size_t d = 0; d < q->ne[3]; d++) af_view_set(q, b, h, s, d, s == 0 ? 300.0 : 1.0);
+    for (size_t b = 0; b < k->ne[0]; b++)
+        for (size_t h = 0; h < k->ne[1]; h++)
+            for (size_t s = 0; s < k->ne[2]; s++)
+                for (size_t d = 0; d < k->ne[3]; d++) af_view_set(k, b, h, s, d, s == 0 ? (d % 2 ? -300.0 : 300.0) : 0.5);
+}
+
+static void test_conv_products_dtype(void **state) {
+    (void)state;
+    af_case c;
+    tame(&c, AF_F16);
+    bench b;
+    bench_open(&b, &c, fill_overflowing_products);
+    size_t dv = c.v_head_dim, sq = c.q_len;
+    /* query 0's rows NaN, the others right */
+    for (size_t e = 0; e < b.n; e++) {
+        if (!isfinite(b.ref[e])) fail_msg("the reference is finite: element %zu is %g", e, b.ref[e]);
+        b.f[e] = (e / dv) % sq == 0 ? NAN : (float)b.ref[e];
+    }
+    expect_conv(&b, &(af_conventions){0}, AF_KIND_NAN_MISMATCH, "f16 products overflow, undeclared");
+    expect_conv(&b, &(af_conventions){.scores_dtype = 1u << AF_F16}, AF_KIND_NAN_MISMATCH,
+                "f16 products overflow, scores in f16 declared (the sum fits)");
+    expect_conv(&b, &(af_conventions){.products_dtype = 1u << AF_BF16}, AF_KIND_NAN_MISMATCH,
+                "f16 products overflow, bf16 products declared");
+    expect_conv(&b, &(af_conventions){.products_dtype = 1u << AF_F16}, AF_KIND_OK,
+                "f16 products overflow, f16 products declared");
+    /* a NaN in a row whose products fit is a finding under the convention too */
+    b.f[1 * dv] = NAN;
+    expect_conv(&b, &(af_conventions){.products_dtype = 1u << AF_F16}, AF_KIND_NAN_MISMATCH,
+                "NaN in query 1's row, f16 products declared");
+    bench_close(&b);
+}
+
 /* scores "dtype" with masked_keys "ieee" (ORT's Attention on f16): key 1 masked by the
  * boolean mask for every query, its score 300 * 300 * 16 / 4 = 360000, finite but past
  * f16's range, so +Inf in the dtype, and adding the mask as -inf makes every row NaN; the
@@ -1731,7 +1783,8 @@ int main(void) {
         cmocka_unit_test(test_conv_masked_keys_ieee),
         cmocka_unit_test(test_conv_masked_keys_scores_dtype), cmocka_unit_test(test_conv_scores_dtype_near_overflow), cmocka_unit_test(test_conv_denormals_flush),
         cmocka_unit_test(test_conv_denormals_flush_scaled_input),
-        cmocka_unit_test(test_conv_scores_dtype), cmocka_unit_test(test_conv_tf32_always),
+        cmocka_unit_test(test_conv_scores_dtype),
+        cmocka_unit_test(test_conv_products_dtype), cmocka_unit_test(test_conv_tf32_always),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -194,6 +194,17 @@ static void test_hello_conventions(void **state) {
     af_conventions back;
     assert_int_equal(af_wp_parse_conventions(hello.conventions, &back, &err), AF_OK);
     assert_memory_equal(back.masked_rows, hello.conv.masked_rows, sizeof back.masked_rows);
+    /* products (Q K^T's products rounded to these dtypes): listed only when declared, and
+     * read back from the text */
+    n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+                  "\"conventions\":{\"products\":[\"f16\"]}}",
+                  NULL, 0);
+    assert_int_equal(af_wp_parse_hello(body, n, &hello, &err), AF_OK);
+    assert_int_equal(hello.conv.products_dtype, 1u << AF_F16);
+    assert_int_equal(hello.conv.scores_dtype, 0);
+    assert_non_null(strstr(hello.conventions, "\"products\":[\"f16\"]"));
+    assert_int_equal(af_wp_parse_conventions(hello.conventions, &back, &err), AF_OK);
+    assert_int_equal(back.products_dtype, 1u << AF_F16);
     /* denormals as a list of dtypes: only those flush */
     n = make_body("{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
                   "\"conventions\":{\"denormals\":[\"bf16\"]}}",
@@ -213,6 +224,8 @@ static void test_hello_conventions(void **state) {
     assert_int_equal(af_conv_masked_rows(&hello.conv, AF_F32), AF_ROWS_ZERO);
     assert_false(hello.conv.masked_keys_ieee || hello.conv.denormals_flush || hello.conv.tf32_always);
     assert_int_equal(hello.conv.scores_dtype, 0);
+    assert_int_equal(hello.conv.products_dtype, 0);
+    assert_null(strstr(hello.conventions, "products"));
     assert_true(hello.conv.fp8_probs_scale[0] == 0.0f && hello.conv.fp8_probs_scale[1] == 0.0f);
     assert_int_equal(hello.conv.fp8_out, AF_FP8_OUT_DTYPE);
     assert_null(strstr(hello.conventions, "fp8"));
@@ -301,6 +314,9 @@ static void test_hello_malformed(void **state) {
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
          "\"conventions\":{\"scores\":[\"f64\"]}}",
          "conventions.scores dtype"},
+        {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],"
+         "\"conventions\":{\"products\":\"f16\"}}",
+         "conventions.products"},
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":[],\"layouts\":[],\"compile_key\":[\"values\"]}",
          "unknown compile_key field"},
         {"{\"type\":\"hello\",\"protocol\":1,\"name\":\"m\",\"caps\":\"f32\",\"layouts\":[]}", "array of names"},

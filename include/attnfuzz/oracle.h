@@ -87,6 +87,10 @@ typedef struct af_metrics {
     double fail_score_max;   /* the largest score (after scale, softcap and masks) of any row
                                 holding a failing element: -Inf when they are all fully masked
                                 rows, +Inf for a row with a NaN score; NaN when none fails */
+    double fail_product_max; /* the largest |q_d k_d| (one product of Q K^T, unscaled, any key)
+                                of any row holding a failing element: what overflows a kernel
+                                that multiplies in the case dtype; NaN when none fails or the
+                                case's K is not one dense [B, Hkv, Sk, D] view (serving forms) */
     size_t n_masked_key_nan; /* NaN excused by conventions.masked_keys "ieee" (not failing) */
     size_t n_waived;         /* of n_masked_row_nan and n_masked_value_leak: elements of a kind
                                 the backend's conventions or the user waive (not failing: they

@@ -51,6 +51,7 @@ F32_TINY = float(np.finfo(np.float32).tiny)    # 2^-126
 F32_MAX = float(np.finfo(np.float32).max)
 EPS = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 SUBNORMAL_STEP = {"f32": 2.0 ** -149, "f16": 2.0 ** -24, "bf16": 2.0 ** -133}
+PRODUCTS_MAX = 1 << 26   # the products model's Q K^T products (B Hq Sq Sk D) at most
 GPU_ONLY = ("tf32", "tf32_split_inf", "exp2_overflow")   # modes of GPU kernels (cuBLAS, cuDNN, flash)
 
 # The finite values stacks put at masked scores (docs/findings.md): f16's lowest, jax's
@@ -77,6 +78,9 @@ def _model_table():
           {"scores_dt": True, "p_dt": True}),
          ("qk_dtype", "precision", "Q K^T (before the scale), scores and weights in the case dtype (f16 overflows "
           "before the scale)", {"qk_dt": True, "scores_dt": True, "p_dt": True}),
+         ("qk_products_dtype", "precision", "each product q_d k_d of Q K^T rounded to the case dtype (an f16 "
+          "product past 65504 is Inf), summed wide; scores and weights in the case dtype",
+          {"qk_prod_dt": True, "scores_dt": True, "p_dt": True}),
          ("tf32", "precision", "Q K^T and P V with TF32 inputs (10-bit mantissa)", {"tf32": True}),
          ("tf32_split_inf", "precision", "GEMMs split into TF32 parts (3xTF32): an Inf input makes its products NaN",
           {"inf_nan": True}),
@@ -160,6 +164,15 @@ def model_output(case, b, knobs):
             masked = masked | np.isneginf(np.broadcast_to(masks.additive_bhsd(case, mask), s.shape))
         if knobs.get("qk_dt") and case.scale != 0.0:
             r = _round_dtype(s0 / case.scale, case.dtype) * case.scale
+            s = np.where(np.isfinite(r) | np.isnan(s), s - s0 + r, r)
+        if knobs.get("qk_prod_dt"):
+            if case.dtype == "f32" or B * Hq * Sq * Sk * D > PRODUCTS_MAX:
+                return None
+            kr = np.repeat(k, g, axis=1)
+            r = np.zeros(s0.shape)
+            for d in range(D):   # one column at a time: [B, Hq, Sq, Sk] products, rounded
+                r += _round_dtype(q[..., :, None, d] * kr[..., None, :, d], case.dtype)
+            r *= case.scale
             s = np.where(np.isfinite(r) | np.isnan(s), s - s0 + r, r)
         if knobs.get("scores_dt"):
             s = _round_dtype(s, case.dtype)
@@ -610,7 +623,7 @@ diag_offset key_padding valid_min valid_max window window_left window_right amas
 amask.pattern amask.fill amask.expanded amask.live_zero amask.mag bmask bmask.rank bmask.dims bmask.pattern
 bmask.expanded mask_dtype packed strided specials denormal near_overflow backward segments paged page_size sinks alibi
 kind tensor n_nan n_nan_ref n_nan_out n_inf n_masked_row_nan n_masked_value_leak n_diverge n_unstable n_fail
-n_fail_masked masked_only worst_ratio max_abs max_rel rel_fro worst_out worst_ref score_max do.perm do.pad do.bcast
+n_fail_masked masked_only worst_ratio max_abs max_rel rel_fro worst_out worst_ref score_max product_max do.perm do.pad do.bcast
 do.dist do.special""".split()) | {"%s.%s" % (t, f) for t in "qkv" for f in (
     "layout", "perm", "pad", "bcast", "dist", "mag", "special", "contig", "row_stride", "align")}
 

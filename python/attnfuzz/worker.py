@@ -90,7 +90,7 @@ class Result:
 
 
 # The conventions a hello may declare and their values (docs/worker-protocol.md; the first
-# is the default). "causal" is a list of diagonals; "scores" and "denormals" may also be a
+# is the default). "causal" is a list of diagonals; "scores", "products" and "denormals" may also be a
 # list of dtypes (the case dtypes the convention holds for); "masked_rows" may also be a
 # dict of values by dtype (a dtype it leaves out: "zero"); "fp8_probs" is a dict of FP8 format
 # to its scale (a power of two).
@@ -102,6 +102,7 @@ CONVENTIONS = {
     "lse_masked_rows": ("-inf", "zero", "inf", "nan"),
     "denormals": ("keep", "flush"),
     "scores": ("f32", "dtype"),
+    "products": ("f32", "dtype"),
     "tf32": ("case", "always"),
     "dropout": ("counter", "keep_mask", "none"),
     "fp8_out": ("dtype", "v_amax"),
@@ -117,7 +118,7 @@ def check_conventions(conventions):
         if key not in CONVENTIONS:
             raise ValueError("unknown convention %r (known: %s)" % (key, ", ".join(CONVENTIONS)))
         allowed = CONVENTIONS[key]
-        if key in ("scores", "denormals") and isinstance(value, (list, tuple)):
+        if key in ("scores", "products", "denormals") and isinstance(value, (list, tuple)):
             allowed, values = ("f32", "f16", "bf16"), value
         elif key == "masked_rows" and isinstance(value, dict):
             for dtype in value:

@@ -91,6 +91,27 @@ class Models(unittest.TestCase):
         self.assertEqual(r["verdict"]["class"], "precision")
         self.assertGreaterEqual(r["verdict"]["confidence"], 0.9)   # exact
 
+    def test_products_in_f16_are_precision(self):
+        # query 0 against key 0: products +-300 * 300 = +-90000, each +-Inf in f16, their sum
+        # NaN, where the exact score is 0; the other rows' products fit. An implementation
+        # that multiplies in f16 gives NaN in query 0's rows only.
+        case = make_case(dtype="f16")
+        q = np.full((1, 2, 4, 8), 0.5, dtype=np.float32)
+        q[:, :, 0, :] = 300.0
+        k = np.full((1, 2, 4, 8), 0.25, dtype=np.float32)
+        k[:, :, 0, :] = np.where(np.arange(8) % 2, -300.0, 300.0)
+        v = RNG.standard_normal((1, 2, 4, 8)).astype(np.float16).astype(np.float32)
+        out = reference.attention(case_mod.Case(case), q, k, v)
+        out[:, :, 0, :] = np.nan
+        d = write_bundle(self.tmp, "products", case, q, k, v, out, atol=1e-3, rtol=1e-3, kind="nan_mismatch")
+        r = self.run_triage(d)
+        rows = {m["name"]: m for m in r["models"]}
+        self.assertEqual(rows["reference"]["fail"], 16)                # 2 heads x 8 of query 0
+        self.assertEqual(rows["qk_dtype"]["fail"], 16)                 # the sum, 0, fits f16
+        self.assertEqual(rows["qk_products_dtype"]["fail"], 0)
+        self.assertEqual(r["best_model"], "qk_products_dtype")
+        self.assertEqual(r["verdict"]["class"], "precision")
+
     def _masked(self):
         q, k, v = (RNG.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3))
         bm = np.ones((1, 2, 4, 4), dtype=bool)

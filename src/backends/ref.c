@@ -31,7 +31,7 @@
 
 enum { WS_Q, WS_K, WS_V, WS_SAVED, WS_ROWS, WS_S, WS_O, WS_ADD, WS_LIVE, WS_KEEP, WS_F32A, WS_F32B, WS_F32C,
        WS_ABS, WS_RISK, WS_DELTA, WS_VABS, WS_E, WS_PVABS, WS_RINV, WS_ROWST, WS_VROWMAX, WS_BIAS, WS_SINKW,
-       WS_FP8W, WS_FP8E };
+       WS_FP8W, WS_FP8E, WS_QRAW, WS_KRAW };
 /* per row of a block: which keys are live, or why the row is special */
 enum { AF_ROW_ALL_LIVE, AF_ROW_SOME_LIVE, AF_ROW_MASKED, AF_ROW_NAN };
 
@@ -123,6 +123,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
             if (!fp8w || !fp8e) return AF_ERR_NOMEM;
         }
     }
+    /* conventions.products: Q and K as the case has them, before the honest run scales them */
+    const bool products = honest && opts->products_dtype && dt != AF_F32;
+    double *qraw = NULL, *kraw = NULL;
+    if (products) {
+        qraw = AF_SCRATCH(ws, WS_QRAW, double, Sq * D, err);
+        kraw = AF_SCRATCH(ws, WS_KRAW, double, Sk * D, err);
+        if (!qraw || !kraw) return AF_ERR_NOMEM;
+    }
     if (honest) {
         fa = AF_SCRATCH(ws, WS_F32A, float, big, err);
         fb = AF_SCRATCH(ws, WS_F32B, float, big, err);
@@ -135,6 +143,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
         for (size_t g = 0; g < Hkv; g++) {
             af_gather_f64(kv, b, g, k, D);
             af_gather_f64(vv, b, g, v, Dv);
+            if (products) memcpy(kraw, k, Sk * D * sizeof *k);
             bool vrisk_force = false;
             double kmax = af_ref_maxabs(k, Sk * D);
             bool k_tf32_inf = tf32 && af_ref_tf32_overflows(k, Sk * D);
@@ -164,6 +173,7 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
 
             for (size_t h = g * group; h < (g + 1) * group; h++) {
                 af_gather_f64(qv, b, h, q, D);
+                if (products) memcpy(qraw, q, Sq * D * sizeof *q);
                 /* a non-finite Q or K can give a masked key a NaN or +Inf score (key_leak) */
                 bool qk_leaky = k_leaky || (opts->key_leak && af_ref_has_nonfinite(q, Sq * D));
                 /* |q| |k| bounds Q.K^T's partial sums, scaled or not (a fused kernel scales
@@ -193,6 +203,14 @@ af_status af_ref_attention(const af_case_tensors *in, const af_view *qv, const a
                     size_t rn = Sq - r0 < R ? Sq - r0 : R;
                     /* pass 1: scores */
                     for (size_t r = 0; r < rn; r++) risky[r] = qk_inf;
+                    /* products in the dtype, of Q and K as given (the scale on the scores after)
+                     * or as the case's placement scales them: either may overflow */
+                    if (products)
+                        for (size_t r = 0; r < rn; r++)
+                            if (!risky[r])
+                                risky[r] = af_ref_products_overflow(qraw + (r0 + r) * D, kraw, Sk, D, dt, scale) ||
+                                           af_ref_products_overflow(q + (r0 + r) * D, k, Sk, D, dt,
+                                                                    c->placement == AF_PLACE_SCORES ? scale : 1.0);
                     if (honest) {
                         if (qk_risk || sens)
                             af_honest_score_bounds(qv, kv, b, h, g, r0, rn, Sk, D, scale, c_in, h_abs, qk_risk, absbuf,

@@ -21,6 +21,10 @@ typedef struct af_ref_opts {
      * values rounded to the dtype first) each rounded to the dtype instead of f32, so an
      * f16 score past 65504 is Inf as in such an implementation. */
     bool scores_dtype;
+    /* Honest mode only: each product q_d k_d rounded to the case dtype before the sum (a
+     * worker's conventions.products "dtype"): a row whose scores so made hold +Inf or NaN
+     * is flagged unstable. */
+    bool products_dtype;
     /* Honest mode only: results below f32's smallest normal are flushed (a worker's
      * conventions.denormals "flush"): a weight that small becomes 0, so a non-finite V
      * behind it gives 0 * Inf = NaN (the unstable flags). */

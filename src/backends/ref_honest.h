@@ -27,6 +27,7 @@ bool af_sens_weights(const double *s, double m, double *d, size_t n, const uint3
 bool af_ref_has_nonfinite(const double *x, size_t n);
 double af_ref_min_abs(const double *x, size_t n);
 double af_ref_maxabs(const double *x, size_t n);
+bool af_ref_products_overflow(const double *q, const double *k, size_t Sk, size_t D, af_dtype dt, double scale);
 void af_ref_to_f32(const double *x, float *y, size_t n);
 void af_ref_gemm_f32(int nt, size_t M, size_t N, size_t K, const double *A, const double *B, double *C,
                      float *fa, float *fb, float *fc);

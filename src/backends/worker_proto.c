@@ -311,6 +311,9 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
     /* scores: "f32", "dtype" (every dtype), or the dtypes whose scores are in the dtype */
     uint32_t scores;
     AF_WP_TRY(af_wp_dtype_set(h, conv, "scores", af_wp_scores, &scores, err));
+    /* products: the same words, for Q K^T's products before their sum */
+    uint32_t products;
+    AF_WP_TRY(af_wp_dtype_set(h, conv, "products", af_wp_scores, &products, err));
     int mv = af_wp_choice(h, conv, "masked_values", af_wp_masked_values, 2);
     if (mv < 0) AF_WP_FAIL("hello: conventions.masked_values must be \"exclude\" or \"ieee\"");
     int dr = af_wp_choice(h, conv, "dropout", af_wp_dropout, 3);
@@ -327,6 +330,7 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
     hl->conv.denormals_flush = flushes;
     hl->conv.tf32_always = tf == 1;
     hl->conv.scores_dtype = scores;
+    hl->conv.products_dtype = products;
     hl->dropout = dr == 1 ? AF_WP_DROPOUT_KEEP_MASK : dr == 2 ? AF_WP_DROPOUT_NONE : AF_WP_DROPOUT_COUNTER;
     if (hl->dropout == AF_WP_DROPOUT_NONE) hl->caps &= ~(uint32_t)AF_CAP_DROPOUT;
     /* the conventions in effect, defaults included, for listings and bundles */
@@ -347,8 +351,15 @@ static af_status af_wp_conventions(const af_wp_header *h, long conv, af_wp_hello
                  "\"masked_keys\":\"%s\",\"denormals\":%s,\"scores\":%s,\"tf32\":\"%s\"}",
                  diags, mrt, af_wp_dropout[dr], af_wp_masked_values[mv], af_wp_masked_keys[mk],
                  dnt, sct, af_wp_tf32[tf]);
-        /* the statistics' convention, for a worker that returns them */
+        /* the products' rounding, where a worker declares one */
         size_t cl = strlen(hl->conventions);
+        if (products && cl > 0 && cl + 70 < sizeof hl->conventions) {
+            char prt[64];
+            af_wp_dtype_list(products, af_wp_scores, prt, sizeof prt);
+            snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1, ",\"products\":%s}", prt);
+        }
+        /* the statistics' convention, for a worker that returns them */
+        cl = strlen(hl->conventions);
         if ((hl->caps & AF_CAP_LSE) && cl > 0 && cl + 40 < sizeof hl->conventions)
             snprintf(hl->conventions + cl - 1, sizeof hl->conventions - cl + 1, ",\"lse_masked_rows\":\"%s\"}",
                      af_lse_masked_names[lm]);

@@ -67,6 +67,7 @@ static cJSON *af_bj_metrics(af_bj *w, const af_metrics *m) {
     af_bj_item(w, o, "n_nan_ref", af_bj_count(m->n_nan_ref));
     af_bj_item(w, o, "n_fail_masked", af_bj_count(m->n_fail_masked));
     af_bj_item(w, o, "fail_score_max", af_json_double(m->fail_score_max));
+    af_bj_item(w, o, "fail_product_max", af_json_double(m->fail_product_max));
     af_bj_item(w, o, "n_masked_key_nan", af_bj_count(m->n_masked_key_nan));
     af_bj_item(w, o, "n_waived", af_bj_count(m->n_waived));
     return o;
@@ -305,6 +306,8 @@ static void af_br_metrics(af_br *r, const cJSON *mo, const char *where, af_metri
     AF_BR_N(n_waived);
     snprintf(f, sizeof f, "%s.fail_score_max", where);
     m->fail_score_max = af_br_double(r, mo, "fail_score_max", f, (double)NAN); /* older bundles: unknown */
+    snprintf(f, sizeof f, "%s.fail_product_max", where);
+    m->fail_product_max = af_br_double(r, mo, "fail_product_max", f, (double)NAN);
 #undef AF_BR_D
 #undef AF_BR_N
     const cJSON *wi = af_br_get(mo, "worst_index");

@@ -73,7 +73,7 @@ enum {
     /* result */
     KV_KIND = KV_CASE_END, KV_N_NAN, KV_N_NAN_REF, KV_N_NAN_OUT, KV_N_INF, KV_N_MASKED_ROW_NAN,
     KV_N_MASKED_VALUE_LEAK, KV_N_DIVERGE, KV_N_UNSTABLE, KV_N_FAIL, KV_N_FAIL_MASKED, KV_MASKED_ONLY,
-    KV_WORST_RATIO, KV_MAX_ABS, KV_MAX_REL, KV_REL_FRO, KV_WORST_OUT, KV_WORST_REF, KV_SCORE_MAX, KV_TENSOR,
+    KV_WORST_RATIO, KV_MAX_ABS, KV_MAX_REL, KV_REL_FRO, KV_WORST_OUT, KV_WORST_REF, KV_SCORE_MAX, KV_PRODUCT_MAX, KV_TENSOR,
     KV_COUNT
 };
 enum { KV_T_LAYOUT, KV_T_PERM, KV_T_PAD, KV_T_BCAST, KV_T_DIST, KV_T_MAG, KV_T_SPECIAL, KV_T_CONTIG, KV_T_ROW_STRIDE,
@@ -183,6 +183,8 @@ static const af_kv_def af_kv_defs[KV_COUNT] = {
     [KV_WORST_REF] = {"worst_ref", AF_KV_NUM, NULL, 0, true, "... and reference"},
     [KV_SCORE_MAX] = {"score_max", AF_KV_NUM, NULL, 0, true,
                       "the largest score of any row holding a failing element (-inf: all fully masked)"},
+    [KV_PRODUCT_MAX] = {"product_max", AF_KV_NUM, NULL, 0, true,
+                        "the largest |q_d k_d| (one product of Q K^T) of any row holding a failing element"},
     [KV_TENSOR] = {"tensor", AF_KV_ENUM, af_kv_tensor_names, 1 + AF_GRAD_COUNT, true,
                    "what the finding is on: the output or a gradient"},
 };
@@ -346,6 +348,7 @@ static void af_known_vars_of_result(af_known_vars *vars, af_kind kind, const af_
     v[KV_WORST_OUT] = m->worst_out;
     v[KV_WORST_REF] = m->worst_ref;
     v[KV_SCORE_MAX] = m->fail_score_max;
+    v[KV_PRODUCT_MAX] = m->fail_product_max;
 }
 
 /* --- expressions ------------------------------------------------------------------------ */

@@ -19,6 +19,8 @@
  *                            inputs with their f32-subnormal values flushed to zero, and every
  *                            element gets (2 Sk + 2 D + 4) * 2^-126 more absolute room for the
  *                            intermediate results flushed on the way
+ *   products "dtype"         the honest run marks unstable each row with a score of +Inf or NaN
+ *                            when Q K^T's products are rounded to the case dtype (ref.h)
  *   scores "dtype", tf32 "always"   the honest run rounds as that implementation does (its
  *                            own honest slot), so the tolerance and the unstable elements
  *                            are those of that precision model
@@ -61,7 +63,7 @@ enum { HWS_OUT, HWS_SENS, HWS_UNSTABLE, HWS_LSE, HWS_LSE_SENS, HWS_FP8_PV, HWS_F
 
 /* The honest runs, one per precision model: bit 0 scores in the dtype, bit 1 TF32 always,
  * bit 2 flushed denormals. */
-enum { AF_HONEST_SCORES_DTYPE = 1, AF_HONEST_TF32 = 2, AF_HONEST_FTZ = 4, AF_HONEST_SLOTS = 8 };
+enum { AF_HONEST_SCORES_DTYPE = 1, AF_HONEST_TF32 = 2, AF_HONEST_FTZ = 4, AF_HONEST_PRODUCTS = 8, AF_HONEST_SLOTS = 16 };
 
 /* One honest run (ref.h): the case recomputed with an implementation's roundings. */
 typedef struct af_oracle_honest {
@@ -254,6 +256,7 @@ static int af_oracle_honest_slot(const af_oracle *o, const af_conventions *conv)
     if (dt != AF_F32 && (conv->scores_dtype >> dt & 1u)) slot |= AF_HONEST_SCORES_DTYPE;
     if (dt == AF_F32 && conv->tf32_always && !o->in->c->allow_tf32) slot |= AF_HONEST_TF32;
     if (af_conv_flushes(conv, o->in->c->dtype)) slot |= AF_HONEST_FTZ;
+    if (dt != AF_F32 && (conv->products_dtype >> dt & 1u)) slot |= AF_HONEST_PRODUCTS;
     return slot;
 }
 
@@ -287,6 +290,7 @@ static af_status af_oracle_make_honest(af_oracle *o, af_error *err) {
                           .lse = hn->lse, .lse_sens = hn->lse_sens,
                           .fp8_pv = hn->fp8_pv, .fp8_abs = hn->fp8_abs, .fp8_h = hn->fp8_h,
                           .scores_dtype = (slot & AF_HONEST_SCORES_DTYPE) != 0,
+                          .products_dtype = (slot & AF_HONEST_PRODUCTS) != 0,
                           .tf32 = (slot & AF_HONEST_TF32) != 0, .ftz = (slot & AF_HONEST_FTZ) != 0};
     const af_case_tensors *in = o->in;
     AF_TRY(af_ref_attention(in, &in->qv, &in->kv, &in->vv, &honest, hn->out, NULL, &o->refws, err));
@@ -557,6 +561,26 @@ static void af_oracle_fp8_model(af_oracle *o, const af_conventions *conv, double
     }
 }
 
+/* The largest |q_d k_d| over the keys and the head dim of query row ra (B, Hq, Sq order),
+ * NaN products skipped (an Inf one counts): the metric fail_product_max. NaN where the
+ * prepared K is not one dense [B, Hkv, Sk, D] view (the serving forms' pages and segments). */
+static double af_oracle_row_product_max(const af_oracle *o, size_t ra) {
+    const af_case *c = o->in->c;
+    const af_view *qv = &o->in->qv, *kv = &o->in->kv;
+    if (kv->ne[0] != c->batch || kv->ne[1] != c->kv_heads || kv->ne[2] != c->kv_len || kv->ne[3] != c->head_dim ||
+        qv->ne[0] != c->batch || qv->ne[1] != c->q_heads || qv->ne[2] != c->q_len || qv->ne[3] != c->head_dim)
+        return (double)NAN;
+    size_t b = ra / ((size_t)c->q_heads * c->q_len), h = ra / c->q_len % c->q_heads, i = ra % c->q_len;
+    size_t hk = h / (c->q_heads / c->kv_heads);
+    double best = 0.0;
+    for (size_t j = 0; j < c->kv_len; j++)
+        for (size_t d = 0; d < c->head_dim; d++) {
+            double p = fabs(af_view_get(qv, b, h, i, d) * af_view_get(kv, b, hk, j, d));
+            if (p > best) best = p;
+        }
+    return best;
+}
+
 /* One pass: compare `got` with `want` (the reference, or a's output for pairs). leak_b
  * (may be NULL) flags the elements of `got` where a zero-weight key holds a non-finite
  * V in the case `got` was computed on; else the prepared case's flags apply. The
@@ -568,7 +592,8 @@ static void af_oracle_pass(af_oracle *o, const af_tensor *want_t, const double *
     res->tol = af_oracle_tol_widest(o);
     res->tol.atol *= tol_mult;
     res->tol.rtol *= tol_mult;
-    m->fail_score_max = (double)NAN;
+    m->fail_score_max = m->fail_product_max = (double)NAN;
+    double row_prod = (double)NAN; /* this row's product max, computed at its first failing element */
     const af_case *c = o->in->c;
     const af_oracle_honest *hn = o->h;
     const af_masked_rows rows_conv = af_conv_masked_rows(&o->conv, c->dtype);
@@ -685,6 +710,8 @@ static void af_oracle_pass(af_oracle *o, const af_tensor *want_t, const double *
                 double rm = isnan(o->row_max[ra]) ? HUGE_VAL : o->row_max[ra];
                 if (in_masked) m->n_fail_masked++;
                 if (isnan(m->fail_score_max) || rm > m->fail_score_max) m->fail_score_max = rm;
+                if (isnan(row_prod)) row_prod = af_oracle_row_product_max(o, ra);
+                if (isnan(m->fail_product_max) || row_prod > m->fail_product_max) m->fail_product_max = row_prod;
             }
             if (ratio > worst) {
                 worst = ratio;
@@ -868,7 +895,7 @@ af_status af_oracle_compare_pair_within(af_oracle *o, const af_tensor *a, const 
 af_status af_oracle_compare_bitwise(const af_tensor *a, const af_tensor *b, const uint32_t *row_map, af_kind kind,
                                     af_result *res, af_error *err) {
     memset(res, 0, sizeof *res);
-    res->m.fail_score_max = (double)NAN;
+    res->m.fail_score_max = res->m.fail_product_max = (double)NAN;
     AF_RETURN_ERROR_IF(a->ndim < 1 || b->ndim != a->ndim || a->ne[a->ndim - 1] != b->ne[b->ndim - 1], err,
                        AF_ERR_INVALID, "bitwise: the two tensors' rows differ in length");
     size_t len = a->ne[a->ndim - 1], na = af_tensor_numel(a), nb = af_tensor_numel(b);
@@ -1025,7 +1052,7 @@ static void af_oracle_lse_pass(const af_oracle *o, const af_tensor *lse, const a
     const double fudge = o->opts.fudge, atol = o->opts.floor_atol[dt], rtol = o->opts.floor_rtol[dt];
     af_metrics *m = &res->m;
     memset(res, 0, sizeof *res);
-    m->fail_score_max = (double)NAN;
+    m->fail_score_max = m->fail_product_max = (double)NAN;
     res->tol = (af_tolerance){.atol = atol + (hn ? fudge * hn->lse_err : 0.0), .rtol = rtol, .fudge = fudge,
                               .honest = hn != NULL};
     for (size_t r = 0; r < o->nrows; r++) {
@@ -1067,6 +1094,8 @@ static void af_oracle_lse_pass(const af_oracle *o, const af_tensor *lse, const a
         m->n_fail_masked += o->rows[r];
         double sm = o->row_max[r];
         if (isnan(m->fail_score_max) || sm > m->fail_score_max || isnan(sm)) m->fail_score_max = sm;
+        double pm = af_oracle_row_product_max(o, r);
+        if (isnan(m->fail_product_max) || pm > m->fail_product_max) m->fail_product_max = pm;
         double ratio = cls ? HUGE_VAL : fabs(got - ref) / bound;
         if (ratio > m->worst_ratio || (m->worst_ratio == 0.0 && ratio == 0.0)) {
             m->worst_ratio = ratio;

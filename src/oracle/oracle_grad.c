@@ -147,7 +147,7 @@ static void af_oracle_grads_pass(const af_oracle_grads *g, const af_oracle_opts 
                                  const uint32_t *col_map, const uint8_t *leak_b, double tol_mult, af_result *res) {
     af_metrics *m = &res->m;
     memset(res, 0, sizeof *res);
-    m->fail_score_max = (double)NAN; /* no score is named (known.h matches outputs) */
+    m->fail_score_max = m->fail_product_max = (double)NAN; /* no score is named (known.h matches outputs) */
     res->tol = af_oracle_grads_tol(g, opts, k, 0);
     const size_t *ne = g->ne[k], len = ne[3];
     size_t rows = got->ne[0] * got->ne[1] * got->ne[2];

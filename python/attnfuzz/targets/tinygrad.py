@@ -27,7 +27,9 @@ a disk cache of compiled kernels, ~/.cache/tinygrad, so a later process compiles
 
 Conventions, measured by the self-test: a fully masked row is NaN (softmax of an all -inf
 row), a NaN behind a zero weight reaches the output (P @ V is IEEE), a boolean mask is added
-as -inf (masked_keys ieee); sdpa rounds the scores to the case dtype before its softmax.
+as -inf (masked_keys ieee); sdpa rounds the scores to the case dtype before its softmax, and
+on CUDA (gpu) each product q_d k_d to the case dtype before the f32 sum (products: dot is
+`(x * w).sum(acc_dtype)`, the multiply in f16 or bf16).
 """
 
 from __future__ import annotations
@@ -206,6 +208,12 @@ class Target(_base.Target):
             # QK^T accumulates in f32, then qk.cast(q.dtype).softmax(): the scores and the
             # softmax in the case dtype
             conv["scores"] = ["f16", "bf16"]
+        if self.variant == "gpu":
+            # dot is (x * w).sum(acc_dtype): on CUDA each product is an f16/bf16 multiply
+            # before the f32 sum, so an f16 product past 65504 is Inf (attnfuzz triage's
+            # qk_products_dtype model gives 30 of an H200 campaign's 35 f16 bundles exactly);
+            # the CPU device's C keeps them wider (those bundles pass on tinygrad/sdpa)
+            conv["products"] = ["f16", "bf16"]
         # bf16 on the CPU device needs a clang whose x86 target has __bf16: Debian 12's clang 14
         # refuses every bf16 kernel ("__bf16 is not supported on this target")
         dtypes = ["f32", "f16", "bf16"] if self.variant == "gpu" else ["f32", "f16"]
