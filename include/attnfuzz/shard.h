@@ -40,8 +40,8 @@ extern "C" {
 #endif
 
 #define AF_SHARD_MAX (1u << 24)      /* shards of one campaign, at most */
-#define AF_SHARD_SLOTS_MAX 256u      /* --jobs slots (campaign.h: AF_JOBS_MAX) */
-#define AF_SHARD_GENS_MAX 3u         /* restarts of one slot (campaign.h: AF_JOB_MAX_RESTARTS) */
+#define AF_SHARD_SLOTS_MAX 256u      /* --jobs slots (jobs.c: AF_JOBS_MAX) */
+#define AF_SHARD_GENS_MAX 3u         /* restarts of one slot (campaign_opts.h: AF_JOB_MAX_RESTARTS) */
 #define AF_SHARD_STREAM_UNSHARDED 0x43414d50u /* "CAMP" */
 
 /* Shard index of count; count 0 means "not sharded" (index 0). */

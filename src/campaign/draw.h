@@ -1,4 +1,4 @@
-/* draw.h - where the campaign's cases come from (library-internal; campaign.h af_strategy):
+/* draw.h - where the campaign's cases come from (library-internal; campaign_opts.h af_strategy):
  * the structure-aware generator, mutation and crossover of the feedback pool (pool.h), or
  * a baseline (a parametrized suite's grid, random bytes). */
 #ifndef ATTNFUZZ_DRAW_H
@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "attnfuzz/campaign.h"
+#include "attnfuzz/campaign_opts.h"
 #include "attnfuzz/store.h"
 #include "known_gate.h"
 #include "pool.h"

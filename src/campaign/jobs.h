@@ -2,12 +2,12 @@
  * loop (loop.h) with its own seed stream and the same crashes directory (bundle names are
  * signatures and writes are atomic renames, so two processes finding the same bug leave one
  * bundle). The parent merges their stats files once a second and restarts a child that dies
- * (campaign.h: AF_JOB_MAX_RESTARTS); each child is bound to one CPU with its workers
+ * (campaign_opts.h: AF_JOB_MAX_RESTARTS); each child is bound to one CPU with its workers
  * (cpu_bind.h) unless --no-bind. */
 #ifndef ATTNFUZZ_JOBS_H
 #define ATTNFUZZ_JOBS_H
 
-#include "attnfuzz/campaign.h"
+#include "attnfuzz/campaign_opts.h"
 
 /* Runs o->jobs children to the end of the campaign; s holds their merged stats and the
  * deaths. AF_ERR_IO when no directory for the children's stats can be made, a first fork

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-#include "attnfuzz/campaign.h"
+#include "attnfuzz/campaign_opts.h"
 
 /* Runs the campaign of o in this process until a run, time or findings limit or a stop
  * (stop.h), then minimizes what was stored as found within the grace period; s holds its

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-#include "attnfuzz/campaign.h"
+#include "attnfuzz/campaign_opts.h"
 #include "attnfuzz/store.h"
 
 /* Progress. For logs (stderr not a terminal) one libFuzzer-like line per call:

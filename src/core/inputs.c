@@ -183,7 +183,7 @@ static double af_normal_at(af_normal_cache *nc, uint64_t seed, uint32_t stream, 
     return nc->z[e & 1];
 }
 
-static double af_draw(af_normal_cache *nc, const af_tensor_spec *s, af_dtype dt, uint32_t stream, uint64_t e,
+static double af_draw_value(af_normal_cache *nc, const af_tensor_spec *s, af_dtype dt, uint32_t stream, uint64_t e,
                       double mag) {
     uint32_t w[4];
     switch (s->dist) {
@@ -250,7 +250,7 @@ static void af_fill_values(const af_case *c, const af_view *v, uint32_t w) {
                 }
                 for (size_t d = 0; d < D; d++) {
                     double x = s->dist == AF_DIST_ONE_HOT ? (d == spike ? spike_val : 0.0)
-                                                          : af_draw(&nc, s, c->dtype, stream, row * D + d, mag);
+                                                          : af_draw_value(&nc, s, c->dtype, stream, row * D + d, mag);
                     if (af_dtype_is_fp8(v->dtype)) {
                         af_set_fp8(v, s, stream, row * D + d, x, b, h, i, d);
                     } else {
