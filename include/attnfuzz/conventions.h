@@ -74,8 +74,8 @@ typedef struct af_conventions {
     uint32_t scores_dtype;
     /* products "dtype" (or a list of dtypes): bit d set = for case dtype d, each product
      * q_d k_d of Q K^T is rounded to d before the sum (which may be wider): an f16 product past
-     * 65504 is Inf, and a row with a +Inf or NaN score so made is NaN (the honest run marks
-     * it unstable) */
+     * 65504 is Inf, and a row with a non-finite score so made is NaN or drops a key (the
+     * honest run marks it unstable) */
     uint32_t products_dtype;
     /* tf32 "always": f32 matmuls run in TF32 whatever the case allows */
     bool tf32_always;

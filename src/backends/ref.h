@@ -22,7 +22,7 @@ typedef struct af_ref_opts {
      * f16 score past 65504 is Inf as in such an implementation. */
     bool scores_dtype;
     /* Honest mode only: each product q_d k_d rounded to the case dtype before the sum (a
-     * worker's conventions.products "dtype"): a row whose scores so made hold +Inf or NaN
+     * worker's conventions.products "dtype"): a row whose scores so made hold ±Inf or NaN
      * is flagged unstable. */
     bool products_dtype;
     /* Honest mode only: results below f32's smallest normal are flushed (a worker's

@@ -146,9 +146,9 @@ double af_ref_min_abs(const double *x, size_t n) {
 }
 
 /* conventions.products "dtype": whether query row q against the Sk keys k ([Sk, D]) gives a
- * score of +Inf or NaN (times scale, the scale on the scores) when each product q_d k_d is
- * rounded to dt before the sum: such a row is NaN in an implementation that multiplies in
- * the dtype. Keys (or a row) with a non-finite input are the reference's own business. */
+ * score of ±Inf or NaN (times scale, the scale on the scores) when each product q_d k_d is
+ * rounded to dt before the sum: such a row is NaN (+Inf, NaN) or drops a key the exact
+ * scores weigh (-Inf) in an implementation that multiplies in the dtype. Keys (or a row) with a non-finite input are the reference's own business. */
 bool af_ref_products_overflow(const double *q, const double *k, size_t Sk, size_t D, af_dtype dt, double scale) {
     if (af_ref_has_nonfinite(q, D)) return false;
     for (size_t j = 0; j < Sk; j++) {
@@ -156,7 +156,7 @@ bool af_ref_products_overflow(const double *q, const double *k, size_t Sk, size_
         double s = 0.0;
         for (size_t d = 0; d < D; d++) s += af_round_f64(q[d] * k[j * D + d], dt);
         s *= scale;
-        if (isnan(s) || s == HUGE_VAL) return true;
+        if (!isfinite(s)) return true;
     }
     return false;
 }

@@ -19,7 +19,7 @@
  *                            inputs with their f32-subnormal values flushed to zero, and every
  *                            element gets (2 Sk + 2 D + 4) * 2^-126 more absolute room for the
  *                            intermediate results flushed on the way
- *   products "dtype"         the honest run marks unstable each row with a score of +Inf or NaN
+ *   products "dtype"         the honest run marks unstable each row with a score of ±Inf or NaN
  *                            when Q K^T's products are rounded to the case dtype (ref.h)
  *   scores "dtype", tf32 "always"   the honest run rounds as that implementation does (its
  *                            own honest slot), so the tolerance and the unstable elements
